@@ -1,0 +1,1 @@
+# Catalog data package (data files only).

@@ -1,0 +1,3 @@
+from gpuplan.cli import main
+
+main()

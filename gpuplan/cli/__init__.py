@@ -1,0 +1,62 @@
+"""The command line. Only this package knows typer and rich.
+
+Each command group lives in its own module with a `register(app)` function; modules import
+their heavy dependencies inside the command bodies so `gpuplan --help` stays fast.
+Every gpuplan error becomes one line on stderr and its exit code here, in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from gpuplan.errors import GpuplanError
+
+app = typer.Typer(
+    name="gpuplan",
+    help="Plan GPU batch work in yen (setup counted), provision it, bootstrap it, run it, tear it down.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+_debug = False
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    global _debug
+    _debug = debug or bool(os.environ.get("GPUPLAN_DEBUG"))
+
+
+def _register_commands() -> None:
+    from gpuplan.cli import estimate, lifecycle, remote, jobs
+
+    for module in (estimate, lifecycle, remote, jobs):
+        module.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register_commands()
+    try:
+        app(args=argv, prog_name="gpuplan")
+    except GpuplanError as exc:
+        if _debug:
+            raise
+        print(f"gpuplan: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("gpuplan: interrupted; run `gpuplan teardown` to remove anything half-created", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # a bug or an unmapped SDK error: one line unless --debug
+        if _debug:
+            raise
+        print(
+            f"gpuplan: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""Reference jobs (PyTorch, optional extra gpuplan[bench])."""

@@ -1,0 +1,33 @@
+"""Where gpuplan keeps its files: GPUPLAN_HOME overrides the platform directories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path | None:
+    value = os.environ.get("GPUPLAN_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def config_dir() -> Path:
+    """User configuration: price/FX overrides (prices.yaml), inventory files."""
+    if (h := home()) is not None:
+        return h / "config"
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("gpuplan"))
+
+
+def state_dir() -> Path:
+    """The SQLite state store, SSH keys, fetched logs, measured profiles."""
+    if (h := home()) is not None:
+        return h / "state"
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("gpuplan"))
+
+
+def state_db() -> Path:
+    return state_dir() / "state.db"

@@ -1,0 +1,185 @@
+"""The provider contract and the registry that finds provider plugins.
+
+A provider drives one cloud (or a set of owned hosts). It never prints, never touches the
+state store and never imports anything of gpuplan but this module, gpuplan.types and
+gpuplan.errors. Its SDK is imported inside its own module, which the registry imports only
+when the provider is asked for, so the core never loads a cloud SDK at start-up.
+
+Everything a provider creates carries the tags in `NodeSpec.tags` (at least
+`gpuplan-cluster` and `gpuplan-owner`) so that `list()` can find it even when the state
+store has lost track of it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuplan.errors import UsageError
+
+TAG_CLUSTER = "gpuplan-cluster"
+TAG_OWNER = "gpuplan-owner"
+TAG_NODE = "gpuplan-node"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What to create: N machines of one size, for one cluster, in one region."""
+
+    cluster: str
+    size: str  # the provider's own size name, e.g. "Standard_NC6", "g4dn.xlarge"
+    region: str
+    ssh_user: str
+    ssh_public_key: str  # OpenSSH "ssh-ed25519 AAAA..." line installed for ssh_user
+    # Host keys generated locally and injected at creation (cloud-init ssh_keys etc.) so
+    # the first SSH connection is already pinned. Keyed by node name.
+    host_keys: Mapping[str, "HostKey"] = field(default_factory=dict)
+    image: str | None = None  # provider image id; None = the provider's default Ubuntu LTS
+    ttl_s: int | None = None  # the cloud itself stops/releases the machine after this long
+    spot: bool = False
+    tags: Mapping[str, str] = field(default_factory=dict)
+    disk_gib: int = 128
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """An SSH host key pair in OpenSSH formats."""
+
+    private_openssh: str  # "-----BEGIN OPENSSH PRIVATE KEY-----..."
+    public_openssh: str  # "ssh-ed25519 AAAA..."
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A machine as the provider reports it."""
+
+    id: str  # provider resource id
+    name: str  # gpuplan's node name, e.g. "demo-0"
+    status: str  # "pending" | "running" | "stopped" | "terminated"
+    public_ip: str | None = None
+    private_ip: str | None = None
+    ssh_port: int = 22
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Anything a provider created that may cost money or block a teardown."""
+
+    kind: str  # "instance", "disk", "public-ip", "nic", "security-group", "key-pair", "image", "snapshot", "resource-group", "archive", ...
+    id: str
+    region: str
+    tags: Mapping[str, str] = field(default_factory=dict)
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Image:
+    id: str
+    name: str
+    region: str
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """One quota tier that applies to a size: the exact name the provider uses, and how to raise it."""
+
+    name: str  # e.g. "standardNCFamily" or "cores" (Azure), "L-DB2E81BA" (AWS)
+    description: str  # "Standard NC Family vCPUs in westus2"
+    limit: int
+    used: int
+    unit: str = "vCPUs"
+    how_to_raise: str = ""
+
+    @property
+    def free(self) -> int:
+        return self.limit - self.used
+
+
+class Provider(ABC):
+    """The contract every provider keeps. Constructors take config plus injectable transports
+    and never touch the network."""
+
+    name: str = ""
+
+    @abstractmethod
+    def check_credentials(self) -> None:
+        """Raise AuthMissing naming the exact variable/file when credentials are absent.
+        No network call, no side effect."""
+
+    @abstractmethod
+    def quota(self, region: str, size: str) -> list[QuotaUsage]:
+        """Every quota tier that a new machine of `size` in `region` counts against."""
+
+    @abstractmethod
+    def vcpus(self, region: str, size: str) -> int:
+        """vCPUs of one machine of `size` (what quota is counted in)."""
+
+    @abstractmethod
+    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+        """Create one machine per name, concurrently, plus any shared per-cluster resources.
+
+        Idempotent: a name that already exists (found by tag) is returned, not created again.
+        Raises QuotaExceeded, CapacityUnavailable, RetiredType, AuthMissing or ProviderError.
+        On a partial failure the machines that were created stay tagged for teardown.
+        """
+
+    @abstractmethod
+    def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
+        """Block until every id is running with an address; return them."""
+
+    @abstractmethod
+    def capture_image(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
+        """Turn a set-up machine into a reusable image. On Azure the machine is generalized
+        and can no longer be used itself."""
+
+    @abstractmethod
+    def list(self, region: str, tags: Mapping[str, str]) -> list[Resource]:
+        """Every resource carrying all of `tags`, of every kind, including images."""
+
+    @abstractmethod
+    def delete(self, region: str, resources: Sequence[Resource]) -> None:
+        """Delete these resources, in a safe order. Idempotent: not found counts as deleted."""
+
+    def default_regions(self) -> list[str]:
+        """Regions a tag sweep looks in when the user names none."""
+        return []
+
+
+ProviderFactory = Callable[..., Provider]
+
+_overrides: dict[str, ProviderFactory] = {}
+
+
+def override(name: str, factory: ProviderFactory | None) -> None:
+    """Replace a provider's factory (tests inject fake transports this way); None restores it."""
+    if factory is None:
+        _overrides.pop(name, None)
+    else:
+        _overrides[name] = factory
+
+
+def available() -> list[str]:
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="gpuplan.providers")}
+    return sorted(names | set(_overrides))
+
+
+def get(name: str, config: Mapping[str, str] | None = None) -> Provider:
+    """The provider plugin called `name`, found through the entry-point group gpuplan.providers."""
+    if name in _overrides:
+        return _overrides[name](config or {})
+    from importlib.metadata import entry_points
+
+    matches = [ep for ep in entry_points(group="gpuplan.providers") if ep.name == name]
+    if not matches:
+        raise UsageError(f"unknown provider {name!r}; known providers: {', '.join(available())}")
+    try:
+        cls = matches[0].load()
+    except ImportError as exc:
+        raise UsageError(
+            f"provider {name!r} needs an extra package ({exc.name}); install it with: pip install 'gpuplan[{name}]'"
+        ) from exc
+    return cls(config or {})

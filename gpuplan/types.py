@@ -1,0 +1,55 @@
+"""The nouns of gpuplan as frozen dataclasses. This module imports nothing else of gpuplan.
+
+Money is Decimal yen (or Decimal in the row's own currency before FX); durations are
+integer seconds; dates are ISO strings "YYYY-MM-DD" or datetime.date.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One rentable (or owned) machine shape at one provider and region, from one snapshot row.
+
+    kind: "cloud" (billed by time), "monthly" (flat monthly rent), "owned" (bought up front,
+    then power). price is per `price_unit` ("hour", "month" or "purchase") in `currency`;
+    None where no source gives one (then `notes` says so and plans on it are infeasible).
+    price_jpy_per_hour is the hourly price in yen after FX (None where unknown).
+    """
+
+    provider: str  # "azure", "aws", "sakura", "onprem", ...
+    name: str  # provider's own size name: "Standard_NC6", "g4dn.xlarge"
+    aliases: tuple[str, ...]  # short names a user types: ("nc6",)
+    region: str
+    gpu: str  # key into the GPU table: "K80", "T4", "H100 SXM"
+    gpu_count: int
+    gpu_memory_gib: Decimal  # per GPU
+    vcpus: int
+    ram_gib: Decimal
+    price: Decimal | None
+    currency: str  # "JPY", "USD"
+    price_unit: str  # "hour" | "month" | "purchase"
+    price_jpy_per_hour: Decimal | None
+    billing_granularity_s: int  # 60 for per-minute, 1 per-second, 3600 hourly
+    billing_minimum_s: int
+    quota_family: str  # "standardNCFamily", "G-and-VT" ..., "" if none
+    available_from: date | None
+    retired_on: date | None
+    successor: str  # name of the replacement size where retired
+    kind: str = "cloud"
+    power_watts: int | None = None  # owned hardware: draw under load
+    source: str = ""
+    as_of: str = ""
+    notes: str = ""
+
+    @property
+    def key(self) -> str:
+        """Unique within a snapshot: provider:name@region."""
+        return f"{self.provider}:{self.name}@{self.region}"
+
+    def retired(self, on: date) -> bool:
+        return self.retired_on is not None and on >= self.retired_on

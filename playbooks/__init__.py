@@ -1,0 +1,1 @@
+# Playbook data package (data files only).

@@ -1,0 +1,1 @@
+"""Built-in provider plugins, installed as gpuplan.providers.<name>."""
