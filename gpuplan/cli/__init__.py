@@ -34,9 +34,9 @@ def _root(
 
 
 def _register_commands() -> None:
-    from gpuplan.cli import estimate, lifecycle, remote, jobs
+    from gpuplan.cli import catalog, estimate, jobs, lifecycle, remote
 
-    for module in (estimate, lifecycle, remote, jobs):
+    for module in (estimate, catalog, lifecycle, remote, jobs):
         module.register(app)
 
 

@@ -1,0 +1,7 @@
+"""CLI commands: placeholder, filled in by its issue."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass
