@@ -102,6 +102,7 @@ class Provider(ABC):
     and never touch the network."""
 
     name: str = ""
+    default_ssh_user: str = "ubuntu"
 
     @abstractmethod
     def check_credentials(self) -> None:
