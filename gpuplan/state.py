@@ -312,6 +312,19 @@ class State:
         sql = "SELECT * FROM clusters" + ("" if include_gone else " WHERE status != 'gone'") + " ORDER BY created_at, name"
         return [_cluster(r) for r in self._query(sql)]
 
+    def forget_cluster(self, name: str) -> None:
+        """Drop a torn-down cluster's rows so its name can be used again; its ledger rows stay,
+        renamed "<name>@<created_at>", so past spending is not lost."""
+        with self._tx() as db:
+            row = db.execute("SELECT created_at, status FROM clusters WHERE name=?", (name,)).fetchone()
+            if row is None:
+                return
+            if row["status"] != "gone":
+                raise ValueError(f"cluster {name} is {row['status']}, not gone")
+            db.execute("UPDATE ledger SET cluster=? WHERE cluster=?", (f"{name}@{row['created_at']}", name))
+            db.execute("DELETE FROM nodes WHERE cluster=?", (name,))
+            db.execute("DELETE FROM clusters WHERE name=?", (name,))
+
     # --- nodes ---------------------------------------------------------------------------
 
     def add_node(self, cluster: str, name: str, gpus: int = 0) -> None:

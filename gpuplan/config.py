@@ -1,0 +1,53 @@
+"""The user's config file, `<config_dir>/config.yaml`:
+
+    owner: alice@laptop            # tag value that marks this user's resources (default user@host)
+    providers:
+      aws: {ami: ami-0123..., ssh_cidr: 203.0.113.5/32}
+      azure: {ssh_source: 203.0.113.5}
+      baremetal: {inventory: ~/gpus.yaml}
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import socket
+from functools import lru_cache
+from typing import Any
+
+from gpuplan import paths
+from gpuplan.errors import UsageError
+
+
+@lru_cache(maxsize=None)
+def _load() -> dict[str, Any]:
+    path = paths.config_dir() / "config.yaml"
+    if not path.exists():
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix or remove the file") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def provider_config(name: str) -> dict[str, str]:
+    section = (_load().get("providers") or {}).get(name) or {}
+    if not isinstance(section, dict):
+        raise UsageError(f"{paths.config_dir() / 'config.yaml'}: providers.{name} must be a mapping")
+    return {str(k): str(v) for k, v in section.items()}
+
+
+def owner() -> str:
+    """The value of the gpuplan-owner tag: stable across state loss, so a sweep still finds our resources."""
+    configured = _load().get("owner")
+    raw = str(configured) if configured else f"{getpass.getuser()}-{socket.gethostname()}"
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)[:63]
+
+
+def reset_cache() -> None:
+    _load.cache_clear()

@@ -1,0 +1,155 @@
+"""gpuplan's own bookkeeping around provider calls: journal, rollback, resume, sweep.
+Against an in-memory provider; the clouds' own behaviour is tested against their stand-ins."""
+
+from datetime import date, timedelta
+from decimal import Decimal
+
+import pytest
+from support.memory_provider import MemoryProvider
+
+from gpuplan import lifecycle
+from gpuplan.errors import AuthMissing, ProviderError, QuotaExceeded, RetiredType
+from gpuplan.state import State
+from gpuplan.types import Offer
+
+
+def offer(**kw) -> Offer:
+    base = dict(
+        provider="memory", name="m1.gpu", aliases=("m1",), region="mem-1", gpu="T4", gpu_count=1,
+        gpu_memory_gib=Decimal(16), vcpus=4, ram_gib=Decimal(16), price=Decimal("100"), currency="JPY",
+        price_unit="hour", price_jpy_per_hour=Decimal("100"), billing_granularity_s=1, billing_minimum_s=60,
+        quota_family="memoryFamily", available_from=None, retired_on=None, successor="",
+    )
+    base.update(kw)
+    return Offer(**base)
+
+
+@pytest.fixture
+def state(gpuplan_home):
+    s = State(gpuplan_home / "state" / "state.db")
+    yield s
+    s.close()
+
+
+def test_provision_four_records_nodes_pins_keys_and_opens_the_ledger(state):
+    prov = MemoryProvider()
+    req = lifecycle.request_from_offer(offer(), 4, name="demo")
+    c = lifecycle.provision(state, prov, req)
+    assert c.status == "ready"
+    nodes = state.nodes("demo")
+    assert [n.name for n in nodes] == ["demo-0", "demo-1", "demo-2", "demo-3"]
+    assert all(n.status == "running" and n.public_ip for n in nodes)
+    # every node's generated host key is pinned under its address before any SSH
+    for n in nodes:
+        assert state.host_key(n.public_ip, 22).startswith("ssh-ed25519 ")
+    assert len(state.known_hosts_lines()) == 4
+    key_path, public = state.ssh_key("demo")
+    assert key_path.stat().st_mode & 0o777 == 0o600
+    assert public.startswith("ssh-ed25519 ")
+    # intent then outcome, for each cloud call
+    ops = [(j.op, j.phase) for j in state.journal("demo")]
+    assert ops == [("create-nodes", "ok"), ("wait-ready", "ok")]
+    # ledger: 4 machines at ¥100/h for one hour = ¥400
+    at = state.cluster("demo").created_at + timedelta(hours=1)
+    seconds, yen = state.ledger_seconds_and_yen("demo", at)
+    assert 4 * 3600 - 20 <= seconds <= 4 * 3600
+    assert abs(yen - Decimal(400)) < 1
+
+
+def test_provision_same_name_twice_is_refused_and_creates_nothing_more(state):
+    prov = MemoryProvider()
+    lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
+    with pytest.raises(Exception, match="already exists"):
+        lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
+    assert prov.create_calls == 2
+
+
+def test_third_of_four_creates_failing_rolls_back_and_journals_it(state):
+    prov = MemoryProvider(fail_create_at=3)
+    with pytest.raises(ProviderError, match="nothing was left running: the 2 machine"):
+        lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 4, name="demo"))
+    assert prov.resources == {}
+    assert state.cluster("demo").status == "gone"
+    journal = [(j.op, j.phase) for j in state.journal("demo")]
+    assert journal[0] == ("create-nodes", "failed")
+    assert "injected" in state.journal("demo")[0].detail
+    assert ("delete", "ok") in journal and journal[-1] == ("verify-gone", "ok")
+
+
+def test_third_create_failing_with_keep_leaves_two_for_teardown(state):
+    prov = MemoryProvider(fail_create_at=3)
+    with pytest.raises(ProviderError, match="2 of 4 machines were created and kept"):
+        lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 4, name="demo"), keep_on_failure=True)
+    assert sum(r.kind == "instance" for r in prov.resources.values()) == 2
+    assert state.cluster("demo").status == "failed"
+    known = {n.name: n.provider_id for n in state.nodes("demo") if n.provider_id}
+    assert set(known) == {"demo-0", "demo-1"}
+    lifecycle.teardown(state, prov, "demo")
+    assert prov.resources == {}
+
+
+def test_failed_provision_resumes_with_the_same_names(state):
+    prov = MemoryProvider(fail_create_at=3)
+    req = lifecycle.request_from_offer(offer(), 4, name="demo")
+    with pytest.raises(ProviderError):
+        lifecycle.provision(state, prov, req, keep_on_failure=True)
+    c = lifecycle.provision(state, prov, req)
+    assert c.status == "ready"
+    assert sum(r.kind == "instance" for r in prov.resources.values()) == 4
+    assert prov.create_calls == 5  # 2 ok + 1 failed, then only the 2 missing
+
+
+def test_teardown_interrupted_half_way_finishes_when_run_again(state):
+    prov = MemoryProvider()
+    lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 4, name="demo"))
+    prov.fail_delete_after = 3
+    with pytest.raises(ProviderError, match="interrupted"):
+        lifecycle.teardown(state, prov, "demo")
+    assert state.cluster("demo").status == "tearing-down"
+    assert len(prov.resources) == 5  # 8 resources (4 instances + 4 disks), 3 deleted
+    lifecycle.teardown(state, prov, "demo")
+    assert prov.resources == {}
+    assert state.cluster("demo").status == "gone"
+    assert all(n.status == "deleted" for n in state.nodes("demo", include_deleted=True))
+    assert state.known_hosts_lines() == []
+
+
+def test_quota_exceeded_names_the_quota_and_creates_nothing(state):
+    prov = MemoryProvider(vcpus=6, quota_limit=20)
+    with pytest.raises(QuotaExceeded, match=r"needs 24 vCPUs of quota 'memoryFamily'.*only 20 are free.*ask nicely"):
+        lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 4, name="demo"))
+    assert prov.resources == {} and state.cluster("demo") is None
+
+
+def test_missing_credentials_create_nothing(state):
+    prov = MemoryProvider(credentials=False)
+    with pytest.raises(AuthMissing, match="MEMORY_TOKEN"):
+        lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 1, name="demo"))
+    assert state.cluster("demo") is None
+
+
+def test_retired_size_is_refused_with_its_successor():
+    with pytest.raises(RetiredType, match=r"retired on 2023-09-06; use Standard_NC4as_T4_v3 instead"):
+        lifecycle.request_from_offer(
+            offer(provider="azure", name="Standard_NC6", retired_on=date(2023, 9, 6), successor="Standard_NC4as_T4_v3"),
+            1,
+        )
+
+
+def test_sweep_finds_what_a_lost_state_forgot(state, gpuplan_home):
+    prov = MemoryProvider()
+    lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
+    prov.capture_image("mem-1", "i-1", "img", {"gpuplan-owner": lifecycle.config.owner(), "gpuplan-image": "img"})
+    fresh = State(gpuplan_home / "other.db")  # the state file was lost
+    strays = lifecycle.sweep(fresh, prov, lifecycle.sweep_regions(fresh, prov))
+    assert sorted(r.kind for r in strays) == ["disk", "disk", "instance", "instance"]
+    assert [r.kind for r in prov.resources.values()] == ["image"]  # images are kept without --images
+    lifecycle.sweep(fresh, prov, ["mem-1"], include_images=True)
+    assert prov.resources == {}
+
+
+def test_sweep_leaves_clusters_the_state_knows(state):
+    prov = MemoryProvider()
+    lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
+    assert lifecycle.sweep(state, prov, ["mem-1"]) == []
+    assert len(prov.resources) == 4
