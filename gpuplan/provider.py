@@ -103,6 +103,8 @@ class Provider(ABC):
 
     name: str = ""
     default_ssh_user: str = "ubuntu"
+    # Run over SSH on a builder just before capture_image (Azure: deprovision the agent's user).
+    capture_prep_command: str | None = None
 
     @abstractmethod
     def check_credentials(self) -> None:

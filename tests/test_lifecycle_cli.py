@@ -1,0 +1,87 @@
+"""The lifecycle commands end to end through the CLI, on the in-memory provider.
+(Each cloud's own end-to-end test runs the same commands against its stand-in.)"""
+
+import json
+
+import pytest
+from support.memory_provider import MemoryProvider
+from test_lifecycle import offer
+
+from gpuplan import provider
+from gpuplan.cli import lifecycle as cli_lifecycle
+
+
+@pytest.fixture
+def mem(monkeypatch):
+    prov = MemoryProvider()
+    provider.override("memory", lambda config: prov)
+    monkeypatch.setattr(cli_lifecycle, "_resolve", lambda target, region, as_of=None: offer())
+    yield prov
+    provider.override("memory", None)
+
+
+def test_provision_status_teardown(cli, mem):
+    r = cli("provision", "memory:m1.gpu", "x4", "--name", "demo", "--no-bootstrap", "--ttl", "4h")
+    assert r.code == 0, r.err
+    assert sum(x.kind == "instance" for x in mem.resources.values()) == 4
+    r = cli("status", "--format", "json")
+    [c] = json.loads(r.out)
+    assert (c["name"], c["count"], c["status"], c["price_jpy_per_hour"]) == ("demo", 4, "ready", "100")
+    assert [n["public_ip"] for n in c["nodes"]] == ["198.51.100.1", "198.51.100.3", "198.51.100.5", "198.51.100.7"]
+    assert 4 * 3600 - 60 < c["ttl_left_s"] <= 4 * 3600
+    r = cli("teardown", "demo")
+    assert r.code == 0 and "nothing of it is left" in r.out
+    assert mem.resources == {}
+    # teardown is idempotent
+    assert cli("teardown", "demo").code == 0
+
+
+def test_dry_run_prints_yen_per_hour_and_creates_nothing(cli, mem):
+    r = cli("provision", "memory:m1.gpu", "x4", "--dry-run")
+    assert r.code == 0
+    assert "¥100/h per machine, ¥400/h for the cluster" in r.out
+    assert mem.resources == {} and mem.create_calls == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("provision", "memory:m1.gpu", "x-1"), "bad count 'x-1'"),
+        (("provision", "memory:m1.gpu", "x0"), "at least one machine"),
+        (("provision", "memory:m1.gpu", "x2", "--ttl", "soon"), "bad --ttl 'soon'"),
+        (("provision", "memory:m1.gpu", "x2", "--name", "Bad_Name"), "bad cluster name"),
+        (("teardown", "nosuch"), "no cluster named 'nosuch'"),
+        (("teardown",), "name a cluster"),
+        (("status", "--format", "xml"), "bad --format"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_2(cli, mem, args, message):
+    r = cli(*args)
+    assert r.code == 2
+    assert message in r.err
+    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    assert mem.create_calls == 0
+
+
+def test_quota_exceeded_through_cli_is_one_line_exit_2(cli, mem):
+    mem.vcpu_count, mem.quota_limit = 6, 20
+    r = cli("provision", "memory:m1.gpu", "x4", "--no-bootstrap")
+    assert r.code == 2
+    assert "needs 24 vCPUs of quota 'memoryFamily'" in r.err and len(r.err.strip().splitlines()) == 1
+    assert mem.resources == {}
+
+
+def test_plan_file_from_estimate_is_provisioned(cli, mem, tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"recommended": {"provider": "memory", "instance_type": "m1.gpu", "count": 3,
+                                                "region": "mem-1", "setup": "scratch"}}))
+    r = cli("provision", "--plan", str(plan), "--name", "fromplan", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert sum(x.kind == "instance" for x in mem.resources.values()) == 3
+
+
+def test_malformed_plan_file_is_one_line(cli, mem, tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text("{not json")
+    r = cli("provision", "--plan", str(plan))
+    assert r.code == 2 and "is not valid JSON" in r.err
