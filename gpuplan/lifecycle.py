@@ -328,11 +328,16 @@ def teardown(
     report.kept_images = len(found) - len(doomed)
     for node in state.nodes(cluster):
         state.update_node(cluster, node.name, status="deleting")
-    if doomed:
-        progress(f"deleting {len(doomed)} resource(s) of {cluster}")
-        with state.journaled("delete", ",".join(r.id for r in doomed)[:2000], cluster, f"{len(doomed)} resources"):
-            prov.delete(row.region, doomed)
-        report.deleted = doomed
+    # Machines first (they are what bills most), then what they used: a teardown cut off
+    # between the two has already stopped the meter.
+    machines = [r for r in doomed if r.kind == "instance"]
+    rest = [r for r in doomed if r.kind != "instance"]
+    for op, batch in (("delete-instances", machines), ("delete-resources", rest)):
+        if batch:
+            progress(f"deleting {len(batch)} {'machine' if batch is machines else 'resource'}(s) of {cluster}")
+            with state.journaled(op, ",".join(r.id for r in batch)[:2000], cluster, f"{len(batch)} resources"):
+                prov.delete(row.region, batch)
+    report.deleted = doomed
     with state.journaled("verify-gone", cluster, cluster):
         left = [r for r in prov.list(row.region, {TAG_CLUSTER: cluster}) if r.kind != "image" or include_images]
         if left:

@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
+from gpuplan import faults
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS clusters (
     name TEXT PRIMARY KEY,
@@ -241,11 +243,13 @@ class State:
     def journaled(self, op: str, target: str, cluster: str | None = None, detail: str = "") -> Iterator[int]:
         """Write the intent, run the body (the cloud call), then write its outcome."""
         entry = self.journal_intent(op, target, cluster, detail)
+        faults.hit(f"before:{op}")
         try:
             yield entry
         except BaseException as exc:
             self.journal_outcome(entry, False, f"{type(exc).__name__}: {exc}"[:500])
             raise
+        faults.hit(f"after:{op}")
         self.journal_outcome(entry, True)
 
     def journal(self, cluster: str | None = None) -> list[JournalRow]:
