@@ -1,0 +1,600 @@
+"""The dated, sourced catalog: instance types, GPUs, exchange rates and provider facts.
+
+Data lives in `catalog/` (installed as the package `gpuplan.catalog_data`) as CSV files, one
+folder per snapshot (`snapshots/YYYY-MM/offers.csv`, `providers.csv`, `quotas.csv`) plus the
+snapshot-independent `gpus.csv` and `fx.csv`. A user's `prices.yaml` (in the config dir, or
+the file named by `GPUPLAN_PRICES`) overrides or adds offers, FX rates and power prices:
+
+    fx:
+      USD: 150.0                          # or {jpy_per_unit: 150.0, date: 2026-11-20, source: my bank}
+    providers:
+      baremetal: {power_price_jpy_per_kwh: 31}
+    offers:
+      - {provider: azure, name: Standard_NC4as_T4_v3, region: eastus, price: 80, currency: JPY}
+      - {provider: sakura, name: my-h100, region: is1a, gpu: H100 SXM, gpu_count: 1,
+         price: 990, currency: JPY, price_unit: hour, snapshot: 2026-11}
+
+An offers entry that names an existing provider:name (and region, if given) changes only the
+fields it lists; any other entry is a new offer and needs at least provider, name, region, gpu,
+gpu_count, price and currency. `snapshot` limits an entry to one snapshot.
+
+Only the csv module and Decimal: `load` runs in `gpuplan estimate` and must stay fast.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import dataclasses
+import difflib
+import io
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from gpuplan.errors import UsageError
+from gpuplan.types import Offer
+
+HOURS_PER_MONTH = Decimal(730)  # 8760 / 12: the hourly equivalent of a month's rent
+PRICES_ENV = "GPUPLAN_PRICES"
+_SNAPSHOT_RE = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    memory_gib: Decimal
+    rel_speed: Mapping[str, Decimal]  # workload class -> speed relative to V100 (1.0): {"cnn-train": ...}
+    confidence: str
+    source: str
+
+
+@dataclass(frozen=True)
+class FxRate:
+    """Yen per one unit of `currency`, as of `date`, with where the figure came from."""
+
+    currency: str
+    jpy_per_unit: Decimal
+    date: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ProviderFacts:
+    """Per-provider facts of one snapshot: quota defaults, setup/capture/launch times in seconds."""
+
+    name: str
+    default_region: str
+    default_quota_vcpus: int | None  # total regional vCPUs on a default account; None = unknown/none
+    family_quota_vcpus: Mapping[str, int]  # quota family -> default vCPUs (Azure GPU families: 0)
+    quota_name: str
+    how_to_raise: str
+    setup_s: int
+    capture_s: int
+    launch_s: int
+    builder_is_worker: bool  # can the machine an image was captured from keep working?
+    power_price_jpy_per_kwh: Decimal | None
+    source: str
+    notes: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    snapshot: str  # "2017-08"
+    date: date  # last day of the snapshot's month: retirement checks when planning "as of" it
+    offers: tuple[Offer, ...]
+    gpus: Mapping[str, GpuInfo]
+    fx: Mapping[str, FxRate]
+    providers: Mapping[str, ProviderFacts]
+    prices_file: Path | None = field(default=None, compare=False)  # the user overrides applied, if any
+
+    def provider_names(self) -> list[str]:
+        return sorted({o.provider for o in self.offers} | set(self.providers))
+
+    def _check_provider(self, provider: str | None) -> str | None:
+        if provider is None:
+            return None
+        p = provider.strip().lower()
+        if p not in self.provider_names():
+            raise UsageError(
+                f"unknown provider {provider!r} in catalog {self.snapshot}; "
+                f"known: {', '.join(self.provider_names())}"
+            )
+        return p
+
+    def resolve(self, text: str, provider: str | None = None, region: str | None = None) -> Offer:
+        """The one offer `text` names: "nc6", "Standard_NC6", "azure:Standard_NC6", "aws:g4dn.xlarge".
+
+        Among several regions: `region` if given, else the provider's default region, else the
+        first row. Unknown or ambiguous names raise UsageError with suggestions.
+        """
+        raw = text.strip()
+        if ":" in raw:
+            prefix, _, raw = raw.partition(":")
+            if provider is not None and provider.strip().lower() != prefix.strip().lower():
+                raise UsageError(f"{text!r} names provider {prefix!r} but --provider is {provider!r}")
+            provider = prefix
+        provider = self._check_provider(provider)
+        wanted = raw.strip().lower()
+        if not wanted:
+            raise UsageError("empty instance type; name one such as nc6 (gpuplan catalog lists them)")
+        matches = [
+            o for o in self.offers
+            if (provider is None or o.provider == provider)
+            and (o.name.lower() == wanted or wanted in (a.lower() for a in o.aliases))
+        ]
+        if not matches:
+            names = sorted({n for o in self.offers if provider is None or o.provider == provider
+                            for n in (o.name, *o.aliases)})
+            close = difflib.get_close_matches(wanted, [n.lower() for n in names], n=3, cutoff=0.6)
+            pretty = [next(n for n in names if n.lower() == c) for c in close]
+            hint = f"; did you mean {' or '.join(pretty)}?" if pretty else ""
+            where = f" at {provider}" if provider else ""
+            raise UsageError(f"unknown instance type {raw!r}{where}{hint} (gpuplan catalog lists them)")
+        kinds = sorted({(o.provider, o.name) for o in matches})
+        if len(kinds) > 1:
+            choices = ", ".join(f"{p}:{n}" for p, n in kinds)
+            raise UsageError(f"instance type {raw!r} is ambiguous: {choices}; write provider:name")
+        prov, name = kinds[0]
+        if region is not None:
+            in_region = [o for o in matches if o.region.lower() == region.strip().lower()]
+            if not in_region:
+                regions = ", ".join(sorted({o.region for o in matches}))
+                raise UsageError(
+                    f"{prov}:{name} is not offered in {region} (catalog {self.snapshot}); regions: {regions}"
+                )
+            return in_region[0]
+        facts = self.providers.get(prov)
+        if facts is not None:
+            for o in matches:
+                if o.region == facts.default_region:
+                    return o
+        return matches[0]
+
+    def find(self, provider: str | None = None, gpu: str | None = None, region: str | None = None) -> list[Offer]:
+        """Offers matching every filter given (case-insensitive), retired ones included."""
+        provider = self._check_provider(provider)
+        g = gpu.strip().lower() if gpu else None
+        r = region.strip().lower() if region else None
+        return [
+            o for o in self.offers
+            if (provider is None or o.provider == provider)
+            and (g is None or o.gpu.lower() == g)
+            and (r is None or o.region.lower() == r)
+        ]
+
+    def offer_status(self, offer: Offer) -> str:
+        """'active', 'retired 2023-09-06 -> Standard_NC4as_T4_v3' or 'price not sourced'."""
+        if offer.retired(self.date):
+            arrow = f" -> {offer.successor}" if offer.successor else ""
+            return f"retired {offer.retired_on.isoformat()}{arrow}"
+        if offer.price is None:
+            return "price not sourced"
+        return "active"
+
+
+# ---------------------------------------------------------------------------------------------
+# public functions
+
+
+def snapshots() -> list[str]:
+    """The snapshot names shipped with gpuplan, oldest first: ["2017-08", "2026-11"]."""
+    return list(_snapshots())
+
+
+def load(as_of: str | None = None, prices_file: Path | None = None) -> Catalog:
+    """The catalog of the newest snapshot not after `as_of` ("YYYY-MM"; default: the newest),
+    with the user's prices.yaml applied (`prices_file`, else $GPUPLAN_PRICES, else
+    <config_dir>/prices.yaml when it exists)."""
+    name = _pick_snapshot(as_of)
+    base = _load_base(name)
+    path, explicit = _prices_path(prices_file)
+    if path is None or (not explicit and not path.exists()):
+        return base
+    if not path.exists():
+        raise UsageError(f"prices file {path} not found; create it or unset {PRICES_ENV}")
+    return _apply_overrides(base, path, _read_yaml(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# snapshots and files
+
+
+def _data_root():
+    return resources.files("gpuplan.catalog_data")
+
+
+@lru_cache(maxsize=1)
+def _snapshots() -> tuple[str, ...]:
+    root = _data_root() / "snapshots"
+    names = [e.name for e in root.iterdir()
+             if e.is_dir() and _SNAPSHOT_RE.match(e.name) and (e / "offers.csv").is_file()]
+    return tuple(sorted(names))
+
+
+def _pick_snapshot(as_of: str | None) -> str:
+    names = _snapshots()
+    if as_of is None:
+        return names[-1]
+    text = as_of.strip()
+    m = _SNAPSHOT_RE.match(text)
+    if not m or not 1 <= int(m.group(2)) <= 12:
+        raise UsageError(f"bad --as-of {as_of!r}: write a month as YYYY-MM, e.g. 2017-08")
+    eligible = [n for n in names if n <= text]
+    if not eligible:
+        raise UsageError(
+            f"no catalog snapshot on or before {text}; snapshots: {', '.join(names)}"
+        )
+    return eligible[-1]
+
+
+def _snapshot_date(name: str) -> date:
+    y, m = (int(x) for x in name.split("-"))
+    return date(y, m, calendar.monthrange(y, m)[1])
+
+
+def _rows(rel: str) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) pairs of a shipped CSV file."""
+    text = (_data_root() / rel).read_text(encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text))
+    return [(reader.line_num, {k: (v or "").strip() for k, v in row.items()}) for row in reader]
+
+
+class _Where:
+    """Names a place in a data file for error messages: 'catalog/x.csv line 4'."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def bad(self, fieldname: str, value: Any, expected: str) -> UsageError:
+        return UsageError(f"{self.label}: bad {fieldname} {value!r}: expected {expected}")
+
+
+def _dec(where: _Where, fieldname: str, value: Any, required: bool = False) -> Decimal | None:
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        if required:
+            raise where.bad(fieldname, "", "a number")
+        return None
+    if isinstance(value, bool) or isinstance(value, float) and value != value:
+        raise where.bad(fieldname, value, "a number")
+    try:
+        d = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise where.bad(fieldname, value, "a number") from None
+    if not d.is_finite() or d < 0:
+        raise where.bad(fieldname, value, "a number zero or above")
+    return d
+
+
+def _int(where: _Where, fieldname: str, value: Any, default: int | None = None) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return default
+    if isinstance(value, bool):
+        raise where.bad(fieldname, value, "a whole number")
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise where.bad(fieldname, value, "a whole number") from None
+    if n < 0:
+        raise where.bad(fieldname, value, "a whole number zero or above")
+    return n
+
+
+def _date(where: _Where, fieldname: str, value: Any) -> date | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(str(value).strip())
+    except ValueError:
+        raise where.bad(fieldname, value, "a date YYYY-MM-DD") from None
+
+
+def _bool(where: _Where, fieldname: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("true", "yes", "1"):
+        return True
+    if v in ("false", "no", "0", ""):
+        return False
+    raise where.bad(fieldname, value, "true or false")
+
+
+_KINDS = {"cloud": "hour", "monthly": "month", "owned": "purchase"}
+_UNITS = {"hour", "month", "purchase"}
+
+
+def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
+    """An Offer from a CSV row or a prices.yaml entry (price_jpy_per_hour filled in later)."""
+    for required in ("provider", "name", "region", "gpu", "currency"):
+        if not str(row.get(required) or "").strip():
+            raise UsageError(f"{where.label}: missing {required}")
+    kind = str(row.get("kind") or "cloud").strip().lower()
+    if kind not in _KINDS:
+        raise where.bad("kind", row.get("kind"), "cloud, monthly or owned")
+    unit = str(row.get("price_unit") or _KINDS[kind]).strip().lower()
+    if unit not in _UNITS:
+        raise where.bad("price_unit", row.get("price_unit"), "hour, month or purchase")
+    aliases = row.get("aliases") or ()
+    if isinstance(aliases, str):
+        aliases = [a for a in aliases.split(";")]
+    elif not isinstance(aliases, (list, tuple)):
+        raise where.bad("aliases", aliases, "names separated by ';' or a list")
+    gpu_count = _int(where, "gpu_count", row.get("gpu_count"))
+    if gpu_count is None or gpu_count < 1:
+        raise where.bad("gpu_count", row.get("gpu_count"), "a whole number of GPUs, at least 1")
+    currency = str(row["currency"]).strip().upper()
+    if not re.fullmatch(r"[A-Z]{3}", currency):
+        raise where.bad("currency", row["currency"], "a 3-letter currency code such as JPY or USD")
+    price = _dec(where, "price", row.get("price"))
+    notes = str(row.get("notes") or "")
+    if price is None and "price not sourced" not in notes:
+        notes = "price not sourced; set it in your config" + (f"; {notes}" if notes else "")
+    return Offer(
+        provider=str(row["provider"]).strip().lower(),
+        name=str(row["name"]).strip(),
+        aliases=tuple(str(a).strip() for a in aliases if str(a).strip()),
+        region=str(row["region"]).strip(),
+        gpu=str(row["gpu"]).strip(),
+        gpu_count=gpu_count,
+        gpu_memory_gib=_dec(where, "gpu_memory_gib", row.get("gpu_memory_gib")) or Decimal(0),
+        vcpus=_int(where, "vcpus", row.get("vcpus"), default=0),
+        ram_gib=_dec(where, "ram_gib", row.get("ram_gib")) or Decimal(0),
+        price=price,
+        currency=currency,
+        price_unit=unit,
+        price_jpy_per_hour=None,
+        billing_granularity_s=max(1, _int(where, "billing_granularity_s", row.get("billing_granularity_s"), default=1)),
+        billing_minimum_s=_int(where, "billing_minimum_s", row.get("billing_minimum_s"), default=0),
+        quota_family=str(row.get("quota_family") or "").strip(),
+        available_from=_date(where, "available_from", row.get("available_from")),
+        retired_on=_date(where, "retired_on", row.get("retired_on")),
+        successor=str(row.get("successor") or "").strip(),
+        kind=kind,
+        power_watts=_int(where, "power_watts", row.get("power_watts")),
+        source=str(row.get("source") or "").strip(),
+        as_of=str(row.get("as_of") or "").strip(),
+        notes=notes,
+    )
+
+
+def _price_jpy_per_hour(offer: Offer, fx: Mapping[str, FxRate], facts: ProviderFacts | None) -> Decimal | None:
+    """Hourly yen: hour prices converted; month prices / 730; owned hardware = its power cost only."""
+    if offer.price_unit == "purchase":
+        power = facts.power_price_jpy_per_kwh if facts else None
+        if offer.power_watts is None or power is None:
+            return None
+        return Decimal(offer.power_watts) / 1000 * power
+    if offer.price is None:
+        return None
+    rate = fx.get(offer.currency)
+    if rate is None:
+        return None
+    jpy = offer.price * rate.jpy_per_unit
+    return jpy / HOURS_PER_MONTH if offer.price_unit == "month" else jpy
+
+
+def _fx_for(on: date, rows: list[tuple[int, dict[str, str]]]) -> dict[str, FxRate]:
+    """Per currency, the newest rate dated on or before `on` (else the oldest one there is)."""
+    best: dict[str, FxRate] = {"JPY": FxRate("JPY", Decimal(1), "", "identity")}
+    for line, row in rows:
+        where = _Where(f"catalog/fx.csv line {line}")
+        d = _date(where, "date", row["date"])
+        rate = FxRate(row["currency"].upper(), _dec(where, "jpy_per_unit", row["jpy_per_unit"], required=True),
+                      d.isoformat(), row["source"])
+        cur = best.get(rate.currency)
+        if cur is None:
+            best[rate.currency] = rate
+            continue
+        cur_d = date.fromisoformat(cur.date)
+        if (d <= on and (cur_d > on or d > cur_d)) or (d > on and cur_d > on and d < cur_d):
+            best[rate.currency] = rate
+    return best
+
+
+@lru_cache(maxsize=None)
+def _gpus() -> Mapping[str, GpuInfo]:
+    out = {}
+    for line, row in _rows("gpus.csv"):
+        where = _Where(f"catalog/gpus.csv line {line}")
+        speed = _dec(where, "rel_speed_cnn_train", row["rel_speed_cnn_train"])
+        out[row["gpu"]] = GpuInfo(
+            name=row["gpu"],
+            memory_gib=_dec(where, "memory_gib", row["memory_gib"], required=True),
+            rel_speed=MappingProxyType({"cnn-train": speed} if speed is not None else {}),
+            confidence=row["confidence"],
+            source=row["source"],
+        )
+    return MappingProxyType(out)
+
+
+def _providers(name: str) -> dict[str, ProviderFacts]:
+    families: dict[str, dict[str, int]] = {}
+    for line, row in _rows(f"snapshots/{name}/quotas.csv"):
+        n = _int(_Where(f"catalog/snapshots/{name}/quotas.csv line {line}"), "default_vcpus", row["default_vcpus"])
+        if n is not None:
+            families.setdefault(row["provider"], {})[row["family"]] = n
+    out = {}
+    for line, row in _rows(f"snapshots/{name}/providers.csv"):
+        where = _Where(f"catalog/snapshots/{name}/providers.csv line {line}")
+        p = row["provider"]
+        out[p] = ProviderFacts(
+            name=p,
+            default_region=row["default_region"],
+            default_quota_vcpus=_int(where, "default_quota_vcpus", row["default_quota_vcpus"]),
+            family_quota_vcpus=MappingProxyType(families.get(p, {})),
+            quota_name=row["quota_name"],
+            how_to_raise=row["how_to_raise"],
+            setup_s=_int(where, "setup_minutes", row["setup_minutes"], default=0) * 60,
+            capture_s=_int(where, "capture_minutes", row["capture_minutes"], default=0) * 60,
+            launch_s=_int(where, "launch_minutes", row["launch_minutes"], default=0) * 60,
+            builder_is_worker=_bool(where, "builder_is_worker", row["builder_is_worker"]),
+            power_price_jpy_per_kwh=_dec(where, "power_price_jpy_per_kwh", row["power_price_jpy_per_kwh"]),
+            source=row["source"],
+            notes=row["notes"],
+        )
+    return out
+
+
+def _finish(snapshot: str, offers: list[Offer], fx: Mapping[str, FxRate],
+            providers: Mapping[str, ProviderFacts], prices_file: Path | None = None) -> Catalog:
+    priced = tuple(
+        dataclasses.replace(o, price_jpy_per_hour=_price_jpy_per_hour(o, fx, providers.get(o.provider)))
+        for o in offers
+    )
+    return Catalog(
+        snapshot=snapshot,
+        date=_snapshot_date(snapshot),
+        offers=priced,
+        gpus=_gpus(),
+        fx=MappingProxyType(dict(fx)),
+        providers=MappingProxyType(dict(providers)),
+        prices_file=prices_file,
+    )
+
+
+@lru_cache(maxsize=None)
+def _load_base(name: str) -> Catalog:
+    offers: list[Offer] = []
+    seen: set[str] = set()
+    for line, row in _rows(f"snapshots/{name}/offers.csv"):
+        where = _Where(f"catalog/snapshots/{name}/offers.csv line {line}")
+        offer = _offer(where, row)
+        if offer.key in seen:
+            raise UsageError(f"{where.label}: duplicate offer {offer.key}")
+        seen.add(offer.key)
+        offers.append(offer)
+    return _finish(name, offers, _fx_for(_snapshot_date(name), _rows("fx.csv")), _providers(name))
+
+
+# ---------------------------------------------------------------------------------------------
+# user overrides
+
+
+def _prices_path(prices_file: Path | None) -> tuple[Path | None, bool]:
+    if prices_file is not None:
+        return Path(prices_file).expanduser(), True
+    env = os.environ.get(PRICES_ENV)
+    if env:
+        return Path(env).expanduser(), True
+    from gpuplan import paths
+
+    return paths.config_dir() / "prices.yaml", False
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise UsageError(f"{path}{at}: not valid YAML ({problem}); fix the file or remove it") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the prices file ({exc.strerror})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping with fx, providers and/or offers at the top level")
+    unknown = set(data) - {"fx", "offers", "providers"}
+    if unknown:
+        raise UsageError(f"{path}: unknown section {sorted(unknown)[0]!r}; use fx, providers or offers")
+    return data
+
+
+_OFFER_FIELDS = {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour"}
+
+
+def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Catalog:
+    fx = dict(base.fx)
+    fx_section = data.get("fx") or {}
+    if not isinstance(fx_section, dict):
+        raise UsageError(f"{path}: fx must map a currency to its yen rate, e.g. fx: {{USD: 150}}")
+    for cur, value in fx_section.items():
+        where = _Where(f"{path}: fx.{cur}")
+        spec = value if isinstance(value, dict) else {"jpy_per_unit": value}
+        rate = _dec(where, "jpy_per_unit", spec.get("jpy_per_unit"), required=True)
+        if rate == 0:
+            raise where.bad("jpy_per_unit", spec.get("jpy_per_unit"), "a rate above zero")
+        d = _date(where, "date", spec.get("date"))
+        code = str(cur).strip().upper()
+        fx[code] = FxRate(code, rate, d.isoformat() if d else "", str(spec.get("source") or f"user prices file {path}"))
+
+    providers = dict(base.providers)
+    prov_section = data.get("providers") or {}
+    if not isinstance(prov_section, dict):
+        raise UsageError(f"{path}: providers must map a provider name to its settings")
+    for name, spec in prov_section.items():
+        where = _Where(f"{path}: providers.{name}")
+        if not isinstance(spec, dict) or set(spec) - {"power_price_jpy_per_kwh"}:
+            raise UsageError(f"{where.label}: only power_price_jpy_per_kwh can be set here")
+        facts = providers.get(str(name))
+        if facts is None:
+            raise UsageError(f"{where.label}: unknown provider {name!r}; known: {', '.join(sorted(providers))}")
+        providers[str(name)] = dataclasses.replace(
+            facts, power_price_jpy_per_kwh=_dec(where, "power_price_jpy_per_kwh", spec["power_price_jpy_per_kwh"]))
+
+    offers = list(base.offers)
+    entries = data.get("offers") or []
+    if not isinstance(entries, list):
+        raise UsageError(f"{path}: offers must be a list of entries (- provider: ..., name: ...)")
+    for i, entry in enumerate(entries):
+        where = _Where(f"{path}: offers[{i}]")
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where.label}: expected a mapping with provider, name and the fields to set")
+        entry = {str(k): v for k, v in entry.items()}
+        unknown = set(entry) - _OFFER_FIELDS - {"snapshot"}
+        if unknown:
+            raise UsageError(f"{where.label}: unknown field {sorted(unknown)[0]!r}")
+        if "snapshot" in entry and str(entry["snapshot"]) != base.snapshot:
+            continue
+        entry.pop("snapshot", None)
+        if entry.get("name"):
+            where.label += f" ({entry.get('provider', '?')}:{entry['name']})"
+        prov = str(entry.get("provider") or "").strip().lower()
+        name = str(entry.get("name") or "").strip()
+        if not prov or not name:
+            raise UsageError(f"{where.label}: provider and name are required")
+        region = str(entry["region"]).strip() if entry.get("region") is not None else None
+        hits = [j for j, o in enumerate(offers)
+                if o.provider == prov and o.name.lower() == name.lower() and (region is None or o.region == region)]
+        if hits:
+            for j in hits:
+                merged = _offer_row(offers[j])
+                merged.update(entry)
+                merged["provider"], merged["name"] = offers[j].provider, offers[j].name
+                if "price" in entry and "notes" not in entry:
+                    merged["notes"] = _strip_unsourced(merged["notes"])
+                if "source" not in entry:
+                    merged["source"] = f"user prices file {path}"
+                offers[j] = _offer(where, merged)
+        else:
+            for required in ("region", "gpu", "gpu_count", "price", "currency"):
+                if entry.get(required) in (None, ""):
+                    raise UsageError(f"{where.label}: a new offer needs {required}")
+            entry.setdefault("source", f"user prices file {path}")
+            entry.setdefault("as_of", "user")
+            offers.append(_offer(where, entry))
+    return _finish(base.snapshot, offers, fx, providers, prices_file=path)
+
+
+def _offer_row(o: Offer) -> dict[str, Any]:
+    row = {f: getattr(o, f) for f in _OFFER_FIELDS}
+    row["aliases"] = list(o.aliases)
+    return row
+
+
+def _strip_unsourced(notes: str) -> str:
+    return re.sub(r"^price not sourced; set it in your config(; )?", "", notes)

@@ -1,0 +1,150 @@
+"""The catalog loader: snapshot choice, resolve/find, FX conversion, user prices.yaml."""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+
+import pytest
+
+from gpuplan import catalog
+from gpuplan.errors import UsageError
+
+
+@pytest.fixture(autouse=True)
+def _no_user_prices(gpuplan_home, monkeypatch):
+    monkeypatch.delenv(catalog.PRICES_ENV, raising=False)
+
+
+def test_snapshots_are_listed_oldest_first():
+    names = catalog.snapshots()
+    assert names[0] == "2017-08"
+    assert names == sorted(names)
+
+
+def test_2017_nc6_resolves_from_short_name_with_report_a_price():
+    cat = catalog.load("2017-08")
+    nc6 = cat.resolve("nc6")
+    assert (nc6.provider, nc6.name, nc6.region) == ("azure", "Standard_NC6", "westus2")
+    assert nc6.price_jpy_per_hour == Decimal("91.80")
+    assert nc6.currency == "JPY"
+    assert nc6.billing_granularity_s == 60
+    assert nc6.billing_minimum_s == 60
+    assert nc6.gpu == "K80" and nc6.gpu_count == 1 and nc6.gpu_memory_gib == Decimal(12)
+    assert nc6.vcpus == 6 and nc6.ram_gib == Decimal(56)
+    assert nc6.quota_family == "standardNCFamily"
+    assert nc6.retired_on == date(2023, 9, 6)
+    assert not nc6.retired(cat.date)  # still sold in August 2017
+    assert cat.date == date(2017, 8, 31)
+
+
+@pytest.mark.parametrize("text", ["nc24", "NC24", "Standard_NC24", "azure:Standard_NC24", "azure:nc24"])
+def test_2017_nc24_resolves_every_spelling(text):
+    nc24 = catalog.load("2017-08").resolve(text)
+    assert nc24.name == "Standard_NC24"
+    assert nc24.price_jpy_per_hour == Decimal("367.20")
+    assert nc24.gpu_count == 4 and nc24.vcpus == 24
+
+
+def test_nc24_costs_exactly_four_nc6_per_hour():
+    cat = catalog.load("2017-08")
+    assert cat.resolve("nc24").price_jpy_per_hour == 4 * cat.resolve("nc6").price_jpy_per_hour
+
+
+def test_unknown_type_suggests_the_closest_name():
+    with pytest.raises(UsageError) as exc:
+        catalog.load("2017-08").resolve("nc7")
+    assert str(exc.value) == "unknown instance type 'nc7'; did you mean nc6? (gpuplan catalog lists them)"
+
+
+def test_unknown_provider_prefix_names_the_known_ones():
+    with pytest.raises(UsageError, match=r"unknown provider 'gcp'.*azure"):
+        catalog.load("2017-08").resolve("gcp:nc6")
+
+
+def test_region_not_offered_lists_the_regions():
+    with pytest.raises(UsageError, match=r"azure:Standard_NC6 is not offered in eastus .*regions: westus2"):
+        catalog.load("2017-08").resolve("nc6", region="eastus")
+
+
+def test_as_of_picks_newest_snapshot_not_after_it():
+    assert catalog.load("2018-01").snapshot == "2017-08"
+    assert catalog.load("2017-08").snapshot == "2017-08"
+    assert catalog.load().snapshot == catalog.snapshots()[-1]
+
+
+def test_as_of_before_every_snapshot_is_a_usage_error():
+    with pytest.raises(UsageError, match=r"no catalog snapshot on or before 2016-01; snapshots: 2017-08"):
+        catalog.load("2016-01")
+
+
+@pytest.mark.parametrize("bad", ["2017", "2017-13", "17-08", "2017/08", "latest"])
+def test_bad_as_of_format_is_a_usage_error(bad):
+    with pytest.raises(UsageError, match="YYYY-MM"):
+        catalog.load(bad)
+
+
+def test_2017_providers_carry_quota_and_setup_facts():
+    azure = catalog.load("2017-08").providers["azure"]
+    assert azure.default_quota_vcpus == 20
+    assert azure.family_quota_vcpus["standardNCFamily"] == 20
+    assert azure.quota_name == "Total Regional vCPUs"
+    assert azure.setup_s == 3600
+    assert (azure.capture_s, azure.launch_s) == (0, 0)
+    assert azure.builder_is_worker is False
+    assert "Standard NC Family vCPUs" in azure.how_to_raise
+
+
+def test_sakura_koukaryoku_2017_prices_are_hourly_yen():
+    cat = catalog.load("2017-08")
+    got = {o.gpu: (o.gpu_count, o.price_jpy_per_hour, o.billing_granularity_s) for o in cat.find(provider="sakura")}
+    assert got == {
+        "TITAN X (Maxwell)": (4, Decimal(288), 3600),
+        "TITAN X (Pascal)": (4, Decimal(294), 3600),
+        "P40": (1, Decimal(349), 3600),
+        "P100": (1, Decimal(357), 3600),
+    }
+
+
+def test_owned_gtx_1080_ti_has_purchase_price_and_power_cost_per_hour():
+    gtx = catalog.load("2017-08").resolve("onprem-1080ti")
+    assert gtx.kind == "owned" and gtx.price_unit == "purchase"
+    assert gtx.price == Decimal(350000)
+    assert gtx.power_watts == 250
+    # 0.25 kW x 27 JPY/kWh
+    assert gtx.price_jpy_per_hour == Decimal("6.75")
+    assert "300000-400000" in gtx.notes
+
+
+def test_unpriced_monthly_server_says_so():
+    bm = catalog.load("2017-08").resolve("bm-p100x2")
+    assert bm.price is None and bm.price_jpy_per_hour is None
+    assert bm.notes.startswith("price not sourced; set it in your config")
+    assert catalog.load("2017-08").offer_status(bm) == "price not sourced"
+
+
+def test_every_offer_gpu_is_in_the_gpu_table_and_every_row_is_sourced():
+    for snap in catalog.snapshots():
+        cat = catalog.load(snap)
+        for o in cat.offers:
+            assert o.gpu in cat.gpus, (snap, o.key, o.gpu)
+            assert o.source and o.as_of, (snap, o.key)
+            if o.price is None:
+                assert "price not sourced" in o.notes
+    assert catalog.load("2017-08").gpus["V100"].rel_speed["cnn-train"] == Decimal("1.0")
+
+
+def test_aliases_are_unambiguous_within_a_snapshot():
+    for snap in catalog.snapshots():
+        seen: dict[str, tuple[str, str]] = {}
+        for o in catalog.load(snap).offers:
+            for a in o.aliases:
+                key = a.lower()
+                assert seen.setdefault(key, (o.provider, o.name)) == (o.provider, o.name), (snap, a)
+
+
+def test_find_filters_by_gpu_and_rejects_unknown_provider():
+    cat = catalog.load("2017-08")
+    assert {o.name for o in cat.find(gpu="k80")} == {"Standard_NC6", "Standard_NC24"}
+    with pytest.raises(UsageError, match="unknown provider 'nosuch'"):
+        cat.find(provider="nosuch")
