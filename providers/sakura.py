@@ -365,7 +365,7 @@ class SakuraProvider(Provider):
                 "ConnectedSwitches": [{"Scope": "shared"}], "InterfaceDriver": "virtio", "Tags": tags,
             }})["Server"]
         sid = str(server["ID"])
-        disks = server.get("Disks") or []
+        disks = [str(d["ID"]) for d in server.get("Disks") or []]
         if not disks:
             disk = self._call("POST", zone, "disk", {
                 "Disk": {"Name": f"{name}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": _disk_mb(spec, self.config),
@@ -373,13 +373,17 @@ class SakuraProvider(Provider):
                          "Tags": tags},
                 "Config": {"SSHKeys": [{"PublicKey": spec.ssh_public_key}], "DisablePWAuth": True, "HostName": name},
             })["Disk"]
-            self._wait(zone, f"disk/{disk['ID']}", "Disk", lambda d: d.get("Availability") == "available",
+            disks = [str(disk["ID"])]
+        for did in disks:
+            self._wait(zone, f"disk/{did}", "Disk", lambda d: d.get("Availability") == "available",
                        f"disk of {name} to be copied from archive {archive}")
-        status = (server.get("Instance") or {}).get("Status", "down")
-        if status == "down":
+        if (server.get("Instance") or {}).get("Status", "down") == "down":
             user_data = cloud_init(spec, name, spec.host_keys.get(name), deadline)
-            self._call("PUT", zone, f"server/{sid}/power",
-                       {"UserBootVariables": {"CloudInit": {"UserData": user_data}}})
+            try:
+                self._call("PUT", zone, f"server/{sid}/power",
+                           {"UserBootVariables": {"CloudInit": {"UserData": user_data}}})
+            except _Conflict:  # booted by an earlier run and still coming up: wait_ready checks
+                pass
         return Instance(sid, name, "pending", extra={"zone": zone})
 
     def _wait(self, zone: str, path: str, key: str, done: Callable[[dict], bool], what: str,
@@ -472,13 +476,23 @@ class SakuraProvider(Provider):
             self._delete(zone, f"archive/{r.id}")
 
     def _delete_server(self, zone: str, sid: str) -> None:
-        try:
-            server = self._call("GET", zone, f"server/{sid}")["Server"]
-        except _Gone:
-            return
-        if (server.get("Instance") or {}).get("Status") != "down":
-            self._power_off(zone, sid)
-        self._delete(zone, f"server/{sid}", {"WithDisk": [str(d["ID"]) for d in server.get("Disks") or []]})
+        # A server still booting reads "down" but cannot be deleted (409) until it is up and
+        # then stopped again, so retry until the deadline.
+        limit = self._clock() + 600
+        while True:
+            try:
+                server = self._call("GET", zone, f"server/{sid}")["Server"]
+            except _Gone:
+                return
+            if (server.get("Instance") or {}).get("Status") != "down":
+                self._power_off(zone, sid)
+            try:
+                self._delete(zone, f"server/{sid}", {"WithDisk": [str(d["ID"]) for d in server.get("Disks") or []]})
+                return
+            except _Conflict:
+                if self._clock() >= limit:
+                    raise
+                self._sleep(self.poll_s)
 
     def _delete(self, zone: str, path: str, body: Mapping | None = None) -> None:
         try:

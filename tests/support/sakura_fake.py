@@ -100,7 +100,7 @@ class SakuraFake:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/cloud/zone"
 
@@ -362,3 +362,12 @@ class SakuraFake:
         if archive["Scope"] != "user":
             raise SakuraError(403, "forbidden", "shared archives cannot be deleted")
         del self.archives[archive["ID"]]
+
+
+def provider_for(fake: SakuraFake, root: str, config: dict | None = None, **kw):
+    """A SakuraProvider pointed at the fake, polling every 5 ms and backing off 1 ms."""
+    from gpuplan.providers.sakura import SakuraProvider
+
+    kw.setdefault("poll_s", 0.005)
+    kw.setdefault("retry_base_s", 0.001)
+    return SakuraProvider(config or {}, env=fake.env(root), **kw)
