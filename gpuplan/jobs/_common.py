@@ -1,0 +1,222 @@
+"""What every reference job shares: options, device choice, timing, memory and the JSON line.
+
+Each job is runnable as `python -m gpuplan.jobs.<name> --json ...` and prints exactly one JSON
+line (from rank 0 when launched by torchrun) with these keys:
+
+    job, device, gpu_name, torch, cuda, steps, seconds, units, unit, throughput
+    (units per second over all ranks), seconds_per_unit, peak_memory_bytes, memory_source
+    ("cuda" | "rss" | null), world_size, nodes, quick, status ("ok")
+
+torch is imported here at module load: this package is only ever imported by a job process,
+never by the CLI's start-up path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+EXIT_NO_FIT = 3  # a process that does not fit its memory share refuses with this code
+
+
+def base_parser(job: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m gpuplan.jobs.{job}", description=description)
+    p.add_argument("--json", action="store_true", help="print one JSON line instead of a sentence")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto = cuda when available")
+    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (cuDNN autotune, allocator)")
+    p.add_argument("--memory-fraction", type=float, default=None,
+                   help="cap this process at this fraction of the GPU's memory (0 < f <= 1)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (co-located CPU runs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run that proves nothing about speed")
+    return p
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.steps < 1 or args.warmup < 0:
+        p.error("--steps must be at least 1 and --warmup at least 0")
+    if args.memory_fraction is not None and not 0 < args.memory_fraction <= 1:
+        p.error("--memory-fraction must be in (0, 1]")
+
+
+def dist_env() -> tuple[int, int, int, int]:
+    """(rank, world_size, local_rank, nodes) from torchrun's environment; (0, 1, 0, 1) alone."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    return rank, world, local_rank, max(1, world // max(1, local_world))
+
+
+def setup(args: argparse.Namespace) -> torch.device:
+    """Pick the device, apply threads / memory fraction, join the process group under torchrun."""
+    torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    want_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if want_cuda and not torch.cuda.is_available():
+        fail(args, "--device cuda asked for, but torch sees no CUDA GPU (torch build "
+             f"{torch.__version__}); use --device cpu", 2)
+    _, world, local_rank, _ = dist_env()
+    if want_cuda:
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+        if args.memory_fraction is not None:
+            torch.cuda.set_per_process_memory_fraction(args.memory_fraction, device)
+    else:
+        device = torch.device("cpu")
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group(backend="nccl" if want_cuda else "gloo")
+    return device
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(step: Callable[[], None], args: argparse.Namespace, device: torch.device) -> float:
+    """Run warmup then timed steps; seconds of the timed part (max over ranks under torchrun)."""
+    for _ in range(args.warmup):
+        step()
+    sync(device)
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    sync(device)
+    seconds = time.perf_counter() - t0
+    return all_max(seconds, device)
+
+
+def barrier() -> None:
+    if dist_env()[1] > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def all_max(value: float, device: torch.device) -> float:
+    if dist_env()[1] == 1:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def peak_memory(device: torch.device) -> tuple[int | None, str | None]:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda"
+    if sys.platform.startswith("linux"):
+        # ru_maxrss is KiB on Linux: the whole process, torch's own footprint included.
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "rss"
+    return None, None
+
+
+def device_facts(device: torch.device) -> dict:
+    facts = {
+        "device": str(device),
+        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "gpu_memory_bytes": int(torch.cuda.get_device_properties(device).total_memory) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "host": platform.node(),
+    }
+    return facts
+
+
+def result(job: str, args: argparse.Namespace, device: torch.device, *, seconds: float, units_per_rank: float,
+           unit: str, extra: dict | None = None) -> dict:
+    """The JSON record: throughput counts the units of every rank over the slowest rank's time."""
+    _, world, _, nodes = dist_env()
+    units = units_per_rank * world
+    mem, source = peak_memory(device)
+    record = {
+        "job": job,
+        "status": "ok",
+        **device_facts(device),
+        "steps": args.steps,
+        "seconds": seconds,
+        "units": units,
+        "unit": unit,
+        "throughput": units / seconds if seconds > 0 else None,
+        "seconds_per_unit": seconds / units if units else None,
+        "peak_memory_bytes": mem,
+        "memory_source": source,
+        "memory_fraction": args.memory_fraction,
+        "world_size": world,
+        "nodes": nodes,
+        "quick": bool(args.quick),
+    }
+    record.update(extra or {})
+    return record
+
+
+def emit(record: dict, as_json: bool) -> None:
+    """Print the record once (rank 0 only), then leave the process group."""
+    rank, world, _, _ = dist_env()
+    if rank == 0:
+        if as_json:
+            print(json.dumps(record, sort_keys=True), flush=True)
+        else:
+            print(
+                f"{record['job']}: {record['throughput']:.3f} {record['unit']}/s on {record['device']}"
+                f" x{record['world_size']} ({record['steps']} steps in {record['seconds']:.2f} s;"
+                f" peak memory {record['peak_memory_bytes']} bytes [{record['memory_source']}])",
+                flush=True,
+            )
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def fail(args: argparse.Namespace, message: str, code: int, **extra: object) -> None:
+    """Refuse cleanly: one line (JSON with status when --json) and a distinct exit code."""
+    if getattr(args, "json", False):
+        print(json.dumps({"status": "refused" if code == EXIT_NO_FIT else "error", "reason": message, **extra}),
+              flush=True)
+    else:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def classifier_training(job: str, model: torch.nn.Module, args: argparse.Namespace, device: torch.device, *,
+                        image_size: int, classes: int, batch_size: int) -> dict:
+    """Train `model` on one synthetic batch per step (SGD, cross-entropy); DDP under torchrun."""
+    model = model.to(device).to(memory_format=torch.channels_last if device.type == "cuda" else torch.contiguous_format)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    world = dist_env()[1]
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(batch_size, 3, image_size, image_size, device=device)
+    y = torch.randint(0, classes, (batch_size,), device=device)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    seconds = timed(step, args, device)
+    return result(job, args, device, seconds=seconds, units_per_rank=batch_size * args.steps, unit="images",
+                  extra={"batch_size": batch_size, "image_size": image_size, "grad_bytes": grad_bytes})

@@ -1,0 +1,53 @@
+"""A VGG-11-style network on 32x32 CIFAR-shaped synthetic batches: the small-input case.
+
+Field report E: 32x32 images could not saturate the GPUs, so per-GPU throughput and
+data-parallel scaling of this job are worth measuring rather than assuming.
+
+    python -m gpuplan.jobs.vgg_cifar --json --batch-size 128 --steps 50
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from gpuplan.jobs import _common
+
+VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+
+
+class VGG(nn.Module):
+    def __init__(self, classes: int = 10, width: float = 1.0) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin = 3
+        for v in VGG11:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                cout = max(4, int(v * width))
+                layers += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+                cin = cout
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).flatten(1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = _common.base_parser("vgg_cifar", "VGG-11 training on synthetic 32x32 batches")
+    p.add_argument("--batch-size", type=int, default=128, help="per process")
+    p.add_argument("--width", type=float, default=1.0, help="channel multiplier")
+    args = p.parse_args(argv)
+    _common.check_args(p, args)
+    if args.quick:
+        args.batch_size, args.width = min(args.batch_size, 8), min(args.width, 0.25)
+    device = _common.setup(args)
+    record = _common.classifier_training(
+        "vgg_cifar", VGG(10, args.width), args, device, image_size=32, classes=10, batch_size=args.batch_size
+    )
+    _common.emit(record, args.json)
+
+
+if __name__ == "__main__":
+    main()
