@@ -212,7 +212,7 @@ class AzureProvider(Provider):
                         continue
                     caps = {c.name: c.value for c in s.capabilities or []}
                     reasons = [
-                        r.reason_code or "restricted" for r in s.restrictions or []
+                        str(getattr(r.reason_code, "value", r.reason_code) or "restricted") for r in s.restrictions or []
                         if r.type == "Location" and region.lower() in [v.lower() for v in r.values_property or []]
                     ]
                     skus[s.name.lower()] = _Sku(s.name, s.family or "", int(caps.get("vCPUs", 0)), reasons[0] if reasons else "")
@@ -419,7 +419,12 @@ class AzureProvider(Provider):
         if spec.ttl_s:
             expires = (self._clock() + timedelta(seconds=spec.ttl_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
             doc["write_files"] = [{"path": "/etc/gpuplan/expires-at", "content": expires + "\n", "permissions": "0644"}]
-        text = "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False)
+        class Dumper(yaml.SafeDumper):
+            pass
+
+        Dumper.add_representer(str, lambda d, s: d.represent_scalar(
+            "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+        text = "#cloud-config\n" + yaml.dump(doc, Dumper=Dumper, sort_keys=False)
         return base64.b64encode(text.encode()).decode()
 
     def shutdown_time(self, ttl_s: int) -> str:
