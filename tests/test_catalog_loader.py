@@ -148,3 +148,62 @@ def test_find_filters_by_gpu_and_rejects_unknown_provider():
     assert {o.name for o in cat.find(gpu="k80")} == {"Standard_NC6", "Standard_NC24"}
     with pytest.raises(UsageError, match="unknown provider 'nosuch'"):
         cat.find(provider="nosuch")
+
+
+def test_current_snapshot_keeps_retired_types_with_successor():
+    cat = catalog.load("2026-11")
+    nc6 = cat.resolve("azure:nc6")
+    assert nc6.retired_on == date(2023, 9, 6)
+    assert nc6.successor == "Standard_NC4as_T4_v3"
+    assert nc6.retired(cat.date)
+    assert cat.offer_status(nc6) == "retired 2023-09-06 -> Standard_NC4as_T4_v3"
+    ncv3 = cat.resolve("Standard_NC24s_v3")
+    assert ncv3.retired_on == date(2025, 9, 30) and ncv3.successor == "Standard_NC96ads_A100_v4"
+    # the successor itself resolves and is active
+    assert cat.offer_status(cat.resolve(nc6.successor)) == "active"
+
+
+def test_usd_offer_is_converted_with_the_snapshot_fx_row():
+    cat = catalog.load("2026-11")
+    usd = cat.fx["USD"]
+    assert usd.jpy_per_unit == Decimal("158.19") and usd.date == "2026-03-11"
+    assert "MINKABU" in usd.source
+    g4 = cat.resolve("aws:g4dn.xlarge")
+    assert (g4.region, g4.price, g4.currency) == ("us-east-1", Decimal("0.526"), "USD")
+    assert g4.price_jpy_per_hour == Decimal("83.20794")  # 0.526 x 158.19, unrounded
+    tokyo = cat.resolve("g4dn.xlarge", region="ap-northeast-1")
+    assert tokyo.price_jpy_per_hour == Decimal("112.3149")  # 0.71 x 158.19
+    assert (g4.billing_granularity_s, g4.billing_minimum_s) == (1, 60)
+    assert g4.quota_family == "L-DB2E81BA"
+
+
+def test_2017_snapshot_uses_the_2017_fx_row():
+    assert catalog.load("2017-08").fx["USD"].jpy_per_unit == Decimal("109.26")
+
+
+def test_aws_p5_uses_the_post_june_2025_price():
+    p5 = catalog.load("2026-11").resolve("p5.48xlarge")
+    assert p5.price == Decimal("55.04")
+    assert p5.quota_family == "L-417A185B"
+    assert p5.gpu == "H100 SXM" and p5.gpu_count == 8
+
+
+def test_sakura_vrt_prices_in_yen_from_secondary_source():
+    cat = catalog.load("2026-11")
+    h100 = cat.resolve("h100x1")
+    assert (h100.provider, h100.region, h100.price_jpy_per_hour) == ("sakura", "is1a", Decimal(990))
+    assert cat.resolve("h100x1", region="is1b").region == "is1b"
+    assert "secondary source" in h100.notes
+    assert cat.resolve("sakura:4Core-56GB-V100x1").price_jpy_per_hour == Decimal(481)
+
+
+def test_current_provider_facts():
+    cat = catalog.load("2026-11")
+    azure, aws = cat.providers["azure"], cat.providers["aws"]
+    assert azure.family_quota_vcpus["standardNCASv3_T4Family"] == 0
+    assert azure.default_quota_vcpus == 20
+    assert azure.builder_is_worker is False and aws.builder_is_worker is True
+    assert aws.capture_s == 5 * 60
+    assert aws.default_quota_vcpus is None
+    assert "L-DB2E81BA" in aws.how_to_raise
+    assert cat.providers["baremetal"].power_price_jpy_per_kwh == Decimal(31)
