@@ -555,14 +555,14 @@ def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Cata
         if not isinstance(entry, dict):
             raise UsageError(f"{where.label}: expected a mapping with provider, name and the fields to set")
         entry = {str(k): v for k, v in entry.items()}
+        if entry.get("name"):
+            where.label += f" ({entry.get('provider', '?')}:{entry['name']})"
         unknown = set(entry) - _OFFER_FIELDS - {"snapshot"}
         if unknown:
             raise UsageError(f"{where.label}: unknown field {sorted(unknown)[0]!r}")
         if "snapshot" in entry and str(entry["snapshot"]) != base.snapshot:
             continue
         entry.pop("snapshot", None)
-        if entry.get("name"):
-            where.label += f" ({entry.get('provider', '?')}:{entry['name']})"
         prov = str(entry.get("provider") or "").strip().lower()
         name = str(entry.get("name") or "").strip()
         if not prov or not name:
