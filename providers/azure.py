@@ -85,6 +85,8 @@ def _split_id(rid: str) -> tuple[str, str]:
 class AzureProvider(Provider):
     name = "azure"
     default_ssh_user = "azureuser"
+    # Run with sudo on the builder before capture_image: Azure images must be deprovisioned first.
+    capture_prep_command = "waagent -deprovision+user -force"
 
     def __init__(
         self,
