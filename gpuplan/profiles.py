@@ -1,0 +1,270 @@
+"""Measured job profiles: one workload on one GPU type, in a YAML or JSON file with provenance.
+
+A profile says how fast one job runs alone on a reference GPU and how that changes when jobs
+share a machine or a GPU, or when one job spans several GPUs. `gpuplan bench` writes them to
+`<state_dir>/profiles/`; committed ones under `catalog/profiles/` are catalog data. The
+planner reads one with `load_profile(path)` and applies `Profile.to_workload_overrides()`.
+The fields are documented in docs/profiles.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import UsageError
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the figures came from: the machine, the software, the day, the command."""
+
+    source: str  # "gpuplan bench" or a field report, e.g. "field report A (2017-08)"
+    date: str  # ISO date of the measurement
+    host: str = ""
+    gpu: str = ""  # as the driver names it: "NVIDIA H100 80GB HBM3"; "cpu" for a CPU run
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    command: str = ""
+    device: str = ""  # "cuda" | "cpu"
+    quick: bool = False  # tiny shapes: proves the pipeline, says nothing about real speed
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """Data-parallel training of one job over `gpus` GPUs on `nodes` machines."""
+
+    gpus: int
+    nodes: int
+    efficiency: Decimal  # throughput / (gpus x throughput on 1 GPU)
+    throughput: Decimal | None = None  # units per second, all ranks together
+
+
+@dataclass(frozen=True)
+class Profile:
+    workload: str  # "colorize", "resnet50", "vgg_cifar", "detect_streams" or a user's own name
+    unit: str  # what seconds_per_unit counts: "epoch", "image", "frame"
+    reference_gpu: str  # catalog GPU key ("K80", "H100 SXM") or "cpu"
+    seconds_per_unit: Decimal  # one job alone on one reference GPU
+    provenance: Provenance
+    memory_per_job_gib: Decimal | None = None  # peak GPU memory of one job alone
+    gpu_memory_gib: Decimal | None = None  # the reference GPU's own memory
+    colocation_slowdown: Mapping[int, Decimal] = field(default_factory=dict)  # G jobs on a G-GPU machine -> factor >= 1
+    packing_efficiency: Mapping[int, Decimal] = field(default_factory=dict)  # k per GPU -> per-job efficiency
+    packing_fits: Mapping[int, bool] = field(default_factory=dict)  # k per GPU -> did all k start
+    dp_scaling: tuple[ScalingPoint, ...] = ()
+
+    def max_per_gpu(self) -> int:
+        """The largest k measured to fit (1 when packing was not measured)."""
+        fitting = [k for k, ok in self.packing_fits.items() if ok]
+        return max(fitting, default=1)
+
+    def to_workload_overrides(self) -> dict[str, Any]:
+        """The figures the planner's Workload takes from a profile, in its own words:
+
+        reference_gpu, unit, seconds_per_unit (Decimal), memory_gib (Decimal | None),
+        colocation_slowdown {G: Decimal}, packing_efficiency {k: Decimal} (fitting k only),
+        max_per_gpu (int), dp_efficiency {N GPUs: Decimal} (best measured layout per N),
+        profile_source (one line naming where the figures came from, for Plan.assumptions).
+        """
+        dp: dict[int, Decimal] = {}
+        for point in self.dp_scaling:
+            dp[point.gpus] = max(dp.get(point.gpus, Decimal(0)), point.efficiency)
+        p = self.provenance
+        where = f"{p.source} on {p.gpu or self.reference_gpu}" + (f" ({p.host})" if p.host else "") + f", {p.date}"
+        return {
+            "reference_gpu": self.reference_gpu,
+            "unit": self.unit,
+            "seconds_per_unit": self.seconds_per_unit,
+            "memory_gib": self.memory_per_job_gib,
+            "colocation_slowdown": dict(self.colocation_slowdown),
+            "packing_efficiency": {k: e for k, e in self.packing_efficiency.items() if self.packing_fits.get(k, True)},
+            "max_per_gpu": self.max_per_gpu(),
+            "dp_efficiency": dp,
+            "profile_source": f"profile {self.workload}: {where}" + (" [quick CPU smoke run]" if p.quick else ""),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's content: numbers as plain YAML/JSON numbers, maps keyed by int."""
+        p = self.provenance
+        return {
+            "schema": SCHEMA,
+            "workload": self.workload,
+            "unit": self.unit,
+            "reference_gpu": self.reference_gpu,
+            "gpu_memory_gib": _num(self.gpu_memory_gib),
+            "seconds_per_unit": _num(self.seconds_per_unit),
+            "memory_per_job_gib": _num(self.memory_per_job_gib),
+            "colocation_slowdown": {int(g): _num(v) for g, v in sorted(self.colocation_slowdown.items())},
+            "packing": {
+                int(k): {"efficiency": _num(self.packing_efficiency.get(k)), "fits": bool(self.packing_fits.get(k, True))}
+                for k in sorted(set(self.packing_efficiency) | set(self.packing_fits))
+            },
+            "dp_scaling": [
+                {"gpus": s.gpus, "nodes": s.nodes, "efficiency": _num(s.efficiency), "throughput": _num(s.throughput)}
+                for s in self.dp_scaling
+            ],
+            "provenance": {k: getattr(p, k) for k in Provenance.__dataclass_fields__},
+        }
+
+
+def _num(value: Decimal | None) -> float | int | None:
+    if value is None:
+        return None
+    if value == value.to_integral_value():
+        return int(value)
+    return float(round(value, 6))
+
+
+def save_profile(profile: Profile, path: Path) -> Path:
+    """Write YAML (.yaml/.yml) or JSON (.json); the parent folder is created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = profile.to_dict()
+    if path.suffix == ".json":
+        path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    else:
+        import yaml
+
+        path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and check a profile file; any problem is one UsageError line naming the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"profile {path} not found; run `gpuplan bench WORKLOAD --local` or give an existing file")
+    text = path.read_text()
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except (ValueError, Exception) as exc:  # yaml.YAMLError or json.JSONDecodeError
+        raise UsageError(f"profile {path}: not valid {path.suffix.lstrip('.') or 'YAML'} ({type(exc).__name__})") from exc
+    return profile_from_dict(data, str(path))
+
+
+def profile_from_dict(data: Any, where: str = "profile") -> Profile:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a mapping at the top level")
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise UsageError(f"{where}: schema {data.get('schema')!r} is not {SCHEMA}; re-run `gpuplan bench`")
+    for key in ("workload", "unit", "reference_gpu", "seconds_per_unit", "provenance"):
+        if data.get(key) in (None, ""):
+            raise UsageError(f"{where}: field '{key}' is missing; see docs/profiles.md")
+    spu = _dec(where, "seconds_per_unit", data["seconds_per_unit"], positive=True)
+    prov = data["provenance"]
+    if not isinstance(prov, dict) or not prov.get("source") or not prov.get("date"):
+        raise UsageError(f"{where}: provenance needs at least 'source' and 'date'")
+    unknown = set(prov) - set(Provenance.__dataclass_fields__)
+    if unknown:
+        raise UsageError(f"{where}: unknown provenance field(s) {sorted(unknown)}")
+    provenance = Provenance(**{k: (bool(v) if k == "quick" else str(v)) for k, v in prov.items() if v is not None})
+
+    slowdown = {}
+    for g, v in (data.get("colocation_slowdown") or {}).items():
+        factor = _dec(where, f"colocation_slowdown.{g}", v, positive=True)
+        if factor < 1 - Decimal("0.05"):  # a little noise below 1 is possible; much less is a wrong file
+            raise UsageError(f"{where}: colocation_slowdown.{g} = {v} is below 1; it is time shared / time alone")
+        slowdown[_int(where, "colocation_slowdown", g)] = factor
+    eff, fits = {}, {}
+    for k, v in (data.get("packing") or {}).items():
+        kk = _int(where, "packing", k)
+        if not isinstance(v, dict):
+            raise UsageError(f"{where}: packing.{k} must be a mapping with 'efficiency' and 'fits'")
+        fits[kk] = bool(v.get("fits", True))
+        if v.get("efficiency") is not None:
+            eff[kk] = _dec(where, f"packing.{k}.efficiency", v["efficiency"], positive=True)
+    scaling = []
+    for i, s in enumerate(data.get("dp_scaling") or []):
+        if not isinstance(s, dict) or "gpus" not in s or "efficiency" not in s:
+            raise UsageError(f"{where}: dp_scaling[{i}] needs 'gpus' and 'efficiency'")
+        scaling.append(ScalingPoint(
+            gpus=_int(where, f"dp_scaling[{i}].gpus", s["gpus"]),
+            nodes=_int(where, f"dp_scaling[{i}].nodes", s.get("nodes", 1)),
+            efficiency=_dec(where, f"dp_scaling[{i}].efficiency", s["efficiency"], positive=True),
+            throughput=_dec(where, f"dp_scaling[{i}].throughput", s["throughput"]) if s.get("throughput") is not None else None,
+        ))
+    return Profile(
+        workload=str(data["workload"]),
+        unit=str(data["unit"]),
+        reference_gpu=str(data["reference_gpu"]),
+        seconds_per_unit=spu,
+        provenance=provenance,
+        memory_per_job_gib=_dec(where, "memory_per_job_gib", data["memory_per_job_gib"], positive=True)
+        if data.get("memory_per_job_gib") is not None else None,
+        gpu_memory_gib=_dec(where, "gpu_memory_gib", data["gpu_memory_gib"], positive=True)
+        if data.get("gpu_memory_gib") is not None else None,
+        colocation_slowdown=slowdown,
+        packing_efficiency=eff,
+        packing_fits=fits,
+        dp_scaling=tuple(scaling),
+    )
+
+
+def _dec(where: str, name: str, value: Any, positive: bool = False) -> Decimal:
+    if isinstance(value, bool):
+        raise UsageError(f"{where}: {name} must be a number, not {value!r}")
+    try:
+        d = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        raise UsageError(f"{where}: {name} must be a number, not {value!r}") from None
+    if not d.is_finite() or (positive and d <= 0):
+        raise UsageError(f"{where}: {name} must be a positive number, not {value!r}")
+    return d
+
+
+def _int(where: str, name: str, value: Any) -> int:
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise UsageError(f"{where}: {name} key {value!r} must be a whole number") from None
+    if n < 1:
+        raise UsageError(f"{where}: {name} key {value!r} must be at least 1")
+    return n
+
+
+def profiles_dir() -> Path:
+    from gpuplan import paths
+
+    return paths.state_dir() / "profiles"
+
+
+def catalog_profiles() -> list[Path]:
+    """Committed profiles shipped as catalog data (catalog/profiles/*.yaml|json)."""
+    from importlib.resources import files
+
+    root = files("gpuplan.catalog_data").joinpath("profiles")
+    if not root.is_dir():
+        return []
+    return sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith((".yaml", ".yml", ".json")))
+
+
+def find_profile(workload: str, gpu: str | None = None) -> Profile | None:
+    """The newest profile for workload (and reference GPU, if given): the user's measured
+    profiles in <state_dir>/profiles first, then the catalog's."""
+    candidates: list[Profile] = []
+    for folder_files in (sorted(profiles_dir().glob("*")) if profiles_dir().is_dir() else [], catalog_profiles()):
+        found = []
+        for path in folder_files:
+            if path.suffix not in (".yaml", ".yml", ".json"):
+                continue
+            prof = load_profile(path)
+            if prof.workload == workload and (gpu is None or prof.reference_gpu == gpu):
+                found.append(prof)
+        if found:
+            candidates = found
+            break
+    return max(candidates, key=lambda p: p.provenance.date) if candidates else None
