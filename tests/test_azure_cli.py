@@ -75,3 +75,22 @@ def test_quota_exceeded_is_one_line_exit_2_and_creates_nothing(fake, cli):
     assert "standardNCASv3_T4Family" in r.err and "24" in r.err and "Usage + quotas" in r.err
     assert "Traceback" not in r.err
     assert fake.held() == []
+
+
+def test_sweep_removes_an_orphan_cluster_and_keeps_its_image_until_asked(fake, cli):
+    from gpuplan.provider import NodeSpec
+
+    prov = make_provider(fake)
+    spec = NodeSpec(cluster="orphan", size="Standard_NC4as_T4_v3", region="westus2", ssh_user="azureuser",
+                    ssh_public_key="ssh-ed25519 AAAA", tags={"gpuplan-cluster": "orphan", "gpuplan-owner": OWNER})
+    [vm] = prov.create(spec, ["orphan-0"])
+    image = prov.capture_image("westus2", vm.id, "lost-image", {"gpuplan-owner": OWNER})
+
+    r = cli("teardown", "--sweep", "--provider", "azure")
+    assert r.code == 0, r.err
+    assert "deleted 7 stray resource(s)" in r.out  # group, VM, disk, NIC, IP, NSG, VNet; not the image
+    assert fake.held() == [image.id.rsplit("/providers/", 1)[0], image.id]
+
+    r = cli("teardown", "--sweep", "--images", "--provider", "azure")
+    assert r.code == 0, r.err
+    assert fake.held() == []
