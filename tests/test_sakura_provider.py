@@ -169,10 +169,13 @@ def test_503_is_retried_with_backoff_then_reported_as_capacity(fake):
     prov.create(spec(["demo-0"]), ["demo-0"])
     assert owned(fake)["servers"] == 1
     assert sleeps[:2] == [0.001, 0.002]  # exponential backoff on the two 503s
+    fake.fail_503(2, "PUT", None, status=423)  # locked while another operation runs: retried too
+    prov.create(spec(["demo-2"]), ["demo-2"])
+    assert owned(fake)["servers"] == 2 and len(fake.boot_user_data) == 2
     fake.fail_503(100, "POST", "server")
     with pytest.raises(CapacityUnavailable, match="HTTP 503.*another zone"):
         prov.create(spec(["demo-1"]), ["demo-1"])
-    assert owned(fake)["servers"] == 1
+    assert owned(fake)["servers"] == 2
 
 
 def test_account_limit_409_is_quota_exceeded_and_what_was_made_can_be_removed(fake, prov):
@@ -248,6 +251,7 @@ def test_gpu_sizes_outside_ishikari_say_where_they_are(fake, prov):
 @pytest.mark.parametrize("size,plan,vcpus", [
     ("h100x1", "GPUプラン/24Core-240GB-1GPU", 24),
     ("高火力 VRT 24Core-240GB-H100x1", "GPUプラン/24Core-240GB-1GPU", 24),
+    ("24Core-240GB-H100x1", "GPUプラン/24Core-240GB-1GPU", 24),
     ("v100x1", "GPUプラン/4Core-56GB-1GPU", 4),
     ("高火力 VRT 4Core-56GB-V100x1", "GPUプラン/4Core-56GB-1GPU", 4),
     ("GPUプラン/4Core-56GB-1GPU", "GPUプラン/4Core-56GB-1GPU", 4),

@@ -62,7 +62,7 @@ class SakuraFake:
         self.fail_server_create_at: int | None = None
         self.server_limit: int | None = None
         self.server_creates = 0
-        self._fail_503: list[list] = []  # [remaining, method, path]
+        self._fail_503: list[list] = []  # [remaining, method, path, status]
         for zone in ZONES:
             self.plans[zone] = [
                 {"ID": str(next(self._ids)), "Availability": "available",
@@ -114,10 +114,10 @@ class SakuraFake:
         return {"SAKURACLOUD_API_ROOT_URL": root, "SAKURACLOUD_ACCESS_TOKEN": self.token,
                 "SAKURACLOUD_ACCESS_TOKEN_SECRET": self.secret}
 
-    def fail_503(self, times: int, method: str | None = None, path: str | None = None) -> None:
-        """The next `times` requests matching method/path (None = any) answer 503."""
+    def fail_503(self, times: int, method: str | None = None, path: str | None = None, status: int = 503) -> None:
+        """The next `times` requests matching method/path (None = any) answer 503 (or `status`)."""
         with self.lock:
-            self._fail_503.append([times, method, path])
+            self._fail_503.append([times, method, path, status])
 
     def user_resources(self, tag: str | None = None) -> dict[str, list[dict]]:
         """Everything an account owns (servers, disks, user archives), optionally only with `tag`."""
@@ -153,7 +153,8 @@ class SakuraFake:
                 for rule in self._fail_503:
                     if rule[0] > 0 and rule[1] in (None, method) and rule[2] in (None, rpath):
                         rule[0] -= 1
-                        raise SakuraError(503, "service_unavailable", "fake: injected 503")
+                        raise SakuraError(rule[3], "service_unavailable" if rule[3] == 503 else "locked",
+                                          f"fake: injected {rule[3]}")
                 return 200, self._route(method, zone, rpath, params, body)
             except SakuraError as e:
                 return e.status, {"is_fatal": True, "serial": "fake", "status": f"{e.status}",
