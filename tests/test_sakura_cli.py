@@ -104,3 +104,13 @@ def test_kill_9_during_create_then_teardown_removes_everything(fake, gpuplan_hom
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert fake.user_resources() == {"servers": [], "disks": [], "archives": []}
+
+
+def test_sweep_after_state_loss_finds_servers_by_owner_tag(fake, cli, gpuplan_home):
+    r = cli("provision", "sakura:e2e-h100", "x2", "--name", "lost", "--no-bootstrap")
+    assert r.code == 0, r.err
+    (gpuplan_home / "state" / "state.db").unlink()  # the state is gone; the tags remain
+    r = cli("teardown", "--sweep", "--provider", "sakura")
+    assert r.code == 0, r.err
+    assert "deleted 4 stray resource(s)" in r.out  # 2 servers + 2 disks
+    assert fake.user_resources() == {"servers": [], "disks": [], "archives": []}
