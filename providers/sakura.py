@@ -156,12 +156,24 @@ class SakuraProvider(Provider):
         self._sleep = sleep
         self._clock = clock
         self._wall = wall_clock
-        self.poll_s = poll_s if poll_s is not None else float(self.config.get("poll_s", 5))
+        self.poll_s = poll_s if poll_s is not None else self._num("poll_s", 5)
         self.retry_base_s = retry_base_s
-        self.retries = int(self.config.get("retries", 6))
+        self.retries = int(self._num("retries", 6))
         self.max_workers = max_workers
         self._local = threading.local()
         self._plans: dict[str, list[dict]] = {}
+
+    def _num(self, key: str, default: float) -> float:
+        raw = self.config.get(key)
+        if raw in (None, ""):
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise UsageError(f"providers.sakura.{key} in config.yaml must be a number >= 0, not {raw!r}")
+        return value
 
     # --- credentials and HTTP ---------------------------------------------------------
 
@@ -300,7 +312,7 @@ class SakuraProvider(Provider):
         return shape.cpu if shape else int(self._plan(self._zone(region), size)["CPU"])
 
     def quota(self, region: str, size: str) -> list[QuotaUsage]:
-        limit = self.config.get("quota_servers")
+        limit = self._num("quota_servers", 0)
         if not limit:
             return []
         zone = self._zone(region)
@@ -309,7 +321,7 @@ class SakuraProvider(Provider):
         # The lifecycle counts quota in vCPUs; one server of this size = `per` of them, so
         # "free >= per * count" holds exactly when enough servers are free.
         return [QuotaUsage(
-            "servers", f"Sakura servers in {zone} (config quota_servers={limit}, {per} vCPUs each)",
+            "servers", f"Sakura servers in {zone} (config quota_servers={int(limit)}, {per} vCPUs each)",
             int(limit) * per, used * per,
             how_to_raise="ask Sakura support to raise the account's server limit (サーバ数), "
                          "then raise providers.sakura.quota_servers in config.yaml",
@@ -368,7 +380,7 @@ class SakuraProvider(Provider):
         disks = [str(d["ID"]) for d in server.get("Disks") or []]
         if not disks:
             disk = self._call("POST", zone, "disk", {
-                "Disk": {"Name": f"{name}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": _disk_mb(spec, self.config),
+                "Disk": {"Name": f"{name}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": _disk_mb(int(self._num("disk_gb", spec.disk_gib))),
                          "Connection": "virtio", "SourceArchive": {"ID": archive}, "Server": {"ID": sid},
                          "Tags": tags},
                 "Config": {"SSHKeys": [{"PublicKey": spec.ssh_public_key}], "DisablePWAuth": True, "HostName": name},
@@ -388,7 +400,7 @@ class SakuraProvider(Provider):
 
     def _wait(self, zone: str, path: str, key: str, done: Callable[[dict], bool], what: str,
               timeout_s: float | None = None) -> dict:
-        limit = self._clock() + (timeout_s if timeout_s is not None else float(self.config.get("timeout_s", 1800)))
+        limit = self._clock() + (timeout_s if timeout_s is not None else self._num("timeout_s", 1800))
         while True:
             item = self._call("GET", zone, path)[key]
             if item.get("Availability") == "failed":
@@ -501,9 +513,8 @@ class SakuraProvider(Provider):
             pass
 
 
-def _disk_mb(spec: NodeSpec, config: Mapping[str, str]) -> int:
-    want = int(config.get("disk_gb") or spec.disk_gib)
-    return next((gb for gb in DISK_SIZES_GB if gb >= want), DISK_SIZES_GB[-1]) * 1024
+def _disk_mb(want_gb: int) -> int:
+    return next((gb for gb in DISK_SIZES_GB if gb >= want_gb), DISK_SIZES_GB[-1]) * 1024
 
 
 def _address(server: dict) -> str | None:

@@ -284,3 +284,14 @@ def test_wait_ready_times_out_with_a_clear_line(fake):
 def test_delete_refuses_kinds_it_does_not_own(prov):
     with pytest.raises(ProviderError, match="kind nic"):
         prov.delete("is1a", [Resource("nic", "1", "is1a")])
+
+
+def test_bad_config_number_is_a_usage_error():
+    with pytest.raises(UsageError, match="providers.sakura.poll_s .* must be a number"):
+        SakuraProvider({"poll_s": "soon"}, env={})
+
+
+def test_disk_size_from_config_rounds_up_to_an_offered_size(fake):
+    prov = provider_for(fake, fake.root, config={"disk_gb": "300"})
+    made = prov.create(spec(["demo-0"]), ["demo-0"])
+    assert fake.disks[fake.servers[made[0].id]["_disks"][0]]["SizeMB"] == 500 * 1024
