@@ -270,7 +270,8 @@ class SakuraProvider(Provider):
         if status == 409:
             return _Conflict(f"{where}{detail}")
         if status == 503:
-            return CapacityUnavailable(f"{where}{detail} after {self.retries} retries; try again later or use another zone")
+            return CapacityUnavailable(
+                f"{where}{detail} after {self.retries} retries; try again later or use another zone")
         return ProviderError(f"{where}{detail}")
 
     def _find(self, zone: str, path: str, key: str, query: Mapping | None = None) -> list[dict]:
@@ -339,7 +340,8 @@ class SakuraProvider(Provider):
             return self.config["archive"]
         found = self._find(zone, "archive", "Archives", {"Filter": UBUNTU_FILTER})
         if not found:
-            raise ProviderError(f"sakura: no Ubuntu archive found in {zone}; set providers.sakura.archive in config.yaml")
+            raise ProviderError(
+                f"sakura: no Ubuntu archive found in {zone}; set providers.sakura.archive in config.yaml")
         return str(max(found, key=lambda a: a.get("CreatedAt") or "")["ID"])
 
     def _servers(self, zone: str, tags: Mapping[str, str]) -> list[dict]:
@@ -379,10 +381,10 @@ class SakuraProvider(Provider):
         sid = str(server["ID"])
         disks = [str(d["ID"]) for d in server.get("Disks") or []]
         if not disks:
+            size_mb = _disk_mb(int(self._num("disk_gb", spec.disk_gib)))
             disk = self._call("POST", zone, "disk", {
-                "Disk": {"Name": f"{name}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": _disk_mb(int(self._num("disk_gb", spec.disk_gib))),
-                         "Connection": "virtio", "SourceArchive": {"ID": archive}, "Server": {"ID": sid},
-                         "Tags": tags},
+                "Disk": {"Name": f"{name}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": size_mb, "Connection": "virtio",
+                         "SourceArchive": {"ID": archive}, "Server": {"ID": sid}, "Tags": tags},
                 "Config": {"SSHKeys": [{"PublicKey": spec.ssh_public_key}], "DisablePWAuth": True, "HostName": name},
             })["Disk"]
             disks = [str(disk["ID"])]
