@@ -1,0 +1,400 @@
+"""The cost and time model: how long a workload's jobs take on an offer, and what a fleet costs.
+
+Semantics (shared/domain.md, last section, reproduced by the field report A worked example):
+
+- Billed time per machine = its setup (unless launched from an image) + data staging + its jobs
+  + idle tail, rounded UP to the provider's billing granularity and at least its minimum.
+  Machines are released when their own jobs end (release="when-done", the field report's
+  practice): the idle tail is then 0 and shown as such; release="at-end" keeps every machine
+  until the last one finishes.
+- Setup modes. scratch: every machine runs setup. image: one builder runs setup, is captured,
+  and the workers start from the image. Where the provider's `builder_is_worker` is False
+  (Azure: a generalized VM cannot be used again) the builder is deleted after capture and is
+  not a worker; it is deallocated while captured, so capture is wall time but not billed.
+  Where it is True (AWS create_image) the builder stays running during capture (billed) and
+  then works like any other machine. Launching from an image is wall time, not billed (the
+  report did not bill it).
+- Wall time = setup on the first machine + capture + launch where an image is used + staging
+  + the longest machine's jobs (exactly: the latest release time of any machine).
+- Cost = sum over machines (builder included) of billed seconds x hourly price / 3600, plus
+  one-off items (staging yen per machine that runs jobs); Decimal throughout, rounded to integer
+  yen once (Plan.cost_jpy, ROUND_HALF_UP). The breakdown (setup, capture, staging, jobs,
+  idle_tail, rounding, one_off) sums exactly to the cost.
+- Job time on a GPU = reference seconds / speed x co-location slowdown (when G > 1 jobs run at
+  once on G GPUs of one machine) / packing efficiency(k) x start-up factor (when k > 1 jobs
+  share one GPU; report C: per-stream efficiency = time alone / time packed, packed wall time
+  = packed time x start-up factor 1.2).
+- Speed: the workload's measured factor for that GPU if it has one, else the generic table
+  (catalog gpus.csv, kind "cnn-train") scaled from the reference GPU: listed as an assumption.
+- Data-parallel workloads run each job over every GPU of the fleet, one job after another;
+  speed-up = g x intra^(log2 g) on one machine of g GPUs, x inter^(log2 n) over n machines.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from gpuplan.plan_types import Plan, VmUse, Workload
+from gpuplan.types import Offer
+
+HOUR = Decimal(3600)
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """User-given vCPU quotas: provider -> total, and (provider, family) -> vCPUs."""
+
+    total: Mapping[str, int] = field(default_factory=dict)
+    family: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    def family_limit(self, provider: str, quota_family: str) -> tuple[str, int] | None:
+        qf = quota_family.lower()
+        for (p, fam), n in self.family.items():
+            f = fam.lower()
+            if p == provider and qf and (f == qf or f"standard{f}family" == qf):
+                return fam, n
+        return None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Everything outside the workload and fleet that a plan's figures depend on."""
+
+    catalog: object  # gpuplan.catalog.Catalog (duck-typed: providers, gpus, fx, date, snapshot)
+    as_of_month: str = ""  # "YYYY-MM" the user planned for (default: the snapshot's)
+    quotas: Quotas = field(default_factory=Quotas)
+    deadline_s: int | None = None
+    release: str = "when-done"  # or "at-end"
+    measured_setup: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    owned: tuple[str, ...] = ()
+
+
+class Infeasible(Exception):
+    """A one-line reason an offer cannot run this workload at all."""
+
+
+# ---------------------------------------------------------------------------------------------
+# speed and job time
+
+
+def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str]:
+    """The speed of one job on one of offer's GPUs relative to the reference GPU, and its source."""
+    if offer.gpu in workload.speed:
+        s, why = workload.speed[offer.gpu], f"measured for {workload.name}"
+    else:
+        ref = workload.reference_speed
+        if ref is None:
+            info = gpus.get(workload.reference_gpu)
+            ref = info.rel_speed.get(workload.kind) if info is not None else None
+        info = gpus.get(offer.gpu)
+        mine = info.rel_speed.get(workload.kind) if info is not None else None
+        if ref is None or mine is None:
+            missing = offer.gpu if mine is None else workload.reference_gpu
+            raise Infeasible(f"no {workload.kind} speed figure for {missing}; measure it (gpuplan bench) or add speed: to the workload")
+        ref_s = workload.speed.get(workload.reference_gpu, Decimal(1))
+        s = mine / ref * ref_s
+        why = f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured for {workload.name}"
+    if workload.max_speed is not None and s > workload.max_speed:
+        s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
+    return s, why
+
+
+def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
+    if gpus_busy <= 1:
+        return Decimal(1), "one job per machine at a time: no co-location slowdown"
+    if gpus_busy in workload.colocation_slowdown:
+        f = workload.colocation_slowdown[gpus_busy]
+        return f, f"co-location slowdown {f}x for {gpus_busy} jobs on one machine ({workload.colocation_source})"
+    f = workload.colocation_default
+    return f, f"co-location slowdown {f}x for {gpus_busy} jobs on one machine (default; {workload.colocation_source})"
+
+
+def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
+    """Time factor for k jobs sharing one GPU; raises Infeasible when they cannot."""
+    if k == 1:
+        return Decimal(1), ""
+    mem = workload.memory_gib
+    if mem is None:
+        raise Infeasible(f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib")
+    if k * mem > offer.gpu_memory_gib:
+        raise Infeasible(f"{k} per GPU: {k} x {mem} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+    eff = workload.packing.get(k)
+    if eff is None:
+        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one GPU (measure it with gpuplan bench)")
+    factor = workload.startup_factor / eff
+    return factor, f"{k} per GPU: per-stream efficiency {eff}, start-up factor {workload.startup_factor} -> each job takes {factor:.3f}x"
+
+
+def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
+    """Raises Infeasible for reasons that exclude the offer whatever the fleet."""
+    cat = setting.catalog
+    if offer.price_jpy_per_hour is None:
+        what = "power price or power draw" if offer.kind == "owned" else "price"
+        raise Infeasible(f"{what} not sourced for {offer.name}; set it in prices.yaml")
+    if offer.retired(cat.date):
+        succ = f"; successor {offer.successor}" if offer.successor else ""
+        raise Infeasible(f"{offer.name} retired on {offer.retired_on.isoformat()} (as of {cat.snapshot}){succ}")
+    month = setting.as_of_month or cat.snapshot
+    priced = _month(offer.as_of)
+    if priced and priced > month:
+        raise Infeasible(f"{offer.name} priced {offer.as_of}, after the as-of month {month}")
+    if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
+        raise Infeasible(f"{offer.name} not available until {offer.available_from.isoformat()}")
+    if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
+        raise Infeasible(f"a job needs {workload.memory_gib} GiB, more than the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+    speed(workload, offer, cat.gpus)
+
+
+def _month(text: str) -> str:
+    m = re.match(r"^(\d{4})(?:-(\d{2}))?", text or "")
+    if not m:
+        return ""
+    return f"{m.group(1)}-{m.group(2) or '01'}"
+
+
+def job_factor(workload: Workload, offer: Offer, gpus: Mapping, k: int, gpus_busy: int) -> tuple[Decimal, list[str]]:
+    """Multiply a job's reference seconds by this to get its time in one slot of the offer."""
+    s, why_s = speed(workload, offer, gpus)
+    c, why_c = colocation(workload, gpus_busy)
+    p, why_p = packing(workload, offer, k)
+    notes = [f"speed on {offer.gpu}: {s}x {workload.reference_gpu} ({why_s})", why_c]
+    if why_p:
+        notes.append(why_p)
+    return c * p / s, notes
+
+
+def dp_speedup(workload: Workload, gpus_per_vm: int, vms: int) -> Decimal:
+    """Data-parallel speed-up over one GPU: g x intra^log2(g) x inter^log2(n)."""
+    g, n = gpus_per_vm, vms
+    intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
+    inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
+    return (g * intra * inter).quantize(Decimal("0.0001"))
+
+
+def ceil_s(x: Decimal) -> int:
+    return int(-(-x // 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# billing and the plan
+
+
+def billed(seconds: int, offer: Offer) -> int:
+    """Seconds billed for `seconds` of use: rounded up to the granularity, at least the minimum."""
+    g = max(1, offer.billing_granularity_s)
+    return max(-(-seconds // g) * g, offer.billing_minimum_s if seconds > 0 else 0)
+
+
+def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, int, int, list[str]]:
+    """(setup, capture, launch) seconds for the offer's provider, and where they came from."""
+    facts = setting.catalog.providers.get(offer.provider)
+    setup = facts.setup_s if facts else 0
+    capture = facts.capture_s if facts else 0
+    launch = facts.launch_s if facts else 0
+    src = facts.source if facts else "no provider facts in the catalog: 0 assumed"
+    notes = []
+    measured = setting.measured_setup.get((offer.provider, offer.name))
+    if workload.setup_s is not None:
+        setup = workload.setup_s
+        notes.append(f"setup {setup // 60} min on {offer.name}: from the workload's setup_minutes")
+    elif measured is not None:
+        setup = measured[0]
+        notes.append(f"setup {setup // 60} min on {offer.name}: measured ({measured[1]})")
+    else:
+        notes.append(f"setup {setup // 60} min on {offer.provider}: catalog {setting.catalog.snapshot} ({src})")
+    notes.append(f"image capture {capture // 60} min, launch from image {launch // 60} min on {offer.provider} ({src})")
+    return setup, capture, launch, notes
+
+
+def builder_is_worker(offer: Offer, setting: Setting) -> bool:
+    facts = setting.catalog.providers.get(offer.provider)
+    return bool(facts.builder_is_worker) if facts else True
+
+
+def make_plan(
+    workload: Workload,
+    setting: Setting,
+    fleet: Sequence[tuple[Offer, int]],
+    setup_mode: str,
+    per_gpu: int,
+    vm_loads: Sequence[tuple[Offer, int, tuple[str, ...]]],
+    notes: Sequence[str] = (),
+    optimal: bool = True,
+) -> Plan:
+    """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names),
+    in fleet order; the first machine of fleet[0] is the image builder where it is a worker."""
+    first = fleet[0][0]
+    setup, capture, launch, time_notes = provider_times(first, workload, setting)
+    bw = builder_is_worker(first, setting)
+    staging = workload.staging_s
+    vms: list[tuple[Offer, str, int, int, int, int, int]] = []  # offer, role, setup, capture_billed, staging, jobs, start
+    if setup_mode == "image":
+        start_workers = setup + capture + launch
+        if bw:
+            o, jobs_s, names = vm_loads[0]
+            vms.append((o, "builder+worker", setup, capture, staging, jobs_s, 0))
+            rest = vm_loads[1:]
+        else:
+            vms.append((first, "builder", setup, 0, 0, 0, 0))
+            rest = vm_loads
+        for o, jobs_s, names in rest:
+            vms.append((o, "worker", 0, 0, staging, jobs_s, start_workers))
+    else:
+        for o, jobs_s, names in vm_loads:
+            o_setup = provider_times(o, workload, setting)[0] if o is not first else setup
+            vms.append((o, "worker", o_setup, 0, staging, jobs_s, 0))
+
+    ends = [start + s + c + st + j for (_, _, s, c, st, j, start) in vms]
+    # a builder that is not a worker is released after capture; its end is setup (+ unbilled capture)
+    wall = max(ends[i] + (capture if vms[i][1] == "builder" else 0) for i in range(len(vms)))
+    names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n in vm_loads]
+
+    parts = {k: Decimal(0) for k in ("setup", "capture", "staging", "jobs", "idle_tail", "rounding", "one_off")}
+    uses: list[VmUse] = []
+    total_billed = 0
+    for i, (o, role, s, c, st, j, start) in enumerate(vms):
+        idle = wall - ends[i] if setting.release == "at-end" and role != "builder" else 0
+        busy = s + c + st + j + idle
+        b = billed(busy, o)
+        rate = o.price_jpy_per_hour / HOUR
+        for key, secs in (("setup", s), ("capture", c), ("staging", st), ("jobs", j), ("idle_tail", idle), ("rounding", b - busy)):
+            parts[key] += secs * rate
+        cost = b * rate
+        total_billed += b
+        uses.append(VmUse(o, role, s, c, st, j, idle, b, cost, ends[i] + idle, names_by_vm[i] if i < len(names_by_vm) else ()))
+    workers = sum(1 for u in uses if u.role != "builder")
+    parts["one_off"] = workload.staging_jpy * workers
+    total = sum(parts.values(), Decimal(0))
+
+    provider, region = first.provider, first.region
+    reasons, warnings = [], []
+    peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
+    if setting.deadline_s is not None and wall > setting.deadline_s:
+        reasons.append(f"misses the deadline by {_dur(wall - setting.deadline_s)} (wall {_dur(wall)} > {_dur(setting.deadline_s)})")
+    if setup_mode == "image" and not bw:
+        time_notes.append(f"{provider}: the builder is deleted after capture and is not a worker (deallocated during capture: not billed)")
+    elif setup_mode == "image":
+        time_notes.append(f"{provider}: the builder keeps running during capture (billed) and then works")
+
+    assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
+    recommendable, note = True, ""
+    if any(o.kind == "owned" for o, _ in fleet):
+        o = next(o for o, _ in fleet if o.kind == "owned")
+        owned = {n.lower() for n in setting.owned + workload.owned}
+        recommendable = o.name.lower() in owned or any(a.lower() in owned for a in o.aliases)
+        note = f"owned: purchase {_yen(o.price)} up front (not in the cost); cost = power only"
+        if not recommendable:
+            note += f"; not recommended unless you own it (--owned {o.aliases[0] if o.aliases else o.name})"
+    return Plan(
+        provider=provider, region=region, fleet=tuple(fleet), setup=setup_mode, per_gpu=per_gpu,
+        vms=tuple(uses), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
+        feasible=not reasons, reason="; ".join(reasons), warnings=tuple(warnings),
+        assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
+        recommendable=recommendable, note=note,
+    )
+
+
+def infeasible_plan(workload: Workload, setting: Setting, offer: Offer, count: int, setup_mode: str, per_gpu: int,
+                    reason: str) -> Plan:
+    """A shown-but-excluded candidate: no schedule, no cost."""
+    return Plan(
+        provider=offer.provider, region=offer.region, fleet=((offer, count),), setup=setup_mode, per_gpu=per_gpu,
+        vms=(), wall_s=0, billed_s=0, cost=Decimal(0), breakdown={}, feasible=False, reason=reason,
+        assumptions=tuple(_price_notes(offer, setting)),
+    )
+
+
+def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple[int, list[str]]:
+    """Peak concurrent vCPUs against the user's quotas (infeasible) or the provider's defaults (warning)."""
+    facts = setting.catalog.providers.get(provider)
+    by_family: dict[str, int] = {}
+    for o, n in fleet:
+        by_family[o.quota_family] = by_family.get(o.quota_family, 0) + o.vcpus * n
+    first = fleet[0][0]
+    if setup_mode == "image" and bw is False:
+        # the builder is deleted before the workers start: the peak is the larger of the two
+        pass
+    peak = sum(by_family.values())
+    if setup_mode == "image" and bw is False:
+        peak = max(peak, first.vcpus)
+    notes: list[str] = []
+    user_total = setting.quotas.total.get(provider)
+    user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family)
+    if user_total is not None and peak > user_total:
+        reasons.append(f"needs {peak} vCPUs at once, over your {provider} quota of {user_total}")
+    for fam, need in by_family.items():
+        hit = setting.quotas.family_limit(provider, fam)
+        if hit is not None and need > hit[1]:
+            reasons.append(f"needs {need} vCPUs of {fam}, over your quota {provider}:{hit[0]}={hit[1]}")
+    if not user_given and facts is not None:
+        how = f"; raise it: {facts.how_to_raise}" if facts.how_to_raise else ""
+        if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
+            warnings.append(f"needs {peak} vCPUs, over {provider}'s default {facts.quota_name} quota of {facts.default_quota_vcpus}{how}")
+        for fam, need in by_family.items():
+            default = facts.family_quota_vcpus.get(fam)
+            if fam and default is not None and need > default and not (default == facts.default_quota_vcpus and peak > default):
+                warnings.append(f"needs {need} vCPUs of {fam}, over its default quota of {default}{how}")
+        if facts.default_quota_vcpus is not None or facts.family_quota_vcpus:
+            notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} vCPUs total"
+                         + "".join(f", {f} {v}" for f, v in facts.family_quota_vcpus.items() if f in by_family)
+                         + f" ({facts.source})")
+    return peak, notes
+
+
+def _price_notes(offer: Offer, setting: Setting) -> list[str]:
+    cat = setting.catalog
+    if offer.price_jpy_per_hour is None:
+        return [f"{offer.name}: {offer.notes or 'price not sourced'}"]
+    gran = {1: "per second", 60: "per minute", 3600: "per hour"}.get(offer.billing_granularity_s, f"per {offer.billing_granularity_s} s")
+    minimum = f", minimum {offer.billing_minimum_s} s" if offer.billing_minimum_s else ""
+    if offer.kind == "owned":
+        facts = cat.providers.get(offer.provider)
+        notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "
+                 f"{_yen(offer.price_jpy_per_hour, 2)}/h ({facts.source}); purchase {_yen(offer.price)} ({offer.source})"]
+    else:
+        unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
+        notes = [f"{offer.name} {offer.region}: {unit} = {_yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "
+                 f"(source: {offer.source}; as of {offer.as_of or '?'})"]
+    if offer.currency != "JPY" and offer.currency in cat.fx:
+        fx = cat.fx[offer.currency]
+        notes.append(f"FX {offer.currency} 1 = {fx.jpy_per_unit} JPY ({fx.date}, {fx.source})")
+    return notes
+
+
+def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[str]:
+    out = [f"workload {workload.name}: {len(workload.jobs)} jobs, {workload.seconds_per_unit} s per {workload.unit} "
+           f"on {workload.reference_gpu} ({workload.source})"]
+    out.extend(workload.assumptions)
+    out.extend(notes)
+    for o, _ in fleet:
+        out.extend(_price_notes(o, setting))
+    out.extend(time_notes)
+    if workload.staging_s or workload.staging_jpy:
+        out.append(f"data staging {_dur(workload.staging_s)} and {_yen(workload.staging_jpy)} on every machine that runs jobs")
+    out.append("machines are released when their own jobs end (idle tail 0)" if setting.release == "when-done"
+               else "machines are kept until the last one finishes (idle tail billed)")
+    out.append("image storage and disk I/O are not priced (as in field report A)")
+    out.extend(qnotes)
+    seen, uniq = set(), []
+    for line in out:
+        if line and line not in seen:
+            seen.add(line)
+            uniq.append(line)
+    return uniq
+
+
+def _dur(seconds: int) -> str:
+    from gpuplan.units import format_duration
+
+    return format_duration(seconds)
+
+
+def _yen(value: Decimal | None, places: int = 0) -> str:
+    if value is None:
+        return "?"
+    q = Decimal(1).scaleb(-places)
+    return f"¥{value.quantize(q):,}"

@@ -1,0 +1,529 @@
+"""The optimizer: every candidate plan for a workload over a catalog, the Pareto frontier and a pick.
+
+Candidates. For every offer (after --provider/--region): N machines of it (counts 1-8, powers
+of two up to the count that gives every job its own slot, that count, and the smallest count
+that can meet the deadline), k jobs per GPU for every packing the workload measured, scratch
+and image setup; for each provider/region, pairs of its three best offer types (mixed fleets);
+data-parallel workloads: 1, 2, 4, 8, 16 machines running each job over all their GPUs.
+
+What is optimised, and why. With per-machine billing and machines released when their own
+jobs end, a fleet's cost is sum over machines of round_up(setup + staging + busy time). For
+one offer type the sum of busy time is the same however jobs are assigned (each job's time
+does not depend on its slot), so cost differs between schedules only by rounding and by how
+the slots of a multi-GPU machine are grouped; wall time is the makespan. So a schedule is
+chosen to minimise the makespan (exactly: P||Cmax for one type, Q||Cmax for a mix), then the
+slots are grouped onto machines longest-first, which minimises the sum of machine maxima for
+those slot loads. Across fleets, the objective (cost, then wall time, then fewer machines; or
+time, then cost) picks the plan; a deadline removes plans whose wall time is later.
+
+Makespan is NP-hard and greedy LPT is not optimal (jobs 3,3,2,2,2 on 2 machines: LPT 7,
+optimum 6). Each schedule starts from LPT, is improved by moves and swaps off the busiest
+machine, and is proven optimal when it reaches a lower bound (max job, total / machines, the
+(m)th + (m+1)th longest job, fluid bound for mixed speeds). Otherwise it is solved exactly:
+tiny instances by branch and bound, others by a MILP over job classes (jobs of equal length
+are interchangeable: x[machine, class] counts) with HiGHS through scipy.optimize.milp, which
+is imported only then. A MILP stopped by its time limit keeps its best schedule and the plan
+says "not proven optimal" (Plan.optimal False).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gpuplan import model
+from gpuplan.model import Infeasible, Setting
+from gpuplan.plan_types import Estimate, Plan, Workload
+from gpuplan.types import Offer
+
+MILP_TIME_LIMIT_S = 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# scheduling: p[t][j] = seconds of job j on a machine of type t; machine_type[m] = t
+
+
+@dataclass(frozen=True)
+class Schedule:
+    assign: tuple[int, ...]  # job -> machine
+    loads: tuple[int, ...]  # machine -> seconds
+    makespan: int
+    lower_bound: int
+    optimal: bool
+    method: str
+
+
+def lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> list[int]:
+    """Longest processing time first: each job, longest first, to the machine where it ends soonest."""
+    n = len(p[0])
+    order = sorted(range(n), key=lambda j: -min(p[t][j] for t in range(len(p))))
+    heaps: list[list[tuple[int, int]]] = [[] for _ in p]
+    for m, t in enumerate(machine_type):
+        heaps[t].append((0, m))
+    for h in heaps:
+        heapq.heapify(h)
+    assign = [0] * n
+    for j in order:
+        best_t = min((t for t in range(len(p)) if heaps[t]), key=lambda t: (heaps[t][0][0] + p[t][j], t))
+        load, m = heapq.heappop(heaps[best_t])
+        assign[j] = m
+        heapq.heappush(heaps[best_t], (load + p[best_t][j], m))
+    return assign
+
+
+def lower_bound(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> int:
+    n, mcount = len(p[0]), len(machine_type)
+    best_each = [min(p[t][j] for t in set(machine_type)) for j in range(n)]
+    lb = max(best_each)
+    types = set(machine_type)
+    if len(types) == 1:
+        t = machine_type[0]
+        lb = max(lb, -(-sum(p[t]) // mcount))
+        if n > mcount:
+            s = sorted(p[t], reverse=True)
+            lb = max(lb, s[mcount - 1] + s[mcount])
+        return lb
+    # fluid bound for uniform machines: job j needs p[t][j] on type t; rate of type t = 1/p[t][j]
+    # take the first type as reference and the average speed ratio per type (valid: we use min ratio)
+    t0 = machine_type[0]
+    ratios = {t: min(p[t0][j] / p[t][j] for j in range(n)) for t in types}
+    capacity = sum(ratios[machine_type[m]] for m in range(mcount))
+    lb = max(lb, math.ceil(sum(p[t0]) / capacity - 1e-9))
+    return lb
+
+
+def _loads(p, machine_type, assign) -> list[int]:
+    loads = [0] * len(machine_type)
+    for j, m in enumerate(assign):
+        loads[m] += p[machine_type[m]][j]
+    return loads
+
+
+def improve(p, machine_type, assign: list[int], lb: int, rounds: int = 10_000) -> list[int]:
+    """Moves and swaps off the busiest machine while they lower the larger of the two loads."""
+    mcount = len(machine_type)
+    loads = _loads(p, machine_type, assign)
+    on: list[dict[tuple, list[int]]] = [dict() for _ in range(mcount)]  # machine -> job class -> jobs
+    klass = [tuple(p[t][j] for t in range(len(p))) for j in range(len(assign))]
+    for j, m in enumerate(assign):
+        on[m].setdefault(klass[j], []).append(j)
+    for _ in range(rounds):
+        a = max(range(mcount), key=loads.__getitem__)
+        la = loads[a]
+        if la <= lb:
+            break
+        ta = machine_type[a]
+        others = sorted((m for m in range(mcount) if m != a), key=loads.__getitem__)[:16]
+        done = False
+        for b in others:
+            tb, lb_ = machine_type[b], loads[b]
+            for ca in list(on[a]):
+                # move one job of class ca from a to b
+                if lb_ + ca[tb] < la:
+                    j = on[a][ca].pop()
+                    if not on[a][ca]:
+                        del on[a][ca]
+                    on[b].setdefault(ca, []).append(j)
+                    assign[j] = b
+                    loads[a] -= ca[ta]
+                    loads[b] += ca[tb]
+                    done = True
+                    break
+                for cb in list(on[b]):
+                    na = la - ca[ta] + cb[ta]
+                    nb = lb_ - cb[tb] + ca[tb]
+                    if max(na, nb) < la:
+                        ja, jb = on[a][ca].pop(), on[b][cb].pop()
+                        for m, c in ((a, ca), (b, cb)):
+                            if not on[m][c]:
+                                del on[m][c]
+                        on[b].setdefault(ca, []).append(ja)
+                        on[a].setdefault(cb, []).append(jb)
+                        assign[ja], assign[jb] = b, a
+                        loads[a], loads[b] = na, nb
+                        done = True
+                        break
+                if done:
+                    break
+            if done:
+                break
+        if not done:
+            break
+    return assign
+
+
+def _branch_and_bound(p, machine_type, ub_assign: list[int], lb: int) -> tuple[list[int], bool]:
+    n, mcount = len(p[0]), len(machine_type)
+    order = sorted(range(n), key=lambda j: -min(p[t][j] for t in range(len(p))))
+    best = list(ub_assign)
+    best_ms = max(_loads(p, machine_type, best))
+    loads = [0] * mcount
+    cur = [0] * n
+    nodes = [0]
+
+    def rec(i: int) -> bool:
+        nonlocal best, best_ms
+        nodes[0] += 1
+        if nodes[0] > 200_000:
+            return False
+        if i == n:
+            ms = max(loads)
+            if ms < best_ms:
+                best_ms, best = ms, list(cur)
+            return True
+        j = order[i]
+        tried = set()
+        for m in range(mcount):
+            key = (loads[m], machine_type[m])
+            if key in tried:
+                continue
+            tried.add(key)
+            d = p[machine_type[m]][j]
+            if loads[m] + d >= best_ms:
+                continue
+            loads[m] += d
+            cur[j] = m
+            ok = rec(i + 1)
+            loads[m] -= d
+            if not ok:
+                return False
+            if best_ms <= lb:
+                return True
+        return True
+
+    complete = rec(0)
+    return best, complete
+
+
+def _milp(p, machine_type, ub_assign: list[int], lb: int, time_limit: float) -> tuple[list[int], bool]:
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    n, mcount, types = len(p[0]), len(machine_type), len(p)
+    classes: dict[tuple, list[int]] = {}
+    for j in range(n):
+        classes.setdefault(tuple(p[t][j] for t in range(types)), []).append(j)
+    keys = list(classes)
+    D = len(keys)
+    nv = mcount * D + 1  # x[m, c] then C
+    c = np.zeros(nv)
+    c[-1] = 1
+    rows, lo, hi = [], [], []
+    for ci, k in enumerate(keys):  # every job of each class is placed
+        r = np.zeros(nv)
+        r[[m * D + ci for m in range(mcount)]] = 1
+        rows.append(r)
+        lo.append(len(classes[k]))
+        hi.append(len(classes[k]))
+    for m in range(mcount):  # load(m) <= C
+        r = np.zeros(nv)
+        for ci, k in enumerate(keys):
+            r[m * D + ci] = k[machine_type[m]]
+        r[-1] = -1
+        rows.append(r)
+        lo.append(-np.inf)
+        hi.append(0)
+    for m in range(mcount - 1):  # symmetry: machines of one type in non-increasing load order
+        if machine_type[m] == machine_type[m + 1]:
+            r = np.zeros(nv)
+            for ci, k in enumerate(keys):
+                r[m * D + ci] = k[machine_type[m]]
+                r[(m + 1) * D + ci] = -k[machine_type[m]]
+            rows.append(r)
+            lo.append(0)
+            hi.append(np.inf)
+    ub = max(_loads(p, machine_type, ub_assign))
+    upper = np.array([len(classes[k]) for _ in range(mcount) for k in keys] + [ub], dtype=float)
+    lower = np.zeros(nv)
+    lower[-1] = lb
+    integrality = np.ones(nv)
+    integrality[-1] = 0
+    res = milp(c, constraints=LinearConstraint(np.array(rows), lo, hi), integrality=integrality,
+               bounds=Bounds(lower, upper), options={"time_limit": time_limit, "disp": False})
+    if res.x is None:
+        return ub_assign, False
+    counts = np.rint(res.x[:-1]).astype(int).reshape(mcount, D)
+    assign = [0] * n
+    pools = {k: list(v) for k, v in classes.items()}
+    for m in range(mcount):
+        for ci, k in enumerate(keys):
+            for _ in range(counts[m, ci]):
+                assign[pools[k].pop()] = m
+    if max(_loads(p, machine_type, assign)) > ub:
+        return ub_assign, False
+    return assign, res.status == 0
+
+
+def schedule(p: Sequence[Sequence[int]], machine_type: Sequence[int], exact: bool = True,
+             time_limit: float = MILP_TIME_LIMIT_S) -> Schedule:
+    """A makespan-minimal assignment of jobs to machines (proven optimal unless a time limit hit)."""
+    lb = lower_bound(p, machine_type)
+    assign = lpt(p, machine_type)
+    method = "lpt"
+    ms = max(_loads(p, machine_type, assign))
+    if ms > lb:
+        assign = improve(p, machine_type, assign, lb)
+        method = "lpt+swaps"
+        ms = max(_loads(p, machine_type, assign))
+    optimal = ms <= lb
+    if not optimal and exact:
+        if len(p[0]) <= 12:
+            assign, optimal = _branch_and_bound(p, machine_type, assign, lb)
+            method = "branch-and-bound"
+        else:
+            assign, optimal = _milp(p, machine_type, assign, lb, time_limit)
+            method = "milp"
+    loads = _loads(p, machine_type, assign)
+    return Schedule(tuple(assign), tuple(loads), max(loads), lb, optimal, method)
+
+
+# ---------------------------------------------------------------------------------------------
+# candidates
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _counts(nmax: int, extra: Sequence[int]) -> list[int]:
+    out = {n for n in range(1, min(8, nmax) + 1)}
+    n = 8
+    while n < nmax:
+        n *= 2
+        out.add(min(n, nmax))
+    out.add(nmax)
+    out.update(x for x in extra if 1 <= x <= nmax)
+    return sorted(out)
+
+
+class _Planner:
+    def __init__(self, workload: Workload, setting: Setting):
+        self.w = workload
+        self.s = setting
+        self.ref = [workload.job_seconds(j) for j in workload.jobs]
+        self.names = [j.name for j in workload.jobs]
+        self.cache: dict = {}
+        self.all_optimal = True
+
+    def _durations(self, offer: Offer, k: int, busy: int) -> tuple[list[int], list[str]]:
+        factor, notes = model.job_factor(self.w, offer, self.s.catalog.gpus, k, busy)
+        return [model.ceil_s(r * factor) for r in self.ref], notes
+
+    def _overhead(self, offer: Offer, mode: str) -> int:
+        setup, capture, launch, _ = model.provider_times(offer, self.w, self.s)
+        return (setup + capture + launch if mode == "image" else setup) + self.w.staging_s
+
+    def _schedule(self, p: list[list[int]], machine_type: list[int]) -> Schedule:
+        key = (tuple(map(tuple, p)), tuple(machine_type))
+        if key not in self.cache:
+            self.cache[key] = schedule(p, machine_type)
+        return self.cache[key]
+
+    def _vm_loads(self, groups: list[tuple[Offer, int, int]], sched: Schedule) -> list[tuple[Offer, int, tuple[str, ...]]]:
+        """groups: (offer, machines, slots per machine) in machine order of the schedule."""
+        out = []
+        base = 0
+        for offer, count, slots in groups:
+            idx = sorted(range(base, base + count * slots), key=lambda m: -sched.loads[m])
+            by_slot: dict[int, list[str]] = {}
+            for j, m in enumerate(sched.assign):
+                by_slot.setdefault(m, []).append(self.names[j])
+            for v in range(count):
+                mine = idx[v * slots:(v + 1) * slots]
+                out.append((offer, max(sched.loads[m] for m in mine),
+                            tuple(n for m in mine for n in by_slot.get(m, []))))
+            base += count * slots
+        return out
+
+    def single(self, offer: Offer) -> list[Plan]:
+        w, s = self.w, self.s
+        try:
+            model.check_offer(w, offer, s)
+        except Infeasible as exc:
+            return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
+        if w.parallel == "data":
+            return self._data_parallel(offer)
+        plans: list[Plan] = []
+        owned = offer.kind in ("owned", "monthly")
+        nj = len(self.ref)
+        for k in sorted(w.packing):
+            try:
+                model.packing(w, offer, k)
+            except Infeasible as exc:
+                plans.append(model.infeasible_plan(w, s, offer, 1, "scratch", k, str(exc)))
+                continue
+            slots = offer.gpu_count * k
+            nmax = 1 if owned else -(-nj // slots)
+            extra = []
+            if s.deadline_s is not None:
+                p1, _ = self._durations(offer, k, min(offer.gpu_count, _ceil_div(nj, k)))
+                for mode in ("scratch", "image"):
+                    room = s.deadline_s - self._overhead(offer, mode)
+                    if room > 0:
+                        extra.append(_ceil_div(sum(p1), room * slots))
+            modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0
+            for n in _counts(nmax, extra):
+                busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))
+                p, notes = self._durations(offer, k, busy)
+                sched = self._schedule([p], [0] * (n * slots))
+                self.all_optimal &= sched.optimal
+                loads = self._vm_loads([(offer, n, slots)], sched)
+                notes = notes + [f"schedule: makespan {sched.makespan} s by {sched.method}"
+                                 + ("" if sched.optimal else f" (not proven optimal; lower bound {sched.lower_bound} s)")]
+                for mode in ("scratch", "image") if (modes_ok and n >= 2) else ("scratch",):
+                    plans.append(model.make_plan(w, s, [(offer, n)], mode, k, loads, notes, sched.optimal))
+        return plans
+
+    def _data_parallel(self, offer: Offer) -> list[Plan]:
+        w, s = self.w, self.s
+        sp, why = model.speed(w, offer, s.catalog.gpus)
+        owned = offer.kind in ("owned", "monthly")
+        plans = []
+        for n in ([1] if owned else [1, 2, 4, 8, 16]):
+            up = model.dp_speedup(w, offer.gpu_count, n)
+            jobs_s = sum(model.ceil_s(r / (sp * up)) for r in self.ref)
+            loads = [(offer, jobs_s, tuple(self.names))] * n
+            notes = [f"speed on {offer.gpu}: {sp}x {w.reference_gpu} ({why})",
+                     f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU (intra-node "
+                     f"{w.intra_node_eff_per_doubling} per doubling of GPUs, {w.inter_node_speedup_per_doubling}x per doubling of machines)"]
+            modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)
+            for mode in modes:
+                plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes))
+        return plans
+
+    def pair(self, a: Offer, b: Offer) -> list[Plan]:
+        w, s = self.w, self.s
+        nj = len(self.ref)
+        plans = []
+        for na in (1, 2, 3, 4):
+            for nb in (1, 2, 3, 4):
+                if na * a.gpu_count + nb * b.gpu_count > max(nj, a.gpu_count + b.gpu_count):
+                    continue
+                per_vm = -(-nj // (na + nb))
+                pa, notes_a = self._durations(a, 1, min(a.gpu_count, per_vm))
+                pb, notes_b = self._durations(b, 1, min(b.gpu_count, per_vm))
+                types = [0] * (na * a.gpu_count) + [1] * (nb * b.gpu_count)
+                sched = self._schedule([pa, pb], types)
+                self.all_optimal &= sched.optimal
+                loads = self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], sched)
+                notes = notes_a + notes_b + [f"schedule: makespan {sched.makespan} s by {sched.method}"
+                                             + ("" if sched.optimal else " (not proven optimal)")]
+                for mode in ("scratch", "image"):
+                    plans.append(model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, loads, notes, sched.optimal))
+        return plans
+
+
+def rank_key(plan: Plan, objective: str):
+    if objective == "time":
+        return (plan.wall_s, plan.cost, plan.count)
+    return (plan.cost, plan.wall_s, plan.count)
+
+
+def estimate(workload: Workload, setting: Setting, provider: str | None = None, region: str | None = None,
+             objective: str = "cost", mixes: bool = True) -> Estimate:
+    """Every candidate plan, the cost/wall-time Pareto frontier and the recommendation."""
+    from gpuplan.errors import UsageError
+
+    if objective not in ("cost", "time"):
+        raise UsageError(f"bad --objective {objective!r}: use cost or time")
+    started = time.perf_counter()
+    cat = setting.catalog
+    offers = cat.find(provider=provider, region=region)
+    if not offers:
+        where = " ".join(x for x in (provider, region) if x)
+        raise UsageError(f"no offers for {where} in catalog {cat.snapshot}; see `gpuplan catalog`")
+    planner = _Planner(workload, setting)
+    plans: list[Plan] = []
+    for offer in offers:
+        plans.extend(planner.single(offer))
+
+    if mixes and workload.parallel == "none" and len(workload.jobs) > 1:
+        best_per_offer: dict[tuple[str, str], dict[str, tuple]] = {}
+        for p in plans:
+            if p.feasible and p.recommendable and p.per_gpu == 1 and p.fleet[0][0].kind == "cloud":
+                o = p.fleet[0][0]
+                group = best_per_offer.setdefault((o.provider, o.region), {})
+                key = rank_key(p, objective)
+                if o.name not in group or key < group[o.name][0]:
+                    group[o.name] = (key, o)
+        for group in best_per_offer.values():
+            top = [o for _, o in sorted(group.values(), key=lambda x: x[0])[:3]]
+            for i in range(len(top)):
+                for j in range(i + 1, len(top)):
+                    plans.extend(planner.pair(top[i], top[j]))
+
+    feasible = [p for p in plans if p.feasible]
+    eligible = sorted((p for p in feasible if p.recommendable), key=lambda p: rank_key(p, objective))
+    rec = eligible[0] if eligible else None
+    reason = _reason(rec, eligible, objective, plans)
+    if rec is not None:
+        plans = [_break_even(p, rec) if p.fleet[0][0].kind == "owned" and p.feasible else p for p in plans]
+        feasible = [p for p in plans if p.feasible]
+    pareto = _pareto([p for p in feasible if p.recommendable])
+    ordered = sorted(feasible, key=lambda p: (not p.recommendable, rank_key(p, objective)))
+    ordered += [p for p in plans if not p.feasible]
+    return Estimate(
+        snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
+        reason=reason, assumptions=rec.assumptions if rec else (), solver_seconds=time.perf_counter() - started,
+        all_optimal=planner.all_optimal,
+    )
+
+
+def _pareto(plans: list[Plan]) -> list[Plan]:
+    out: list[Plan] = []
+    best_wall = None
+    for p in sorted(plans, key=lambda p: (p.cost, p.wall_s, p.count)):
+        if best_wall is None or p.wall_s < best_wall:
+            out.append(p)
+            best_wall = p.wall_s
+    return out
+
+
+def _reason(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[Plan]) -> str:
+    if rec is None:
+        kinds = sorted({p.reason.split(";")[0] for p in plans if not p.feasible})
+        if any(p.feasible for p in plans):
+            return "no plan can be recommended: the only feasible ones use owned hardware; name it with --owned"
+        return "no feasible plan: " + (kinds[0] if kinds else "no candidates") + (f" (and {len(kinds) - 1} other reasons)" if len(kinds) > 1 else "")
+    if objective == "time":
+        head = f"fastest feasible plan ({_minutes(rec.wall_s)} wall, ¥{rec.cost_jpy:,})"
+        ties = [p for p in eligible[1:] if p.wall_s == rec.wall_s]
+        tail = "; ties on wall time break on cost, then on fewer machines" if ties else ""
+        return head + tail
+    head = f"cheapest feasible plan (¥{rec.cost_jpy:,}, {_minutes(rec.wall_s)} wall)"
+    ties = [p for p in eligible[1:] if p.cost_jpy == rec.cost_jpy]
+    if not ties:
+        return head
+    shown = []
+    for p in ties:
+        label = f"{p.label} {'from an image' if p.setup == 'image' else 'from scratch'}"
+        if label not in shown:
+            shown.append(label)
+        if len(shown) == 3:
+            break
+    more = f" and {len(ties) - len(shown)} more" if len(ties) > len(shown) else ""
+    return (head + f"; {', '.join(shown)}{more} also cost ¥{rec.cost_jpy:,} but take longer or use more machines:"
+            " ties on cost break on wall time, then on fewer machines")
+
+
+def _break_even(plan: Plan, rec: Plan) -> Plan:
+    from dataclasses import replace
+
+    owned = plan.fleet[0][0]
+    saving = rec.cost - plan.cost
+    hours = Decimal(plan.wall_s) / 3600
+    if saving <= 0:
+        line = f"buying never pays off: the recommended plan costs ¥{rec.cost_jpy:,} per batch, power alone ¥{plan.cost_jpy:,}"
+    else:
+        batches = math.ceil(owned.price / saving)
+        line = (f"buying pays off after {batches:,} batches like this one (about {int(batches * hours):,} hours of this work "
+                f"on it) against ¥{rec.cost_jpy:,} per batch for {rec.label}")
+    return replace(plan, note=f"{plan.note}; {line}")
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds / 60:.1f} min"

@@ -1,0 +1,139 @@
+"""The planner's nouns: workloads and the plans made for them. Frozen dataclasses, no logic.
+
+Money is Decimal yen (rounded to integer yen once, in Plan.cost_jpy); durations integer seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from gpuplan.types import Offer
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: `units` of the workload's unit (epochs, frames...) alone on the reference GPU."""
+
+    name: str
+    units: Decimal
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A batch of jobs and the measured facts about how they run.
+
+    seconds_per_unit: one job alone on one `reference_gpu`.
+    speed: measured speed per GPU key relative to the reference GPU (overrides the generic table).
+    reference_speed: the reference GPU's figure in the generic table, when the table lacks it.
+    max_speed: the job cannot go faster than this factor (small inputs that cannot fill a GPU).
+    colocation_slowdown: G jobs on G GPUs of one machine -> factor >= 1 on each job's time;
+        colocation_default applies for any G > 1 not listed.
+    packing: k jobs per GPU -> measured per-stream efficiency (time alone / time packed);
+        None = not measured (such a plan is infeasible). startup_factor multiplies packed runs.
+    parallel: "none" (one job per GPU slot) or "data" (each job spans every GPU of the fleet):
+        intra_node_eff_per_doubling and inter_node_speedup_per_doubling then give its speed-up.
+    staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
+    setup_s: overrides the provider's setup minutes (a playbook measured for this workload).
+    owned: names of owned offers the user already has (owned hardware may then be recommended).
+    """
+
+    name: str
+    description: str
+    jobs: tuple[Job, ...]
+    unit: str
+    seconds_per_unit: Decimal
+    reference_gpu: str
+    kind: str = "cnn-train"
+    memory_gib: Decimal | None = None
+    speed: Mapping[str, Decimal] = field(default_factory=dict)
+    reference_speed: Decimal | None = None
+    max_speed: Decimal | None = None
+    colocation_slowdown: Mapping[int, Decimal] = field(default_factory=dict)
+    colocation_default: Decimal = Decimal("1.10")
+    colocation_source: str = "ESTIMATE (not measured for this workload)"
+    packing: Mapping[int, Decimal | None] = field(default_factory=dict)
+    startup_factor: Decimal = Decimal("1.2")
+    parallel: str = "none"
+    intra_node_eff_per_doubling: Decimal = Decimal("0.985")
+    inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
+    staging_s: int = 0
+    staging_jpy: Decimal = Decimal(0)
+    setup_s: int | None = None
+    owned: tuple[str, ...] = ()
+    source: str = ""
+    assumptions: tuple[str, ...] = ()
+
+    def job_seconds(self, job: Job) -> Decimal:
+        return job.units * self.seconds_per_unit
+
+
+@dataclass(frozen=True)
+class VmUse:
+    """One machine of a plan and what it is billed for (seconds, before rounding unless billed_s)."""
+
+    offer: Offer
+    role: str  # "builder" (set up, captured, deleted), "worker", "builder+worker"
+    setup_s: int
+    capture_s: int  # billed capture time (0 where the machine is deallocated while captured)
+    staging_s: int
+    jobs_s: int
+    idle_s: int
+    billed_s: int
+    cost: Decimal  # billed_s x price, unrounded
+    end_s: int  # when it is released, from the plan's start
+    jobs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A fleet on one provider/region plus its schedule, setup mode, costs and explanation."""
+
+    provider: str
+    region: str
+    fleet: tuple[tuple[Offer, int], ...]  # (offer, worker count), one or two offer types
+    setup: str  # "scratch" | "image"
+    per_gpu: int  # k jobs packed on each GPU
+    vms: tuple[VmUse, ...]
+    wall_s: int
+    billed_s: int
+    cost: Decimal  # exact sum of VM costs and one-off items
+    breakdown: Mapping[str, Decimal]  # setup, capture, jobs, staging, idle_tail, one_off: sums to cost
+    feasible: bool
+    reason: str  # why excluded (infeasible), or "" 
+    warnings: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+    optimal: bool = True  # the schedule is proven optimal (makespan)
+    peak_vcpus: int = 0
+    recommendable: bool = True  # False for owned hardware the user did not say they own
+    note: str = ""  # e.g. owned hardware's purchase price and break-even
+
+    @property
+    def cost_jpy(self) -> int:
+        from decimal import ROUND_HALF_UP
+
+        return int(self.cost.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, n in self.fleet)
+
+    @property
+    def label(self) -> str:
+        return " + ".join(f"{n}x {o.name}" for o, n in self.fleet)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything `gpuplan estimate` shows: every candidate, the frontier and the pick."""
+
+    snapshot: str
+    workload: Workload
+    plans: tuple[Plan, ...]
+    pareto: tuple[Plan, ...]
+    recommended: Plan | None
+    reason: str  # one line: why the recommendation won (or why nothing is feasible)
+    assumptions: tuple[str, ...] = ()
+    solver_seconds: float = 0.0
+    all_optimal: bool = True
+    extra: Mapping[str, str] = field(default_factory=dict)

@@ -1,0 +1,258 @@
+"""Workloads: built-in profiles (catalog/workloads/*.yaml) and a user's YAML file, as `Workload`.
+
+The file format is documented in docs/workloads.md. Every problem with a file is one
+UsageError line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from gpuplan.errors import UsageError
+from gpuplan.plan_types import Job, Workload
+
+VIDEOS_WORKLOAD = "colorize-hd"
+_TOP = {
+    "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
+    "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
+    "staging", "setup_minutes", "owned", "source", "assumptions",
+}
+
+
+def builtin_names() -> list[str]:
+    root = _root()
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load(name_or_file: str) -> Workload:
+    """A built-in workload by name, or a user's YAML file by path."""
+    text = name_or_file.strip()
+    if text in builtin_names():
+        entry = _root() / f"{text}.yaml"
+        return parse(entry.read_text(encoding="utf-8"), f"built-in workload {text}")
+    path = Path(text).expanduser()
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        if not path.is_file():
+            raise UsageError(f"workload file {path} not found; give a built-in name ({', '.join(builtin_names())}) or a YAML file")
+        try:
+            return parse(path.read_text(encoding="utf-8"), str(path))
+        except OSError as exc:
+            raise UsageError(f"workload file {path}: cannot read it ({exc.strerror})") from None
+    raise UsageError(f"unknown workload {text!r}; built-ins: {', '.join(builtin_names())}, or give a YAML file (docs/workloads.md)")
+
+
+def videos(n: int) -> Workload:
+    """`--videos N`: N colorize-hd jobs of 1000 epochs each."""
+    if n < 1:
+        raise UsageError(f"--videos must be at least 1, not {n}")
+    base = load(VIDEOS_WORKLOAD)
+    job = base.jobs[0]
+    return replace(base, jobs=tuple(Job(f"video-{i + 1}", job.units) for i in range(n)))
+
+
+def parse(text: str, where: str) -> Workload:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"{where}{at}: not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__})") from None
+    return from_dict(data, where)
+
+
+def from_dict(data: Any, where: str) -> Workload:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a mapping with name, unit, seconds_per_unit, reference_gpu and jobs")
+    unknown = set(map(str, data)) - _TOP
+    if unknown:
+        raise UsageError(f"{where}: unknown field {sorted(unknown)[0]!r}; see docs/workloads.md")
+    for key in ("name", "seconds_per_unit", "reference_gpu", "jobs"):
+        if data.get(key) in (None, ""):
+            raise UsageError(f"{where}: field '{key}' is missing; see docs/workloads.md")
+    spu = _dec(where, "seconds_per_unit", data["seconds_per_unit"], positive=True)
+    jobs = _jobs(where, data["jobs"], spu)
+
+    speed = {str(k): _dec(where, f"speed.{k}", v, positive=True) for k, v in _map(where, "speed", data.get("speed")).items()}
+    col = _map(where, "colocation", data.get("colocation"))
+    _only(where, "colocation", col, {"slowdown", "default", "source"})
+    slowdown = {}
+    for g, v in _map(where, "colocation.slowdown", col.get("slowdown")).items():
+        f = _dec(where, f"colocation.slowdown.{g}", v, positive=True)
+        if f < 1:
+            raise UsageError(f"{where}: colocation.slowdown.{g} = {v} is below 1; it is time shared / time alone")
+        slowdown[_key(where, "colocation.slowdown", g)] = f
+    default = _dec(where, "colocation.default", col.get("default", "1.10"), positive=True)
+    if default < 1:
+        raise UsageError(f"{where}: colocation.default = {default} is below 1; it is time shared / time alone")
+
+    pk = _map(where, "packing", data.get("packing"))
+    _only(where, "packing", pk, {"efficiency", "startup_factor"})
+    packing: dict[int, Decimal | None] = {1: Decimal(1)}
+    for k, v in _map(where, "packing.efficiency", pk.get("efficiency")).items():
+        kk = _key(where, "packing.efficiency", k)
+        packing[kk] = None if v is None else _dec(where, f"packing.efficiency.{k}", v, positive=True)
+        if packing[kk] is not None and packing[kk] > 1:
+            raise UsageError(f"{where}: packing.efficiency.{k} = {v} is above 1; it is time alone / time packed per stream")
+    startup = _dec(where, "packing.startup_factor", pk.get("startup_factor", "1.2"), positive=True)
+
+    parallel = str(data.get("parallel") or "none")
+    if parallel not in ("none", "data"):
+        raise UsageError(f"{where}: parallel must be 'none' (one job per GPU) or 'data' (data-parallel), not {parallel!r}")
+    sc = _map(where, "scaling", data.get("scaling"))
+    _only(where, "scaling", sc, {"intra_node_eff_per_doubling", "inter_node_speedup_per_doubling"})
+
+    st = _map(where, "staging", data.get("staging"))
+    _only(where, "staging", st, {"minutes", "size_gb", "bandwidth_mbps", "jpy"})
+    staging_s = 0
+    if st.get("minutes") is not None:
+        staging_s = int(_dec(where, "staging.minutes", st["minutes"]) * 60)
+    elif st.get("size_gb") is not None:
+        if st.get("bandwidth_mbps") is None:
+            raise UsageError(f"{where}: staging.size_gb needs staging.bandwidth_mbps (or give staging.minutes)")
+        size = _dec(where, "staging.size_gb", st["size_gb"])
+        bw = _dec(where, "staging.bandwidth_mbps", st["bandwidth_mbps"], positive=True)
+        staging_s = int(-(-(size * 8000) // bw))  # GB -> megabits, rounded up to a second
+
+    owned = data.get("owned") or []
+    if isinstance(owned, str):
+        owned = [owned]
+    if not isinstance(owned, list):
+        raise UsageError(f"{where}: owned must be a list of offer names")
+    assumptions = data.get("assumptions") or []
+    if not isinstance(assumptions, list):
+        raise UsageError(f"{where}: assumptions must be a list of lines")
+
+    return Workload(
+        name=str(data["name"]),
+        description=str(data.get("description") or ""),
+        jobs=jobs,
+        unit=str(data.get("unit") or "second"),
+        seconds_per_unit=spu,
+        reference_gpu=str(data["reference_gpu"]),
+        kind=str(data.get("kind") or "cnn-train"),
+        memory_gib=_dec(where, "memory_gib", data["memory_gib"], positive=True) if data.get("memory_gib") is not None else None,
+        speed=MappingProxyType(speed),
+        reference_speed=_dec(where, "reference_speed", data["reference_speed"], positive=True)
+        if data.get("reference_speed") is not None else None,
+        max_speed=_dec(where, "max_speed", data["max_speed"], positive=True) if data.get("max_speed") is not None else None,
+        colocation_slowdown=MappingProxyType(slowdown),
+        colocation_default=default,
+        colocation_source=str(col.get("source") or "ESTIMATE (not measured for this workload)"),
+        packing=MappingProxyType(packing),
+        startup_factor=startup,
+        parallel=parallel,
+        intra_node_eff_per_doubling=_dec(where, "scaling.intra_node_eff_per_doubling",
+                                         sc.get("intra_node_eff_per_doubling", "0.985"), positive=True),
+        inter_node_speedup_per_doubling=_dec(where, "scaling.inter_node_speedup_per_doubling",
+                                             sc.get("inter_node_speedup_per_doubling", "1.5"), positive=True),
+        staging_s=staging_s,
+        staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0)),
+        setup_s=int(_dec(where, "setup_minutes", data["setup_minutes"]) * 60) if data.get("setup_minutes") is not None else None,
+        owned=tuple(str(o) for o in owned),
+        source=str(data.get("source") or where),
+        assumptions=tuple(str(a) for a in assumptions),
+    )
+
+
+def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
+    """Replace the workload's figures with a measured profile's (gpuplan.profiles format)."""
+    from gpuplan.profiles import load_profile
+
+    prof = load_profile(profile_path)
+    o = prof.to_workload_overrides()
+    if o["unit"] != workload.unit:
+        raise UsageError(
+            f"profile {profile_path}: unit {o['unit']!r} does not match workload {workload.name}'s unit {workload.unit!r}"
+        )
+    changes: dict[str, Any] = {
+        "seconds_per_unit": o["seconds_per_unit"],
+        "reference_gpu": o["reference_gpu"],
+        "assumptions": workload.assumptions + (f"measured {o['profile_source']} (file {profile_path})",),
+    }
+    if o["reference_gpu"] != workload.reference_gpu:
+        changes["speed"] = MappingProxyType({})
+        changes["reference_speed"] = None
+    if o["memory_gib"] is not None:
+        changes["memory_gib"] = o["memory_gib"]
+    if o["colocation_slowdown"]:
+        changes["colocation_slowdown"] = MappingProxyType({g: f for g, f in o["colocation_slowdown"].items() if g > 1})
+        changes["colocation_source"] = o["profile_source"]
+    if o["packing_efficiency"]:
+        packing = {k: e for k, e in o["packing_efficiency"].items() if k <= o["max_per_gpu"]}
+        packing[1] = Decimal(1)
+        changes["packing"] = MappingProxyType(packing)
+    return replace(workload, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _root():
+    from importlib import resources
+
+    return resources.files("gpuplan.catalog_data") / "workloads"
+
+
+def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise UsageError(f"{where}: jobs must be a non-empty list of entries like {{count: 4, units: 1000}}")
+    out: list[Job] = []
+    for i, entry in enumerate(raw):
+        w = f"jobs[{i}]"
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: {w} must be a mapping with units, seconds, minutes or hours")
+        _only(where, w, entry, {"name", "count", "units", "seconds", "minutes", "hours"})
+        given = [k for k in ("units", "seconds", "minutes", "hours") if entry.get(k) is not None]
+        if len(given) != 1:
+            raise UsageError(f"{where}: {w} needs exactly one of units, seconds, minutes or hours")
+        value = _dec(where, f"{w}.{given[0]}", entry[given[0]], positive=True)
+        units = value if given[0] == "units" else value * {"seconds": 1, "minutes": 60, "hours": 3600}[given[0]] / spu
+        count = entry.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise UsageError(f"{where}: {w}.count must be a whole number of at least 1, not {count!r}")
+        name = str(entry.get("name") or f"job{i + 1}")
+        out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
+    return tuple(out)
+
+
+def _map(where: str, name: str, value: Any) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: {name} must be a mapping")
+    return value
+
+
+def _only(where: str, name: str, value: Mapping, allowed: set[str]) -> None:
+    unknown = set(map(str, value)) - allowed
+    if unknown:
+        raise UsageError(f"{where}: unknown field {name}.{sorted(unknown)[0]}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _key(where: str, name: str, key: Any) -> int:
+    try:
+        k = int(str(key))
+    except ValueError:
+        raise UsageError(f"{where}: {name} key {key!r} must be a whole number") from None
+    if k < 1:
+        raise UsageError(f"{where}: {name} key {key!r} must be at least 1")
+    return k
+
+
+def _dec(where: str, name: str, value: Any, positive: bool = False) -> Decimal:
+    if isinstance(value, bool):
+        raise UsageError(f"{where}: {name} must be a number, not {value!r}")
+    try:
+        d = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise UsageError(f"{where}: {name} must be a number, not {value!r}") from None
+    if not d.is_finite() or d < 0 or (positive and d == 0):
+        raise UsageError(f"{where}: {name} must be a {'positive ' if positive else ''}number, not {value!r}")
+    return d
