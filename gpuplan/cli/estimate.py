@@ -1,7 +1,282 @@
-"""CLI commands: placeholder, filled in by its issue."""
+"""`gpuplan estimate`: plan a batch of GPU work in yen, setup time counted, over every offer."""
+
+from __future__ import annotations
+
+import json
+import sys
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Annotated, Any, Optional
 
 import typer
 
+from gpuplan.errors import UsageError
+
+_FORMATS = ("table", "json", "csv")
+
+
+def parse_quotas(values: list[str]):
+    """`azure=20` (total vCPUs) and `azure:NC=24` / `azure:standardNCFamily=24` (one family)."""
+    from gpuplan.model import Quotas
+
+    total: dict[str, int] = {}
+    family: dict[tuple[str, str], int] = {}
+    for text in values:
+        key, sep, num = text.partition("=")
+        n = num.strip()
+        if not sep or not key.strip() or not n.isdigit():
+            raise UsageError(f"bad --quota {text!r}: write PROVIDER=VCPUS (azure=20) or PROVIDER:FAMILY=VCPUS (azure:NC=24)")
+        prov, _, fam = key.strip().partition(":")
+        if fam:
+            family[(prov.lower(), fam.strip())] = int(n)
+        else:
+            total[prov.lower()] = int(n)
+    return Quotas(total=total, family=family)
+
+
+def _measured_setup(cat) -> dict[tuple[str, str], tuple[int, str]]:
+    """Latest measured setup seconds per offer from the user's state DB, if it exists (never created here)."""
+    from gpuplan import paths
+
+    db = paths.state_db()
+    if not db.is_file():
+        return {}
+    from gpuplan.state import State
+
+    state = State(db)
+    out = {}
+    for o in cat.offers:
+        if (o.provider, o.name) in out:
+            continue
+        hit = state.setup_time(o.provider, o.name)
+        if hit is not None:
+            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {db}, {hit[1].date().isoformat()}")
+    return out
+
+
+def _minutes(seconds: int) -> int | float:
+    return seconds // 60 if seconds % 60 == 0 else round(seconds / 60, 2)
+
+
+def _yen2(value: Decimal) -> str:
+    return str(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
+    first, count = plan.fleet[0]
+    return {
+        "instance_type": first.name,
+        "provider": plan.provider,
+        "region": plan.region,
+        "count": count if len(plan.fleet) == 1 else plan.count,
+        "fleet": [{"instance_type": o.name, "count": n, "gpu": o.gpu, "gpus_per_machine": o.gpu_count} for o, n in plan.fleet],
+        "setup": plan.setup,
+        "per_gpu": plan.per_gpu,
+        "wall_minutes": _minutes(plan.wall_s),
+        "billed_minutes": _minutes(plan.billed_s),
+        "cost_jpy": plan.cost_jpy,
+        "cost_exact_jpy": _yen2(plan.cost) if plan.feasible or plan.vms else None,
+        "breakdown": {k: _yen2(v) for k, v in plan.breakdown.items()},
+        "machines": [
+            {"instance_type": v.offer.name, "role": v.role, "setup_s": v.setup_s, "capture_s": v.capture_s,
+             "staging_s": v.staging_s, "jobs_s": v.jobs_s, "idle_tail_s": v.idle_s, "billed_s": v.billed_s,
+             "cost_jpy": _yen2(v.cost), "jobs": list(v.jobs)}
+            for v in plan.vms
+        ],
+        "peak_vcpus": plan.peak_vcpus,
+        "feasible": plan.feasible,
+        "recommendable": plan.recommendable,
+        "reason": plan.reason,
+        "warnings": list(plan.warnings),
+        "note": plan.note,
+        "optimal": plan.optimal,
+        "assumptions": list(plan.assumptions),
+    }
+
+
+def _visible(est, show_all: bool) -> list:
+    """The best three per fleet and setup mode, plus each kind of exclusion once (with how many more alike)."""
+    alike: dict[int, int] = {}
+    if show_all:
+        return list(est.plans), alike
+    seen: dict[tuple, int] = {}
+    reasons: set[str] = set()
+    first_of: dict[str, object] = {}
+    out = []
+    for p in est.plans:
+        if p.feasible:
+            key = (p.label, p.region, p.setup, p.per_gpu)
+            # fleets of one offer type: keep the best 3 counts; mixes: the best 2 overall
+            key = (tuple(sorted(o.name for o, _ in p.fleet)), p.region, p.setup if len(p.fleet) == 1 else "mix")
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] <= (3 if len(p.fleet) == 1 else 2) or p is est.recommended or p in est.pareto:
+                out.append(p)
+        else:
+            o = p.fleet[0][0]
+            kind = p.reason.replace(o.name, "*")
+            if kind not in reasons:
+                reasons.add(kind)
+                out.append(p)
+                alike[id(p)] = 0
+                first_of[kind] = p
+            else:
+                alike[id(first_of[kind])] += 1
+    return out, alike
+
+
+def _render_table(est, show_all: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    w = est.workload
+    table = Table(title=f"gpuplan estimate: {w.name} ({len(w.jobs)} jobs), catalog {est.snapshot}", show_lines=False)
+    for col, just in (("", "left"), ("fleet", "left"), ("where", "left"), ("setup", "left"), ("wall", "right"),
+                      ("billed", "right"), ("yen", "right"), ("feasible / why excluded", "left")):
+        table.add_column(col, justify=just)
+    rows, alike = _visible(est, show_all)
+    for p in rows:
+        mark = "→" if p is est.recommended else ("·" if p in est.pareto else "")
+        fleet = p.label + (f" ({p.per_gpu}/GPU)" if p.per_gpu > 1 else "")
+        where = f"{p.provider} {p.region}"
+        if p.feasible:
+            status = "yes" + (" (warning: quota)" if p.warnings else "")
+            if not p.recommendable:
+                status = "owned: not recommended without --owned"
+            if not p.optimal:
+                status += " (schedule not proven optimal)"
+            table.add_row(mark, fleet, where, p.setup, f"{_minutes(p.wall_s)} min", f"{_minutes(p.billed_s)} min",
+                          f"¥{p.cost_jpy:,}", status)
+        else:
+            more = f" (and {alike[id(p)]} more offers alike)" if alike.get(id(p)) else ""
+            table.add_row(mark, fleet, where, "-", "-", "-", "-", f"no: {p.reason}{more}")
+    console.print(table)
+    rec = est.recommended
+    if rec is None:
+        console.print(f"[bold]No recommendation[/bold]: {est.reason}")
+        return
+    console.print(f"[bold]Recommended:[/bold] {rec.label} {rec.provider} {rec.region}, "
+                  f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
+                  f"¥{rec.cost_jpy:,}, wall {_minutes(rec.wall_s)} min, billed {_minutes(rec.billed_s)} min")
+    console.print(f"  why: {est.reason}")
+    parts = ", ".join(f"{k} ¥{_yen2(v)}" for k, v in rec.breakdown.items() if v)
+    console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})")
+    for warn in rec.warnings:
+        console.print(f"  [yellow]warning:[/yellow] {warn}")
+    for p in est.plans:
+        if p.note and p.feasible:
+            console.print(f"  {p.label}: {p.note}")
+    console.print("  → recommended, · on the cost / wall-time Pareto frontier"
+                  + ("" if show_all else "; --all lists every candidate"))
+    console.print("[bold]Assumptions:[/bold]")
+    for line in est.assumptions:
+        console.print(f"  - {line}", highlight=False, markup=False)
+
+
+def _render_csv(est) -> None:
+    import csv
+
+    cols = ["provider", "region", "fleet", "setup", "per_gpu", "count", "wall_minutes", "billed_minutes", "cost_jpy",
+            "feasible", "recommended", "pareto", "reason", "warnings"]
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(cols)
+    for p in est.plans:
+        writer.writerow([p.provider, p.region, p.label, p.setup, p.per_gpu, p.count,
+                         _minutes(p.wall_s) if p.feasible else "", _minutes(p.billed_s) if p.feasible else "",
+                         p.cost_jpy if p.feasible else "", str(p.feasible).lower(), str(p is est.recommended).lower(),
+                         str(p in est.pareto).lower(), p.reason, " | ".join(p.warnings)])
+
+
+def estimate_json(est) -> dict[str, Any]:
+    name = est.workload.name
+    return {
+        "snapshot": est.snapshot,
+        "workload": name,
+        "jobs": len(est.workload.jobs),
+        "recommended": plan_dict(est.recommended, name) if est.recommended else None,
+        "reason": est.reason,
+        "plans": [plan_dict(p, name) for p in est.plans],
+        "pareto": [plan_dict(p, name) for p in est.pareto],
+        "all_schedules_optimal": est.all_optimal,
+    }
+
+
+def save_plan(est, path: Path) -> None:
+    rec = est.recommended
+    if rec is None:
+        raise UsageError(f"nothing to save to {path}: {est.reason}")
+    data = plan_dict(rec, est.workload.name)
+    data.update({
+        "snapshot": est.snapshot,
+        "workload": est.workload.name,
+        "setup_mode": rec.setup,
+        "count": rec.fleet[0][1],  # workers of the first (or only) type; `fleet` lists a mix in full
+    })
+    try:
+        Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the plan to {path} ({exc.strerror})") from None
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command()
+    def estimate(
+        videos: Annotated[Optional[int], typer.Option(help="N colorize-hd jobs (field report A: one model per video).")] = None,
+        workload: Annotated[Optional[str], typer.Option(help="Built-in workload name or a YAML file (docs/workloads.md).")] = None,
+        as_of: Annotated[Optional[str], typer.Option("--as-of", help="Plan with the catalog as of YYYY-MM.")] = None,
+        provider: Annotated[Optional[str], typer.Option(help="Only this provider's offers.")] = None,
+        region: Annotated[Optional[str], typer.Option(help="Only this region's offers.")] = None,
+        deadline: Annotated[Optional[str], typer.Option(help="Latest wall time: 90m, 3h, 1h30m, 2d.")] = None,
+        objective: Annotated[str, typer.Option(help="cost (default) or time.")] = "cost",
+        quota: Annotated[Optional[list[str]], typer.Option(help="vCPU quota: azure=20 or azure:NC=24 (repeatable).")] = None,
+        fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
+        save: Annotated[Optional[Path], typer.Option(help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
+        profile: Annotated[Optional[Path], typer.Option(help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
+        owned: Annotated[Optional[list[str]], typer.Option(help="Owned hardware you already have (offer name); it may then be recommended.")] = None,
+        show_all: Annotated[bool, typer.Option("--all", help="List every candidate plan.")] = False,
+        release: Annotated[str, typer.Option(help="when-done (release each machine when its jobs end) or at-end.")] = "when-done",
+    ) -> None:
+        """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
+        from gpuplan import catalog, optimizer, workloads
+        from gpuplan.model import Setting
+        from gpuplan.units import parse_duration
+
+        if fmt not in _FORMATS:
+            raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
+        if release not in ("when-done", "at-end"):
+            raise UsageError(f"bad --release {release!r}: use when-done or at-end")
+        if videos is not None and workload is not None:
+            raise UsageError("give either --videos N or --workload NAME, not both")
+        if videos is not None:
+            if videos < 1:
+                raise UsageError(f"bad --videos {videos}: give the number of videos, at least 1")
+            work = workloads.videos(videos)
+        elif workload is not None:
+            work = workloads.load(workload)
+        else:
+            raise UsageError(f"say what to plan: --videos N or --workload NAME ({', '.join(workloads.builtin_names())}) or FILE")
+        if profile is not None:
+            work = workloads.apply_profile(work, profile)
+        deadline_s = parse_duration(deadline, "--deadline") if deadline else None
+        quotas = parse_quotas(quota or [])
+        cat = catalog.load(as_of)
+        setting = Setting(
+            catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
+            release=release, measured_setup=_measured_setup(cat), owned=tuple(owned or ()),
+        )
+        if owned:
+            known = {n.lower() for o in cat.offers if o.kind == "owned" for n in (o.name, *o.aliases)}
+            for name in owned:
+                if name.lower() not in known:
+                    raise UsageError(f"--owned {name!r} is not an owned offer in catalog {cat.snapshot}; owned: {', '.join(sorted(known)) or 'none'}")
+        est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective)
+        if save is not None:
+            save_plan(est, save)
+        if fmt == "json":
+            print(json.dumps(estimate_json(est), indent=2, ensure_ascii=False))
+        elif fmt == "csv":
+            _render_csv(est)
+        else:
+            _render_table(est, show_all)
