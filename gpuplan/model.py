@@ -36,7 +36,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from gpuplan.plan_types import Plan, VmUse, Workload
 from gpuplan.types import Offer
@@ -176,7 +176,7 @@ def dp_speedup(workload: Workload, gpus_per_vm: int, vms: int) -> Decimal:
 
 
 def ceil_s(x: Decimal) -> int:
-    return int(-(-x // 1))
+    return int(Decimal(x).to_integral_value(rounding=ROUND_CEILING))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,10 +260,10 @@ def make_plan(
         idle = wall - ends[i] if setting.release == "at-end" and role != "builder" else 0
         busy = s + c + st + j + idle
         b = billed(busy, o)
-        rate = o.price_jpy_per_hour / HOUR
+        price = o.price_jpy_per_hour
         for key, secs in (("setup", s), ("capture", c), ("staging", st), ("jobs", j), ("idle_tail", idle), ("rounding", b - busy)):
-            parts[key] += secs * rate
-        cost = b * rate
+            parts[key] += secs * price / HOUR
+        cost = b * price / HOUR
         total_billed += b
         uses.append(VmUse(o, role, s, c, st, j, idle, b, cost, ends[i] + idle, names_by_vm[i] if i < len(names_by_vm) else ()))
     workers = sum(1 for u in uses if u.role != "builder")

@@ -350,7 +350,7 @@ class _Planner:
         plans: list[Plan] = []
         owned = offer.kind in ("owned", "monthly")
         nj = len(self.ref)
-        for k in sorted(w.packing):
+        for k in sorted(set(w.packing) | {1}):
             try:
                 model.packing(w, offer, k)
             except Infeasible as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -118,7 +118,7 @@ def from_dict(data: Any, where: str) -> Workload:
             raise UsageError(f"{where}: staging.size_gb needs staging.bandwidth_mbps (or give staging.minutes)")
         size = _dec(where, "staging.size_gb", st["size_gb"])
         bw = _dec(where, "staging.bandwidth_mbps", st["bandwidth_mbps"], positive=True)
-        staging_s = int(-(-(size * 8000) // bw))  # GB -> megabits, rounded up to a second
+        staging_s = int((size * 8000 / bw).to_integral_value(rounding=ROUND_CEILING))  # GB -> megabits
 
     owned = data.get("owned") or []
     if isinstance(owned, str):

@@ -1,0 +1,76 @@
+"""Makespan schedules: greedy LPT is not optimal; the optimizer's schedules are, and say so."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from gpuplan import optimizer
+
+
+def brute_force(p, machines):
+    best = None
+    for assign in itertools.product(range(machines), repeat=len(p)):
+        loads = [0] * machines
+        for j, m in enumerate(assign):
+            loads[m] += p[j]
+        best = max(loads) if best is None else min(best, max(loads))
+    return best
+
+
+def test_lpt_is_not_optimal_but_the_schedule_is():
+    jobs = [3, 3, 2, 2, 2]
+    lpt = optimizer.lpt([jobs], [0, 0])
+    assert max(optimizer._loads([jobs], [0, 0], lpt)) == 7  # LPT: 3+2+2 | 3+2
+    s = optimizer.schedule([jobs], [0, 0])
+    assert s.makespan == 6 and s.optimal  # 3+3 | 2+2+2
+    assert sorted(s.loads) == [6, 6]
+
+
+def test_milp_and_branch_and_bound_find_the_optimum_from_the_lpt_start():
+    jobs = [3, 3, 2, 2, 2]
+    start = optimizer.lpt([jobs], [0, 0])
+    lb = optimizer.lower_bound([jobs], [0, 0])
+    assert lb == 6
+    assign, proven = optimizer._milp([jobs], [0, 0], start, lb, time_limit=5)
+    assert proven and max(optimizer._loads([jobs], [0, 0], assign)) == 6
+    assign, complete = optimizer._branch_and_bound([jobs], [0, 0], start, lb)
+    assert complete and max(optimizer._loads([jobs], [0, 0], assign)) == 6
+
+
+def test_schedules_match_brute_force_on_random_instances():
+    rng = random.Random(7)
+    lpt_worse = 0
+    for _ in range(40):
+        machines = rng.choice([2, 3])
+        jobs = [rng.randint(1, 9) for _ in range(rng.randint(4, 8))]
+        best = brute_force(jobs, machines)
+        s = optimizer.schedule([jobs], [0] * machines)
+        assert s.makespan == best and s.optimal
+        lpt_worse += max(optimizer._loads([jobs], [0] * machines, optimizer.lpt([jobs], [0] * machines))) > best
+    assert lpt_worse > 0  # the instances include ones where greedy falls short
+
+
+def test_milp_on_a_larger_instance_reaches_the_bound():
+    # 14 jobs (too many for branch and bound): 3,3,2,2,2 seven... two copies plus 4 ones on 4 machines
+    jobs = [3, 3, 2, 2, 2, 3, 3, 2, 2, 2, 1, 1, 1, 1]
+    types = [0] * 4
+    lb = optimizer.lower_bound([jobs], types)
+    assert lb == 7  # 28 / 4
+    assign, proven = optimizer._milp([jobs], types, optimizer.lpt([jobs], types), lb, time_limit=5)
+    assert proven and max(optimizer._loads([jobs], types, assign)) == 7
+
+
+def test_mixed_speeds_related_machines():
+    # three jobs of 4 s on a slow machine, 2 s on a fast one: fast takes two (4 s), slow one (4 s)
+    s = optimizer.schedule([[4, 4, 4], [2, 2, 2]], [0, 1])
+    assert s.makespan == 4 and s.optimal
+    assert sorted(s.assign).count(1) == 2
+
+
+def test_thousand_jobs_are_scheduled_optimally():
+    rng = random.Random(3)
+    jobs = [rng.choice([600, 900, 1200, 1800, 2400, 3600, 5400, 7200]) + rng.randint(0, 59) for _ in range(1000)]
+    s = optimizer.schedule([jobs], [0] * 37)
+    assert s.optimal and s.makespan == s.lower_bound
+    assert sum(s.loads) == sum(jobs)
