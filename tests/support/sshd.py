@@ -13,9 +13,9 @@
     stop_hosts(hosts)                         # also registered as a finalizer by the `sshd_hosts` helper
 
 Each host is a separate `/usr/sbin/sshd -D -e -f <config>` process on 127.0.0.1 with its own
-ed25519 host key; all accept the same client key for root. sshd sets, per session,
-`GPUPLAN_FAKE_ROOT=<fake_root>`, `GPUPLAN_SSHD_DIR=<host dir>` and
-`PATH=<tests/support/fakebin>:/usr/bin:/bin`, so the stand-in commands in fakebin (apt-get,
+ed25519 host key; all accept the same client key for root (and keys added to `<fake_root>/root/.ssh/authorized_keys`). sshd sets, per session,
+`GPUPLAN_FAKE_ROOT=<fake_root>`, `GPUPLAN_SSHD_DIR=<host dir>`, `HOME=<fake_root>/root` (the
+login user's files, and a fast ~/.bashrc) and `PATH=<tests/support/fakebin>:/usr/bin:/bin`, so the stand-in commands in fakebin (apt-get,
 dpkg-query, nvidia-smi, nvcc, reboot, ...) record what they do under that host's fake root.
 Playbooks reach the fake root through their `root` parameter: pass `root='$GPUPLAN_FAKE_ROOT'`
 (single-quoted so it expands on each host). The `reboot` stand-in kills this host's sshd and
@@ -145,7 +145,7 @@ _CONFIG = """Port {port}
 ListenAddress 127.0.0.1
 HostKey {dir}/ssh_host_ed25519_key
 PidFile none
-AuthorizedKeysFile {dir}/authorized_keys
+AuthorizedKeysFile {dir}/authorized_keys {root}/root/.ssh/authorized_keys
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PubkeyAuthentication yes
@@ -154,7 +154,7 @@ UsePAM no
 MaxStartups 100:30:200
 MaxSessions 50
 Subsystem sftp internal-sftp
-SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} PATH={fakebin}:/usr/bin:/bin
+SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} HOME={root}/root PATH={fakebin}:/usr/bin:/bin
 """
 
 

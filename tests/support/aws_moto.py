@@ -1,0 +1,152 @@
+"""moto in server mode as the AWS stand-in: one in-process ThreadedMotoServer per test run,
+wiped before each test (POST /moto-api/reset), with moto's realism switches on so a bogus
+instance type, AMI or key pair is refused as AWS would.
+
+    from support.aws_moto import moto_aws  # the fixture
+    def test_x(moto_aws):
+        prov = moto_aws.provider()
+        ...
+        assert moto_aws.held() == {}
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+REGION = "us-east-1"
+REALISM = {
+    "MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION": "true",
+    "MOTO_ENABLE_AMI_VALIDATION": "true",
+    "MOTO_ENABLE_KEYPAIR_VALIDATION": "true",
+}
+_server: dict[str, object] = {}
+_lock = threading.Lock()
+
+
+def server_url() -> str:
+    """Start the shared moto server once (its settings are read from this process's environment,
+    so they are set before it starts) and return its endpoint."""
+    with _lock:
+        if "url" not in _server:
+            os.environ.update(REALISM)
+            # No built-in AMIs (1301 old ones): resets are faster and only the test's AMI exists.
+            amis = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="gpuplan-moto-amis-", delete=False)
+            json.dump([], amis)
+            amis.close()
+            os.environ["MOTO_AMIS_PATH"] = amis.name
+            from moto.server import ThreadedMotoServer
+
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            server.start()
+            host, port = server.get_host_and_port()
+            atexit.register(server.stop)
+            atexit.register(os.unlink, amis.name)
+            _server.update(server=server, url=f"http://{host}:{port}")
+        return str(_server["url"])
+
+
+def reset() -> None:
+    import requests
+
+    requests.post(server_url() + "/moto-api/reset", timeout=30).raise_for_status()
+
+
+def point_env_at_moto(monkeypatch, tmp_path) -> str:
+    """AWS CLI-style environment aimed at moto, isolated from any real ~/.aws."""
+    url = server_url()
+    for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return url
+
+
+@dataclass
+class MotoAws:
+    """Direct access to the emulator, for arranging a test and for asserting what it holds."""
+
+    url: str
+    ami: str = ""
+    baseline_snapshots: set[str] = field(default_factory=set)
+
+    def ec2(self, region: str = REGION):
+        import boto3
+
+        return boto3.client("ec2", region_name=region, endpoint_url=self.url)
+
+    def register_ami(self, name: str = "gpuplan-test-ubuntu", region: str = REGION) -> str:
+        ec2 = self.ec2(region)
+        ami = ec2.register_image(
+            Name=name, RootDeviceName="/dev/sda1", Architecture="x86_64", VirtualizationType="hvm",
+            BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 8}}])["ImageId"]
+        self.baseline_snapshots |= {s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]}
+        return ami
+
+    def provider(self, config: dict | None = None, **kwargs):
+        """An AwsProvider built the way the CLI builds it (credentials and endpoint from the
+        environment), with the test AMI, a 64-vCPU fallback quota and fast polling."""
+        from gpuplan.providers.aws import AwsProvider
+
+        conf = {"ami": self.ami, "quota_vcpus": "64", **(config or {})}
+        kwargs.setdefault("poll_s", 0.01)
+        return AwsProvider(conf, **kwargs)
+
+    def held(self, region: str = REGION) -> dict[str, list[str]]:
+        """Everything billable or blocking that exists beyond the test's own AMI: non-terminated
+        instances, volumes, non-default security groups, key pairs, own AMIs and snapshots."""
+        ec2 = self.ec2(region)
+        out = {
+            "instances": [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+                          if i["State"]["Name"] != "terminated"],
+            "volumes": [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]],
+            "security-groups": [g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]
+                                if g["GroupName"] != "default"],
+            "key-pairs": [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]],
+            "images": [i["ImageId"] for i in ec2.describe_images(Owners=["self"])["Images"] if i["ImageId"] != self.ami],
+            "snapshots": [s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]
+                          if s["SnapshotId"] not in self.baseline_snapshots],
+        }
+        return {k: v for k, v in out.items() if v}
+
+
+def fail_nth_call(prov, operation: str, n: int, code: str = "InsufficientInstanceCapacity",
+                  message: str = "We currently do not have sufficient capacity in the Availability Zone you requested.",
+                  region: str = REGION) -> list[int]:
+    """Make the provider's `n`th (1-based) call of `operation` (e.g. "RunInstances") fail with an
+    AWS error `code`, before it reaches moto. Returns the list that counts the calls."""
+    from botocore.exceptions import ClientError
+
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def hook(**_):
+        with lock:
+            calls.append(1)
+            nth = len(calls)
+        if nth == n:
+            raise ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+    prov.client("ec2", region).meta.events.register(f"before-call.ec2.{operation}", hook)
+    return calls
+
+
+@pytest.fixture
+def moto_aws(monkeypatch, tmp_path) -> MotoAws:
+    """A wiped moto with one registered Ubuntu-like AMI, and the environment pointed at it."""
+    url = point_env_at_moto(monkeypatch, tmp_path)
+    reset()
+    m = MotoAws(url)
+    m.ami = m.register_ami()
+    return m
