@@ -1,7 +1,162 @@
-"""CLI commands: placeholder, filled in by its issue."""
+"""`gpuplan bench` (measure a reference job into a profile) and `gpuplan run` (fan jobs out
+over a cluster's GPUs, or launch one data-parallel job through torchrun)."""
+
+from __future__ import annotations
+
+import shlex
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.errors import UsageError
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _yen(amount: Decimal | None) -> str:
+    if amount is None:
+        return "?"
+    return f"¥{int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP)):,}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def bench(
+    workload: Annotated[str, typer.Argument(help="Reference job: colorize, resnet50, vgg_cifar, detect_streams.")],
+    local: Annotated[bool, typer.Option("--local", help="Measure on this machine.")] = False,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", help="Measure on this cluster's nodes over SSH.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny shapes (CPU-only machines): proves the pipeline, not the speed.")] = False,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="Slots per node to use (default: all GPUs; 2 processes on a CPU).")] = None,
+    max_pack: Annotated[int, typer.Option("--max-pack", help="Try up to this many jobs sharing one GPU.")] = 4,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (.yaml or .json).")] = None,
+    python: Annotated[str, typer.Option("--python", help="Python on the cluster's nodes (with gpuplan[bench] installed).")] = "python3",
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds each measurement may take.")] = 1800,
+    job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.")] = None,
+) -> None:
+    """Measure a reference job (alone, co-located, packed, data-parallel) and save a profile."""
+    from gpuplan import bench as bench_mod
+
+    if local == (cluster is not None):
+        raise UsageError("say where to measure: --local or --cluster NAME (one of them)")
+    if max_pack < 1 or (gpus is not None and gpus < 1) or timeout < 1:
+        raise UsageError("--max-pack, --gpus and --timeout must be at least 1")
+    if out is not None and out.suffix not in (".yaml", ".yml", ".json"):
+        raise UsageError(f"--out {out}: the profile file must end in .yaml, .yml or .json")
+    if workload not in bench_mod.JOBS:
+        raise UsageError(f"unknown workload {workload!r}: choose one of {', '.join(sorted(bench_mod.JOBS))}")
+    err = _console(stderr=True)
+    if local:
+        executor = bench_mod.LocalExecutor()
+    else:
+        from gpuplan.state import State
+
+        executor = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python)
+    opts = bench_mod.BenchOptions(
+        workload=workload, quick=quick, gpus=gpus, max_pack=max_pack, timeout=timeout,
+        job_args=tuple(shlex.split(job_args or "")),
+        command=shlex.join(["gpuplan", "bench", workload, *(["--local"] if local else ["--cluster", cluster]),
+                            *(["--quick"] if quick else []), *(["--gpus", str(gpus)] if gpus else []),
+                            "--max-pack", str(max_pack), *(["--job-args", job_args] if job_args else [])]),
+        progress=lambda m: err.print(f"[dim]…[/dim] {m}"),
+    )
+    profile, path = bench_mod.bench(opts, executor, out)
+    _print_profile(profile, path)
+
+
+def _print_profile(profile, path: Path) -> None:
+    from rich.table import Table
+
+    con = _console()
+    p = profile.provenance
+    con.print(f"{profile.workload} on {profile.reference_gpu} ({p.gpu}; torch {p.torch or '?'}, CUDA {p.cuda or '-'},"
+              f" driver {p.driver or '-'})" + ("  [yellow]quick CPU run: tiny shapes, not real speed[/yellow]" if p.quick else ""))
+    con.print(f"alone: {profile.seconds_per_unit:.6g} s per {profile.unit}"
+              + (f", {profile.memory_per_job_gib:.3g} GiB GPU memory" if profile.memory_per_job_gib else ""))
+    table = Table("measure", "n", "value")
+    for g, f in sorted(profile.colocation_slowdown.items()):
+        table.add_row("co-location slowdown", str(g), f"{f:.3f}x")
+    for k in sorted(profile.packing_fits):
+        eff = profile.packing_efficiency.get(k)
+        table.add_row("packed per GPU: efficiency", str(k), f"{eff:.3f}" if profile.packing_fits[k] and eff else "does not fit")
+    for s in profile.dp_scaling:
+        table.add_row("data-parallel efficiency", f"{s.gpus} on {s.nodes} node(s)", f"{s.efficiency:.3f}")
+    con.print(table)
+    con.print(f"profile written to {path}")
+
+
+def run(
+    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
+    command: Annotated[list[str], typer.Argument(help="After --: the command; {item} is replaced by each item.")],
+    items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (# comments skipped).")] = None,
+    per_gpu: Annotated[int, typer.Option("--per-gpu", help="Jobs sharing each GPU at once.")] = 1,
+    retries: Annotated[int, typer.Option("--retries", help="Extra attempts for a failed job (on any free slot).")] = 0,
+    plan: Annotated[Optional[Path], typer.Option("--plan", help="plan.json from `gpuplan estimate --save`: compare measured with predicted.")] = None,
+    torchrun: Annotated[bool, typer.Option("--torchrun", help="One data-parallel job over all nodes' GPUs through torchrun.")] = False,
+    python: Annotated[str, typer.Option("--python", help="Python on the nodes, for --torchrun.")] = "python3",
+    master_port: Annotated[int, typer.Option("--master-port", help="torchrun rendezvous port on the first node.")] = 29500,
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds one job may run.")] = 24 * 3600,
+) -> None:
+    """Run jobs on every GPU slot of a cluster, fetch their logs, and compare time and yen with the plan."""
+    from gpuplan import runner
+    from gpuplan.state import State
+
+    if not command:
+        raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
+    if per_gpu < 1 or retries < 0 or timeout < 1:
+        raise UsageError("--per-gpu and --timeout must be at least 1 and --retries at least 0")
+    if torchrun == (items is not None):
+        raise UsageError("give --items FILE (one job per item) or --torchrun (one job over all GPUs), not both or neither")
+    predicted = runner.read_plan(plan) if plan else None
+    state = State.open_default()
+    err = _console(stderr=True)
+    progress = lambda m: err.print(f"[dim]…[/dim] {m}")  # noqa: E731
+    if torchrun:
+        summary = runner.run_torchrun(state, cluster, command, python=python, master_port=master_port,
+                                      timeout=timeout, progress=progress)
+    else:
+        summary = runner.run_items(state, cluster, runner.read_items(items), command, per_gpu=per_gpu,
+                                   retries=retries, timeout=timeout, progress=progress)
+    _print_summary(summary, predicted)
+    if summary.failed:
+        raise runner.JobsFailed(f"{len(summary.failed)} of {len(summary.jobs)} job(s) failed after retries:"
+                                f" {', '.join(j.job for j in summary.failed[:5])}; logs in {summary.log_dir}")
+
+
+def _print_summary(summary, predicted) -> None:
+    from rich.table import Table
+
+    from gpuplan import runner
+
+    con = _console()
+    table = Table("job", "slot", "status", "attempts", "seconds", "log")
+    for j in summary.jobs:
+        table.add_row(j.job, j.slot, j.status, str(j.attempts), f"{j.seconds:.1f}", str(j.log_path))
+    con.print(table)
+    cmp = runner.compare(summary, predicted)
+    con.print(f"measured: wall {_duration(cmp.measured_wall_s)}, {_yen(cmp.measured_yen)}"
+              f" ({summary.nodes} node(s) x {_yen(summary.price_jpy_per_hour)}/h)")
+    if predicted is not None:
+        con.print(f"plan:     wall {_duration(cmp.predicted_wall_s)}, {_yen(cmp.predicted_yen)}"
+                  f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}")
+
+
+def _pct(value: Decimal | None) -> str:
+    return "?" if value is None else f"{value:+.1f}%"
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("bench")(bench)
+    app.command("run", context_settings={"allow_extra_args": False})(run)

@@ -93,12 +93,29 @@ def timed(step: Callable[[], None], args: argparse.Namespace, device: torch.devi
         step()
     sync(device)
     barrier()
+    start_together()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
     sync(device)
     seconds = time.perf_counter() - t0
     return all_max(seconds, device)
+
+
+def start_together(timeout: float = 600.0) -> None:
+    """With GPUPLAN_START_BARRIER=<dir>:<n>, wait until n processes have reached this point, so
+    that co-located jobs time the same stretch rather than one another's start-up."""
+    spec = os.environ.get("GPUPLAN_START_BARRIER")
+    if not spec:
+        return
+    folder, _, n = spec.rpartition(":")
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, f"ready.{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + timeout
+    while len([f for f in os.listdir(folder) if f.startswith("ready.")]) < int(n):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"start barrier {folder}: fewer than {n} processes arrived in {timeout:.0f} s")
+        time.sleep(0.01)
 
 
 def barrier() -> None:
@@ -188,6 +205,11 @@ def emit(record: dict, as_json: bool) -> None:
 
 def fail(args: argparse.Namespace, message: str, code: int, **extra: object) -> None:
     """Refuse cleanly: one line (JSON with status when --json) and a distinct exit code."""
+    spec = os.environ.get("GPUPLAN_START_BARRIER")
+    if spec:  # let the processes waiting for this one go on without it
+        folder = spec.rpartition(":")[0]
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, f"ready.{os.getpid()}"), "w").close()
     if getattr(args, "json", False):
         print(json.dumps({"status": "refused" if code == EXIT_NO_FIT else "error", "reason": message, **extra}),
               flush=True)

@@ -1,0 +1,402 @@
+"""`gpuplan run`: fan jobs out over every GPU slot of a cluster, or launch one data-parallel job.
+
+Item mode: one job per item, a queue shared by all slots (node x GPU x --per-gpu), each job run
+over SSH as `CUDA_VISIBLE_DEVICES=<gpu> CMD` with its output in a log on the node, fetched back to
+`<state_dir>/runs/<cluster>/<job>.log`. A failed job goes back on the queue until it has had
+1 + retries attempts. Every job's outcome is recorded with `State.record_run`.
+
+torchrun mode: the same command on every node through `python -m torch.distributed.run` (the
+engine behind `torchrun`) with a static rendezvous on the first node's private address, node
+ranks 0..N-1 and one process per GPU.
+
+At the end: measured wall time and yen (nodes x the cluster's price x wall time), next to what a
+saved plan predicted.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import GpuplanError, NotFound, UsageError
+
+REMOTE_LOG_DIR = ".gpuplan/runs"  # relative to the SSH user's home on each node
+
+
+class JobsFailed(GpuplanError):
+    """Some jobs failed after all their attempts (exit code 5: the run happened, the work did not)."""
+
+    exit_code = 5
+
+
+@dataclass(frozen=True)
+class Target:
+    """One node of a cluster, reachable over SSH."""
+
+    node: str
+    host: Any  # gpuplan.remote.Host
+    private_ip: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    target: int  # index into the targets
+    gpu: int | None  # None on a CPU-only node: no CUDA_VISIBLE_DEVICES
+    k: int  # which of --per-gpu sharing that GPU
+
+    def label(self, targets: Sequence[Target]) -> str:
+        node = targets[self.target].node
+        return f"{node}:{'cpu' if self.gpu is None else self.gpu}" + (f"/{self.k}" if self.k else "")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job: str
+    item: str
+    slot: str
+    node: str
+    status: str  # ok | failed
+    attempts: int
+    seconds: float  # the last attempt
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    cluster: str
+    jobs: tuple[JobResult, ...]
+    wall_seconds: float
+    nodes: int
+    price_jpy_per_hour: Decimal | None
+    log_dir: Path
+
+    @property
+    def failed(self) -> list[JobResult]:
+        return [j for j in self.jobs if j.status != "ok"]
+
+    @property
+    def yen(self) -> Decimal | None:
+        """Every node billed for the run's wall time at the cluster's hourly price."""
+        if self.price_jpy_per_hour is None:
+            return None
+        return self.price_jpy_per_hour * self.nodes * Decimal(str(self.wall_seconds)) / 3600
+
+
+# --- inputs --------------------------------------------------------------------------------
+
+
+def read_items(path: Path) -> list[str]:
+    """One item per line; blank lines and lines starting with # are skipped."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"items file {path} not found; write one item (video, file, seed) per line") from None
+    items = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    if not items:
+        raise UsageError(f"items file {path} has no items; write one per line")
+    return items
+
+
+def read_plan(path: Path) -> dict:
+    """The prediction in a plan file from `gpuplan estimate --save`: wall seconds and yen.
+
+    Accepts the recommended plan at the top level or under "recommended"; wall time under
+    wall_s / wall_seconds, cost under cost_jpy / yen / cost (a number or {"total": ...})."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"plan file {path} not found; write one with `gpuplan estimate ... --save {path}`") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
+    plan = data.get("recommended", data) if isinstance(data, dict) else None
+    if not isinstance(plan, dict):
+        raise UsageError(f"plan file {path}: expected a JSON object; write it with `gpuplan estimate --save`")
+    wall = _first(plan, ("wall_s", "wall_seconds", "wall_time_s"))
+    cost = _first(plan, ("cost_jpy", "yen", "cost"))
+    if isinstance(cost, dict):
+        cost = _first(cost, ("total_jpy", "total", "yen"))
+    if wall is None or cost is None:
+        raise UsageError(f"plan file {path} has no wall time or cost; write it with `gpuplan estimate ... --save`")
+    return {"wall_s": Decimal(str(wall)), "yen": Decimal(str(cost)), "raw": plan}
+
+
+def _first(d: dict, keys: Sequence[str]) -> Any:
+    for k in keys:
+        if d.get(k) is not None:
+            return d[k]
+    return None
+
+
+def job_name(index: int, item: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(item).name or item).strip("_.")[:60]
+    return f"{index:04d}-{slug or 'item'}"
+
+
+def render(command: Sequence[str], item: str) -> str:
+    """The shell command for one item: each word shell-quoted after {item} is substituted."""
+    return shlex.join([word.replace("{item}", item) for word in command])
+
+
+def torchrun_argv(python: str, *, nodes: int, nproc_per_node: int, node_rank: int, master_addr: str,
+                  master_port: int, program: Sequence[str]) -> list[str]:
+    """`python -m torch.distributed.run` (torchrun) with a static rendezvous on master_addr."""
+    return [python, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc_per_node),
+            "--node-rank", str(node_rank), "--master-addr", master_addr, "--master-port", str(master_port), *program]
+
+
+def torchrun_program(command: Sequence[str]) -> list[str]:
+    """What torchrun runs: `python -m mod ...` -> `-m mod ...`, `python x.py` -> `x.py`,
+    anything else -> `--no-python cmd ...`."""
+    cmd = list(command)
+    if not cmd:
+        raise UsageError("give the command after --")
+    head = Path(cmd[0]).name
+    if head in ("torchrun",) or cmd[:3] == [cmd[0], "-m", "torch.distributed.run"]:
+        raise UsageError("give the training command itself after --; gpuplan adds torchrun and its rendezvous")
+    if re.fullmatch(r"python(\d(\.\d+)?)?", head):
+        rest = cmd[1:]
+        if not rest:
+            raise UsageError("the command runs python with nothing to run; add -m MODULE or a script")
+        return rest
+    return ["--no-python", *cmd]
+
+
+# --- the cluster --------------------------------------------------------------------------
+
+
+def cluster_targets(state, cluster: str) -> list[Target]:
+    """The cluster's running nodes as SSH targets, host keys pinned from the state store."""
+    from gpuplan import remote
+
+    row = state.cluster(cluster)
+    if row is None:
+        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
+    nodes = [n for n in state.nodes(cluster) if n.status == "running" and n.public_ip]
+    if not nodes:
+        raise UsageError(f"cluster {cluster} has no running nodes (status {row.status}); provision it first")
+    return [
+        Target(n.name, remote.host_for_node(state, row, n), n.private_ip or n.public_ip, n.gpus)
+        for n in nodes
+    ]
+
+
+def _ssh_run(target: Target, command: str, timeout: int):
+    from gpuplan import remote
+
+    return remote.run(target.host, command, timeout=timeout)
+
+
+def _ssh_get(target: Target, remote_path: str, local_path: Path) -> None:
+    from gpuplan import remote
+
+    remote.get(target.host, remote_path, local_path)
+
+
+def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
+    """GPUs per node: the state's count, or `nvidia-smi -L` where the state says 0."""
+    counts = []
+    for t in targets:
+        if t.gpus > 0:
+            counts.append(t.gpus)
+            continue
+        r = _ssh_run(t, "nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true", timeout)
+        text = r.stdout.strip()
+        counts.append(int(text) if text.isdigit() else 0)
+    return counts
+
+
+def make_slots(gpus_per_node: Sequence[int], per_gpu: int) -> list[Slot]:
+    """Round-robin over nodes first, so a short queue spreads over machines, not one machine's GPUs."""
+    per_node = [[Slot(t, g, k) for k in range(per_gpu) for g in (range(n) if n else [None])]
+                for t, n in enumerate(gpus_per_node)]
+    slots: list[Slot] = []
+    for i in range(max(len(s) for s in per_node)):
+        slots += [s[i] for s in per_node if i < len(s)]
+    return slots
+
+
+# --- item mode ----------------------------------------------------------------------------
+
+
+def run_items(state, cluster: str, items: Sequence[str], command: Sequence[str], *, per_gpu: int = 1,
+              retries: int = 0, timeout: int = 86400, progress: Callable[[str], None] = lambda _m: None,
+              targets: Sequence[Target] | None = None) -> RunSummary:
+    """Run one job per item over every slot; returns when every job succeeded or used its attempts."""
+    from gpuplan import paths
+
+    if "{item}" not in " ".join(command):
+        raise UsageError("the command has no {item}: write where each item goes, e.g. -- python train.py {item}")
+    row = state.cluster(cluster)
+    if row is None:
+        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
+    targets = list(targets) if targets is not None else cluster_targets(state, cluster)
+    slots = make_slots(detect_gpus(targets), per_gpu)
+    log_dir = paths.state_dir() / "runs" / cluster
+    log_dir.mkdir(parents=True, exist_ok=True)
+    progress(f"{len(items)} job(s) over {len(slots)} slot(s) on {len(targets)} node(s)")
+
+    work: queue.Queue = queue.Queue()
+    for i, item in enumerate(items):
+        work.put((job_name(i, item), item, 1))
+    results: dict[str, JobResult] = {}
+    lock = threading.Lock()
+    remaining = [len(items)]
+
+    def one_attempt(slot: Slot, job: str, item: str, attempt: int) -> tuple[int, float, str]:
+        t = targets[slot.target]
+        remote_log = f"{REMOTE_LOG_DIR}/{cluster}/{job}.{attempt}.log"
+        env = f"CUDA_VISIBLE_DEVICES={slot.gpu} " if slot.gpu is not None else ""
+        cmd = (f"mkdir -p {REMOTE_LOG_DIR}/{cluster} && ( {env}GPUPLAN_ITEM={shlex.quote(item)}"
+               f" GPUPLAN_JOB={job} {render(command, item)} ) > {remote_log} 2>&1")
+        t0 = time.monotonic()
+        r = _ssh_run(t, cmd, timeout)
+        seconds = time.monotonic() - t0
+        fetched = log_dir / f"{job}.{attempt}.part"
+        try:
+            _ssh_get(t, remote_log, fetched)
+            text = fetched.read_text(errors="replace")
+            fetched.unlink()
+        except Exception as exc:  # the log is evidence, not the outcome: keep going without it
+            text = f"(log not fetched: {type(exc).__name__}: {exc})\n{r.stderr}"
+        return r.exit_code, seconds, text
+
+    def worker(slot: Slot) -> None:
+        label = slot.label(targets)
+        while True:
+            with lock:
+                if remaining[0] == 0:
+                    return
+            try:
+                job, item, attempt = work.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            started = _now()
+            try:
+                code, seconds, text = one_attempt(slot, job, item, attempt)
+            except Exception as exc:  # SSH dropped, host gone: counts as a failed attempt
+                code, seconds, text = -1, 0.0, f"(attempt failed before the job ran: {type(exc).__name__}: {exc})\n"
+            log_path = log_dir / f"{job}.log"
+            with open(log_path, "a") as fh:
+                fh.write(f"=== {job} attempt {attempt} on {label}: exit {code}, {seconds:.1f} s ===\n{text}")
+                if not text.endswith("\n"):
+                    fh.write("\n")
+            if code != 0 and attempt <= retries:
+                progress(f"{job} failed on {label} (exit {code}); retrying ({attempt}/{retries})")
+                work.put((job, item, attempt + 1))
+                continue
+            status = "ok" if code == 0 else "failed"
+            res = JobResult(job, item, label, targets[slot.target].node, status, attempt, seconds, log_path)
+            state.record_run(cluster, job, res.node, label, status, attempt, seconds, str(log_path), started)
+            progress(f"{job} {status} on {label} in {seconds:.1f} s")
+            with lock:
+                results[job] = res
+                remaining[0] -= 1
+
+    for old in log_dir.glob("*.log"):
+        if any(old.name == f"{job_name(i, it)}.log" for i, it in enumerate(items)):
+            old.unlink()
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in slots]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.monotonic() - t0
+    ordered = tuple(results[job_name(i, it)] for i, it in enumerate(items))
+    return RunSummary(cluster, ordered, wall, len(targets), row.price_jpy_per_hour, log_dir)
+
+
+# --- torchrun mode ------------------------------------------------------------------------
+
+
+def run_torchrun(state, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
+                 timeout: int = 86400, progress: Callable[[str], None] = lambda _m: None,
+                 targets: Sequence[Target] | None = None) -> RunSummary:
+    """One data-parallel job on every node at once; node 0's private address hosts the rendezvous."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpuplan import paths
+
+    program = torchrun_program(command)
+    row = state.cluster(cluster)
+    if row is None:
+        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
+    targets = list(targets) if targets is not None else cluster_targets(state, cluster)
+    gpus = detect_gpus(targets)
+    log_dir = paths.state_dir() / "runs" / cluster
+    log_dir.mkdir(parents=True, exist_ok=True)
+    master = targets[0].private_ip
+    progress(f"torchrun over {len(targets)} node(s), rendezvous {master}:{master_port}")
+
+    def node(rank: int) -> JobResult:
+        t = targets[rank]
+        argv = torchrun_argv(python, nodes=len(targets), nproc_per_node=max(1, gpus[rank]), node_rank=rank,
+                             master_addr=master, master_port=master_port, program=program)
+        job = f"torchrun-{t.node}"
+        remote_log = f"{REMOTE_LOG_DIR}/{cluster}/{job}.log"
+        started = _now()
+        t0 = time.monotonic()
+        try:
+            r = _ssh_run(t, f"mkdir -p {REMOTE_LOG_DIR}/{cluster} && ( {shlex.join(argv)} ) > {remote_log} 2>&1", timeout)
+            code, err = r.exit_code, r.stderr
+        except Exception as exc:
+            code, err = -1, f"{type(exc).__name__}: {exc}"
+        seconds = time.monotonic() - t0
+        log_path = log_dir / f"{job}.log"
+        try:
+            _ssh_get(t, remote_log, log_path)
+        except Exception as exc:
+            log_path.write_text(f"(log not fetched: {type(exc).__name__}: {exc})\n{err}")
+        status = "ok" if code == 0 else "failed"
+        label = f"{t.node}:rank{rank}"
+        state.record_run(cluster, job, t.node, label, status, 1, seconds, str(log_path), started)
+        progress(f"{job} {status} in {seconds:.1f} s")
+        return JobResult(job, "", label, t.node, status, 1, seconds, log_path)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        results = tuple(pool.map(node, range(len(targets))))
+    wall = time.monotonic() - t0
+    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir)
+
+
+# --- measured vs predicted ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    measured_wall_s: float
+    measured_yen: Decimal | None
+    predicted_wall_s: Decimal | None
+    predicted_yen: Decimal | None
+    wall_error_pct: Decimal | None  # (measured - predicted) / predicted x 100
+    yen_error_pct: Decimal | None
+
+
+def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
+    def err(measured: Decimal | None, pred: Decimal | None) -> Decimal | None:
+        if measured is None or pred is None or pred == 0:
+            return None
+        return (measured - pred) / pred * 100
+
+    wall = Decimal(str(summary.wall_seconds))
+    pw = predicted["wall_s"] if predicted else None
+    py = predicted["yen"] if predicted else None
+    return Comparison(summary.wall_seconds, summary.yen, pw, py, err(wall, pw), err(summary.yen, py))
+
+
+def _now():
+    from gpuplan.state import now
+
+    return now()
+

@@ -1,0 +1,29 @@
+"""`gpuplan bench --local --quick` end to end on this CPU: real job processes, a real profile file."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan import profiles
+
+pytestmark = pytest.mark.torch
+pytest.importorskip("torch")
+
+
+def test_bench_local_quick_writes_a_cpu_profile_with_provenance(cli, gpuplan_home, monkeypatch):
+    from gpuplan import bench
+
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # this machine's answer, made explicit
+    out = gpuplan_home / "colorize.json"
+    r = cli("bench", "colorize", "--local", "--quick", "--gpus", "2", "--max-pack", "1", "--out", str(out))
+    assert r.code == 0, r.err
+    prof = profiles.load_profile(out)
+    assert (prof.workload, prof.unit, prof.reference_gpu) == ("colorize", "epoch", "cpu")
+    assert prof.seconds_per_unit > 0 and prof.memory_per_job_gib is None  # RSS is not GPU memory
+    assert set(prof.colocation_slowdown) == {1, 2} and prof.colocation_slowdown[2] > 0
+    assert prof.packing_fits == {1: True}  # --max-pack 1; packing itself: test_bench_profiles.py
+    assert prof.dp_scaling == ()  # colorize is one job per GPU, as in report A
+    p = prof.provenance
+    assert p.quick and p.device == "cpu" and p.source == "gpuplan bench" and p.torch.startswith("2.")
+    assert "bench colorize --local --quick" in p.command and "tiny shapes" in p.notes
+    assert "quick CPU run" in r.out and str(out) in r.out.replace("\n", "")

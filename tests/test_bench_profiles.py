@@ -1,0 +1,155 @@
+"""Profile files and the bench arithmetic, with a scripted executor (no torch, no processes)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from gpuplan import bench, profiles
+from gpuplan.errors import RemoteError, UsageError
+
+
+def test_report_a_catalog_profile_gives_the_planner_its_figures():
+    path = next(p for p in profiles.catalog_profiles() if p.name == "colorize-k80-report-a.yaml")
+    over = profiles.load_profile(path).to_workload_overrides()
+    assert over["reference_gpu"] == "K80" and over["unit"] == "epoch"
+    assert over["seconds_per_unit"] == Decimal("7.2")  # 1000 epochs in about 2 hours
+    assert over["colocation_slowdown"][4] == Decimal("1.25")  # 2.5 h instead of 2 h on NC24
+    assert over["max_per_gpu"] == 1 and over["packing_efficiency"] == {1: Decimal(1)}  # two did not fit
+    assert "field report A" in over["profile_source"]
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_profile_round_trips_through_yaml_and_json(tmp_path, suffix):
+    prof = profiles.Profile(
+        workload="resnet50", unit="image", reference_gpu="H100 SXM", seconds_per_unit=Decimal("0.000571"),
+        provenance=profiles.Provenance(source="gpuplan bench", date="2026-11-22", host="n0", gpu="NVIDIA H100 80GB HBM3",
+                                       driver="580.1", cuda="12.8", torch="2.13.0", command="gpuplan bench resnet50"),
+        memory_per_job_gib=Decimal("21.5"), gpu_memory_gib=Decimal(80),
+        colocation_slowdown={1: Decimal(1), 8: Decimal("1.04")},
+        packing_efficiency={1: Decimal(1), 2: Decimal("0.55")}, packing_fits={1: True, 2: True, 3: False},
+        dp_scaling=(profiles.ScalingPoint(1, 1, Decimal(1), Decimal(1750)),
+                    profiles.ScalingPoint(8, 1, Decimal("0.987"), Decimal(13818)),
+                    profiles.ScalingPoint(8, 2, Decimal("0.61"), Decimal(8540))),
+    )
+    path = profiles.save_profile(prof, tmp_path / f"p{suffix}")
+    assert profiles.load_profile(path) == prof
+    over = prof.to_workload_overrides()
+    assert over["max_per_gpu"] == 2 and over["dp_efficiency"] == {1: Decimal(1), 8: Decimal("0.987")}
+
+
+def test_profile_errors_name_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema: 1\nworkload: x\nunit: image\nreference_gpu: T4\nprovenance: {source: s, date: '2026-01-01'}\n")
+    with pytest.raises(UsageError, match="'seconds_per_unit' is missing"):
+        profiles.load_profile(bad)
+    bad.write_text(bad.read_text() + "seconds_per_unit: -3\n")
+    with pytest.raises(UsageError, match="seconds_per_unit must be a positive number"):
+        profiles.load_profile(bad)
+    with pytest.raises(UsageError, match="not found; run `gpuplan bench"):
+        profiles.load_profile(tmp_path / "missing.yaml")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(UsageError, match="not valid json"):
+        profiles.load_profile(tmp_path / "broken.json")
+
+
+def test_find_profile_prefers_the_users_measurement_over_the_catalog(gpuplan_home):
+    assert profiles.find_profile("colorize", "K80").provenance.source.startswith("field report A")
+    mine = profiles.Profile("colorize", "epoch", "K80", Decimal("6.5"),
+                            profiles.Provenance(source="gpuplan bench", date="2026-11-22"))
+    profiles.save_profile(mine, profiles.profiles_dir() / "colorize-k80.yaml")
+    assert profiles.find_profile("colorize", "K80").seconds_per_unit == Decimal("6.5")
+
+
+def test_nvidia_smi_names_map_to_catalog_keys():
+    rows = bench.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559, 580.65.06\nNVIDIA H100 80GB HBM3, 81559, 580.65.06\n")
+    assert rows == [("NVIDIA H100 80GB HBM3", 81559, "580.65.06")] * 2
+    assert bench.catalog_gpu_key("NVIDIA H100 80GB HBM3") == "H100 SXM"
+    assert bench.catalog_gpu_key("NVIDIA H100 NVL") == "H100 NVL"
+    assert bench.catalog_gpu_key("Tesla K80") == "K80"
+    assert bench.catalog_gpu_key("NVIDIA A100-SXM4-80GB") == "A100 80GB"
+    assert bench.catalog_gpu_key("Tesla T4") == "T4"
+
+
+class ScriptedExecutor(bench.Executor):
+    """Answers each launch from a function of (batch size, argv, env); records every batch."""
+
+    def __init__(self, answer, gpus=4, nodes=1):
+        self.answer, self.gpus, self.nodes, self.python = answer, gpus, nodes, "py"
+        self.batches = []
+
+    def run_all(self, launches, timeout):
+        self.batches.append(launches)
+        return [self.answer(len(launches), launch) for launch in launches]
+
+    def machine(self):
+        return bench.Machine(self.gpus, "NVIDIA A100-SXM4-80GB", 81920, "570.1", "gpu-0")
+
+    def private_address(self, node):
+        return f"10.0.0.{node + 1}"
+
+    def remove_dirs(self, dirs):
+        self.removed = list(dirs)
+
+
+def ok(spu: float, throughput: float = 100.0, mem: int = 8 * 2**30) -> bench.Outcome:
+    rec = {"status": "ok", "seconds_per_unit": spu, "throughput": throughput, "peak_memory_bytes": mem,
+           "memory_source": "cuda", "torch": "2.13.0", "cuda": "12.8"}
+    return bench.Outcome(0, "warming up\n" + json.dumps(rec) + "\n", "")
+
+
+def test_bench_arithmetic_for_colocation_packing_and_data_parallel():
+    def answer(n, launch):
+        argv = launch.argv
+        if "torch.distributed.run" in argv:
+            procs = int(argv[argv.index("--nnodes") + 1]) * int(argv[argv.index("--nproc-per-node") + 1])
+            return ok(0.01, throughput=100.0 * procs * (0.9 if procs > 1 else 1))
+        if "--memory-fraction" in argv:
+            return ok(0.01 * n / 1.6) if n <= 2 else bench.Outcome(3, '{"status": "refused"}\n', "")
+        return ok(0.01 * (1.1 if n == 4 else 1.05 if n == 2 else 1.0))
+
+    ex = ScriptedExecutor(answer, gpus=4, nodes=2)
+    prof = bench.measure(bench.BenchOptions("resnet50", max_pack=4, command="gpuplan bench resnet50 --cluster c"), ex)
+    assert prof.reference_gpu == "A100 80GB" and prof.gpu_memory_gib == 80 and prof.memory_per_job_gib == 8
+    assert prof.seconds_per_unit == Decimal("0.01")
+    assert prof.colocation_slowdown == {1: 1, 2: Decimal("1.05"), 4: Decimal("1.1")}
+    assert prof.packing_fits == {1: True, 2: True, 3: False}  # stopped at the first k that refused
+    assert prof.packing_efficiency[2] == Decimal("0.8")
+    assert [(s.gpus, s.nodes, s.efficiency) for s in prof.dp_scaling] == [
+        (1, 1, 1), (2, 1, Decimal("0.9")), (4, 1, Decimal("0.9")), (8, 2, Decimal("0.9"))]
+    # co-located jobs each see one GPU; packed ones share GPU 0 with a fixed share
+    coloc4 = next(b for b in ex.batches if len(b) == 4 and "--memory-fraction" not in b[0].argv
+                  and "torch.distributed.run" not in b[0].argv)
+    assert sorted(dict(l.env)["CUDA_VISIBLE_DEVICES"] for l in coloc4) == ["0", "1", "2", "3"]
+    assert len({dict(l.env)["GPUPLAN_START_BARRIER"] for l in coloc4}) == 1
+    packed3 = next(b for b in ex.batches if len(b) == 3)
+    assert all(l.argv[l.argv.index("--memory-fraction") + 1] == "0.333333" for l in packed3)
+    two_nodes = ex.batches[-1]
+    assert [l.node for l in two_nodes] == [0, 1]
+    assert all(l.argv[l.argv.index("--master-addr") + 1] == "10.0.0.1" for l in two_nodes)
+    assert [l.argv[l.argv.index("--node-rank") + 1] for l in two_nodes] == ["0", "1"]
+    assert len(ex.removed) == 4  # the start barriers of 2 co-location and 2 packing batches
+    assert prof.provenance.driver == "570.1" and prof.provenance.quick is False
+
+
+def test_bench_reports_a_failed_measurement_in_one_line():
+    ex = ScriptedExecutor(lambda n, launch: bench.Outcome(1, "", "Traceback...\nRuntimeError: CUDA error: no kernel image"))
+    with pytest.raises(RemoteError, match=r"the job alone failed \(exit 1\): RuntimeError: CUDA error"):
+        bench.measure(bench.BenchOptions("colorize"), ex)
+
+
+def test_bench_cli_rejects_bad_input_in_one_line(cli):
+    r = cli("bench", "colorize")
+    assert r.code == 2 and "--local or --cluster" in r.err and len(r.err.strip().splitlines()) == 1
+    r = cli("bench", "mnist", "--local")
+    assert r.code == 2 and "unknown workload 'mnist'" in r.err
+    r = cli("bench", "colorize", "--local", "--out", "p.txt")
+    assert r.code == 2 and ".yaml, .yml or .json" in r.err
+
+
+def test_bench_without_gpu_needs_quick(cli, monkeypatch):
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # no nvidia-smi: a CPU-only machine
+    r = cli("bench", "colorize", "--local")
+    assert r.code == 2 and "--quick" in r.err
