@@ -128,9 +128,9 @@ def _render_table(est, show_all: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(soft_wrap=True)
     if not console.is_terminal:
-        console = Console(width=200)
+        console = Console(width=200, soft_wrap=True)
     w = est.workload
     table = Table(title=f"gpuplan estimate: {w.name} ({len(w.jobs)} jobs), catalog {est.snapshot}", show_lines=False)
     for col, just in (("", "left"), ("fleet", "left"), ("where", "left"), ("setup", "left"), ("wall", "right"),
@@ -152,7 +152,7 @@ def _render_table(est, show_all: bool) -> None:
         else:
             more = f" (and {alike[id(p)]} more offers alike)" if alike.get(id(p)) else ""
             table.add_row(mark, fleet, where, "-", "-", "-", "-", f"no: {p.reason}{more}")
-    console.print(table)
+    console.print(table, soft_wrap=False)
     rec = est.recommended
     if rec is None:
         console.print(f"[bold]No recommendation[/bold]: {est.reason}")
