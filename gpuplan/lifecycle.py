@@ -127,6 +127,25 @@ def cluster_ssh_key(state: State, cluster: str) -> tuple[Path, str]:
     return path, public_line
 
 
+def node_host_key(cluster: str, node: str) -> HostKey:
+    """The SSH host key gpuplan generates for a node and injects at creation. Kept (0600) so a
+    resumed provision injects and pins the same key a half-made machine may already have."""
+    from cryptography.hazmat.primitives import serialization
+
+    path = paths.state_dir() / "keys" / f"{cluster}.hostkeys" / node
+    if path.exists():
+        private = path.read_text()
+        key = serialization.load_ssh_private_key(private.encode(), password=None)
+        public = key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        return HostKey(private, public)
+    private, public = _ed25519_pair()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.touch(mode=0o600)
+    path.write_text(private)
+    return HostKey(private, public)
+
+
 # --- provision ---------------------------------------------------------------------------
 
 
@@ -182,10 +201,8 @@ def provision(
         )
     key_path, public_key = cluster_ssh_key(state, req.name)
     names = node_names(req.name, req.count)
-    host_keys = {}
+    host_keys = {n: node_host_key(req.name, n) for n in names}
     for n in names:
-        private, public = _ed25519_pair()
-        host_keys[n] = HostKey(private, public)
         state.add_node(req.name, n, gpus=req.gpus_per_node)
     spec = NodeSpec(
         cluster=req.name, size=req.size, region=req.region, ssh_user=prov.default_ssh_user,

@@ -155,3 +155,19 @@ def test_sweep_leaves_clusters_the_state_knows(state):
     lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
     assert lifecycle.sweep(state, prov, ["mem-1"]) == []
     assert len(prov.resources) == 4
+
+
+def test_resumed_provision_injects_the_same_host_keys(state):
+    prov = MemoryProvider(fail_create_at=3)
+    seen = []
+    real_create = prov.create
+    prov.create = lambda spec, names: seen.append(dict(spec.host_keys)) or real_create(spec, names)
+    req = lifecycle.request_from_offer(offer(), 4, name="demo")
+    with pytest.raises(ProviderError):
+        lifecycle.provision(state, prov, req, keep_on_failure=True)
+    lifecycle.provision(state, prov, req)
+    assert seen[0]["demo-0"].public_openssh == seen[1]["demo-0"].public_openssh
+    node = state.nodes("demo")[0]
+    assert state.host_key(node.public_ip, 22) == seen[0]["demo-0"].public_openssh
+    key_file = state.ssh_key("demo")[0].parent / "demo.hostkeys" / "demo-0"
+    assert key_file.stat().st_mode & 0o777 == 0o600

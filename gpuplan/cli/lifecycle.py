@@ -152,12 +152,16 @@ def _print_status(out, statuses) -> None:
             f"up {format_duration(s.uptime_s)}  ≈{yen(s.yen_so_far)} so far "
             f"({yen(c.price_jpy_per_hour)}/h per machine){ttl}"
         )
+        # Addresses are what a user copies from here: never truncate them (ids are in --format json).
         table = Table(show_edge=False, box=None, padding=(0, 2))
-        for col in ("node", "status", "public", "private", "ssh port", "GPUs", "id"):
-            table.add_column(col)
+        table.add_column("node", overflow="fold")
+        table.add_column("status")
+        table.add_column("ssh address", no_wrap=True)
+        table.add_column("private", no_wrap=True)
+        table.add_column("GPUs", justify="right")
         for nd in s.nodes:
-            table.add_row(nd.name, nd.status, nd.public_ip or "-", nd.private_ip or "-", str(nd.ssh_port),
-                          str(nd.gpus), nd.provider_id or "-")
+            address = f"{nd.public_ip or nd.private_ip}:{nd.ssh_port}" if (nd.public_ip or nd.private_ip) else "-"
+            table.add_row(nd.name, nd.status, address, nd.private_ip or "-", str(nd.gpus))
         out.print(table)
 
 
