@@ -1,0 +1,125 @@
+"""gpuplan.remote against real sshd processes on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from gpuplan import remote
+from gpuplan.errors import RemoteError
+from support.sshd import start_hosts, stop_hosts
+
+pytestmark = pytest.mark.sshd
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    hs = start_hosts(3, tmp_path)
+    yield hs
+    stop_hosts(hs)
+
+
+def as_host(h, name="n", key=None) -> remote.Host:
+    return remote.Host(name, h.host, h.port, h.user, h.client_key_path, h.host_public_key if key is None else key, "demo")
+
+
+def test_run_returns_exit_code_and_both_streams(hosts):
+    r = remote.run(as_host(hosts[0]), "echo out; echo err >&2; exit 3")
+    assert (r.exit_code, r.stdout, r.stderr) == (3, "out\n", "err\n")
+    assert not r.ok and r.tail() == "out\nerr"
+
+
+def test_stdin_reaches_the_command_and_env_is_per_host(hosts):
+    r = remote.run(as_host(hosts[1]), "bash -s", stdin='echo "$GPUPLAN_FAKE_ROOT"\n')
+    assert r.stdout.strip() == str(hosts[1].fake_root)
+
+
+def test_changed_host_key_is_refused_before_anything_runs(hosts):
+    h = hosts[0]
+    pinned = h.host_public_key
+    h.restart(new_host_key=True)
+    with pytest.raises(remote.HostKeyChanged) as info:
+        remote.run(as_host(h, key=pinned), 'touch "$GPUPLAN_FAKE_ROOT/ran"')
+    msg = str(info.value)
+    assert f"host key for 127.0.0.1:{h.port} changed" in msg
+    assert f"pinned {remote.fingerprint(pinned)}" in msg
+    assert f"offered {remote.fingerprint(h.host_public_key)}" in msg
+    assert f"--accept-host-key {remote.fingerprint(h.host_public_key)}" in msg
+    assert info.value.exit_code == 4
+    assert not (h.fake_root / "ran").exists()
+
+
+def test_a_host_without_a_pinned_key_is_refused(hosts):
+    with pytest.raises(RemoteError, match="no pinned host key"):
+        remote.run(as_host(hosts[0], key=""), 'touch "$GPUPLAN_FAKE_ROOT/ran"')
+    assert not (hosts[0].fake_root / "ran").exists()
+
+
+def test_offered_key_and_fingerprint_match_openssh(hosts):
+    h = hosts[2]
+    offered = remote.offered_host_key(h.host, h.port)
+    assert offered.split()[:2] == h.host_public_key.split()[:2]
+    keygen = subprocess.run(["ssh-keygen", "-lf", str(h.dir / "ssh_host_ed25519_key.pub")], capture_output=True, text=True)
+    assert keygen.stdout.split()[1] == remote.fingerprint(offered)
+
+
+def test_run_many_keeps_order_and_reports_a_dead_host_without_hiding_others(hosts):
+    hosts[1].stop()
+    hs = [as_host(h, f"n{i}") for i, h in enumerate(hosts)]
+    out = remote.run_many(hs, lambda host: remote.run(host, 'cat "$GPUPLAN_FAKE_ROOT/gpus"; echo ' + host.name).stdout)
+    assert out[0] == "1\nn0\n" and out[2] == "1\nn2\n"
+    assert isinstance(out[1], RemoteError) and "cannot connect" in str(out[1])
+
+
+def test_transient_connect_failure_is_retried(hosts):
+    h = hosts[0]
+    h.stop()
+    threading.Timer(0.6, h.start).start()
+    t = time.monotonic()
+    with remote.connect(as_host(h), attempts=5, backoff=0.3) as conn:
+        assert conn.run("echo up").stdout == "up\n"
+    assert time.monotonic() - t >= 0.5
+
+
+def test_put_and_get_files(hosts, tmp_path):
+    h = hosts[0]
+    src = tmp_path / "a.txt"
+    src.write_text("payload\n")
+    host = as_host(h)
+    remote.put(host, src, f"{h.fake_root}/tmp/a.txt", mode=0o600)
+    assert (h.fake_root / "tmp/a.txt").read_text() == "payload\n"
+    assert (h.fake_root / "tmp/a.txt").stat().st_mode & 0o777 == 0o600
+    remote.get(host, f"{h.fake_root}/tmp/a.txt", tmp_path / "b.txt")
+    assert (tmp_path / "b.txt").read_text() == "payload\n"
+
+
+def test_command_timeout_gives_exit_124(hosts):
+    r = remote.run(as_host(hosts[0]), "sleep 5", timeout=0.5)
+    assert r.exit_code == 124 and "timed out after 0.5 s" in r.stderr
+    assert r.seconds < 3
+
+
+def test_wait_for_reboot_sees_a_new_boot_id(hosts):
+    h = hosts[0]
+    host = as_host(h)
+    path = "$GPUPLAN_FAKE_ROOT/proc/sys/kernel/random/boot_id"
+    with remote.connect(host) as conn:
+        old = remote.boot_id(conn, path)
+        assert old == h.boot_id()
+        conn.run("reboot")
+    waited = remote.wait_for_reboot(host, old, timeout_s=30, boot_id_path=path)
+    assert waited >= 1.0
+    assert h.boot_id() != old
+    assert remote.run(host, "echo back").stdout == "back\n"
+
+
+def test_wait_for_reboot_gives_up_at_the_deadline(hosts):
+    h = hosts[0]
+    h.stop()
+    t = time.monotonic()
+    with pytest.raises(RemoteError, match="did not come back from a reboot within 1 s"):
+        remote.wait_for_reboot(as_host(h), "old", timeout_s=1)
+    assert time.monotonic() - t < 5
