@@ -1,7 +1,151 @@
-"""CLI commands: placeholder, filled in by its issue."""
+"""`gpuplan catalog`: list the instance types, prices in yen and their sources, as of a snapshot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Annotated, Any, Optional
 
 import typer
 
+from gpuplan.errors import UsageError
+
+_FORMATS = ("table", "json", "csv")
+_FIELDS = (
+    "provider", "name", "aliases", "region", "gpu", "gpu_count", "gpu_memory_gib", "vcpus", "ram_gib",
+    "price", "currency", "price_unit", "price_jpy_per_hour", "billing_granularity_s", "billing_minimum_s",
+    "quota_family", "available_from", "retired_on", "successor", "kind", "power_watts", "status",
+    "source", "as_of", "notes",
+)
+
+
+def _plain(value: Any) -> Any:
+    """JSON/CSV value: Decimals as exact strings ("91.80"), dates ISO, None stays None."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _row(cat, offer) -> dict[str, Any]:
+    row = {f: _plain(getattr(offer, f)) for f in _FIELDS if f != "status"}
+    row["status"] = cat.offer_status(offer)
+    return {f: row[f] for f in _FIELDS}
+
+
+def _money(amount: Decimal) -> str:
+    q = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return f"{q:,}" if q != q.to_integral_value() or amount < 1000 else f"{int(q):,}"
+
+
+def _own_price(o) -> str:
+    if o.price is None:
+        return "-"
+    unit = {"hour": "/h", "month": "/month", "purchase": " once"}[o.price_unit]
+    sym = "¥" if o.currency == "JPY" else f"{o.currency} "
+    return f"{sym}{o.price:,f}{unit}"
+
+
+def _billing(o) -> str:
+    g, m = o.billing_granularity_s, o.billing_minimum_s
+    if o.price_unit == "purchase":
+        return "owned"
+    if o.price_unit == "month":
+        return "monthly"
+    step = {3600: "hourly"}.get(g, f"{g} s")
+    return f"{step} (min {m} s)" if m and m != g else step
+
+
+def catalog_command(
+    provider: Annotated[Optional[str], typer.Option(help="Only this provider: azure, aws, sakura, baremetal.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="Only this GPU, e.g. K80, T4, \"H100 SXM\".")] = None,
+    region: Annotated[Optional[str], typer.Option(help="Only this region or zone.")] = None,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
+    show_all: Annotated[bool, typer.Option("--all", help="Also list retired instance types.")] = False,
+) -> None:
+    """List instance types with GPU, price in their own currency and in yen per hour, billing, status and source."""
+    from gpuplan import catalog
+
+    if fmt not in _FORMATS:
+        raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
+    cat = catalog.load(as_of)
+    if gpu is not None and gpu.strip().lower() not in {g.lower() for g in cat.gpus}:
+        raise UsageError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(cat.gpus))}")
+    offers = cat.find(provider=provider, gpu=gpu, region=region)
+    shown = [o for o in offers if show_all or not o.retired(cat.date)]
+    hidden = len(offers) - len(shown)
+
+    if fmt == "json":
+        doc = {
+            "snapshot": cat.snapshot,
+            "date": cat.date.isoformat(),
+            "fx": {c: {"jpy_per_unit": str(r.jpy_per_unit), "date": r.date, "source": r.source}
+                   for c, r in cat.fx.items() if c != "JPY"},
+            "prices_file": str(cat.prices_file) if cat.prices_file else None,
+            "retired_hidden": hidden,
+            "offers": [_row(cat, o) for o in shown],
+        }
+        json.dump(doc, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return
+    if fmt == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for o in shown:
+            row = _row(cat, o)
+            row["aliases"] = ";".join(row["aliases"])
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        return
+    _table(cat, shown, hidden)
+
+
+def _table(cat, offers, hidden: int) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Console(highlight=False)
+    table = Table(title=f"gpuplan catalog {cat.snapshot} (as of {cat.date.isoformat()})",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, kw in (
+        ("instance", {"overflow": "fold"}), ("region", {"no_wrap": True}), ("GPU", {}),
+        ("vCPU", {"justify": "right", "no_wrap": True}), ("price", {"justify": "right", "no_wrap": True}),
+        ("¥/h", {"justify": "right", "no_wrap": True}), ("billing", {}), ("status", {"overflow": "fold"}), ("src", {}),
+    ):
+        table.add_column(col, **kw)
+    sources: dict[str, int] = {}
+    for o in offers:
+        name = f"{o.provider}:{o.name}"
+        if o.aliases:
+            name += f"\n[dim]{', '.join(o.aliases)}[/dim]"
+        mem = f" {o.gpu_memory_gib.normalize():f}G" if o.gpu_memory_gib else ""
+        yen = f"¥{_money(o.price_jpy_per_hour)}" if o.price_jpy_per_hour is not None else "?"
+        status = cat.offer_status(o)
+        style = "red" if status.startswith("retired") else "yellow" if status != "active" else "green"
+        ref = sources.setdefault(o.source, len(sources) + 1)
+        table.add_row(
+            name, o.region, f"{o.gpu} x{o.gpu_count}{mem}", str(o.vcpus or "?"), _own_price(o), yen,
+            _billing(o), f"[{style}]{status}[/{style}]", f"[{ref}] {o.as_of}",
+        )
+    out.print(table)
+    if not offers:
+        out.print("no offers match these filters")
+    for text, ref in sources.items():
+        out.print(f"[dim]\\[{ref}] {text}[/dim]")
+    for code, rate in sorted(cat.fx.items()):
+        if code != "JPY":
+            out.print(f"[dim]{code} = ¥{rate.jpy_per_unit} ({rate.date or 'undated'}; {rate.source})[/dim]")
+    if cat.prices_file:
+        out.print(f"[dim]user prices applied from {cat.prices_file}[/dim]")
+    if hidden:
+        out.print(f"{hidden} retired instance type row{'s' if hidden != 1 else ''} hidden (--all lists them)")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("catalog")(catalog_command)
