@@ -410,6 +410,8 @@ class _Planner:
                 sched = self._schedule([pa, pb], types)
                 self.all_optimal &= sched.optimal
                 loads = self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], sched)
+                if any(jobs_s == 0 for _, jobs_s, _ in loads):
+                    continue  # a machine with nothing to do: the same plan without it is listed already
                 notes = notes_a + notes_b + [f"schedule: makespan {sched.makespan} s by {sched.method}"
                                              + ("" if sched.optimal else " (not proven optimal)")]
                 for mode in ("scratch", "image"):

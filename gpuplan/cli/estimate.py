@@ -58,6 +58,10 @@ def _minutes(seconds: int) -> int | float:
     return seconds // 60 if seconds % 60 == 0 else round(seconds / 60, 2)
 
 
+def _tmin(seconds: int) -> str:
+    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds / 60:.1f} min"
+
+
 def _yen2(value: Decimal) -> str:
     return str(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
@@ -95,7 +99,7 @@ def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
 
 
 def _visible(est, show_all: bool) -> list:
-    """The best three per fleet and setup mode, plus each kind of exclusion once (with how many more alike)."""
+    """The best two per offer, the best three mixes, the frontier, and each kind of exclusion once."""
     alike: dict[int, int] = {}
     if show_all:
         return list(est.plans), alike
@@ -105,11 +109,10 @@ def _visible(est, show_all: bool) -> list:
     out = []
     for p in est.plans:
         if p.feasible:
-            key = (p.label, p.region, p.setup, p.per_gpu)
-            # fleets of one offer type: keep the best 3 counts; mixes: the best 2 overall
-            key = (tuple(sorted(o.name for o, _ in p.fleet)), p.region, p.setup if len(p.fleet) == 1 else "mix")
+            # fleets of one offer type: the best 2 per offer name; mixed fleets: the best 3 overall
+            key = p.fleet[0][0].name if len(p.fleet) == 1 else "mix"
             seen[key] = seen.get(key, 0) + 1
-            if seen[key] <= (3 if len(p.fleet) == 1 else 2) or p is est.recommended or p in est.pareto:
+            if seen[key] <= (2 if len(p.fleet) == 1 else 3) or p is est.recommended or p in est.pareto:
                 out.append(p)
         else:
             o = p.fleet[0][0]
@@ -147,7 +150,7 @@ def _render_table(est, show_all: bool) -> None:
                 status = "owned: not recommended without --owned"
             if not p.optimal:
                 status += " (schedule not proven optimal)"
-            table.add_row(mark, fleet, where, p.setup, f"{_minutes(p.wall_s)} min", f"{_minutes(p.billed_s)} min",
+            table.add_row(mark, fleet, where, p.setup, _tmin(p.wall_s), _tmin(p.billed_s),
                           f"¥{p.cost_jpy:,}", status)
         else:
             more = f" (and {alike[id(p)]} more offers alike)" if alike.get(id(p)) else ""
