@@ -23,16 +23,14 @@ Only the csv module and Decimal: `load` runs in `gpuplan estimate` and must stay
 
 from __future__ import annotations
 
-import calendar
 import csv
 import dataclasses
-import difflib
 import io
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
@@ -134,6 +132,8 @@ class Catalog:
         if not matches:
             names = sorted({n for o in self.offers if provider is None or o.provider == provider
                             for n in (o.name, *o.aliases)})
+            import difflib
+
             close = difflib.get_close_matches(wanted, [n.lower() for n in names], n=3, cutoff=0.6)
             pretty = [next(n for n in names if n.lower() == c) for c in close]
             hint = f"; did you mean {' or '.join(pretty)}?" if pretty else ""
@@ -238,7 +238,7 @@ def _pick_snapshot(as_of: str | None) -> str:
 
 def _snapshot_date(name: str) -> date:
     y, m = (int(x) for x in name.split("-"))
-    return date(y, m, calendar.monthrange(y, m)[1])
+    return (date(y + m // 12, m % 12 + 1, 1)) - timedelta(days=1)
 
 
 def _rows(rel: str) -> list[tuple[int, dict[str, str]]]:
