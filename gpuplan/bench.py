@@ -180,9 +180,14 @@ class ClusterExecutor(Executor):
     def run_all(self, launches: Sequence[Launch], timeout: int) -> list[Outcome]:
         from gpuplan import remote
 
-        pairs = [(self.targets[launch.node].host, self._command(launch)) for launch in launches]
-        results = remote.run_many(pairs, timeout=timeout)
-        return [Outcome(r.exit_code, r.stdout, r.stderr) for r in results]
+        # run_many takes one function per host; a launch index stands in for the host here
+        results = remote.run_many(
+            list(range(len(launches))),
+            lambda i: remote.run(self.targets[launches[i].node].host, self._command(launches[i]), timeout=timeout),
+        )
+        return [r if isinstance(r, Outcome) else
+                Outcome(-1, "", f"{type(r).__name__}: {r}") if isinstance(r, BaseException) else
+                Outcome(r.exit_code, r.stdout, r.stderr) for r in results]
 
     def machine(self) -> Machine:
         from gpuplan import remote

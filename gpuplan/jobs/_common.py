@@ -54,7 +54,8 @@ def dist_env() -> tuple[int, int, int, int]:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    return rank, world, local_rank, max(1, world // max(1, local_world))
+    nodes = os.environ.get("GROUP_WORLD_SIZE")  # torchrun: the number of agents, one per node
+    return rank, world, local_rank, int(nodes) if nodes else max(1, world // max(1, local_world))
 
 
 def setup(args: argparse.Namespace) -> torch.device:

@@ -1,0 +1,128 @@
+"""`gpuplan run` over two real loopback sshd hosts: the queue, retries, logs, state rows, yen,
+and a torchrun data-parallel job with gloo across the two "nodes"."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from decimal import Decimal
+
+import pytest
+
+from gpuplan import paths, runner
+from gpuplan.state import State
+
+pytestmark = pytest.mark.sshd
+PRICE = Decimal("367.20")  # NC24 per hour, report A
+
+
+@pytest.fixture
+def cluster(gpuplan_home, tmp_path):
+    from support.sshd import start_hosts, stop_hosts
+
+    hosts = start_hosts(2, tmp_path)
+    state = State(paths.state_db())
+    state.add_cluster("demo", "baremetal", "loopback", "loopback", 2, ssh_user="root", price_jpy_per_hour=PRICE)
+    state.save_ssh_key("demo", hosts[0].client_key_path, "")
+    for i, (h, gpus) in enumerate(zip(hosts, (2, 0))):  # node 0: two GPUs; node 1: a CPU-only machine
+        state.add_node("demo", f"demo-{i}", gpus=gpus)
+        state.update_node("demo", f"demo-{i}", status="running", public_ip=h.host, private_ip=h.host,
+                          ssh_port=h.port, provider_id=f"bm-{i}")
+        state.pin_host_key(h.host, h.port, h.host_public_key, cluster="demo", node=f"demo-{i}")
+    state.set_cluster_status("demo", "ready")
+    yield state, hosts
+    state.close()
+    stop_hosts(hosts)
+
+
+def test_make_slots_spreads_over_nodes_then_gpus():
+    slots = runner.make_slots([2, 0], per_gpu=2)
+    assert [(s.target, s.gpu, s.k) for s in slots] == [
+        (0, 0, 0), (1, None, 0), (0, 1, 0), (1, None, 1), (0, 0, 1), (0, 1, 1)]
+
+
+def test_torchrun_program_strips_python_and_refuses_a_second_torchrun():
+    assert runner.torchrun_program(["python3", "-m", "gpuplan.jobs.resnet50", "--json"]) == [
+        "-m", "gpuplan.jobs.resnet50", "--json"]
+    assert runner.torchrun_program(["./train.sh", "x"]) == ["--no-python", "./train.sh", "x"]
+    with pytest.raises(Exception, match="gpuplan adds torchrun"):
+        runner.torchrun_program(["torchrun", "train.py"])
+
+
+def test_run_fans_items_over_every_slot_with_retries_logs_and_state(cluster, cli, tmp_path, gpuplan_home):
+    state, hosts = cluster
+    marker = tmp_path / "flaky.seen"
+    items = tmp_path / "videos.txt"
+    items.write_text("# four clips\nclip-a.mp4\nflaky.mp4\n\nclip-c.mp4\nbroken.mp4\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"recommended": {"provider": "baremetal", "instance_type": "x", "count": 2,
+                                                "wall_s": 2, "cost_jpy": 1}}))
+    script = (
+        "echo item={item} gpu=${CUDA_VISIBLE_DEVICES:-none} job=$GPUPLAN_JOB; sleep 0.5; "
+        f"if [ {{item}} = flaky.mp4 ] && [ ! -e {marker} ]; then touch {marker}; exit 7; fi; "
+        "[ {item} != broken.mp4 ] || exit 3"
+    )
+    r = cli("run", "demo", "--items", str(items), "--retries", "1", "--plan", str(plan), "--", "sh", "-c", script)
+    assert r.code == 5, r.err  # the run finished; one job did not
+    assert "1 of 4 job(s) failed" in r.err and "0003-broken.mp4" in r.err
+
+    rows = {row["job"]: row for row in state.runs("demo")}
+    assert set(rows) == {"0000-clip-a.mp4", "0001-flaky.mp4", "0002-clip-c.mp4", "0003-broken.mp4"}
+    assert (rows["0001-flaky.mp4"]["status"], rows["0001-flaky.mp4"]["attempts"]) == ("ok", 2)
+    assert (rows["0003-broken.mp4"]["status"], rows["0003-broken.mp4"]["attempts"]) == ("failed", 2)
+    assert rows["0000-clip-a.mp4"]["attempts"] == 1 and rows["0000-clip-a.mp4"]["seconds"] >= 0.5
+    assert {row["node"] for row in rows.values()} == {"demo-0", "demo-1"}  # both machines worked
+
+    log_dir = gpuplan_home / "state" / "runs" / "demo"
+    a = (log_dir / "0000-clip-a.mp4.log").read_text()
+    slot = rows["0000-clip-a.mp4"]["slot"]
+    gpu = slot.split(":")[1].split("/")[0]
+    assert f"item=clip-a.mp4 gpu={'none' if gpu == 'cpu' else gpu} job=0000-clip-a.mp4" in a
+    flaky = (log_dir / "0001-flaky.mp4.log").read_text()
+    assert "attempt 1" in flaky and "exit 7" in flaky and "attempt 2" in flaky and "exit 0" in flaky
+    assert "plan:" in r.out and "error wall" in r.out
+
+
+def test_run_items_measures_wall_time_and_yen_from_the_cluster_price(cluster, tmp_path):
+    state, _ = cluster
+    summary = runner.run_items(state, "demo", ["1", "2", "3"], ["sh", "-c", "sleep 0.3; echo {item}"])
+    assert [j.status for j in summary.jobs] == ["ok"] * 3 and len({j.slot for j in summary.jobs}) == 3
+    assert summary.nodes == 2 and summary.price_jpy_per_hour == PRICE
+    assert summary.yen == PRICE * 2 * Decimal(str(summary.wall_seconds)) / 3600
+    cmp = runner.compare(summary, {"wall_s": Decimal(10), "yen": Decimal("2.04")})
+    assert cmp.wall_error_pct == (Decimal(str(summary.wall_seconds)) - 10) / 10 * 100
+    assert cmp.yen_error_pct == (summary.yen - Decimal("2.04")) / Decimal("2.04") * 100
+
+
+def test_run_refuses_an_unpinned_host_and_a_command_without_item(cluster, cli, tmp_path):
+    state, hosts = cluster
+    items = tmp_path / "items.txt"
+    items.write_text("x\n")
+    r = cli("run", "demo", "--items", str(items), "--", "echo", "hello")
+    assert r.code == 2 and "has no {item}" in r.err
+    state.unpin_cluster_host_keys("demo")
+    r = cli("run", "demo", "--items", str(items), "--", "echo", "{item}")
+    assert r.code == 2 and "no pinned host key" in r.err and "--accept-host-key" in r.err
+    r = cli("run", "nope", "--items", str(items), "--", "echo", "{item}")
+    assert r.code == 2 and "no cluster named 'nope'" in r.err
+
+
+@pytest.mark.torch
+def test_torchrun_trains_resnet50_with_gloo_across_both_hosts(cluster, cli, gpuplan_home):
+    pytest.importorskip("torch")
+    state, _ = cluster
+    state.update_node("demo", "demo-0", gpus=0)  # these loopback "nodes" have no GPU: one gloo rank each
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli("run", "demo", "--torchrun", "--python", sys.executable, "--master-port", str(port), "--",
+            "python", "-m", "gpuplan.jobs.resnet50", "--json", "--device", "cpu", "--quick", "--threads", "1",
+            "--steps", "2", "--warmup", "1")
+    assert r.code == 0, r.err + r.out
+    log = (gpuplan_home / "state" / "runs" / "demo" / "torchrun-demo-0.log").read_text()
+    rec = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    assert rec["world_size"] == 2 and rec["nodes"] == 2  # one rank per host, rendezvous on node 0
+    assert rec["units"] == 2 * 2 * 2  # 2 ranks x batch 2 x 2 steps
+    assert sorted((row["job"], row["status"]) for row in state.runs("demo")) == [
+        ("torchrun-demo-0", "ok"), ("torchrun-demo-1", "ok")]
