@@ -107,11 +107,10 @@ class BootstrapReport:
     def first_error(self) -> str:
         return self.failures[0].error if self.failures else ""
 
-    def full_setup_seconds(self) -> int | None:
-        """Wall seconds of the slowest host that ran every step from scratch (none skipped as
-        already done) — what a fresh machine costs; None when no host did a full setup."""
-        full = [h.seconds for h in self.hosts if h.ok and h.count("skipped") == 0 and h.count("ran") > 0]
-        return round(max(full)) if full else None
+    def setup_seconds(self) -> int | None:
+        """Wall seconds of the slowest host that ran at least one step; None if none did."""
+        ran = [h.seconds for h in self.hosts if h.ok and h.count("ran") > 0]
+        return round(max(ran)) if ran else None
 
 
 class BootstrapFailed(RemoteError):
@@ -475,8 +474,9 @@ def bootstrap_cluster(
 ) -> BootstrapReport:
     """Run playbooks (default DEFAULT_PLAYBOOKS) on every live node of `cluster` in the state.
 
-    Records the measured full-setup time via State.record_setup_time(provider, size,
-    ",".join(playbooks), seconds, cluster) when some host ran every step from scratch.
+    Records the measured setup time via State.record_setup_time(provider, size,
+    ",".join(playbooks), seconds, cluster) on the cluster's first successful run of this
+    playbook list (a re-run after a failure or a repeat would under-count a fresh machine).
     Raises BootstrapFailed (a RemoteError, exit 4) naming host, step, exit code and output tail
     when a step fails, unless `raise_on_failure` is False."""
     names = list(playbooks or DEFAULT_PLAYBOOKS)
@@ -493,11 +493,13 @@ def bootstrap_cluster(
     if "cluster-network" in names:
         for k, v in cluster_network_params(state, cluster, hosts).items():
             params.setdefault(k, v)
-    with state.journaled("bootstrap", ",".join(names), cluster, f"{len(hosts)} hosts"):
+    target = ",".join(names)
+    first = not any(j.op == "bootstrap" and j.target == target for j in state.journal(cluster))
+    with state.journaled("bootstrap", target, cluster, f"{len(hosts)} hosts"):
         report = run_playbooks(hosts, books, params, progress=progress, reboot_timeout_s=reboot_timeout_s)
         if not report.ok and raise_on_failure:
             raise BootstrapFailed(report)
-    seconds = report.full_setup_seconds()
-    if seconds is not None:
-        state.record_setup_time(row.provider, row.size, ",".join(names), seconds, cluster)
+    seconds = report.setup_seconds()
+    if first and seconds is not None:
+        state.record_setup_time(row.provider, row.size, target, seconds, cluster)
     return report

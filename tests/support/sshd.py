@@ -10,7 +10,8 @@
     h.installed("cuda-toolkit-12-6")          # did the apt-get stand-in install that package here?
     h.restart(new_host_key=True)              # same port, fresh host key (a "rebuilt" machine)
     h.stop()
-    stop_hosts(hosts)                         # also registered as a finalizer by the `sshd_hosts` helper
+    stop_hosts(hosts)                         # always, in a fixture's teardown
+    register_cluster(state, "demo", hosts)    # state rows (cluster, running nodes, key, pinned host keys)
 
 Each host is a separate `/usr/sbin/sshd -D -e -f <config>` process on 127.0.0.1 with its own
 ed25519 host key; all accept the same client key for root (and keys added to `<fake_root>/root/.ssh/authorized_keys`). sshd sets, per session,
@@ -227,3 +228,24 @@ def stop_hosts(hosts: list[SshdHost]) -> None:
         groups.add(h.dir.parent)
     for g in groups:
         shutil.rmtree(g, ignore_errors=True)
+
+
+def register_cluster(state, cluster: str, hosts: list[SshdHost], provider: str = "baremetal", size: str = "t4x1",
+                     gpus: int = 1, pin: bool = True) -> list[str]:
+    """Record `hosts` in a gpuplan State as a ready cluster of running nodes "<cluster>-<i>",
+    with the client key as the cluster's SSH key and (unless `pin` is False) each host key
+    pinned. Returns the node names."""
+    state.add_cluster(cluster, provider, "local", size, len(hosts), ssh_user=hosts[0].user if hosts else "root")
+    state.save_ssh_key(cluster, hosts[0].client_key_path, hosts[0].client_key_path.with_suffix(".pub").read_text().strip()
+                       if hosts[0].client_key_path.with_suffix(".pub").exists() else "")
+    names = []
+    for i, h in enumerate(hosts):
+        name = f"{cluster}-{i}"
+        state.add_node(cluster, name, gpus=gpus)
+        state.update_node(cluster, name, status="running", public_ip=h.host, private_ip=f"10.0.0.{i + 1}", ssh_port=h.port,
+                          provider_id=h.name)
+        if pin:
+            state.pin_host_key(h.host, h.port, h.host_public_key, cluster=cluster, node=name)
+        names.append(name)
+    state.set_cluster_status(cluster, "ready")
+    return names
