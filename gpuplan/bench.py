@@ -39,21 +39,28 @@ from gpuplan.profiles import Profile, Provenance, ScalingPoint, profiles_dir, sa
 @dataclass(frozen=True)
 class JobSpec:
     module: str
-    unit: str  # the profile's unit
-    spu_key: str  # the JSON key holding seconds per that unit
+    unit: str  # the profile's unit: the unit of the planner's built-in workload of the same job
+    spu_key: str  # the JSON key holding seconds per job-reported unit
     data_parallel: bool
     quick_args: tuple[str, ...]
     full_args: tuple[str, ...] = ()
     extra_args: tuple[str, ...] = ()  # always passed
+    per_unit: Decimal = Decimal(1)  # job-reported units in one profile unit (images per epoch)
 
+
+IMAGENET_TRAIN_IMAGES = Decimal(1_281_167)  # ILSVRC2012 training set
+CIFAR10_TRAIN_IMAGES = Decimal(50_000)
 
 JOBS: dict[str, JobSpec] = {
+    # epoch = the job's --steps steps of 3 HD frames (pass the same --steps to `gpuplan run`)
     "colorize": JobSpec("gpuplan.jobs.colorize", "epoch", "seconds_per_epoch", False,
                         ("--quick", "--steps", "2", "--warmup", "1"), ("--steps", "10", "--warmup", "2")),
-    "resnet50": JobSpec("gpuplan.jobs.resnet50", "image", "seconds_per_unit", True,
-                        ("--quick", "--steps", "2", "--warmup", "1"), ("--steps", "30", "--warmup", "5")),
-    "vgg_cifar": JobSpec("gpuplan.jobs.vgg_cifar", "image", "seconds_per_unit", True,
-                         ("--quick", "--steps", "3", "--warmup", "1"), ("--steps", "50", "--warmup", "5")),
+    "resnet50": JobSpec("gpuplan.jobs.resnet50", "epoch", "seconds_per_unit", True,
+                        ("--quick", "--steps", "2", "--warmup", "1"), ("--steps", "30", "--warmup", "5"),
+                        per_unit=IMAGENET_TRAIN_IMAGES),
+    "vgg_cifar": JobSpec("gpuplan.jobs.vgg_cifar", "epoch", "seconds_per_unit", True,
+                         ("--quick", "--steps", "3", "--warmup", "1"), ("--steps", "50", "--warmup", "5"),
+                         per_unit=CIFAR10_TRAIN_IMAGES),
     "detect_streams": JobSpec("gpuplan.jobs.detect_streams", "frame", "seconds_per_unit", False,
                               ("--quick", "--steps", "3", "--warmup", "1"), ("--steps", "50", "--warmup", "5"),
                               ("--worker",)),
@@ -366,7 +373,7 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
         workload=opts.workload,
         unit=spec.unit,
         reference_gpu=catalog_gpu_key(machine.gpu_name),
-        seconds_per_unit=alone,
+        seconds_per_unit=alone * spec.per_unit,
         provenance=provenance,
         memory_per_job_gib=(Decimal(mem) / 2**30) if mem else None,
         gpu_memory_gib=(Decimal(machine.gpu_memory_mib) / 1024) if machine.gpu_memory_mib else None,

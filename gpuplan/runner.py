@@ -108,10 +108,13 @@ def read_items(path: Path) -> list[str]:
 
 
 def read_plan(path: Path) -> dict:
-    """The prediction in a plan file from `gpuplan estimate --save`: wall seconds and yen.
+    """What a plan file from `gpuplan estimate --save` predicts for the part `gpuplan run` measures.
 
-    Accepts the recommended plan at the top level or under "recommended"; wall time under
-    wall_s / wall_seconds, cost under cost_jpy / yen / cost (a number or {"total": ...})."""
+    A run starts on machines that are already set up, so the prediction it is compared with is
+    the plan's jobs phase: wall = the longest machine's jobs_s; yen = each machine's cost times
+    the share of its billed time spent on jobs and idle tail (setup, capture and staging left
+    out). The whole plan's wall and yen are kept beside it. Returns {"wall_s", "yen", "basis",
+    "plan_wall_s", "plan_yen"} with Decimal figures."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -121,20 +124,26 @@ def read_plan(path: Path) -> dict:
     plan = data.get("recommended", data) if isinstance(data, dict) else None
     if not isinstance(plan, dict):
         raise UsageError(f"plan file {path}: expected a JSON object; write it with `gpuplan estimate --save`")
-    wall = _first(plan, ("wall_s", "wall_seconds", "wall_time_s"))
-    cost = _first(plan, ("cost_jpy", "yen", "cost"))
-    if isinstance(cost, dict):
-        cost = _first(cost, ("total_jpy", "total", "yen"))
-    if wall is None or cost is None:
+    try:
+        wall = Decimal(str(plan["wall_minutes"])) * 60 if plan.get("wall_minutes") is not None else None
+        cost = plan.get("cost_exact_jpy", plan.get("cost_jpy"))
+        yen = Decimal(str(cost)) if cost is not None else None
+        machines = plan.get("machines") or []
+        if machines:
+            jobs_wall = Decimal(max(int(m["jobs_s"]) for m in machines))
+            jobs_yen = sum(
+                (Decimal(str(m["cost_jpy"])) * (int(m["jobs_s"]) + int(m.get("idle_tail_s") or 0)) / int(m["billed_s"])
+                 for m in machines if int(m["billed_s"]) > 0),
+                Decimal(0),
+            )
+            return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
+                    "plan_wall_s": wall, "plan_yen": yen}
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        raise UsageError(f"plan file {path}: unreadable figure ({type(exc).__name__}: {exc});"
+                         " write it with `gpuplan estimate ... --save`") from None
+    if wall is None or yen is None:
         raise UsageError(f"plan file {path} has no wall time or cost; write it with `gpuplan estimate ... --save`")
-    return {"wall_s": Decimal(str(wall)), "yen": Decimal(str(cost)), "raw": plan}
-
-
-def _first(d: dict, keys: Sequence[str]) -> Any:
-    for k in keys:
-        if d.get(k) is not None:
-            return d[k]
-    return None
+    return {"wall_s": wall, "yen": yen, "basis": "the whole plan", "plan_wall_s": wall, "plan_yen": yen}
 
 
 def job_name(index: int, item: str) -> str:

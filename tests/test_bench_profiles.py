@@ -113,7 +113,7 @@ def test_bench_arithmetic_for_colocation_packing_and_data_parallel():
     ex = ScriptedExecutor(answer, gpus=4, nodes=2)
     prof = bench.measure(bench.BenchOptions("resnet50", max_pack=4, command="gpuplan bench resnet50 --cluster c"), ex)
     assert prof.reference_gpu == "A100 80GB" and prof.gpu_memory_gib == 80 and prof.memory_per_job_gib == 8
-    assert prof.seconds_per_unit == Decimal("0.01")
+    assert prof.unit == "epoch" and prof.seconds_per_unit == Decimal("0.01") * 1_281_167  # s/image x ImageNet
     assert prof.colocation_slowdown == {1: 1, 2: Decimal("1.05"), 4: Decimal("1.1")}
     assert prof.packing_fits == {1: True, 2: True, 3: False}  # stopped at the first k that refused
     assert prof.packing_efficiency[2] == Decimal("0.8")

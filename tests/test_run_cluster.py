@@ -56,8 +56,10 @@ def test_run_fans_items_over_every_slot_with_retries_logs_and_state(cluster, cli
     items = tmp_path / "videos.txt"
     items.write_text("# four clips\nclip-a.mp4\nflaky.mp4\n\nclip-c.mp4\nbroken.mp4\n")
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"recommended": {"provider": "baremetal", "instance_type": "x", "count": 2,
-                                                "wall_s": 2, "cost_jpy": 1}}))
+    plan.write_text(json.dumps({"provider": "baremetal", "instance_type": "x", "count": 2, "wall_minutes": 61,
+                                "cost_jpy": 3, "machines": [
+                                    {"setup_s": 3600, "jobs_s": 2, "idle_tail_s": 0, "billed_s": 3602, "cost_jpy": "1.80"},
+                                    {"setup_s": 3600, "jobs_s": 1, "idle_tail_s": 1, "billed_s": 3602, "cost_jpy": "1.80"}]}))
     script = (
         "echo item={item} gpu=${CUDA_VISIBLE_DEVICES:-none} job=$GPUPLAN_JOB; sleep 0.5; "
         f"if [ {{item}} = flaky.mp4 ] && [ ! -e {marker} ]; then touch {marker}; exit 7; fi; "
@@ -81,7 +83,8 @@ def test_run_fans_items_over_every_slot_with_retries_logs_and_state(cluster, cli
     assert f"item=clip-a.mp4 gpu={'none' if gpu == 'cpu' else gpu} job=0000-clip-a.mp4" in a
     flaky = (log_dir / "0001-flaky.mp4.log").read_text()
     assert "attempt 1" in flaky and "exit 7" in flaky and "attempt 2" in flaky and "exit 0" in flaky
-    assert "plan:" in r.out and "error wall" in r.out
+    out = " ".join(r.out.split())  # rich wraps lines at the terminal width
+    assert "plan: wall 2s" in out and "jobs phase (setup excluded)" in out and "error wall +" in out
 
 
 def test_run_items_measures_wall_time_and_yen_from_the_cluster_price(cluster, tmp_path):

@@ -149,7 +149,7 @@ def _print_summary(summary, predicted) -> None:
     con.print(f"measured: wall {_duration(cmp.measured_wall_s)}, {_yen(cmp.measured_yen)}"
               f" ({summary.nodes} node(s) x {_yen(summary.price_jpy_per_hour)}/h)")
     if predicted is not None:
-        con.print(f"plan:     wall {_duration(cmp.predicted_wall_s)}, {_yen(cmp.predicted_yen)}"
+        con.print(f"plan:     wall {_duration(cmp.predicted_wall_s)}, {_yen(cmp.predicted_yen)} ({predicted['basis']})"
                   f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}")
 
 

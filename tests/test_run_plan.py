@@ -1,0 +1,55 @@
+"""What `gpuplan run --plan` compares with: the jobs phase of a plan saved by `gpuplan estimate`."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from gpuplan import runner
+from gpuplan.errors import UsageError
+
+
+def test_plan_from_estimate_predicts_report_a_jobs_phase(cli, tmp_path):
+    path = tmp_path / "plan.json"
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path))
+    assert r.code == 0, r.err
+    pred = runner.read_plan(path)
+    # Report A: 4x NC6 from an image; 60 min setup on the builder, then 120 min of four NC6 (¥826 in all).
+    assert pred["plan_wall_s"] == 180 * 60 and pred["plan_yen"] == Decimal("826.20")
+    assert pred["wall_s"] == 7200 and pred["yen"] == Decimal("734.40")  # 4 x 2 h x ¥91.80
+    assert "setup excluded" in pred["basis"]
+
+
+def test_plan_without_machines_is_compared_whole(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"recommended": {"wall_minutes": 210, "cost_jpy": 1285}}))
+    pred = runner.read_plan(path)
+    assert (pred["wall_s"], pred["yen"], pred["basis"]) == (12600, 1285, "the whole plan")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", "not valid JSON"),
+    ('{"count": 1}', "no wall time or cost"),
+    ('{"wall_minutes": 1, "cost_jpy": 1, "machines": [{"jobs_s": "x"}]}', "unreadable figure"),
+])
+def test_bad_plan_files_are_one_line_usage_errors(tmp_path, text, message):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        runner.read_plan(path)
+    with pytest.raises(UsageError, match="not found"):
+        runner.read_plan(tmp_path / "missing.json")
+
+
+def test_read_items_skips_blanks_and_comments(tmp_path):
+    f = tmp_path / "items.txt"
+    f.write_text("# clips\n\n a.mp4 \nb.mp4\n")
+    assert runner.read_items(f) == ["a.mp4", "b.mp4"]
+    f.write_text("# nothing\n")
+    with pytest.raises(UsageError, match="has no items"):
+        runner.read_items(f)
+    assert runner.job_name(3, "/data/My Clip (1).mp4") == "0003-My_Clip_1_.mp4"
+    assert runner.render(["python", "train.py", "--video", "{item}"], "it's.mp4") == (
+        "python train.py --video 'it'\"'\"'s.mp4'")
