@@ -441,10 +441,21 @@ def _new_key_pair() -> tuple[str, str]:
     return private, public
 
 
+def _intra_key(state, cluster: str) -> tuple[str, str]:
+    """The cluster's node-to-node key pair, kept beside its login key so a re-run reuses it."""
+    path = Path(str(state.ssh_key(cluster)[0]) + "-intra")
+    if not path.exists():
+        private, public = _new_key_pair()
+        path.touch(mode=0o600)
+        path.write_text(private)
+        Path(str(path) + ".pub").write_text(public + "\n")
+    return path.read_text().strip(), Path(str(path) + ".pub").read_text().strip()
+
+
 def cluster_network_params(state, cluster: str, hosts: Sequence[remote.Host]) -> dict[str, str]:
     """Parameters for the cluster-network playbook, from the state: private addresses, GPU
-    slots, every node's pinned host key (known_hosts by name and private address) and a fresh
-    intra-cluster key pair."""
+    slots, every node's pinned host key (known_hosts by name and private address) and the
+    intra-cluster key pair (made once per cluster)."""
     nodes = {n.name: n for n in state.nodes(cluster)}
     lines, known = [], []
     for h in hosts:
@@ -454,7 +465,7 @@ def cluster_network_params(state, cluster: str, hosts: Sequence[remote.Host]) ->
         names = ",".join(dict.fromkeys(x for x in (h.name, private) if x))
         known.append(f"{names} {' '.join(h.host_key.split()[:2])}")
     slots = max((nodes[h.name].gpus for h in hosts), default=1) or 1
-    private, public = _new_key_pair()
+    private, public = _intra_key(state, cluster)
     return {
         "cluster_hosts": "\n".join(lines), "slots": str(slots), "known_hosts": "\n".join(known),
         "intra_key": private.strip(), "intra_key_pub": f"{public} gpuplan-{cluster}-intra",

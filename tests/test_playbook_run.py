@@ -161,13 +161,19 @@ def test_cluster_network_hostfile_known_hosts_and_intra_key(hosts, state):
         assert known[0] == "# >>> gpuplan cluster >>>"
         for j, other in enumerate(hosts):
             assert f"mpi-{j},10.0.0.{j + 1} {' '.join(other.host_public_key.split()[:2])}" in known
-        key = (home / ".ssh/id_ed25519").read_text()
+        key = (home / ".ssh/gpuplan_cluster").read_text()
         assert key.startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
-        assert (home / ".ssh/id_ed25519").stat().st_mode & 0o777 == 0o600
-        pub = (home / ".ssh/id_ed25519.pub").read_text().strip()
-        assert pub in (home / ".ssh/authorized_keys").read_text().splitlines()
+        assert (home / ".ssh/gpuplan_cluster").stat().st_mode & 0o777 == 0o600
+        pub = (home / ".ssh/gpuplan_cluster.pub").read_text().strip()
+        assert pub.endswith(" gpuplan-mpi-intra") and pub in (home / ".ssh/authorized_keys").read_text().splitlines()
+        assert (home / ".ssh/config").read_text().splitlines()[:4] == [
+            "# >>> gpuplan cluster >>>", "Host mpi-0 10.0.0.1 mpi-1 10.0.0.2 mpi-2 10.0.0.3",
+            "  IdentityFile ~/.ssh/gpuplan_cluster", "  StrictHostKeyChecking yes"]
+        assert not (home / ".ssh/id_ed25519").exists()  # the user's own key name is left alone
     # every node got the same intra-cluster key
-    assert len({(h.fake_root / "root/.ssh/id_ed25519").read_text() for h in hosts}) == 1
+    assert len({(h.fake_root / "root/.ssh/gpuplan_cluster").read_text() for h in hosts}) == 1
+    again = playbook.bootstrap_cluster(state, "mpi", ["cluster-network"], FAKE)
+    assert {s.status for h in again.hosts for s in h.steps} == {"skipped"}
 
 
 def test_openmpi_replaces_distro_package_with_a_cuda_aware_build(hosts):

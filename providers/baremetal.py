@@ -1,0 +1,391 @@
+"""Owned machines ("bare metal") as a gpuplan provider: an inventory of hosts reached over SSH.
+
+Config (providers.baremetal in config.yaml): `inventory` (default <config dir>/inventory.yaml)
+and optionally `accept_host_keys` (comma-separated "SHA256:..." fingerprints a person checked
+on the machines' consoles, for hosts whose inventory entry has no host_key). The inventory:
+
+    defaults: {user: ubuntu, port: 22, key: ~/.ssh/id_ed25519}
+    hosts:
+      - name: gpu-a
+        address: 203.0.113.10          # where gpuplan connects
+        private_address: 192.168.0.1   # optional: the node-to-node network (report B)
+        gpus: {model: TITAN X Pascal, count: 4}
+        group: koukaryoku              # optional; a size may name the group or the GPU model
+        host_key: ssh-ed25519 AAAA...  # optional but recommended: pinned before first contact
+
+A "size" selects hosts: a group name, a GPU model (case, spaces and dashes ignored) or "any".
+"Creating" a machine claims a free host: gpuplan writes `~/.gpuplan/claim` (its tags, as JSON)
+with no-clobber so two clusters cannot claim one host, installs the cluster's login key in
+`~/.ssh/authorized_keys` (comment "gpuplan-<cluster>"), and counts the GPUs with nvidia-smi when
+a driver is present. list() reads the claims back; delete() removes the key, the intra-cluster
+SSH files the cluster-network playbook wrote, and the claim directory. Software that bootstrap
+installed (driver, CUDA, ...) stays: the machine is yours, and the next cluster reuses it.
+Nothing here bills by the hour; `ttl_s` is not enforced on owned hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gpuplan import remote
+from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError
+from gpuplan.provider import TAG_CLUSTER, TAG_NODE, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+
+CLAIM_DIR = ".gpuplan"  # relative to the login user's home
+REGION = "local"
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    name: str
+    address: str
+    port: int
+    user: str
+    key_path: str | None
+    gpu_model: str
+    gpu_count: int
+    group: str = ""
+    private_address: str | None = None
+    host_key: str | None = None
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s_-]+", "", text).lower()
+
+
+def load_inventory(path: Path) -> list[InventoryHost]:
+    import yaml
+
+    if not path.is_file():
+        raise UsageError(f"bare-metal inventory {path} not found; write one (see `gpuplan` docs: hosts with name, address, "
+                         "user, key, gpus) or set providers.baremetal.inventory in config.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix the file") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
+        raise UsageError(f"{path}: expected `hosts:` with a list of hosts")
+    defaults = data.get("defaults") or {}
+    hosts, seen = [], set()
+    for i, raw in enumerate(data["hosts"]):
+        if not isinstance(raw, dict):
+            raise UsageError(f"{path}: host {i + 1} must be a mapping")
+        entry = {**defaults, **raw}
+        name = str(entry.get("name") or "")
+        where = f"{path}: host {name or i + 1}"
+        if not name or not entry.get("address"):
+            raise UsageError(f"{where}: needs a name and an address")
+        if name in seen:
+            raise UsageError(f"{where}: duplicate name")
+        seen.add(name)
+        gpus = entry.get("gpus") or {}
+        if not isinstance(gpus, dict) or not gpus.get("model"):
+            raise UsageError(f"{where}: needs gpus: {{model: ..., count: N}}")
+        try:
+            port, count = int(entry.get("port", 22)), int(gpus.get("count", 1))
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}: port and gpus.count must be whole numbers") from None
+        key = entry.get("key")
+        if key:
+            key_path = Path(str(key)).expanduser()
+            key = str(key_path if key_path.is_absolute() else (path.parent / key_path))
+        host_key = str(entry["host_key"]).strip() if entry.get("host_key") else None
+        if host_key:
+            remote.fingerprint(host_key)  # raises a one-line error for a malformed key
+        hosts.append(InventoryHost(
+            name=name, address=str(entry["address"]), port=port, user=str(entry.get("user", "ubuntu")),
+            key_path=key, gpu_model=str(gpus["model"]), gpu_count=count, group=str(entry.get("group") or ""),
+            private_address=str(entry["private_address"]) if entry.get("private_address") else None, host_key=host_key,
+        ))
+    return hosts
+
+
+class BaremetalProvider(Provider):
+    name = "baremetal"
+
+    def __init__(self, config: Mapping[str, str], *, known_hosts: Mapping[str, str] | None = None,
+                 max_workers: int = 32) -> None:
+        """`known_hosts`: pinned keys from the state, keyed "address:port" (providers never read
+        the state themselves)."""
+        self.config = dict(config)
+        self._known = dict(known_hosts or {})
+        self._accepted = {f.strip() for f in self.config.get("accept_host_keys", "").split(",") if f.strip()}
+        self._workers = max_workers
+        self._inventory: list[InventoryHost] | None = None
+
+    # --- inventory -----------------------------------------------------------------------
+
+    def inventory_path(self) -> Path:
+        if self.config.get("inventory"):
+            return Path(self.config["inventory"]).expanduser()
+        from gpuplan import paths
+
+        return paths.config_dir() / "inventory.yaml"
+
+    def inventory(self) -> list[InventoryHost]:
+        if self._inventory is None:
+            self._inventory = load_inventory(self.inventory_path())
+        return self._inventory
+
+    @property
+    def default_ssh_user(self) -> str:  # type: ignore[override]
+        try:
+            users = {h.user for h in self.inventory()}
+        except UsageError:
+            return "ubuntu"
+        return users.pop() if len(users) == 1 else "ubuntu"
+
+    def matching(self, size: str) -> list[InventoryHost]:
+        want = _norm(size)
+        hosts = [h for h in self.inventory() if want in ("any", "*", _norm(h.group), _norm(h.gpu_model))]
+        if not hosts:
+            groups = sorted({h.group for h in self.inventory() if h.group} | {h.gpu_model for h in self.inventory()})
+            raise UsageError(f"no host in {self.inventory_path()} matches size {size!r}; "
+                             f"use a group or GPU model: {', '.join(groups) or '(inventory is empty)'}, or 'any'")
+        return hosts
+
+    def _host(self, h: InventoryHost, node: str | None = None) -> remote.Host:
+        key = h.host_key or self._known.get(f"{h.address}:{h.port}")
+        if not key:
+            offered = remote.offered_host_key(h.address, h.port)
+            fp = remote.fingerprint(offered)
+            if fp not in self._accepted:
+                raise UsageError(
+                    f"bare-metal host {h.name} ({h.address}:{h.port}) has no host_key in {self.inventory_path()}; "
+                    f"it offers {fp}: check that on its console, then add its host_key to the inventory "
+                    f"or rerun with --accept-host-key {fp}"
+                )
+            key = offered
+        return remote.Host(node or h.name, h.address, h.port, h.user, h.key_path, key)
+
+    # --- claims --------------------------------------------------------------------------
+
+    def _read_claim(self, rh: remote.Host) -> dict | None:
+        """The host's claim as a dict, or None when it is free."""
+        r = remote.run(rh, f"cat {CLAIM_DIR}/claim 2>/dev/null || true", timeout=30)
+        text = r.stdout.strip()
+        if not text:
+            return None
+        try:
+            claim = json.loads(text)
+        except json.JSONDecodeError:
+            claim = None
+        return claim if isinstance(claim, dict) else {"tags": {}, "unreadable": text[:80]}
+
+    def _claims_of(self, hosts: Sequence[InventoryHost]) -> list[dict | None | BaseException]:
+        """Each host's claim (dict), None when free, or the exception that kept us from asking."""
+        results: dict[str, object] = {}
+        pairs = []
+        for h in hosts:
+            try:
+                pairs.append((h, self._host(h)))
+            except (UsageError, RemoteError) as exc:
+                results[h.name] = exc
+        outs = remote.run_many([rh for _, rh in pairs], self._read_claim, self._workers)
+        for (h, _), out in zip(pairs, outs):
+            results[h.name] = out
+        return [results[h.name] for h in hosts]
+
+    # --- Provider ------------------------------------------------------------------------
+
+    def check_credentials(self) -> None:
+        for h in self.inventory():
+            if h.key_path and not Path(h.key_path).is_file():
+                raise UsageError(f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in {self.inventory_path()}")
+
+    def vcpus(self, region: str, size: str) -> int:
+        return 1  # quota is counted in hosts: one per machine
+
+    def quota(self, region: str, size: str) -> list[QuotaUsage]:
+        hosts = self.matching(size)
+        claims = self._claims_of(hosts)
+        used = sum(1 for c in claims if c is not None)
+        down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
+        note = f"; unreachable (counted as used): {', '.join(down)}" if down else ""
+        return [QuotaUsage(
+            name=f"hosts:{size}", description=f"free bare-metal hosts matching {size!r} in {self.inventory_path()}{note}",
+            limit=len(hosts), used=used, unit="hosts",
+            how_to_raise="add hosts to the inventory, or `gpuplan teardown` a cluster that holds some",
+        )]
+
+    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+        hosts = [h for h in self.matching(spec.size) if h.user == spec.ssh_user]
+        if not hosts:
+            raise UsageError(f"no host matching {spec.size!r} logs in as {spec.ssh_user!r}; set user: in the inventory")
+        claims = self._claims_of(hosts)
+        for c in claims:
+            if isinstance(c, UsageError):  # an unconfirmed host key: the user must act
+                raise c
+        mine: dict[str, InventoryHost] = {}
+        free: list[InventoryHost] = []
+        for h, c in zip(hosts, claims):
+            if isinstance(c, BaseException):
+                continue
+            if c is None:
+                free.append(h)
+            elif c.get("tags", {}).get(TAG_CLUSTER) == spec.cluster and c["tags"].get(TAG_NODE) in names:
+                mine[c["tags"][TAG_NODE]] = h
+        todo = [n for n in names if n not in mine]
+        if len(free) < len(todo):
+            down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
+            raise CapacityUnavailable(
+                f"{len(todo)} more bare-metal host(s) matching {spec.size!r} needed but {len(free)} are free"
+                + (f" ({', '.join(down)} unreachable)" if down else "")
+                + "; add hosts to the inventory or tear down a cluster holding some"
+            )
+        plan = list(zip(todo, free))
+        outcomes = remote.run_many([self._host(h, n) for n, h in plan], lambda rh: self._claim(rh, spec, dict(plan)[rh.name]),
+                                   self._workers)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors:
+            first = errors[0]
+            if isinstance(first, (UsageError, ProviderError)):
+                raise first
+            raise ProviderError(f"claiming bare-metal hosts failed: {first}")
+        reused = remote.run_many([self._host(h, n) for n, h in mine.items()], lambda rh: self._gpus(rh, mine[rh.name]),
+                                 self._workers)
+        for o in reused:
+            if isinstance(o, BaseException):
+                raise ProviderError(f"bare-metal host unreachable: {o}")
+        instances = {**{n: o for n, o in zip([n for n, _ in plan], outcomes)},
+                     **{n: o for n, o in zip(mine, reused)}}
+        return [instances[n] for n in names]
+
+    def _instance(self, rh: remote.Host, h: InventoryHost, gpus_seen: int | None) -> Instance:
+        extra = {"host_key": rh.host_key or "", "inventory_host": h.name, "gpu_model": h.gpu_model,
+                 "gpus": str(h.gpu_count)}
+        if gpus_seen is not None:
+            extra["gpus_seen"] = str(gpus_seen)
+        return Instance(id=h.name, name=rh.name, status="running", public_ip=h.address,
+                        private_ip=h.private_address or h.address, ssh_port=h.port, extra=extra)
+
+    def _gpus(self, rh: remote.Host, h: InventoryHost, conn: remote.Connection | None = None) -> Instance:
+        cmd = "command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || echo none"
+        r = conn.run(cmd, timeout=60) if conn else remote.run(rh, cmd, timeout=60)
+        out = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "none"
+        seen = int(out) if out.isdigit() else None
+        if seen is not None and seen != h.gpu_count:
+            raise ProviderError(
+                f"bare-metal host {h.name}: nvidia-smi sees {seen} GPU(s) but the inventory says {h.gpu_count}; "
+                f"fix gpus.count in {self.inventory_path()} or check the machine"
+            )
+        return self._instance(rh, h, seen)
+
+    def _claim(self, rh: remote.Host, spec: NodeSpec, h: InventoryHost) -> Instance:
+        tags = {**spec.tags, TAG_CLUSTER: spec.cluster, TAG_NODE: rh.name}
+        claim = json.dumps({"tags": tags, "login_key": spec.ssh_public_key,
+                            "claimed_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        script = (
+            f"mkdir -p {CLAIM_DIR} && chmod 700 {CLAIM_DIR}\n"
+            f"if ! (set -C; printf '%s\\n' {shlex.quote(claim)} > {CLAIM_DIR}/claim) 2>/dev/null; then\n"
+            f"  echo 'claimed by:' >&2; cat {CLAIM_DIR}/claim >&2; exit 17\n"
+            "fi\n"
+        )
+        if spec.ssh_public_key:
+            key = shlex.quote(spec.ssh_public_key.strip())
+            script += (
+                "mkdir -p .ssh && chmod 700 .ssh && touch .ssh/authorized_keys && chmod 600 .ssh/authorized_keys\n"
+                f"grep -qxF {key} .ssh/authorized_keys || printf '%s\\n' {key} >> .ssh/authorized_keys\n"
+            )
+        with remote.connect(rh) as conn:
+            r = conn.run("cd && bash -s", stdin=script, timeout=60)
+            if r.exit_code == 17:
+                raise CapacityUnavailable(f"bare-metal host {h.name} was claimed by someone else meanwhile: {r.stderr.strip()[-200:]}")
+            if not r.ok:
+                raise ProviderError(f"could not write the claim on {h.name} (exit {r.exit_code}): {r.tail(3)}")
+            return self._gpus(rh, h, conn)
+
+    def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
+        by_id = {h.name: h for h in self.inventory()}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise ProviderError(f"bare-metal host(s) {', '.join(missing)} are not in {self.inventory_path()} any more")
+        hosts = [by_id[i] for i in ids]
+        claims = self._claims_of(hosts)
+        out = []
+        for h, c in zip(hosts, claims):
+            if isinstance(c, BaseException):
+                raise ProviderError(f"bare-metal host {h.name} is not reachable: {c}")
+            if c is None:
+                raise ProviderError(f"bare-metal host {h.name} is not claimed (its claim was removed); provision again")
+            out.append(self._instance(self._host(h, c["tags"].get(TAG_NODE, h.name)), h, None))
+        return out
+
+    def capture_image(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
+        raise UsageError("bare-metal hosts cannot be captured as images; bootstrap them once and reuse them "
+                         "(a re-run skips what is already installed)")
+
+    def list(self, region: str, tags: Mapping[str, str]) -> list[Resource]:
+        hosts = self.inventory()
+        claims = self._claims_of(hosts)
+        found = []
+        for h, c in zip(hosts, claims):
+            if isinstance(c, BaseException):
+                raise ProviderError(f"cannot read the claim on bare-metal host {h.name}: {c}; "
+                                    "bring it back or remove it from the inventory, then retry")
+            if c is None:
+                continue
+            ctags = {str(k): str(v) for k, v in (c.get("tags") or {}).items()}
+            if all(ctags.get(k) == v for k, v in tags.items()):
+                node = ctags.get(TAG_NODE, "")
+                found.append(Resource("instance", h.name, REGION, ctags, node))
+                found.append(Resource("host-claim", f"{h.name}:claim", REGION, ctags, node))
+        return found
+
+    def delete(self, region: str, resources: Sequence[Resource]) -> None:
+        by_id = {h.name: h for h in self.inventory()}
+        work = []
+        for r in resources:
+            host = r.id.split(":", 1)[0]
+            if r.kind not in ("instance", "host-claim"):
+                continue
+            if host not in by_id:
+                continue  # gone from the inventory: nothing of ours to remove there
+            work.append((r, by_id[host]))
+        # Keys and files first, the claim last, so a half-done delete still shows up in list().
+        for kind in ("instance", "host-claim"):
+            batch = [(r, h) for r, h in work if r.kind == kind]
+            if not batch:
+                continue
+            outcomes = remote.run_many([self._host(h) for _, h in batch],
+                                       lambda rh: self._release(rh, next(r for r, h in batch if h.name == rh.name), kind),
+                                       self._workers)
+            for o in outcomes:
+                if isinstance(o, BaseException):
+                    raise o if isinstance(o, (ProviderError, UsageError)) else ProviderError(f"bare-metal release failed: {o}")
+
+    def _release(self, rh: remote.Host, r: Resource, kind: str) -> None:
+        cluster = r.tags.get(TAG_CLUSTER, "")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", cluster):
+            raise ProviderError(f"refusing to release {r.id}: claim has no usable {TAG_CLUSTER} tag")
+        # Only touch a claim that is still this cluster's (the host may have been released and re-claimed).
+        guard = (f"[ -f {CLAIM_DIR}/claim ] || exit 0\n"
+                 f"grep -q '\"{TAG_CLUSTER}\": \"{cluster}\"' {CLAIM_DIR}/claim || exit 0\n")
+        if kind == "instance":
+            script = guard + (
+                f"login_key=$(sed -n 's/.*\"login_key\": \"\\([^\"]*\\)\".*/\\1/p' {CLAIM_DIR}/claim)\n"
+                "if [ -f .ssh/authorized_keys ]; then\n"
+                f"  grep -vxF -e \"$login_key\" -e \"$(cat .ssh/gpuplan_cluster.pub 2>/dev/null || echo '#none#')\" "
+                ".ssh/authorized_keys > .ssh/authorized_keys.gpuplan || true\n"
+                "  cat .ssh/authorized_keys.gpuplan > .ssh/authorized_keys; rm -f .ssh/authorized_keys.gpuplan\n"
+                "fi\n"
+                "rm -f .ssh/gpuplan_cluster .ssh/gpuplan_cluster.pub\n"
+                "for f in .ssh/config .ssh/known_hosts; do\n"
+                "  [ -f \"$f\" ] && sed -i '/^# >>> gpuplan cluster >>>$/,/^# <<< gpuplan cluster <<<$/d' \"$f\"\n"
+                "done\n"
+                f"find {CLAIM_DIR} -mindepth 1 -maxdepth 1 ! -name claim -exec rm -rf {{}} +\n"
+            )
+        else:
+            script = guard + f"rm -rf {CLAIM_DIR}\n"
+        r2 = remote.run(rh, "cd && bash -s", stdin=script, timeout=120)
+        if not r2.ok:
+            raise ProviderError(f"could not release {r.id} (exit {r2.exit_code}): {r2.tail(3)}")
+
+    def default_regions(self) -> list[str]:
+        return [REGION]
