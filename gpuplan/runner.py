@@ -276,6 +276,8 @@ def run_items(state, cluster: str, items: Sequence[str], command: Sequence[str],
         t = targets[slot.target]
         remote_log = f"{REMOTE_LOG_DIR}/{cluster}/{job}.{attempt}.log"
         env = f"CUDA_VISIBLE_DEVICES={slot.gpu} " if slot.gpu is not None else ""
+        if per_gpu > 1:  # the reference jobs take this as their fixed memory share (report C)
+            env += f"GPUPLAN_MEMORY_FRACTION={1 / per_gpu:.6f} "
         cmd = (f"mkdir -p {REMOTE_LOG_DIR}/{cluster} && ( {env}GPUPLAN_ITEM={shlex.quote(item)}"
                f" GPUPLAN_JOB={job} {render(command, item)} ) > {remote_log} 2>&1")
         t0 = time.monotonic()
@@ -300,27 +302,40 @@ def run_items(state, cluster: str, items: Sequence[str], command: Sequence[str],
                 job, item, attempt = work.get(timeout=0.2)
             except queue.Empty:
                 continue
-            started = _now()
             try:
-                code, seconds, text = one_attempt(slot, job, item, attempt)
-            except Exception as exc:  # SSH dropped, host gone: counts as a failed attempt
-                code, seconds, text = -1, 0.0, f"(attempt failed before the job ran: {type(exc).__name__}: {exc})\n"
-            log_path = log_dir / f"{job}.log"
-            with open(log_path, "a") as fh:
-                fh.write(f"=== {job} attempt {attempt} on {label}: exit {code}, {seconds:.1f} s ===\n{text}")
-                if not text.endswith("\n"):
-                    fh.write("\n")
-            if code != 0 and attempt <= retries:
-                progress(f"{job} failed on {label} (exit {code}); retrying ({attempt}/{retries})")
-                work.put((job, item, attempt + 1))
-                continue
-            status = "ok" if code == 0 else "failed"
-            res = JobResult(job, item, label, targets[slot.target].node, status, attempt, seconds, log_path)
-            state.record_run(cluster, job, res.node, label, status, attempt, seconds, str(log_path), started)
-            progress(f"{job} {status} on {label} in {seconds:.1f} s")
-            with lock:
-                results[job] = res
-                remaining[0] -= 1
+                if not attempt_and_record(slot, label, job, item, attempt):
+                    continue
+            except Exception as exc:  # bookkeeping failed (disk full, state locked): never leave the queue hanging
+                progress(f"{job}: could not record its outcome ({type(exc).__name__}: {exc})")
+                with lock:
+                    results[job] = JobResult(job, item, label, targets[slot.target].node, "failed", attempt, 0.0,
+                                             log_dir / f"{job}.log")
+                    remaining[0] -= 1
+
+    def attempt_and_record(slot: Slot, label: str, job: str, item: str, attempt: int) -> bool:
+        """One attempt; False when the job went back on the queue for another."""
+        started = _now()
+        try:
+            code, seconds, text = one_attempt(slot, job, item, attempt)
+        except Exception as exc:  # SSH dropped, host gone: counts as a failed attempt
+            code, seconds, text = -1, 0.0, f"(attempt failed before the job ran: {type(exc).__name__}: {exc})\n"
+        log_path = log_dir / f"{job}.log"
+        with open(log_path, "a") as fh:
+            fh.write(f"=== {job} attempt {attempt} on {label}: exit {code}, {seconds:.1f} s ===\n{text}")
+            if not text.endswith("\n"):
+                fh.write("\n")
+        if code != 0 and attempt <= retries:
+            progress(f"{job} failed on {label} (exit {code}); retrying ({attempt}/{retries})")
+            work.put((job, item, attempt + 1))
+            return False
+        status = "ok" if code == 0 else "failed"
+        res = JobResult(job, item, label, targets[slot.target].node, status, attempt, seconds, log_path)
+        state.record_run(cluster, job, res.node, label, status, attempt, seconds, str(log_path), started)
+        progress(f"{job} {status} on {label} in {seconds:.1f} s")
+        with lock:
+            results[job] = res
+            remaining[0] -= 1
+        return True
 
     for old in log_dir.glob("*.log"):
         if any(old.name == f"{job_name(i, it)}.log" for i, it in enumerate(items)):

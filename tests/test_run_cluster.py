@@ -129,3 +129,11 @@ def test_torchrun_trains_resnet50_with_gloo_across_both_hosts(cluster, cli, gpup
     assert rec["units"] == 2 * 2 * 2  # 2 ranks x batch 2 x 2 steps
     assert sorted((row["job"], row["status"]) for row in state.runs("demo")) == [
         ("torchrun-demo-0", "ok"), ("torchrun-demo-1", "ok")]
+
+
+def test_per_gpu_k_gives_each_job_a_fixed_memory_share(cluster, gpuplan_home):
+    state, _ = cluster
+    summary = runner.run_items(state, "demo", ["a"], ["sh", "-c", "echo item={item} share=$GPUPLAN_MEMORY_FRACTION"],
+                               per_gpu=2)
+    assert summary.jobs[0].status == "ok"
+    assert "item=a share=0.500000" in summary.jobs[0].log_path.read_text()

@@ -33,8 +33,10 @@ def base_parser(job: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto = cuda when available")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (cuDNN autotune, allocator)")
-    p.add_argument("--memory-fraction", type=float, default=None,
-                   help="cap this process at this fraction of the GPU's memory (0 < f <= 1)")
+    share = os.environ.get("GPUPLAN_MEMORY_FRACTION")  # set by `gpuplan run --per-gpu k`
+    p.add_argument("--memory-fraction", type=float, default=float(share) if share else None,
+                   help="cap this process at this fraction of the GPU's memory (0 < f <= 1);"
+                        " default $GPUPLAN_MEMORY_FRACTION")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (co-located CPU runs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run that proves nothing about speed")
