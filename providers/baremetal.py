@@ -168,7 +168,7 @@ class BaremetalProvider(Provider):
 
     def _read_claim(self, rh: remote.Host) -> dict | None:
         """The host's claim as a dict, or None when it is free."""
-        r = remote.run(rh, f"cat {CLAIM_DIR}/claim 2>/dev/null || true", timeout=30)
+        r = remote.run(rh, f"cd && cat {CLAIM_DIR}/claim 2>/dev/null || true", timeout=30)
         text = r.stdout.strip()
         if not text:
             return None

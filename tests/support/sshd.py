@@ -154,7 +154,9 @@ PermitRootLogin prohibit-password
 UsePAM no
 MaxStartups 100:30:200
 MaxSessions 50
-Subsystem sftp internal-sftp
+Subsystem sftp /usr/lib/openssh/sftp-server
+# Start in the fake home, as a real login starts in the real one (sshd itself chdirs to /root).
+ForceCommand cd "$HOME" && eval "${{SSH_ORIGINAL_COMMAND:-exec bash -l}}"
 SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} HOME={root}/root PATH={fakebin}:/usr/bin:/bin
 """
 
