@@ -52,6 +52,24 @@ def server_url() -> str:
         return str(_server["url"])
 
 
+_loader = None
+
+
+def session():
+    """A boto3 Session from the environment (as the provider would build it) that shares one
+    botocore data loader across tests, so the EC2 API model is parsed once, not per test."""
+    global _loader
+    import boto3
+    import botocore.session
+
+    bs = botocore.session.get_session()
+    with _lock:
+        if _loader is None:
+            _loader = bs.get_component("data_loader")
+    bs.register_component("data_loader", _loader)
+    return boto3.Session(botocore_session=bs)
+
+
 def reset() -> None:
     import requests
 
@@ -101,6 +119,8 @@ class MotoAws:
 
         conf = {"ami": self.ami, "quota_vcpus": "64", **(config or {})}
         kwargs.setdefault("poll_s", 0.01)
+        if "session" not in kwargs and not conf.get("profile") and not os.environ.get("AWS_PROFILE"):
+            kwargs["session"] = session()
         return AwsProvider(conf, **kwargs)
 
     def held(self, region: str = REGION) -> dict[str, list[str]]:
