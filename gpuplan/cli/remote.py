@@ -1,7 +1,157 @@
-"""CLI commands: placeholder, filled in by its issue."""
+"""`gpuplan bootstrap` (run setup playbooks on a cluster) and `gpuplan ssh` (log in to a node)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.errors import NotFound, UsageError
+
+
+def _consoles():
+    from rich.console import Console
+
+    return Console(highlight=False), Console(stderr=True, highlight=False)
+
+
+_STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "n/a": "dim", "not-run": "dim", "dry-run": "cyan"}
+
+
+def _cell(step) -> str:
+    style = _STYLE.get(step.status, "")
+    text = step.status
+    if step.status == "ran":
+        text = f"ran {step.seconds:.1f}s"
+    elif step.status == "failed":
+        text = f"FAILED ({step.exit_code})" if step.exit_code is not None else "FAILED"
+    return f"[{style}]{text}[/{style}]" if style else text
+
+
+def render_report(console, report) -> None:
+    """A table with one row per playbook step and one column per host."""
+    from rich.table import Table
+
+    table = Table(title=f"bootstrap: {', '.join(report.playbooks)}", title_justify="left")
+    table.add_column("step")
+    for h in report.hosts:
+        table.add_column(h.host)
+    keys = []
+    for h in report.hosts:
+        for s in h.steps:
+            if s.key not in keys:
+                keys.append(s.key)
+    cells = {(h.host, s.key): s for h in report.hosts for s in h.steps}
+    for key in keys:
+        table.add_row(key, *[_cell(cells[(h.host, key)]) if (h.host, key) in cells else "-" for h in report.hosts])
+    table.add_row("[bold]total[/bold]", *[f"[bold]{h.seconds:.1f}s[/bold]" for h in report.hosts])
+    console.print(table)
+
+
+def bootstrap(
+    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
+    playbook: Annotated[Optional[list[str]], typer.Option("--playbook", "-p", help="Playbook name or YAML file; repeat for several, run in order (default: gpu-driver, cuda, cudnn, nccl).")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", help="Override a playbook parameter: NAME=VALUE, e.g. cuda_version=12.8.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the check and action commands of every step; touch no host.")] = False,
+    accept_host_key: Annotated[Optional[list[str]], typer.Option("--accept-host-key", help="Pin a host key a node offers after you checked its SHA256 fingerprint on the machine.")] = None,
+    list_playbooks: Annotated[bool, typer.Option("--list", help="List the built-in playbooks and exit.")] = False,
+) -> None:
+    """Run setup playbooks on every node of a cluster at once; steps already done are skipped."""
+    from gpuplan import playbook as pb
+    from gpuplan.state import State
+
+    out, err = _consoles()
+    if list_playbooks:
+        for name in pb.available():
+            out.print(f"[bold]{name}[/bold]: {pb.load(name).description}")
+        return
+    params = pb.parse_params(param or [])
+    state = State.open_default()
+    if dry_run:
+        report = pb.bootstrap_cluster(state, cluster, playbook or None, params, dry_run=True)
+        out.print(f"# dry run for {', '.join(h.host for h in report.hosts)}: nothing is run")
+        out.print("# every script starts with these parameters and playbooks/steps/prelude.sh:")
+        for k, v in sorted(report.params.items()):
+            if not k.startswith("intra_key"):
+                out.print(f"{k}={v!r}", markup=False)
+        for key, script in report.scripts.items():
+            out.print(f"\n# {key}", style="bold", markup=False)
+            out.print(script, markup=False)
+        return
+
+    def progress(message: str) -> None:
+        host, _, rest = message.partition(" ")
+        style = "red" if "FAILED" in rest else "dim" if "already done" in rest or "n/a" in rest else ""
+        err.print(f"[bold]{host}[/bold] " + (f"[{style}]{rest}[/{style}]" if style else rest), markup=True)
+
+    try:
+        report = pb.bootstrap_cluster(state, cluster, playbook or None, params, progress=progress,
+                                      accept_host_keys=accept_host_key or ())
+    except pb.BootstrapFailed as exc:
+        render_report(out, exc.report)
+        raise
+    render_report(out, report)
+    seconds = report.setup_seconds()
+    if seconds is not None:
+        out.print(f"setup took {seconds} s on the slowest node")
+
+
+def _known_hosts_file(state) -> str:
+    from gpuplan import paths
+
+    path = paths.state_dir() / "known_hosts"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(state.known_hosts_lines()) + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def ssh_argv(state, cluster: str, node: str | None, command: list[str]) -> tuple[list[str], bool]:
+    """The system ssh command line for a node (the cluster's key, pinned host keys only), and
+    whether it runs a command (rather than a login shell)."""
+    row = state.cluster(cluster)
+    if row is None:
+        raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    nodes = [n for n in state.nodes(cluster) if n.public_ip or n.private_ip]
+    if not nodes:
+        raise UsageError(f"cluster {cluster!r} has no node with an address; `gpuplan status {cluster}` shows them")
+    names = {n.name: n for n in nodes}
+    if node is not None and node not in names:
+        # `gpuplan ssh demo -- uptime`: click hands the first word of the command over as NODE
+        command = [node, *command]
+        node = None
+    target = names[node] if node else nodes[0]
+    key = state.ssh_key(cluster)
+    if key is None:
+        raise UsageError(f"cluster {cluster!r} has no SSH key in the state")
+    address = target.public_ip or target.private_ip
+    if state.host_key(address, target.ssh_port) is None:
+        raise UsageError(f"{target.name} has no pinned host key; run `gpuplan bootstrap {cluster} --accept-host-key SHA256:...` first")
+    argv = ["ssh", "-i", str(key[0]), "-o", f"UserKnownHostsFile={_known_hosts_file(state)}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
+            "-p", str(target.ssh_port), f"{row.ssh_user}@{address}", *command]
+    return argv, bool(command)
+
+
+def ssh(
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    node: Annotated[Optional[str], typer.Argument(help="Node name (default: the first node).")] = None,
+    command: Annotated[Optional[list[str]], typer.Argument(help="Command to run after `--` (default: a login shell).")] = None,
+) -> None:
+    """Log in to a node (or run one command) with the system ssh, checking the pinned host key."""
+    from gpuplan.state import State
+
+    argv, runs_command = ssh_argv(State.open_default(), cluster, node, list(command or []))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if runs_command:  # keep our process so the exit code comes back as ours
+        raise typer.Exit(subprocess.run(argv).returncode)
+    os.execvp(argv[0], argv)
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("bootstrap")(bootstrap)
+    app.command("ssh")(ssh)
