@@ -233,6 +233,11 @@ def connect(host: Host, timeout: float = 15, attempts: int = 4, backoff: float =
             ) from None
         except paramiko.AuthenticationException as exc:
             client.close()
+            if "saw EOF" in str(exc) and attempt + 1 < attempts:
+                # The server went away mid-login (a host shutting down for a reboot): not a refusal.
+                last = exc
+                time.sleep(backoff * (2**attempt))
+                continue
             raise LoginRefused(
                 f"{host.name} ({host.where}): login as {host.user} with key {host.key_path} was refused ({exc}); "
                 "check the user and that the key is in its authorized_keys"
@@ -318,8 +323,12 @@ def wait_for_reboot(host: Host, old_boot_id: str, timeout_s: float = 900, boot_i
             if current != old_boot_id:
                 return time.monotonic() - start
             last = "still the old boot id"
-        except (HostKeyChanged, LoginRefused):
+        except HostKeyChanged:
             raise
+        except LoginRefused as exc:
+            if "saw EOF" not in str(exc):
+                raise
+            last = str(exc)
         except RemoteError as exc:
             last = str(exc)
         time.sleep(delay)
