@@ -287,13 +287,16 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
         barriers.append(f"/tmp/gpuplan-bench-{uuid.uuid4().hex[:12]}")
         return f"{barriers[-1]}:{n}"
 
-    def records(launches: list[Launch], what: str, allow_no_fit: bool = False) -> list[dict] | None:
+    def records(launches: list[Launch], what: str, allow_no_fit: bool = False, rank0_only: bool = False,
+                ) -> list[dict] | None:
         outs = executor.run_all(launches, opts.timeout)
         if allow_no_fit and any(o.exit_code == EXIT_NO_FIT for o in outs):
             return None
         recs = []
-        for o in outs:
+        for i, o in enumerate(outs):
             rec = o.record()
+            if rank0_only and i > 0 and o.exit_code == 0:
+                continue  # under torchrun only rank 0 (on node 0) prints the record
             if o.exit_code != 0 or rec is None or rec.get("status") != "ok":
                 last = (o.stderr.strip().splitlines() or o.stdout.strip().splitlines() or ["no output"])[-1]
                 raise RemoteError(f"bench {opts.workload}: {what} failed (exit {o.exit_code}): {last[:300]}")
@@ -344,7 +347,7 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
                 for r in range(nodes)
             ]
             port += 1
-            recs = records(launches, f"data-parallel over {nodes}x{per_node}")
+            recs = records(launches, f"data-parallel over {nodes}x{per_node}", rank0_only=True)
             rank0 = recs[0]
             thr = Decimal(str(rank0["throughput"]))
             n = nodes * per_node

@@ -137,3 +137,20 @@ def test_per_gpu_k_gives_each_job_a_fixed_memory_share(cluster, gpuplan_home):
                                per_gpu=2)
     assert summary.jobs[0].status == "ok"
     assert "item=a share=0.500000" in summary.jobs[0].log_path.read_text()
+
+
+@pytest.mark.torch
+def test_bench_on_the_cluster_measures_two_node_data_parallel_scaling(cluster, cli, gpuplan_home):
+    pytest.importorskip("torch")
+    state, _ = cluster
+    state.update_node("demo", "demo-0", gpus=0)  # CPU-only loopback nodes: --quick, one gloo rank per node
+    out = gpuplan_home / "rn50.yaml"
+    r = cli("bench", "resnet50", "--cluster", "demo", "--quick", "--gpus", "1", "--max-pack", "1",
+            "--python", sys.executable, "--out", str(out))
+    assert r.code == 0, r.err
+    from gpuplan.profiles import load_profile
+
+    prof = load_profile(out)
+    assert prof.provenance.host == "demo-0" and "--cluster demo" in prof.provenance.command
+    assert [(s.gpus, s.nodes) for s in prof.dp_scaling] == [(1, 1), (2, 2)]  # torchrun over both hosts
+    assert prof.dp_scaling[1].efficiency > 0 and prof.dp_scaling[1].throughput > 0
