@@ -150,6 +150,26 @@ class BaremetalProvider(Provider):
                              f"use a group or GPU model: {', '.join(groups) or '(inventory is empty)'}, or 'any'")
         return hosts
 
+    def offer(self, size: str):
+        """A catalog Offer for `size` built from the inventory (owned hardware: no hourly price),
+        for `gpuplan provision baremetal:<size> xN`, which the cloud catalog cannot resolve."""
+        from decimal import Decimal
+
+        from gpuplan.types import Offer
+
+        hosts = self.matching(size)
+        models = {(h.gpu_model, h.gpu_count) for h in hosts}
+        if len(models) > 1:
+            raise UsageError(f"size {size!r} mixes GPU shapes {sorted(models)}; name a group or model that selects one")
+        model, count = models.pop()
+        return Offer(
+            provider=self.name, name=size, aliases=(), region=REGION, gpu=model, gpu_count=count,
+            gpu_memory_gib=Decimal(0), vcpus=0, ram_gib=Decimal(0), price=None, currency="JPY", price_unit="hour",
+            price_jpy_per_hour=None, billing_granularity_s=1, billing_minimum_s=0, quota_family="",
+            available_from=None, retired_on=None, successor="", kind="owned",
+            source=str(self.inventory_path()), notes=f"{len(hosts)} owned host(s) in the inventory",
+        )
+
     def _host(self, h: InventoryHost, node: str | None = None) -> remote.Host:
         key = h.host_key or self._known.get(f"{h.address}:{h.port}")
         if not key:

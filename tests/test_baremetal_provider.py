@@ -186,3 +186,9 @@ def test_unreachable_host_counts_as_used_and_blocks_list(tmp_path, hosts, provid
 def test_images_are_refused_with_advice(provider):
     with pytest.raises(UsageError, match="cannot be captured as images"):
         provider.capture_image("local", "h0", "img", {})
+
+
+def test_offer_from_the_inventory_for_provision(provider):
+    o = provider.offer("Tesla T4")
+    assert (o.provider, o.name, o.region, o.gpu, o.gpu_count, o.kind) == ("baremetal", "Tesla T4", "local", "Tesla T4", 1, "owned")
+    assert o.price_jpy_per_hour is None and "5 owned host(s)" in o.notes
