@@ -417,8 +417,8 @@ class AwsProvider(Provider):
 
             def launch(node: str) -> None:
                 try:
-                    self._run_instance(spec, node, ami, root_device, max(spec.disk_gib, root_gib), key_name,
-                                       group_id, expires)
+                    existing[node] = self._run_instance(spec, node, ami, root_device, max(spec.disk_gib, root_gib),
+                                                        key_name, group_id, expires)
                 except GpuplanError as exc:
                     failures.append((node, exc))
 
@@ -430,7 +430,6 @@ class AwsProvider(Provider):
                 more = f" ({len(failures)} of {len(missing)} launches failed)" if len(failures) > 1 else ""
                 exc.args = (f"{exc}{more}",)
                 raise exc
-            existing = self._instances_by_node(region, spec.cluster)
         return [self._instance(existing[n]) for n in names if n in existing]
 
     def _instances_by_node(self, region: str, cluster: str, states: Sequence[str] = LIVE_STATES) -> dict:
@@ -541,7 +540,7 @@ class AwsProvider(Provider):
         subnets = self._ec2(region).describe_subnets(SubnetIds=[subnet])["Subnets"]
         return subnets[0]["VpcId"]
 
-    def _run_instance(self, spec, node, ami, root_device, root_gib, key_name, group_id, expires) -> None:
+    def _run_instance(self, spec, node, ami, root_device, root_gib, key_name, group_id, expires) -> dict:
         tags = _tag_list({**spec.tags, TAG_NODE: node, "Name": node})
         args = dict(
             ImageId=ami, InstanceType=spec.size, MinCount=1, MaxCount=1, KeyName=key_name,
@@ -559,7 +558,8 @@ class AwsProvider(Provider):
             args["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
         with self._aws(f"launch {node} ({spec.size})", spec.size, spec.region):
-            self._ec2(spec.region).run_instances(**args)
+            [instance] = self._ec2(spec.region).run_instances(**args)["Instances"]
+        return {**instance, "Tags": tags}
 
     # --- readiness -----------------------------------------------------------------------
 
