@@ -61,7 +61,7 @@ QUOTAS = {
     "L-417A185B": "Running On-Demand P instances",
     "L-1216C47A": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
 }
-_FAMILY_QUOTA = {"g": "L-DB2E81BA", "vt": "L-DB2E81BA", "p": "L-417A185B",
+_FAMILY_QUOTA = {"g": "L-DB2E81BA", "gr": "L-DB2E81BA", "vt": "L-DB2E81BA", "p": "L-417A185B",
                  **{letter: "L-1216C47A" for letter in "acdhimrtz"}}
 
 _AUTH_CODES = {"AuthFailure", "UnrecognizedClient", "UnrecognizedClientException", "InvalidClientTokenId",
@@ -186,8 +186,7 @@ class AwsProvider(Provider):
                 session = botocore.session.Session(profile=profile)
                 resolver = session.get_component("credential_provider")
                 for name in ("iam-role", "container-role"):
-                    if resolver.get_provider(name) is not None:
-                        resolver.remove(name)
+                    resolver.remove(name)
                 creds = resolver.load_credentials()
             except ProfileNotFound as exc:
                 raise AuthMissing(
@@ -290,17 +289,14 @@ class AwsProvider(Provider):
             return self._vcpus[key]
         ec2 = self._ec2(region)
         count = None
-        try:
-            with self._aws(f"describe instance type {size}", size, region):
-                try:
-                    types = ec2.describe_instance_types(InstanceTypes=[size])["InstanceTypes"]
-                    if types:
-                        count = int(types[0]["VCpuInfo"]["DefaultVCpus"])
-                except ClientError as exc:
-                    if not _code(exc).startswith("InvalidInstanceType"):
-                        raise
-        except UsageError:
-            pass
+        with self._aws(f"describe instance type {size}", size, region):
+            try:
+                types = ec2.describe_instance_types(InstanceTypes=[size])["InstanceTypes"]
+                if types:
+                    count = int(types[0]["VCpuInfo"]["DefaultVCpus"])
+            except ClientError as exc:
+                if not _code(exc).startswith("InvalidInstanceType"):
+                    raise
         if count is None:
             count = _catalog_vcpus(size)
         if count is None:
@@ -549,7 +545,7 @@ class AwsProvider(Provider):
                 "VolumeSize": root_gib, "VolumeType": "gp3", "DeleteOnTermination": True}}],
             TagSpecifications=[{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
         )
-        if expires is not None:
+        if expires is not None or spec.spot:  # one-time Spot: a shutdown ends the request anyway
             args["InstanceInitiatedShutdownBehavior"] = "terminate"
         subnet = self.config.get("subnet_id", "").strip()
         if subnet:

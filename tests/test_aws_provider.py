@@ -316,6 +316,23 @@ def test_vcpus_from_ec2_and_from_the_catalog_where_moto_lacks_the_type(moto_aws)
     assert prov.vcpus(REGION, "p3.2xlarge") == 8  # not in moto's describe_instance_types: catalog row
 
 
+def test_refused_credentials_while_sizing_are_not_mistaken_for_an_unknown_size(moto_aws):
+    prov = moto_aws.provider()
+    fail_nth_call(prov, "DescribeInstanceTypes", n=1, code="AuthFailure", message="AWS was not able to validate")
+    with pytest.raises(AuthMissing, match="AuthFailure"):
+        prov.vcpus(REGION, "g4dn.xlarge")
+
+
+def test_spot_instances_terminate_on_shutdown(moto_aws):
+    prov = moto_aws.provider()
+    [inst] = prov.create(spec(["demo-0"], spot=True), ["demo-0"])
+    ec2 = moto_aws.ec2()
+    [i] = ec2.describe_instances(InstanceIds=[inst.id])["Reservations"][0]["Instances"]
+    assert i["InstanceLifecycle"] == "spot"
+    behaviour = ec2.describe_instance_attribute(InstanceId=inst.id, Attribute="instanceInitiatedShutdownBehavior")
+    assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+
+
 def test_missing_ami_says_to_set_ami(moto_aws):
     prov = moto_aws.provider({"ami": ""})
     with pytest.raises(UsageError) as err:
