@@ -367,3 +367,16 @@ def test_default_regions(moto_aws, monkeypatch):
     assert AwsProvider({"regions": "eu-west-1, us-west-2"}).default_regions() == ["eu-west-1", "us-west-2"]
     monkeypatch.setenv("AWS_REGION", "eu-central-1")
     assert AwsProvider({}).default_regions() == ["eu-central-1", "us-east-1", "ap-northeast-1"]
+
+
+def test_the_emulator_refuses_what_aws_would_refuse(moto_aws):
+    from botocore.exceptions import ClientError
+
+    ec2 = moto_aws.ec2()
+    for kwargs, code in (({"ImageId": "ami-12345678", "InstanceType": "g4dn.xlarge"}, "InvalidAMIID.NotFound"),
+                         ({"ImageId": moto_aws.ami, "InstanceType": "p9.bogus"}, "InvalidInstanceType.NotFound"),
+                         ({"ImageId": moto_aws.ami, "InstanceType": "g4dn.xlarge", "KeyName": "nope"},
+                          "InvalidKeyPair.NotFound")):
+        with pytest.raises(ClientError) as err:
+            ec2.run_instances(MinCount=1, MaxCount=1, **kwargs)
+        assert err.value.response["Error"]["Code"] == code

@@ -3,6 +3,9 @@ wiped before each test (POST /moto-api/reset), with moto's realism switches on s
 instance type, AMI or key pair is refused as AWS would.
 
     from support.aws_moto import moto_aws  # the fixture
+
+The switches (MOTO_* variables and moto.settings) stay set for the rest of the pytest process,
+and an in-process server shares moto's global backends with any `mock_aws` in the same process.
     def test_x(moto_aws):
         prov = moto_aws.provider()
         ...
@@ -41,7 +44,13 @@ def server_url() -> str:
             json.dump([], amis)
             amis.close()
             os.environ["MOTO_AMIS_PATH"] = amis.name
+            from moto import settings
             from moto.server import ThreadedMotoServer
+
+            # moto reads these switches once, at import: if it was imported before, set them here.
+            settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = True
+            settings.ENABLE_AMI_VALIDATION = True
+            settings.ENABLE_KEYPAIR_VALIDATION = True
 
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             server.start()
