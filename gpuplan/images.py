@@ -13,7 +13,7 @@ import re
 from datetime import datetime, timezone
 
 from gpuplan import config, lifecycle
-from gpuplan.errors import GpuplanError, UsageError
+from gpuplan.errors import GpuplanError, RemoteError, UsageError
 from gpuplan.provider import TAG_OWNER, Provider, Resource
 from gpuplan.state import ImageRow, State
 from gpuplan.types import Offer
@@ -53,7 +53,11 @@ def build(
         if prov.capture_prep_command:
             from gpuplan import remote
 
-            remote.run(remote.host_for(state, builder, node.name), prov.capture_prep_command, timeout=600, sudo=True)
+            [host] = remote.cluster_hosts(state, builder)
+            result = remote.run(host, prov.capture_prep_command, timeout=600, sudo=True)
+            if not result.ok:
+                raise RemoteError(f"{node.name}: `{prov.capture_prep_command}` exited {result.exit_code} before capture: "
+                                  f"{result.tail(3)}")
         state.update_image(name, status="capturing")
         progress(f"capturing {name} from {node.name}")
         with state.journaled("capture-image", name, builder, node.provider_id or ""):

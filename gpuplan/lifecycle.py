@@ -13,12 +13,13 @@ import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from gpuplan import config, paths
 from gpuplan import provider as providers
+from gpuplan.keys import ed25519_pair
 from gpuplan.errors import GpuplanError, NotFound, QuotaExceeded, RetiredType, UsageError
 from gpuplan.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, HostKey, Instance, NodeSpec, Provider, Resource
 from gpuplan.state import ClusterRow, NodeRow, State, now
@@ -96,25 +97,12 @@ def get_provider(name: str) -> Provider:
 # --- keys --------------------------------------------------------------------------------
 
 
-def _ed25519_pair() -> tuple[str, str]:
-    """(private key in OpenSSH PEM, public key line), generated locally."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-    ).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-    return private, public
-
-
 def cluster_ssh_key(state: State, cluster: str) -> tuple[Path, str]:
     """The cluster's login key (created once, 0600, beside the state database)."""
     existing = state.ssh_key(cluster)
     if existing and existing[0].exists():
         return existing
-    private, public = _ed25519_pair()
+    private, public = ed25519_pair()
     keydir = paths.state_dir() / "keys"
     keydir.mkdir(parents=True, exist_ok=True)
     keydir.chmod(0o700)
@@ -139,7 +127,7 @@ def node_host_key(cluster: str, node: str) -> HostKey:
         public = key.public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
         return HostKey(private, public)
-    private, public = _ed25519_pair()
+    private, public = ed25519_pair()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.touch(mode=0o600)
     path.write_text(private)

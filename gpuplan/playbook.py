@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuplan import remote
+from gpuplan.keys import ed25519_pair
 from gpuplan.errors import NotFound, RemoteError, UsageError
 
 DEFAULT_PLAYBOOKS = ("gpu-driver", "cuda", "cudnn", "nccl")
@@ -394,58 +395,11 @@ def run_playbooks(
 # --- a cluster from the state --------------------------------------------------------------
 
 
-def cluster_hosts(state, cluster: str, accept_host_keys: Sequence[str] = ()) -> list[remote.Host]:
-    """The cluster's nodes as Hosts, with pinned keys. A node with no pin (bare metal without
-    host_key in the inventory) or a changed key is pinned only when the key it offers has a
-    fingerprint listed in `accept_host_keys`; otherwise a UsageError names the fingerprint."""
-    row = state.cluster(cluster)
-    if row is None:
-        raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
-    key = state.ssh_key(cluster)
-    if key is None:
-        raise UsageError(f"cluster {cluster!r} has no SSH key in the state; was it provisioned by gpuplan?")
-    nodes = [n for n in state.nodes(cluster) if n.status not in ("deleted", "deleting", "failed")]
-    if not nodes:
-        raise UsageError(f"cluster {cluster!r} has no live nodes; `gpuplan status {cluster}` shows them")
-    accepted = set(accept_host_keys)
-    hosts = []
-    for n in nodes:
-        address = n.public_ip or n.private_ip
-        if not address:
-            raise UsageError(f"node {n.name} has no address yet; wait for `gpuplan provision` to finish")
-        pinned = state.host_key(address, n.ssh_port)
-        if accepted:
-            offered = remote.offered_host_key(address, n.ssh_port)
-            fp = remote.fingerprint(offered)
-            if fp in accepted and offered.split()[:2] != (pinned or "").split()[:2]:
-                state.pin_host_key(address, n.ssh_port, offered, cluster=cluster, node=n.name)
-                pinned = offered
-        if not pinned:
-            offered = remote.offered_host_key(address, n.ssh_port)
-            raise UsageError(
-                f"{n.name} ({address}:{n.ssh_port}) has no pinned host key; it offers {remote.fingerprint(offered)}: "
-                f"check that fingerprint on the machine's console and rerun with --accept-host-key {remote.fingerprint(offered)}"
-            )
-        hosts.append(remote.Host(n.name, address, n.ssh_port, row.ssh_user, key[0], pinned, cluster))
-    return hosts
-
-
-def _new_key_pair() -> tuple[str, str]:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-    return private, public
-
-
 def _intra_key(state, cluster: str) -> tuple[str, str]:
     """The cluster's node-to-node key pair, kept beside its login key so a re-run reuses it."""
     path = Path(str(state.ssh_key(cluster)[0]) + "-intra")
     if not path.exists():
-        private, public = _new_key_pair()
+        private, public = ed25519_pair()
         path.touch(mode=0o600)
         path.write_text(private)
         Path(str(path) + ".pub").write_text(public + "\n")
@@ -500,7 +454,7 @@ def bootstrap_cluster(
         nodes = [n for n in state.nodes(cluster) if n.status not in ("deleted", "deleting", "failed")]
         hosts = [remote.Host(n.name, n.public_ip or n.private_ip or "?", n.ssh_port, row.ssh_user) for n in nodes]
         return run_playbooks(hosts, books, params, dry_run=True)
-    hosts = cluster_hosts(state, cluster, accept_host_keys)
+    hosts = remote.cluster_hosts(state, cluster, accept_host_keys)
     if "cluster-network" in names:
         for k, v in cluster_network_params(state, cluster, hosts).items():
             params.setdefault(k, v)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpuplan.errors import RemoteError
+from gpuplan.errors import NotFound, RemoteError, UsageError
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 T = TypeVar("T")
@@ -334,3 +334,39 @@ def wait_for_reboot(host: Host, old_boot_id: str, timeout_s: float = 900, boot_i
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
     raise RemoteError(f"{host.name} ({host.where}) did not come back from a reboot within {timeout_s:g} s ({last})")
+
+
+def cluster_hosts(state, cluster: str, accept_host_keys: Sequence[str] = ()) -> list[Host]:
+    """The cluster's nodes as Hosts, with pinned keys. A node with no pin (bare metal without
+    host_key in the inventory) or a changed key is pinned only when the key it offers has a
+    fingerprint listed in `accept_host_keys`; otherwise a UsageError names the fingerprint."""
+    row = state.cluster(cluster)
+    if row is None:
+        raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    key = state.ssh_key(cluster)
+    if key is None:
+        raise UsageError(f"cluster {cluster!r} has no SSH key in the state; was it provisioned by gpuplan?")
+    nodes = [n for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed")]
+    if not nodes:
+        raise UsageError(f"cluster {cluster!r} has no live nodes; `gpuplan status {cluster}` shows them")
+    accepted = set(accept_host_keys)
+    hosts = []
+    for n in nodes:
+        address = n.public_ip or n.private_ip
+        if not address:
+            raise UsageError(f"node {n.name} has no address yet; wait for `gpuplan provision` to finish")
+        pinned = state.host_key(address, n.ssh_port)
+        if accepted:
+            offered = offered_host_key(address, n.ssh_port)
+            fp = fingerprint(offered)
+            if fp in accepted and offered.split()[:2] != (pinned or "").split()[:2]:
+                state.pin_host_key(address, n.ssh_port, offered, cluster=cluster, node=n.name)
+                pinned = offered
+        if not pinned:
+            offered = offered_host_key(address, n.ssh_port)
+            raise UsageError(
+                f"{n.name} ({address}:{n.ssh_port}) has no pinned host key; it offers {fingerprint(offered)}: "
+                f"check that fingerprint on the machine's console and rerun with --accept-host-key {fingerprint(offered)}"
+            )
+        hosts.append(Host(n.name, address, n.ssh_port, row.ssh_user, key[0], pinned, cluster))
+    return hosts

@@ -187,27 +187,9 @@ def cluster_targets(state, cluster: str) -> list[Target]:
     """The cluster's live nodes as SSH targets, each with its host key pinned in the state store."""
     from gpuplan import remote
 
-    row = state.cluster(cluster)
-    if row is None:
-        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
-    key = state.ssh_key(cluster)
-    if key is None:
-        raise UsageError(f"cluster {cluster!r} has no SSH key in the state; was it provisioned by gpuplan?")
-    nodes = [n for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed")]
-    if not nodes:
-        raise UsageError(f"cluster {cluster} has no running nodes (status {row.status}); provision it first")
-    targets = []
-    for n in nodes:
-        address = n.public_ip or n.private_ip
-        if not address:
-            raise UsageError(f"node {n.name} has no address yet; wait for `gpuplan provision` to finish")
-        pinned = state.host_key(address, n.ssh_port)
-        if not pinned:
-            raise UsageError(f"{n.name} ({address}:{n.ssh_port}) has no pinned host key; run"
-                             f" `gpuplan bootstrap {cluster} --accept-host-key SHA256:...` after checking its fingerprint")
-        host = remote.Host(n.name, address, n.ssh_port, row.ssh_user, key[0], pinned, cluster)
-        targets.append(Target(n.name, host, n.private_ip or address, n.gpus))
-    return targets
+    nodes = {n.name: n for n in state.nodes(cluster)}
+    return [Target(h.name, h, nodes[h.name].private_ip or h.address, nodes[h.name].gpus)
+            for h in remote.cluster_hosts(state, cluster)]
 
 
 def _ssh_run(target: Target, command: str, timeout: int):

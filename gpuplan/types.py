@@ -6,7 +6,7 @@ integer seconds; dates are ISO strings "YYYY-MM-DD" or datetime.date.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Annotated, Optional
