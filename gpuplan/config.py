@@ -12,14 +12,12 @@ from __future__ import annotations
 import getpass
 import re
 import socket
-from functools import lru_cache
 from typing import Any
 
 from gpuplan import paths
 from gpuplan.errors import UsageError
 
 
-@lru_cache(maxsize=None)
 def _load() -> dict[str, Any]:
     path = paths.config_dir() / "config.yaml"
     if not path.exists():
@@ -47,7 +45,3 @@ def owner() -> str:
     configured = _load().get("owner")
     raw = str(configured) if configured else f"{getpass.getuser()}-{socket.gethostname()}"
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)[:63]
-
-
-def reset_cache() -> None:
-    _load.cache_clear()

@@ -14,7 +14,6 @@ import pytest
 import yaml
 from support.aws_moto import REGION, moto_aws  # noqa: F401  (fixture)
 
-from gpuplan import config
 
 OWNER = "e2e-owner"
 
@@ -26,9 +25,7 @@ def aws(moto_aws, gpuplan_home, monkeypatch):
     cfg.mkdir(parents=True)
     (cfg / "config.yaml").write_text(yaml.safe_dump({"owner": OWNER, "providers": {"aws": {
         "ami": moto_aws.ami, "quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}}}))
-    config.reset_cache()
     yield moto_aws
-    config.reset_cache()
 
 
 def instances(ec2):

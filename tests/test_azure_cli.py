@@ -8,7 +8,6 @@ import pytest
 import yaml
 from support.azure_fake import FakeARM, make_provider
 
-from gpuplan import config
 from gpuplan import provider as registry
 
 OWNER = "e2e-owner"
@@ -26,11 +25,9 @@ def fake(gpuplan_home, monkeypatch):
     cfg.mkdir(parents=True)
     (cfg / "config.yaml").write_text(yaml.safe_dump({"owner": OWNER, "providers": {"azure": {"ssh_source": "198.51.100.7"}}}))
     (cfg / "prices.yaml").write_text(yaml.safe_dump(PRICES))
-    config.reset_cache()
     registry.override("azure", lambda conf: make_provider(f, conf))
     yield f
     registry.override("azure", None)
-    config.reset_cache()
 
 
 def test_provision_status_teardown(fake, cli, monkeypatch):

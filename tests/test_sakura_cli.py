@@ -11,7 +11,6 @@ import pytest
 import yaml
 from support.sakura_fake import SakuraFake
 
-from gpuplan import config
 
 OWNER = "e2e-owner"
 # A test-only offer, so the test does not depend on which Sakura rows the shipped snapshot has.
@@ -33,9 +32,7 @@ def fake(gpuplan_home, monkeypatch):
     (cfg / "config.yaml").write_text(yaml.safe_dump(
         {"owner": OWNER, "providers": {"sakura": {"poll_s": "0.005", "retries": "2"}}}))
     (cfg / "prices.yaml").write_text(yaml.safe_dump(PRICES, allow_unicode=True))
-    config.reset_cache()
     yield f
-    config.reset_cache()
     f.stop()
     assert f.unknown == []
 

@@ -44,6 +44,11 @@ def _open_state():
 
 
 def _resolve(target: str, region: str | None, as_of: str | None = None):
+    """A catalog offer; owned hosts (`baremetal:<group or GPU>`) come from the user's inventory."""
+    if target.startswith("baremetal:"):
+        from gpuplan import lifecycle
+
+        return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1])
     from gpuplan import catalog
 
     return catalog.load(as_of).resolve(target, region=region)
