@@ -253,19 +253,29 @@ def make_plan(
     wall = max(ends[i] + (capture if vms[i][1] == "builder" else 0) for i in range(len(vms)))
     names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n in vm_loads]
 
-    parts = {k: Decimal(0) for k in ("setup", "capture", "staging", "jobs", "idle_tail", "rounding", "one_off")}
+    keys = ("setup", "capture", "staging", "jobs", "idle_tail", "rounding")
+    seconds_at: dict[Decimal, list[int]] = {}  # hourly price -> seconds per part (summed, then priced once)
     uses: list[VmUse] = []
     total_billed = 0
+    at_end = setting.release == "at-end"
     for i, (o, role, s, c, st, j, start) in enumerate(vms):
-        idle = wall - ends[i] if setting.release == "at-end" and role != "builder" else 0
+        idle = wall - ends[i] if at_end and role != "builder" else 0
         busy = s + c + st + j + idle
         b = billed(busy, o)
         price = o.price_jpy_per_hour
-        for key, secs in (("setup", s), ("capture", c), ("staging", st), ("jobs", j), ("idle_tail", idle), ("rounding", b - busy)):
-            parts[key] += secs * price / HOUR
-        cost = b * price / HOUR
+        acc = seconds_at.get(price)
+        if acc is None:
+            acc = seconds_at[price] = [0] * len(keys)
+        acc[0] += s
+        acc[1] += c
+        acc[2] += st
+        acc[3] += j
+        acc[4] += idle
+        acc[5] += b - busy
         total_billed += b
-        uses.append(VmUse(o, role, s, c, st, j, idle, b, cost, ends[i] + idle, names_by_vm[i] if i < len(names_by_vm) else ()))
+        uses.append(VmUse(o, role, s, c, st, j, idle, b, b * price / HOUR, ends[i] + idle,
+                          names_by_vm[i] if i < len(names_by_vm) else ()))
+    parts = {k: sum((acc[n] * price / HOUR for price, acc in seconds_at.items()), Decimal(0)) for n, k in enumerate(keys)}
     workers = sum(1 for u in uses if u.role != "builder")
     parts["one_off"] = workload.staging_jpy * workers
     total = sum(parts.values(), Decimal(0))

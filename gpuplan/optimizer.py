@@ -8,27 +8,37 @@ data-parallel workloads: 1, 2, 4, 8, 16 machines running each job over all their
 
 What is optimised, and why. With per-machine billing and machines released when their own
 jobs end, a fleet's cost is sum over machines of round_up(setup + staging + busy time). For
-one offer type the sum of busy time is the same however jobs are assigned (each job's time
-does not depend on its slot), so cost differs between schedules only by rounding and by how
-the slots of a multi-GPU machine are grouped; wall time is the makespan. So a schedule is
-chosen to minimise the makespan (exactly: P||Cmax for one type, Q||Cmax for a mix), then the
-slots are grouped onto machines longest-first, which minimises the sum of machine maxima for
-those slot loads. Across fleets, the objective (cost, then wall time, then fewer machines; or
-time, then cost) picks the plan; a deadline removes plans whose wall time is later.
+one offer type the sum of busy time is the same however jobs are assigned, so cost differs
+between schedules only by rounding and by how the slots of a multi-GPU machine are grouped;
+wall time is the makespan. So a schedule is chosen to minimise the makespan (P||Cmax for one
+type, Q||Cmax for a mix), then the slots are grouped onto machines longest-first, which
+minimises the sum of machine maxima for those slot loads. Across fleets, the objective (cost,
+then wall time, then fewer machines; or time, then cost) picks the plan; a deadline removes
+plans whose wall time is later.
+
+A slot's busy time is its jobs' reference time x the offer's factor (speed, co-location,
+packing), rounded up to a second once. An offer scales every job by the same factor, so one
+schedule of the reference jobs over S identical slots serves every offer with S slots: the
+work is one schedule per slot count, not per offer.
 
 Makespan is NP-hard and greedy LPT is not optimal (jobs 3,3,2,2,2 on 2 machines: LPT 7,
 optimum 6). Each schedule starts from LPT, is improved by moves and swaps off the busiest
 machine, and is proven optimal when it reaches a lower bound (max job, total / machines, the
-(m)th + (m+1)th longest job, fluid bound for mixed speeds). Otherwise it is solved exactly:
-tiny instances by branch and bound, others by a MILP over job classes (jobs of equal length
-are interchangeable: x[machine, class] counts) with HiGHS through scipy.optimize.milp, which
-is imported only then. A MILP stopped by its time limit keeps its best schedule and the plan
-says "not proven optimal" (Plan.optimal False).
+k+1 shortest of the k*m+1 longest jobs, fluid bound for mixed speeds); up to 12 jobs, by
+branch and bound. Then every candidate not proven whose bounds (cost: its fixed part plus the
+jobs' cheapest possible time; wall: earliest start plus the makespan bound) could still beat
+the recommendation is solved exactly by a MILP over job classes (jobs of equal length are
+interchangeable: x[machine, class] counts) with HiGHS through scipy.optimize.milp, imported
+only then, where the MILP is small enough. What remains is reported as a gap: the estimate is
+`proven` when no schedule of any candidate could beat the pick by more than HiGHS's own
+relative tolerance (1e-4), and says by how much at most. Mixes whose bounds are beaten by a
+plan already listed are not scheduled at all: they could be neither picked nor on the frontier.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -41,6 +51,9 @@ from gpuplan.plan_types import Estimate, Plan, Workload
 from gpuplan.types import Offer
 
 MILP_TIME_LIMIT_S = 1.0
+MILP_MAX_VARIABLES = 20_000  # machines x job classes; larger MILPs rarely finish in the limit
+RELATIVE_GAP = Decimal("1e-4")  # HiGHS mip_rel_gap default: "optimal" means within this
+EXACT_BUDGET_S = 1.5  # no new exact solves once the estimate has run this long
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,9 +96,13 @@ def lower_bound(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> int:
     if len(types) == 1:
         t = machine_type[0]
         lb = max(lb, -(-sum(p[t]) // mcount))
-        if n > mcount:
-            s = sorted(p[t], reverse=True)
-            lb = max(lb, s[mcount - 1] + s[mcount])
+        # of the k*m + 1 longest jobs some machine runs k + 1: at least the k + 1 shortest of them
+        s = sorted(p[t], reverse=True)
+        prefix = [0, *itertools.accumulate(s)]
+        k = 1
+        while k * mcount < n:
+            lb = max(lb, prefix[k * mcount + 1] - prefix[k * mcount - k])
+            k += 1
         return lb
     # fluid bound for uniform machines: job j needs p[t][j] on type t; rate of type t = 1/p[t][j]
     # take the first type as reference and the average speed ratio per type (valid: we use min ratio)
@@ -117,7 +134,7 @@ def improve(p, machine_type, assign: list[int], lb: int, rounds: int = 10_000) -
         if la <= lb:
             break
         ta = machine_type[a]
-        others = sorted((m for m in range(mcount) if m != a), key=loads.__getitem__)[:16]
+        others = heapq.nsmallest(16, (m for m in range(mcount) if m != a), key=loads.__getitem__)
         done = False
         for b in others:
             tb, lb_ = machine_type[b], loads[b]
@@ -260,7 +277,9 @@ def _milp(p, machine_type, ub_assign: list[int], lb: int, time_limit: float) -> 
 
 def schedule(p: Sequence[Sequence[int]], machine_type: Sequence[int], exact: bool = True,
              time_limit: float = MILP_TIME_LIMIT_S) -> Schedule:
-    """A makespan-minimal assignment of jobs to machines (proven optimal unless a time limit hit)."""
+    """A makespan-minimal assignment of jobs to machines: proven optimal when it meets the lower
+    bound, or by branch and bound (up to 12 jobs), or by the MILP when `exact` (unless its time
+    limit hit); otherwise the best found, with optimal False."""
     lb = lower_bound(p, machine_type)
     assign = lpt(p, machine_type)
     method = "lpt"
@@ -270,11 +289,11 @@ def schedule(p: Sequence[Sequence[int]], machine_type: Sequence[int], exact: boo
         method = "lpt+swaps"
         ms = max(_loads(p, machine_type, assign))
     optimal = ms <= lb
-    if not optimal and exact:
+    if not optimal:
         if len(p[0]) <= 12:
             assign, optimal = _branch_and_bound(p, machine_type, assign, lb)
             method = "branch-and-bound"
-        else:
+        elif exact:
             assign, optimal = _milp(p, machine_type, assign, lb, time_limit)
             method = "milp"
     loads = _loads(p, machine_type, assign)
@@ -300,44 +319,89 @@ def _counts(nmax: int, extra: Sequence[int]) -> list[int]:
     return sorted(out)
 
 
+def _ticks(ref: Sequence[Decimal]) -> tuple[list[int], Decimal]:
+    """Reference job times as integers of one tick (1 s, or down to 1 ms where they have decimals)."""
+    places = min(3, max((max(0, -r.as_tuple().exponent) for r in ref), default=0))
+    tick = Decimal(1).scaleb(-places)
+    return [model.ceil_s(r / tick) for r in ref], tick
+
+
+@dataclass
+class _Candidate:
+    """A priced plan and what a better schedule could at most bring: the bounds used to prove
+    that no schedule of this fleet could beat the recommendation."""
+
+    plan: Plan
+    cost_lb: Decimal
+    wall_lb: int
+    exact: object = None  # callable giving the plan from an exact schedule, or None
+
+
 class _Planner:
     def __init__(self, workload: Workload, setting: Setting):
         self.w = workload
         self.s = setting
         self.ref = [workload.job_seconds(j) for j in workload.jobs]
+        self.ticks, self.tick = _ticks(self.ref)
+        self.total_ticks = sum(self.ticks)
         self.names = [j.name for j in workload.jobs]
-        self.cache: dict = {}
-        self.all_optimal = True
+        self.identical: dict[int, Schedule] = {}  # slots -> schedule of the reference jobs
+        self.grouped: dict[tuple[int, int], tuple] = {}  # (schedule, slots per machine) -> machine loads
+        self.candidates: list[_Candidate] = []
+        self.skipped_mixes = 0
 
-    def _durations(self, offer: Offer, k: int, busy: int) -> tuple[list[int], list[str]]:
-        factor, notes = model.job_factor(self.w, offer, self.s.catalog.gpus, k, busy)
-        return [model.ceil_s(r * factor) for r in self.ref], notes
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _seconds(self, factor: Decimal, ticks: int) -> int:
+        """A slot's busy seconds: its jobs' reference time x the offer's factor, rounded up once."""
+        return model.ceil_s(factor * ticks * self.tick)
 
     def _overhead(self, offer: Offer, mode: str) -> int:
         setup, capture, launch, _ = model.provider_times(offer, self.w, self.s)
         return (setup + capture + launch if mode == "image" else setup) + self.w.staging_s
 
-    def _schedule(self, p: list[list[int]], machine_type: list[int]) -> Schedule:
-        key = (tuple(map(tuple, p)), tuple(machine_type))
-        if key not in self.cache:
-            self.cache[key] = schedule(p, machine_type)
-        return self.cache[key]
+    def _min_overhead(self, offers: Sequence[Offer], mode: str) -> int:
+        """The earliest any machine of the fleet can start on its jobs (for a wall-time bound)."""
+        setup, capture, _, _ = model.provider_times(offers[0], self.w, self.s)
+        if mode == "image":
+            return setup + capture + self.w.staging_s
+        return min(model.provider_times(o, self.w, self.s)[0] for o in offers) + self.w.staging_s
 
-    def _vm_loads(self, groups: list[tuple[Offer, int, int]], sched: Schedule) -> list[tuple[Offer, int, tuple[str, ...]]]:
-        """groups: (offer, machines, slots per machine) in machine order of the schedule."""
+    @staticmethod
+    def _fixed_cost(plan: Plan) -> Decimal:
+        """The part of a plan's cost no schedule changes: setup, capture, staging, one-off items."""
+        return sum((plan.breakdown[k] for k in ("setup", "capture", "staging", "one_off")), Decimal(0))
+
+    def _slot_schedule(self, slots: int, exact: bool) -> Schedule:
+        """The reference jobs over `slots` identical slots; one schedule serves every offer, since
+        an offer scales every job by the same factor (makespan order is kept)."""
+        have = self.identical.get(slots)
+        if have is None or (exact and not have.optimal and have.method != "milp"):
+            if have is not None and exact:
+                have = _exact(self.ticks, slots, have)
+            else:
+                have = schedule([self.ticks], [0] * slots, exact=False)
+            self.identical[slots] = have
+        return have
+
+    def _vm_loads(self, groups: list[tuple[Offer, int, int]], loads_s: Sequence[int],
+                  assign: Sequence[int]) -> list[tuple[Offer, int, tuple[str, ...]]]:
+        """groups: (offer, machines, slots per machine) in slot order; each machine gets the
+        longest remaining slots (which minimises the sum of machine maxima for these slots)."""
+        by_slot: dict[int, list[str]] = {}
+        for j, m in enumerate(assign):
+            by_slot.setdefault(m, []).append(self.names[j])
         out = []
         base = 0
         for offer, count, slots in groups:
-            idx = sorted(range(base, base + count * slots), key=lambda m: -sched.loads[m])
-            by_slot: dict[int, list[str]] = {}
-            for j, m in enumerate(sched.assign):
-                by_slot.setdefault(m, []).append(self.names[j])
+            idx = sorted(range(base, base + count * slots), key=lambda m: -loads_s[m])
             for v in range(count):
                 mine = idx[v * slots:(v + 1) * slots]
-                out.append((offer, max(sched.loads[m] for m in mine),
-                            tuple(n for m in mine for n in by_slot.get(m, []))))
+                out.append((offer, max(loads_s[m] for m in mine), tuple(n for m in mine for n in by_slot.get(m, []))))
             base += count * slots
         return out
+
+    # -- fleets of one offer type -----------------------------------------------------------
 
     def single(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
@@ -360,23 +424,41 @@ class _Planner:
             nmax = 1 if owned else -(-nj // slots)
             extra = []
             if s.deadline_s is not None:
-                p1, _ = self._durations(offer, k, min(offer.gpu_count, _ceil_div(nj, k)))
+                factor, _ = model.job_factor(w, offer, s.catalog.gpus, k, min(offer.gpu_count, _ceil_div(nj, k)))
+                total = self._seconds(factor, self.total_ticks)
                 for mode in ("scratch", "image"):
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:
-                        extra.append(_ceil_div(sum(p1), room * slots))
+                        extra.append(_ceil_div(total, room * slots))
             modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0
             for n in _counts(nmax, extra):
                 busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))
-                p, notes = self._durations(offer, k, busy)
-                sched = self._schedule([p], [0] * (n * slots))
-                self.all_optimal &= sched.optimal
-                loads = self._vm_loads([(offer, n, slots)], sched)
-                notes = notes + [f"schedule: makespan {sched.makespan} s by {sched.method}"
-                                 + ("" if sched.optimal else f" (not proven optimal; lower bound {sched.lower_bound} s)")]
+                factor, notes = model.job_factor(w, offer, s.catalog.gpus, k, busy)
                 for mode in ("scratch", "image") if (modes_ok and n >= 2) else ("scratch",):
-                    plans.append(model.make_plan(w, s, [(offer, n)], mode, k, loads, notes, sched.optimal))
+                    cand = self._single_candidate(offer, n, k, slots, factor, notes, mode, exact=False)
+                    self.candidates.append(cand)
+                    plans.append(cand.plan)
         return plans
+
+    def _single_candidate(self, offer, n, k, slots, factor, notes, mode, exact) -> _Candidate:
+        sched = self._slot_schedule(n * slots, exact)
+        makespan_s, bound_s = self._seconds(factor, sched.makespan), self._seconds(factor, sched.lower_bound)
+        # a slot's seconds grow with its reference ticks, so the grouping of slots onto machines
+        # is the same for every offer: done once per schedule and machine size
+        key = (id(sched), slots)
+        if key not in self.grouped:
+            self.grouped[key] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign))
+        per_tick = factor * self.tick
+        loads = [(offer, model.ceil_s(per_tick * ticks), names) for _, ticks, names in self.grouped[key][1]]
+        how = f"schedule: makespan {makespan_s} s by {sched.method}" + (
+            "" if sched.optimal else f" (not proven optimal; lower bound {bound_s} s)")
+        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], sched.optimal)
+        jobs_lb = offer.price_jpy_per_hour * factor * self.total_ticks * self.tick / (slots * model.HOUR)
+        def redo() -> _Candidate:
+            return self._single_candidate(offer, n, k, slots, factor, notes, mode, exact=True)
+
+        return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s,
+                          None if sched.optimal else redo)
 
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
@@ -395,28 +477,84 @@ class _Planner:
                 plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes))
         return plans
 
-    def pair(self, a: Offer, b: Offer) -> list[Plan]:
+    # -- mixed fleets of two offer types ------------------------------------------------------
+
+    def pair(self, a: Offer, b: Offer, shown: list[Plan]) -> list[Plan]:
+        """Mixes of a and b (1-4 machines each). A mix is scheduled only where its bounds are not
+        already beaten: some shown plan at most as dear and as long means it can never be picked
+        nor be on the frontier."""
         w, s = self.w, self.s
         nj = len(self.ref)
         plans = []
+        total_ref = sum(self.ref, Decimal(0))
         for na in (1, 2, 3, 4):
             for nb in (1, 2, 3, 4):
                 if na * a.gpu_count + nb * b.gpu_count > max(nj, a.gpu_count + b.gpu_count):
                     continue
                 per_vm = -(-nj // (na + nb))
-                pa, notes_a = self._durations(a, 1, min(a.gpu_count, per_vm))
-                pb, notes_b = self._durations(b, 1, min(b.gpu_count, per_vm))
-                types = [0] * (na * a.gpu_count) + [1] * (nb * b.gpu_count)
-                sched = self._schedule([pa, pb], types)
-                self.all_optimal &= sched.optimal
-                loads = self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], sched)
-                if any(jobs_s == 0 for _, jobs_s, _ in loads):
-                    continue  # a machine with nothing to do: the same plan without it is listed already
-                notes = notes_a + notes_b + [f"schedule: makespan {sched.makespan} s by {sched.method}"
-                                             + ("" if sched.optimal else " (not proven optimal)")]
+                fa, notes_a = model.job_factor(w, a, s.catalog.gpus, 1, min(a.gpu_count, per_vm))
+                fb, notes_b = model.job_factor(w, b, s.catalog.gpus, 1, min(b.gpu_count, per_vm))
+                slots = [fa] * (na * a.gpu_count) + [fb] * (nb * b.gpu_count)
+                # fluid bound: the fleet's slots together do total_ref of reference work; no job is
+                # shorter than on its fastest slot type
+                bound_s = model.ceil_s(max(total_ref / sum(1 / f for f in slots), max(self.ref) * min(fa, fb)))
+                jobs_lb = total_ref * min(a.price_jpy_per_hour * fa / a.gpu_count,
+                                          b.price_jpy_per_hour * fb / b.gpu_count) / model.HOUR
+                empty = [(a, 0, ())] * na + [(b, 0, ())] * nb
                 for mode in ("scratch", "image"):
-                    plans.append(model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, loads, notes, sched.optimal))
+                    fixed = self._fixed_cost(model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty))
+                    cost_lb, wall_lb = fixed + jobs_lb, self._min_overhead([a, b], mode) + bound_s
+                    beaten = any(p.feasible and p.recommendable and p.cost <= cost_lb and p.wall_s <= wall_lb for p in shown)
+                    late = s.deadline_s is not None and wall_lb > s.deadline_s
+                    if beaten or late:
+                        self.skipped_mixes += 1
+                        continue
+                    plan = self._pair_plan(a, na, fa, b, nb, fb, mode, bound_s, notes_a + notes_b)
+                    if plan is None:
+                        continue
+                    self.candidates.append(_Candidate(plan, cost_lb, wall_lb))
+                    plans.append(plan)
         return plans
+
+    def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes) -> Plan | None:
+        # schedule on milliseconds of each slot type; the plan's loads are then exact seconds
+        p = [[model.ceil_s(f * t * self.tick * 1000) for t in self.ticks] for f in (fa, fb)]
+        types = [0] * (na * a.gpu_count) + [1] * (nb * b.gpu_count)
+        sched = schedule(p, types, exact=False)
+        per_slot = [0] * len(types)
+        for j, m in enumerate(sched.assign):
+            per_slot[m] += self.ticks[j]
+        loads_s = [self._seconds(fa if types[m] == 0 else fb, t) for m, t in enumerate(per_slot)]
+        loads = self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign)
+        if any(jobs_s == 0 for _, jobs_s, _ in loads):
+            return None  # a machine with nothing to do: the same plan without it is listed already
+        makespan_s = max(loads_s)
+        optimal = makespan_s <= bound_s
+        how = f"schedule: makespan {makespan_s} s by {sched.method}" + (
+            "" if optimal else f" (not proven optimal; lower bound {bound_s} s)")
+        return model.make_plan(self.w, self.s, [(a, na), (b, nb)], mode, 1, loads, list(notes) + [how], optimal)
+
+    # -- proof ------------------------------------------------------------------------------------
+
+    def could_beat(self, cand: _Candidate, rec: Plan, objective: str) -> bool:
+        """Could some schedule of this candidate's fleet rank before the recommendation?"""
+        p = cand.plan
+        if not p.recommendable or (not p.feasible and not p.reason.startswith("misses the deadline")):
+            return False
+        if self.s.deadline_s is not None and cand.wall_lb > self.s.deadline_s:
+            return False
+        bound = (cand.cost_lb, cand.wall_lb, p.count) if objective == "cost" else (cand.wall_lb, cand.cost_lb, p.count)
+        return bound < rank_key(rec, objective)
+
+
+def _exact(ticks: list[int], slots: int, start: Schedule) -> Schedule:
+    """An exact schedule where the MILP is small enough to finish; else the start schedule."""
+    classes = len(set(ticks))
+    if slots * classes > MILP_MAX_VARIABLES:
+        return start
+    assign, optimal = _milp([ticks], [0] * slots, list(start.assign), start.lower_bound, MILP_TIME_LIMIT_S)
+    loads = _loads([ticks], [0] * slots, assign)
+    return Schedule(tuple(assign), tuple(loads), max(loads), start.lower_bound, optimal, "milp")
 
 
 def rank_key(plan: Plan, objective: str):
@@ -425,9 +563,19 @@ def rank_key(plan: Plan, objective: str):
     return (plan.cost, plan.wall_s, plan.count)
 
 
+def _pick(plans: list[Plan], objective: str) -> tuple[Plan | None, list[Plan]]:
+    eligible = sorted((p for p in plans if p.feasible and p.recommendable), key=lambda p: rank_key(p, objective))
+    return (eligible[0] if eligible else None), eligible
+
+
 def estimate(workload: Workload, setting: Setting, provider: str | None = None, region: str | None = None,
              objective: str = "cost", mixes: bool = True) -> Estimate:
-    """Every candidate plan, the cost/wall-time Pareto frontier and the recommendation."""
+    """Every candidate plan, the cost/wall-time Pareto frontier and the recommendation.
+
+    Schedules are first found by the fast heuristics (proven optimal where they meet a lower
+    bound). Then every candidate whose bounds could still beat the recommendation is solved
+    exactly where that is tractable; the estimate is `proven` when no schedule of any candidate
+    fleet could beat the recommendation."""
     from gpuplan.errors import UsageError
 
     if objective not in ("cost", "time"):
@@ -452,27 +600,62 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
                 key = rank_key(p, objective)
                 if o.name not in group or key < group[o.name][0]:
                     group[o.name] = (key, o)
+        singles = list(plans)
         for group in best_per_offer.values():
             top = [o for _, o in sorted(group.values(), key=lambda x: x[0])[:3]]
             for i in range(len(top)):
                 for j in range(i + 1, len(top)):
-                    plans.extend(planner.pair(top[i], top[j]))
+                    plans.extend(planner.pair(top[i], top[j], singles))
 
-    feasible = [p for p in plans if p.feasible]
-    eligible = sorted((p for p in feasible if p.recommendable), key=lambda p: rank_key(p, objective))
-    rec = eligible[0] if eligible else None
+    rec, _ = _pick(plans, objective)
+    open_ = [c for c in planner.candidates if not c.plan.optimal]
+    while rec is not None:
+        # solve exactly the candidates that might beat the pick, until none can or none is left
+        todo = [c for c in open_ if c.exact is not None and planner.could_beat(c, rec, objective)]
+        if not todo or time.perf_counter() - started > EXACT_BUDGET_S:
+            break
+        for c in todo:
+            better = c.exact()
+            plans[plans.index(c.plan)] = better.plan
+            c.plan, c.exact = better.plan, None
+        open_ = [c for c in open_ if not c.plan.optimal]
+        rec, _ = _pick(plans, objective)
+    gap, proven = _gap(planner, open_, rec, objective)
+
+    rec, eligible = _pick(plans, objective)
     reason = _reason(rec, eligible, objective, plans)
     if rec is not None:
         plans = [_break_even(p, rec) if p.fleet[0][0].kind == "owned" and p.feasible else p for p in plans]
-        feasible = [p for p in plans if p.feasible]
+    feasible = [p for p in plans if p.feasible]
     pareto = _pareto([p for p in feasible if p.recommendable])
     ordered = sorted(feasible, key=lambda p: (not p.recommendable, rank_key(p, objective)))
     ordered += [p for p in plans if not p.feasible]
+    extra = {}
+    if planner.skipped_mixes:
+        extra["skipped_mixes"] = (f"{planner.skipped_mixes} mixed fleets not scheduled: even their lower bounds "
+                                  "are beaten by a listed plan or miss the deadline")
     return Estimate(
         snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
         reason=reason, assumptions=rec.assumptions if rec else (), solver_seconds=time.perf_counter() - started,
-        all_optimal=planner.all_optimal,
+        proven=proven, gap=gap, extra=extra,
     )
+
+
+def _gap(planner: _Planner, open_: list[_Candidate], rec: Plan | None, objective: str) -> tuple[Decimal | int, bool]:
+    """How much better than the pick any schedule of any candidate could at most be (yen for
+    cost, seconds for time), and whether that is within the MILP solvers' own tolerance.
+
+    Why a tolerance: with per-second billing, fleets of one type differ in cost only by how each
+    machine's seconds round, a few yen on a large batch; proving which schedule rounds best is
+    as hard as the whole problem and worth nothing. HiGHS calls a MILP optimal at a relative gap
+    of 1e-4 (its mip_rel_gap default); the estimate is `proven` on the same terms, and says the gap."""
+    if rec is None:
+        return 0, False
+    cost = objective == "cost"
+    mine = rec.cost if cost else rec.wall_s
+    bounds = [c.cost_lb if cost else c.wall_lb for c in open_ if planner.could_beat(c, rec, objective)]
+    gap = max(0, mine - min(bounds, default=mine))
+    return gap, gap <= RELATIVE_GAP * mine
 
 
 def _pareto(plans: list[Plan]) -> list[Plan]:

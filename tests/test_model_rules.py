@@ -233,3 +233,52 @@ def test_data_parallel_speedup():
     # 4 GPUs x 0.985^2 x 1.5 (two machines) = 5.82135
     assert model.dp_speedup(w, 4, 2) == Decimal("5.8214")
     assert model.dp_speedup(w, 1, 1) == 1
+
+
+# --- the schedule and the proof behind a recommendation -------------------------------------------
+
+def test_a_slot_is_rounded_up_once_not_per_job():
+    # speed 0.3: two 100-s jobs in one slot take 200 / 0.3 = 666.67 s -> 667 s (per job it would be 668)
+    w = Workload(name="t", description="", jobs=(Job("a", Decimal(100)), Job("b", Decimal(100))), unit="second",
+                 seconds_per_unit=Decimal(1), reference_gpu="K80", speed={"K80": Decimal("0.3")})
+    o = sp.offer(granularity=1, minimum=0)
+    est = optimizer.estimate(w, Setting(catalog=sp.catalog([o], {"azure": sp.facts(setup_min=0)})), mixes=False)
+    one = next(p for p in est.plans if p.count == 1)
+    assert [v.jobs_s for v in one.vms] == [667]
+
+
+def test_recommendation_is_proven_within_the_solver_gap_and_says_how_close():
+    # 300 jobs on per-second machines: fleets of one type differ only by per-machine rounding
+    import random
+
+    rng = random.Random(2)
+    w = Workload(name="t", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="K80",
+                 speed={"K80": Decimal("0.7")},
+                 jobs=tuple(Job(f"j{i}", Decimal(rng.choice([600, 1800, 3600]) + rng.randint(0, 99))) for i in range(300)))
+    o = sp.offer(price="3600", granularity=1, minimum=60)
+    cat = sp.catalog([o], {"azure": sp.facts(setup_min=10, quota=10_000)})
+    est = optimizer.estimate(w, Setting(catalog=cat, deadline_s=6 * 3600), mixes=False)
+    rec = est.recommended
+    assert est.proven and Decimal(0) <= est.gap <= rec.cost * optimizer.RELATIVE_GAP
+    # the gap is honest: no candidate's own cost is below the pick's minus the gap
+    assert all(p.cost >= rec.cost - est.gap for p in est.plans if p.feasible)
+
+
+def test_small_batches_are_proven_exactly():
+    # greedy puts 30+20+20 | 30+20 on two GPUs; the optimum is 30+30 | 20+20+20
+    w = work(30, 30, 20, 20, 20, colocation_default=Decimal(1))
+    o = sp.offer(gpus=2, price="60", granularity=60)
+    est = optimizer.estimate(w, Setting(catalog=sp.catalog([o], {"azure": sp.facts(setup_min=0)})), mixes=False)
+    assert est.proven and est.gap == 0
+    assert est.recommended.wall_s == 60 * 60 and est.recommended.optimal
+
+
+def test_mixes_whose_bounds_are_beaten_are_not_scheduled():
+    # a slow dear type and a fast cheap one: every mix costs more and takes longer than the cheap type alone
+    w = work(60, 60, 60, 60)
+    cheap = sp.offer(name="fast", gpu="K80", price="60")
+    dear = sp.offer(name="slow", gpu="K80", price="600")
+    cat = sp.catalog([cheap, dear], {"azure": sp.facts(setup_min=0)})
+    est = optimizer.estimate(w, Setting(catalog=cat))
+    assert not [p for p in est.plans if len(p.fleet) == 2]
+    assert "mixed fleets not scheduled" in est.extra["skipped_mixes"]

@@ -74,3 +74,12 @@ def test_thousand_jobs_are_scheduled_optimally():
     s = optimizer.schedule([jobs], [0] * 37)
     assert s.optimal and s.makespan == s.lower_bound
     assert sum(s.loads) == sum(jobs)
+
+
+def test_lower_bound_counts_the_jobs_that_must_share_a_machine():
+    # 7 jobs of 5 s on 3 machines: the average (12) and the 3rd + 4th longest (10) are weak;
+    # of the 7 longest jobs some machine runs 3, so no schedule beats 15: LPT is proven by it
+    jobs = [5] * 7
+    assert optimizer.lower_bound([jobs], [0, 0, 0]) == 15
+    s = optimizer.schedule([jobs], [0, 0, 0], exact=False)
+    assert s.makespan == 15 and s.optimal and s.method == "lpt"

@@ -164,6 +164,9 @@ def _render_table(est, show_all: bool) -> None:
                   f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
                   f"¥{rec.cost_jpy:,}, wall {_minutes(rec.wall_s)} min, billed {_minutes(rec.billed_s)} min")
     console.print(f"  why: {est.reason}")
+    console.print(f"  optimal: {_proof(est)}")
+    for line in est.extra.values():
+        console.print(f"  note: {line}")
     parts = ", ".join(f"{k} ¥{_yen2(v)}" for k, v in rec.breakdown.items() if v)
     console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})")
     for warn in rec.warnings:
@@ -176,6 +179,19 @@ def _render_table(est, show_all: bool) -> None:
     console.print("[bold]Assumptions:[/bold]")
     for line in est.assumptions:
         console.print(f"  - {line}", highlight=False, markup=False)
+
+
+def _proof(est) -> str:
+    """One line on how sure the pick is: proven, or within what gap of the best possible."""
+    cost = isinstance(est.gap, Decimal)
+    if est.gap == 0:
+        return "proven: no schedule of any candidate fleet beats it"
+    amount = f"¥{est.gap:,.2f}" if cost else f"{est.gap} s"
+    mine = est.recommended.cost if cost else est.recommended.wall_s
+    share = f"{Decimal(est.gap) / mine * 100:.4f} %"
+    if est.proven:
+        return f"proven within {amount} ({share}, the MILP solvers' own tolerance): no schedule of any candidate beats it by more"
+    return f"not proven: some schedule might beat it by up to {amount} ({share}); the solver's time ran out"
 
 
 def _render_csv(est) -> None:
@@ -202,7 +218,10 @@ def estimate_json(est) -> dict[str, Any]:
         "reason": est.reason,
         "plans": [plan_dict(p, name) for p in est.plans],
         "pareto": [plan_dict(p, name) for p in est.pareto],
-        "all_schedules_optimal": est.all_optimal,
+        "recommendation_proven_optimal": est.proven,
+        # at most this much better is possible: yen (objective cost) or seconds (objective time)
+        "optimality_gap": _yen2(est.gap) if isinstance(est.gap, Decimal) else est.gap,
+        "notes": dict(est.extra),
     }
 
 
