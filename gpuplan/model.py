@@ -161,10 +161,16 @@ def job_factor(workload: Workload, offer: Offer, gpus: Mapping, k: int, gpus_bus
     s, why_s = speed(workload, offer, gpus)
     c, why_c = colocation(workload, gpus_busy)
     p, why_p = packing(workload, offer, k)
-    notes = [f"speed on {offer.gpu}: {s}x {workload.reference_gpu} ({why_s})", why_c]
+    notes = [f"speed on {offer.gpu}: {factor_text(s)}x {workload.reference_gpu} ({why_s})", why_c]
     if why_p:
         notes.append(why_p)
     return c * p / s, notes
+
+
+def factor_text(value: Decimal) -> str:
+    """A ratio for people: at most 3 decimals (the exact Decimal is what the arithmetic uses)."""
+    text = f"{value.quantize(Decimal('0.001')):f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def dp_speedup(workload: Workload, gpus_per_vm: int, vms: int) -> Decimal:

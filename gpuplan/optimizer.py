@@ -469,7 +469,7 @@ class _Planner:
             up = model.dp_speedup(w, offer.gpu_count, n)
             jobs_s = sum(model.ceil_s(r / (sp * up)) for r in self.ref)
             loads = [(offer, jobs_s, tuple(self.names))] * n
-            notes = [f"speed on {offer.gpu}: {sp}x {w.reference_gpu} ({why})",
+            notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
                      f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU (intra-node "
                      f"{w.intra_node_eff_per_doubling} per doubling of GPUs, {w.inter_node_speedup_per_doubling}x per doubling of machines)"]
             modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)

@@ -51,12 +51,15 @@ def _own_price(o) -> str:
     return f"{sym}{o.price:,f}{unit}"
 
 
-def _billing(o) -> str:
+def _billing(o, short: bool = False) -> str:
     g, m = o.billing_granularity_s, o.billing_minimum_s
     if o.price_unit == "purchase":
         return "owned"
     if o.price_unit == "month":
         return "monthly"
+    if short:
+        step = {3600: "hourly"}.get(g, f"{g}s")
+        return f"{step}, min {m}s" if m and m != g else step
     step = {3600: "hourly"}.get(g, f"{g} s")
     return f"{step} (min {m} s)" if m and m != g else step
 
@@ -106,33 +109,42 @@ def catalog_command(
 
 
 def _table(cat, offers, hidden: int) -> None:
+    """One row per offer; wide terminals get a column per fact, narrow ones (under 120
+    columns) stack the facts in two lines per row so nothing is cut to a few letters."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     out = Console(highlight=False)
+    wide = out.width >= 120
     table = Table(title=f"gpuplan catalog {cat.snapshot} (as of {cat.date.isoformat()})",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col, kw in (
-        ("instance", {"overflow": "fold"}), ("region", {"no_wrap": True}), ("GPU", {}),
-        ("vCPU", {"justify": "right", "no_wrap": True}), ("price", {"justify": "right", "no_wrap": True}),
-        ("¥/h", {"justify": "right", "no_wrap": True}), ("billing", {}), ("status", {"overflow": "fold"}), ("src", {}),
-    ):
+    if wide:
+        columns = (("instance", {"no_wrap": True}), ("region", {"no_wrap": True}), ("GPU", {"no_wrap": True}),
+                   ("vCPU", {"justify": "right", "no_wrap": True}), ("price", {"justify": "right", "no_wrap": True}),
+                   ("¥/h", {"justify": "right", "no_wrap": True}), ("billing", {"no_wrap": True}),
+                   ("status", {"overflow": "fold"}), ("src", {"no_wrap": True}))
+    else:
+        columns = (("instance", {"min_width": 24, "overflow": "fold"}), ("GPU", {"max_width": 13}),
+                   ("¥/h", {"justify": "right", "no_wrap": True}), ("status, source", {"min_width": 22, "overflow": "fold"}))
+    for col, kw in columns:
         table.add_column(col, **kw)
     sources: dict[str, int] = {}
     for o in offers:
-        name = f"{o.provider}:{o.name}"
-        if o.aliases:
-            name += f"\n[dim]{', '.join(o.aliases)}[/dim]"
+        aliases = f"[dim]{', '.join(o.aliases)}[/dim]" if o.aliases else ""
         mem = f" {o.gpu_memory_gib.normalize():f}G" if o.gpu_memory_gib else ""
         yen = f"¥{_money(o.price_jpy_per_hour)}" if o.price_jpy_per_hour is not None else "?"
         status = cat.offer_status(o)
         style = "red" if status.startswith("retired") else "yellow" if status != "active" else "green"
         ref = sources.setdefault(o.source, len(sources) + 1)
-        table.add_row(
-            name, o.region, f"{o.gpu} x{o.gpu_count}{mem}", str(o.vcpus or "?"), _own_price(o), yen,
-            _billing(o), f"[{style}]{status}[/{style}]", f"[{ref}] {o.as_of}",
-        )
+        if wide:
+            name = f"{o.provider}:{o.name}" + (f"\n{aliases}" if aliases else "")
+            table.add_row(name, o.region, f"{o.gpu} x{o.gpu_count}{mem}", str(o.vcpus or "?"), _own_price(o), yen,
+                          _billing(o), f"[{style}]{status}[/{style}]", f"[{ref}] {o.as_of}")
+        else:
+            name = f"{o.name}\n[dim]{o.provider} {o.region}[/dim]" + (f"\n{aliases}" if aliases else "")
+            table.add_row(name, f"{o.gpu} x{o.gpu_count}\n[dim]{mem.strip()}, {o.vcpus or '?'} vCPU[/dim]",
+                          f"{yen}\n[dim]{_billing(o, short=True)}[/dim]", f"[{style}]{status.replace(' -> ', chr(10) + '-> ')}[/{style}]\n[dim]\\[{ref}] {o.as_of}[/dim]")
     out.print(table)
     if not offers:
         out.print("no offers match these filters")
