@@ -128,17 +128,29 @@ def _visible(est, show_all: bool) -> list:
 
 
 def _render_table(est, show_all: bool) -> None:
+    """Wide terminals (and pipes) get a column per fact; under 120 columns the fleet cell
+    carries provider, region and setup on a second line so fleet names are never cut."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console(soft_wrap=True)
     if not console.is_terminal:
         console = Console(width=200, soft_wrap=True)
+    wide = console.width >= 120
     w = est.workload
-    table = Table(title=f"gpuplan estimate: {w.name} ({len(w.jobs)} jobs), catalog {est.snapshot}", show_lines=False)
-    for col, just in (("", "left"), ("fleet", "left"), ("where", "left"), ("setup", "left"), ("wall", "right"),
-                      ("billed", "right"), ("yen", "right"), ("feasible / why excluded", "left")):
-        table.add_column(col, justify=just)
+    table = Table(title=f"gpuplan estimate: {w.name} ({len(w.jobs)} jobs), catalog {est.snapshot}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    if wide:
+        columns = (("", {}), ("fleet", {"no_wrap": True}), ("where", {"no_wrap": True}), ("setup", {}),
+                   ("wall", {"justify": "right", "no_wrap": True}), ("billed", {"justify": "right", "no_wrap": True}),
+                   ("yen", {"justify": "right", "no_wrap": True}), ("feasible / why excluded", {}))
+    else:
+        columns = (("", {}), ("fleet", {"min_width": 22, "overflow": "fold"}),
+                   ("wall", {"justify": "right", "no_wrap": True}), ("billed", {"justify": "right", "no_wrap": True}),
+                   ("yen", {"justify": "right", "no_wrap": True}), ("feasible / why excluded", {"ratio": 1}))
+    for col, kw in columns:
+        table.add_column(col, **kw)
     rows, alike = _visible(est, show_all)
     for p in rows:
         mark = "→" if p is est.recommended else ("·" if p in est.pareto else "")
@@ -150,11 +162,16 @@ def _render_table(est, show_all: bool) -> None:
                 status = "owned: not recommended without --owned"
             if not p.optimal:
                 status += " (schedule not proven optimal)"
-            table.add_row(mark, fleet, where, p.setup, _tmin(p.wall_s), _tmin(p.billed_s),
-                          f"¥{p.cost_jpy:,}", status)
+            figures = (_tmin(p.wall_s), _tmin(p.billed_s), f"¥{p.cost_jpy:,}", status)
+            setup = p.setup
         else:
             more = f" (and {alike[id(p)]} more offers alike)" if alike.get(id(p)) else ""
-            table.add_row(mark, fleet, where, "-", "-", "-", "-", f"no: {p.reason}{more}")
+            figures = ("-", "-", "-", f"no: {p.reason}{more}")
+            setup = "-"
+        if wide:
+            table.add_row(mark, fleet, where, setup, *figures)
+        else:
+            table.add_row(mark, f"{fleet}\n[dim]{where}, {setup}[/dim]", *figures)
     console.print(table, soft_wrap=False)
     rec = est.recommended
     if rec is None:
