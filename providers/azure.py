@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -80,6 +80,23 @@ def _split_id(rid: str) -> tuple[str, str]:
     except (ValueError, IndexError):
         raise UsageError(f"{rid!r} is not an Azure resource id (/subscriptions/.../resourceGroups/...)") from None
     return group, parts[-1]
+
+
+def _all_deleted(begins: Sequence[Callable[[], object]]) -> None:
+    """Start every delete before awaiting any (Azure runs them in parallel); not found = deleted."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    pollers = []
+    for begin in begins:
+        try:
+            pollers.append(begin())
+        except ResourceNotFoundError:
+            pass
+    for p in pollers:
+        try:
+            p.result()
+        except ResourceNotFoundError:
+            pass
 
 
 class AzureProvider(Provider):
@@ -586,8 +603,6 @@ class AzureProvider(Provider):
         """Resource groups go whole (one LRO each, all started before any is awaited); anything
         outside them is deleted one by one in DELETE_ORDER. Not found counts as deleted. The
         images group is removed once its last image is gone."""
-        from azure.core.exceptions import ResourceNotFoundError
-
         res, _, cmp = self._sdk()
         groups = {r.name or _split_id(r.id)[1] for r in resources if r.kind == "resource-group"}
         inside = lambda r: _split_id(r.id)[0].lower() in {g.lower() for g in groups}  # noqa: E731
@@ -598,29 +613,9 @@ class AzureProvider(Provider):
         for kind in DELETE_ORDER:
             batch = [r for r in singles if r.kind == kind]
             with self._arm(f"delete {len(batch)} {kind}(s)", region=region):
-                pollers = []
-                for r in batch:
-                    try:
-                        pollers.append(self._begin_delete(r))
-                    except ResourceNotFoundError:
-                        pass
-                for p in pollers:
-                    try:
-                        p.result()
-                    except ResourceNotFoundError:
-                        pass
+                _all_deleted([lambda r=r: self._begin_delete(r) for r in batch])
         with self._arm(f"delete resource group(s) {', '.join(sorted(groups))}", region=region):
-            pollers = []
-            for g in sorted(groups):
-                try:
-                    pollers.append(res.resource_groups.begin_delete(g))
-                except ResourceNotFoundError:
-                    pass
-            for p in pollers:
-                try:
-                    p.result()
-                except ResourceNotFoundError:
-                    pass
+            _all_deleted([lambda g=g: res.resource_groups.begin_delete(g) for g in sorted(groups)])
             left = [g for g in sorted(groups) if res.resource_groups.check_existence(g)]
             if left:
                 raise ProviderError(f"Azure resource group(s) {', '.join(left)} still exist after delete; run the teardown again")
