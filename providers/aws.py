@@ -214,8 +214,8 @@ class AwsProvider(Provider):
                 session = self._session or boto3.Session(profile_name=self.config.get("profile") or None)
                 # Service Quotas is only read, and an unanswered quota falls back to config:
                 # no retries there (moto answers some of its calls with a 500).
-                attempts = 1 if service == "service-quotas" else 5
-                cfg = Config(retries={"max_attempts": attempts, "mode": "standard"},
+                retries = {"total_max_attempts": 1} if service == "service-quotas" else {"max_attempts": 5}
+                cfg = Config(retries={**retries, "mode": "standard"},
                              max_pool_connections=max(10, self.max_workers * 2), user_agent_extra="gpuplan")
                 self._clients[key] = session.client(service, region_name=region, config=cfg)
             return self._clients[key]
