@@ -165,7 +165,8 @@ def _render_table(est, show_all: bool) -> None:
             figures = (_tmin(p.wall_s), _tmin(p.billed_s), f"¥{p.cost_jpy:,}", status)
             setup = p.setup
         else:
-            more = f" (and {alike[id(p)]} more offers alike)" if alike.get(id(p)) else ""
+            n = alike.get(id(p), 0)
+            more = f" (and {n} more offer{'s' if n > 1 else ''} alike)" if n else ""
             figures = ("-", "-", "-", f"no: {p.reason}{more}")
             setup = "-"
         if wide:
