@@ -114,7 +114,8 @@ def read_plan(path: Path) -> dict:
     the plan's jobs phase: wall = the longest machine's jobs_s; yen = each machine's cost times
     the share of its billed time spent on jobs and idle tail (setup, capture and staging left
     out). The whole plan's wall and yen are kept beside it. Returns {"wall_s", "yen", "basis",
-    "plan_wall_s", "plan_yen"} with Decimal figures."""
+    "plan_wall_s", "plan_yen"} with Decimal figures, and where the plan lists its machines, the
+    "workload", "provider", "instance_type" and number of "jobs" it planned (for calibration)."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -137,7 +138,9 @@ def read_plan(path: Path) -> dict:
                 Decimal(0),
             )
             return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
-                    "plan_wall_s": wall, "plan_yen": yen}
+                    "plan_wall_s": wall, "plan_yen": yen, "workload": data.get("workload") or "",
+                    "provider": plan.get("provider") or "", "instance_type": plan.get("instance_type") or "",
+                    "jobs": sum(len(m.get("jobs") or ()) for m in machines)}
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         raise UsageError(f"plan file {path}: unreadable figure ({type(exc).__name__}: {exc});"
                          " write it with `gpuplan estimate ... --save`") from None
@@ -398,6 +401,23 @@ class Comparison:
     predicted_yen: Decimal | None
     wall_error_pct: Decimal | None  # (measured - predicted) / predicted x 100
     yen_error_pct: Decimal | None
+
+
+def calibrate(state, summary: RunSummary, predicted: dict | None) -> str:
+    """Record the run as a calibration of the plan's workload when it ran the plan's whole batch
+    without failures; `gpuplan estimate` then plans with the measured speed. Returns one line
+    saying what was recorded, or why not."""
+    if not predicted or not predicted.get("workload") or not predicted.get("jobs"):
+        return ""
+    if summary.failed:
+        return "not recorded as a calibration: some jobs failed"
+    if len(summary.jobs) != predicted["jobs"]:
+        return (f"not recorded as a calibration: {len(summary.jobs)} job(s) ran, the plan has {predicted['jobs']}; "
+                "run the plan's whole batch to calibrate it")
+    state.record_calibration(predicted["workload"], predicted["provider"], predicted["instance_type"],
+                             predicted["jobs"], float(predicted["wall_s"]), summary.wall_seconds, summary.cluster)
+    return (f"calibration recorded: `gpuplan estimate --workload {predicted['workload']}` now plans "
+            f"{predicted['instance_type']} with the measured speed")
 
 
 def compare(summary: RunSummary, predicted: dict | None) -> Comparison:

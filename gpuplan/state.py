@@ -115,6 +115,16 @@ CREATE TABLE IF NOT EXISTS runs (
     log_path TEXT,
     started_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS calibrations (  -- a `gpuplan run --plan` batch: the plan's jobs phase vs measured
+    workload TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    size TEXT NOT NULL,
+    jobs INTEGER NOT NULL,
+    predicted_s REAL NOT NULL,
+    measured_s REAL NOT NULL,
+    cluster TEXT NOT NULL,
+    measured_at TEXT NOT NULL
+);
 """
 
 
@@ -487,6 +497,23 @@ class State:
                 " VALUES (?,?,?,?,?,?,?,?,?)",
                 (cluster, job, node, slot, status, attempts, seconds, log_path, _iso(started_at)),
             )
+
+    def record_calibration(self, workload: str, provider: str, size: str, jobs: int, predicted_s: float,
+                           measured_s: float, cluster: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO calibrations (workload, provider, size, jobs, predicted_s, measured_s, cluster, measured_at)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (workload, provider, size, jobs, predicted_s, measured_s, cluster, _iso()),
+            )
+
+    def calibrations(self, workload: str) -> list[dict]:
+        """The latest calibration of `workload` per provider and size, newest first."""
+        rows = self._query("SELECT * FROM calibrations WHERE workload=? ORDER BY measured_at DESC, rowid DESC", (workload,))
+        latest: dict[tuple[str, str], dict] = {}
+        for r in rows:
+            latest.setdefault((r["provider"], r["size"]), {**dict(r), "measured_at": parse_time(r["measured_at"])})
+        return list(latest.values())
 
     def runs(self, cluster: str) -> list[dict]:
         return [dict(r) for r in self._query("SELECT * FROM runs WHERE cluster=? ORDER BY id", (cluster,))]

@@ -161,6 +161,12 @@ def from_dict(data: Any, where: str) -> Workload:
     )
 
 
+def with_measured_speeds(workload: Workload, speeds: Mapping[str, Decimal], why: list[str]) -> Workload:
+    """The workload with these per-GPU speeds (relative to its reference GPU) and why."""
+    return replace(workload, speed=MappingProxyType({**workload.speed, **speeds}),
+                   assumptions=workload.assumptions + tuple(why))
+
+
 def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
     """Replace the workload's figures with a measured profile's (gpuplan.profiles format)."""
     from gpuplan.profiles import load_profile

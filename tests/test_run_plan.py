@@ -53,3 +53,33 @@ def test_read_items_skips_blanks_and_comments(tmp_path):
     assert runner.job_name(3, "/data/My Clip (1).mp4") == "0003-My_Clip_1_.mp4"
     assert runner.render(["python", "train.py", "--video", "{item}"], "it's.mp4") == (
         "python train.py --video 'it'\"'\"'s.mp4'")
+
+
+def _summary(jobs: int, wall_s: float, tmp_path, status: str = "ok") -> runner.RunSummary:
+    results = tuple(runner.JobResult(f"video-{i}", f"v{i}.mp4", f"n{i}:gpu0", f"n{i}", status, 1, wall_s, tmp_path / "log")
+                    for i in range(jobs))
+    return runner.RunSummary("demo", results, wall_s, jobs, Decimal("91.80"), tmp_path)
+
+
+def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
+    from gpuplan.state import State
+
+    path = tmp_path / "plan.json"
+    assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0
+    pred = runner.read_plan(path)
+    assert (pred["workload"], pred["provider"], pred["instance_type"], pred["jobs"]) == ("colorize-hd", "azure", "Standard_NC6", 4)
+    state = State.open_default()
+    assert "not recorded" in runner.calibrate(state, _summary(3, 9000.0, tmp_path), pred)  # not the whole batch
+    assert "not recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path, status="failed"), pred)
+    # the four jobs took 150 min, not the 120 planned: the K80 runs this at 0.8x what the plan assumed
+    assert "calibration recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path), pred)
+
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    rec = data["recommended"]
+    # 4x NC6 from an image: 60 min setup (¥91.80) + 4 x 150 min at ¥91.80/h (¥918) = ¥1,009.80
+    assert (rec["instance_type"], rec["count"], rec["wall_minutes"], rec["cost_jpy"]) == ("Standard_NC6", 4, 210, 1010)
+    note = " ".join(data["notes"].values())
+    assert "predicted 120 min, measured 150 min (+25.0 %)" in note and "K80 now 0.8x K80 (was 1.0x)" in note
+    assert any("calibrated by gpuplan run" in a for a in rec["assumptions"])

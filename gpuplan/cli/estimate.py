@@ -54,6 +54,37 @@ def _measured_setup(cat) -> dict[tuple[str, str], tuple[int, str]]:
     return out
 
 
+def _calibrate(work, cat):
+    """The workload with the speeds measured by `gpuplan run --plan` batches of it (state DB),
+    and one line per calibration saying what was predicted, what was measured, what changed."""
+    from gpuplan import paths
+
+    db = paths.state_db()
+    if not db.is_file():
+        return work, []
+    from gpuplan import model, workloads
+    from gpuplan.state import State
+
+    speeds, lines = {}, []
+    for r in State(db).calibrations(work.name):
+        offer = next((o for o in cat.offers if o.provider == r["provider"] and o.name == r["size"]), None)
+        if offer is None or offer.gpu in speeds:
+            continue
+        try:
+            before, _ = model.speed(work, offer, cat.gpus)
+        except model.Infeasible:
+            continue
+        measured, predicted = Decimal(str(r["measured_s"])), Decimal(str(r["predicted_s"]))
+        speeds[offer.gpu] = before * predicted / measured
+        lines.append(
+            f"{r['jobs']} jobs on {r['cluster']} ({r['provider']} {r['size']}, {r['measured_at'].date().isoformat()}): "
+            f"predicted {_tmin(int(predicted))}, measured {_tmin(int(measured))} ({(measured - predicted) / predicted * 100:+.1f} %); "
+            f"{offer.gpu} now {model.factor_text(speeds[offer.gpu])}x {work.reference_gpu} (was {model.factor_text(before)}x)")
+    if speeds:
+        work = workloads.with_measured_speeds(work, speeds, [f"calibrated by gpuplan run: {line}" for line in lines])
+    return work, lines
+
+
 def _minutes(seconds: int) -> int | float:
     return seconds // 60 if seconds % 60 == 0 else round(seconds / 60, 2)
 
@@ -311,7 +342,13 @@ def register(app: typer.Typer) -> None:
             for name in owned:
                 if name.lower() not in known:
                     raise UsageError(f"--owned {name!r} is not an owned offer in catalog {cat.snapshot}; owned: {', '.join(sorted(known)) or 'none'}")
+        work, calibrations = _calibrate(work, cat)
         est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective)
+        if calibrations:
+            from dataclasses import replace
+
+            est = replace(est, extra={**est.extra, **{f"calibration {i + 1}": f"calibration: {line}"
+                                                      for i, line in enumerate(calibrations)}})
         if save is not None:
             save_plan(est, save)
         if fmt == "json":

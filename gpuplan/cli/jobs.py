@@ -130,6 +130,9 @@ def run(
         summary = runner.run_items(state, cluster, runner.read_items(items), command, per_gpu=per_gpu,
                                    retries=retries, timeout=timeout, progress=progress)
     _print_summary(summary, predicted)
+    line = runner.calibrate(state, summary, predicted)
+    if line:
+        _console().print(line)
     if summary.failed:
         raise runner.JobsFailed(f"{len(summary.failed)} of {len(summary.jobs)} job(s) failed after retries:"
                                 f" {', '.join(j.job for j in summary.failed[:5])}; logs in {summary.log_dir}")
