@@ -212,12 +212,12 @@ def _render_table(est, show_all: bool) -> None:
     console.print(f"[bold]Recommended:[/bold] {rec.label} {rec.provider} {rec.region}, "
                   f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
                   f"¥{rec.cost_jpy:,}, wall {_minutes(rec.wall_s)} min, billed {_minutes(rec.billed_s)} min")
+    parts = ", ".join(f"{k} ¥{_yen2(v)}" for k, v in rec.breakdown.items() if v)
+    console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})")
     console.print(f"  why: {est.reason}")
     console.print(f"  optimal: {_proof(est)}")
     for line in est.extra.values():
         console.print(f"  note: {line}")
-    parts = ", ".join(f"{k} ¥{_yen2(v)}" for k, v in rec.breakdown.items() if v)
-    console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})")
     for warn in rec.warnings:
         console.print(f"  [yellow]warning:[/yellow] {warn}")
     for p in est.plans:
