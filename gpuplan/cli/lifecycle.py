@@ -218,6 +218,8 @@ def teardown(
     err = _err_console()
     out = _out_console()
     names = [c.name for c in state.clusters()] if all_ else ([cluster] if cluster else [])
+    if all_ and not names and not (images or sweep):
+        out.print("no clusters in the state; nothing to tear down (`--sweep` looks for tagged leftovers in the clouds)")
     failures = []
     for name in names:
         row = state.cluster(name)
