@@ -216,8 +216,9 @@ def _render_table(est, show_all: bool) -> None:
     console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})")
     console.print(f"  why: {est.reason}")
     console.print(f"  optimal: {_proof(est)}")
-    for line in est.extra.values():
-        console.print(f"  note: {line}")
+    for key, line in est.extra.items():
+        if show_all or key != "skipped_mixes":  # routine: shown with --all and in the JSON
+            console.print(f"  note: {line}")
     for warn in rec.warnings:
         console.print(f"  [yellow]warning:[/yellow] {warn}")
     for p in est.plans:
