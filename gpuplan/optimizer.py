@@ -346,7 +346,7 @@ class _Planner:
         self.total_ticks = sum(self.ticks)
         self.names = [j.name for j in workload.jobs]
         self.identical: dict[int, Schedule] = {}  # slots -> schedule of the reference jobs
-        self.grouped: dict[tuple[int, int], tuple] = {}  # (schedule, slots per machine) -> machine loads
+        self.grouped: dict[tuple[int, int], tuple] = {}  # (slots, slots per machine) -> (schedule, machine loads)
         self.candidates: list[_Candidate] = []
         self.skipped_mixes = 0
 
@@ -376,12 +376,10 @@ class _Planner:
         """The reference jobs over `slots` identical slots; one schedule serves every offer, since
         an offer scales every job by the same factor (makespan order is kept)."""
         have = self.identical.get(slots)
-        if have is None or (exact and not have.optimal and have.method != "milp"):
-            if have is not None and exact:
-                have = _exact(self.ticks, slots, have)
-            else:
-                have = schedule([self.ticks], [0] * slots, exact=False)
-            self.identical[slots] = have
+        if have is None:
+            have = self.identical[slots] = schedule([self.ticks], [0] * slots, exact=False)
+        elif exact and not have.optimal and have.method != "milp":
+            have = self.identical[slots] = _exact(self.ticks, slots, have)
         return have
 
     def _vm_loads(self, groups: list[tuple[Offer, int, int]], loads_s: Sequence[int],
@@ -445,11 +443,10 @@ class _Planner:
         makespan_s, bound_s = self._seconds(factor, sched.makespan), self._seconds(factor, sched.lower_bound)
         # a slot's seconds grow with its reference ticks, so the grouping of slots onto machines
         # is the same for every offer: done once per schedule and machine size
-        key = (id(sched), slots)
-        if key not in self.grouped:
-            self.grouped[key] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign))
-        per_tick = factor * self.tick
-        loads = [(offer, model.ceil_s(per_tick * ticks), names) for _, ticks, names in self.grouped[key][1]]
+        grouped = self.grouped.get((n * slots, slots))
+        if grouped is None or grouped[0] is not sched:
+            grouped = self.grouped[(n * slots, slots)] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign))
+        loads = [(offer, self._seconds(factor, ticks), names) for _, ticks, names in grouped[1]]
         how = f"schedule: makespan {makespan_s} s by {sched.method}" + (
             "" if sched.optimal else f" (not proven optimal; lower bound {bound_s} s)")
         plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], sched.optimal)
@@ -607,22 +604,22 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
                 for j in range(i + 1, len(top)):
                     plans.extend(planner.pair(top[i], top[j], singles))
 
-    rec, _ = _pick(plans, objective)
+    rec, eligible = _pick(plans, objective)
     open_ = [c for c in planner.candidates if not c.plan.optimal]
     while rec is not None:
         # solve exactly the candidates that might beat the pick, until none can or none is left
         todo = [c for c in open_ if c.exact is not None and planner.could_beat(c, rec, objective)]
         if not todo or time.perf_counter() - started > EXACT_BUDGET_S:
             break
+        at = {id(p): i for i, p in enumerate(plans)}
         for c in todo:
             better = c.exact()
-            plans[plans.index(c.plan)] = better.plan
+            plans[at[id(c.plan)]] = better.plan
             c.plan, c.exact = better.plan, None
         open_ = [c for c in open_ if not c.plan.optimal]
-        rec, _ = _pick(plans, objective)
+        rec, eligible = _pick(plans, objective)
     gap, proven = _gap(planner, open_, rec, objective)
 
-    rec, eligible = _pick(plans, objective)
     reason = _reason(rec, eligible, objective, plans)
     if rec is not None:
         plans = [_break_even(p, rec) if p.fleet[0][0].kind == "owned" and p.feasible else p for p in plans]
@@ -654,7 +651,7 @@ def _gap(planner: _Planner, open_: list[_Candidate], rec: Plan | None, objective
     cost = objective == "cost"
     mine = rec.cost if cost else rec.wall_s
     bounds = [c.cost_lb if cost else c.wall_lb for c in open_ if planner.could_beat(c, rec, objective)]
-    gap = max(0, mine - min(bounds, default=mine))
+    gap = max(mine - min(bounds, default=mine), mine * 0)  # Decimal yen for cost, int seconds for time
     return gap, gap <= RELATIVE_GAP * mine
 
 
