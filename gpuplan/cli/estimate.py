@@ -34,39 +34,41 @@ def parse_quotas(values: list[str]):
     return Quotas(total=total, family=family)
 
 
-def _measured_setup(cat) -> dict[tuple[str, str], tuple[int, str]]:
-    """Latest measured setup seconds per offer from the user's state DB, if it exists (never created here)."""
+def _user_state():
+    """The user's state DB if it exists (an estimate never creates one), else None."""
     from gpuplan import paths
 
     db = paths.state_db()
     if not db.is_file():
-        return {}
+        return None
     from gpuplan.state import State
 
-    state = State(db)
+    return State(db)
+
+
+def _measured_setup(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
+    """Latest measured setup seconds per offer from the user's state DB."""
     out = {}
+    if state is None:
+        return out
     for o in cat.offers:
         if (o.provider, o.name) in out:
             continue
         hit = state.setup_time(o.provider, o.name)
         if hit is not None:
-            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {db}, {hit[1].date().isoformat()}")
+            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {state.path}, {hit[1].date().isoformat()}")
     return out
 
 
-def _calibrate(work, cat):
+def _calibrate(state, work, cat):
     """The workload with the speeds measured by `gpuplan run --plan` batches of it (state DB),
     and one line per calibration saying what was predicted, what was measured, what changed."""
-    from gpuplan import paths
-
-    db = paths.state_db()
-    if not db.is_file():
+    if state is None:
         return work, []
     from gpuplan import model, workloads
-    from gpuplan.state import State
 
     speeds, lines = {}, []
-    for r in State(db).calibrations(work.name):
+    for r in state.calibrations(work.name):
         offer = next((o for o in cat.offers if o.provider == r["provider"] and o.name == r["size"]), None)
         if offer is None or offer.gpu in speeds:
             continue
@@ -241,7 +243,8 @@ def _proof(est) -> str:
     share = f"{Decimal(est.gap) / mine * 100:.4f} %"
     if est.proven:
         return f"proven within {amount} ({share}, the MILP solvers' own tolerance): no schedule of any candidate beats it by more"
-    return f"not proven: some schedule might beat it by up to {amount} ({share}); the solver's time ran out"
+    return (f"not proven: some schedule might beat it by up to {amount} ({share}); the exact solver ran out of "
+            "time or the batch is too large for it")
 
 
 def _render_csv(est) -> None:
@@ -334,16 +337,17 @@ def register(app: typer.Typer) -> None:
         deadline_s = parse_duration(deadline, "--deadline") if deadline else None
         quotas = parse_quotas(quota or [])
         cat = catalog.load(as_of)
+        state = _user_state()
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
-            release=release, measured_setup=_measured_setup(cat), owned=tuple(owned or ()),
+            release=release, measured_setup=_measured_setup(state, cat), owned=tuple(owned or ()),
         )
         if owned:
             known = {n.lower() for o in cat.offers if o.kind == "owned" for n in (o.name, *o.aliases)}
             for name in owned:
                 if name.lower() not in known:
                     raise UsageError(f"--owned {name!r} is not an owned offer in catalog {cat.snapshot}; owned: {', '.join(sorted(known)) or 'none'}")
-        work, calibrations = _calibrate(work, cat)
+        work, calibrations = _calibrate(state, work, cat)
         est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective)
         if calibrations:
             from dataclasses import replace
