@@ -2,8 +2,11 @@
 
 Data lives in `catalog/` (installed as the package `gpuplan.catalog_data`) as CSV files, one
 folder per snapshot (`snapshots/YYYY-MM/offers.csv`, `providers.csv`, `quotas.csv`) plus the
-snapshot-independent `gpus.csv` and `fx.csv`. A user's `prices.yaml` (in the config dir, or
-the file named by `GPUPLAN_PRICES`) overrides or adds offers, FX rates and power prices:
+snapshot-independent `gpus.csv` and `fx.csv`. `gpuplan catalog refresh` writes dated snapshots
+(`YYYY-MM-DD/`, with their own `fx.csv`) into the user's data dir (`user_snapshots_dir()`);
+the loader sees both, and the newest wins unless `as_of` says otherwise. A user's
+`prices.yaml` (in the config dir, or the file named by `GPUPLAN_PRICES`) overrides or adds
+offers, FX rates and power prices:
 
     fx:
       USD: 150.0                          # or {jpy_per_unit: 150.0, date: 2026-11-20, source: my bank}
@@ -43,7 +46,7 @@ from gpuplan.types import Offer
 
 HOURS_PER_MONTH = Decimal(730)  # 8760 / 12: the hourly equivalent of a month's rent
 PRICES_ENV = "GPUPLAN_PRICES"
-_SNAPSHOT_RE = re.compile(r"^(\d{4})-(\d{2})$")
+_SNAPSHOT_RE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")  # shipped YYYY-MM, refreshed YYYY-MM-DD
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class FxRate:
     jpy_per_unit: Decimal
     date: str
     source: str
+    notes: str = ""  # e.g. how old the rate is against the snapshot that uses it
 
 
 @dataclass(frozen=True)
@@ -186,22 +190,46 @@ class Catalog:
 
 
 def snapshots() -> list[str]:
-    """The snapshot names shipped with gpuplan, oldest first: ["2017-08", "2026-11"]."""
-    return list(_snapshots())
+    """The snapshot names gpuplan can load, oldest first: ["2017-08", "2026-11", "2026-11-23"]:
+    the shipped ones and those `gpuplan catalog refresh` wrote into the user's data dir."""
+    return sorted(_snapshot_folders())
 
 
-def load(as_of: str | None = None, prices_file: Path | None = None) -> Catalog:
-    """The catalog of the newest snapshot not after `as_of` ("YYYY-MM"; default: the newest),
-    with the user's prices.yaml applied (`prices_file`, else $GPUPLAN_PRICES, else
-    <config_dir>/prices.yaml when it exists)."""
+def load(as_of: str | None = None, prices_file: Path | None = None, *, user_prices: bool = True) -> Catalog:
+    """The catalog of the newest snapshot not after `as_of` ("YYYY-MM" or "YYYY-MM-DD"; default:
+    the newest), with the user's prices.yaml applied (`prices_file`, else $GPUPLAN_PRICES, else
+    <config_dir>/prices.yaml when it exists) unless `user_prices` is False."""
     name = _pick_snapshot(as_of)
     base = _load_base(name)
+    if not user_prices:
+        return base
     path, explicit = _prices_path(prices_file)
     if path is None or (not explicit and not path.exists()):
         return base
     if not path.exists():
         raise UsageError(f"prices file {path} not found; create it or unset {PRICES_ENV}")
     return _apply_overrides(base, path, _read_yaml(path))
+
+
+def user_snapshots_dir() -> Path:
+    """Where `gpuplan catalog refresh` writes its snapshots: <data dir>/snapshots."""
+    from gpuplan import paths
+
+    return paths.data_dir() / "snapshots"
+
+
+def snapshot_folder(name: str):
+    """The folder of snapshot `name`: a Path (user snapshot) or a Traversable inside the package."""
+    folders = _snapshot_folders()
+    if name not in folders:
+        raise UsageError(f"no catalog snapshot {name!r}; snapshots: {', '.join(sorted(folders))}")
+    return folders[name]
+
+
+def load_snapshot_dir(folder: Path, name: str) -> Catalog:
+    """The catalog in `folder` (offers.csv, providers.csv, quotas.csv, optional fx.csv) read as
+    snapshot `name`, without user prices: how a new snapshot is checked before it is published."""
+    return _load_folder(name, folder, str(folder))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,22 +241,33 @@ def _data_root():
 
 
 @lru_cache(maxsize=1)
-def _snapshots() -> tuple[str, ...]:
+def _shipped_snapshots() -> tuple[tuple[str, Any], ...]:
     root = _data_root() / "snapshots"
-    names = [e.name for e in root.iterdir()
-             if e.is_dir() and _SNAPSHOT_RE.match(e.name) and (e / "offers.csv").is_file()]
-    return tuple(sorted(names))
+    return tuple(sorted((e.name, e) for e in root.iterdir()
+                        if e.is_dir() and _SNAPSHOT_RE.match(e.name) and (e / "offers.csv").is_file()))
+
+
+def _snapshot_folders() -> dict[str, Any]:
+    """Snapshot name -> its folder; a user snapshot replaces a shipped one of the same name."""
+    folders = dict(_shipped_snapshots())
+    user = user_snapshots_dir()
+    if user.is_dir():
+        for e in user.iterdir():
+            if e.is_dir() and _SNAPSHOT_RE.match(e.name) and (e / "offers.csv").is_file():
+                folders[e.name] = e
+    return folders
 
 
 def _pick_snapshot(as_of: str | None) -> str:
-    names = _snapshots()
+    names = snapshots()
     if as_of is None:
         return names[-1]
     text = as_of.strip()
     m = _SNAPSHOT_RE.match(text)
-    if not m or not 1 <= int(m.group(2)) <= 12:
-        raise UsageError(f"bad --as-of {as_of!r}: write a month as YYYY-MM, e.g. 2017-08")
-    eligible = [n for n in names if n <= text]
+    if not m or not 1 <= int(m.group(2)) <= 12 or (m.group(3) and not _is_day(text)):
+        raise UsageError(f"bad --as-of {as_of!r}: write a month as YYYY-MM (e.g. 2017-08) or a day as YYYY-MM-DD")
+    # "2026-11" takes every snapshot of November 2026; "2026-11-05" the month's own and those dated up to the 5th
+    eligible = [n for n in names if n[:len(text)] <= text]
     if not eligible:
         raise UsageError(
             f"no catalog snapshot on or before {text}; snapshots: {', '.join(names)}"
@@ -236,14 +275,28 @@ def _pick_snapshot(as_of: str | None) -> str:
     return eligible[-1]
 
 
+def _is_day(text: str) -> bool:
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _snapshot_date(name: str) -> date:
+    """A refreshed snapshot's own day; a shipped YYYY-MM snapshot's last day of its month."""
+    if len(name) == len("YYYY-MM-DD"):
+        return date.fromisoformat(name)
     y, m = (int(x) for x in name.split("-"))
     return (date(y + m // 12, m % 12 + 1, 1)) - timedelta(days=1)
 
 
 def _rows(rel: str) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) pairs of a shipped CSV file."""
-    text = (_data_root() / rel).read_text(encoding="utf-8")
+    return _read_rows((_data_root() / rel).read_text(encoding="utf-8"))
+
+
+def _read_rows(text: str) -> list[tuple[int, dict[str, str]]]:
     reader = csv.DictReader(io.StringIO(text))
     return [(reader.line_num, {k: (v or "").strip() for k, v in row.items()}) for row in reader]
 
@@ -384,14 +437,15 @@ def _price_jpy_per_hour(offer: Offer, fx: Mapping[str, FxRate], facts: ProviderF
     return jpy / HOURS_PER_MONTH if offer.price_unit == "month" else jpy
 
 
-def _fx_for(on: date, rows: list[tuple[int, dict[str, str]]]) -> dict[str, FxRate]:
-    """Per currency, the newest rate dated on or before `on` (else the oldest one there is)."""
+def _fx_for(on: date, rows: list[tuple[str, dict[str, str]]]) -> dict[str, FxRate]:
+    """Per currency, the newest rate dated on or before `on` (else the oldest one there is).
+    `rows` are (where, row) pairs: 'catalog/fx.csv line 3' and the row's fields."""
     best: dict[str, FxRate] = {"JPY": FxRate("JPY", Decimal(1), "", "identity")}
-    for line, row in rows:
-        where = _Where(f"catalog/fx.csv line {line}")
+    for label, row in rows:
+        where = _Where(label)
         d = _date(where, "date", row["date"])
         rate = FxRate(row["currency"].upper(), _dec(where, "jpy_per_unit", row["jpy_per_unit"], required=True),
-                      d.isoformat(), row["source"])
+                      d.isoformat(), row["source"], row.get("notes", ""))
         cur = best.get(rate.currency)
         if cur is None:
             best[rate.currency] = rate
@@ -418,15 +472,15 @@ def _gpus() -> Mapping[str, GpuInfo]:
     return MappingProxyType(out)
 
 
-def _providers(name: str) -> dict[str, ProviderFacts]:
+def _providers(folder, label: str) -> dict[str, ProviderFacts]:
     families: dict[str, dict[str, int]] = {}
-    for line, row in _rows(f"snapshots/{name}/quotas.csv"):
-        n = _int(_Where(f"catalog/snapshots/{name}/quotas.csv line {line}"), "default_vcpus", row["default_vcpus"])
+    for line, row in _read_rows((folder / "quotas.csv").read_text(encoding="utf-8")):
+        n = _int(_Where(f"{label}/quotas.csv line {line}"), "default_vcpus", row["default_vcpus"])
         if n is not None:
             families.setdefault(row["provider"], {})[row["family"]] = n
     out = {}
-    for line, row in _rows(f"snapshots/{name}/providers.csv"):
-        where = _Where(f"catalog/snapshots/{name}/providers.csv line {line}")
+    for line, row in _read_rows((folder / "providers.csv").read_text(encoding="utf-8")):
+        where = _Where(f"{label}/providers.csv line {line}")
         p = row["provider"]
         out[p] = ProviderFacts(
             name=p,
@@ -463,18 +517,41 @@ def _finish(snapshot: str, offers: list[Offer], fx: Mapping[str, FxRate],
     )
 
 
-@lru_cache(maxsize=None)
 def _load_base(name: str) -> Catalog:
+    folder = snapshot_folder(name)
+    if dict(_shipped_snapshots()).get(name) is folder:
+        return _load_shipped(name)
+    # a user snapshot is read again when its files change (a same-day refresh replaces it)
+    stamp = tuple(sorted((f.name, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+    return _load_user(name, str(folder), stamp)
+
+
+@lru_cache(maxsize=None)
+def _load_shipped(name: str) -> Catalog:
+    return _load_folder(name, dict(_shipped_snapshots())[name], f"catalog/snapshots/{name}")
+
+
+@lru_cache(maxsize=8)
+def _load_user(name: str, folder: str, stamp: tuple) -> Catalog:
+    return _load_folder(name, Path(folder), folder)
+
+
+def _load_folder(name: str, folder, label: str) -> Catalog:
+    """Snapshot `name` from `folder`; `label` names the folder in error messages."""
     offers: list[Offer] = []
     seen: set[str] = set()
-    for line, row in _rows(f"snapshots/{name}/offers.csv"):
-        where = _Where(f"catalog/snapshots/{name}/offers.csv line {line}")
+    for line, row in _read_rows((folder / "offers.csv").read_text(encoding="utf-8")):
+        where = _Where(f"{label}/offers.csv line {line}")
         offer = _offer(where, row)
         if offer.key in seen:
             raise UsageError(f"{where.label}: duplicate offer {offer.key}")
         seen.add(offer.key)
         offers.append(offer)
-    return _finish(name, offers, _fx_for(_snapshot_date(name), _rows("fx.csv")), _providers(name))
+    fx_rows = [(f"catalog/fx.csv line {line}", row) for line, row in _rows("fx.csv")]
+    own_fx = folder / "fx.csv"
+    if own_fx.is_file():  # a refreshed snapshot carries the rate fetched with its prices
+        fx_rows += [(f"{label}/fx.csv line {line}", row) for line, row in _read_rows(own_fx.read_text(encoding="utf-8"))]
+    return _finish(name, offers, _fx_for(_snapshot_date(name), fx_rows), _providers(folder, label))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -377,7 +377,8 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
                  f"(source: {offer.source}; as of {offer.as_of or '?'})"]
     if offer.currency != "JPY" and offer.currency in cat.fx:
         fx = cat.fx[offer.currency]
-        notes.append(f"FX {offer.currency} 1 = {fx.jpy_per_unit} JPY ({fx.date}, {fx.source})")
+        notes.append(f"FX {offer.currency} 1 = {fx.jpy_per_unit} JPY ({fx.date}, {fx.source})"
+                     + (f"; {fx.notes}" if fx.notes else ""))
     return notes
 
 

@@ -29,5 +29,14 @@ def state_dir() -> Path:
     return Path(platformdirs.user_state_dir("gpuplan"))
 
 
+def data_dir() -> Path:
+    """Data gpuplan writes for the user that is not state: catalog snapshots from `catalog refresh`."""
+    if (h := home()) is not None:
+        return h / "data"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("gpuplan"))
+
+
 def state_db() -> Path:
     return state_dir() / "state.db"

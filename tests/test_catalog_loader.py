@@ -207,3 +207,81 @@ def test_current_provider_facts():
     assert aws.default_quota_vcpus is None
     assert "L-DB2E81BA" in aws.how_to_raise
     assert cat.providers["baremetal"].power_price_jpy_per_kwh == Decimal(31)
+
+
+def test_nc_a100_v4_and_nc_h100_v5_multi_gpu_sizes_are_linear_linux_list_prices():
+    cat = catalog.load("2026-11")
+    one_a100 = cat.resolve("azure:Standard_NC24ads_A100_v4", region="eastus").price
+    assert one_a100 == Decimal("3.673")
+    assert cat.resolve("azure:Standard_NC48ads_A100_v4").price == 2 * one_a100 == Decimal("7.346")
+    assert cat.resolve("azure:Standard_NC96ads_A100_v4").price == 4 * one_a100 == Decimal("14.692")
+    one_h100 = cat.resolve("azure:Standard_NC40ads_H100_v5").price
+    assert cat.resolve("azure:Standard_NC80adis_H100_v5").price == 2 * one_h100 == Decimal("13.96")
+    # the figures the rows had were Windows prices: Linux + USD 0.046 per vCPU-hour
+    for name, vcpus, windows in (("Standard_NC48ads_A100_v4", 48, "9.554"), ("Standard_NC96ads_A100_v4", 96, "19.108"),
+                                 ("Standard_NC80adis_H100_v5", 80, "17.64")):
+        offer = cat.resolve(f"azure:{name}")
+        assert offer.vcpus == vcpus
+        assert offer.price + vcpus * Decimal("0.046") == Decimal(windows)
+        assert f"the {windows} of datareceipts" in offer.notes and "Windows price" in offer.notes
+
+
+def test_the_stale_fx_row_says_so_and_the_estimate_repeats_it(cli):
+    usd = catalog.load("2026-11").fx["USD"]
+    assert usd.date == "2026-03-11"
+    assert "8 months older than the 2026-11 snapshot" in usd.notes
+    assert "no newer dated USD/JPY figure was found" in usd.notes
+    r = cli("estimate", "--videos", "4", "--provider", "aws")
+    assert r.code == 0, r.err
+    fx_line = next(ln for ln in r.out.splitlines() if "FX USD 1 = 158.19 JPY" in ln)
+    assert "8 months older than the 2026-11 snapshot" in " ".join(r.out[r.out.index(fx_line):].split())
+
+
+def _user_snapshot(home, name: str, price: str) -> None:
+    """A copy of the shipped 2026-11 snapshot in the user's data dir, with one price changed."""
+    src = catalog.snapshot_folder("2026-11")
+    dst = home / "data" / "snapshots" / name
+    dst.mkdir(parents=True)
+    for f in ("offers.csv", "providers.csv", "quotas.csv"):
+        (dst / f).write_text((src / f).read_text(encoding="utf-8"), encoding="utf-8")
+    text = (dst / "offers.csv").read_text(encoding="utf-8")
+    row = next(ln for ln in text.splitlines() if ln.startswith("aws,g4dn.xlarge,") and ",us-east-1," in ln)
+    (dst / "offers.csv").write_text(text.replace(row, row.replace(",0.526,USD,", f",{price},USD,")), encoding="utf-8")
+
+
+def test_user_snapshots_are_seen_and_the_newest_wins_unless_as_of(gpuplan_home):
+    _user_snapshot(gpuplan_home, "2026-11-23", "0.5")
+    assert catalog.snapshots() == ["2017-08", "2026-11", "2026-11-23"]
+    newest = catalog.load()
+    assert newest.snapshot == "2026-11-23" and newest.date == date(2026, 11, 23)
+    assert newest.resolve("aws:g4dn.xlarge").price == Decimal("0.5")
+    assert catalog.load("2026-11").snapshot == "2026-11-23"  # the month takes its dated snapshots
+    assert catalog.load("2026-11-22").snapshot == "2026-11"  # a day before it does not
+    assert catalog.load("2026-11-22").resolve("aws:g4dn.xlarge").price == Decimal("0.526")
+    # a refreshed snapshot without its own fx.csv falls back to the shipped rows
+    assert newest.fx["USD"].jpy_per_unit == Decimal("158.19")
+
+
+def test_a_user_snapshot_that_changes_is_read_again(gpuplan_home):
+    _user_snapshot(gpuplan_home, "2026-12-01", "0.5")
+    assert catalog.load().resolve("aws:g4dn.xlarge").price == Decimal("0.5")
+    offers = gpuplan_home / "data" / "snapshots" / "2026-12-01" / "offers.csv"
+    import os
+
+    text = offers.read_text(encoding="utf-8")
+    offers.write_text(text.replace(",0.5,USD,", ",0.6,USD,"), encoding="utf-8")
+    st = offers.stat()
+    os.utime(offers, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert catalog.load().resolve("aws:g4dn.xlarge").price == Decimal("0.6")
+
+
+@pytest.mark.parametrize("bad", ["2026-11-31", "2026-02-30"])
+def test_bad_as_of_day_is_a_usage_error(bad):
+    with pytest.raises(UsageError, match="YYYY-MM-DD"):
+        catalog.load(bad)
+
+
+def test_a_broken_user_snapshot_names_its_file(gpuplan_home):
+    _user_snapshot(gpuplan_home, "2026-11-23", "lots")
+    with pytest.raises(UsageError, match=r"data/snapshots/2026-11-23/offers.csv line \d+: bad price 'lots'"):
+        catalog.load()

@@ -1,4 +1,5 @@
-"""`gpuplan catalog`: list the instance types, prices in yen and their sources, as of a snapshot."""
+"""`gpuplan catalog`: list the instance types, prices in yen and their sources, as of a snapshot;
+`gpuplan catalog refresh`: fetch today's public prices into a new dated snapshot and show the diff."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import csv
 import json
 import sys
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -64,15 +66,26 @@ def _billing(o, short: bool = False) -> str:
     return f"{step} (min {m} s)" if m and m != g else step
 
 
+catalog_app = typer.Typer(
+    help="List instance types with GPU, price in their own currency and in yen per hour, billing, status and "
+         "source; `gpuplan catalog refresh` fetches today's public prices into a new dated snapshot.",
+    invoke_without_command=True,
+)
+
+
+@catalog_app.callback(invoke_without_command=True)
 def catalog_command(
+    ctx: typer.Context,
     provider: Annotated[Optional[str], typer.Option(help="Only this provider: azure, aws, sakura, baremetal.")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="Only this GPU, e.g. K80, T4, \"H100 SXM\".")] = None,
     region: Annotated[Optional[str], typer.Option(help="Only this region or zone.")] = None,
-    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM).")] = None,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM) or day (YYYY-MM-DD).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
     show_all: Annotated[bool, typer.Option("--all", help="Also list retired instance types.")] = False,
 ) -> None:
     """List instance types with GPU, price in their own currency and in yen per hour, billing, status and source."""
+    if ctx.invoked_subcommand is not None:
+        return
     from gpuplan import catalog
 
     if fmt not in _FORMATS:
@@ -88,7 +101,7 @@ def catalog_command(
         doc = {
             "snapshot": cat.snapshot,
             "date": cat.date.isoformat(),
-            "fx": {c: {"jpy_per_unit": str(r.jpy_per_unit), "date": r.date, "source": r.source}
+            "fx": {c: {"jpy_per_unit": str(r.jpy_per_unit), "date": r.date, "source": r.source, "notes": r.notes}
                    for c, r in cat.fx.items() if c != "JPY"},
             "prices_file": str(cat.prices_file) if cat.prices_file else None,
             "retired_hidden": hidden,
@@ -152,12 +165,94 @@ def _table(cat, offers, hidden: int) -> None:
         out.print(f"[dim]\\[{ref}] {text}[/dim]")
     for code, rate in sorted(cat.fx.items()):
         if code != "JPY":
-            out.print(f"[dim]{code} = ¥{rate.jpy_per_unit} ({rate.date or 'undated'}; {rate.source})[/dim]")
+            notes = f"; {rate.notes}" if rate.notes else ""
+            out.print(f"[dim]{code} = ¥{rate.jpy_per_unit} ({rate.date or 'undated'}; {rate.source}{notes})[/dim]")
     if cat.prices_file:
         out.print(f"[dim]user prices applied from {cat.prices_file}[/dim]")
     if hidden:
         out.print(f"{hidden} retired instance type row{'s' if hidden != 1 else ''} hidden (--all lists them)")
 
 
+@catalog_app.command("refresh")
+def refresh_command(
+    provider: Annotated[Optional[list[str]], typer.Option(
+        help="Only this provider: azure, aws or sakura (repeat for several; default: all three).")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Write the snapshot folder under DIR instead of your data dir (where gpuplan finds it).",
+        metavar="DIR")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Fetch and show the diff; write nothing.")] = False,
+) -> None:
+    """Fetch today's public prices into a new dated snapshot and show what changed.
+
+    Sources: the Azure Retail Prices API (in yen), the AWS Price List files, Sakura's public price
+    API and the ECB reference rates (USD/JPY), asked only about the instance types the catalog
+    knows. Never needed for planning: the shipped snapshots work offline.
+    """
+    from gpuplan import catalog_refresh
+
+    result = catalog_refresh.refresh(provider, out_dir=out, dry_run=dry_run)
+    _refresh_report(result)
+
+
+def _refresh_report(result) -> None:
+    """The diff as a table (a column per fact on wide terminals, two lines per offer under 120
+    columns), the FX rate, counts, and where the snapshot went."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Console(highlight=False)
+    wide = out.width >= 120
+    table = Table(title=f"catalog {result.previous} -> {result.snapshot}", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    right = {"justify": "right", "no_wrap": True}
+    if wide:
+        columns = (("change", {"no_wrap": True}), ("offer", {"no_wrap": True}), ("before", right), ("after", right),
+                   ("¥/h before", right), ("¥/h after", right), ("Δ ¥/h", right))
+    else:
+        columns = (("offer, change", {"min_width": 32, "overflow": "fold"}), ("price", right), ("¥/h", right),
+                   ("Δ ¥/h", right))
+    for col, kw in columns:
+        table.add_column(col, **kw)
+    order = {"changed": 0, "added": 1, "removed": 2}
+    shown = [c for c in result.changes if c.change in order]
+    for c in sorted(shown, key=lambda c: (order[c.change], c.key)):
+        pct = "" if c.percent is None else f"{c.percent:+}%"
+        before = _own_price(c.before) if c.before else "-"
+        after = _own_price(c.after) if c.after else "-"
+        if wide:
+            table.add_row(c.change, c.key, before, after, _yen_h(c.before), _yen_h(c.after), pct)
+        else:
+            offer, _, region = c.key.partition("@")
+            table.add_row(f"{offer}\n[dim]{region}, {c.change}[/dim]", f"{before}\n{after}",
+                          f"{_yen_h(c.before) or '-'}\n{_yen_h(c.after) or '-'}", pct)
+    if shown:
+        out.print(table)
+    else:
+        out.print(f"no price changed between {result.previous} and {result.snapshot}")
+    before, after = result.fx_before, result.fx_after
+    was = f"¥{before.jpy_per_unit} ({before.date})" if before else "none"
+    out.print(f"USD = ¥{after.jpy_per_unit} ({after.date}; {after.source}); was {was}")
+    counts = {k: sum(1 for c in result.changes if c.change == k) for k in (*order, "fx")}
+    moved = sorted({c.percent for c in result.changes if c.change == "fx" and c.percent is not None})
+    if counts["fx"]:
+        span = f"{moved[0]:+}%" if len(moved) == 1 else f"{moved[0]:+}% to {moved[-1]:+}%" if moved else "?"
+        out.print(f"{counts['fx']} offers keep their own price and move {span} in yen with the USD rate only")
+    out.print(f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed, "
+              f"{result.unchanged} refreshed and unchanged, {result.kept} kept as they were "
+              f"(other providers, owned or monthly hardware, retired sizes)")
+    if result.path is None:
+        out.print(f"dry run: nothing written (snapshot {result.snapshot} would hold {len(result.catalog.offers)} offers)")
+    else:
+        out.print(f"wrote snapshot {result.snapshot} to {result.path}; gpuplan estimate and gpuplan catalog now use it "
+                  f"(--as-of {result.previous} for the one before)")
+
+
+def _yen_h(offer) -> str:
+    if offer is None or offer.price_jpy_per_hour is None:
+        return ""
+    return f"¥{_money(offer.price_jpy_per_hour)}"
+
+
 def register(app: typer.Typer) -> None:
-    app.command("catalog")(catalog_command)
+    app.add_typer(catalog_app, name="catalog")
