@@ -66,7 +66,7 @@ def _billing(o, short: bool = False) -> str:
 
 def catalog_command(
     provider: Annotated[Optional[str], typer.Option(help="Only this provider: azure, aws, sakura, baremetal.")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="Only this GPU, e.g. K80, T4, \"H100 SXM\".")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="Only this GPU: t4, a100 (both sizes), h100 (every form), \"H100 SXM\"; case and spaces do not matter.")] = None,
     region: Annotated[Optional[str], typer.Option(help="Only this region or zone.")] = None,
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
@@ -78,7 +78,7 @@ def catalog_command(
     if fmt not in _FORMATS:
         raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
     cat = catalog.load(as_of)
-    if gpu is not None and gpu.strip().lower() not in {g.lower() for g in cat.gpus}:
+    if gpu is not None and not cat.match_gpus(gpu):
         raise UsageError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(cat.gpus))}")
     offers = cat.find(provider=provider, gpu=gpu, region=region)
     shown = [o for o in offers if show_all or not o.retired(cat.date)]
