@@ -125,7 +125,7 @@ class Catalog:
         provider = self._check_provider(provider)
         if not _norm_size(raw):
             raise UsageError("empty instance type; name one such as nc6 (gpuplan catalog lists them)")
-        pool = [o for o in self.offers if provider is None or o.provider == provider]
+        pool = [o for o in self.offers if (provider is None or o.provider == provider) and o.market == "on-demand"]
         matches = _size_matches(raw, pool)
         if not matches:
             names = sorted({n for o in pool for n in (o.name, *o.aliases)})
@@ -170,9 +170,10 @@ class Catalog:
                 return hits
         return []
 
-    def find(self, provider: str | None = None, gpu: str | None = None, region: str | None = None) -> list[Offer]:
+    def find(self, provider: str | None = None, gpu: str | None = None, region: str | None = None,
+             spot: bool = False) -> list[Offer]:
         """Offers matching every filter given (case-insensitive; a GPU as `match_gpus` reads it),
-        retired ones included."""
+        retired ones included; the spot rows too when `spot`."""
         provider = self._check_provider(provider)
         gpus = set(self.match_gpus(gpu)) if gpu else None
         r = region.strip().lower() if region else None
@@ -181,7 +182,12 @@ class Catalog:
             if (provider is None or o.provider == provider)
             and (gpus is None or o.gpu in gpus)
             and (r is None or o.region.lower() == r)
+            and (spot or o.market == "on-demand")
         ]
+
+    def spot_offer(self, offer: Offer) -> Offer | None:
+        """The spot row of an on-demand offer, where the snapshot prices one."""
+        return next((o for o in self.offers if o.market == "spot" and o.key == offer.key + "#spot"), None)
 
     def offer_status(self, offer: Offer) -> str:
         """'active', 'retired 2023-09-06 -> Standard_NC4as_T4_v3' or 'price not sourced'."""
@@ -344,6 +350,13 @@ def _bool(where: _Where, fieldname: str, value: Any) -> bool:
 
 
 _KINDS = {"cloud": "hour", "monthly": "month", "owned": "purchase"}
+
+
+def _market(where: _Where, value: Any) -> str:
+    market = str(value or "on-demand").strip().lower()
+    if market not in ("on-demand", "spot"):
+        raise where.bad("market", value, "on-demand or spot")
+    return market
 _UNITS = {"hour", "month", "purchase"}
 
 
@@ -394,6 +407,7 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
         retired_on=_date(where, "retired_on", row.get("retired_on")),
         successor=str(row.get("successor") or "").strip(),
         kind=kind,
+        market=_market(where, row.get("market")),
         power_watts=_int(where, "power_watts", row.get("power_watts")),
         source=str(row.get("source") or "").strip(),
         as_of=str(row.get("as_of") or "").strip(),
@@ -507,7 +521,28 @@ def _load_base(name: str) -> Catalog:
             raise UsageError(f"{where.label}: duplicate offer {offer.key}")
         seen.add(offer.key)
         offers.append(offer)
+    spot = {o.key[:-len("#spot")]: o for o in _spot_offers(name, offers)}
+    offers = [x for o in offers for x in ((o, spot[o.key]) if o.key in spot else (o,))]  # spot after its row
     return _finish(name, offers, _fx_for(_snapshot_date(name), _rows("fx.csv")), _providers(name))
+
+
+def _spot_offers(name: str, offers: list[Offer]) -> list[Offer]:
+    """The snapshot's spot.csv (where it has one): each row is its on-demand offer again, at the
+    spot price, with the provider's interruption rule in its notes."""
+    if not (_data_root() / "snapshots" / name / "spot.csv").is_file():
+        return []
+    by_key = {o.key: o for o in offers}
+    out = []
+    for line, row in _rows(f"snapshots/{name}/spot.csv"):
+        where = _Where(f"catalog/snapshots/{name}/spot.csv line {line}")
+        base = by_key.get(f"{row['provider']}:{row['name']}@{row['region']}")
+        if base is None:
+            raise UsageError(f"{where.label}: no on-demand offer {row['provider']}:{row['name']} in {row['region']} to price as spot")
+        out.append(dataclasses.replace(
+            base, market="spot", price=_dec(where, "spot_price", row["spot_price"], required=True),
+            currency=row["currency"].upper(), source=row["source"], as_of=row["as_of"],
+            notes=f"spot: {row['interruption']}" + (f"; {row['notes']}" if row["notes"] else "")))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -601,8 +636,10 @@ def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Cata
         if not prov or not name:
             raise UsageError(f"{where.label}: provider and name are required")
         region = str(entry["region"]).strip() if entry.get("region") is not None else None
+        market = str(entry.get("market") or "on-demand").strip().lower()
         hits = [j for j, o in enumerate(offers)
-                if o.provider == prov and o.name.lower() == name.lower() and (region is None or o.region == region)]
+                if o.provider == prov and o.name.lower() == name.lower() and (region is None or o.region == region)
+                and o.market == market]
         if hits:
             for j in hits:
                 merged = _offer_row(offers[j])
