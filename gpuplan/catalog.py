@@ -115,8 +115,10 @@ class Catalog:
     def resolve(self, text: str, provider: str | None = None, region: str | None = None) -> Offer:
         """The one offer `text` names: "nc6", "Standard_NC6", "azure:Standard_NC6", "aws:g4dn.xlarge".
 
-        Among several regions: `region` if given, else the provider's default region, else the
-        first row. Unknown or ambiguous names raise UsageError with suggestions.
+        Case, "Standard_" and punctuation are forgiven ("NC4as_T4_v3", "g4dn-XLARGE"); a name that
+        is the start of exactly one size names it ("nc24ads" is Standard_NC24ads_A100_v4); a name
+        that fits several lists them. Among several regions: `region` if given, else the
+        provider's default region, else the first row.
         """
         raw = text.strip()
         if ":" in raw:
@@ -125,28 +127,23 @@ class Catalog:
                 raise UsageError(f"{text!r} names provider {prefix!r} but --provider is {provider!r}")
             provider = prefix
         provider = self._check_provider(provider)
-        wanted = raw.strip().lower()
-        if not wanted:
+        if not _norm_size(raw):
             raise UsageError("empty instance type; name one such as nc6 (gpuplan catalog lists them)")
-        matches = [
-            o for o in self.offers
-            if (provider is None or o.provider == provider)
-            and (o.name.lower() == wanted or wanted in (a.lower() for a in o.aliases))
-        ]
+        pool = [o for o in self.offers if (provider is None or o.provider == provider) and o.market == "on-demand"]
+        matches = _size_matches(raw, pool)
         if not matches:
-            names = sorted({n for o in self.offers if provider is None or o.provider == provider
-                            for n in (o.name, *o.aliases)})
+            names = sorted({n for o in pool for n in (o.name, *o.aliases)})
             import difflib
 
-            close = difflib.get_close_matches(wanted, [n.lower() for n in names], n=3, cutoff=0.6)
+            close = difflib.get_close_matches(raw.strip().lower(), [n.lower() for n in names], n=3, cutoff=0.6)
             pretty = [next(n for n in names if n.lower() == c) for c in close]
             hint = f"; did you mean {' or '.join(pretty)}?" if pretty else ""
             where = f" at {provider}" if provider else ""
             raise UsageError(f"unknown instance type {raw!r}{where}{hint} (gpuplan catalog lists them)")
         kinds = sorted({(o.provider, o.name) for o in matches})
         if len(kinds) > 1:
-            choices = ", ".join(f"{p}:{n}" for p, n in kinds)
-            raise UsageError(f"instance type {raw!r} is ambiguous: {choices}; write provider:name")
+            choices = ", ".join(f"{p}:{n}" for p, n in kinds[:8]) + (f" and {len(kinds) - 8} more" if len(kinds) > 8 else "")
+            raise UsageError(f"instance type {raw!r} fits several: {choices}; write one of them")
         prov, name = kinds[0]
         if region is not None:
             in_region = [o for o in matches if o.region.lower() == region.strip().lower()]
@@ -163,17 +160,38 @@ class Catalog:
                     return o
         return matches[0]
 
-    def find(self, provider: str | None = None, gpu: str | None = None, region: str | None = None) -> list[Offer]:
-        """Offers matching every filter given (case-insensitive), retired ones included."""
+    def match_gpus(self, text: str) -> list[str]:
+        """The GPU names `text` means, forgiving case, spaces and suffixes: "t4" is T4, "h100" is
+        H100 NVL, H100 PCIe and H100 SXM, "a100-80" is A100 80GB. An exact name wins over names
+        it starts, which win over names it is part of ("1080ti"); [] when nothing fits."""
+        want = _norm_gpu(text)
+        if not want:
+            return []
+        names = sorted(set(self.gpus) | {o.gpu for o in self.offers})
+        for fits in (lambda n: n == want, lambda n: n.startswith(want), lambda n: want in n):
+            hits = [g for g in names if fits(_norm_gpu(g))]
+            if hits:
+                return hits
+        return []
+
+    def find(self, provider: str | None = None, gpu: str | None = None, region: str | None = None,
+             spot: bool = False) -> list[Offer]:
+        """Offers matching every filter given (case-insensitive; a GPU as `match_gpus` reads it),
+        retired ones included; the spot rows too when `spot`."""
         provider = self._check_provider(provider)
-        g = gpu.strip().lower() if gpu else None
+        gpus = set(self.match_gpus(gpu)) if gpu else None
         r = region.strip().lower() if region else None
         return [
             o for o in self.offers
             if (provider is None or o.provider == provider)
-            and (g is None or o.gpu.lower() == g)
+            and (gpus is None or o.gpu in gpus)
             and (r is None or o.region.lower() == r)
+            and (spot or o.market == "on-demand")
         ]
+
+    def spot_offer(self, offer: Offer) -> Offer | None:
+        """The spot row of an on-demand offer, where the snapshot prices one."""
+        return next((o for o in self.offers if o.market == "spot" and o.key == offer.key + "#spot"), None)
 
     def offer_status(self, offer: Offer) -> str:
         """'active', 'retired 2023-09-06 -> Standard_NC4as_T4_v3' or 'price not sourced'."""
@@ -183,6 +201,27 @@ class Catalog:
         if offer.price is None:
             return "price not sourced"
         return "active"
+
+
+def _norm_gpu(text: str) -> str:
+    return re.sub(r"[\s_\-.()]+", "", text or "").lower()
+
+
+def _norm_size(text: str) -> str:
+    """A size name as people type it: no case, no "Standard_" prefix, no punctuation."""
+    t = (text or "").strip().lower()
+    t = t[len("standard_"):] if t.startswith("standard_") else t
+    return re.sub(r"[\s_\-.]+", "", t)
+
+
+def _size_matches(text: str, offers) -> list[Offer]:
+    """Offers whose name or alias is `text` (case and punctuation forgiven), else those whose
+    name or alias starts with it."""
+    want = _norm_size(text)
+    exact = [o for o in offers if want in {_norm_size(n) for n in (o.name, *o.aliases)}]
+    if exact:
+        return exact
+    return [o for o in offers if any(_norm_size(n).startswith(want) for n in (o.name, *o.aliases))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,6 +403,13 @@ def _bool(where: _Where, fieldname: str, value: Any) -> bool:
 
 
 _KINDS = {"cloud": "hour", "monthly": "month", "owned": "purchase"}
+
+
+def _market(where: _Where, value: Any) -> str:
+    market = str(value or "on-demand").strip().lower()
+    if market not in ("on-demand", "spot"):
+        raise where.bad("market", value, "on-demand or spot")
+    return market
 _UNITS = {"hour", "month", "purchase"}
 
 
@@ -414,6 +460,7 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
         retired_on=_date(where, "retired_on", row.get("retired_on")),
         successor=str(row.get("successor") or "").strip(),
         kind=kind,
+        market=_market(where, row.get("market")),
         power_watts=_int(where, "power_watts", row.get("power_watts")),
         source=str(row.get("source") or "").strip(),
         as_of=str(row.get("as_of") or "").strip(),
@@ -547,11 +594,33 @@ def _load_folder(name: str, folder, label: str) -> Catalog:
             raise UsageError(f"{where.label}: duplicate offer {offer.key}")
         seen.add(offer.key)
         offers.append(offer)
+    spot = {o.key[:-len("#spot")]: o for o in _spot_offers(folder, label, offers)}
+    offers = [x for o in offers for x in ((o, spot[o.key]) if o.key in spot else (o,))]  # spot after its row
     fx_rows = [(f"catalog/fx.csv line {line}", row) for line, row in _rows("fx.csv")]
     own_fx = folder / "fx.csv"
     if own_fx.is_file():  # a refreshed snapshot carries the rate fetched with its prices
         fx_rows += [(f"{label}/fx.csv line {line}", row) for line, row in _read_rows(own_fx.read_text(encoding="utf-8"))]
     return _finish(name, offers, _fx_for(_snapshot_date(name), fx_rows), _providers(folder, label))
+
+
+def _spot_offers(folder, label: str, offers: list[Offer]) -> list[Offer]:
+    """The snapshot's spot.csv (where it has one): each row is its on-demand offer again, at the
+    spot price, with the provider's interruption rule in its notes."""
+    path = folder / "spot.csv"
+    if not path.is_file():
+        return []
+    by_key = {o.key: o for o in offers}
+    out = []
+    for line, row in _read_rows(path.read_text(encoding="utf-8")):
+        where = _Where(f"{label}/spot.csv line {line}")
+        base = by_key.get(f"{row['provider']}:{row['name']}@{row['region']}")
+        if base is None:
+            raise UsageError(f"{where.label}: no on-demand offer {row['provider']}:{row['name']} in {row['region']} to price as spot")
+        out.append(dataclasses.replace(
+            base, market="spot", price=_dec(where, "spot_price", row["spot_price"], required=True),
+            currency=row["currency"].upper(), source=row["source"], as_of=row["as_of"],
+            notes=f"spot: {row['interruption']}" + (f"; {row['notes']}" if row["notes"] else "")))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -645,8 +714,10 @@ def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Cata
         if not prov or not name:
             raise UsageError(f"{where.label}: provider and name are required")
         region = str(entry["region"]).strip() if entry.get("region") is not None else None
+        market = str(entry.get("market") or "on-demand").strip().lower()
         hits = [j for j, o in enumerate(offers)
-                if o.provider == prov and o.name.lower() == name.lower() and (region is None or o.region == region)]
+                if o.provider == prov and o.name.lower() == name.lower() and (region is None or o.region == region)
+                and o.market == market]
         if hits:
             for j in hits:
                 merged = _offer_row(offers[j])

@@ -256,6 +256,16 @@ def _write_snapshot(folder: Path, rows: list[dict[str, str]], fx_row: Mapping[st
     # providers and quota facts are not prices: they carry over from the snapshot before
     for extra in ("providers.csv", "quotas.csv"):
         (folder / extra).write_text((previous_folder / extra).read_text(encoding="utf-8"), encoding="utf-8")
+    # spot prices are not fetched: the previous snapshot's dated rows carry over where their
+    # on-demand row still exists
+    spot = previous_folder / "spot.csv"
+    if spot.is_file():
+        kept = {(r["provider"], r["name"], r["region"]) for r in rows}
+        reader = csv.DictReader(spot.read_text(encoding="utf-8").splitlines())
+        with open(folder / "spot.csv", "w", encoding="utf-8", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=reader.fieldnames, lineterminator="\n")
+            w.writeheader()
+            w.writerows(r for r in reader if (r["provider"], r["name"], r["region"]) in kept)
 
 
 def _publish(tmp: Path, path: Path) -> None:

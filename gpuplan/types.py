@@ -41,6 +41,7 @@ class Offer:
     retired_on: date | None
     successor: str  # name of the replacement size where retired
     kind: str = "cloud"
+    market: str = "on-demand"  # or "spot": interruptible capacity at the spot price (notes say how it is interrupted)
     power_watts: int | None = None  # owned hardware: draw under load
     source: str = ""
     as_of: str = ""
@@ -48,8 +49,8 @@ class Offer:
 
     @property
     def key(self) -> str:
-        """Unique within a snapshot: provider:name@region."""
-        return f"{self.provider}:{self.name}@{self.region}"
+        """Unique within a snapshot: provider:name@region (and "#spot" for the spot row)."""
+        return f"{self.provider}:{self.name}@{self.region}" + ("#spot" if self.market == "spot" else "")
 
     def retired(self, on: date) -> bool:
         return self.retired_on is not None and on >= self.retired_on

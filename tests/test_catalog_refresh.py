@@ -42,7 +42,7 @@ def test_refresh_writes_a_dated_snapshot_with_each_sources_figure(sources, gpupl
 
     assert result.snapshot == "2026-11-23" and result.previous == "2026-11"
     assert result.path == gpuplan_home / "data" / "snapshots" / "2026-11-23"
-    assert sorted(p.name for p in result.path.iterdir()) == ["fx.csv", "offers.csv", "providers.csv", "quotas.csv"]
+    assert sorted(p.name for p in result.path.iterdir()) == ["fx.csv", "offers.csv", "providers.csv", "quotas.csv", "spot.csv"]
     assert sources.unknown == []
     cat = catalog.load()  # the newest snapshot is now the user's
     assert cat.snapshot == "2026-11-23" and cat.date == TODAY
@@ -121,7 +121,8 @@ def test_cli_refresh_prints_the_diff_table(sources, cli, gpuplan_home):
     assert "added" in _table_row(r.out, "azure:Standard_NC40ads_H100_v5", "westus2")
     flat = " ".join(r.out.split())  # rich wraps long lines at the terminal's width
     assert "USD = ¥154.4425 (2026-11-20; ECB" in flat and "was ¥158.19 (2026-03-11)" in flat
-    assert "41 offers keep their own price and move -2.4% in yen with the USD rate only" in flat
+    # 41 on-demand rows and the 27 spot rows carried over from 2026-11
+    assert "68 offers keep their own price and move -2.4% in yen with the USD rate only" in flat
     assert "17 changed, 1 added, 2 removed, 3 refreshed and unchanged, 11 kept as they were" in flat
     assert _user_snapshots(gpuplan_home) == ["2026-11-23"]
 

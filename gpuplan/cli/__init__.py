@@ -19,24 +19,37 @@ app = typer.Typer(
     help="Plan GPU batch work in yen (setup counted), provision it, bootstrap it, run it, tear it down.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
 )
 
 _debug = False
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("gpuplan")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "unknown (not installed)"
+        print(f"gpuplan {number}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print gpuplan's version and exit."),
 ) -> None:
     global _debug
     _debug = debug or bool(os.environ.get("GPUPLAN_DEBUG"))
 
 
 def _register_commands() -> None:
-    from gpuplan.cli import catalog, estimate, jobs, lifecycle, remote
+    from gpuplan.cli import catalog, check, estimate, jobs, lifecycle, remote
 
-    for module in (estimate, catalog, lifecycle, remote, jobs):
+    for module in (estimate, catalog, check, lifecycle, remote, jobs):
         module.register(app)
 
 

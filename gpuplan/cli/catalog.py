@@ -18,7 +18,7 @@ _FORMATS = ("table", "json", "csv")
 _FIELDS = (
     "provider", "name", "aliases", "region", "gpu", "gpu_count", "gpu_memory_gib", "vcpus", "ram_gib",
     "price", "currency", "price_unit", "price_jpy_per_hour", "billing_granularity_s", "billing_minimum_s",
-    "quota_family", "available_from", "retired_on", "successor", "kind", "power_watts", "status",
+    "quota_family", "available_from", "retired_on", "successor", "kind", "market", "power_watts", "status",
     "source", "as_of", "notes",
 )
 
@@ -77,11 +77,12 @@ catalog_app = typer.Typer(
 def catalog_command(
     ctx: typer.Context,
     provider: Annotated[Optional[str], typer.Option(help="Only this provider: azure, aws, sakura, baremetal.")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="Only this GPU, e.g. K80, T4, \"H100 SXM\".")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="Only this GPU: t4, a100 (both sizes), h100 (every form), \"H100 SXM\"; case and spaces do not matter.")] = None,
     region: Annotated[Optional[str], typer.Option(help="Only this region or zone.")] = None,
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM) or day (YYYY-MM-DD).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
     show_all: Annotated[bool, typer.Option("--all", help="Also list retired instance types.")] = False,
+    spot: Annotated[bool, typer.Option("--spot", help="Also list spot prices (interruptible capacity), where the snapshot has them.")] = False,
 ) -> None:
     """List instance types with GPU, price in their own currency and in yen per hour, billing, status and source."""
     if ctx.invoked_subcommand is not None:
@@ -91,9 +92,9 @@ def catalog_command(
     if fmt not in _FORMATS:
         raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
     cat = catalog.load(as_of)
-    if gpu is not None and gpu.strip().lower() not in {g.lower() for g in cat.gpus}:
+    if gpu is not None and not cat.match_gpus(gpu):
         raise UsageError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(cat.gpus))}")
-    offers = cat.find(provider=provider, gpu=gpu, region=region)
+    offers = cat.find(provider=provider, gpu=gpu, region=region, spot=spot)
     shown = [o for o in offers if show_all or not o.retired(cat.date)]
     hidden = len(offers) - len(shown)
 
@@ -150,12 +151,13 @@ def _table(cat, offers, hidden: int) -> None:
         status = cat.offer_status(o)
         style = "red" if status.startswith("retired") else "yellow" if status != "active" else "green"
         ref = sources.setdefault(o.source, len(sources) + 1)
+        spot_mark = " [yellow](spot)[/yellow]" if o.market == "spot" else ""
         if wide:
-            name = f"{o.provider}:{o.name}" + (f"\n{aliases}" if aliases else "")
+            name = f"{o.provider}:{o.name}{spot_mark}" + (f"\n{aliases}" if aliases else "")
             table.add_row(name, o.region, f"{o.gpu} x{o.gpu_count}{mem}", str(o.vcpus or "?"), _own_price(o), yen,
                           _billing(o), f"[{style}]{status}[/{style}]", f"[{ref}] {o.as_of}")
         else:
-            name = f"{o.name}\n[dim]{o.provider} {o.region}[/dim]" + (f"\n{aliases}" if aliases else "")
+            name = f"{o.name}{spot_mark}\n[dim]{o.provider} {o.region}[/dim]" + (f"\n{aliases}" if aliases else "")
             table.add_row(name, f"{o.gpu} x{o.gpu_count}\n[dim]{mem.strip()}, {o.vcpus or '?'} vCPU[/dim]",
                           f"{yen}\n[dim]{_billing(o, short=True)}[/dim]", f"[{style}]{status.replace(' -> ', chr(10) + '-> ')}[/{style}]\n[dim]\\[{ref}] {o.as_of}[/dim]")
     out.print(table)

@@ -312,6 +312,7 @@ def register(app: typer.Typer) -> None:
         owned: Annotated[Optional[list[str]], typer.Option(help="Owned hardware you already have (offer name); it may then be recommended.")] = None,
         show_all: Annotated[bool, typer.Option("--all", help="List every candidate plan.")] = False,
         release: Annotated[str, typer.Option(help="when-done (release each machine when its jobs end) or at-end.")] = "when-done",
+        plot: Annotated[Optional[Path], typer.Option(help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
         from gpuplan import catalog, optimizer, workloads
@@ -356,6 +357,11 @@ def register(app: typer.Typer) -> None:
                                                       for i, line in enumerate(calibrations)}})
         if save is not None:
             save_plan(est, save)
+        if plot is not None:
+            from gpuplan import plot as plotting
+
+            plotting.write(est, plot, deadline_s)
+            print(f"plot written to {plot}", file=sys.stderr)
         if fmt == "json":
             print(json.dumps(estimate_json(est), indent=2, ensure_ascii=False))
         elif fmt == "csv":

@@ -1,0 +1,86 @@
+"""`gpuplan check [PROVIDER...]`: credentials, region and GPU quota per provider; creates nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from gpuplan.errors import UsageError
+
+
+def check_command(
+    providers: Annotated[Optional[list[str]], typer.Argument(help="Providers to check (default: every installed one).")] = None,
+    region: Annotated[Optional[str], typer.Option(help="Region or zone to read quota in (default: the catalog's default region).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """Check credentials and GPU quota for each provider, as `sky check` does; nothing is created."""
+    from gpuplan import catalog, checks
+
+    if fmt not in ("table", "json"):
+        raise UsageError(f"bad --format {fmt!r}: use table or json")
+    names = [p.strip().lower() for p in providers or []]
+    if region and len(names) != 1:
+        raise UsageError("--region applies to one provider: name it, e.g. `gpuplan check aws --region ap-northeast-1`")
+    results = checks.check(names, region, catalog.load())
+    if fmt == "json":
+        print(json.dumps([_as_dict(r) for r in results], indent=2, ensure_ascii=False))
+    else:
+        _table(results)
+    failed = [r for r in results if not r.ready]
+    # Named providers must all be ready; with none named, one ready provider is enough to work.
+    if failed and (names or len(failed) == len(results)):
+        raise typer.Exit(2)
+
+
+def _as_dict(r) -> dict:
+    return {
+        "provider": r.provider, "region": r.region, "ready": r.ready, "credentials": r.credentials,
+        "quotas": [{"name": q.name, "description": q.description, "example_size": q.example_size, "limit": q.limit,
+                    "used": q.used, "free": q.free, "unit": q.unit, "how_to_raise": q.how_to_raise, "error": q.error}
+                   for q in r.quotas],
+    }
+
+
+def _table(results) -> None:
+    """A row per quota tier of each ready provider; what keeps a provider from being ready is
+    said below the table, one line each, in full (those lines are what the user acts on)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Console(highlight=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, kw in (("provider", {"no_wrap": True}), ("region", {"no_wrap": True}), ("credentials", {"no_wrap": True}),
+                    ("quota", {"overflow": "fold"}), ("limit", {"justify": "right"}), ("used", {"justify": "right"}),
+                    ("free", {"justify": "right", "no_wrap": True})):
+        table.add_column(col, **kw)
+    problems = []
+    for r in results:
+        if r.credentials != "found":
+            table.add_row(r.provider, r.region or "-", "[red]missing[/red]", "-", "", "", "")
+            problems.append(f"{r.provider}: {r.credentials}")
+            continue
+        if not r.quotas:
+            table.add_row(r.provider, r.region or "-", "[green]found[/green]", "none reported", "", "", "")
+        for i, q in enumerate(r.quotas):
+            head = (r.provider, r.region or "-", "[green]found[/green]") if i == 0 else ("", "", "")
+            if q.error:
+                table.add_row(*head, f"[red]unreadable for {q.example_size}[/red]", "?", "?", "?")
+                problems.append(f"{r.provider} quota for {q.example_size}: {q.error}")
+                continue
+            free = f"[red]{q.free}[/red]" if q.free is not None and q.free <= 0 else str(q.free)
+            table.add_row(*head, f"{q.name} [dim]({q.description}; e.g. {q.example_size})[/dim]",
+                          str(q.limit), str(q.used), f"{free} {q.unit}")
+            if q.free is not None and q.free <= 0 and q.how_to_raise:
+                problems.append(f"{r.provider} {q.name}: nothing free; {q.how_to_raise}")
+    out.print(table)
+    for line in problems:
+        out.print(line, soft_wrap=True)
+    ready = [r.provider for r in results if r.ready]
+    out.print(f"ready: {', '.join(ready) if ready else 'none'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check_command)

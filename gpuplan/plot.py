@@ -1,0 +1,147 @@
+"""`gpuplan estimate --plot FILE.svg|.png`: the cost / wall-time chart and the pick's timeline.
+
+Top: every feasible plan as a point (wall time against yen), the Pareto frontier as a line and
+the recommendation marked. Bottom: the recommended plan's machines on a time axis, each bar cut
+into what it is billed for (setup, capture, staging, jobs, idle tail), and the unbilled wait while
+an image is captured and launched. Every figure comes from the Plan fields the table prints.
+
+matplotlib is an optional extra (`pip install 'gpuplan[plot]'`), imported only here. SVG text is
+kept as text (svg.fonttype none) and the artists carry ids (gid), so the file can be read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpuplan import fmt
+from gpuplan.errors import UsageError
+
+MAX_TIMELINE_ROWS = 40
+PARTS = (  # VmUse field, label, colour
+    ("setup_s", "setup", "#e69f00"),
+    ("capture_s", "capture", "#cc79a7"),
+    ("staging_s", "staging", "#009e73"),
+    ("jobs_s", "jobs", "#0072b2"),
+    ("idle_s", "idle tail", "#bbbbbb"),
+)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'gpuplan[plot]'") from None
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVG
+    matplotlib.rcParams["svg.hashsalt"] = "gpuplan"  # the same estimate gives the same file
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _label(plan) -> str:
+    how = "from an image" if plan.setup == "image" else "from scratch"
+    return f"{plan.label} {how}"
+
+
+def write(est, path: Path, deadline_s: int | None = None) -> Path:
+    """Draw the estimate into `path` (.svg or .png)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise UsageError(f"--plot {path}: name an .svg or .png file")
+    plt = _pyplot()
+    rec = est.recommended
+    vms = list(rec.vms) if rec is not None else []
+    rows = min(len(vms), MAX_TIMELINE_ROWS)
+    fig, (chart, timeline) = plt.subplots(
+        2, 1, figsize=(10, 5.5 + 0.28 * max(rows, 3)), gridspec_kw={"height_ratios": [5, 1.2 + 0.28 * max(rows, 3)]})
+    _chart(chart, est, deadline_s)
+    if rec is not None:
+        _timeline(timeline, rec, vms[:rows], len(vms) - rows)
+    else:
+        timeline.axis("off")
+        timeline.text(0.5, 0.5, f"no recommendation: {est.reason}", ha="center", va="center", wrap=True)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None)
+    except OSError as exc:
+        raise UsageError(f"cannot write the plot to {path} ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _hours(seconds: int) -> float:
+    return seconds / 3600
+
+
+def _chart(ax, est, deadline_s: int | None) -> None:
+    # owned hardware the user did not name is priced at its power alone: left out, as from the pick
+    shown = [p for p in est.plans if p.feasible and p.recommendable]
+    ax.scatter([_hours(p.wall_s) for p in shown], [float(p.cost) for p in shown], s=14, color="#999999",
+               label=f"plans ({fmt.count(len(shown))})", gid="plans", zorder=2)
+    front = sorted(est.pareto, key=lambda p: p.wall_s)
+    if front:
+        ax.plot([_hours(p.wall_s) for p in front], [float(p.cost) for p in front], "-o", color="#0072b2", ms=4,
+                label="Pareto frontier (cheapest for its wall time)", gid="frontier", zorder=3)
+    rec = est.recommended
+    if rec is not None:
+        ax.scatter([_hours(rec.wall_s)], [float(rec.cost)], s=160, marker="*", color="#d55e00", zorder=4,
+                   label="recommended", gid="pick")
+        ax.annotate(f"{_label(rec)}: {fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}",
+                    (_hours(rec.wall_s), float(rec.cost)), xytext=(8, 8), textcoords="offset points",
+                    fontsize=9, gid="pick-label")
+    if deadline_s is not None:
+        ax.axvline(_hours(deadline_s), color="#d55e00", ls="--", lw=1, label=f"deadline {fmt.duration(deadline_s)}")
+    # log axes where the plans span more than a factor of 20, so the cheap end is not a smudge
+    costs = [float(p.cost) for p in shown if p.cost > 0]
+    walls = [p.wall_s for p in shown if p.wall_s > 0]
+    if costs and max(costs) / min(costs) > 20:
+        ax.set_yscale("log")
+    if walls and max(walls) / min(walls) > 20:
+        ax.set_xscale("log")
+    ax.set_xlabel("wall time (hours, setup counted)")
+    ax.set_ylabel("cost (yen)")
+    w = est.workload
+    ax.set_title(f"{w.name}: {fmt.count(len(w.jobs))} jobs, catalog {est.snapshot}", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+
+
+def _timeline(ax, rec, vms: Sequence, hidden: int) -> None:
+    """One bar per machine, from when it starts to when it is released."""
+    used_labels: set[str] = set()
+    starts = []
+    for i, v in enumerate(vms):
+        busy = v.setup_s + v.capture_s + v.staging_s + v.jobs_s + v.idle_s
+        start = v.end_s - busy
+        starts.append(start)
+        x = start
+        y = len(vms) - 1 - i
+        for field, label, colour in PARTS:
+            width = getattr(v, field)
+            if width <= 0:
+                continue
+            ax.barh(y, _hours(width), left=_hours(x), height=0.6, color=colour, gid=f"vm{i}-{label.replace(' ', '-')}",
+                    label=label if label not in used_labels else None)
+            used_labels.add(label)
+            x += width
+    workers = [s for s, v in zip(starts, vms) if v.role == "worker"]
+    builders = [(i, v) for i, v in enumerate(vms) if v.role == "builder"]
+    if builders and workers:
+        # Azure-style: the builder is deallocated while captured, then workers launch from the image
+        i, b = builders[0]
+        wait = min(workers) - b.end_s
+        if wait > 0:
+            ax.barh(len(vms) - 1 - i, _hours(wait), left=_hours(b.end_s), height=0.6, color="none",
+                    edgecolor="#cc79a7", hatch="//", gid="image-wait", label="image capture + launch (not billed)")
+    ax.set_yticks(range(len(vms)), [f"{v.offer.name} ({v.role})" for v in reversed(vms)], fontsize=8)
+    ax.set_xlabel("hours from the start")
+    more = f"; {fmt.count(hidden)} more machines not drawn" if hidden else ""
+    ax.set_title(f"recommended: {_label(rec)}, {fmt.yen(rec.cost)}, wall {fmt.duration(rec.wall_s)}{more}",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="lower right", ncols=3)
+    ax.grid(True, axis="x", alpha=0.3)
+
