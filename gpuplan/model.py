@@ -20,14 +20,21 @@ Semantics (shared/domain.md, last section, reproduced by the field report A work
   one-off items (staging yen per machine that runs jobs); Decimal throughout, rounded to integer
   yen once (Plan.cost_jpy, ROUND_HALF_UP). The breakdown (setup, capture, staging, jobs,
   idle_tail, rounding, one_off) sums exactly to the cost.
-- Job time on a GPU = reference seconds / speed x co-location slowdown (when G > 1 jobs run at
-  once on G GPUs of one machine) / packing efficiency(k) x start-up factor (when k > 1 jobs
-  share one GPU; report C: per-stream efficiency = time alone / time packed, packed wall time
-  = packed time x start-up factor 1.2).
+- Job time on a GPU = the job start's fixed cost (measured: process start to first timed step,
+  warm-up and exit; the same on every GPU) + reference seconds / speed x co-location slowdown
+  (when G > 1 jobs run at once on G GPUs of one machine) / packing efficiency(k) x start-up
+  factor (when k > 1 jobs share one GPU; report C: per-stream efficiency = time alone / time
+  packed, packed wall time = packed time x start-up factor 1.2; a measured job start cost
+  replaces that factor). A slot running several jobs one after another pays the fixed cost at
+  every start.
+- Memory: a job fits a GPU when its need (the smallest cap at which it runs at full speed,
+  where measured) fits; k per GPU when k needs fit. An uncapped peak is never used as a need
+  when a need is known.
 - Speed: the workload's measured factor for that GPU if it has one, else the generic table
   (catalog gpus.csv, kind "cnn-train") scaled from the reference GPU: listed as an assumption.
 - Data-parallel workloads run each job over every GPU of the fleet, one job after another;
-  speed-up = g x intra^(log2 g) on one machine of g GPUs, x inter^(log2 n) over n machines.
+  speed-up = g x n x the measured efficiency for (g x n GPUs, n machines) where the workload
+  has one, else g x intra^(log2 g) on one machine of g GPUs, x inter^(log2 n) over n machines.
 """
 
 from __future__ import annotations
@@ -121,7 +128,7 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
     if mem is None:
         raise Infeasible(f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib")
     if k * mem > offer.gpu_memory_gib:
-        raise Infeasible(f"{k} per GPU: {k} x {mem} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+        raise Infeasible(f"{k} per GPU: {k} x {number_text(mem)} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
     eff = workload.packing.get(k)
     if eff is None:
         raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one GPU (measure it with gpuplan bench)")
@@ -145,7 +152,8 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
         raise Infeasible(f"{offer.name} not available until {offer.available_from.isoformat()}")
     if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
-        raise Infeasible(f"a job needs {workload.memory_gib} GiB, more than the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+        raise Infeasible(f"a job needs {number_text(workload.memory_gib)} GiB, more than the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+    # where a workload gives no need, the offer's own memory bounds it: nothing more to check
     speed(workload, offer, cat.gpus)
 
 
@@ -167,18 +175,50 @@ def job_factor(workload: Workload, offer: Offer, gpus: Mapping, k: int, gpus_bus
     return c * p / s, notes
 
 
+def number_text(value: Decimal) -> str:
+    """A quantity for people (GiB, seconds): at most 3 decimals, no trailing zeros: 3, 5.4, 6.372."""
+    text = f"{Decimal(value).quantize(Decimal('0.001')):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def factor_text(value: Decimal) -> str:
     """A ratio for people: at most 3 decimals (the exact Decimal is what the arithmetic uses)."""
     text = f"{value.quantize(Decimal('0.001')):f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
 
 
-def dp_speedup(workload: Workload, gpus_per_vm: int, vms: int) -> Decimal:
-    """Data-parallel speed-up over one GPU: g x intra^log2(g) x inter^log2(n)."""
+def job_start(workload: Workload) -> tuple[Decimal, str]:
+    """Seconds of fixed cost at every job start, and one line saying what and from where."""
+    if workload.job_start_s:
+        return workload.job_start_s, (f"fixed cost {number_text(workload.job_start_s)} s at every job start on a slot"
+                                      f" (process start to first timed step, warm-up, exit; the same on every GPU):"
+                                      f" {workload.job_start_source}")
+    return Decimal(0), (f"fixed cost per job start: not measured for {workload.name}, 0 s counted"
+                        " (`gpuplan bench` measures it)")
+
+
+def memory_note(workload: Workload) -> str:
+    """One line on the memory figure fits and packing use, and the peak kept apart."""
+    if workload.memory_gib is None:
+        return f"memory per job: not given for {workload.name}; any GPU is assumed to fit one job"
+    peak = (f"; uncapped peak {number_text(workload.memory_peak_gib)} GiB, not a need (an allocator takes what is free)"
+            if workload.memory_peak_gib is not None and workload.memory_peak_gib != workload.memory_gib else "")
+    return f"memory need {number_text(workload.memory_gib)} GiB per job ({workload.memory_source or workload.source}){peak}"
+
+
+def dp_speedup(workload: Workload, gpus_per_vm: int, vms: int) -> tuple[Decimal, str]:
+    """Data-parallel speed-up over one GPU and where it comes from: the measured efficiency for
+    (g x n GPUs, n machines) where the workload has one, else g x intra^log2(g) x inter^log2(n)."""
     g, n = gpus_per_vm, vms
+    measured = workload.dp_efficiency.get((g * n, n))
+    if measured is not None:
+        up = (g * n * measured).quantize(Decimal("0.0001"))
+        return up, f"efficiency {measured} measured for {g * n} GPUs on {n} machine{'s' if n > 1 else ''} ({workload.dp_source})"
     intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
     inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
-    return (g * intra * inter).quantize(Decimal("0.0001"))
+    up = (g * intra * inter).quantize(Decimal("0.0001"))
+    return up, (f"intra-node {workload.intra_node_eff_per_doubling} per doubling of GPUs, "
+                f"{workload.inter_node_speedup_per_doubling}x per doubling of machines; not measured for this layout")
 
 
 def ceil_s(x: Decimal) -> int:
@@ -231,36 +271,43 @@ def make_plan(
     notes: Sequence[str] = (),
     optimal: bool = True,
 ) -> Plan:
-    """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names),
-    in fleet order; the first machine of fleet[0] is the image builder where it is a worker."""
+    """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names[,
+    seconds of those that are job starts]), in fleet order; the first machine of fleet[0] is
+    the image builder where it is a worker."""
+    vm_loads = [load if len(load) == 4 else (*load, Decimal(0)) for load in vm_loads]
     first = fleet[0][0]
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
     bw = builder_is_worker(first, setting)
     staging = workload.staging_s
     vms: list[tuple[Offer, str, int, int, int, int, int]] = []  # offer, role, setup, capture_billed, staging, jobs, start
+    starts: list[Decimal] = []  # per machine: job-start seconds within its jobs
     if setup_mode == "image":
         start_workers = setup + capture + launch
         if bw:
-            o, jobs_s, names = vm_loads[0]
+            o, jobs_s, names, st_s = vm_loads[0]
             vms.append((o, "builder+worker", setup, capture, staging, jobs_s, 0))
+            starts.append(st_s)
             rest = vm_loads[1:]
         else:
             vms.append((first, "builder", setup, 0, 0, 0, 0))
+            starts.append(Decimal(0))
             rest = vm_loads
-        for o, jobs_s, names in rest:
+        for o, jobs_s, names, st_s in rest:
             vms.append((o, "worker", 0, 0, staging, jobs_s, start_workers))
+            starts.append(st_s)
     else:
-        for o, jobs_s, names in vm_loads:
+        for o, jobs_s, names, st_s in vm_loads:
             o_setup = provider_times(o, workload, setting)[0] if o is not first else setup
             vms.append((o, "worker", o_setup, 0, staging, jobs_s, 0))
+            starts.append(st_s)
 
     ends = [start + s + c + st + j for (_, _, s, c, st, j, start) in vms]
     # a builder that is not a worker is released after capture; its end is setup (+ unbilled capture)
     wall = max(ends[i] + (capture if vms[i][1] == "builder" else 0) for i in range(len(vms)))
-    names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n in vm_loads]
+    names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n, _ in vm_loads]
 
-    keys = ("setup", "capture", "staging", "jobs", "idle_tail", "rounding")
-    seconds_at: dict[Decimal, list[int]] = {}  # hourly price -> seconds per part (summed, then priced once)
+    keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
+    seconds_at: dict[Decimal, list] = {}  # hourly price -> seconds per part (summed, then priced once)
     uses: list[VmUse] = []
     total_billed = 0
     at_end = setting.release == "at-end"
@@ -275,12 +322,13 @@ def make_plan(
         acc[0] += s
         acc[1] += c
         acc[2] += st
-        acc[3] += j
-        acc[4] += idle
-        acc[5] += b - busy
+        acc[3] += j - starts[i]
+        acc[4] += starts[i]
+        acc[5] += idle
+        acc[6] += b - busy
         total_billed += b
         uses.append(VmUse(o, role, s, c, st, j, idle, b, b * price / HOUR, ends[i] + idle,
-                          names_by_vm[i] if i < len(names_by_vm) else ()))
+                          names_by_vm[i] if i < len(names_by_vm) else (), starts[i]))
     parts = {k: sum((acc[n] * price / HOUR for price, acc in seconds_at.items()), Decimal(0)) for n, k in enumerate(keys)}
     workers = sum(1 for u in uses if u.role != "builder")
     parts["one_off"] = workload.staging_jpy * workers
@@ -385,6 +433,8 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
     out = [f"workload {workload.name}: {len(workload.jobs)} jobs, {workload.seconds_per_unit} s per {workload.unit} "
            f"on {workload.reference_gpu} ({workload.source})"]
     out.extend(workload.assumptions)
+    out.append(job_start(workload)[1])
+    out.append(memory_note(workload))
     out.extend(notes)
     for o, _ in fleet:
         out.extend(_price_notes(o, setting))

@@ -345,16 +345,25 @@ class _Planner:
         self.ticks, self.tick = _ticks(self.ref)
         self.total_ticks = sum(self.ticks)
         self.names = [j.name for j in workload.jobs]
-        self.identical: dict[int, Schedule] = {}  # slots -> schedule of the reference jobs
-        self.grouped: dict[tuple[int, int], tuple] = {}  # (slots, slots per machine) -> (schedule, machine loads)
+        self.start_s = workload.job_start_s  # fixed cost at every job start (seconds, any GPU)
+        self.identical: dict[tuple[int, int], Schedule] = {}  # (slots, start ticks) -> schedule of the reference jobs
+        self.grouped: dict[tuple[int, int, int], tuple] = {}  # (slots, slots per machine, start ticks) -> (schedule, machines)
         self.candidates: list[_Candidate] = []
         self.skipped_mixes = 0
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _seconds(self, factor: Decimal, ticks: int) -> int:
-        """A slot's busy seconds: its jobs' reference time x the offer's factor, rounded up once."""
-        return model.ceil_s(factor * ticks * self.tick)
+    def _seconds(self, factor: Decimal, ticks: int, starts: int = 0) -> int:
+        """A slot's busy seconds: its jobs' reference time x the offer's factor plus the fixed
+        cost of its job starts, rounded up once."""
+        return model.ceil_s(factor * ticks * self.tick + starts * self.start_s)
+
+    def _start_ticks(self, factor: Decimal) -> int:
+        """A job start in reference ticks on a slot of this factor, rounded down: schedules of
+        jobs lengthened by it never overstate a slot, so their lower bounds stay valid."""
+        if not self.start_s:
+            return 0
+        return int(self.start_s / (factor * self.tick))
 
     def _overhead(self, offer: Offer, mode: str) -> int:
         setup, capture, launch, _ = model.provider_times(offer, self.w, self.s)
@@ -372,20 +381,34 @@ class _Planner:
         """The part of a plan's cost no schedule changes: setup, capture, staging, one-off items."""
         return sum((plan.breakdown[k] for k in ("setup", "capture", "staging", "one_off")), Decimal(0))
 
-    def _slot_schedule(self, slots: int, exact: bool) -> Schedule:
-        """The reference jobs over `slots` identical slots; one schedule serves every offer, since
-        an offer scales every job by the same factor (makespan order is kept)."""
-        have = self.identical.get(slots)
+    def _slot_schedule(self, slots: int, exact: bool, start: int = 0) -> Schedule:
+        """The reference jobs, each lengthened by `start` ticks, over `slots` identical slots; one
+        schedule serves every offer with the same slots and start ticks, since an offer scales
+        every job by the same factor (makespan order is kept)."""
+        key = (slots, start)
+        have = self.identical.get(key)
         if have is None:
-            have = self.identical[slots] = schedule([self.ticks], [0] * slots, exact=False)
+            have = self.identical[key] = schedule([self._lengths(start)], [0] * slots, exact=False)
         elif exact and not have.optimal and have.method != "milp":
-            have = self.identical[slots] = _exact(self.ticks, slots, have)
+            have = self.identical[key] = _exact(self._lengths(start), slots, have)
         return have
 
+    def _lengths(self, start: int) -> list[int]:
+        return self.ticks if not start else [t + start for t in self.ticks]
+
+    def _slot_parts(self, sched: Schedule) -> tuple[list[int], list[int]]:
+        """Per slot: the reference ticks of its jobs and how many jobs it starts."""
+        ticks, starts = [0] * len(sched.loads), [0] * len(sched.loads)
+        for j, m in enumerate(sched.assign):
+            ticks[m] += self.ticks[j]
+            starts[m] += 1
+        return ticks, starts
+
     def _vm_loads(self, groups: list[tuple[Offer, int, int]], loads_s: Sequence[int],
-                  assign: Sequence[int]) -> list[tuple[Offer, int, tuple[str, ...]]]:
+                  assign: Sequence[int]) -> list[tuple[Offer, list[int], tuple[str, ...]]]:
         """groups: (offer, machines, slots per machine) in slot order; each machine gets the
-        longest remaining slots (which minimises the sum of machine maxima for these slots)."""
+        longest remaining slots (which minimises the sum of machine maxima for these slots).
+        Returns per machine its offer, its slots (longest first) and its jobs' names."""
         by_slot: dict[int, list[str]] = {}
         for j, m in enumerate(assign):
             by_slot.setdefault(m, []).append(self.names[j])
@@ -395,9 +418,17 @@ class _Planner:
             idx = sorted(range(base, base + count * slots), key=lambda m: -loads_s[m])
             for v in range(count):
                 mine = idx[v * slots:(v + 1) * slots]
-                out.append((offer, max(loads_s[m] for m in mine), tuple(n for m in mine for n in by_slot.get(m, []))))
+                out.append((offer, mine, tuple(n for m in mine for n in by_slot.get(m, []))))
             base += count * slots
         return out
+
+    def _machine_load(self, offer: Offer, factor: Decimal, slots: list[int], ticks: list[int],
+                      starts: list[int]) -> tuple[Offer, int, tuple, Decimal]:
+        """(offer, seconds of its busiest slot, -, the job-start seconds in that slot)."""
+        if not self.start_s:
+            return offer, self._seconds(factor, ticks[slots[0]]), (), Decimal(0)
+        busiest = max(slots, key=lambda m: (self._seconds(factor, ticks[m], starts[m]), starts[m]))
+        return offer, self._seconds(factor, ticks[busiest], starts[busiest]), (), starts[busiest] * self.start_s
 
     # -- fleets of one offer type -----------------------------------------------------------
 
@@ -423,7 +454,7 @@ class _Planner:
             extra = []
             if s.deadline_s is not None:
                 factor, _ = model.job_factor(w, offer, s.catalog.gpus, k, min(offer.gpu_count, _ceil_div(nj, k)))
-                total = self._seconds(factor, self.total_ticks)
+                total = self._seconds(factor, self.total_ticks, nj)
                 for mode in ("scratch", "image"):
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:
@@ -439,23 +470,36 @@ class _Planner:
         return plans
 
     def _single_candidate(self, offer, n, k, slots, factor, notes, mode, exact) -> _Candidate:
-        sched = self._slot_schedule(n * slots, exact)
-        makespan_s, bound_s = self._seconds(factor, sched.makespan), self._seconds(factor, sched.lower_bound)
-        # a slot's seconds grow with its reference ticks, so the grouping of slots onto machines
-        # is the same for every offer: done once per schedule and machine size
-        grouped = self.grouped.get((n * slots, slots))
+        start = self._start_ticks(factor)
+        sched = self._slot_schedule(n * slots, exact, start)
+        # the grouping of slots onto machines depends only on the schedule (slot order by length):
+        # done once per schedule and machine size, then priced per offer
+        key = (n * slots, slots, start)
+        grouped = self.grouped.get(key)
         if grouped is None or grouped[0] is not sched:
-            grouped = self.grouped[(n * slots, slots)] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign))
-        loads = [(offer, self._seconds(factor, ticks), names) for _, ticks, names in grouped[1]]
+            grouped = self.grouped[key] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign),
+                                           self._slot_parts(sched))
+        ticks, starts = grouped[2]
+        loads = []
+        for _, mine, names in grouped[1]:
+            o, secs, _, st = self._machine_load(offer, factor, mine, ticks, starts)
+            loads.append((o, secs, names, st))
+        makespan_s = max(secs for _, secs, _, _ in loads)
+        bound_s = model.ceil_s(factor * sched.lower_bound * self.tick)
+        # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
+        whole = start * factor * self.tick == self.start_s
+        optimal = sched.optimal and (whole or makespan_s <= bound_s)
         how = f"schedule: makespan {makespan_s} s by {sched.method}" + (
-            "" if sched.optimal else f" (not proven optimal; lower bound {bound_s} s)")
-        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], sched.optimal)
-        jobs_lb = offer.price_jpy_per_hour * factor * self.total_ticks * self.tick / (slots * model.HOUR)
+            "" if optimal else f" (not proven optimal; lower bound {bound_s} s)")
+        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], optimal)
+        jobs_lb = (offer.price_jpy_per_hour * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
+                   / (slots * model.HOUR))
+
         def redo() -> _Candidate:
             return self._single_candidate(offer, n, k, slots, factor, notes, mode, exact=True)
 
         return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s,
-                          None if sched.optimal else redo)
+                          None if optimal or sched.method == "milp" else redo)
 
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
@@ -463,12 +507,12 @@ class _Planner:
         owned = offer.kind in ("owned", "monthly")
         plans = []
         for n in ([1] if owned else [1, 2, 4, 8, 16]):
-            up = model.dp_speedup(w, offer.gpu_count, n)
-            jobs_s = sum(model.ceil_s(r / (sp * up)) for r in self.ref)
-            loads = [(offer, jobs_s, tuple(self.names))] * n
+            up, why_up = model.dp_speedup(w, offer.gpu_count, n)
+            starts = len(self.ref) * self.start_s
+            jobs_s = model.ceil_s(sum(r / (sp * up) for r in self.ref) + starts)
+            loads = [(offer, jobs_s, tuple(self.names), starts)] * n
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
-                     f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU (intra-node "
-                     f"{w.intra_node_eff_per_doubling} per doubling of GPUs, {w.inter_node_speedup_per_doubling}x per doubling of machines)"]
+                     f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
             modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)
             for mode in modes:
                 plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes))
@@ -492,11 +536,14 @@ class _Planner:
                 fa, notes_a = model.job_factor(w, a, s.catalog.gpus, 1, min(a.gpu_count, per_vm))
                 fb, notes_b = model.job_factor(w, b, s.catalog.gpus, 1, min(b.gpu_count, per_vm))
                 slots = [fa] * (na * a.gpu_count) + [fb] * (nb * b.gpu_count)
-                # fluid bound: the fleet's slots together do total_ref of reference work; no job is
-                # shorter than on its fastest slot type
-                bound_s = model.ceil_s(max(total_ref / sum(1 / f for f in slots), max(self.ref) * min(fa, fb)))
-                jobs_lb = total_ref * min(a.price_jpy_per_hour * fa / a.gpu_count,
-                                          b.price_jpy_per_hour * fb / b.gpu_count) / model.HOUR
+                # fluid bound: the fleet's slots together do total_ref of reference work, a job start
+                # counted as at least start / (slowest factor) of it; no job is shorter than on its
+                # fastest slot type
+                work = total_ref + nj * self.start_s / max(fa, fb)
+                bound_s = model.ceil_s(max(work / sum(1 / f for f in slots), max(self.ref) * min(fa, fb) + self.start_s))
+                jobs_lb = (total_ref * min(a.price_jpy_per_hour * fa / a.gpu_count, b.price_jpy_per_hour * fb / b.gpu_count)
+                           + nj * self.start_s * min(a.price_jpy_per_hour / a.gpu_count, b.price_jpy_per_hour / b.gpu_count)
+                           ) / model.HOUR
                 empty = [(a, 0, ())] * na + [(b, 0, ())] * nb
                 for mode in ("scratch", "image"):
                     fixed = self._fixed_cost(model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty))
@@ -515,15 +562,21 @@ class _Planner:
 
     def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes) -> Plan | None:
         # schedule on milliseconds of each slot type; the plan's loads are then exact seconds
-        p = [[model.ceil_s(f * t * self.tick * 1000) for t in self.ticks] for f in (fa, fb)]
+        start_ms = self.start_s * 1000
+        p = [[model.ceil_s(f * t * self.tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
         types = [0] * (na * a.gpu_count) + [1] * (nb * b.gpu_count)
         sched = schedule(p, types, exact=False)
-        per_slot = [0] * len(types)
+        per_slot, starts = [0] * len(types), [0] * len(types)
         for j, m in enumerate(sched.assign):
             per_slot[m] += self.ticks[j]
-        loads_s = [self._seconds(fa if types[m] == 0 else fb, t) for m, t in enumerate(per_slot)]
-        loads = self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign)
-        if any(jobs_s == 0 for _, jobs_s, _ in loads):
+            starts[m] += 1
+        factors = [fa if types[m] == 0 else fb for m in range(len(types))]
+        loads_s = [self._seconds(factors[m], t, starts[m]) for m, t in enumerate(per_slot)]
+        loads = []
+        for o, mine, names in self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign):
+            busiest = mine[0]  # longest first
+            loads.append((o, loads_s[busiest], names, starts[busiest] * self.start_s))
+        if any(jobs_s == 0 for _, jobs_s, _, _ in loads):
             return None  # a machine with nothing to do: the same plan without it is listed already
         makespan_s = max(loads_s)
         optimal = makespan_s <= bound_s

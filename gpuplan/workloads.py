@@ -21,6 +21,7 @@ _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
+    "memory_peak_gib", "job_start",
 }
 
 
@@ -106,7 +107,12 @@ def from_dict(data: Any, where: str) -> Workload:
     if parallel not in ("none", "data"):
         raise UsageError(f"{where}: parallel must be 'none' (one job per GPU) or 'data' (data-parallel), not {parallel!r}")
     sc = _map(where, "scaling", data.get("scaling"))
-    _only(where, "scaling", sc, {"intra_node_eff_per_doubling", "inter_node_speedup_per_doubling"})
+    _only(where, "scaling", sc, {"intra_node_eff_per_doubling", "inter_node_speedup_per_doubling", "measured", "source"})
+    dp_eff = _dp_points(where, sc.get("measured"))
+
+    js = _map(where, "job_start", data.get("job_start"))
+    _only(where, "job_start", js, {"seconds", "source"})
+    job_start_s = _dec(where, "job_start.seconds", js["seconds"]) if js.get("seconds") is not None else Decimal(0)
 
     st = _map(where, "staging", data.get("staging"))
     _only(where, "staging", st, {"minutes", "size_gb", "bandwidth_mbps", "jpy"})
@@ -138,6 +144,11 @@ def from_dict(data: Any, where: str) -> Workload:
         reference_gpu=str(data["reference_gpu"]),
         kind=str(data.get("kind") or "cnn-train"),
         memory_gib=_dec(where, "memory_gib", data["memory_gib"], positive=True) if data.get("memory_gib") is not None else None,
+        memory_peak_gib=_dec(where, "memory_peak_gib", data["memory_peak_gib"], positive=True)
+        if data.get("memory_peak_gib") is not None else None,
+        memory_source=where if data.get("memory_gib") is not None else "",
+        job_start_s=job_start_s,
+        job_start_source=str(js.get("source") or where) if job_start_s else "",
         speed=MappingProxyType(speed),
         reference_speed=_dec(where, "reference_speed", data["reference_speed"], positive=True)
         if data.get("reference_speed") is not None else None,
@@ -152,6 +163,8 @@ def from_dict(data: Any, where: str) -> Workload:
                                          sc.get("intra_node_eff_per_doubling", "0.985"), positive=True),
         inter_node_speedup_per_doubling=_dec(where, "scaling.inter_node_speedup_per_doubling",
                                              sc.get("inter_node_speedup_per_doubling", "1.5"), positive=True),
+        dp_efficiency=MappingProxyType(dp_eff),
+        dp_source=str(sc.get("source") or where) if dp_eff else "",
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0)),
         setup_s=int(_dec(where, "setup_minutes", data["setup_minutes"]) * 60) if data.get("setup_minutes") is not None else None,
@@ -168,7 +181,10 @@ def with_measured_speeds(workload: Workload, speeds: Mapping[str, Decimal], why:
 
 
 def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
-    """Replace the workload's figures with a measured profile's (gpuplan.profiles format)."""
+    """The workload with every figure a measured profile gives (gpuplan.profiles format):
+    seconds per unit, job start cost, memory need, co-location slowdown, packing efficiency per
+    k, data-parallel efficiency per (GPUs, nodes). What the profile does not measure keeps the
+    workload's own figure, and the plan's assumptions say which."""
     from gpuplan.profiles import load_profile
 
     prof = load_profile(profile_path)
@@ -177,23 +193,42 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
         raise UsageError(
             f"profile {profile_path}: unit {o['unit']!r} does not match workload {workload.name}'s unit {workload.unit!r}"
         )
+    source = f"{o['profile_source']} (file {profile_path})"
+    kept = [name for name in o["unmeasured"]]
     changes: dict[str, Any] = {
         "seconds_per_unit": o["seconds_per_unit"],
         "reference_gpu": o["reference_gpu"],
-        "assumptions": workload.assumptions + (f"measured {o['profile_source']} (file {profile_path})",),
+        "source": f"{workload.source}; figures from {o['profile_source']}",
+        "assumptions": workload.assumptions + (f"measured {source}",) + (
+            (f"not measured by that profile: {', '.join(kept)} (the workload's own figures are used)",) if kept else ()),
     }
     if o["reference_gpu"] != workload.reference_gpu:
-        changes["speed"] = MappingProxyType({})
+        # speeds relative to the old reference GPU no longer apply; the profile's GPU is 1 by definition
+        changes["speed"] = MappingProxyType({o["reference_gpu"]: Decimal(1)})
         changes["reference_speed"] = None
-    if o["memory_gib"] is not None:
-        changes["memory_gib"] = o["memory_gib"]
-    if o["colocation_slowdown"]:
+    if o["fixed_seconds_per_job"] is not None:
+        changes["job_start_s"] = o["fixed_seconds_per_job"]
+        changes["job_start_source"] = source
+        changes["startup_factor"] = Decimal(1)  # start-up is now counted per job start, not as report C's factor
+    if o["memory_need_gib"] is not None:
+        changes["memory_gib"] = o["memory_need_gib"]
+        changes["memory_source"] = f"smallest cap at full speed, {source}"
+    elif o["memory_peak_gib"] is not None:
+        changes["memory_gib"] = o["memory_peak_gib"]
+        changes["memory_source"] = f"uncapped peak, need not measured: overstates it ({source})"
+    if o["memory_peak_gib"] is not None:
+        changes["memory_peak_gib"] = o["memory_peak_gib"]
+    if len(o["colocation_slowdown"]) > 1:
         changes["colocation_slowdown"] = MappingProxyType({g: f for g, f in o["colocation_slowdown"].items() if g > 1})
-        changes["colocation_source"] = o["profile_source"]
-    if o["packing_efficiency"]:
-        packing = {k: e for k, e in o["packing_efficiency"].items() if k <= o["max_per_gpu"]}
+        changes["colocation_source"] = source
+    if len(o["packing_efficiency"]) > 1 or o["packing_no_fit"]:
+        packing: dict[int, Decimal | None] = {k: e for k, e in o["packing_efficiency"].items() if k <= o["max_per_gpu"]}
+        packing.update({k: None for k in o["packing_no_fit"]})
         packing[1] = Decimal(1)
         changes["packing"] = MappingProxyType(packing)
+    if any(g > 1 for g, _ in o["dp_efficiency"]):
+        changes["dp_efficiency"] = MappingProxyType(dict(o["dp_efficiency"]))
+        changes["dp_source"] = source
     return replace(workload, **changes)
 
 
@@ -226,6 +261,27 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
         name = str(entry.get("name") or f"job{i + 1}")
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     return tuple(out)
+
+
+def _dp_points(where: str, raw: Any) -> dict[tuple[int, int], Decimal]:
+    """scaling.measured: [{gpus: 8, nodes: 1, efficiency: 0.95}, ...] -> {(8, 1): 0.95}."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise UsageError(f"{where}: scaling.measured must be a list of entries like {{gpus: 8, nodes: 1, efficiency: 0.95}}")
+    out = {}
+    for i, entry in enumerate(raw):
+        w = f"scaling.measured[{i}]"
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: {w} must be a mapping with gpus, nodes and efficiency")
+        _only(where, w, entry, {"gpus", "nodes", "efficiency"})
+        if entry.get("gpus") is None or entry.get("efficiency") is None:
+            raise UsageError(f"{where}: {w} needs gpus and efficiency")
+        gpus, nodes = _key(where, f"{w}.gpus", entry["gpus"]), _key(where, f"{w}.nodes", entry.get("nodes", 1))
+        if gpus % nodes:
+            raise UsageError(f"{where}: {w}: {gpus} GPUs do not split evenly over {nodes} nodes")
+        out[(gpus, nodes)] = _dec(where, f"{w}.efficiency", entry["efficiency"], positive=True)
+    return out
 
 
 def _map(where: str, name: str, value: Any) -> Mapping:

@@ -231,8 +231,8 @@ def test_owned_needs_the_flag_and_shows_break_even():
 def test_data_parallel_speedup():
     w = work(60, parallel="data")
     # 4 GPUs x 0.985^2 x 1.5 (two machines) = 5.82135
-    assert model.dp_speedup(w, 4, 2) == Decimal("5.8214")
-    assert model.dp_speedup(w, 1, 1) == 1
+    assert model.dp_speedup(w, 4, 2)[0] == Decimal("5.8214")
+    assert model.dp_speedup(w, 1, 1)[0] == 1
 
 
 # --- the schedule and the proof behind a recommendation -------------------------------------------

@@ -116,7 +116,8 @@ def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
         "breakdown": {k: _yen2(v) for k, v in plan.breakdown.items()},
         "machines": [
             {"instance_type": v.offer.name, "role": v.role, "setup_s": v.setup_s, "capture_s": v.capture_s,
-             "staging_s": v.staging_s, "jobs_s": v.jobs_s, "idle_tail_s": v.idle_s, "billed_s": v.billed_s,
+             "staging_s": v.staging_s, "jobs_s": v.jobs_s, "job_starts_s": _yen2(v.job_starts_s),
+             "idle_tail_s": v.idle_s, "billed_s": v.billed_s,
              "cost_jpy": _yen2(v.cost), "jobs": list(v.jobs)}
             for v in plan.vms
         ],
