@@ -206,19 +206,77 @@ def memory_note(workload: Workload) -> str:
     return f"memory need {number_text(workload.memory_gib)} GiB per job ({workload.memory_source or workload.source}){peak}"
 
 
-def dp_speedup(workload: Workload, gpus_per_vm: int, vms: int) -> tuple[Decimal, str]:
-    """Data-parallel speed-up over one GPU and where it comes from: the measured efficiency for
-    (g x n GPUs, n machines) where the workload has one, else g x intra^log2(g) x inter^log2(n)."""
-    g, n = gpus_per_vm, vms
+GBIT = Decimal(10) ** 9
+
+
+def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Offer, link) -> tuple[Decimal, str]:
+    """One step's ring allreduce of `grad_bytes`: each of p participants sends 2L(p-1)/p bytes.
+
+    Over several machines, one process per machine talks on the network (hierarchical, report
+    B: p = machines) and the link's effective share counts the whole allreduce, the reduce and
+    broadcast inside each machine included (as report B measured it). On one machine of g > 1
+    GPUs: a ring over its GPU link. Raises Infeasible where the catalog has no such figure."""
+    g, n = gpus_per_node, nodes
+    if n > 1:
+        if link is None or link.inter_node_gbps is None:
+            raise Infeasible(f"no inter-node network figure for {offer.name} (catalog/links.csv):"
+                             " data-parallel over several machines is not planned on it")
+        p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
+        over = f"{n} machines"
+    elif g > 1:
+        if link is None or link.intra_node_gbps is None:
+            raise Infeasible(f"no GPU-to-GPU link figure for {offer.name} (catalog/links.csv):"
+                             " data-parallel over its GPUs is not planned")
+        p, gbps, eff, what = g, link.intra_node_gbps, link.intra_node_effective, link.intra_node_link
+        over = f"{g} GPUs of one machine"
+    else:
+        return Decimal(0), "one GPU: no allreduce"
+    volume = Decimal(2 * grad_bytes * (p - 1)) / p
+    seconds = volume * 8 / (gbps * GBIT * eff)
+    return seconds, (f"ring allreduce over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB per step at {gbps} Gbit/s"
+                     f" x {eff} effective ({what}; {link.source}) = {number_text(seconds)} s")
+
+
+def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Decimal, link=None) -> tuple[Decimal, str]:
+    """Data-parallel speed-up over one GPU of the offer for `nodes` machines, and where it comes from.
+
+    Measured efficiency for exactly (g x n GPUs, n machines) wins. Else the communication model:
+    one step = compute (batch_per_gpu samples at this GPU's speed) + the allreduce time not
+    hidden behind `overlap` x compute; speed-up = g x n x compute / step. Without gradient_bytes,
+    g x intra^log2(g) x inter^log2(n) (a rule of thumb, said so)."""
+    g, n = offer.gpu_count, nodes
     measured = workload.dp_efficiency.get((g * n, n))
     if measured is not None:
         up = (g * n * measured).quantize(Decimal("0.0001"))
         return up, f"efficiency {measured} measured for {g * n} GPUs on {n} machine{'s' if n > 1 else ''} ({workload.dp_source})"
-    intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
-    inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
-    up = (g * intra * inter).quantize(Decimal("0.0001"))
-    return up, (f"intra-node {workload.intra_node_eff_per_doubling} per doubling of GPUs, "
-                f"{workload.inter_node_speedup_per_doubling}x per doubling of machines; not measured for this layout")
+    if g * n == 1:
+        return Decimal(1), "one GPU"
+    if workload.gradient_bytes is None:
+        intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
+        inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
+        up = (g * intra * inter).quantize(Decimal("0.0001"))
+        return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {workload.intra_node_eff_per_doubling}"
+                    f" per doubling of GPUs, {workload.inter_node_speedup_per_doubling}x per doubling of machines;"
+                    " not measured for this layout")
+    compute = workload.seconds_per_unit / speed_on_offer * workload.batch_per_gpu / workload.samples_per_unit
+    ar, why = allreduce_seconds(workload.gradient_bytes, g, n, offer, link)
+    exposed = max(ar - workload.overlap * compute, Decimal(0))
+    up = (g * n * compute / (compute + exposed)).quantize(Decimal("0.0001"))
+    hidden = f", {workload.overlap} of compute overlapped" if workload.overlap else ""
+    return up, (f"per step {number_text(compute)} s compute ({workload.batch_per_gpu} per GPU) + {number_text(exposed)} s"
+                f" allreduce{hidden}: {why}; gradients {workload.gradient_bytes:,} bytes ({workload.comm_source})")
+
+
+def global_batch_warning(workload: Workload, gpus: int) -> str:
+    """A warning where data-parallel over `gpus` GPUs makes the global batch larger than validated."""
+    if workload.batch_per_gpu is None or workload.validated_global_batch is None:
+        return ""
+    batch = workload.batch_per_gpu * gpus
+    if batch <= workload.validated_global_batch:
+        return ""
+    return (f"global batch {batch:,} ({workload.batch_per_gpu} per GPU x {gpus} GPUs) is past the"
+            f" {workload.validated_global_batch:,} validated ({workload.comm_source}): accuracy may suffer;"
+            " tune the learning rate and batch size first")
 
 
 def ceil_s(x: Decimal) -> int:
@@ -270,6 +328,7 @@ def make_plan(
     vm_loads: Sequence[tuple[Offer, int, tuple[str, ...]]],
     notes: Sequence[str] = (),
     optimal: bool = True,
+    warnings: Sequence[str] = (),
 ) -> Plan:
     """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names[,
     seconds of those that are job starts]), in fleet order; the first machine of fleet[0] is
@@ -335,7 +394,7 @@ def make_plan(
     total = sum(parts.values(), Decimal(0))
 
     provider, region = first.provider, first.region
-    reasons, warnings = [], []
+    reasons, warnings = [], [w for w in warnings if w]
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
     if setting.deadline_s is not None and wall > setting.deadline_s:
         reasons.append(f"misses the deadline by {_dur(wall - setting.deadline_s)} (wall {_dur(wall)} > {_dur(setting.deadline_s)})")

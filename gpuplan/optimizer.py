@@ -504,18 +504,24 @@ class _Planner:
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
         sp, why = model.speed(w, offer, s.catalog.gpus)
+        link = s.catalog.link(offer) if hasattr(s.catalog, "link") else None
         owned = offer.kind in ("owned", "monthly")
         plans = []
         for n in ([1] if owned else [1, 2, 4, 8, 16]):
-            up, why_up = model.dp_speedup(w, offer.gpu_count, n)
+            try:
+                up, why_up = model.dp_speedup(w, offer, n, sp, link)
+            except Infeasible as exc:
+                plans.append(model.infeasible_plan(w, s, offer, n, "scratch", 1, str(exc)))
+                continue
             starts = len(self.ref) * self.start_s
             jobs_s = model.ceil_s(sum(r / (sp * up) for r in self.ref) + starts)
             loads = [(offer, jobs_s, tuple(self.names), starts)] * n
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
                      f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
+            batch = model.global_batch_warning(w, n * offer.gpu_count)
             modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)
             for mode in modes:
-                plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes))
+                plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes, warnings=[batch]))
         return plans
 
     # -- mixed fleets of two offer types ------------------------------------------------------

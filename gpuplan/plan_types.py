@@ -39,8 +39,12 @@ class Workload:
     packing: k jobs per GPU -> measured per-stream efficiency (time alone / time packed);
         None = not measured (such a plan is infeasible). startup_factor multiplies packed runs.
     parallel: "none" (one job per GPU slot) or "data" (each job spans every GPU of the fleet):
-        dp_efficiency {(GPUs, nodes): efficiency} measured (dp_source says where) wins; else
-        intra_node_eff_per_doubling and inter_node_speedup_per_doubling give its speed-up.
+        dp_efficiency {(GPUs, nodes): efficiency} measured (dp_source says where) wins; else the
+        communication model: per step, compute (batch_per_gpu of samples_per_unit at the GPU's
+        speed) + the ring allreduce of gradient_bytes over the offer's links (catalog/links.csv)
+        not hidden by `overlap` (the share of compute it can overlap); where gradient_bytes is
+        not given, intra_node_eff_per_doubling and inter_node_speedup_per_doubling (a rule of
+        thumb). validated_global_batch: past batch_per_gpu x GPUs above it, plans carry a warning.
     staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
     setup_s: overrides the provider's setup minutes (a playbook measured for this workload).
     owned: names of owned offers the user already has (owned hardware may then be recommended).
@@ -71,6 +75,12 @@ class Workload:
     inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
     dp_efficiency: Mapping[tuple[int, int], Decimal] = field(default_factory=dict)
     dp_source: str = ""
+    gradient_bytes: int | None = None
+    batch_per_gpu: int | None = None
+    samples_per_unit: Decimal | None = None
+    overlap: Decimal = Decimal(0)
+    validated_global_batch: int | None = None
+    comm_source: str = ""
     staging_s: int = 0
     staging_jpy: Decimal = Decimal(0)
     setup_s: int | None = None

@@ -21,7 +21,7 @@ _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
-    "memory_peak_gib", "job_start",
+    "memory_peak_gib", "job_start", "data_parallel",
 }
 
 
@@ -110,6 +110,19 @@ def from_dict(data: Any, where: str) -> Workload:
     _only(where, "scaling", sc, {"intra_node_eff_per_doubling", "inter_node_speedup_per_doubling", "measured", "source"})
     dp_eff = _dp_points(where, sc.get("measured"))
 
+    dp = _map(where, "data_parallel", data.get("data_parallel"))
+    _only(where, "data_parallel", dp, {"gradient_bytes", "batch_per_gpu", "samples_per_unit", "overlap",
+                                       "validated_global_batch", "source"})
+    if dp.get("gradient_bytes") is not None:
+        for needed in ("batch_per_gpu", "samples_per_unit"):
+            if dp.get(needed) is None:
+                raise UsageError(f"{where}: data_parallel.gradient_bytes needs data_parallel.{needed} too"
+                                 " (a step's compute time comes from them)")
+    overlap = _dec(where, "data_parallel.overlap", dp.get("overlap", 0))
+    if overlap > 1:
+        raise UsageError(f"{where}: data_parallel.overlap = {overlap} is above 1; it is the share of a step's compute"
+                         " the allreduce can hide behind")
+
     js = _map(where, "job_start", data.get("job_start"))
     _only(where, "job_start", js, {"seconds", "source"})
     job_start_s = _dec(where, "job_start.seconds", js["seconds"]) if js.get("seconds") is not None else Decimal(0)
@@ -165,6 +178,13 @@ def from_dict(data: Any, where: str) -> Workload:
                                              sc.get("inter_node_speedup_per_doubling", "1.5"), positive=True),
         dp_efficiency=MappingProxyType(dp_eff),
         dp_source=str(sc.get("source") or where) if dp_eff else "",
+        gradient_bytes=_whole(where, "data_parallel.gradient_bytes", dp.get("gradient_bytes")),
+        batch_per_gpu=_whole(where, "data_parallel.batch_per_gpu", dp.get("batch_per_gpu")),
+        samples_per_unit=_dec(where, "data_parallel.samples_per_unit", dp["samples_per_unit"], positive=True)
+        if dp.get("samples_per_unit") is not None else None,
+        overlap=overlap,
+        validated_global_batch=_whole(where, "data_parallel.validated_global_batch", dp.get("validated_global_batch")),
+        comm_source=str(dp.get("source") or where) if dp else "",
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0)),
         setup_s=int(_dec(where, "setup_minutes", data["setup_minutes"]) * 60) if data.get("setup_minutes") is not None else None,
@@ -282,6 +302,15 @@ def _dp_points(where: str, raw: Any) -> dict[tuple[int, int], Decimal]:
             raise UsageError(f"{where}: {w}: {gpus} GPUs do not split evenly over {nodes} nodes")
         out[(gpus, nodes)] = _dec(where, f"{w}.efficiency", entry["efficiency"], positive=True)
     return out
+
+
+def _whole(where: str, name: str, value: Any) -> int | None:
+    """An optional whole number of at least 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}: {name} must be a whole number of at least 1, not {value!r}")
+    return value
 
 
 def _map(where: str, name: str, value: Any) -> Mapping:

@@ -228,11 +228,12 @@ def test_owned_needs_the_flag_and_shows_break_even():
     assert mine.recommended.fleet[0][0].name == "ws"
 
 
-def test_data_parallel_speedup():
+def test_data_parallel_rule_of_thumb_without_gradient_bytes():
     w = work(60, parallel="data")
-    # 4 GPUs x 0.985^2 x 1.5 (two machines) = 5.82135
-    assert model.dp_speedup(w, 4, 2)[0] == Decimal("5.8214")
-    assert model.dp_speedup(w, 1, 1)[0] == 1
+    # no gradient_bytes: 4 GPUs x 0.985^2 x 1.5 (two machines) = 5.82135, and the plan says it is a rule of thumb
+    up, why = model.dp_speedup(w, sp.offer(gpus=4), 2, Decimal(1))
+    assert up == Decimal("5.8214") and why.startswith("rule of thumb (the workload gives no gradient_bytes)")
+    assert model.dp_speedup(w, sp.offer(gpus=1), 1, Decimal(1))[0] == 1
 
 
 # --- the schedule and the proof behind a recommendation -------------------------------------------

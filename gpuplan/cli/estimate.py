@@ -191,7 +191,7 @@ def _render_table(est, show_all: bool) -> None:
         fleet = p.label + (f" ({p.per_gpu}/GPU)" if p.per_gpu > 1 else "")
         where = f"{p.provider} {p.region}"
         if p.feasible:
-            status = "yes" + (" (warning: quota)" if p.warnings else "")
+            status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warnings))})" if p.warnings else "")
             if not p.recommendable:
                 status = "owned: not recommended without --owned"
             if not p.optimal:
@@ -232,6 +232,16 @@ def _render_table(est, show_all: bool) -> None:
     console.print("[bold]Assumptions:[/bold]")
     for line in est.assumptions:
         console.print(f"  - {line}", highlight=False, markup=False)
+
+
+def _warning_kinds(warnings) -> list[str]:
+    """One word per kind of warning for the table's narrow column (the lines follow the table)."""
+    kinds = []
+    for w in warnings:
+        kind = "quota" if "quota" in w else "global batch" if "global batch" in w else "see below"
+        if kind not in kinds:
+            kinds.append(kind)
+    return kinds
 
 
 def _proof(est) -> str:

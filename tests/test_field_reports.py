@@ -1,0 +1,85 @@
+"""The field reports' other shapes, reproduced from their inputs (shared/domain.md B, C, D):
+data-parallel communication, packing with a remainder, streams, monthly servers, image limits."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from gpuplan import catalog, model, optimizer, workloads
+from gpuplan.model import Setting
+from support import planner as sp
+
+
+def _near(value, target, share="0.10") -> bool:
+    return abs(Decimal(value) - Decimal(target)) <= Decimal(target) * Decimal(share)
+
+
+# --- report B: data-parallel ResNet-50 over 10 GbE ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def report_b():
+    """The built-in resnet50 (report B's L, 32 per process) on 2017 Koukaryoku 4x Pascal TITAN X nodes."""
+    cat = catalog.load("2017-08")
+    work = workloads.load("resnet50")
+    node = cat.resolve("koukaryoku-pascal")
+    speed, _ = model.speed(work, node, cat.gpus)
+    return work, node, cat.link(node), speed
+
+
+def test_report_b_allreduce_times_come_out_of_the_model(report_b):
+    work, node, link, _ = report_b
+    assert work.gradient_bytes == 102_228_384  # report B's L
+    two, why = model.allreduce_seconds(work.gradient_bytes, 4, 2, node, link)
+    four, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    # 2L(p-1)/p bytes over 10 GbE at report B's effective ~5 Gibit/s: 0.152 s and 0.228 s (report: ~0.15, ~0.22)
+    assert _near(two, "0.15") and _near(four, "0.22")
+    assert "2L(p-1)/p = 102.228 MB per step at 10 Gbit/s x 0.5369 effective (10GbE private network" in why
+
+
+def test_report_b_scaling_per_doubling_comes_out_of_the_model(report_b):
+    work, node, link, speed = report_b
+    up = {n: model.dp_speedup(work, node, n, speed, link)[0] for n in (1, 2, 4)}
+    # throughput rose with every doubling of nodes, but by less than 2x
+    assert 1 < up[2] / up[1] < 2 and 1 < up[4] / up[2] < 2
+    # about 1.5x per doubling: 2 -> 4 nodes (both over the network) 1.61x; 1 -> 16 processes 1.61x per doubling
+    assert _near(up[4] / up[2], "1.5") and _near((up[4] ** Decimal("0.25")), "1.5")
+    # and at 16 processes the allreduce took over half of each iteration
+    compute = work.seconds_per_unit / speed * work.batch_per_gpu / work.samples_per_unit
+    allreduce, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    assert allreduce / (compute + allreduce) > Decimal("0.5")
+
+
+def test_16_p5_machines_over_efa_do_not_scale_like_10gbe_nodes(report_b):
+    work, sakura, sakura_link, sakura_speed = report_b
+    cat = catalog.load("2026-11")
+    p5 = cat.resolve("aws:p5.48xlarge", region="us-east-1")
+    speed, _ = model.speed(work, p5, cat.gpus)
+    p5_up = {n: model.dp_speedup(work, p5, n, speed, cat.link(p5))[0] for n in (1, 2, 16)}
+    sakura_up = {n: model.dp_speedup(work, sakura, n, sakura_speed, sakura_link)[0] for n in (1, 2, 16)}
+    # 16 machines: 128 H100 over 3,200 Gbit/s EFA keep 97 % of linear; 64 TITAN X over 10 GbE 37 %
+    assert p5_up[16] / 128 > Decimal("0.95") and sakura_up[16] / 64 < Decimal("0.4")
+    assert p5_up[2] / p5_up[1] > Decimal("1.95") and sakura_up[2] / sakura_up[1] < Decimal("1.2")
+
+
+def test_no_network_figure_means_no_multi_machine_data_parallel_plan():
+    cat = catalog.load("2026-11")
+    work = workloads.load("resnet50")
+    est = optimizer.estimate(work, Setting(catalog=cat), provider="sakura")
+    two = [p for p in est.plans if p.count == 2]
+    assert two and all(not p.feasible for p in two)
+    assert all(p.reason.startswith(f"no inter-node network figure for {p.fleet[0][0].name} (catalog/links.csv)")
+               for p in two)
+
+
+def test_past_the_validated_global_batch_a_plan_says_so():
+    cat = catalog.load("2017-08")
+    work = workloads.load("resnet50")
+    est = optimizer.estimate(work, Setting(catalog=cat, as_of_month="2017-12"), provider="sakura")
+    pascal = {p.count: p for p in est.plans if p.feasible and p.fleet[0][0].name == "koukaryoku-titanx-pascal-x4"
+              and p.setup == "scratch"}
+    assert not any("global batch" in w for w in pascal[4].warnings)  # 16 processes x 32 = 512: report B ran it
+    batch = [w for w in pascal[8].warnings if "global batch" in w]
+    assert batch == ["global batch 1,024 (32 per GPU x 32 GPUs) is past the 512 validated (shared/domain.md B"
+                     " (December 2017)): accuracy may suffer; tune the learning rate and batch size first"]
