@@ -120,8 +120,17 @@ def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
     return f, f"co-location slowdown {f}x for {gpus_busy} jobs on one machine (default; {workload.colocation_source})"
 
 
+def packing_table(workload: Workload, offer: Offer) -> tuple[Mapping[int, Decimal | None] | None, str]:
+    """The packing efficiencies measured for the offer's GPU, and on which GPU; None where none were."""
+    if offer.gpu in workload.packing_by_gpu:
+        return workload.packing_by_gpu[offer.gpu], offer.gpu
+    if offer.gpu == workload.reference_gpu:
+        return workload.packing, offer.gpu
+    return None, ""
+
+
 def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
-    """Time factor for k jobs sharing one GPU; raises Infeasible when they cannot."""
+    """Time factor for k jobs sharing one GPU all the time; raises Infeasible when they cannot."""
     if k == 1:
         return Decimal(1), ""
     mem = workload.memory_gib
@@ -129,11 +138,68 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
         raise Infeasible(f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib")
     if k * mem > offer.gpu_memory_gib:
         raise Infeasible(f"{k} per GPU: {k} x {number_text(mem)} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
-    eff = workload.packing.get(k)
+    table, _ = packing_table(workload, offer)
+    if table is None:
+        measured = sorted({workload.reference_gpu} | set(workload.packing_by_gpu)) if any(
+            k > 1 for k in workload.packing) or workload.packing_by_gpu else []
+        where = f"measured only on {', '.join(measured)}" if measured else "not measured"
+        raise Infeasible(f"{k} per GPU on {offer.gpu}: per-stream efficiency {where}; it depends on the job and"
+                         f" the GPU: measure it there (gpuplan bench --max-pack {k})")
+    if k in table and table[k] is None:
+        raise Infeasible(f"{k} per GPU: {k} jobs did not fit one {offer.gpu} in the measurement")
+    eff = table.get(k)
     if eff is None:
-        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one GPU (measure it with gpuplan bench)")
+        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one {offer.gpu} (measure it with gpuplan bench)")
     factor = workload.startup_factor / eff
-    return factor, f"{k} per GPU: per-stream efficiency {eff}, start-up factor {workload.startup_factor} -> each job takes {factor:.3f}x"
+    return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {workload.startup_factor}"
+                    f" -> each job takes {factor:.3f}x while {k} share the GPU; fewer left run at the efficiency"
+                    " for their count (alone: full speed)")
+
+
+def packing_rates(workload: Workload, offer: Offer, k: int) -> dict[int, Decimal]:
+    """Per-job speed (1 = alone) when m = 1..k jobs share one GPU: efficiency(m) / start-up
+    factor; a count without its own figure takes the figure of the next larger measured count."""
+    table, _ = packing_table(workload, offer)
+    rates = {1: Decimal(1)}
+    for m in range(k, 1, -1):
+        eff = (table or {}).get(m)
+        rates[m] = eff / workload.startup_factor if eff is not None else rates.get(m + 1, Decimal(0))
+    return rates
+
+
+def shared_gpu(slots: Sequence[Sequence[Decimal]], rates: Mapping[int, Decimal], start_s: Decimal) -> tuple[Decimal, int]:
+    """k slots sharing one GPU, each running its jobs one after another (work in seconds alone on
+    this GPU; every job first pays start_s of wall time). While m slots still hold a job, each
+    progresses at rates[m]. Returns when the last slot finishes and how many jobs it started."""
+    queues = [list(q) for q in slots if q]
+    if not queues:
+        return Decimal(0), 0
+    tiny = Decimal("1e-9")
+    # per slot: [phase ("start" | "work" | "done"), remaining, job index]
+    state = [["start", start_s, 0] if start_s else ["work", q[0], 0] for q in queues]
+    now, last = Decimal(0), (Decimal(0), 0)
+    while True:
+        active = [s for s in state if s[0] != "done"]
+        if not active:
+            return last
+        rate = rates[len(active)]
+        step = min(s[1] if s[0] == "start" else s[1] / rate for s in active)
+        now += step
+        for i, s in enumerate(state):
+            if s[0] == "done":
+                continue
+            s[1] -= step if s[0] == "start" else step * rate
+            if s[1] > tiny:
+                continue
+            if s[0] == "start":
+                s[0], s[1] = "work", queues[i][s[2]]
+            elif s[2] + 1 < len(queues[i]):
+                s[2] += 1
+                s[0], s[1] = ("start", start_s) if start_s else ("work", queues[i][s[2]])
+            else:
+                s[0] = "done"
+                if now >= last[0]:
+                    last = (now, s[2] + 1)
 
 
 def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:

@@ -470,6 +470,8 @@ class _Planner:
         return plans
 
     def _single_candidate(self, offer, n, k, slots, factor, notes, mode, exact) -> _Candidate:
+        if k > 1:
+            return self._packed_candidate(offer, n, k, slots, factor, notes, mode)
         start = self._start_ticks(factor)
         sched = self._slot_schedule(n * slots, exact, start)
         # the grouping of slots onto machines depends only on the schedule (slot order by length):
@@ -500,6 +502,48 @@ class _Planner:
 
         return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s,
                           None if optimal or sched.method == "milp" else redo)
+
+    def _packed_candidate(self, offer, n, k, slots, factor, notes, mode) -> _Candidate:
+        """k jobs per GPU. Jobs go to slots by the slot schedule (k slots per GPU, longest slots
+        spread over the GPUs); then each GPU is simulated: while m of its slots still hold a job,
+        each runs at efficiency(m) / start-up factor, so the jobs left at the end speed up (a clip
+        left alone runs at full speed, report C). Proven optimal only where it meets a bound that
+        holds for any schedule: the work at the GPU's best throughput, the job starts spread over
+        every slot, the longest job at its best speed."""
+        w, gpus = self.w, offer.gpu_count
+        sched = self._slot_schedule(n * slots, False)
+        key = (n * slots, slots, 0)
+        grouped = self.grouped.get(key)
+        if grouped is None or grouped[0] is not sched:
+            grouped = self.grouped[key] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign),
+                                           self._slot_parts(sched))
+        jobs_of: dict[int, list[int]] = {}
+        for j, m in enumerate(sched.assign):
+            jobs_of.setdefault(m, []).append(j)
+        busy = min(gpus, _ceil_div(_ceil_div(len(self.ref), n), k))
+        alone, _ = model.job_factor(w, offer, self.s.catalog.gpus, 1, busy)  # speed and co-location, not packing
+        rates = model.packing_rates(w, offer, k)
+        loads = []
+        for _, mine, names in grouped[1]:
+            per_gpu: list[list[list[Decimal]]] = [[] for _ in range(gpus)]
+            for i, slot in enumerate(mine):  # longest first, snaking over the GPUs
+                g = i % gpus if (i // gpus) % 2 == 0 else gpus - 1 - i % gpus
+                per_gpu[g].append([alone * self.ticks[j] * self.tick for j in jobs_of.get(slot, [])])
+            ends = [model.shared_gpu(q, rates, self.start_s) for q in per_gpu]
+            end, starts = max(ends, key=lambda e: e[0])
+            loads.append((offer, model.ceil_s(end), names, starts * self.start_s))
+        makespan_s = max(secs for _, secs, _, _ in loads)
+        best = max(m * r for m, r in rates.items())  # a GPU's best throughput, in jobs' alone-seconds per second
+        work = alone * self.total_ticks * self.tick
+        nj = len(self.ref)
+        bound_s = model.ceil_s(max(work / (n * gpus * best), nj * self.start_s / (n * slots),
+                                   self.start_s + alone * max(self.ticks) * self.tick / max(rates.values())))
+        optimal = makespan_s <= bound_s
+        how = (f"schedule: makespan {makespan_s} s, {k} slots per GPU simulated (fewer jobs left on a GPU run faster)"
+               + ("" if optimal else f"; not proven optimal (lower bound {bound_s} s)"))
+        plan = model.make_plan(w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], optimal)
+        jobs_lb = offer.price_jpy_per_hour * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
+        return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s)
 
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s

@@ -36,8 +36,11 @@ class Workload:
     max_speed: the job cannot go faster than this factor (small inputs that cannot fill a GPU).
     colocation_slowdown: G jobs on G GPUs of one machine -> factor >= 1 on each job's time;
         colocation_default applies for any G > 1 not listed.
-    packing: k jobs per GPU -> measured per-stream efficiency (time alone / time packed);
-        None = not measured (such a plan is infeasible). startup_factor multiplies packed runs.
+    packing: k jobs per GPU -> measured per-stream efficiency (time alone / time packed) on the
+        reference GPU; None = measured not to fit. packing_by_gpu: the same per other GPU key.
+        A GPU with neither is not packed (efficiency depends on the job and the GPU: report C, the
+        H100 measurements). startup_factor divides the packed per-job speed (report C's 1.2).
+        Fewer jobs left on a GPU than k run at the efficiency for that count (1 alone).
     parallel: "none" (one job per GPU slot) or "data" (each job spans every GPU of the fleet):
         dp_efficiency {(GPUs, nodes): efficiency} measured (dp_source says where) wins; else the
         communication model: per step, compute (batch_per_gpu of samples_per_unit at the GPU's
@@ -69,6 +72,7 @@ class Workload:
     colocation_default: Decimal = Decimal("1.10")
     colocation_source: str = "ESTIMATE (not measured for this workload)"
     packing: Mapping[int, Decimal | None] = field(default_factory=dict)
+    packing_by_gpu: Mapping[str, Mapping[int, Decimal | None]] = field(default_factory=dict)
     startup_factor: Decimal = Decimal("1.2")
     parallel: str = "none"
     intra_node_eff_per_doubling: Decimal = Decimal("0.985")

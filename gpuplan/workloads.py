@@ -94,13 +94,10 @@ def from_dict(data: Any, where: str) -> Workload:
         raise UsageError(f"{where}: colocation.default = {default} is below 1; it is time shared / time alone")
 
     pk = _map(where, "packing", data.get("packing"))
-    _only(where, "packing", pk, {"efficiency", "startup_factor"})
-    packing: dict[int, Decimal | None] = {1: Decimal(1)}
-    for k, v in _map(where, "packing.efficiency", pk.get("efficiency")).items():
-        kk = _key(where, "packing.efficiency", k)
-        packing[kk] = None if v is None else _dec(where, f"packing.efficiency.{k}", v, positive=True)
-        if packing[kk] is not None and packing[kk] > 1:
-            raise UsageError(f"{where}: packing.efficiency.{k} = {v} is above 1; it is time alone / time packed per stream")
+    _only(where, "packing", pk, {"efficiency", "startup_factor", "by_gpu"})
+    packing = _packing(where, "packing.efficiency", pk.get("efficiency"))
+    by_gpu = {str(g): MappingProxyType(_packing(where, f"packing.by_gpu.{g}", table))
+              for g, table in _map(where, "packing.by_gpu", pk.get("by_gpu")).items()}
     startup = _dec(where, "packing.startup_factor", pk.get("startup_factor", "1.2"), positive=True)
 
     parallel = str(data.get("parallel") or "none")
@@ -170,6 +167,7 @@ def from_dict(data: Any, where: str) -> Workload:
         colocation_default=default,
         colocation_source=str(col.get("source") or "ESTIMATE (not measured for this workload)"),
         packing=MappingProxyType(packing),
+        packing_by_gpu=MappingProxyType(by_gpu),
         startup_factor=startup,
         parallel=parallel,
         intra_node_eff_per_doubling=_dec(where, "scaling.intra_node_eff_per_doubling",
@@ -246,6 +244,10 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
         packing.update({k: None for k in o["packing_no_fit"]})
         packing[1] = Decimal(1)
         changes["packing"] = MappingProxyType(packing)
+    if o["reference_gpu"] != workload.reference_gpu and len(workload.packing) > 1:
+        # the workload's own packing figures were measured on its old reference GPU: they stay that GPU's
+        changes["packing_by_gpu"] = MappingProxyType({workload.reference_gpu: workload.packing, **workload.packing_by_gpu})
+        changes.setdefault("packing", MappingProxyType({1: Decimal(1)}))
     if any(g > 1 for g, _ in o["dp_efficiency"]):
         changes["dp_efficiency"] = MappingProxyType(dict(o["dp_efficiency"]))
         changes["dp_source"] = source
@@ -281,6 +283,16 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
         name = str(entry.get("name") or f"job{i + 1}")
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     return tuple(out)
+
+
+def _packing(where: str, name: str, raw: Any) -> dict[int, Decimal | None]:
+    """{k: per-stream efficiency} (null: measured not to fit); 1 is always 1."""
+    packing: dict[int, Decimal | None] = {1: Decimal(1)}
+    for k, v in _map(where, name, raw).items():
+        kk = _key(where, name, k)
+        packing[kk] = None if v is None else _dec(where, f"{name}.{k}", v, positive=True)
+        # above 1 is possible: small inputs leave a GPU idle, so packed streams can each run faster (H100, 416x416)
+    return packing
 
 
 def _dp_points(where: str, raw: Any) -> dict[tuple[int, int], Decimal]:

@@ -83,3 +83,54 @@ def test_past_the_validated_global_batch_a_plan_says_so():
     batch = [w for w in pascal[8].warnings if "global batch" in w]
     assert batch == ["global batch 1,024 (32 per GPU x 32 GPUs) is past the 512 validated (shared/domain.md B"
                      " (December 2017)): accuracy may suffer; tune the learning rate and batch size first"]
+
+
+# --- report C: streams packed on one GPU, and the remainder -----------------------------------------
+
+def _clips(count: int, seconds: str = "147.5"):
+    """Report C's clips on a GTX 1080: 147.5 s alone each (the figure behind the 495 s that the
+    old rule gave 3 clips 2 per GPU), 2.4 GiB each, per-stream efficiency 71.55 % (2) and 57 % (3),
+    start-up factor 1.2."""
+    from gpuplan.plan_types import Job, Workload
+
+    return Workload(name="clips", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="GTX 1080",
+                    speed={"GTX 1080": Decimal(1)}, memory_gib=Decimal("2.4"), startup_factor=Decimal("1.2"),
+                    packing={1: Decimal(1), 2: Decimal("0.7155"), 3: Decimal("0.57")},
+                    jobs=tuple(Job(f"clip{i + 1}", Decimal(seconds)) for i in range(count)))
+
+
+def _gtx1080():
+    o = sp.offer(name="gtx1080", gpu="GTX 1080", memory="8", price="3600", granularity=1, minimum=0)
+    return o, sp.catalog([o], {"azure": sp.facts(setup_min=0)})
+
+
+def test_report_c_three_clips_two_per_gpu_the_third_runs_alone_at_full_speed():
+    o, cat = _gtx1080()
+    plans = optimizer.estimate(_clips(3), Setting(catalog=cat), mixes=False).plans
+    two = next(p for p in plans if p.per_gpu == 2 and p.count == 1)
+    # two clips together: 147.5 x 1.2 / 0.7155 = 247.4 s; then the third alone: 147.5 s -> 394.9 -> 395 s
+    # (the old rule ran it at the 2-per-GPU speed too: 2 x 247.4 = 495 s)
+    assert two.wall_s == 395 and two.cost_jpy == 395
+    three = next(p for p in plans if p.per_gpu == 3 and p.count == 1)
+    # all three at once: 147.5 x 1.2 / 0.57 = 310.5 -> 311 s (report C: about 307 s)
+    assert three.wall_s == 311 and _near(three.wall_s, 307, "0.02")
+    assert any("fewer left run at the efficiency for their count" in a for a in two.assumptions)
+
+
+def test_packing_on_a_gpu_it_was_not_measured_on_is_not_planned():
+    t4 = sp.offer(name="t4", gpu="T4", memory="16", price="3600", granularity=1, minimum=0)
+    cat = sp.catalog([t4], {"azure": sp.facts(setup_min=0)})
+    work = _clips(3)
+    from dataclasses import replace
+
+    plans = optimizer.estimate(replace(work, speed={"GTX 1080": Decimal(1), "T4": Decimal(1)}), Setting(catalog=cat),
+                               mixes=False).plans
+    packed = [p for p in plans if p.per_gpu > 1]
+    assert packed and all(not p.feasible and "per-stream efficiency measured only on GTX 1080" in p.reason for p in packed)
+    # a figure measured on the T4 itself is used there
+    t4_measured = replace(work, speed={"GTX 1080": Decimal(1), "T4": Decimal(1)},
+                          packing_by_gpu={"T4": {1: Decimal(1), 2: Decimal("0.9")}})
+    plans = optimizer.estimate(t4_measured, Setting(catalog=cat), mixes=False).plans
+    two = next(p for p in plans if p.per_gpu == 2 and p.count == 1)
+    # two together: 147.5 x 1.2 / 0.9 = 196.67 s, then one alone 147.5 s -> 344.2 -> 345 s
+    assert two.feasible and two.wall_s == 345

@@ -132,12 +132,17 @@ def test_packing_fits_uses_measured_efficiency_and_startup_factor():
 
 
 def test_packing_that_does_not_fit_and_unmeasured_efficiency_are_infeasible():
-    w = work(40, memory="3", packing={1: Decimal(1), 3: Decimal("0.57"), 2: None})
+    w = work(40, memory="3", packing={1: Decimal(1), 3: Decimal("0.57"), 4: None})
     o = sp.offer(memory="8")
+    big = sp.offer(memory="16")
     with pytest.raises(model.Infeasible, match="3 x 3 GiB fixed fractions exceed the 8 GiB"):
         model.packing(w, o, 3)
-    with pytest.raises(model.Infeasible, match="no measured per-stream efficiency"):
+    with pytest.raises(model.Infeasible, match="no measured per-stream efficiency for 2 jobs on one K80"):
         model.packing(w, o, 2)
+    with pytest.raises(model.Infeasible, match="4 jobs did not fit one K80 in the measurement"):
+        model.packing(w, big, 4)  # null: measured not to fit
+    with pytest.raises(model.Infeasible, match="3 per GPU on T4: per-stream efficiency measured only on K80"):
+        model.packing(w, sp.offer(gpu="T4", memory="16"), 3)  # measured on another GPU: not reused
 
 
 def test_job_memory_over_gpu_memory_is_infeasible():
