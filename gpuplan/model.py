@@ -156,6 +156,41 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
                     " for their count (alone: full speed)")
 
 
+def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: int) -> tuple[int, str]:
+    """The most streams one of the offer's GPUs keeps in real time (per-frame time = alone time x
+    co-location / efficiency(k) must not exceed 1 / fps; k streams need k memory needs and a
+    measured efficiency for k on this GPU), and one line saying why. Raises Infeasible, saying
+    by how much, where not even one stream keeps up."""
+    st = workload.streams
+    need = 1 / st.fps
+    s, _ = speed(workload, offer, gpus)
+    c, _ = colocation(workload, gpus_busy)
+    alone = workload.seconds_per_unit / s * c
+    fps = number_text(st.fps)
+    if alone > need:
+        raise Infeasible(f"real time out of reach on a {offer.gpu}: one stream alone takes {number_text(alone * 1000)} ms"
+                         f" per frame, {fps} fps needs at most {number_text(need * 1000)} ms: {alone / need:.2f}x too slow")
+    table, _ = packing_table(workload, offer)
+    best, why_not = 1, ""
+    for k in sorted(k for k in (table or {}) if k > 1):
+        eff = table[k]
+        if eff is None or (workload.memory_gib is not None and k * workload.memory_gib > offer.gpu_memory_gib):
+            why_not = f"{k} do not fit its memory"
+            break
+        if workload.memory_gib is None:
+            why_not = "packing needs the workload's memory_gib"
+            break
+        if alone / eff > need:
+            why_not = f"{k} would take {number_text(alone / eff * 1000)} ms per frame each"
+            break
+        best = k
+    per = alone / (table[best] if best > 1 else 1)
+    if table is None:
+        why_not = "packing not measured on this GPU"
+    return best, (f"{best} stream{'s' if best > 1 else ''} per {offer.gpu} in real time: {number_text(per * 1000)} ms per frame"
+                  f" each, {fps} fps needs at most {number_text(need * 1000)} ms" + (f"; {why_not}" if why_not else ""))
+
+
 def packing_rates(workload: Workload, offer: Offer, k: int) -> dict[int, Decimal]:
     """Per-job speed (1 = alone) when m = 1..k jobs share one GPU: efficiency(m) / start-up
     factor; a count without its own figure takes the figure of the next larger measured count."""
@@ -432,15 +467,16 @@ def make_plan(
     names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n, _ in vm_loads]
 
     keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
-    seconds_at: dict[Decimal, list] = {}  # hourly price -> seconds per part (summed, then priced once)
+    seconds_at: dict[tuple[Decimal, int], list] = {}  # yen per seconds -> seconds per part (summed, priced once)
     uses: list[VmUse] = []
     total_billed = 0
     at_end = setting.release == "at-end"
     for i, (o, role, s, c, st, j, start) in enumerate(vms):
         idle = wall - ends[i] if at_end and role != "builder" else 0
         busy = s + c + st + j + idle
-        b = billed(busy, o)
-        price = o.price_jpy_per_hour
+        # a monthly server the user rents already bills nothing more for this batch
+        b = busy if o.kind == "monthly" and is_yours(o, workload, setting) else billed(busy, o)
+        price = rate(o, workload, setting)
         acc = seconds_at.get(price)
         if acc is None:
             acc = seconds_at[price] = [0] * len(keys)
@@ -452,9 +488,9 @@ def make_plan(
         acc[5] += idle
         acc[6] += b - busy
         total_billed += b
-        uses.append(VmUse(o, role, s, c, st, j, idle, b, b * price / HOUR, ends[i] + idle,
+        uses.append(VmUse(o, role, s, c, st, j, idle, b, b * price[0] / price[1], ends[i] + idle,
                           names_by_vm[i] if i < len(names_by_vm) else (), starts[i]))
-    parts = {k: sum((acc[n] * price / HOUR for price, acc in seconds_at.items()), Decimal(0)) for n, k in enumerate(keys)}
+    parts = {k: sum((acc[n] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for n, k in enumerate(keys)}
     workers = sum(1 for u in uses if u.role != "builder")
     parts["one_off"] = workload.staging_jpy * workers
     total = sum(parts.values(), Decimal(0))
@@ -473,11 +509,15 @@ def make_plan(
     recommendable, note = True, ""
     if any(o.kind == "owned" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "owned")
-        owned = {n.lower() for n in setting.owned + workload.owned}
-        recommendable = o.name.lower() in owned or any(a.lower() in owned for a in o.aliases)
+        recommendable = is_yours(o, workload, setting)
         note = f"owned: purchase {_yen(o.price)} up front (not in the cost); cost = power only"
         if not recommendable:
             note += f"; not recommended unless you own it (--owned {o.aliases[0] if o.aliases else o.name})"
+    elif any(o.kind == "monthly" for o, _ in fleet):
+        o = next(o for o, _ in fleet if o.kind == "monthly")
+        month = _yen(month_price(o, setting))
+        note = (f"you rent it already: {month} a month, not in this cost (--owned)" if is_yours(o, workload, setting)
+                else f"rented by the month: {month} per {o.billing_granularity_s // 86400} days, a started month billed whole")
     return Plan(
         provider=provider, region=region, fleet=tuple(fleet), setup=setup_mode, per_gpu=per_gpu,
         vms=tuple(uses), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
@@ -485,6 +525,29 @@ def make_plan(
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
         recommendable=recommendable, note=note,
     )
+
+
+def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:
+    """Did the user say they have this machine (--owned, or the workload's owned list)?"""
+    mine = {n.lower() for n in setting.owned + workload.owned}
+    return offer.name.lower() in mine or any(a.lower() in mine for a in offer.aliases)
+
+
+def month_price(offer: Offer, setting: Setting) -> Decimal:
+    """A monthly offer's rent in yen for one billed month (its row's price after FX)."""
+    fx = setting.catalog.fx.get(offer.currency)
+    return offer.price * (fx.jpy_per_unit if fx is not None else Decimal(1))
+
+
+def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, int]:
+    """Yen per so many billed seconds, as (yen, seconds): an hourly price per 3600 s; a monthly
+    rent per its billing period (the catalog row's month: a started month costs the whole rent,
+    not 720 h x rent / 730 h); nothing for a monthly server the user already rents (--owned)."""
+    if offer.kind == "monthly" and is_yours(offer, workload, setting):
+        return Decimal(0), 1
+    if offer.price_unit == "month" and offer.price is not None:
+        return month_price(offer, setting), max(1, offer.billing_granularity_s)
+    return offer.price_jpy_per_hour, 3600
 
 
 def infeasible_plan(workload: Workload, setting: Setting, offer: Offer, count: int, setup_mode: str, per_gpu: int,
@@ -539,7 +602,9 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     if offer.price_jpy_per_hour is None:
         return [f"{offer.name}: {offer.notes or 'price not sourced'}"]
     gran = {1: "per second", 60: "per minute", 3600: "per hour"}.get(offer.billing_granularity_s, f"per {offer.billing_granularity_s} s")
-    minimum = f", minimum {offer.billing_minimum_s} s" if offer.billing_minimum_s else ""
+    if offer.price_unit == "month":
+        gran = f"per month of {offer.billing_granularity_s // 86400} days (a started month billed whole)"
+    minimum = f", minimum {offer.billing_minimum_s} s" if offer.billing_minimum_s and offer.price_unit != "month" else ""
     if offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "

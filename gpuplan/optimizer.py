@@ -43,7 +43,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from gpuplan import model
 from gpuplan.model import Infeasible, Setting
@@ -440,6 +440,8 @@ class _Planner:
             return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
         if w.parallel == "data":
             return self._data_parallel(offer)
+        if w.streams is not None:
+            return self._streams(offer)
         plans: list[Plan] = []
         owned = offer.kind in ("owned", "monthly")
         nj = len(self.ref)
@@ -544,6 +546,28 @@ class _Planner:
         plan = model.make_plan(w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], optimal)
         jobs_lb = offer.price_jpy_per_hour * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
         return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s)
+
+    def _streams(self, offer: Offer) -> list[Plan]:
+        """Real-time streams: each GPU takes as many streams as keep up; every machine is held for
+        the whole duration, whatever its GPUs do."""
+        w, s = self.w, self.s
+        st = w.streams
+        busy = min(offer.gpu_count, st.count)
+        try:
+            k, why = model.stream_capacity(w, offer, s.catalog.gpus, busy)
+        except Infeasible as exc:
+            return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
+        per_machine = offer.gpu_count * k
+        n = _ceil_div(st.count, per_machine)
+        owned = offer.kind in ("owned", "monthly")
+        if owned and n > 1:
+            return [model.infeasible_plan(w, s, offer, n, "scratch", k,
+                                          f"{st.count} streams need {n} machines of {per_machine} streams; you have one")]
+        loads = [(offer, st.duration_s, tuple(self.names[i * per_machine:(i + 1) * per_machine])) for i in range(n)]
+        notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {_hours(st.duration_s)}: every machine is"
+                      " held for the whole duration (real time: frames cannot wait for a cheaper hour)"]
+        modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)
+        return [model.make_plan(w, s, [(offer, n)], mode, k, loads, notes) for mode in modes]
 
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
@@ -691,7 +715,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     for offer in offers:
         plans.extend(planner.single(offer))
 
-    if mixes and workload.parallel == "none" and len(workload.jobs) > 1:
+    if mixes and workload.parallel == "none" and workload.streams is None and len(workload.jobs) > 1:
         best_per_offer: dict[tuple[str, str], dict[str, tuple]] = {}
         for p in plans:
             if p.feasible and p.recommendable and p.per_gpu == 1 and p.fleet[0][0].kind == "cloud":
@@ -724,8 +748,10 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     gap, proven = _gap(planner, open_, rec, objective)
 
     reason = _reason(rec, eligible, objective, plans)
-    if rec is not None:
-        plans = [_break_even(p, rec) if p.fleet[0][0].kind == "owned" and p.feasible else p for p in plans]
+    hourly = next((p for p in eligible if all(o.kind == "cloud" for o, _ in p.fleet)), None)
+    plans = [_break_even(p, hourly, setting) if p.fleet[0][0].kind in ("owned", "monthly") and p.feasible else p
+             for p in plans]
+    rec, eligible = _pick(plans, objective)  # the same pick, now carrying its note
     feasible = [p for p in plans if p.feasible]
     pareto = _pareto([p for p in feasible if p.recommendable])
     ordered = sorted(feasible, key=lambda p: (not p.recommendable, rank_key(p, objective)))
@@ -795,19 +821,36 @@ def _reason(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[
             " ties on cost break on wall time, then on fewer machines")
 
 
-def _break_even(plan: Plan, rec: Plan) -> Plan:
+def _break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
+    """The note of an owned or monthly machine's plan, with its break-even against the best
+    hourly plan: batches to pay off a purchase; hours a month above which monthly rent wins."""
     from dataclasses import replace
 
-    owned = plan.fleet[0][0]
-    saving = rec.cost - plan.cost
+    mine = plan.fleet[0][0]
+    if hourly is None:
+        return replace(plan, note=f"{plan.note}; no hourly plan to compare it with")
     hours = Decimal(plan.wall_s) / 3600
+    if mine.kind == "monthly":
+        rent = model.month_price(mine, setting)
+        per_hour = hourly.cost / hours  # what the hourly plan costs per hour of this work on the monthly server
+        need = (rent / per_hour).quantize(Decimal(1), rounding=ROUND_CEILING)
+        month_h = mine.billing_granularity_s // 3600
+        line = (f"break-even: renting it at ¥{rent:,.0f} a month beats {hourly.label} (¥{hourly.cost_jpy:,} for this batch,"
+                f" {_minutes(plan.wall_s)} of work here) when it is busy more than {need:,} h a month"
+                + (f" (more than the month's {month_h} h: never)" if need > month_h else ""))
+        return replace(plan, note=f"{plan.note}; {line}")
+    saving = hourly.cost - plan.cost
     if saving <= 0:
-        line = f"buying never pays off: the recommended plan costs ¥{rec.cost_jpy:,} per batch, power alone ¥{plan.cost_jpy:,}"
+        line = f"buying never pays off: the best hourly plan costs ¥{hourly.cost_jpy:,} per batch, power alone ¥{plan.cost_jpy:,}"
     else:
-        batches = math.ceil(owned.price / saving)
+        batches = math.ceil(mine.price / saving)
         line = (f"buying pays off after {batches:,} batches like this one (about {int(batches * hours):,} hours of this work "
-                f"on it) against ¥{rec.cost_jpy:,} per batch for {rec.label}")
+                f"on it) against ¥{hourly.cost_jpy:,} per batch for {hourly.label}")
     return replace(plan, note=f"{plan.note}; {line}")
+
+
+def _hours(seconds: int) -> str:
+    return f"{seconds // 3600} h" if seconds % 3600 == 0 else f"{seconds / 3600:.2f} h"
 
 
 def _minutes(seconds: int) -> str:

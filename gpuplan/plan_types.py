@@ -20,6 +20,16 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Streams:
+    """Real-time work: `count` streams of `fps` frames per second, each for `duration_s`. Every
+    frame must be processed as fast as it arrives, so machines are held for the whole duration."""
+
+    count: int
+    fps: Decimal
+    duration_s: int
+
+
+@dataclass(frozen=True)
 class Workload:
     """A batch of jobs and the measured facts about how they run.
 
@@ -48,6 +58,8 @@ class Workload:
         not hidden by `overlap` (the share of compute it can overlap); where gradient_bytes is
         not given, intra_node_eff_per_doubling and inter_node_speedup_per_doubling (a rule of
         thumb). validated_global_batch: past batch_per_gpu x GPUs above it, plans carry a warning.
+    streams: real-time streams (unit "frame"; seconds_per_unit = seconds per frame alone): a GPU
+        takes the most streams k whose per-frame time (alone time / efficiency(k)) keeps up.
     staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
     setup_s: overrides the provider's setup minutes (a playbook measured for this workload).
     owned: names of owned offers the user already has (owned hardware may then be recommended).
@@ -85,6 +97,7 @@ class Workload:
     overlap: Decimal = Decimal(0)
     validated_global_batch: int | None = None
     comm_source: str = ""
+    streams: Streams | None = None
     staging_s: int = 0
     staging_jpy: Decimal = Decimal(0)
     setup_s: int | None = None

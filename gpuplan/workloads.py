@@ -14,14 +14,14 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuplan.errors import UsageError
-from gpuplan.plan_types import Job, Workload
+from gpuplan.plan_types import Job, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
 _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
-    "memory_peak_gib", "job_start", "data_parallel",
+    "memory_peak_gib", "job_start", "data_parallel", "streams",
 }
 
 
@@ -74,11 +74,18 @@ def from_dict(data: Any, where: str) -> Workload:
     unknown = set(map(str, data)) - _TOP
     if unknown:
         raise UsageError(f"{where}: unknown field {sorted(unknown)[0]!r}; see docs/workloads.md")
-    for key in ("name", "seconds_per_unit", "reference_gpu", "jobs"):
+    streams = _streams(where, data)
+    for key in ("name", "seconds_per_unit", "reference_gpu") + (() if streams else ("jobs",)):
         if data.get(key) in (None, ""):
             raise UsageError(f"{where}: field '{key}' is missing; see docs/workloads.md")
     spu = _dec(where, "seconds_per_unit", data["seconds_per_unit"], positive=True)
-    jobs = _jobs(where, data["jobs"], spu)
+    if streams:
+        if data.get("jobs") is not None:
+            raise UsageError(f"{where}: give either streams (real-time work) or jobs (a batch), not both")
+        frames = streams.fps * streams.duration_s
+        jobs = tuple(Job(f"stream-{i + 1}", frames) for i in range(streams.count))
+    else:
+        jobs = _jobs(where, data["jobs"], spu)
 
     speed = {str(k): _dec(where, f"speed.{k}", v, positive=True) for k, v in _map(where, "speed", data.get("speed")).items()}
     col = _map(where, "colocation", data.get("colocation"))
@@ -183,6 +190,7 @@ def from_dict(data: Any, where: str) -> Workload:
         overlap=overlap,
         validated_global_batch=_whole(where, "data_parallel.validated_global_batch", dp.get("validated_global_batch")),
         comm_source=str(dp.get("source") or where) if dp else "",
+        streams=streams,
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0)),
         setup_s=int(_dec(where, "setup_minutes", data["setup_minutes"]) * 60) if data.get("setup_minutes") is not None else None,
@@ -283,6 +291,27 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
         name = str(entry.get("name") or f"job{i + 1}")
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     return tuple(out)
+
+
+def _streams(where: str, data: dict) -> Streams | None:
+    """streams: {count: 8, fps: 30, hours: 720} (or days / minutes): unit must be frame."""
+    st = _map(where, "streams", data.get("streams"))
+    if not st:
+        return None
+    _only(where, "streams", st, {"count", "fps", "hours", "days", "minutes"})
+    if str(data.get("unit") or "") != "frame":
+        raise UsageError(f"{where}: streams need unit: frame (seconds_per_unit = seconds per frame of one stream alone)")
+    count = st.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise UsageError(f"{where}: streams.count must be a whole number of at least 1, not {count!r}")
+    if st.get("fps") is None:
+        raise UsageError(f"{where}: streams.fps is missing (frames per second of each stream)")
+    given = [k for k in ("hours", "days", "minutes") if st.get(k) is not None]
+    if len(given) != 1:
+        raise UsageError(f"{where}: streams need exactly one of hours, days or minutes (how long they run)")
+    length = _dec(where, f"streams.{given[0]}", st[given[0]], positive=True)
+    seconds = int((length * {"minutes": 60, "hours": 3600, "days": 86400}[given[0]]).to_integral_value(rounding=ROUND_CEILING))
+    return Streams(count, _dec(where, "streams.fps", st["fps"], positive=True), seconds)
 
 
 def _packing(where: str, name: str, raw: Any) -> dict[int, Decimal | None]:

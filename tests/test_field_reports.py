@@ -134,3 +134,91 @@ def test_packing_on_a_gpu_it_was_not_measured_on_is_not_planned():
     two = next(p for p in plans if p.per_gpu == 2 and p.count == 1)
     # two together: 147.5 x 1.2 / 0.9 = 196.67 s, then one alone 147.5 s -> 344.2 -> 345 s
     assert two.feasible and two.wall_s == 345
+
+
+# --- streams: real-time work held for its whole duration ------------------------------------------------
+
+def _cameras(ms_per_frame: str, hours=720):
+    return workloads.from_dict({
+        "name": "cameras", "unit": "frame", "seconds_per_unit": Decimal(ms_per_frame) / 1000, "reference_gpu": "GTX 1080",
+        "speed": {"GTX 1080": 1}, "memory_gib": 2.4, "streams": {"count": 8, "fps": 30, "hours": hours},
+        "packing": {"efficiency": {2: 0.7155, 3: 0.57}},
+    }, "test cameras")
+
+
+def test_an_8_stream_30_fps_month_is_priced_for_720_hours():
+    # 20 ms per frame alone; 2 per GPU: 20 / 0.7155 = 27.95 ms <= 33.3 ms (30 fps); 3 per GPU: 35.09 ms is too slow
+    # -> 2 streams per GTX 1080, 4 machines, each held 720 h at ¥100/h billed hourly = ¥288,000
+    work = _cameras("20")
+    assert [j.units for j in work.jobs] == [Decimal(30 * 720 * 3600)] * 8
+    o = sp.offer(name="gtx1080", gpu="GTX 1080", memory="8", price="100", granularity=3600, minimum=3600)
+    cat = sp.catalog([o], {"azure": sp.facts(setup_min=0, quota=1000)})
+    est = optimizer.estimate(work, Setting(catalog=cat))
+    rec = est.recommended
+    assert (rec.count, rec.per_gpu, rec.wall_s, rec.billed_s, rec.cost_jpy) == (4, 2, 720 * 3600, 4 * 720 * 3600, 288_000)
+    assert [v.jobs for v in rec.vms] == [("stream-1", "stream-2"), ("stream-3", "stream-4"),
+                                         ("stream-5", "stream-6"), ("stream-7", "stream-8")]
+    assert any(a.startswith("2 streams per GTX 1080 in real time: 27.952 ms per frame each, 30 fps needs at most 33.333 ms;"
+                            " 3 would take 35.088 ms per frame each") for a in rec.assumptions)
+    assert any("held for the whole duration" in a for a in rec.assumptions)
+
+
+def test_streams_no_gpu_keeps_up_with_are_infeasible_and_say_by_how_much():
+    o = sp.offer(name="gtx1080", gpu="GTX 1080", memory="8", price="100")
+    est = optimizer.estimate(_cameras("45"), Setting(catalog=sp.catalog([o])))
+    assert est.recommended is None
+    assert est.plans[0].reason == ("real time out of reach on a GTX 1080: one stream alone takes 45 ms per frame,"
+                                   " 30 fps needs at most 33.333 ms: 1.35x too slow")
+
+
+# --- report D: a monthly server, rented or already yours ------------------------------------------------
+
+def _monthly(price="146000"):
+    o = sp.offer(name="p100x2-monthly", provider="baremetal", gpu="V100", gpus=2, price=None, memory="16",
+                 granularity=30 * 86400, minimum=30 * 86400, family="")
+    from dataclasses import replace
+
+    return replace(o, kind="monthly", price=Decimal(price), price_unit="month",
+                   price_jpy_per_hour=Decimal(price) / 730, aliases=("bm-p100x2",))
+
+
+def test_a_monthly_server_is_billed_a_whole_month_not_720_of_730_hours():
+    from gpuplan.plan_types import Job, Workload
+
+    w = Workload(name="t", description="", jobs=(Job("a", Decimal(7200)),), unit="second", seconds_per_unit=Decimal(1),
+                 reference_gpu="V100", speed={"V100": Decimal(1)})
+    o = _monthly()
+    providers = {"baremetal": sp.facts("baremetal", setup_min=0, builder_is_worker=True, quota=None)}
+    plan = next(p for p in optimizer.estimate(w, Setting(catalog=sp.catalog([o], providers))).plans if p.feasible)
+    # 2 h of work starts a month: ¥146,000 (not 720 h x 146,000 / 730 h = ¥144,000)
+    assert plan.cost == Decimal(146000) and plan.billed_s == 30 * 86400 and plan.wall_s == 7200
+    assert "a started month billed whole" in plan.note
+    # already rented (--owned): nothing more to pay for this batch, and only its busy time is counted
+    mine = next(p for p in optimizer.estimate(w, Setting(catalog=sp.catalog([o], providers), owned=("bm-p100x2",))).plans
+                if p.feasible)
+    assert mine.cost == 0 and mine.billed_s == 7200 and mine.recommendable
+    assert "you rent it already: ¥146,000 a month, not in this cost" in mine.note
+
+
+def test_report_d_break_even_hours_per_month_for_a_stated_monthly_price(cli, tmp_path, monkeypatch):
+    import json
+
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("offers:\n  - {provider: baremetal, name: p100x2-monthly, price: 146000}\n")  # the stated price
+    monkeypatch.setenv("GPUPLAN_PRICES", str(prices))
+    r = cli("estimate", "--videos", "4", "--as-of", "2018-06", "--format", "json", "--all")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    best = data["recommended"]  # the best hourly plan: 1x Koukaryoku Maxwell TITAN X x4, 2 h at ¥288/h
+    assert (best["instance_type"], best["cost_jpy"]) == ("koukaryoku-titanx-maxwell-x4", 576)
+    monthly = next(p for p in data["plans"] if p["instance_type"] == "p100x2-monthly")
+    # 4 videos on 2 P100 (4.15x a K80, 2 busy GPUs 1.25x): 2 x 2166.7 s = 4334 s of work on it;
+    # break-even = 146,000 x 4334 / 3600 h / ¥576 = 305.2 -> 306 h a month
+    assert monthly["cost_jpy"] == 146_000 and monthly["billed_minutes"] == 43200 and monthly["wall_minutes"] == 72.23
+    assert ("break-even: renting it at ¥146,000 a month beats 1x koukaryoku-titanx-maxwell-x4 (¥576 for this batch,"
+            " 72.2 min of work here) when it is busy more than 306 h a month") in monthly["note"]
+    # --owned accepts a server rented by the month: it is then recommended at no further cost
+    r = cli("estimate", "--videos", "4", "--as-of", "2018-06", "--format", "json", "--owned", "bm-p100x2")
+    assert r.code == 0, r.err
+    mine = json.loads(r.out)["recommended"]
+    assert (mine["instance_type"], mine["cost_jpy"], mine["billed_minutes"]) == ("p100x2-monthly", 0, 72.23)

@@ -216,7 +216,8 @@ def _render_table(est, show_all: bool) -> None:
                   f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
                   f"¥{rec.cost_jpy:,}, wall {_minutes(rec.wall_s)} min, billed {_minutes(rec.billed_s)} min")
     parts = ", ".join(f"{k} ¥{_yen2(v)}" for k, v in rec.breakdown.items() if v)
-    console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})")
+    console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})" if parts
+                  else "  breakdown: nothing more to pay for this batch (hardware you already have)")
     console.print(f"  why: {est.reason}")
     console.print(f"  optimal: {_proof(est)}")
     for key, line in est.extra.items():
@@ -320,7 +321,7 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
         save: Annotated[Optional[Path], typer.Option(help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
         profile: Annotated[Optional[Path], typer.Option(help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
-        owned: Annotated[Optional[list[str]], typer.Option(help="Owned hardware you already have (offer name); it may then be recommended.")] = None,
+        owned: Annotated[Optional[list[str]], typer.Option(help="Hardware you already own or rent by the month (offer name); it may then be recommended.")] = None,
         show_all: Annotated[bool, typer.Option("--all", help="List every candidate plan.")] = False,
         release: Annotated[str, typer.Option(help="when-done (release each machine when its jobs end) or at-end.")] = "when-done",
     ) -> None:
@@ -354,10 +355,11 @@ def register(app: typer.Typer) -> None:
             release=release, measured_setup=_measured_setup(state, cat), owned=tuple(owned or ()),
         )
         if owned:
-            known = {n.lower() for o in cat.offers if o.kind == "owned" for n in (o.name, *o.aliases)}
+            known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}
             for name in owned:
                 if name.lower() not in known:
-                    raise UsageError(f"--owned {name!r} is not an owned offer in catalog {cat.snapshot}; owned: {', '.join(sorted(known)) or 'none'}")
+                    raise UsageError(f"--owned {name!r} is not an owned offer (nor a monthly-rented one) in catalog"
+                                     f" {cat.snapshot}; those are: {', '.join(sorted(known)) or 'none'}")
         work, calibrations = _calibrate(state, work, cat)
         est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective)
         if calibrations:
