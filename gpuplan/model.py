@@ -415,6 +415,24 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     return setup, capture, launch, notes
 
 
+def image_problem(offers: Sequence[Offer], setting: Setting) -> str:
+    """Why a fleet cannot start from an image built on its first offer ("" where it can): the
+    provider could not capture one in the as-of month, or the image cannot start the other
+    offer's size (catalog/images.csv). No rule for the provider: capture assumed possible."""
+    cat = setting.catalog
+    first = offers[0]
+    rule = cat.image_rule(first.provider, setting.as_of_month or cat.snapshot) if hasattr(cat, "image_rule") else None
+    if rule is None:
+        return ""
+    if not rule.capture:
+        return f"no image capture on {first.provider} as of {setting.as_of_month or cat.snapshot} ({rule.source})"
+    for o in offers[1:]:
+        if rule.usable_by == "same-size" and o.name != first.name or rule.usable_by == "same-gpu" and o.gpu != first.gpu:
+            return (f"an image built on {first.name} ({first.gpu}) cannot start {o.name} ({o.gpu}): {first.provider}"
+                    f" images start the {rule.usable_by.replace('-', ' ')} only ({rule.notes or rule.source})")
+    return ""
+
+
 def builder_is_worker(offer: Offer, setting: Setting) -> bool:
     facts = setting.catalog.providers.get(offer.provider)
     return bool(facts.builder_is_worker) if facts else True
@@ -500,6 +518,9 @@ def make_plan(
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
     if setting.deadline_s is not None and wall > setting.deadline_s:
         reasons.append(f"misses the deadline by {_dur(wall - setting.deadline_s)} (wall {_dur(wall)} > {_dur(setting.deadline_s)})")
+    no_image = image_problem([first], setting)
+    if no_image and setup_mode == "scratch":
+        time_notes.append(f"{no_image}: every machine runs setup")
     if setup_mode == "image" and not bw:
         time_notes.append(f"{provider}: the builder is deleted after capture and is not a worker (deallocated during capture: not billed)")
     elif setup_mode == "image":

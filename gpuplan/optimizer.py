@@ -42,7 +42,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 
 from gpuplan import model
@@ -461,7 +461,7 @@ class _Planner:
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:
                         extra.append(_ceil_div(total, room * slots))
-            modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0
+            modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0 and not model.image_problem([offer], s)
             for n in _counts(nmax, extra):
                 busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))
                 factor, notes = model.job_factor(w, offer, s.catalog.gpus, k, busy)
@@ -566,7 +566,8 @@ class _Planner:
         loads = [(offer, st.duration_s, tuple(self.names[i * per_machine:(i + 1) * per_machine])) for i in range(n)]
         notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {_hours(st.duration_s)}: every machine is"
                       " held for the whole duration (real time: frames cannot wait for a cheaper hour)"]
-        modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)
+        modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
+                                         and not model.image_problem([offer], s)) else ("scratch",)
         return [model.make_plan(w, s, [(offer, n)], mode, k, loads, notes) for mode in modes]
 
     def _data_parallel(self, offer: Offer) -> list[Plan]:
@@ -587,7 +588,8 @@ class _Planner:
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
                      f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
             batch = model.global_batch_warning(w, n * offer.gpu_count)
-            modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)
+            modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
+                                             and not model.image_problem([offer], s)) else ("scratch",)
             for mode in modes:
                 plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes, warnings=[batch]))
         return plans
@@ -619,7 +621,10 @@ class _Planner:
                            + nj * self.start_s * min(a.price_jpy_per_hour / a.gpu_count, b.price_jpy_per_hour / b.gpu_count)
                            ) / model.HOUR
                 empty = [(a, 0, ())] * na + [(b, 0, ())] * nb
-                for mode in ("scratch", "image"):
+                no_image = model.image_problem([a, b], s)
+                if no_image and (na, nb) == (1, 1):  # said once per pair
+                    plans.append(replace(model.infeasible_plan(w, s, a, na, "image", 1, no_image), fleet=((a, na), (b, nb))))
+                for mode in ("scratch",) if no_image else ("scratch", "image"):
                     fixed = self._fixed_cost(model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty))
                     cost_lb, wall_lb = fixed + jobs_lb, self._min_overhead([a, b], mode) + bound_s
                     beaten = any(p.feasible and p.recommendable and p.cost <= cost_lb and p.wall_s <= wall_lb for p in shown)

@@ -222,3 +222,30 @@ def test_report_d_break_even_hours_per_month_for_a_stated_monthly_price(cli, tmp
     assert r.code == 0, r.err
     mine = json.loads(r.out)["recommended"]
     assert (mine["instance_type"], mine["cost_jpy"], mine["billed_minutes"]) == ("p100x2-monthly", 0, 72.23)
+
+
+# --- image limits per provider and era ---------------------------------------------------------------
+
+def test_2017_koukaryoku_plans_never_start_from_an_image():
+    cat = catalog.load("2017-08")
+    est = optimizer.estimate(workloads.videos(4), Setting(catalog=cat, as_of_month="2017-12"), provider="sakura")
+    sakura = [p for p in est.plans if p.feasible]
+    assert sakura and all(p.setup == "scratch" for p in sakura)
+    assert any(p.count > 1 for p in sakura)  # several machines, each set up from scratch
+    assert any(a.startswith("no image capture on sakura as of 2017-12") and a.endswith("every machine runs setup")
+               for a in sakura[0].assumptions)
+    # Azure could capture in 2017 (report A): 4x NC6 from an image is still the pick there
+    azure = optimizer.estimate(workloads.videos(4), Setting(catalog=cat), provider="azure").recommended
+    assert (azure.label, azure.setup, azure.cost_jpy) == ("4x Standard_NC6", "image", 826)
+
+
+def test_an_image_does_not_start_a_size_with_another_gpu():
+    cat = catalog.load("2026-11")
+    a, b = cat.resolve("aws:g4dn.xlarge", region="us-east-1"), cat.resolve("aws:g5.xlarge", region="us-east-1")
+    setting = Setting(catalog=cat)
+    assert model.image_problem([a, a], setting) == ""
+    assert model.image_problem([a, b], setting).startswith(
+        "an image built on g4dn.xlarge (T4) cannot start g5.xlarge (A10G): aws images start the same gpu only")
+    est = optimizer.estimate(workloads.videos(8), setting, provider="aws", region="us-east-1")
+    mixes = [p for p in est.plans if len(p.fleet) == 2]
+    assert mixes and not any(p.feasible and p.setup == "image" and p.fleet[0][0].gpu != p.fleet[1][0].gpu for p in mixes)
