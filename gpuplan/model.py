@@ -452,7 +452,8 @@ def make_plan(
     """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names[,
     seconds of those that are job starts]), in fleet order; the first machine of fleet[0] is
     the image builder where it is a worker."""
-    vm_loads = [load if len(load) == 4 else (*load, Decimal(0)) for load in vm_loads]
+    zero = Decimal(0)
+    vm_loads = [load if len(load) == 4 else (*load, zero) for load in vm_loads]
     first = fleet[0][0]
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
     bw = builder_is_worker(first, setting)
@@ -486,6 +487,7 @@ def make_plan(
 
     keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
     seconds_at: dict[tuple[Decimal, int], list] = {}  # yen per seconds -> seconds per part (summed, priced once)
+    rates: dict[int, tuple[Decimal, int]] = {}  # id(offer) -> yen per seconds
     uses: list[VmUse] = []
     total_billed = 0
     at_end = setting.release == "at-end"
@@ -494,7 +496,9 @@ def make_plan(
         busy = s + c + st + j + idle
         # a monthly server the user rents already bills nothing more for this batch
         b = busy if o.kind == "monthly" and is_yours(o, workload, setting) else billed(busy, o)
-        price = rate(o, workload, setting)
+        price = rates.get(id(o))
+        if price is None:
+            price = rates[id(o)] = rate(o, workload, setting)
         acc = seconds_at.get(price)
         if acc is None:
             acc = seconds_at[price] = [0] * len(keys)

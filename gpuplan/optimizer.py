@@ -422,13 +422,11 @@ class _Planner:
             base += count * slots
         return out
 
-    def _machine_load(self, offer: Offer, factor: Decimal, slots: list[int], ticks: list[int],
-                      starts: list[int]) -> tuple[Offer, int, tuple, Decimal]:
-        """(offer, seconds of its busiest slot, -, the job-start seconds in that slot)."""
-        if not self.start_s:
-            return offer, self._seconds(factor, ticks[slots[0]]), (), Decimal(0)
+    def _machine_load(self, offer: Offer, factor: Decimal, slots: list[int], ticks: list[int], starts: list[int],
+                      names: tuple[str, ...]) -> tuple[Offer, int, tuple[str, ...], Decimal]:
+        """(offer, seconds of its busiest slot, its jobs' names, the job-start seconds in that slot)."""
         busiest = max(slots, key=lambda m: (self._seconds(factor, ticks[m], starts[m]), starts[m]))
-        return offer, self._seconds(factor, ticks[busiest], starts[busiest]), (), starts[busiest] * self.start_s
+        return offer, self._seconds(factor, ticks[busiest], starts[busiest]), names, starts[busiest] * self.start_s
 
     # -- fleets of one offer type -----------------------------------------------------------
 
@@ -484,11 +482,11 @@ class _Planner:
             grouped = self.grouped[key] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign),
                                            self._slot_parts(sched))
         ticks, starts = grouped[2]
-        loads = []
-        for _, mine, names in grouped[1]:
-            o, secs, _, st = self._machine_load(offer, factor, mine, ticks, starts)
-            loads.append((o, secs, names, st))
-        makespan_s = max(secs for _, secs, _, _ in loads)
+        if not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
+            loads = [(offer, self._seconds(factor, ticks[mine[0]]), names) for _, mine, names in grouped[1]]
+        else:
+            loads = [self._machine_load(offer, factor, mine, ticks, starts, names) for _, mine, names in grouped[1]]
+        makespan_s = max(load[1] for load in loads)
         bound_s = model.ceil_s(factor * sched.lower_bound * self.tick)
         # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
         whole = start * factor * self.tick == self.start_s
