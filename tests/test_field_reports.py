@@ -249,3 +249,37 @@ def test_an_image_does_not_start_a_size_with_another_gpu():
     est = optimizer.estimate(workloads.videos(8), setting, provider="aws", region="us-east-1")
     mixes = [p for p in est.plans if len(p.fleet) == 2]
     assert mixes and not any(p.feasible and p.setup == "image" and p.fleet[0][0].gpu != p.fleet[1][0].gpu for p in mixes)
+
+
+# --- the new workload fields, read from a file ------------------------------------------------------
+
+def test_overlap_hides_allreduce_behind_compute(report_b):
+    from dataclasses import replace
+
+    work, node, link, speed = report_b
+    # 4 nodes: compute 0.1668 s, allreduce 0.2285 s; overlapping all compute leaves 0.0617 s exposed
+    up = model.dp_speedup(replace(work, overlap=Decimal(1)), node, 4, speed, link)[0]
+    compute = work.seconds_per_unit / speed * 32 / work.samples_per_unit
+    allreduce, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    assert up == (16 * compute / allreduce).quantize(Decimal("0.0001"))  # step = the allreduce alone
+    assert up > model.dp_speedup(work, node, 4, speed, link)[0]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"data_parallel": {"gradient_bytes": 1000}}, "data_parallel.gradient_bytes needs data_parallel.batch_per_gpu too"),
+    ({"data_parallel": {"overlap": 1.5}}, "data_parallel.overlap = 1.5 is above 1"),
+    ({"streams": {"count": 2, "fps": 30, "hours": 1}}, "streams need unit: frame"),
+    ({"unit": "frame", "streams": {"count": 2, "fps": 30}}, "streams need exactly one of hours, days or minutes"),
+    ({"unit": "frame", "streams": {"count": 2, "fps": 30, "days": 1}, "jobs": [{"units": 3}]},
+     "give either streams (real-time work) or jobs (a batch), not both"),
+    ({"packing": {"by_gpu": {"T4": {"x": 0.5}}}}, "packing.by_gpu.T4 key 'x' must be a whole number"),
+])
+def test_new_workload_fields_are_checked_in_one_line(extra, message):
+    from gpuplan.errors import UsageError
+
+    data = {"name": "w", "unit": "epoch", "seconds_per_unit": 1, "reference_gpu": "V100", "jobs": [{"units": 10}]}
+    data.update(extra)
+    if "streams" in extra and "jobs" not in extra:
+        data.pop("jobs")
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        workloads.from_dict(data, "w.yaml")
