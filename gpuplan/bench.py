@@ -2,7 +2,11 @@
 
 What is measured, each by starting the job's processes and reading their JSON lines:
 
-1. alone: one job on GPU 0 -> seconds per unit, peak memory;
+1. alone: one job on GPU 0 -> seconds per unit, peak memory (uncapped), and the fixed cost of a
+   job start = the process's wall time - its timed steps (interpreter, imports, CUDA context,
+   model build, cuDNN autotuning, warm-up steps, exit);
+   memory need: the smallest `--memory-fraction` cap at which the job still runs at full speed
+   (within FULL_SPEED_TOLERANCE), found by bisection (GPU runs only: a CPU enforces no cap);
 2. co-location: G jobs at once on a G-GPU machine, one per GPU (CUDA_VISIBLE_DEVICES=i) ->
    slowdown(G) = mean seconds per unit / alone;
 3. packing: k jobs on GPU 0, each capped at 1/k of its memory -> whether all k started, and
@@ -67,6 +71,8 @@ JOBS: dict[str, JobSpec] = {
 }
 
 EXIT_NO_FIT = 3  # gpuplan.jobs._common.EXIT_NO_FIT, repeated to keep torch out of this import
+FULL_SPEED_TOLERANCE = Decimal("0.05")  # capped runs within 5 % of alone count as full speed (run-to-run noise is ~3 %)
+MEMORY_SEARCH_STEPS = 7  # bisection steps: 1/128 of the GPU's memory at most (0.6 GiB of 80 GiB)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class Outcome:
     exit_code: int
     stdout: str
     stderr: str
+    seconds: float | None = None  # the process's wall time as the executor saw it (start to exit)
 
     def record(self) -> dict | None:
         """The job's JSON line (the last line that parses), or None."""
@@ -132,7 +139,12 @@ class LocalExecutor(Executor):
         self.nodes = 1
 
     def run_all(self, launches: Sequence[Launch], timeout: int) -> list[Outcome]:
+        """Start every launch at once; each outcome's seconds run from the batch's start to when
+        that process was collected (exact for a batch of one, an upper bound otherwise)."""
+        import time
+
         procs = []
+        started = time.monotonic()
         for launch in launches:
             env = {**os.environ, **dict(launch.env)}
             procs.append(subprocess.Popen(list(launch.argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -145,7 +157,7 @@ class LocalExecutor(Executor):
                 proc.kill()
                 out, err = proc.communicate()
                 err += f"\ntimed out after {timeout} s"
-            outcomes.append(Outcome(proc.returncode, out, err))
+            outcomes.append(Outcome(proc.returncode, out, err, time.monotonic() - started))
         return outcomes
 
     def machine(self) -> Machine:
@@ -194,7 +206,7 @@ class ClusterExecutor(Executor):
         )
         return [r if isinstance(r, Outcome) else
                 Outcome(-1, "", f"{type(r).__name__}: {r}") if isinstance(r, BaseException) else
-                Outcome(r.exit_code, r.stdout, r.stderr) for r in results]
+                Outcome(r.exit_code, r.stdout, r.stderr, r.seconds) for r in results]
 
     def machine(self) -> Machine:
         from gpuplan import remote
@@ -289,7 +301,10 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
 
     def records(launches: list[Launch], what: str, allow_no_fit: bool = False, rank0_only: bool = False,
                 ) -> list[dict] | None:
-        outs = executor.run_all(launches, opts.timeout)
+        return records_of(executor.run_all(launches, opts.timeout), what, allow_no_fit, rank0_only)
+
+    def records_of(outs: list[Outcome], what: str, allow_no_fit: bool = False, rank0_only: bool = False,
+                   ) -> list[dict] | None:
         if allow_no_fit and any(o.exit_code == EXIT_NO_FIT for o in outs):
             return None
         recs = []
@@ -307,8 +322,21 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
         return sum(Decimal(str(r[spec.spu_key])) for r in recs) / len(recs)
 
     opts.progress(f"alone: 1 job on {'a CPU' if cpu else 'GPU 0'}")
-    alone_rec = records([Launch(job(), 0, gpu_env(0))], "the job alone")[0]
+    alone_out = executor.run_all([Launch(job(), 0, gpu_env(0))], opts.timeout)[0]
+    alone_rec = records_of([alone_out], "the job alone")[0]
     alone = spu([alone_rec])
+    fixed = _fixed_seconds(alone_out, alone_rec)
+
+    need_fraction = None
+    if not cpu and machine.gpu_memory_mib:
+        def full_speed_at(fraction: Decimal) -> bool:
+            out = executor.run_all([Launch(job("--memory-fraction", f"{fraction:.6f}"), 0, gpu_env(0))], opts.timeout)[0]
+            rec = out.record()
+            ok = out.exit_code == 0 and rec is not None and rec.get("status") == "ok"
+            return ok and spu([rec]) <= alone * (1 + FULL_SPEED_TOLERANCE)
+
+        need_fraction = memory_need(full_speed_at, lambda f: opts.progress(
+            f"memory need: 1 job capped at {f:.4f} of GPU 0's memory"))
 
     slowdown = {1: Decimal(1)}
     for g in _points(slots):
@@ -355,10 +383,13 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
 
     executor.remove_dirs(barriers)
     mem = alone_rec.get("peak_memory_bytes") if alone_rec.get("memory_source") == "cuda" else None
+    gpu_mem = (Decimal(machine.gpu_memory_mib) / 1024) if machine.gpu_memory_mib else None
     notes = []
     if cpu:
         notes.append(f"CPU run with tiny shapes (--quick --device cpu); {slots} processes stand in for GPUs;"
-                     " memory shares are not enforced on a CPU")
+                     " memory shares are not enforced on a CPU, so the memory need is not measured")
+    if fixed is None:
+        notes.append("fixed cost per job not measured: the executor gave no process wall time")
     provenance = Provenance(
         source="gpuplan bench",
         date=date.today().isoformat(),
@@ -378,13 +409,40 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
         reference_gpu=catalog_gpu_key(machine.gpu_name),
         seconds_per_unit=alone * spec.per_unit,
         provenance=provenance,
-        memory_per_job_gib=(Decimal(mem) / 2**30) if mem else None,
-        gpu_memory_gib=(Decimal(machine.gpu_memory_mib) / 1024) if machine.gpu_memory_mib else None,
+        memory_peak_gib=(Decimal(mem) / 2**30) if mem else None,
+        gpu_memory_gib=gpu_mem,
+        memory_need_gib=(need_fraction * gpu_mem) if need_fraction is not None and gpu_mem else None,
+        memory_need_fraction=need_fraction,
+        fixed_seconds_per_job=fixed,
         colocation_slowdown=slowdown,
         packing_efficiency=efficiency,
         packing_fits=fits,
         dp_scaling=tuple(scaling),
     )
+
+
+def _fixed_seconds(out: Outcome, rec: dict) -> Decimal | None:
+    """A job start's fixed cost: the process's wall time minus its timed steps (never below 0)."""
+    if out.seconds is None or rec.get("seconds") is None:
+        return None
+    wall, timed = Decimal(str(round(out.seconds, 3))), Decimal(str(round(float(rec["seconds"]), 3)))
+    return max(wall - timed, Decimal(0))
+
+
+def memory_need(full_speed_at: Callable[[Decimal], bool], progress: Callable[[Decimal], None] = lambda f: None,
+                steps: int = MEMORY_SEARCH_STEPS) -> Decimal:
+    """The smallest memory fraction (to 1/2**steps) at which the job runs at full speed, by
+    bisection: the whole GPU is known to; a cap the job does not fit, or that slows it by more
+    than FULL_SPEED_TOLERANCE, is too small. Returns 1 when every cap tried was too small."""
+    low, high = Decimal(0), Decimal(1)
+    for _ in range(steps):
+        mid = (low + high) / 2
+        progress(mid)
+        if full_speed_at(mid):
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def _ratio(value: Decimal) -> Decimal:

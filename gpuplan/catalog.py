@@ -89,6 +89,40 @@ class ProviderFacts:
 
 
 @dataclass(frozen=True)
+class Link:
+    """The links a data-parallel job's gradients cross on one instance type (catalog/links.csv):
+    between the GPUs of one machine (intra) and between machines (inter). Bandwidths in Gbit/s
+    (10^9 bits) per direction, per GPU (intra) or per machine (inter); `*_effective` is the share
+    an allreduce achieves. None = not sourced."""
+
+    provider: str
+    name: str
+    intra_node_link: str
+    intra_node_gbps: Decimal | None
+    intra_node_effective: Decimal | None
+    inter_node_link: str
+    inter_node_gbps: Decimal | None
+    inter_node_effective: Decimal | None
+    source: str
+    as_of: str
+    notes: str
+
+
+@dataclass(frozen=True)
+class ImageRule:
+    """What a provider's images can do in one era (catalog/images.csv): capture at all, and which
+    sizes an image may start ("any", "same-gpu", "same-size")."""
+
+    provider: str
+    start: str  # first month "YYYY-MM" the rule holds
+    until: str  # last month, "" = still
+    capture: bool
+    usable_by: str
+    source: str
+    notes: str
+
+
+@dataclass(frozen=True)
 class Catalog:
     snapshot: str  # "2017-08"
     date: date  # last day of the snapshot's month: retirement checks when planning "as of" it
@@ -97,6 +131,19 @@ class Catalog:
     fx: Mapping[str, FxRate]
     providers: Mapping[str, ProviderFacts]
     prices_file: Path | None = field(default=None, compare=False)  # the user overrides applied, if any
+    links: Mapping[tuple[str, str], Link] = field(default_factory=dict)  # (provider, instance type) -> links
+    image_rules: tuple[ImageRule, ...] = ()
+
+    def link(self, offer: Offer) -> Link | None:
+        """The interconnect figures of the offer's instance type, or None where none are sourced."""
+        return self.links.get((offer.provider, offer.name))
+
+    def image_rule(self, provider: str, month: str) -> ImageRule | None:
+        """The provider's image rule for the month "YYYY-MM", or None where the catalog has none."""
+        for rule in self.image_rules:
+            if rule.provider == provider and rule.start <= month and (not rule.until or month <= rule.until):
+                return rule
+        return None
 
     def provider_names(self) -> list[str]:
         return sorted({o.provider for o in self.offers} | set(self.providers))
@@ -561,7 +608,42 @@ def _finish(snapshot: str, offers: list[Offer], fx: Mapping[str, FxRate],
         fx=MappingProxyType(dict(fx)),
         providers=MappingProxyType(dict(providers)),
         prices_file=prices_file,
+        links=_links(),
+        image_rules=_image_rules(),
     )
+
+
+@lru_cache(maxsize=1)
+def _links() -> Mapping[tuple[str, str], Link]:
+    out = {}
+    for line, row in _rows("links.csv"):
+        where = _Where(f"catalog/links.csv line {line}")
+        values = {k: _dec(where, k, row[k]) for k in ("intra_node_gbps", "intra_node_effective",
+                                                       "inter_node_gbps", "inter_node_effective")}
+        for k in ("intra_node_effective", "inter_node_effective"):
+            if values[k] is not None and not 0 < values[k] <= 1:
+                raise where.bad(k, row[k], "a share above 0 and at most 1")
+        out[(row["provider"], row["name"])] = Link(
+            provider=row["provider"], name=row["name"], intra_node_link=row["intra_node_link"],
+            inter_node_link=row["inter_node_link"], source=row["source"], as_of=row["as_of"], notes=row["notes"],
+            **values)
+    return MappingProxyType(out)
+
+
+@lru_cache(maxsize=1)
+def _image_rules() -> tuple[ImageRule, ...]:
+    out = []
+    for line, row in _rows("images.csv"):
+        where = _Where(f"catalog/images.csv line {line}")
+        for k in ("from", "until"):
+            if row[k] and not _SNAPSHOT_RE.match(row[k]):
+                raise where.bad(k, row[k], "a month YYYY-MM")
+        capture = _bool(where, "capture", row["capture"])
+        if capture and row["usable_by"] not in ("any", "same-gpu", "same-size"):
+            raise where.bad("usable_by", row["usable_by"], "any, same-gpu or same-size")
+        out.append(ImageRule(row["provider"], row["from"], row["until"], capture, row["usable_by"],
+                             row["source"], row["notes"]))
+    return tuple(out)
 
 
 def _load_base(name: str) -> Catalog:

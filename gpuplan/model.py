@@ -20,14 +20,21 @@ Semantics (shared/domain.md, last section, reproduced by the field report A work
   one-off items (staging yen per machine that runs jobs); Decimal throughout, rounded to integer
   yen once (Plan.cost_jpy, ROUND_HALF_UP). The breakdown (setup, capture, staging, jobs,
   idle_tail, rounding, one_off) sums exactly to the cost.
-- Job time on a GPU = reference seconds / speed x co-location slowdown (when G > 1 jobs run at
-  once on G GPUs of one machine) / packing efficiency(k) x start-up factor (when k > 1 jobs
-  share one GPU; report C: per-stream efficiency = time alone / time packed, packed wall time
-  = packed time x start-up factor 1.2).
+- Job time on a GPU = the job start's fixed cost (measured: process start to first timed step,
+  warm-up and exit; the same on every GPU) + reference seconds / speed x co-location slowdown
+  (when G > 1 jobs run at once on G GPUs of one machine) / packing efficiency(k) x start-up
+  factor (when k > 1 jobs share one GPU; report C: per-stream efficiency = time alone / time
+  packed, packed wall time = packed time x start-up factor 1.2; a measured job start cost
+  replaces that factor). A slot running several jobs one after another pays the fixed cost at
+  every start.
+- Memory: a job fits a GPU when its need (the smallest cap at which it runs at full speed,
+  where measured) fits; k per GPU when k needs fit. An uncapped peak is never used as a need
+  when a need is known.
 - Speed: the workload's measured factor for that GPU if it has one, else the generic table
   (catalog gpus.csv, kind "cnn-train") scaled from the reference GPU: listed as an assumption.
 - Data-parallel workloads run each job over every GPU of the fleet, one job after another;
-  speed-up = g x intra^(log2 g) on one machine of g GPUs, x inter^(log2 n) over n machines.
+  speed-up = g x n x the measured efficiency for (g x n GPUs, n machines) where the workload
+  has one, else g x intra^(log2 g) on one machine of g GPUs, x inter^(log2 n) over n machines.
 """
 
 from __future__ import annotations
@@ -113,20 +120,121 @@ def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
     return f, f"co-location slowdown {f}x for {gpus_busy} jobs on one machine (default; {workload.colocation_source})"
 
 
+def packing_table(workload: Workload, offer: Offer) -> tuple[Mapping[int, Decimal | None] | None, str]:
+    """The packing efficiencies measured for the offer's GPU, and on which GPU; None where none were."""
+    if offer.gpu in workload.packing_by_gpu:
+        return workload.packing_by_gpu[offer.gpu], offer.gpu
+    if offer.gpu == workload.reference_gpu:
+        return workload.packing, offer.gpu
+    return None, ""
+
+
 def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
-    """Time factor for k jobs sharing one GPU; raises Infeasible when they cannot."""
+    """Time factor for k jobs sharing one GPU all the time; raises Infeasible when they cannot."""
     if k == 1:
         return Decimal(1), ""
     mem = workload.memory_gib
     if mem is None:
         raise Infeasible(f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib")
     if k * mem > offer.gpu_memory_gib:
-        raise Infeasible(f"{k} per GPU: {k} x {mem} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
-    eff = workload.packing.get(k)
+        raise Infeasible(f"{k} per GPU: {k} x {number_text(mem)} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+    table, _ = packing_table(workload, offer)
+    if table is None:
+        measured = sorted({workload.reference_gpu} | set(workload.packing_by_gpu)) if any(
+            k > 1 for k in workload.packing) or workload.packing_by_gpu else []
+        where = f"measured only on {', '.join(measured)}" if measured else "not measured"
+        raise Infeasible(f"{k} per GPU on {offer.gpu}: per-stream efficiency {where}; it depends on the job and"
+                         f" the GPU: measure it there (gpuplan bench --max-pack {k})")
+    if k in table and table[k] is None:
+        raise Infeasible(f"{k} per GPU: {k} jobs did not fit one {offer.gpu} in the measurement")
+    eff = table.get(k)
     if eff is None:
-        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one GPU (measure it with gpuplan bench)")
+        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one {offer.gpu} (measure it with gpuplan bench)")
     factor = workload.startup_factor / eff
-    return factor, f"{k} per GPU: per-stream efficiency {eff}, start-up factor {workload.startup_factor} -> each job takes {factor:.3f}x"
+    return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {workload.startup_factor}"
+                    f" -> each job takes {factor:.3f}x while {k} share the GPU; fewer left run at the efficiency"
+                    " for their count (alone: full speed)")
+
+
+def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: int) -> tuple[int, str]:
+    """The most streams one of the offer's GPUs keeps in real time (per-frame time = alone time x
+    co-location / efficiency(k) must not exceed 1 / fps; k streams need k memory needs and a
+    measured efficiency for k on this GPU), and one line saying why. Raises Infeasible, saying
+    by how much, where not even one stream keeps up."""
+    st = workload.streams
+    need = 1 / st.fps
+    s, _ = speed(workload, offer, gpus)
+    c, _ = colocation(workload, gpus_busy)
+    alone = workload.seconds_per_unit / s * c
+    fps = number_text(st.fps)
+    if alone > need:
+        raise Infeasible(f"real time out of reach on a {offer.gpu}: one stream alone takes {number_text(alone * 1000)} ms"
+                         f" per frame, {fps} fps needs at most {number_text(need * 1000)} ms: {alone / need:.2f}x too slow")
+    table, _ = packing_table(workload, offer)
+    best, why_not = 1, ""
+    for k in sorted(k for k in (table or {}) if k > 1):
+        eff = table[k]
+        if eff is None or (workload.memory_gib is not None and k * workload.memory_gib > offer.gpu_memory_gib):
+            why_not = f"{k} do not fit its memory"
+            break
+        if workload.memory_gib is None:
+            why_not = "packing needs the workload's memory_gib"
+            break
+        if alone / eff > need:
+            why_not = f"{k} would take {number_text(alone / eff * 1000)} ms per frame each"
+            break
+        best = k
+    per = alone / (table[best] if best > 1 else 1)
+    if table is None:
+        why_not = "packing not measured on this GPU"
+    return best, (f"{best} stream{'s' if best > 1 else ''} per {offer.gpu} in real time: {number_text(per * 1000)} ms per frame"
+                  f" each, {fps} fps needs at most {number_text(need * 1000)} ms" + (f"; {why_not}" if why_not else ""))
+
+
+def packing_rates(workload: Workload, offer: Offer, k: int) -> dict[int, Decimal]:
+    """Per-job speed (1 = alone) when m = 1..k jobs share one GPU: efficiency(m) / start-up
+    factor; a count without its own figure takes the figure of the next larger measured count."""
+    table, _ = packing_table(workload, offer)
+    rates = {1: Decimal(1)}
+    for m in range(k, 1, -1):
+        eff = (table or {}).get(m)
+        rates[m] = eff / workload.startup_factor if eff is not None else rates.get(m + 1, Decimal(0))
+    return rates
+
+
+def shared_gpu(slots: Sequence[Sequence[Decimal]], rates: Mapping[int, Decimal], start_s: Decimal) -> tuple[Decimal, int]:
+    """k slots sharing one GPU, each running its jobs one after another (work in seconds alone on
+    this GPU; every job first pays start_s of wall time). While m slots still hold a job, each
+    progresses at rates[m]. Returns when the last slot finishes and how many jobs it started."""
+    queues = [list(q) for q in slots if q]
+    if not queues:
+        return Decimal(0), 0
+    tiny = Decimal("1e-9")
+    # per slot: [phase ("start" | "work" | "done"), remaining, job index]
+    state = [["start", start_s, 0] if start_s else ["work", q[0], 0] for q in queues]
+    now, last = Decimal(0), (Decimal(0), 0)
+    while True:
+        active = [s for s in state if s[0] != "done"]
+        if not active:
+            return last
+        rate = rates[len(active)]
+        step = min(s[1] if s[0] == "start" else s[1] / rate for s in active)
+        now += step
+        for i, s in enumerate(state):
+            if s[0] == "done":
+                continue
+            s[1] -= step if s[0] == "start" else step * rate
+            if s[1] > tiny:
+                continue
+            if s[0] == "start":
+                s[0], s[1] = "work", queues[i][s[2]]
+            elif s[2] + 1 < len(queues[i]):
+                s[2] += 1
+                s[0], s[1] = ("start", start_s) if start_s else ("work", queues[i][s[2]])
+            else:
+                s[0] = "done"
+                if now >= last[0]:
+                    last = (now, s[2] + 1)
 
 
 def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
@@ -145,7 +253,8 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
         raise Infeasible(f"{offer.name} not available until {offer.available_from.isoformat()}")
     if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
-        raise Infeasible(f"a job needs {workload.memory_gib} GiB, more than the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+        raise Infeasible(f"a job needs {number_text(workload.memory_gib)} GiB, more than the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+    # where a workload gives no need, the offer's own memory bounds it: nothing more to check
     speed(workload, offer, cat.gpus)
 
 
@@ -167,18 +276,108 @@ def job_factor(workload: Workload, offer: Offer, gpus: Mapping, k: int, gpus_bus
     return c * p / s, notes
 
 
+def number_text(value: Decimal) -> str:
+    """A quantity for people (GiB, seconds): at most 3 decimals, no trailing zeros: 3, 5.4, 6.372."""
+    text = f"{Decimal(value).quantize(Decimal('0.001')):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def factor_text(value: Decimal) -> str:
     """A ratio for people: at most 3 decimals (the exact Decimal is what the arithmetic uses)."""
     text = f"{value.quantize(Decimal('0.001')):f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
 
 
-def dp_speedup(workload: Workload, gpus_per_vm: int, vms: int) -> Decimal:
-    """Data-parallel speed-up over one GPU: g x intra^log2(g) x inter^log2(n)."""
-    g, n = gpus_per_vm, vms
-    intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
-    inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
-    return (g * intra * inter).quantize(Decimal("0.0001"))
+def job_start(workload: Workload) -> tuple[Decimal, str]:
+    """Seconds of fixed cost at every job start, and one line saying what and from where."""
+    if workload.job_start_s:
+        return workload.job_start_s, (f"fixed cost {number_text(workload.job_start_s)} s at every job start on a slot"
+                                      f" (process start to first timed step, warm-up, exit; the same on every GPU):"
+                                      f" {workload.job_start_source}")
+    return Decimal(0), (f"fixed cost per job start: not measured for {workload.name}, 0 s counted"
+                        " (`gpuplan bench` measures it)")
+
+
+def memory_note(workload: Workload) -> str:
+    """One line on the memory figure fits and packing use, and the peak kept apart."""
+    if workload.memory_gib is None:
+        return f"memory per job: not given for {workload.name}; any GPU is assumed to fit one job"
+    peak = (f"; uncapped peak {number_text(workload.memory_peak_gib)} GiB, not a need (an allocator takes what is free)"
+            if workload.memory_peak_gib is not None and workload.memory_peak_gib != workload.memory_gib else "")
+    return f"memory need {number_text(workload.memory_gib)} GiB per job ({workload.memory_source or workload.source}){peak}"
+
+
+GBIT = Decimal(10) ** 9
+
+
+def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Offer, link) -> tuple[Decimal, str]:
+    """One step's ring allreduce of `grad_bytes`: each of p participants sends 2L(p-1)/p bytes.
+
+    Over several machines, one process per machine talks on the network (hierarchical, report
+    B: p = machines) and the link's effective share counts the whole allreduce, the reduce and
+    broadcast inside each machine included (as report B measured it). On one machine of g > 1
+    GPUs: a ring over its GPU link. Raises Infeasible where the catalog has no such figure."""
+    g, n = gpus_per_node, nodes
+    if n > 1:
+        if link is None or link.inter_node_gbps is None:
+            raise Infeasible(f"no inter-node network figure for {offer.name} (catalog/links.csv):"
+                             " data-parallel over several machines is not planned on it")
+        p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
+        over = f"{n} machines"
+    elif g > 1:
+        if link is None or link.intra_node_gbps is None:
+            raise Infeasible(f"no GPU-to-GPU link figure for {offer.name} (catalog/links.csv):"
+                             " data-parallel over its GPUs is not planned")
+        p, gbps, eff, what = g, link.intra_node_gbps, link.intra_node_effective, link.intra_node_link
+        over = f"{g} GPUs of one machine"
+    else:
+        return Decimal(0), "one GPU: no allreduce"
+    volume = Decimal(2 * grad_bytes * (p - 1)) / p
+    seconds = volume * 8 / (gbps * GBIT * eff)
+    return seconds, (f"ring allreduce over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB per step at {gbps} Gbit/s"
+                     f" x {eff} effective ({what}; {link.source}) = {number_text(seconds)} s")
+
+
+def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Decimal, link=None) -> tuple[Decimal, str]:
+    """Data-parallel speed-up over one GPU of the offer for `nodes` machines, and where it comes from.
+
+    Measured efficiency for exactly (g x n GPUs, n machines) wins. Else the communication model:
+    one step = compute (batch_per_gpu samples at this GPU's speed) + the allreduce time not
+    hidden behind `overlap` x compute; speed-up = g x n x compute / step. Without gradient_bytes,
+    g x intra^log2(g) x inter^log2(n) (a rule of thumb, said so)."""
+    g, n = offer.gpu_count, nodes
+    measured = workload.dp_efficiency.get((g * n, n))
+    if measured is not None:
+        up = (g * n * measured).quantize(Decimal("0.0001"))
+        return up, f"efficiency {measured} measured for {g * n} GPUs on {n} machine{'s' if n > 1 else ''} ({workload.dp_source})"
+    if g * n == 1:
+        return Decimal(1), "one GPU"
+    if workload.gradient_bytes is None:
+        intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
+        inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
+        up = (g * intra * inter).quantize(Decimal("0.0001"))
+        return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {workload.intra_node_eff_per_doubling}"
+                    f" per doubling of GPUs, {workload.inter_node_speedup_per_doubling}x per doubling of machines;"
+                    " not measured for this layout")
+    compute = workload.seconds_per_unit / speed_on_offer * workload.batch_per_gpu / workload.samples_per_unit
+    ar, why = allreduce_seconds(workload.gradient_bytes, g, n, offer, link)
+    exposed = max(ar - workload.overlap * compute, Decimal(0))
+    up = (g * n * compute / (compute + exposed)).quantize(Decimal("0.0001"))
+    hidden = f", {workload.overlap} of compute overlapped" if workload.overlap else ""
+    return up, (f"per step {number_text(compute)} s compute ({workload.batch_per_gpu} per GPU) + {number_text(exposed)} s"
+                f" allreduce{hidden}: {why}; gradients {workload.gradient_bytes:,} bytes ({workload.comm_source})")
+
+
+def global_batch_warning(workload: Workload, gpus: int) -> str:
+    """A warning where data-parallel over `gpus` GPUs makes the global batch larger than validated."""
+    if workload.batch_per_gpu is None or workload.validated_global_batch is None:
+        return ""
+    batch = workload.batch_per_gpu * gpus
+    if batch <= workload.validated_global_batch:
+        return ""
+    return (f"global batch {batch:,} ({workload.batch_per_gpu} per GPU x {gpus} GPUs) is past the"
+            f" {workload.validated_global_batch:,} validated ({workload.comm_source}): accuracy may suffer;"
+            " tune the learning rate and batch size first")
 
 
 def ceil_s(x: Decimal) -> int:
@@ -216,6 +415,24 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     return setup, capture, launch, notes
 
 
+def image_problem(offers: Sequence[Offer], setting: Setting) -> str:
+    """Why a fleet cannot start from an image built on its first offer ("" where it can): the
+    provider could not capture one in the as-of month, or the image cannot start the other
+    offer's size (catalog/images.csv). No rule for the provider: capture assumed possible."""
+    cat = setting.catalog
+    first = offers[0]
+    rule = cat.image_rule(first.provider, setting.as_of_month or cat.snapshot) if hasattr(cat, "image_rule") else None
+    if rule is None:
+        return ""
+    if not rule.capture:
+        return f"no image capture on {first.provider} as of {setting.as_of_month or cat.snapshot} ({rule.source})"
+    for o in offers[1:]:
+        if rule.usable_by == "same-size" and o.name != first.name or rule.usable_by == "same-gpu" and o.gpu != first.gpu:
+            return (f"an image built on {first.name} ({first.gpu}) cannot start {o.name} ({o.gpu}): {first.provider}"
+                    f" images start the {rule.usable_by.replace('-', ' ')} only ({rule.notes or rule.source})")
+    return ""
+
+
 def builder_is_worker(offer: Offer, setting: Setting) -> bool:
     facts = setting.catalog.providers.get(offer.provider)
     return bool(facts.builder_is_worker) if facts else True
@@ -230,67 +447,84 @@ def make_plan(
     vm_loads: Sequence[tuple[Offer, int, tuple[str, ...]]],
     notes: Sequence[str] = (),
     optimal: bool = True,
+    warnings: Sequence[str] = (),
 ) -> Plan:
-    """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names),
-    in fleet order; the first machine of fleet[0] is the image builder where it is a worker."""
+    """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names[,
+    seconds of those that are job starts]), in fleet order; the first machine of fleet[0] is
+    the image builder where it is a worker."""
+    zero = Decimal(0)
+    vm_loads = [load if len(load) == 4 else (*load, zero) for load in vm_loads]
     first = fleet[0][0]
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
     bw = builder_is_worker(first, setting)
     staging = workload.staging_s
     vms: list[tuple[Offer, str, int, int, int, int, int]] = []  # offer, role, setup, capture_billed, staging, jobs, start
+    starts: list[Decimal] = []  # per machine: job-start seconds within its jobs
     if setup_mode == "image":
         start_workers = setup + capture + launch
         if bw:
-            o, jobs_s, names = vm_loads[0]
+            o, jobs_s, names, st_s = vm_loads[0]
             vms.append((o, "builder+worker", setup, capture, staging, jobs_s, 0))
+            starts.append(st_s)
             rest = vm_loads[1:]
         else:
             vms.append((first, "builder", setup, 0, 0, 0, 0))
+            starts.append(Decimal(0))
             rest = vm_loads
-        for o, jobs_s, names in rest:
+        for o, jobs_s, names, st_s in rest:
             vms.append((o, "worker", 0, 0, staging, jobs_s, start_workers))
+            starts.append(st_s)
     else:
-        for o, jobs_s, names in vm_loads:
+        for o, jobs_s, names, st_s in vm_loads:
             o_setup = provider_times(o, workload, setting)[0] if o is not first else setup
             vms.append((o, "worker", o_setup, 0, staging, jobs_s, 0))
+            starts.append(st_s)
 
     ends = [start + s + c + st + j for (_, _, s, c, st, j, start) in vms]
     # a builder that is not a worker is released after capture; its end is setup (+ unbilled capture)
     wall = max(ends[i] + (capture if vms[i][1] == "builder" else 0) for i in range(len(vms)))
-    names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n in vm_loads]
+    names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n, _ in vm_loads]
 
-    keys = ("setup", "capture", "staging", "jobs", "idle_tail", "rounding")
-    seconds_at: dict[Decimal, list[int]] = {}  # hourly price -> seconds per part (summed, then priced once)
+    keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
+    seconds_at: dict[tuple[Decimal, int], list] = {}  # yen per seconds -> seconds per part (summed, priced once)
+    rates: dict[int, tuple[Decimal, int]] = {}  # id(offer) -> yen per seconds
     uses: list[VmUse] = []
     total_billed = 0
     at_end = setting.release == "at-end"
     for i, (o, role, s, c, st, j, start) in enumerate(vms):
         idle = wall - ends[i] if at_end and role != "builder" else 0
         busy = s + c + st + j + idle
-        b = billed(busy, o)
-        price = o.price_jpy_per_hour
+        # a monthly server the user rents already bills nothing more for this batch
+        b = busy if o.kind == "monthly" and is_yours(o, workload, setting) else billed(busy, o)
+        price = rates.get(id(o))
+        if price is None:
+            price = rates[id(o)] = rate(o, workload, setting)
         acc = seconds_at.get(price)
         if acc is None:
             acc = seconds_at[price] = [0] * len(keys)
         acc[0] += s
         acc[1] += c
         acc[2] += st
-        acc[3] += j
-        acc[4] += idle
-        acc[5] += b - busy
+        acc[3] += j - starts[i]
+        acc[4] += starts[i]
+        acc[5] += idle
+        acc[6] += b - busy
         total_billed += b
-        uses.append(VmUse(o, role, s, c, st, j, idle, b, b * price / HOUR, ends[i] + idle,
-                          names_by_vm[i] if i < len(names_by_vm) else ()))
-    parts = {k: sum((acc[n] * price / HOUR for price, acc in seconds_at.items()), Decimal(0)) for n, k in enumerate(keys)}
+        uses.append(VmUse(o, role, s, c, st, j, idle, b, b * price[0] / price[1], ends[i] + idle,
+                          names_by_vm[i] if i < len(names_by_vm) else (), starts[i]))
+    parts = {k: sum((acc[n] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for n, k in enumerate(keys)}
     workers = sum(1 for u in uses if u.role != "builder")
     parts["one_off"] = workload.staging_jpy * workers
     total = sum(parts.values(), Decimal(0))
 
     provider, region = first.provider, first.region
-    reasons, warnings = [], []
+    reasons, warnings = [], [w for w in warnings if w]
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
     if setting.deadline_s is not None and wall > setting.deadline_s:
         reasons.append(f"misses the deadline by {_dur(wall - setting.deadline_s)} (wall {_dur(wall)} > {_dur(setting.deadline_s)})")
+    no_image = image_problem([first], setting)
+    if no_image and setup_mode == "scratch":
+        time_notes.append(f"{no_image}: every machine runs setup")
     if setup_mode == "image" and not bw:
         time_notes.append(f"{provider}: the builder is deleted after capture and is not a worker (deallocated during capture: not billed)")
     elif setup_mode == "image":
@@ -300,11 +534,15 @@ def make_plan(
     recommendable, note = True, ""
     if any(o.kind == "owned" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "owned")
-        owned = {n.lower() for n in setting.owned + workload.owned}
-        recommendable = o.name.lower() in owned or any(a.lower() in owned for a in o.aliases)
+        recommendable = is_yours(o, workload, setting)
         note = f"owned: purchase {_yen(o.price)} up front (not in the cost); cost = power only"
         if not recommendable:
             note += f"; not recommended unless you own it (--owned {o.aliases[0] if o.aliases else o.name})"
+    elif any(o.kind == "monthly" for o, _ in fleet):
+        o = next(o for o, _ in fleet if o.kind == "monthly")
+        month = _yen(month_price(o, setting))
+        note = (f"you rent it already: {month} a month, not in this cost (--owned)" if is_yours(o, workload, setting)
+                else f"rented by the month: {month} per {o.billing_granularity_s // 86400} days, a started month billed whole")
     return Plan(
         provider=provider, region=region, fleet=tuple(fleet), setup=setup_mode, per_gpu=per_gpu,
         vms=tuple(uses), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
@@ -312,6 +550,29 @@ def make_plan(
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
         recommendable=recommendable, note=note,
     )
+
+
+def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:
+    """Did the user say they have this machine (--owned, or the workload's owned list)?"""
+    mine = {n.lower() for n in setting.owned + workload.owned}
+    return offer.name.lower() in mine or any(a.lower() in mine for a in offer.aliases)
+
+
+def month_price(offer: Offer, setting: Setting) -> Decimal:
+    """A monthly offer's rent in yen for one billed month (its row's price after FX)."""
+    fx = setting.catalog.fx.get(offer.currency)
+    return offer.price * (fx.jpy_per_unit if fx is not None else Decimal(1))
+
+
+def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, int]:
+    """Yen per so many billed seconds, as (yen, seconds): an hourly price per 3600 s; a monthly
+    rent per its billing period (the catalog row's month: a started month costs the whole rent,
+    not 720 h x rent / 730 h); nothing for a monthly server the user already rents (--owned)."""
+    if offer.kind == "monthly" and is_yours(offer, workload, setting):
+        return Decimal(0), 1
+    if offer.price_unit == "month" and offer.price is not None:
+        return month_price(offer, setting), max(1, offer.billing_granularity_s)
+    return offer.price_jpy_per_hour, 3600
 
 
 def infeasible_plan(workload: Workload, setting: Setting, offer: Offer, count: int, setup_mode: str, per_gpu: int,
@@ -366,7 +627,9 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     if offer.price_jpy_per_hour is None:
         return [f"{offer.name}: {offer.notes or 'price not sourced'}"]
     gran = {1: "per second", 60: "per minute", 3600: "per hour"}.get(offer.billing_granularity_s, f"per {offer.billing_granularity_s} s")
-    minimum = f", minimum {offer.billing_minimum_s} s" if offer.billing_minimum_s else ""
+    if offer.price_unit == "month":
+        gran = f"per month of {offer.billing_granularity_s // 86400} days (a started month billed whole)"
+    minimum = f", minimum {offer.billing_minimum_s} s" if offer.billing_minimum_s and offer.price_unit != "month" else ""
     if offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "
@@ -386,6 +649,8 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
     out = [f"workload {workload.name}: {len(workload.jobs)} jobs, {workload.seconds_per_unit} s per {workload.unit} "
            f"on {workload.reference_gpu} ({workload.source})"]
     out.extend(workload.assumptions)
+    out.append(job_start(workload)[1])
+    out.append(memory_note(workload))
     out.extend(notes)
     for o, _ in fleet:
         out.extend(_price_notes(o, setting))

@@ -42,8 +42,8 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from decimal import Decimal
+from dataclasses import dataclass, replace
+from decimal import ROUND_CEILING, Decimal
 
 from gpuplan import model
 from gpuplan.model import Infeasible, Setting
@@ -345,16 +345,25 @@ class _Planner:
         self.ticks, self.tick = _ticks(self.ref)
         self.total_ticks = sum(self.ticks)
         self.names = [j.name for j in workload.jobs]
-        self.identical: dict[int, Schedule] = {}  # slots -> schedule of the reference jobs
-        self.grouped: dict[tuple[int, int], tuple] = {}  # (slots, slots per machine) -> (schedule, machine loads)
+        self.start_s = workload.job_start_s  # fixed cost at every job start (seconds, any GPU)
+        self.identical: dict[tuple[int, int], Schedule] = {}  # (slots, start ticks) -> schedule of the reference jobs
+        self.grouped: dict[tuple[int, int, int], tuple] = {}  # (slots, slots per machine, start ticks) -> (schedule, machines)
         self.candidates: list[_Candidate] = []
         self.skipped_mixes = 0
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _seconds(self, factor: Decimal, ticks: int) -> int:
-        """A slot's busy seconds: its jobs' reference time x the offer's factor, rounded up once."""
-        return model.ceil_s(factor * ticks * self.tick)
+    def _seconds(self, factor: Decimal, ticks: int, starts: int = 0) -> int:
+        """A slot's busy seconds: its jobs' reference time x the offer's factor plus the fixed
+        cost of its job starts, rounded up once."""
+        return model.ceil_s(factor * ticks * self.tick + starts * self.start_s)
+
+    def _start_ticks(self, factor: Decimal) -> int:
+        """A job start in reference ticks on a slot of this factor, rounded down: schedules of
+        jobs lengthened by it never overstate a slot, so their lower bounds stay valid."""
+        if not self.start_s:
+            return 0
+        return int(self.start_s / (factor * self.tick))
 
     def _overhead(self, offer: Offer, mode: str) -> int:
         setup, capture, launch, _ = model.provider_times(offer, self.w, self.s)
@@ -372,20 +381,34 @@ class _Planner:
         """The part of a plan's cost no schedule changes: setup, capture, staging, one-off items."""
         return sum((plan.breakdown[k] for k in ("setup", "capture", "staging", "one_off")), Decimal(0))
 
-    def _slot_schedule(self, slots: int, exact: bool) -> Schedule:
-        """The reference jobs over `slots` identical slots; one schedule serves every offer, since
-        an offer scales every job by the same factor (makespan order is kept)."""
-        have = self.identical.get(slots)
+    def _slot_schedule(self, slots: int, exact: bool, start: int = 0) -> Schedule:
+        """The reference jobs, each lengthened by `start` ticks, over `slots` identical slots; one
+        schedule serves every offer with the same slots and start ticks, since an offer scales
+        every job by the same factor (makespan order is kept)."""
+        key = (slots, start)
+        have = self.identical.get(key)
         if have is None:
-            have = self.identical[slots] = schedule([self.ticks], [0] * slots, exact=False)
+            have = self.identical[key] = schedule([self._lengths(start)], [0] * slots, exact=False)
         elif exact and not have.optimal and have.method != "milp":
-            have = self.identical[slots] = _exact(self.ticks, slots, have)
+            have = self.identical[key] = _exact(self._lengths(start), slots, have)
         return have
 
+    def _lengths(self, start: int) -> list[int]:
+        return self.ticks if not start else [t + start for t in self.ticks]
+
+    def _slot_parts(self, sched: Schedule) -> tuple[list[int], list[int]]:
+        """Per slot: the reference ticks of its jobs and how many jobs it starts."""
+        ticks, starts = [0] * len(sched.loads), [0] * len(sched.loads)
+        for j, m in enumerate(sched.assign):
+            ticks[m] += self.ticks[j]
+            starts[m] += 1
+        return ticks, starts
+
     def _vm_loads(self, groups: list[tuple[Offer, int, int]], loads_s: Sequence[int],
-                  assign: Sequence[int]) -> list[tuple[Offer, int, tuple[str, ...]]]:
+                  assign: Sequence[int]) -> list[tuple[Offer, list[int], tuple[str, ...]]]:
         """groups: (offer, machines, slots per machine) in slot order; each machine gets the
-        longest remaining slots (which minimises the sum of machine maxima for these slots)."""
+        longest remaining slots (which minimises the sum of machine maxima for these slots).
+        Returns per machine its offer, its slots (longest first) and its jobs' names."""
         by_slot: dict[int, list[str]] = {}
         for j, m in enumerate(assign):
             by_slot.setdefault(m, []).append(self.names[j])
@@ -395,9 +418,15 @@ class _Planner:
             idx = sorted(range(base, base + count * slots), key=lambda m: -loads_s[m])
             for v in range(count):
                 mine = idx[v * slots:(v + 1) * slots]
-                out.append((offer, max(loads_s[m] for m in mine), tuple(n for m in mine for n in by_slot.get(m, []))))
+                out.append((offer, mine, tuple(n for m in mine for n in by_slot.get(m, []))))
             base += count * slots
         return out
+
+    def _machine_load(self, offer: Offer, factor: Decimal, slots: list[int], ticks: list[int], starts: list[int],
+                      names: tuple[str, ...]) -> tuple[Offer, int, tuple[str, ...], Decimal]:
+        """(offer, seconds of its busiest slot, its jobs' names, the job-start seconds in that slot)."""
+        busiest = max(slots, key=lambda m: (self._seconds(factor, ticks[m], starts[m]), starts[m]))
+        return offer, self._seconds(factor, ticks[busiest], starts[busiest]), names, starts[busiest] * self.start_s
 
     # -- fleets of one offer type -----------------------------------------------------------
 
@@ -409,6 +438,8 @@ class _Planner:
             return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
         if w.parallel == "data":
             return self._data_parallel(offer)
+        if w.streams is not None:
+            return self._streams(offer)
         plans: list[Plan] = []
         owned = offer.kind in ("owned", "monthly")
         nj = len(self.ref)
@@ -423,12 +454,12 @@ class _Planner:
             extra = []
             if s.deadline_s is not None:
                 factor, _ = model.job_factor(w, offer, s.catalog.gpus, k, min(offer.gpu_count, _ceil_div(nj, k)))
-                total = self._seconds(factor, self.total_ticks)
+                total = self._seconds(factor, self.total_ticks, nj)
                 for mode in ("scratch", "image"):
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:
                         extra.append(_ceil_div(total, room * slots))
-            modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0
+            modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0 and not model.image_problem([offer], s)
             for n in _counts(nmax, extra):
                 busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))
                 factor, notes = model.job_factor(w, offer, s.catalog.gpus, k, busy)
@@ -439,39 +470,126 @@ class _Planner:
         return plans
 
     def _single_candidate(self, offer, n, k, slots, factor, notes, mode, exact) -> _Candidate:
-        sched = self._slot_schedule(n * slots, exact)
-        makespan_s, bound_s = self._seconds(factor, sched.makespan), self._seconds(factor, sched.lower_bound)
-        # a slot's seconds grow with its reference ticks, so the grouping of slots onto machines
-        # is the same for every offer: done once per schedule and machine size
-        grouped = self.grouped.get((n * slots, slots))
+        if k > 1:
+            return self._packed_candidate(offer, n, k, slots, factor, notes, mode)
+        start = self._start_ticks(factor)
+        sched = self._slot_schedule(n * slots, exact, start)
+        # the grouping of slots onto machines depends only on the schedule (slot order by length):
+        # done once per schedule and machine size, then priced per offer
+        key = (n * slots, slots, start)
+        grouped = self.grouped.get(key)
         if grouped is None or grouped[0] is not sched:
-            grouped = self.grouped[(n * slots, slots)] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign))
-        loads = [(offer, self._seconds(factor, ticks), names) for _, ticks, names in grouped[1]]
+            grouped = self.grouped[key] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign),
+                                           self._slot_parts(sched))
+        ticks, starts = grouped[2]
+        if not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
+            loads = [(offer, self._seconds(factor, ticks[mine[0]]), names) for _, mine, names in grouped[1]]
+        else:
+            loads = [self._machine_load(offer, factor, mine, ticks, starts, names) for _, mine, names in grouped[1]]
+        makespan_s = max(load[1] for load in loads)
+        bound_s = model.ceil_s(factor * sched.lower_bound * self.tick)
+        # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
+        whole = start * factor * self.tick == self.start_s
+        optimal = sched.optimal and (whole or makespan_s <= bound_s)
         how = f"schedule: makespan {makespan_s} s by {sched.method}" + (
-            "" if sched.optimal else f" (not proven optimal; lower bound {bound_s} s)")
-        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], sched.optimal)
-        jobs_lb = offer.price_jpy_per_hour * factor * self.total_ticks * self.tick / (slots * model.HOUR)
+            "" if optimal else f" (not proven optimal; lower bound {bound_s} s)")
+        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], optimal)
+        jobs_lb = (offer.price_jpy_per_hour * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
+                   / (slots * model.HOUR))
+
         def redo() -> _Candidate:
             return self._single_candidate(offer, n, k, slots, factor, notes, mode, exact=True)
 
         return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s,
-                          None if sched.optimal else redo)
+                          None if optimal or sched.method == "milp" else redo)
+
+    def _packed_candidate(self, offer, n, k, slots, factor, notes, mode) -> _Candidate:
+        """k jobs per GPU. Jobs go to slots by the slot schedule (k slots per GPU, longest slots
+        spread over the GPUs); then each GPU is simulated: while m of its slots still hold a job,
+        each runs at efficiency(m) / start-up factor, so the jobs left at the end speed up (a clip
+        left alone runs at full speed, report C). Proven optimal only where it meets a bound that
+        holds for any schedule: the work at the GPU's best throughput, the job starts spread over
+        every slot, the longest job at its best speed."""
+        w, gpus = self.w, offer.gpu_count
+        sched = self._slot_schedule(n * slots, False)
+        key = (n * slots, slots, 0)
+        grouped = self.grouped.get(key)
+        if grouped is None or grouped[0] is not sched:
+            grouped = self.grouped[key] = (sched, self._vm_loads([(None, n, slots)], sched.loads, sched.assign),
+                                           self._slot_parts(sched))
+        jobs_of: dict[int, list[int]] = {}
+        for j, m in enumerate(sched.assign):
+            jobs_of.setdefault(m, []).append(j)
+        busy = min(gpus, _ceil_div(_ceil_div(len(self.ref), n), k))
+        alone, _ = model.job_factor(w, offer, self.s.catalog.gpus, 1, busy)  # speed and co-location, not packing
+        rates = model.packing_rates(w, offer, k)
+        loads = []
+        for _, mine, names in grouped[1]:
+            per_gpu: list[list[list[Decimal]]] = [[] for _ in range(gpus)]
+            for i, slot in enumerate(mine):  # longest first, snaking over the GPUs
+                g = i % gpus if (i // gpus) % 2 == 0 else gpus - 1 - i % gpus
+                per_gpu[g].append([alone * self.ticks[j] * self.tick for j in jobs_of.get(slot, [])])
+            ends = [model.shared_gpu(q, rates, self.start_s) for q in per_gpu]
+            end, starts = max(ends, key=lambda e: e[0])
+            loads.append((offer, model.ceil_s(end), names, starts * self.start_s))
+        makespan_s = max(secs for _, secs, _, _ in loads)
+        best = max(m * r for m, r in rates.items())  # a GPU's best throughput, in jobs' alone-seconds per second
+        work = alone * self.total_ticks * self.tick
+        nj = len(self.ref)
+        bound_s = model.ceil_s(max(work / (n * gpus * best), nj * self.start_s / (n * slots),
+                                   self.start_s + alone * max(self.ticks) * self.tick / max(rates.values())))
+        optimal = makespan_s <= bound_s
+        how = (f"schedule: makespan {makespan_s} s, {k} slots per GPU simulated (fewer jobs left on a GPU run faster)"
+               + ("" if optimal else f"; not proven optimal (lower bound {bound_s} s)"))
+        plan = model.make_plan(w, self.s, [(offer, n)], mode, k, loads, list(notes) + [how], optimal)
+        jobs_lb = offer.price_jpy_per_hour * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
+        return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s)
+
+    def _streams(self, offer: Offer) -> list[Plan]:
+        """Real-time streams: each GPU takes as many streams as keep up; every machine is held for
+        the whole duration, whatever its GPUs do."""
+        w, s = self.w, self.s
+        st = w.streams
+        busy = min(offer.gpu_count, st.count)
+        try:
+            k, why = model.stream_capacity(w, offer, s.catalog.gpus, busy)
+        except Infeasible as exc:
+            return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
+        per_machine = offer.gpu_count * k
+        n = _ceil_div(st.count, per_machine)
+        owned = offer.kind in ("owned", "monthly")
+        if owned and n > 1:
+            return [model.infeasible_plan(w, s, offer, n, "scratch", k,
+                                          f"{st.count} streams need {n} machines of {per_machine} streams; you have one")]
+        loads = [(offer, st.duration_s, tuple(self.names[i * per_machine:(i + 1) * per_machine])) for i in range(n)]
+        notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {_hours(st.duration_s)}: every machine is"
+                      " held for the whole duration (real time: frames cannot wait for a cheaper hour)"]
+        modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
+                                         and not model.image_problem([offer], s)) else ("scratch",)
+        return [model.make_plan(w, s, [(offer, n)], mode, k, loads, notes) for mode in modes]
 
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
         sp, why = model.speed(w, offer, s.catalog.gpus)
+        link = s.catalog.link(offer) if hasattr(s.catalog, "link") else None
         owned = offer.kind in ("owned", "monthly")
         plans = []
         for n in ([1] if owned else [1, 2, 4, 8, 16]):
-            up = model.dp_speedup(w, offer.gpu_count, n)
-            jobs_s = sum(model.ceil_s(r / (sp * up)) for r in self.ref)
-            loads = [(offer, jobs_s, tuple(self.names))] * n
+            try:
+                up, why_up = model.dp_speedup(w, offer, n, sp, link)
+            except Infeasible as exc:
+                plans.append(model.infeasible_plan(w, s, offer, n, "scratch", 1, str(exc)))
+                continue
+            starts = len(self.ref) * self.start_s
+            jobs_s = model.ceil_s(sum(r / (sp * up) for r in self.ref) + starts)
+            loads = [(offer, jobs_s, tuple(self.names), starts)] * n
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
-                     f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU (intra-node "
-                     f"{w.intra_node_eff_per_doubling} per doubling of GPUs, {w.inter_node_speedup_per_doubling}x per doubling of machines)"]
-            modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0) else ("scratch",)
+                     f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
+            batch = model.global_batch_warning(w, n * offer.gpu_count)
+            modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
+                                             and not model.image_problem([offer], s)) else ("scratch",)
             for mode in modes:
-                plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes))
+                plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes, warnings=[batch]))
         return plans
 
     # -- mixed fleets of two offer types ------------------------------------------------------
@@ -492,13 +610,19 @@ class _Planner:
                 fa, notes_a = model.job_factor(w, a, s.catalog.gpus, 1, min(a.gpu_count, per_vm))
                 fb, notes_b = model.job_factor(w, b, s.catalog.gpus, 1, min(b.gpu_count, per_vm))
                 slots = [fa] * (na * a.gpu_count) + [fb] * (nb * b.gpu_count)
-                # fluid bound: the fleet's slots together do total_ref of reference work; no job is
-                # shorter than on its fastest slot type
-                bound_s = model.ceil_s(max(total_ref / sum(1 / f for f in slots), max(self.ref) * min(fa, fb)))
-                jobs_lb = total_ref * min(a.price_jpy_per_hour * fa / a.gpu_count,
-                                          b.price_jpy_per_hour * fb / b.gpu_count) / model.HOUR
+                # fluid bound: the fleet's slots together do total_ref of reference work, a job start
+                # counted as at least start / (slowest factor) of it; no job is shorter than on its
+                # fastest slot type
+                work = total_ref + nj * self.start_s / max(fa, fb)
+                bound_s = model.ceil_s(max(work / sum(1 / f for f in slots), max(self.ref) * min(fa, fb) + self.start_s))
+                jobs_lb = (total_ref * min(a.price_jpy_per_hour * fa / a.gpu_count, b.price_jpy_per_hour * fb / b.gpu_count)
+                           + nj * self.start_s * min(a.price_jpy_per_hour / a.gpu_count, b.price_jpy_per_hour / b.gpu_count)
+                           ) / model.HOUR
                 empty = [(a, 0, ())] * na + [(b, 0, ())] * nb
-                for mode in ("scratch", "image"):
+                no_image = model.image_problem([a, b], s)
+                if no_image and (na, nb) == (1, 1):  # said once per pair
+                    plans.append(replace(model.infeasible_plan(w, s, a, na, "image", 1, no_image), fleet=((a, na), (b, nb))))
+                for mode in ("scratch",) if no_image else ("scratch", "image"):
                     fixed = self._fixed_cost(model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty))
                     cost_lb, wall_lb = fixed + jobs_lb, self._min_overhead([a, b], mode) + bound_s
                     beaten = any(p.feasible and p.recommendable and p.cost <= cost_lb and p.wall_s <= wall_lb for p in shown)
@@ -515,15 +639,21 @@ class _Planner:
 
     def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes) -> Plan | None:
         # schedule on milliseconds of each slot type; the plan's loads are then exact seconds
-        p = [[model.ceil_s(f * t * self.tick * 1000) for t in self.ticks] for f in (fa, fb)]
+        start_ms = self.start_s * 1000
+        p = [[model.ceil_s(f * t * self.tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
         types = [0] * (na * a.gpu_count) + [1] * (nb * b.gpu_count)
         sched = schedule(p, types, exact=False)
-        per_slot = [0] * len(types)
+        per_slot, starts = [0] * len(types), [0] * len(types)
         for j, m in enumerate(sched.assign):
             per_slot[m] += self.ticks[j]
-        loads_s = [self._seconds(fa if types[m] == 0 else fb, t) for m, t in enumerate(per_slot)]
-        loads = self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign)
-        if any(jobs_s == 0 for _, jobs_s, _ in loads):
+            starts[m] += 1
+        factors = [fa if types[m] == 0 else fb for m in range(len(types))]
+        loads_s = [self._seconds(factors[m], t, starts[m]) for m, t in enumerate(per_slot)]
+        loads = []
+        for o, mine, names in self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign):
+            busiest = mine[0]  # longest first
+            loads.append((o, loads_s[busiest], names, starts[busiest] * self.start_s))
+        if any(jobs_s == 0 for _, jobs_s, _, _ in loads):
             return None  # a machine with nothing to do: the same plan without it is listed already
         makespan_s = max(loads_s)
         optimal = makespan_s <= bound_s
@@ -588,7 +718,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     for offer in offers:
         plans.extend(planner.single(offer))
 
-    if mixes and workload.parallel == "none" and len(workload.jobs) > 1:
+    if mixes and workload.parallel == "none" and workload.streams is None and len(workload.jobs) > 1:
         best_per_offer: dict[tuple[str, str], dict[str, tuple]] = {}
         for p in plans:
             if p.feasible and p.recommendable and p.per_gpu == 1 and p.fleet[0][0].kind == "cloud":
@@ -621,8 +751,10 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     gap, proven = _gap(planner, open_, rec, objective)
 
     reason = _reason(rec, eligible, objective, plans)
-    if rec is not None:
-        plans = [_break_even(p, rec) if p.fleet[0][0].kind == "owned" and p.feasible else p for p in plans]
+    hourly = next((p for p in eligible if all(o.kind == "cloud" for o, _ in p.fleet)), None)
+    plans = [_break_even(p, hourly, setting) if p.fleet[0][0].kind in ("owned", "monthly") and p.feasible else p
+             for p in plans]
+    rec, eligible = _pick(plans, objective)  # the same pick, now carrying its note
     feasible = [p for p in plans if p.feasible]
     pareto = _pareto([p for p in feasible if p.recommendable])
     ordered = sorted(feasible, key=lambda p: (not p.recommendable, rank_key(p, objective)))
@@ -692,19 +824,36 @@ def _reason(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[
             " ties on cost break on wall time, then on fewer machines")
 
 
-def _break_even(plan: Plan, rec: Plan) -> Plan:
+def _break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
+    """The note of an owned or monthly machine's plan, with its break-even against the best
+    hourly plan: batches to pay off a purchase; hours a month above which monthly rent wins."""
     from dataclasses import replace
 
-    owned = plan.fleet[0][0]
-    saving = rec.cost - plan.cost
+    mine = plan.fleet[0][0]
+    if hourly is None:
+        return replace(plan, note=f"{plan.note}; no hourly plan to compare it with")
     hours = Decimal(plan.wall_s) / 3600
+    if mine.kind == "monthly":
+        rent = model.month_price(mine, setting)
+        per_hour = hourly.cost / hours  # what the hourly plan costs per hour of this work on the monthly server
+        need = (rent / per_hour).quantize(Decimal(1), rounding=ROUND_CEILING)
+        month_h = mine.billing_granularity_s // 3600
+        line = (f"break-even: renting it at ¥{rent:,.0f} a month beats {hourly.label} (¥{hourly.cost_jpy:,} for this batch,"
+                f" {_minutes(plan.wall_s)} of work here) when it is busy more than {need:,} h a month"
+                + (f" (more than the month's {month_h} h: never)" if need > month_h else ""))
+        return replace(plan, note=f"{plan.note}; {line}")
+    saving = hourly.cost - plan.cost
     if saving <= 0:
-        line = f"buying never pays off: the recommended plan costs ¥{rec.cost_jpy:,} per batch, power alone ¥{plan.cost_jpy:,}"
+        line = f"buying never pays off: the best hourly plan costs ¥{hourly.cost_jpy:,} per batch, power alone ¥{plan.cost_jpy:,}"
     else:
-        batches = math.ceil(owned.price / saving)
+        batches = math.ceil(mine.price / saving)
         line = (f"buying pays off after {batches:,} batches like this one (about {int(batches * hours):,} hours of this work "
-                f"on it) against ¥{rec.cost_jpy:,} per batch for {rec.label}")
+                f"on it) against ¥{hourly.cost_jpy:,} per batch for {hourly.label}")
     return replace(plan, note=f"{plan.note}; {line}")
+
+
+def _hours(seconds: int) -> str:
+    return f"{seconds // 3600} h" if seconds % 3600 == 0 else f"{seconds / 3600:.2f} h"
 
 
 def _minutes(seconds: int) -> str:

@@ -20,19 +20,46 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Streams:
+    """Real-time work: `count` streams of `fps` frames per second, each for `duration_s`. Every
+    frame must be processed as fast as it arrives, so machines are held for the whole duration."""
+
+    count: int
+    fps: Decimal
+    duration_s: int
+
+
+@dataclass(frozen=True)
 class Workload:
     """A batch of jobs and the measured facts about how they run.
 
-    seconds_per_unit: one job alone on one `reference_gpu`.
+    seconds_per_unit: one job alone on one `reference_gpu` (its timed work, start-up excluded
+        where job_start_s is given).
+    job_start_s: the fixed cost of starting one job (process start to first timed step, warm-up,
+        exit), paid at every job start on a slot, whatever the GPU; job_start_source says where
+        it comes from ("" = not measured, 0 counted).
+    memory_gib: GPU memory one job needs (the smallest cap at which it runs at full speed where
+        measured): fits and packing use it. memory_peak_gib: the uncapped peak, shown, never
+        used for fits (an allocator takes what is free). memory_source: where memory_gib comes from.
     speed: measured speed per GPU key relative to the reference GPU (overrides the generic table).
     reference_speed: the reference GPU's figure in the generic table, when the table lacks it.
     max_speed: the job cannot go faster than this factor (small inputs that cannot fill a GPU).
     colocation_slowdown: G jobs on G GPUs of one machine -> factor >= 1 on each job's time;
         colocation_default applies for any G > 1 not listed.
-    packing: k jobs per GPU -> measured per-stream efficiency (time alone / time packed);
-        None = not measured (such a plan is infeasible). startup_factor multiplies packed runs.
+    packing: k jobs per GPU -> measured per-stream efficiency (time alone / time packed) on the
+        reference GPU; None = measured not to fit. packing_by_gpu: the same per other GPU key.
+        A GPU with neither is not packed (efficiency depends on the job and the GPU: report C, the
+        H100 measurements). startup_factor divides the packed per-job speed (report C's 1.2).
+        Fewer jobs left on a GPU than k run at the efficiency for that count (1 alone).
     parallel: "none" (one job per GPU slot) or "data" (each job spans every GPU of the fleet):
-        intra_node_eff_per_doubling and inter_node_speedup_per_doubling then give its speed-up.
+        dp_efficiency {(GPUs, nodes): efficiency} measured (dp_source says where) wins; else the
+        communication model: per step, compute (batch_per_gpu of samples_per_unit at the GPU's
+        speed) + the ring allreduce of gradient_bytes over the offer's links (catalog/links.csv)
+        not hidden by `overlap` (the share of compute it can overlap); where gradient_bytes is
+        not given, intra_node_eff_per_doubling and inter_node_speedup_per_doubling (a rule of
+        thumb). validated_global_batch: past batch_per_gpu x GPUs above it, plans carry a warning.
+    streams: real-time streams (unit "frame"; seconds_per_unit = seconds per frame alone): a GPU
+        takes the most streams k whose per-frame time (alone time / efficiency(k)) keeps up.
     staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
     setup_s: overrides the provider's setup minutes (a playbook measured for this workload).
     owned: names of owned offers the user already has (owned hardware may then be recommended).
@@ -46,6 +73,10 @@ class Workload:
     reference_gpu: str
     kind: str = "cnn-train"
     memory_gib: Decimal | None = None
+    memory_peak_gib: Decimal | None = None
+    memory_source: str = ""
+    job_start_s: Decimal = Decimal(0)
+    job_start_source: str = ""
     speed: Mapping[str, Decimal] = field(default_factory=dict)
     reference_speed: Decimal | None = None
     max_speed: Decimal | None = None
@@ -53,10 +84,20 @@ class Workload:
     colocation_default: Decimal = Decimal("1.10")
     colocation_source: str = "ESTIMATE (not measured for this workload)"
     packing: Mapping[int, Decimal | None] = field(default_factory=dict)
+    packing_by_gpu: Mapping[str, Mapping[int, Decimal | None]] = field(default_factory=dict)
     startup_factor: Decimal = Decimal("1.2")
     parallel: str = "none"
     intra_node_eff_per_doubling: Decimal = Decimal("0.985")
     inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
+    dp_efficiency: Mapping[tuple[int, int], Decimal] = field(default_factory=dict)
+    dp_source: str = ""
+    gradient_bytes: int | None = None
+    batch_per_gpu: int | None = None
+    samples_per_unit: Decimal | None = None
+    overlap: Decimal = Decimal(0)
+    validated_global_batch: int | None = None
+    comm_source: str = ""
+    streams: Streams | None = None
     staging_s: int = 0
     staging_jpy: Decimal = Decimal(0)
     setup_s: int | None = None
@@ -77,12 +118,13 @@ class VmUse:
     setup_s: int
     capture_s: int  # billed capture time (0 where the machine is deallocated while captured)
     staging_s: int
-    jobs_s: int
+    jobs_s: int  # its busiest slot's jobs, job starts included
     idle_s: int
     billed_s: int
     cost: Decimal  # billed_s x price, unrounded
     end_s: int  # when it is released, from the plan's start
     jobs: tuple[str, ...] = ()
+    job_starts_s: Decimal = Decimal(0)  # of jobs_s, the fixed cost of the job starts on that slot
 
 
 @dataclass(frozen=True)
@@ -98,7 +140,7 @@ class Plan:
     wall_s: int
     billed_s: int
     cost: Decimal  # exact sum of VM costs and one-off items
-    breakdown: Mapping[str, Decimal]  # setup, capture, jobs, staging, idle_tail, one_off: sums to cost
+    breakdown: Mapping[str, Decimal]  # setup, capture, staging, jobs, job_starts, idle_tail, rounding, one_off: sums to cost
     feasible: bool
     reason: str  # why excluded (infeasible), or "" 
     warnings: tuple[str, ...] = ()

@@ -50,17 +50,34 @@ class ScalingPoint:
 
 @dataclass(frozen=True)
 class Profile:
+    """None in a measured field means "not measured"; `unmeasured()` names those fields."""
+
     workload: str  # "colorize", "resnet50", "vgg_cifar", "detect_streams" or a user's own name
     unit: str  # what seconds_per_unit counts: "epoch", "image", "frame"
     reference_gpu: str  # catalog GPU key ("K80", "H100 SXM") or "cpu"
-    seconds_per_unit: Decimal  # one job alone on one reference GPU
+    seconds_per_unit: Decimal  # one job alone on one reference GPU (timed steps only)
     provenance: Provenance
-    memory_per_job_gib: Decimal | None = None  # peak GPU memory of one job alone
+    memory_peak_gib: Decimal | None = None  # peak GPU memory of one job alone, uncapped (what the allocator took)
     gpu_memory_gib: Decimal | None = None  # the reference GPU's own memory
+    memory_need_gib: Decimal | None = None  # the smallest memory cap at which the job still runs at full speed
+    memory_need_fraction: Decimal | None = None  # that cap as a fraction of the reference GPU's memory
+    fixed_seconds_per_job: Decimal | None = None  # process start to first timed step, warm-up and exit
     colocation_slowdown: Mapping[int, Decimal] = field(default_factory=dict)  # G jobs on a G-GPU machine -> factor >= 1
     packing_efficiency: Mapping[int, Decimal] = field(default_factory=dict)  # k per GPU -> per-job efficiency
     packing_fits: Mapping[int, bool] = field(default_factory=dict)  # k per GPU -> did all k start
     dp_scaling: tuple[ScalingPoint, ...] = ()
+
+    def unmeasured(self) -> tuple[str, ...]:
+        """The planner's figures this profile does not give (the planner then says so)."""
+        missing = [name for name in ("fixed_seconds_per_job", "memory_need_gib", "memory_peak_gib")
+                   if getattr(self, name) is None]
+        if not any(k > 1 for k in self.packing_fits):
+            missing.append("packing")
+        if len(self.colocation_slowdown) <= 1:
+            missing.append("colocation_slowdown")
+        if not any(p.gpus > 1 for p in self.dp_scaling):
+            missing.append("dp_scaling")
+        return tuple(missing)
 
     def max_per_gpu(self) -> int:
         """The largest k measured to fit (1 when packing was not measured)."""
@@ -70,25 +87,29 @@ class Profile:
     def to_workload_overrides(self) -> dict[str, Any]:
         """The figures the planner's Workload takes from a profile, in its own words:
 
-        reference_gpu, unit, seconds_per_unit (Decimal), memory_gib (Decimal | None),
+        reference_gpu, unit, seconds_per_unit (Decimal),
+        memory_need_gib, memory_peak_gib, fixed_seconds_per_job (Decimal | None: not measured),
         colocation_slowdown {G: Decimal}, packing_efficiency {k: Decimal} (fitting k only),
-        max_per_gpu (int), dp_efficiency {N GPUs: Decimal} (best measured layout per N),
+        packing_no_fit (k measured not to fit, sorted), max_per_gpu (int),
+        dp_efficiency {(GPUs, nodes): Decimal} (every measured layout),
+        unmeasured (field names, see `unmeasured()`),
         profile_source (one line naming where the figures came from, for Plan.assumptions).
         """
-        dp: dict[int, Decimal] = {}
-        for point in self.dp_scaling:
-            dp[point.gpus] = max(dp.get(point.gpus, Decimal(0)), point.efficiency)
         p = self.provenance
         where = f"{p.source} on {p.gpu or self.reference_gpu}" + (f" ({p.host})" if p.host else "") + f", {p.date}"
         return {
             "reference_gpu": self.reference_gpu,
             "unit": self.unit,
             "seconds_per_unit": self.seconds_per_unit,
-            "memory_gib": self.memory_per_job_gib,
+            "memory_need_gib": self.memory_need_gib,
+            "memory_peak_gib": self.memory_peak_gib,
+            "fixed_seconds_per_job": self.fixed_seconds_per_job,
             "colocation_slowdown": dict(self.colocation_slowdown),
             "packing_efficiency": {k: e for k, e in self.packing_efficiency.items() if self.packing_fits.get(k, True)},
+            "packing_no_fit": sorted(k for k, ok in self.packing_fits.items() if not ok),
             "max_per_gpu": self.max_per_gpu(),
-            "dp_efficiency": dp,
+            "dp_efficiency": {(s.gpus, s.nodes): s.efficiency for s in self.dp_scaling},
+            "unmeasured": self.unmeasured(),
             "profile_source": f"profile {self.workload}: {where}" + (" [quick CPU smoke run]" if p.quick else ""),
         }
 
@@ -102,7 +123,10 @@ class Profile:
             "reference_gpu": self.reference_gpu,
             "gpu_memory_gib": _num(self.gpu_memory_gib),
             "seconds_per_unit": _num(self.seconds_per_unit),
-            "memory_per_job_gib": _num(self.memory_per_job_gib),
+            "fixed_seconds_per_job": _num(self.fixed_seconds_per_job),
+            "memory_need_gib": _num(self.memory_need_gib),
+            "memory_need_fraction": _num(self.memory_need_fraction),
+            "memory_peak_gib": _num(self.memory_peak_gib),
             "colocation_slowdown": {int(g): _num(v) for g, v in sorted(self.colocation_slowdown.items())},
             "packing": {
                 int(k): {"efficiency": _num(self.packing_efficiency.get(k)), "fits": bool(self.packing_fits.get(k, True))}
@@ -195,21 +219,37 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
             efficiency=_dec(where, f"dp_scaling[{i}].efficiency", s["efficiency"], positive=True),
             throughput=_dec(where, f"dp_scaling[{i}].throughput", s["throughput"]) if s.get("throughput") is not None else None,
         ))
+    # files written before the memory need was measured call the uncapped peak memory_per_job_gib
+    peak_key = "memory_peak_gib" if "memory_peak_gib" in data else "memory_per_job_gib"
+    fraction = _opt(where, data, "memory_need_fraction")
+    if fraction is not None and fraction > 1:
+        raise UsageError(f"{where}: memory_need_fraction {fraction} is above 1; it is a share of the GPU's memory")
     return Profile(
         workload=str(data["workload"]),
         unit=str(data["unit"]),
         reference_gpu=str(data["reference_gpu"]),
         seconds_per_unit=spu,
         provenance=provenance,
-        memory_per_job_gib=_dec(where, "memory_per_job_gib", data["memory_per_job_gib"], positive=True)
-        if data.get("memory_per_job_gib") is not None else None,
-        gpu_memory_gib=_dec(where, "gpu_memory_gib", data["gpu_memory_gib"], positive=True)
-        if data.get("gpu_memory_gib") is not None else None,
+        memory_peak_gib=_opt(where, data, peak_key),
+        gpu_memory_gib=_opt(where, data, "gpu_memory_gib"),
+        memory_need_gib=_opt(where, data, "memory_need_gib"),
+        memory_need_fraction=fraction,
+        fixed_seconds_per_job=_opt(where, data, "fixed_seconds_per_job", positive=False),
         colocation_slowdown=slowdown,
         packing_efficiency=eff,
         packing_fits=fits,
         dp_scaling=tuple(scaling),
     )
+
+
+def _opt(where: str, data: dict, name: str, positive: bool = True) -> Decimal | None:
+    """An optional number field: None when absent or null (not measured)."""
+    if data.get(name) is None:
+        return None
+    value = _dec(where, name, data[name], positive=positive)
+    if value < 0:
+        raise UsageError(f"{where}: {name} must be zero or more, not {data[name]!r}")
+    return value
 
 
 def _dec(where: str, name: str, value: Any, positive: bool = False) -> Decimal:

@@ -14,13 +14,14 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuplan.errors import UsageError
-from gpuplan.plan_types import Job, Workload
+from gpuplan.plan_types import Job, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
 _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
+    "memory_peak_gib", "job_start", "data_parallel", "streams",
 }
 
 
@@ -73,11 +74,18 @@ def from_dict(data: Any, where: str) -> Workload:
     unknown = set(map(str, data)) - _TOP
     if unknown:
         raise UsageError(f"{where}: unknown field {sorted(unknown)[0]!r}; see docs/workloads.md")
-    for key in ("name", "seconds_per_unit", "reference_gpu", "jobs"):
+    streams = _streams(where, data)
+    for key in ("name", "seconds_per_unit", "reference_gpu") + (() if streams else ("jobs",)):
         if data.get(key) in (None, ""):
             raise UsageError(f"{where}: field '{key}' is missing; see docs/workloads.md")
     spu = _dec(where, "seconds_per_unit", data["seconds_per_unit"], positive=True)
-    jobs = _jobs(where, data["jobs"], spu)
+    if streams:
+        if data.get("jobs") is not None:
+            raise UsageError(f"{where}: give either streams (real-time work) or jobs (a batch), not both")
+        frames = streams.fps * streams.duration_s
+        jobs = tuple(Job(f"stream-{i + 1}", frames) for i in range(streams.count))
+    else:
+        jobs = _jobs(where, data["jobs"], spu)
 
     speed = {str(k): _dec(where, f"speed.{k}", v, positive=True) for k, v in _map(where, "speed", data.get("speed")).items()}
     col = _map(where, "colocation", data.get("colocation"))
@@ -93,20 +101,35 @@ def from_dict(data: Any, where: str) -> Workload:
         raise UsageError(f"{where}: colocation.default = {default} is below 1; it is time shared / time alone")
 
     pk = _map(where, "packing", data.get("packing"))
-    _only(where, "packing", pk, {"efficiency", "startup_factor"})
-    packing: dict[int, Decimal | None] = {1: Decimal(1)}
-    for k, v in _map(where, "packing.efficiency", pk.get("efficiency")).items():
-        kk = _key(where, "packing.efficiency", k)
-        packing[kk] = None if v is None else _dec(where, f"packing.efficiency.{k}", v, positive=True)
-        if packing[kk] is not None and packing[kk] > 1:
-            raise UsageError(f"{where}: packing.efficiency.{k} = {v} is above 1; it is time alone / time packed per stream")
+    _only(where, "packing", pk, {"efficiency", "startup_factor", "by_gpu"})
+    packing = _packing(where, "packing.efficiency", pk.get("efficiency"))
+    by_gpu = {str(g): MappingProxyType(_packing(where, f"packing.by_gpu.{g}", table))
+              for g, table in _map(where, "packing.by_gpu", pk.get("by_gpu")).items()}
     startup = _dec(where, "packing.startup_factor", pk.get("startup_factor", "1.2"), positive=True)
 
     parallel = str(data.get("parallel") or "none")
     if parallel not in ("none", "data"):
         raise UsageError(f"{where}: parallel must be 'none' (one job per GPU) or 'data' (data-parallel), not {parallel!r}")
     sc = _map(where, "scaling", data.get("scaling"))
-    _only(where, "scaling", sc, {"intra_node_eff_per_doubling", "inter_node_speedup_per_doubling"})
+    _only(where, "scaling", sc, {"intra_node_eff_per_doubling", "inter_node_speedup_per_doubling", "measured", "source"})
+    dp_eff = _dp_points(where, sc.get("measured"))
+
+    dp = _map(where, "data_parallel", data.get("data_parallel"))
+    _only(where, "data_parallel", dp, {"gradient_bytes", "batch_per_gpu", "samples_per_unit", "overlap",
+                                       "validated_global_batch", "source"})
+    if dp.get("gradient_bytes") is not None:
+        for needed in ("batch_per_gpu", "samples_per_unit"):
+            if dp.get(needed) is None:
+                raise UsageError(f"{where}: data_parallel.gradient_bytes needs data_parallel.{needed} too"
+                                 " (a step's compute time comes from them)")
+    overlap = _dec(where, "data_parallel.overlap", dp.get("overlap", 0))
+    if overlap > 1:
+        raise UsageError(f"{where}: data_parallel.overlap = {overlap} is above 1; it is the share of a step's compute"
+                         " the allreduce can hide behind")
+
+    js = _map(where, "job_start", data.get("job_start"))
+    _only(where, "job_start", js, {"seconds", "source"})
+    job_start_s = _dec(where, "job_start.seconds", js["seconds"]) if js.get("seconds") is not None else Decimal(0)
 
     st = _map(where, "staging", data.get("staging"))
     _only(where, "staging", st, {"minutes", "size_gb", "bandwidth_mbps", "jpy"})
@@ -138,6 +161,11 @@ def from_dict(data: Any, where: str) -> Workload:
         reference_gpu=str(data["reference_gpu"]),
         kind=str(data.get("kind") or "cnn-train"),
         memory_gib=_dec(where, "memory_gib", data["memory_gib"], positive=True) if data.get("memory_gib") is not None else None,
+        memory_peak_gib=_dec(where, "memory_peak_gib", data["memory_peak_gib"], positive=True)
+        if data.get("memory_peak_gib") is not None else None,
+        memory_source=where if data.get("memory_gib") is not None else "",
+        job_start_s=job_start_s,
+        job_start_source=str(js.get("source") or where) if job_start_s else "",
         speed=MappingProxyType(speed),
         reference_speed=_dec(where, "reference_speed", data["reference_speed"], positive=True)
         if data.get("reference_speed") is not None else None,
@@ -146,12 +174,23 @@ def from_dict(data: Any, where: str) -> Workload:
         colocation_default=default,
         colocation_source=str(col.get("source") or "ESTIMATE (not measured for this workload)"),
         packing=MappingProxyType(packing),
+        packing_by_gpu=MappingProxyType(by_gpu),
         startup_factor=startup,
         parallel=parallel,
         intra_node_eff_per_doubling=_dec(where, "scaling.intra_node_eff_per_doubling",
                                          sc.get("intra_node_eff_per_doubling", "0.985"), positive=True),
         inter_node_speedup_per_doubling=_dec(where, "scaling.inter_node_speedup_per_doubling",
                                              sc.get("inter_node_speedup_per_doubling", "1.5"), positive=True),
+        dp_efficiency=MappingProxyType(dp_eff),
+        dp_source=str(sc.get("source") or where) if dp_eff else "",
+        gradient_bytes=_whole(where, "data_parallel.gradient_bytes", dp.get("gradient_bytes")),
+        batch_per_gpu=_whole(where, "data_parallel.batch_per_gpu", dp.get("batch_per_gpu")),
+        samples_per_unit=_dec(where, "data_parallel.samples_per_unit", dp["samples_per_unit"], positive=True)
+        if dp.get("samples_per_unit") is not None else None,
+        overlap=overlap,
+        validated_global_batch=_whole(where, "data_parallel.validated_global_batch", dp.get("validated_global_batch")),
+        comm_source=str(dp.get("source") or where) if dp else "",
+        streams=streams,
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0)),
         setup_s=int(_dec(where, "setup_minutes", data["setup_minutes"]) * 60) if data.get("setup_minutes") is not None else None,
@@ -168,7 +207,10 @@ def with_measured_speeds(workload: Workload, speeds: Mapping[str, Decimal], why:
 
 
 def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
-    """Replace the workload's figures with a measured profile's (gpuplan.profiles format)."""
+    """The workload with every figure a measured profile gives (gpuplan.profiles format):
+    seconds per unit, job start cost, memory need, co-location slowdown, packing efficiency per
+    k, data-parallel efficiency per (GPUs, nodes). What the profile does not measure keeps the
+    workload's own figure, and the plan's assumptions say which."""
     from gpuplan.profiles import load_profile
 
     prof = load_profile(profile_path)
@@ -177,23 +219,46 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
         raise UsageError(
             f"profile {profile_path}: unit {o['unit']!r} does not match workload {workload.name}'s unit {workload.unit!r}"
         )
+    source = f"{o['profile_source']} (file {profile_path})"
+    kept = [name for name in o["unmeasured"]]
     changes: dict[str, Any] = {
         "seconds_per_unit": o["seconds_per_unit"],
         "reference_gpu": o["reference_gpu"],
-        "assumptions": workload.assumptions + (f"measured {o['profile_source']} (file {profile_path})",),
+        "source": f"{workload.source}; figures from {o['profile_source']}",
+        "assumptions": workload.assumptions + (f"measured {source}",) + (
+            (f"not measured by that profile: {', '.join(kept)} (the workload's own figures are used)",) if kept else ()),
     }
     if o["reference_gpu"] != workload.reference_gpu:
-        changes["speed"] = MappingProxyType({})
+        # speeds relative to the old reference GPU no longer apply; the profile's GPU is 1 by definition
+        changes["speed"] = MappingProxyType({o["reference_gpu"]: Decimal(1)})
         changes["reference_speed"] = None
-    if o["memory_gib"] is not None:
-        changes["memory_gib"] = o["memory_gib"]
-    if o["colocation_slowdown"]:
+    if o["fixed_seconds_per_job"] is not None:
+        changes["job_start_s"] = o["fixed_seconds_per_job"]
+        changes["job_start_source"] = source
+        changes["startup_factor"] = Decimal(1)  # start-up is now counted per job start, not as report C's factor
+    if o["memory_need_gib"] is not None:
+        changes["memory_gib"] = o["memory_need_gib"]
+        changes["memory_source"] = f"smallest cap at full speed, {source}"
+    elif o["memory_peak_gib"] is not None:
+        changes["memory_gib"] = o["memory_peak_gib"]
+        changes["memory_source"] = f"uncapped peak, need not measured: overstates it ({source})"
+    if o["memory_peak_gib"] is not None:
+        changes["memory_peak_gib"] = o["memory_peak_gib"]
+    if len(o["colocation_slowdown"]) > 1:
         changes["colocation_slowdown"] = MappingProxyType({g: f for g, f in o["colocation_slowdown"].items() if g > 1})
-        changes["colocation_source"] = o["profile_source"]
-    if o["packing_efficiency"]:
-        packing = {k: e for k, e in o["packing_efficiency"].items() if k <= o["max_per_gpu"]}
+        changes["colocation_source"] = source
+    if len(o["packing_efficiency"]) > 1 or o["packing_no_fit"]:
+        packing: dict[int, Decimal | None] = {k: e for k, e in o["packing_efficiency"].items() if k <= o["max_per_gpu"]}
+        packing.update({k: None for k in o["packing_no_fit"]})
         packing[1] = Decimal(1)
         changes["packing"] = MappingProxyType(packing)
+    if o["reference_gpu"] != workload.reference_gpu and len(workload.packing) > 1:
+        # the workload's own packing figures were measured on its old reference GPU: they stay that GPU's
+        changes["packing_by_gpu"] = MappingProxyType({workload.reference_gpu: workload.packing, **workload.packing_by_gpu})
+        changes.setdefault("packing", MappingProxyType({1: Decimal(1)}))
+    if any(g > 1 for g, _ in o["dp_efficiency"]):
+        changes["dp_efficiency"] = MappingProxyType(dict(o["dp_efficiency"]))
+        changes["dp_source"] = source
     return replace(workload, **changes)
 
 
@@ -226,6 +291,67 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
         name = str(entry.get("name") or f"job{i + 1}")
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     return tuple(out)
+
+
+def _streams(where: str, data: dict) -> Streams | None:
+    """streams: {count: 8, fps: 30, hours: 720} (or days / minutes): unit must be frame."""
+    st = _map(where, "streams", data.get("streams"))
+    if not st:
+        return None
+    _only(where, "streams", st, {"count", "fps", "hours", "days", "minutes"})
+    if str(data.get("unit") or "") != "frame":
+        raise UsageError(f"{where}: streams need unit: frame (seconds_per_unit = seconds per frame of one stream alone)")
+    count = st.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise UsageError(f"{where}: streams.count must be a whole number of at least 1, not {count!r}")
+    if st.get("fps") is None:
+        raise UsageError(f"{where}: streams.fps is missing (frames per second of each stream)")
+    given = [k for k in ("hours", "days", "minutes") if st.get(k) is not None]
+    if len(given) != 1:
+        raise UsageError(f"{where}: streams need exactly one of hours, days or minutes (how long they run)")
+    length = _dec(where, f"streams.{given[0]}", st[given[0]], positive=True)
+    seconds = int((length * {"minutes": 60, "hours": 3600, "days": 86400}[given[0]]).to_integral_value(rounding=ROUND_CEILING))
+    return Streams(count, _dec(where, "streams.fps", st["fps"], positive=True), seconds)
+
+
+def _packing(where: str, name: str, raw: Any) -> dict[int, Decimal | None]:
+    """{k: per-stream efficiency} (null: measured not to fit); 1 is always 1."""
+    packing: dict[int, Decimal | None] = {1: Decimal(1)}
+    for k, v in _map(where, name, raw).items():
+        kk = _key(where, name, k)
+        packing[kk] = None if v is None else _dec(where, f"{name}.{k}", v, positive=True)
+        # above 1 is possible: small inputs leave a GPU idle, so packed streams can each run faster (H100, 416x416)
+    return packing
+
+
+def _dp_points(where: str, raw: Any) -> dict[tuple[int, int], Decimal]:
+    """scaling.measured: [{gpus: 8, nodes: 1, efficiency: 0.95}, ...] -> {(8, 1): 0.95}."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise UsageError(f"{where}: scaling.measured must be a list of entries like {{gpus: 8, nodes: 1, efficiency: 0.95}}")
+    out = {}
+    for i, entry in enumerate(raw):
+        w = f"scaling.measured[{i}]"
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: {w} must be a mapping with gpus, nodes and efficiency")
+        _only(where, w, entry, {"gpus", "nodes", "efficiency"})
+        if entry.get("gpus") is None or entry.get("efficiency") is None:
+            raise UsageError(f"{where}: {w} needs gpus and efficiency")
+        gpus, nodes = _key(where, f"{w}.gpus", entry["gpus"]), _key(where, f"{w}.nodes", entry.get("nodes", 1))
+        if gpus % nodes:
+            raise UsageError(f"{where}: {w}: {gpus} GPUs do not split evenly over {nodes} nodes")
+        out[(gpus, nodes)] = _dec(where, f"{w}.efficiency", entry["efficiency"], positive=True)
+    return out
+
+
+def _whole(where: str, name: str, value: Any) -> int | None:
+    """An optional whole number of at least 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}: {name} must be a whole number of at least 1, not {value!r}")
+    return value
 
 
 def _map(where: str, name: str, value: Any) -> Mapping:

@@ -19,7 +19,9 @@ def test_bench_local_quick_writes_a_cpu_profile_with_provenance(cli, gpuplan_hom
     assert r.code == 0, r.err
     prof = profiles.load_profile(out)
     assert (prof.workload, prof.unit, prof.reference_gpu) == ("colorize", "epoch", "cpu")
-    assert prof.seconds_per_unit > 0 and prof.memory_per_job_gib is None  # RSS is not GPU memory
+    assert prof.seconds_per_unit > 0 and prof.memory_peak_gib is None  # RSS is not GPU memory
+    assert prof.memory_need_gib is None  # a CPU enforces no memory cap: nothing to search
+    assert prof.fixed_seconds_per_job > 0  # interpreter, torch import, model build: process wall - timed steps
     assert set(prof.colocation_slowdown) == {1, 2} and prof.colocation_slowdown[2] > 0
     assert prof.packing_fits == {1: True}  # --max-pack 1; packing itself: test_bench_profiles.py
     assert prof.dp_scaling == ()  # colorize is one job per GPU, as in report A

@@ -27,7 +27,8 @@ def test_profile_round_trips_through_yaml_and_json(tmp_path, suffix):
         workload="resnet50", unit="image", reference_gpu="H100 SXM", seconds_per_unit=Decimal("0.000571"),
         provenance=profiles.Provenance(source="gpuplan bench", date="2026-11-22", host="n0", gpu="NVIDIA H100 80GB HBM3",
                                        driver="580.1", cuda="12.8", torch="2.13.0", command="gpuplan bench resnet50"),
-        memory_per_job_gib=Decimal("21.5"), gpu_memory_gib=Decimal(80),
+        memory_peak_gib=Decimal("21.5"), gpu_memory_gib=Decimal(80), memory_need_gib=Decimal("6.25"),
+        memory_need_fraction=Decimal("0.078125"), fixed_seconds_per_job=Decimal("17.2"),
         colocation_slowdown={1: Decimal(1), 8: Decimal("1.04")},
         packing_efficiency={1: Decimal(1), 2: Decimal("0.55")}, packing_fits={1: True, 2: True, 3: False},
         dp_scaling=(profiles.ScalingPoint(1, 1, Decimal(1), Decimal(1750)),
@@ -37,7 +38,21 @@ def test_profile_round_trips_through_yaml_and_json(tmp_path, suffix):
     path = profiles.save_profile(prof, tmp_path / f"p{suffix}")
     assert profiles.load_profile(path) == prof
     over = prof.to_workload_overrides()
-    assert over["max_per_gpu"] == 2 and over["dp_efficiency"] == {1: Decimal(1), 8: Decimal("0.987")}
+    assert over["max_per_gpu"] == 2 and over["packing_no_fit"] == [3]
+    assert over["dp_efficiency"] == {(1, 1): Decimal(1), (8, 1): Decimal("0.987"), (8, 2): Decimal("0.61")}
+    assert (over["memory_need_gib"], over["memory_peak_gib"], over["fixed_seconds_per_job"]) == \
+        (Decimal("6.25"), Decimal("21.5"), Decimal("17.2"))
+    assert prof.unmeasured() == ()
+
+
+def test_a_profile_from_before_the_memory_need_reads_its_peak_and_names_what_it_lacks(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("schema: 1\nworkload: colorize\nunit: epoch\nreference_gpu: H100 SXM\nseconds_per_unit: 0.187079\n"
+                   "memory_per_job_gib: 65.858109\nprovenance: {source: gpuplan bench, date: '2026-11-22'}\n")
+    prof = profiles.load_profile(old)
+    assert prof.memory_peak_gib == Decimal("65.858109") and prof.memory_need_gib is None
+    assert prof.unmeasured() == ("fixed_seconds_per_job", "memory_need_gib", "packing", "colocation_slowdown",
+                                 "dp_scaling")
 
 
 def test_profile_errors_name_the_field(tmp_path):
@@ -94,10 +109,11 @@ class ScriptedExecutor(bench.Executor):
         self.removed = list(dirs)
 
 
-def ok(spu: float, throughput: float = 100.0, mem: int = 8 * 2**30) -> bench.Outcome:
+def ok(spu: float, throughput: float = 100.0, mem: int = 8 * 2**30, timed: float = 0.5, wall: float | None = 2.25,
+       ) -> bench.Outcome:
     rec = {"status": "ok", "seconds_per_unit": spu, "throughput": throughput, "peak_memory_bytes": mem,
-           "memory_source": "cuda", "torch": "2.13.0", "cuda": "12.8"}
-    return bench.Outcome(0, "warming up\n" + json.dumps(rec) + "\n", "")
+           "memory_source": "cuda", "torch": "2.13.0", "cuda": "12.8", "seconds": timed}
+    return bench.Outcome(0, "warming up\n" + json.dumps(rec) + "\n", "", wall)
 
 
 def test_bench_arithmetic_for_colocation_packing_and_data_parallel():
@@ -106,13 +122,25 @@ def test_bench_arithmetic_for_colocation_packing_and_data_parallel():
         if "torch.distributed.run" in argv:
             procs = int(argv[argv.index("--nnodes") + 1]) * int(argv[argv.index("--nproc-per-node") + 1])
             return ok(0.01, throughput=100.0 * procs * (0.9 if procs > 1 else 1))
+        if "--memory-fraction" in argv and n == 1:  # the memory-need search: full speed from 10 % of the GPU
+            fraction = float(argv[argv.index("--memory-fraction") + 1])
+            if fraction < 0.06:
+                return bench.Outcome(3, '{"status": "refused"}\n', "")
+            return ok(0.01 if fraction >= 0.1 else 0.0112)  # 12 % slower: not full speed
         if "--memory-fraction" in argv:
             return ok(0.01 * n / 1.6) if n <= 2 else bench.Outcome(3, '{"status": "refused"}\n', "")
         return ok(0.01 * (1.1 if n == 4 else 1.05 if n == 2 else 1.0))
 
     ex = ScriptedExecutor(answer, gpus=4, nodes=2)
     prof = bench.measure(bench.BenchOptions("resnet50", max_pack=4, command="gpuplan bench resnet50 --cluster c"), ex)
-    assert prof.reference_gpu == "A100 80GB" and prof.gpu_memory_gib == 80 and prof.memory_per_job_gib == 8
+    assert prof.reference_gpu == "A100 80GB" and prof.gpu_memory_gib == 80 and prof.memory_peak_gib == 8
+    # the fixed cost of a job start: 2.25 s of process wall - 0.5 s of timed steps
+    assert prof.fixed_seconds_per_job == Decimal("1.75")
+    # bisection: 1/2, 1/4, 1/8 run at full speed; 1/16 and 3/32 are slower; 7/64 and 13/128 are not
+    tried = [Decimal(b[0].argv[b[0].argv.index("--memory-fraction") + 1]) for b in ex.batches
+             if len(b) == 1 and "--memory-fraction" in b[0].argv]
+    assert tried == [Decimal(x) for x in ("0.5", "0.25", "0.125", "0.0625", "0.09375", "0.109375", "0.101562")]
+    assert prof.memory_need_fraction == Decimal(13) / 128 and prof.memory_need_gib == Decimal(13) / 128 * 80
     assert prof.unit == "epoch" and prof.seconds_per_unit == Decimal("0.01") * 1_281_167  # s/image x ImageNet
     assert prof.colocation_slowdown == {1: 1, 2: Decimal("1.05"), 4: Decimal("1.1")}
     assert prof.packing_fits == {1: True, 2: True, 3: False}  # stopped at the first k that refused

@@ -132,12 +132,17 @@ def test_packing_fits_uses_measured_efficiency_and_startup_factor():
 
 
 def test_packing_that_does_not_fit_and_unmeasured_efficiency_are_infeasible():
-    w = work(40, memory="3", packing={1: Decimal(1), 3: Decimal("0.57"), 2: None})
+    w = work(40, memory="3", packing={1: Decimal(1), 3: Decimal("0.57"), 4: None})
     o = sp.offer(memory="8")
+    big = sp.offer(memory="16")
     with pytest.raises(model.Infeasible, match="3 x 3 GiB fixed fractions exceed the 8 GiB"):
         model.packing(w, o, 3)
-    with pytest.raises(model.Infeasible, match="no measured per-stream efficiency"):
+    with pytest.raises(model.Infeasible, match="no measured per-stream efficiency for 2 jobs on one K80"):
         model.packing(w, o, 2)
+    with pytest.raises(model.Infeasible, match="4 jobs did not fit one K80 in the measurement"):
+        model.packing(w, big, 4)  # null: measured not to fit
+    with pytest.raises(model.Infeasible, match="3 per GPU on T4: per-stream efficiency measured only on K80"):
+        model.packing(w, sp.offer(gpu="T4", memory="16"), 3)  # measured on another GPU: not reused
 
 
 def test_job_memory_over_gpu_memory_is_infeasible():
@@ -228,11 +233,12 @@ def test_owned_needs_the_flag_and_shows_break_even():
     assert mine.recommended.fleet[0][0].name == "ws"
 
 
-def test_data_parallel_speedup():
+def test_data_parallel_rule_of_thumb_without_gradient_bytes():
     w = work(60, parallel="data")
-    # 4 GPUs x 0.985^2 x 1.5 (two machines) = 5.82135
-    assert model.dp_speedup(w, 4, 2) == Decimal("5.8214")
-    assert model.dp_speedup(w, 1, 1) == 1
+    # no gradient_bytes: 4 GPUs x 0.985^2 x 1.5 (two machines) = 5.82135, and the plan says it is a rule of thumb
+    up, why = model.dp_speedup(w, sp.offer(gpus=4), 2, Decimal(1))
+    assert up == Decimal("5.8214") and why.startswith("rule of thumb (the workload gives no gradient_bytes)")
+    assert model.dp_speedup(w, sp.offer(gpus=1), 1, Decimal(1))[0] == 1
 
 
 # --- the schedule and the proof behind a recommendation -------------------------------------------

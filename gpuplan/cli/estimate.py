@@ -116,7 +116,8 @@ def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
         "breakdown": {k: _yen2(v) for k, v in plan.breakdown.items()},
         "machines": [
             {"instance_type": v.offer.name, "role": v.role, "setup_s": v.setup_s, "capture_s": v.capture_s,
-             "staging_s": v.staging_s, "jobs_s": v.jobs_s, "idle_tail_s": v.idle_s, "billed_s": v.billed_s,
+             "staging_s": v.staging_s, "jobs_s": v.jobs_s, "job_starts_s": _yen2(v.job_starts_s),
+             "idle_tail_s": v.idle_s, "billed_s": v.billed_s,
              "cost_jpy": _yen2(v.cost), "jobs": list(v.jobs)}
             for v in plan.vms
         ],
@@ -190,7 +191,7 @@ def _render_table(est, show_all: bool) -> None:
         fleet = p.label + (f" ({p.per_gpu}/GPU)" if p.per_gpu > 1 else "")
         where = f"{p.provider} {p.region}"
         if p.feasible:
-            status = "yes" + (" (warning: quota)" if p.warnings else "")
+            status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warnings))})" if p.warnings else "")
             if not p.recommendable:
                 status = "owned: not recommended without --owned"
             if not p.optimal:
@@ -215,7 +216,8 @@ def _render_table(est, show_all: bool) -> None:
                   f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
                   f"¥{rec.cost_jpy:,}, wall {_minutes(rec.wall_s)} min, billed {_minutes(rec.billed_s)} min")
     parts = ", ".join(f"{k} ¥{_yen2(v)}" for k, v in rec.breakdown.items() if v)
-    console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})")
+    console.print(f"  breakdown: {parts} (total ¥{_yen2(rec.cost)} -> ¥{rec.cost_jpy:,})" if parts
+                  else "  breakdown: nothing more to pay for this batch (hardware you already have)")
     console.print(f"  why: {est.reason}")
     console.print(f"  optimal: {_proof(est)}")
     for key, line in est.extra.items():
@@ -231,6 +233,16 @@ def _render_table(est, show_all: bool) -> None:
     console.print("[bold]Assumptions:[/bold]")
     for line in est.assumptions:
         console.print(f"  - {line}", highlight=False, markup=False)
+
+
+def _warning_kinds(warnings) -> list[str]:
+    """One word per kind of warning for the table's narrow column (the lines follow the table)."""
+    kinds = []
+    for w in warnings:
+        kind = "quota" if "quota" in w else "global batch" if "global batch" in w else "see below"
+        if kind not in kinds:
+            kinds.append(kind)
+    return kinds
 
 
 def _proof(est) -> str:
@@ -309,7 +321,7 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
         save: Annotated[Optional[Path], typer.Option(help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
         profile: Annotated[Optional[Path], typer.Option(help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
-        owned: Annotated[Optional[list[str]], typer.Option(help="Owned hardware you already have (offer name); it may then be recommended.")] = None,
+        owned: Annotated[Optional[list[str]], typer.Option(help="Hardware you already own or rent by the month (offer name); it may then be recommended.")] = None,
         show_all: Annotated[bool, typer.Option("--all", help="List every candidate plan.")] = False,
         release: Annotated[str, typer.Option(help="when-done (release each machine when its jobs end) or at-end.")] = "when-done",
         plot: Annotated[Optional[Path], typer.Option(help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
@@ -344,10 +356,11 @@ def register(app: typer.Typer) -> None:
             release=release, measured_setup=_measured_setup(state, cat), owned=tuple(owned or ()),
         )
         if owned:
-            known = {n.lower() for o in cat.offers if o.kind == "owned" for n in (o.name, *o.aliases)}
+            known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}
             for name in owned:
                 if name.lower() not in known:
-                    raise UsageError(f"--owned {name!r} is not an owned offer in catalog {cat.snapshot}; owned: {', '.join(sorted(known)) or 'none'}")
+                    raise UsageError(f"--owned {name!r} is not an owned offer (nor a monthly-rented one) in catalog"
+                                     f" {cat.snapshot}; those are: {', '.join(sorted(known)) or 'none'}")
         work, calibrations = _calibrate(state, work, cat)
         est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective)
         if calibrations:

@@ -84,7 +84,14 @@ def _print_profile(profile, path: Path) -> None:
     con.print(f"{profile.workload} on {profile.reference_gpu} ({p.gpu}; torch {p.torch or '?'}, CUDA {p.cuda or '-'},"
               f" driver {p.driver or '-'})" + ("  [yellow]quick CPU run: tiny shapes, not real speed[/yellow]" if p.quick else ""))
     con.print(f"alone: {profile.seconds_per_unit:.6g} s per {profile.unit}"
-              + (f", {profile.memory_per_job_gib:.3g} GiB GPU memory" if profile.memory_per_job_gib else ""))
+              + (f", uncapped peak {profile.memory_peak_gib:.3g} GiB GPU memory" if profile.memory_peak_gib else ""))
+    if profile.memory_need_gib is not None:
+        con.print(f"memory need: {profile.memory_need_gib:.3g} GiB (full speed capped at {profile.memory_need_fraction:.4g}"
+                  " of the GPU's memory)")
+    if profile.fixed_seconds_per_job is not None:
+        con.print(f"fixed cost per job start: {profile.fixed_seconds_per_job:.3g} s (process wall time - timed steps)")
+    if profile.unmeasured():
+        con.print(f"not measured: {', '.join(profile.unmeasured())}")
     table = Table("measure", "n", "value")
     for g, f in sorted(profile.colocation_slowdown.items()):
         table.add_row("co-location slowdown", str(g), f"{f:.3f}x")

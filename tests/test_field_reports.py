@@ -1,0 +1,285 @@
+"""The field reports' other shapes, reproduced from their inputs (shared/domain.md B, C, D):
+data-parallel communication, packing with a remainder, streams, monthly servers, image limits."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from gpuplan import catalog, model, optimizer, workloads
+from gpuplan.model import Setting
+from support import planner as sp
+
+
+def _near(value, target, share="0.10") -> bool:
+    return abs(Decimal(value) - Decimal(target)) <= Decimal(target) * Decimal(share)
+
+
+# --- report B: data-parallel ResNet-50 over 10 GbE ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def report_b():
+    """The built-in resnet50 (report B's L, 32 per process) on 2017 Koukaryoku 4x Pascal TITAN X nodes."""
+    cat = catalog.load("2017-08")
+    work = workloads.load("resnet50")
+    node = cat.resolve("koukaryoku-pascal")
+    speed, _ = model.speed(work, node, cat.gpus)
+    return work, node, cat.link(node), speed
+
+
+def test_report_b_allreduce_times_come_out_of_the_model(report_b):
+    work, node, link, _ = report_b
+    assert work.gradient_bytes == 102_228_384  # report B's L
+    two, why = model.allreduce_seconds(work.gradient_bytes, 4, 2, node, link)
+    four, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    # 2L(p-1)/p bytes over 10 GbE at report B's effective ~5 Gibit/s: 0.152 s and 0.228 s (report: ~0.15, ~0.22)
+    assert _near(two, "0.15") and _near(four, "0.22")
+    assert "2L(p-1)/p = 102.228 MB per step at 10 Gbit/s x 0.5369 effective (10GbE private network" in why
+
+
+def test_report_b_scaling_per_doubling_comes_out_of_the_model(report_b):
+    work, node, link, speed = report_b
+    up = {n: model.dp_speedup(work, node, n, speed, link)[0] for n in (1, 2, 4)}
+    # throughput rose with every doubling of nodes, but by less than 2x
+    assert 1 < up[2] / up[1] < 2 and 1 < up[4] / up[2] < 2
+    # about 1.5x per doubling: 2 -> 4 nodes (both over the network) 1.61x; 1 -> 16 processes 1.61x per doubling
+    assert _near(up[4] / up[2], "1.5") and _near((up[4] ** Decimal("0.25")), "1.5")
+    # and at 16 processes the allreduce took over half of each iteration
+    compute = work.seconds_per_unit / speed * work.batch_per_gpu / work.samples_per_unit
+    allreduce, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    assert allreduce / (compute + allreduce) > Decimal("0.5")
+
+
+def test_16_p5_machines_over_efa_do_not_scale_like_10gbe_nodes(report_b):
+    work, sakura, sakura_link, sakura_speed = report_b
+    cat = catalog.load("2026-11")
+    p5 = cat.resolve("aws:p5.48xlarge", region="us-east-1")
+    speed, _ = model.speed(work, p5, cat.gpus)
+    p5_up = {n: model.dp_speedup(work, p5, n, speed, cat.link(p5))[0] for n in (1, 2, 16)}
+    sakura_up = {n: model.dp_speedup(work, sakura, n, sakura_speed, sakura_link)[0] for n in (1, 2, 16)}
+    # 16 machines: 128 H100 over 3,200 Gbit/s EFA keep 97 % of linear; 64 TITAN X over 10 GbE 37 %
+    assert p5_up[16] / 128 > Decimal("0.95") and sakura_up[16] / 64 < Decimal("0.4")
+    assert p5_up[2] / p5_up[1] > Decimal("1.95") and sakura_up[2] / sakura_up[1] < Decimal("1.2")
+
+
+def test_no_network_figure_means_no_multi_machine_data_parallel_plan():
+    cat = catalog.load("2026-11")
+    work = workloads.load("resnet50")
+    est = optimizer.estimate(work, Setting(catalog=cat), provider="sakura")
+    two = [p for p in est.plans if p.count == 2]
+    assert two and all(not p.feasible for p in two)
+    assert all(p.reason.startswith(f"no inter-node network figure for {p.fleet[0][0].name} (catalog/links.csv)")
+               for p in two)
+
+
+def test_past_the_validated_global_batch_a_plan_says_so():
+    cat = catalog.load("2017-08")
+    work = workloads.load("resnet50")
+    est = optimizer.estimate(work, Setting(catalog=cat, as_of_month="2017-12"), provider="sakura")
+    pascal = {p.count: p for p in est.plans if p.feasible and p.fleet[0][0].name == "koukaryoku-titanx-pascal-x4"
+              and p.setup == "scratch"}
+    assert not any("global batch" in w for w in pascal[4].warnings)  # 16 processes x 32 = 512: report B ran it
+    batch = [w for w in pascal[8].warnings if "global batch" in w]
+    assert batch == ["global batch 1,024 (32 per GPU x 32 GPUs) is past the 512 validated (shared/domain.md B"
+                     " (December 2017)): accuracy may suffer; tune the learning rate and batch size first"]
+
+
+# --- report C: streams packed on one GPU, and the remainder -----------------------------------------
+
+def _clips(count: int, seconds: str = "147.5"):
+    """Report C's clips on a GTX 1080: 147.5 s alone each (the figure behind the 495 s that the
+    old rule gave 3 clips 2 per GPU), 2.4 GiB each, per-stream efficiency 71.55 % (2) and 57 % (3),
+    start-up factor 1.2."""
+    from gpuplan.plan_types import Job, Workload
+
+    return Workload(name="clips", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="GTX 1080",
+                    speed={"GTX 1080": Decimal(1)}, memory_gib=Decimal("2.4"), startup_factor=Decimal("1.2"),
+                    packing={1: Decimal(1), 2: Decimal("0.7155"), 3: Decimal("0.57")},
+                    jobs=tuple(Job(f"clip{i + 1}", Decimal(seconds)) for i in range(count)))
+
+
+def _gtx1080():
+    o = sp.offer(name="gtx1080", gpu="GTX 1080", memory="8", price="3600", granularity=1, minimum=0)
+    return o, sp.catalog([o], {"azure": sp.facts(setup_min=0)})
+
+
+def test_report_c_three_clips_two_per_gpu_the_third_runs_alone_at_full_speed():
+    o, cat = _gtx1080()
+    plans = optimizer.estimate(_clips(3), Setting(catalog=cat), mixes=False).plans
+    two = next(p for p in plans if p.per_gpu == 2 and p.count == 1)
+    # two clips together: 147.5 x 1.2 / 0.7155 = 247.4 s; then the third alone: 147.5 s -> 394.9 -> 395 s
+    # (the old rule ran it at the 2-per-GPU speed too: 2 x 247.4 = 495 s)
+    assert two.wall_s == 395 and two.cost_jpy == 395
+    three = next(p for p in plans if p.per_gpu == 3 and p.count == 1)
+    # all three at once: 147.5 x 1.2 / 0.57 = 310.5 -> 311 s (report C: about 307 s)
+    assert three.wall_s == 311 and _near(three.wall_s, 307, "0.02")
+    assert any("fewer left run at the efficiency for their count" in a for a in two.assumptions)
+
+
+def test_packing_on_a_gpu_it_was_not_measured_on_is_not_planned():
+    t4 = sp.offer(name="t4", gpu="T4", memory="16", price="3600", granularity=1, minimum=0)
+    cat = sp.catalog([t4], {"azure": sp.facts(setup_min=0)})
+    work = _clips(3)
+    from dataclasses import replace
+
+    plans = optimizer.estimate(replace(work, speed={"GTX 1080": Decimal(1), "T4": Decimal(1)}), Setting(catalog=cat),
+                               mixes=False).plans
+    packed = [p for p in plans if p.per_gpu > 1]
+    assert packed and all(not p.feasible and "per-stream efficiency measured only on GTX 1080" in p.reason for p in packed)
+    # a figure measured on the T4 itself is used there
+    t4_measured = replace(work, speed={"GTX 1080": Decimal(1), "T4": Decimal(1)},
+                          packing_by_gpu={"T4": {1: Decimal(1), 2: Decimal("0.9")}})
+    plans = optimizer.estimate(t4_measured, Setting(catalog=cat), mixes=False).plans
+    two = next(p for p in plans if p.per_gpu == 2 and p.count == 1)
+    # two together: 147.5 x 1.2 / 0.9 = 196.67 s, then one alone 147.5 s -> 344.2 -> 345 s
+    assert two.feasible and two.wall_s == 345
+
+
+# --- streams: real-time work held for its whole duration ------------------------------------------------
+
+def _cameras(ms_per_frame: str, hours=720):
+    return workloads.from_dict({
+        "name": "cameras", "unit": "frame", "seconds_per_unit": Decimal(ms_per_frame) / 1000, "reference_gpu": "GTX 1080",
+        "speed": {"GTX 1080": 1}, "memory_gib": 2.4, "streams": {"count": 8, "fps": 30, "hours": hours},
+        "packing": {"efficiency": {2: 0.7155, 3: 0.57}},
+    }, "test cameras")
+
+
+def test_an_8_stream_30_fps_month_is_priced_for_720_hours():
+    # 20 ms per frame alone; 2 per GPU: 20 / 0.7155 = 27.95 ms <= 33.3 ms (30 fps); 3 per GPU: 35.09 ms is too slow
+    # -> 2 streams per GTX 1080, 4 machines, each held 720 h at ¥100/h billed hourly = ¥288,000
+    work = _cameras("20")
+    assert [j.units for j in work.jobs] == [Decimal(30 * 720 * 3600)] * 8
+    o = sp.offer(name="gtx1080", gpu="GTX 1080", memory="8", price="100", granularity=3600, minimum=3600)
+    cat = sp.catalog([o], {"azure": sp.facts(setup_min=0, quota=1000)})
+    est = optimizer.estimate(work, Setting(catalog=cat))
+    rec = est.recommended
+    assert (rec.count, rec.per_gpu, rec.wall_s, rec.billed_s, rec.cost_jpy) == (4, 2, 720 * 3600, 4 * 720 * 3600, 288_000)
+    assert [v.jobs for v in rec.vms] == [("stream-1", "stream-2"), ("stream-3", "stream-4"),
+                                         ("stream-5", "stream-6"), ("stream-7", "stream-8")]
+    assert any(a.startswith("2 streams per GTX 1080 in real time: 27.952 ms per frame each, 30 fps needs at most 33.333 ms;"
+                            " 3 would take 35.088 ms per frame each") for a in rec.assumptions)
+    assert any("held for the whole duration" in a for a in rec.assumptions)
+
+
+def test_streams_no_gpu_keeps_up_with_are_infeasible_and_say_by_how_much():
+    o = sp.offer(name="gtx1080", gpu="GTX 1080", memory="8", price="100")
+    est = optimizer.estimate(_cameras("45"), Setting(catalog=sp.catalog([o])))
+    assert est.recommended is None
+    assert est.plans[0].reason == ("real time out of reach on a GTX 1080: one stream alone takes 45 ms per frame,"
+                                   " 30 fps needs at most 33.333 ms: 1.35x too slow")
+
+
+# --- report D: a monthly server, rented or already yours ------------------------------------------------
+
+def _monthly(price="146000"):
+    o = sp.offer(name="p100x2-monthly", provider="baremetal", gpu="V100", gpus=2, price=None, memory="16",
+                 granularity=30 * 86400, minimum=30 * 86400, family="")
+    from dataclasses import replace
+
+    return replace(o, kind="monthly", price=Decimal(price), price_unit="month",
+                   price_jpy_per_hour=Decimal(price) / 730, aliases=("bm-p100x2",))
+
+
+def test_a_monthly_server_is_billed_a_whole_month_not_720_of_730_hours():
+    from gpuplan.plan_types import Job, Workload
+
+    w = Workload(name="t", description="", jobs=(Job("a", Decimal(7200)),), unit="second", seconds_per_unit=Decimal(1),
+                 reference_gpu="V100", speed={"V100": Decimal(1)})
+    o = _monthly()
+    providers = {"baremetal": sp.facts("baremetal", setup_min=0, builder_is_worker=True, quota=None)}
+    plan = next(p for p in optimizer.estimate(w, Setting(catalog=sp.catalog([o], providers))).plans if p.feasible)
+    # 2 h of work starts a month: ¥146,000 (not 720 h x 146,000 / 730 h = ¥144,000)
+    assert plan.cost == Decimal(146000) and plan.billed_s == 30 * 86400 and plan.wall_s == 7200
+    assert "a started month billed whole" in plan.note
+    # already rented (--owned): nothing more to pay for this batch, and only its busy time is counted
+    mine = next(p for p in optimizer.estimate(w, Setting(catalog=sp.catalog([o], providers), owned=("bm-p100x2",))).plans
+                if p.feasible)
+    assert mine.cost == 0 and mine.billed_s == 7200 and mine.recommendable
+    assert "you rent it already: ¥146,000 a month, not in this cost" in mine.note
+
+
+def test_report_d_break_even_hours_per_month_for_a_stated_monthly_price(cli, tmp_path, monkeypatch):
+    import json
+
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("offers:\n  - {provider: baremetal, name: p100x2-monthly, price: 146000}\n")  # the stated price
+    monkeypatch.setenv("GPUPLAN_PRICES", str(prices))
+    r = cli("estimate", "--videos", "4", "--as-of", "2018-06", "--format", "json", "--all")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    best = data["recommended"]  # the best hourly plan: 1x Koukaryoku Maxwell TITAN X x4, 2 h at ¥288/h
+    assert (best["instance_type"], best["cost_jpy"]) == ("koukaryoku-titanx-maxwell-x4", 576)
+    monthly = next(p for p in data["plans"] if p["instance_type"] == "p100x2-monthly")
+    # 4 videos on 2 P100 (4.15x a K80, 2 busy GPUs 1.25x): 2 x 2166.7 s = 4334 s of work on it;
+    # break-even = 146,000 x 4334 / 3600 h / ¥576 = 305.2 -> 306 h a month
+    assert monthly["cost_jpy"] == 146_000 and monthly["billed_minutes"] == 43200 and monthly["wall_minutes"] == 72.23
+    assert ("break-even: renting it at ¥146,000 a month beats 1x koukaryoku-titanx-maxwell-x4 (¥576 for this batch,"
+            " 72.2 min of work here) when it is busy more than 306 h a month") in monthly["note"]
+    # --owned accepts a server rented by the month: it is then recommended at no further cost
+    r = cli("estimate", "--videos", "4", "--as-of", "2018-06", "--format", "json", "--owned", "bm-p100x2")
+    assert r.code == 0, r.err
+    mine = json.loads(r.out)["recommended"]
+    assert (mine["instance_type"], mine["cost_jpy"], mine["billed_minutes"]) == ("p100x2-monthly", 0, 72.23)
+
+
+# --- image limits per provider and era ---------------------------------------------------------------
+
+def test_2017_koukaryoku_plans_never_start_from_an_image():
+    cat = catalog.load("2017-08")
+    est = optimizer.estimate(workloads.videos(4), Setting(catalog=cat, as_of_month="2017-12"), provider="sakura")
+    sakura = [p for p in est.plans if p.feasible]
+    assert sakura and all(p.setup == "scratch" for p in sakura)
+    assert any(p.count > 1 for p in sakura)  # several machines, each set up from scratch
+    assert any(a.startswith("no image capture on sakura as of 2017-12") and a.endswith("every machine runs setup")
+               for a in sakura[0].assumptions)
+    # Azure could capture in 2017 (report A): 4x NC6 from an image is still the pick there
+    azure = optimizer.estimate(workloads.videos(4), Setting(catalog=cat), provider="azure").recommended
+    assert (azure.label, azure.setup, azure.cost_jpy) == ("4x Standard_NC6", "image", 826)
+
+
+def test_an_image_does_not_start_a_size_with_another_gpu():
+    cat = catalog.load("2026-11")
+    a, b = cat.resolve("aws:g4dn.xlarge", region="us-east-1"), cat.resolve("aws:g5.xlarge", region="us-east-1")
+    setting = Setting(catalog=cat)
+    assert model.image_problem([a, a], setting) == ""
+    assert model.image_problem([a, b], setting).startswith(
+        "an image built on g4dn.xlarge (T4) cannot start g5.xlarge (A10G): aws images start the same gpu only")
+    est = optimizer.estimate(workloads.videos(8), setting, provider="aws", region="us-east-1")
+    mixes = [p for p in est.plans if len(p.fleet) == 2]
+    assert mixes and not any(p.feasible and p.setup == "image" and p.fleet[0][0].gpu != p.fleet[1][0].gpu for p in mixes)
+
+
+# --- the new workload fields, read from a file ------------------------------------------------------
+
+def test_overlap_hides_allreduce_behind_compute(report_b):
+    from dataclasses import replace
+
+    work, node, link, speed = report_b
+    # 4 nodes: compute 0.1668 s, allreduce 0.2285 s; overlapping all compute leaves 0.0617 s exposed
+    up = model.dp_speedup(replace(work, overlap=Decimal(1)), node, 4, speed, link)[0]
+    compute = work.seconds_per_unit / speed * 32 / work.samples_per_unit
+    allreduce, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    assert up == (16 * compute / allreduce).quantize(Decimal("0.0001"))  # step = the allreduce alone
+    assert up > model.dp_speedup(work, node, 4, speed, link)[0]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"data_parallel": {"gradient_bytes": 1000}}, "data_parallel.gradient_bytes needs data_parallel.batch_per_gpu too"),
+    ({"data_parallel": {"overlap": 1.5}}, "data_parallel.overlap = 1.5 is above 1"),
+    ({"streams": {"count": 2, "fps": 30, "hours": 1}}, "streams need unit: frame"),
+    ({"unit": "frame", "streams": {"count": 2, "fps": 30}}, "streams need exactly one of hours, days or minutes"),
+    ({"unit": "frame", "streams": {"count": 2, "fps": 30, "days": 1}, "jobs": [{"units": 3}]},
+     "give either streams (real-time work) or jobs (a batch), not both"),
+    ({"packing": {"by_gpu": {"T4": {"x": 0.5}}}}, "packing.by_gpu.T4 key 'x' must be a whole number"),
+])
+def test_new_workload_fields_are_checked_in_one_line(extra, message):
+    from gpuplan.errors import UsageError
+
+    data = {"name": "w", "unit": "epoch", "seconds_per_unit": 1, "reference_gpu": "V100", "jobs": [{"units": 10}]}
+    data.update(extra)
+    if "streams" in extra and "jobs" not in extra:
+        data.pop("jobs")
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        workloads.from_dict(data, "w.yaml")
