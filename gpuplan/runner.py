@@ -30,6 +30,11 @@ from typing import Any
 from gpuplan.errors import GpuplanError, NotFound, UsageError
 
 REMOTE_LOG_DIR = ".gpuplan/runs"  # relative to the SSH user's home on each node
+MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
+MAX_PER_GPU = 16  # jobs sharing one GPU, each with a fixed 1/k memory share: past 16 a share is under 1 GiB of 16
+MAX_SLOTS_PER_NODE = 64  # `bench --gpus`: no machine in the catalog has more than 16 GPUs
+MAX_RETRIES = 100  # a job failing for good is retried at most this often, never for ever
+MAX_ITEMS_BYTES = 64 * 2**20  # 100,000 items of a long path each
 
 
 class JobsFailed(GpuplanError):
@@ -96,14 +101,17 @@ class RunSummary:
 
 
 def read_items(path: Path) -> list[str]:
-    """One item per line; blank lines and lines starting with # are skipped."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"items file {path} not found; write one item (video, file, seed) per line") from None
+    """One item per line; blank lines and lines starting with # are skipped. At most MAX_JOBS."""
+    from gpuplan.userfiles import read_text
+
+    fix = "write one item (video, file, seed) per line"
+    lines = read_text(path, "items file", fix, max_bytes=MAX_ITEMS_BYTES).splitlines()
     items = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
     if not items:
         raise UsageError(f"items file {path} has no items; write one per line")
+    if len(items) > MAX_JOBS:
+        raise UsageError(f"items file {path} has {len(items):,} items; one run takes at most {MAX_JOBS:,}"
+                         " (one log file and one state row each): split it into several runs")
     return items
 
 
@@ -116,25 +124,28 @@ def read_plan(path: Path) -> dict:
     out). The whole plan's wall and yen are kept beside it. Returns {"wall_s", "yen", "basis",
     "plan_wall_s", "plan_yen"} with Decimal figures, and where the plan lists its machines, the
     "workload", "provider", "instance_type" and number of "jobs" it planned (for calibration)."""
+    from gpuplan.userfiles import read_text
+
+    text = read_text(path, "plan file", f"write one with `gpuplan estimate ... --save {path}`")
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UsageError(f"plan file {path} not found; write one with `gpuplan estimate ... --save {path}`") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
     plan = data.get("recommended", data) if isinstance(data, dict) else None
     if not isinstance(plan, dict):
         raise UsageError(f"plan file {path}: expected a JSON object; write it with `gpuplan estimate --save`")
     try:
-        wall = Decimal(str(plan["wall_minutes"])) * 60 if plan.get("wall_minutes") is not None else None
+        wall = _figure(plan["wall_minutes"]) * 60 if plan.get("wall_minutes") is not None else None
         cost = plan.get("cost_exact_jpy", plan.get("cost_jpy"))
-        yen = Decimal(str(cost)) if cost is not None else None
+        yen = _figure(cost) if cost is not None else None
         machines = plan.get("machines") or []
+        if not isinstance(machines, list) or not all(isinstance(m, dict) for m in machines):
+            raise ValueError("machines must be a list of objects")
         if machines:
-            jobs_wall = Decimal(max(int(m["jobs_s"]) for m in machines))
+            jobs_wall = Decimal(max(int(_figure(m["jobs_s"])) for m in machines))
             jobs_yen = sum(
-                (Decimal(str(m["cost_jpy"])) * (int(m["jobs_s"]) + int(m.get("idle_tail_s") or 0)) / int(m["billed_s"])
-                 for m in machines if int(m["billed_s"]) > 0),
+                (_figure(m["cost_jpy"]) * (int(_figure(m["jobs_s"])) + int(_figure(m.get("idle_tail_s") or 0)))
+                 / int(_figure(m["billed_s"])) for m in machines if int(_figure(m["billed_s"])) > 0),
                 Decimal(0),
             )
             return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
@@ -142,11 +153,22 @@ def read_plan(path: Path) -> dict:
                     "provider": plan.get("provider") or "", "instance_type": plan.get("instance_type") or "",
                     "jobs": sum(len(m.get("jobs") or ()) for m in machines)}
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
-        raise UsageError(f"plan file {path}: unreadable figure ({type(exc).__name__}: {exc});"
-                         " write it with `gpuplan estimate ... --save`") from None
+        why = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
+        raise UsageError(f"plan file {path}: unreadable figure ({why}); write it with `gpuplan estimate ... --save`") from None
     if wall is None or yen is None:
         raise UsageError(f"plan file {path} has no wall time or cost; write it with `gpuplan estimate ... --save`")
     return {"wall_s": wall, "yen": yen, "basis": "the whole plan", "plan_wall_s": wall, "plan_yen": yen}
+
+
+def _figure(value) -> Decimal:
+    """A plan's number: finite, not negative, at most 10^15 (yen or seconds)."""
+    try:
+        d = Decimal(str(value))
+    except ArithmeticError:
+        d = Decimal("NaN")
+    if isinstance(value, bool) or not d.is_finite() or not 0 <= d <= 10**15:
+        raise ValueError(f"{value!r} is not a number from 0 to 10^15")
+    return d
 
 
 def job_name(index: int, item: str) -> str:

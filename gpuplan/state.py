@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from gpuplan import faults
+from gpuplan.errors import UsageError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS clusters (
@@ -128,6 +129,38 @@ CREATE TABLE IF NOT EXISTS calibrations (  -- a `gpuplan run --plan` batch: the 
 """
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open the state file, refusing with one line (and changing nothing) when it is not a
+    gpuplan state database or is damaged: what it records may be all that finds running machines."""
+    advice = (f"gpuplan left it as it is: restore it from a backup, or move it aside (mv {path} {path}.bad) to start"
+              " a new one and find the machines it knew with `gpuplan teardown --sweep --dry-run`")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"state database {path} is not a file; {advice}")
+    db = None
+    try:
+        db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+        columns = {r[1] for r in db.execute("PRAGMA table_info(clusters)")}
+        check = [r[0] for r in db.execute("PRAGMA quick_check")] if tables else ["ok"]
+    except sqlite3.DatabaseError as exc:
+        if db is not None:
+            db.close()
+        raise UsageError(f"state database {path} is damaged or not a gpuplan state database ({exc}); {advice}") from None
+    problem = ""
+    if tables and not {"name", "provider", "region", "size", "status"} <= columns:
+        problem = f"{path} is not a gpuplan state database (its tables: {', '.join(tables)[:80]})"
+    elif check != ["ok"]:
+        problem = f"state database {path} is damaged ({check[0]})"
+    if problem:
+        db.close()
+        raise UsageError(f"{problem}; {advice}")
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.executescript(SCHEMA)
+    return db
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -201,11 +234,7 @@ class State:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(self.path.parent, 0o700)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        self._db = _connect(self.path)
 
     @classmethod
     def open_default(cls) -> "State":
