@@ -165,6 +165,8 @@ def _print_summary(summary, predicted) -> None:
     for j in summary.jobs:
         table.add_row(j.job, j.slot, j.status, str(j.attempts), f"{j.seconds:.1f}", str(j.log_path))
     con.print(table)
+    for q in summary.quarantined:
+        con.print(f"quarantined {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
     con.print(f"measured: wall {_duration(cmp.measured_wall_s)}, {_yen(cmp.measured_yen)}"
               f" ({summary.nodes} node(s) x {_yen(summary.price_jpy_per_hour)}/h)")
