@@ -145,6 +145,9 @@ def _connect(path: Path) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         if db is not None:
             db.close()
+        if isinstance(exc, sqlite3.OperationalError):  # cannot open or locked: the file itself may be fine
+            raise UsageError(f"cannot open state database {path} ({exc}); check that you may read and write it and"
+                             " its folder, and that no other program holds it") from None
         raise UsageError(f"state database {path} is damaged or not a gpuplan state database ({exc}); {advice}") from None
     problem = ""
     if tables and not {"name", "provider", "region", "size", "status"} <= columns:
@@ -155,9 +158,14 @@ def _connect(path: Path) -> sqlite3.Connection:
         db.close()
         raise UsageError(f"{problem}; {advice}")
     db.row_factory = sqlite3.Row
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.executescript(SCHEMA)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(SCHEMA)
+    except sqlite3.OperationalError as exc:  # read-only file or folder, full disk
+        db.close()
+        raise UsageError(f"cannot write state database {path} ({exc}); check that you may write it and its folder"
+                         " and that the disk has room") from None
     return db
 
 
@@ -231,8 +239,12 @@ class State:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.path.parent, 0o700)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.path.parent, 0o700)
+        except OSError as exc:
+            raise UsageError(f"cannot make the state folder {self.path.parent} ({exc.strerror or exc}); set GPUPLAN_HOME"
+                             " to a folder you can write") from None
         self._lock = threading.RLock()
         self._db = _connect(self.path)
 

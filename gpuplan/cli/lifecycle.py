@@ -119,7 +119,9 @@ def provision(
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
         offer = _resolve(target, region)
         n = parse_count(count or "x1")
-    ttl_s = parse_duration(ttl, "--ttl") if ttl else None
+    ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
+    if name is not None:  # --name "" is a mistake, not a request for a generated name
+        lifecycle.check_name(name)
     req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
 
     out = _out_console()
