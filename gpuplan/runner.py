@@ -284,11 +284,11 @@ class _Pool:
 
     A node leaves the pool (is quarantined) when its host key is refused or it refuses our
     login (at once: neither mends itself during a run), when it cannot be reached
-    UNREACHABLE_IN_A_ROW times in a row, or when its latest failures are two different jobs that
-    each failed in under FAST_FAILURE_S and in under half the time of the shortest job that
-    succeeded on another node (times are the command's own, the SSH connection left out): the
-    jobs work elsewhere and die at once there. Jobs that fail
-    slowly, or fail everywhere, are the jobs' own failures and quarantine nothing.
+    UNREACHABLE_IN_A_ROW times in a row, or when its latest failures are two different jobs
+    that each failed in under FAST_FAILURE_S and in under half the time of the shortest job
+    that succeeded on another node (the command's own time, the SSH connection left out): the
+    jobs work elsewhere and die at once there. Jobs that fail slowly, or fail everywhere, are
+    the jobs' own failures and quarantine nothing.
     """
 
     def __init__(self, nodes: Sequence[str]) -> None:
@@ -300,9 +300,6 @@ class _Pool:
 
     def live(self, node: str) -> bool:
         return node not in self.out
-
-    def any_live(self) -> bool:
-        return len(self.out) < len(self.nodes)
 
     def quarantine(self, node: str, reason: str) -> list[str]:
         if node in self.out:

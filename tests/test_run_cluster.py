@@ -243,4 +243,4 @@ def test_a_refused_host_key_or_login_quarantines_at_once():
     assert pool.could_not_start("b", LoginRefused("login as ubuntu was refused")) == ["b"]
     assert pool.out == {"a": "host key refused: host key for 10.0.0.1:22 changed",
                         "b": "login refused: login as ubuntu was refused"}
-    assert pool.any_live() and pool.quarantine("c", "x") == ["c"] and not pool.any_live()
+    assert pool.quarantine("c", "x") == ["c"] and pool.quarantine("c", "again") == [] and pool.out["c"] == "x"
