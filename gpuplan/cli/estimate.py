@@ -39,6 +39,8 @@ def parse_quotas(values: list[str]):
 def check_quotas(quotas, cat) -> None:
     """Every --quota names a provider (and quota family) of the catalog: a typo would otherwise
     be a quota that silently limits nothing."""
+    if not quotas.total and not quotas.family:
+        return
     from gpuplan import provider
     from gpuplan.model import Quotas
 
