@@ -723,15 +723,16 @@ def _prices_path(prices_file: Path | None) -> tuple[Path | None, bool]:
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
+    from gpuplan.userfiles import read_text
+
+    text = read_text(path, "prices file", "fix the file or remove it (docs/catalog.md)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or exc.__class__.__name__
         raise UsageError(f"{path}{at}: not valid YAML ({problem}); fix the file or remove it") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the prices file ({exc.strerror})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

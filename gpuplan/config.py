@@ -24,8 +24,11 @@ def _load() -> dict[str, Any]:
         return {}
     import yaml
 
+    from gpuplan.userfiles import read_text
+
+    text = read_text(path, "config file", "fix or remove it (README: Providers and credentials)")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix or remove the file") from exc
     if not isinstance(data, dict):
@@ -34,7 +37,10 @@ def _load() -> dict[str, Any]:
 
 
 def provider_config(name: str) -> dict[str, str]:
-    section = (_load().get("providers") or {}).get(name) or {}
+    providers = _load().get("providers") or {}
+    if not isinstance(providers, dict):
+        raise UsageError(f"{paths.config_dir() / 'config.yaml'}: providers must be a mapping of provider name to settings")
+    section = providers.get(name) or {}
     if not isinstance(section, dict):
         raise UsageError(f"{paths.config_dir() / 'config.yaml'}: providers.{name} must be a mapping")
     return {str(k): str(v) for k, v in section.items()}

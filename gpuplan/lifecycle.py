@@ -55,7 +55,7 @@ def new_cluster_name() -> str:
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):  # fullmatch: `$` alone lets a trailing newline through
         raise UsageError(
             f"bad cluster name {name!r}: use 1-32 lowercase letters, digits and dashes, starting with a letter"
         )

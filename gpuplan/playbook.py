@@ -154,10 +154,12 @@ def load(name_or_path: str) -> Playbook:
     import yaml
 
     if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        from gpuplan.userfiles import read_text
+
         path = Path(name_or_path).expanduser()
         if not path.is_file():
             raise NotFound(f"playbook file {path} not found")
-        text, origin = path.read_text(), str(path)
+        text, origin = read_text(path, "playbook file", "see docs/playbooks.md for the format"), str(path)
     else:
         res = _data_dir().joinpath(f"{name_or_path}.yaml")
         if name_or_path == "defaults" or not res.is_file():

@@ -167,7 +167,9 @@ def load_profile(path: str | Path) -> Profile:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"profile {path} not found; run `gpuplan bench WORKLOAD --local` or give an existing file")
-    text = path.read_text()
+    from gpuplan.userfiles import read_text
+
+    text = read_text(path, "profile", "run `gpuplan bench WORKLOAD --local` or give a profile file (docs/profiles.md)")
     try:
         if path.suffix == ".json":
             data = json.loads(text)

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from gpuplan import faults
+from gpuplan.errors import UsageError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS clusters (
@@ -128,6 +129,40 @@ CREATE TABLE IF NOT EXISTS calibrations (  -- a `gpuplan run --plan` batch: the 
 """
 
 
+def _refuse_unusable(path: Path) -> None:
+    """Refuse with one line, changing nothing, a state file that is damaged or not gpuplan's:
+    what it records may be all that finds running machines. Opened read-only to look."""
+    advice = (f"gpuplan left it as it is: restore it from a backup, or move it aside (mv {path} {path}.bad) to start"
+              " a new one and find the machines it knew with `gpuplan teardown --sweep --dry-run`")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make the state folder {path.parent} ({exc.strerror or exc}); set GPUPLAN_HOME"
+                         " to a folder you can write") from None
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise UsageError(f"state database {path} is not a file; {advice}")
+    db = None
+    try:
+        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+        columns = {r[1] for r in db.execute("PRAGMA table_info(clusters)")}
+        check = [r[0] for r in db.execute("PRAGMA quick_check")] if tables else ["ok"]
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):  # cannot open or locked: the file itself may be fine
+            raise UsageError(f"cannot open state database {path} ({exc}); check that you may read and write it and"
+                             " its folder, and that no other program holds it") from None
+        raise UsageError(f"state database {path} is damaged or not a gpuplan state database ({exc}); {advice}") from None
+    finally:
+        if db is not None:
+            db.close()
+    if tables and not {"name", "provider", "region", "size", "status"} <= columns:
+        raise UsageError(f"{path} is not a gpuplan state database (its tables: {', '.join(tables)[:80]}); {advice}")
+    if check != ["ok"]:
+        raise UsageError(f"state database {path} is damaged ({check[0]}); {advice}")
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -198,6 +233,7 @@ class State:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
+        _refuse_unusable(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(self.path.parent, 0o700)
         self._lock = threading.RLock()

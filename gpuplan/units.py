@@ -8,30 +8,38 @@ from gpuplan.errors import UsageError
 
 _DURATION_PART = re.compile(r"(\d+)([smhd])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_S = 366 * 86400  # a deadline or TTL over a year is a typo (and a TTL that long protects nothing)
+MAX_MACHINES = 1000  # one cluster: each machine is its own create call, journal rows and SSH session
 
 
 def parse_duration(text: str, what: str = "duration") -> int:
-    """Seconds in "90m", "3h", "1h30m", "2d" or "45s"; a bare number is minutes."""
+    """Seconds in "90m", "3h", "1h30m", "2d" or "45s"; a bare number is minutes. Longer than
+    zero and at most MAX_DURATION_S."""
     t = text.strip().lower()
-    if t.isdigit():
-        return int(t) * 60
-    parts = _DURATION_PART.findall(t)
-    if not parts or "".join(n + u for n, u in parts) != t:
-        raise UsageError(f"bad {what} {text!r}: use forms like 90m, 3h, 1h30m or 2d")
-    seconds = sum(int(n) * _SECONDS[u] for n, u in parts)
+    if t.isdecimal():
+        seconds = int(t) * 60
+    else:
+        parts = _DURATION_PART.findall(t)
+        if not parts or "".join(n + u for n, u in parts) != t:
+            raise UsageError(f"bad {what} {text!r}: use forms like 90m, 3h, 1h30m or 2d")
+        seconds = sum(int(n) * _SECONDS[u] for n, u in parts)
     if seconds <= 0:
         raise UsageError(f"bad {what} {text!r}: it must be longer than zero")
+    if seconds > MAX_DURATION_S:
+        raise UsageError(f"bad {what} {text!r}: at most {MAX_DURATION_S // 86400}d")
     return seconds
 
 
 def parse_count(text: str) -> int:
-    """The machine count in "x4", "×4" or "4"."""
+    """The machine count in "x4", "×4" or "4": 1 to MAX_MACHINES."""
     t = text.strip().lower().lstrip("x×")
-    if not t.lstrip("-").isdigit():
+    if not t.lstrip("-").isdecimal():
         raise UsageError(f"bad count {text!r}: write it as x4 (four machines)")
     n = int(t)
     if n < 1:
         raise UsageError(f"bad count {text!r}: at least one machine")
+    if n > MAX_MACHINES:
+        raise UsageError(f"bad count {text!r}: gpuplan makes at most {MAX_MACHINES:,} machines per cluster; split the fleet")
     return n
 
 

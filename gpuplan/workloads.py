@@ -17,6 +17,16 @@ from gpuplan.errors import UsageError
 from gpuplan.plan_types import Job, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
+
+# Limits on what one estimate plans (docs/workloads.md, "Limits"). Past them input is refused with
+# one line, never planned for minutes or hours.
+MAX_JOBS = 5_000  # the planner's time grows with the jobs: 25-63 s at 5,000 on 2 CPUs (benchmarks/limits_bench.py)
+MAX_FILE_BYTES = 256 * 2**10  # 5,000 one-line jobs take about 200 KiB; YAML is parsed at about 10 s per MiB
+MAX_JOB_SECONDS = 100 * 365 * 86400  # one job's work alone on the reference GPU; beyond 100 GPU-years is a typo
+MAX_SETUP_SECONDS = 366 * 86400  # setup or staging on one machine
+RATIOS = (Decimal("0.001"), Decimal(1000))  # speeds, slowdowns, efficiencies and factors: all within 1000x of 1
+MAX_KEY = 1024  # GPUs of one machine (colocation) or jobs sharing one GPU (packing)
+MAX_YEN = Decimal(10) ** 12
 _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
@@ -38,12 +48,13 @@ def load(name_or_file: str) -> Workload:
         return parse(entry.read_text(encoding="utf-8"), f"built-in workload {text}")
     path = Path(text).expanduser()
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise UsageError(f"workload file {path} not found; give a built-in name ({', '.join(builtin_names())}) or a YAML file")
-        try:
-            return parse(path.read_text(encoding="utf-8"), str(path))
-        except OSError as exc:
-            raise UsageError(f"workload file {path}: cannot read it ({exc.strerror})") from None
+        from gpuplan.userfiles import read_text
+
+        text = read_text(path, "workload file", f"give a YAML file of at most {MAX_JOBS:,} jobs (docs/workloads.md)",
+                         max_bytes=MAX_FILE_BYTES)
+        return parse(text, str(path))
     raise UsageError(f"unknown workload {text!r}; built-ins: {', '.join(builtin_names())}, or give a YAML file (docs/workloads.md)")
 
 
@@ -51,6 +62,8 @@ def videos(n: int) -> Workload:
     """`--videos N`: N colorize-hd jobs of 1000 epochs each."""
     if n < 1:
         raise UsageError(f"--videos must be at least 1, not {n}")
+    if n > MAX_JOBS:
+        raise UsageError(f"--videos {n}: gpuplan plans at most {MAX_JOBS:,} jobs at once; plan a part of the batch")
     base = load(VIDEOS_WORKLOAD)
     job = base.jobs[0]
     return replace(base, jobs=tuple(Job(f"video-{i + 1}", job.units) for i in range(n)))
@@ -87,16 +100,16 @@ def from_dict(data: Any, where: str) -> Workload:
     else:
         jobs = _jobs(where, data["jobs"], spu)
 
-    speed = {str(k): _dec(where, f"speed.{k}", v, positive=True) for k, v in _map(where, "speed", data.get("speed")).items()}
+    speed = {str(k): _ratio(where, f"speed.{k}", v) for k, v in _map(where, "speed", data.get("speed")).items()}
     col = _map(where, "colocation", data.get("colocation"))
     _only(where, "colocation", col, {"slowdown", "default", "source"})
     slowdown = {}
     for g, v in _map(where, "colocation.slowdown", col.get("slowdown")).items():
-        f = _dec(where, f"colocation.slowdown.{g}", v, positive=True)
+        f = _ratio(where, f"colocation.slowdown.{g}", v)
         if f < 1:
             raise UsageError(f"{where}: colocation.slowdown.{g} = {v} is below 1; it is time shared / time alone")
         slowdown[_key(where, "colocation.slowdown", g)] = f
-    default = _dec(where, "colocation.default", col.get("default", "1.10"), positive=True)
+    default = _ratio(where, "colocation.default", col.get("default", "1.10"))
     if default < 1:
         raise UsageError(f"{where}: colocation.default = {default} is below 1; it is time shared / time alone")
 
@@ -105,7 +118,7 @@ def from_dict(data: Any, where: str) -> Workload:
     packing = _packing(where, "packing.efficiency", pk.get("efficiency"))
     by_gpu = {str(g): MappingProxyType(_packing(where, f"packing.by_gpu.{g}", table))
               for g, table in _map(where, "packing.by_gpu", pk.get("by_gpu")).items()}
-    startup = _dec(where, "packing.startup_factor", pk.get("startup_factor", "1.2"), positive=True)
+    startup = _ratio(where, "packing.startup_factor", pk.get("startup_factor", "1.2"))
 
     parallel = str(data.get("parallel") or "none")
     if parallel not in ("none", "data"):
@@ -135,31 +148,34 @@ def from_dict(data: Any, where: str) -> Workload:
     _only(where, "staging", st, {"minutes", "size_gb", "bandwidth_mbps", "jpy"})
     staging_s = 0
     if st.get("minutes") is not None:
-        staging_s = int(_dec(where, "staging.minutes", st["minutes"]) * 60)
+        staging_s = int(_dec(where, "staging.minutes", st["minutes"], most=MAX_SETUP_SECONDS // 60) * 60)
     elif st.get("size_gb") is not None:
         if st.get("bandwidth_mbps") is None:
             raise UsageError(f"{where}: staging.size_gb needs staging.bandwidth_mbps (or give staging.minutes)")
         size = _dec(where, "staging.size_gb", st["size_gb"])
         bw = _dec(where, "staging.bandwidth_mbps", st["bandwidth_mbps"], positive=True)
         staging_s = int((size * 8000 / bw).to_integral_value(rounding=ROUND_CEILING))  # GB -> megabits
+        if staging_s > MAX_SETUP_SECONDS:
+            raise UsageError(f"{where}: staging.size_gb / staging.bandwidth_mbps gives {staging_s:,} s of staging, over the"
+                             f" limit of {MAX_SETUP_SECONDS // 86400} days; check both figures")
 
     owned = data.get("owned") or []
     if isinstance(owned, str):
         owned = [owned]
-    if not isinstance(owned, list):
+    if not isinstance(owned, list) or not all(map(_scalar, owned)):
         raise UsageError(f"{where}: owned must be a list of offer names")
     assumptions = data.get("assumptions") or []
     if not isinstance(assumptions, list):
         raise UsageError(f"{where}: assumptions must be a list of lines")
 
     return Workload(
-        name=str(data["name"]),
-        description=str(data.get("description") or ""),
+        name=_text(where, "name", data["name"]),
+        description=_text(where, "description", data.get("description") or ""),
         jobs=jobs,
-        unit=str(data.get("unit") or "second"),
+        unit=_text(where, "unit", data.get("unit") or "second"),
         seconds_per_unit=spu,
-        reference_gpu=str(data["reference_gpu"]),
-        kind=str(data.get("kind") or "cnn-train"),
+        reference_gpu=_text(where, "reference_gpu", data["reference_gpu"]),
+        kind=_text(where, "kind", data.get("kind") or "cnn-train"),
         memory_gib=_dec(where, "memory_gib", data["memory_gib"], positive=True) if data.get("memory_gib") is not None else None,
         memory_peak_gib=_dec(where, "memory_peak_gib", data["memory_peak_gib"], positive=True)
         if data.get("memory_peak_gib") is not None else None,
@@ -167,9 +183,9 @@ def from_dict(data: Any, where: str) -> Workload:
         job_start_s=job_start_s,
         job_start_source=str(js.get("source") or where) if job_start_s else "",
         speed=MappingProxyType(speed),
-        reference_speed=_dec(where, "reference_speed", data["reference_speed"], positive=True)
+        reference_speed=_ratio(where, "reference_speed", data["reference_speed"])
         if data.get("reference_speed") is not None else None,
-        max_speed=_dec(where, "max_speed", data["max_speed"], positive=True) if data.get("max_speed") is not None else None,
+        max_speed=_ratio(where, "max_speed", data["max_speed"]) if data.get("max_speed") is not None else None,
         colocation_slowdown=MappingProxyType(slowdown),
         colocation_default=default,
         colocation_source=str(col.get("source") or "ESTIMATE (not measured for this workload)"),
@@ -177,10 +193,10 @@ def from_dict(data: Any, where: str) -> Workload:
         packing_by_gpu=MappingProxyType(by_gpu),
         startup_factor=startup,
         parallel=parallel,
-        intra_node_eff_per_doubling=_dec(where, "scaling.intra_node_eff_per_doubling",
-                                         sc.get("intra_node_eff_per_doubling", "0.985"), positive=True),
-        inter_node_speedup_per_doubling=_dec(where, "scaling.inter_node_speedup_per_doubling",
-                                             sc.get("inter_node_speedup_per_doubling", "1.5"), positive=True),
+        intra_node_eff_per_doubling=_ratio(where, "scaling.intra_node_eff_per_doubling",
+                                           sc.get("intra_node_eff_per_doubling", "0.985")),
+        inter_node_speedup_per_doubling=_ratio(where, "scaling.inter_node_speedup_per_doubling",
+                                               sc.get("inter_node_speedup_per_doubling", "1.5")),
         dp_efficiency=MappingProxyType(dp_eff),
         dp_source=str(sc.get("source") or where) if dp_eff else "",
         gradient_bytes=_whole(where, "data_parallel.gradient_bytes", dp.get("gradient_bytes")),
@@ -192,8 +208,9 @@ def from_dict(data: Any, where: str) -> Workload:
         comm_source=str(dp.get("source") or where) if dp else "",
         streams=streams,
         staging_s=staging_s,
-        staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0)),
-        setup_s=int(_dec(where, "setup_minutes", data["setup_minutes"]) * 60) if data.get("setup_minutes") is not None else None,
+        staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0), most=MAX_YEN),
+        setup_s=int(_dec(where, "setup_minutes", data["setup_minutes"], most=MAX_SETUP_SECONDS // 60) * 60)
+        if data.get("setup_minutes") is not None else None,
         owned=tuple(str(o) for o in owned),
         source=str(data.get("source") or where),
         assumptions=tuple(str(a) for a in assumptions),
@@ -215,6 +232,10 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
 
     prof = load_profile(profile_path)
     o = prof.to_workload_overrides()
+    longest = max(j.units for j in workload.jobs) * o["seconds_per_unit"]
+    if longest > MAX_JOB_SECONDS:
+        raise UsageError(f"profile {profile_path}: seconds_per_unit {o['seconds_per_unit']} makes a job of {workload.name}"
+                         f" {longest:.3g} s alone, over the limit of 100 years ({MAX_JOB_SECONDS:,} s); check the profile")
     if o["unit"] != workload.unit:
         raise UsageError(
             f"profile {profile_path}: unit {o['unit']!r} does not match workload {workload.name}'s unit {workload.unit!r}"
@@ -285,9 +306,16 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
             raise UsageError(f"{where}: {w} needs exactly one of units, seconds, minutes or hours")
         value = _dec(where, f"{w}.{given[0]}", entry[given[0]], positive=True)
         units = value if given[0] == "units" else value * {"seconds": 1, "minutes": 60, "hours": 3600}[given[0]] / spu
+        if units * spu > MAX_JOB_SECONDS:
+            times = f" x seconds_per_unit {spu}" if given[0] == "units" else ""
+            raise UsageError(f"{where}: {w}.{given[0]} = {entry[given[0]]}{times} is one job of {units * spu:.3g} s alone on"
+                             f" the reference GPU, over the limit of 100 years ({MAX_JOB_SECONDS:,} s); check the figures")
         count = entry.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise UsageError(f"{where}: {w}.count must be a whole number of at least 1, not {count!r}")
+        if len(out) + count > MAX_JOBS:
+            raise UsageError(f"{where}: {w} brings the batch to {len(out) + count:,} jobs; gpuplan plans at most"
+                             f" {MAX_JOBS:,} at once; plan a part of the batch")
         name = str(entry.get("name") or f"job{i + 1}")
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     return tuple(out)
@@ -304,14 +332,17 @@ def _streams(where: str, data: dict) -> Streams | None:
     count = st.get("count")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise UsageError(f"{where}: streams.count must be a whole number of at least 1, not {count!r}")
+    if count > MAX_JOBS:
+        raise UsageError(f"{where}: streams.count {count:,}: gpuplan plans at most {MAX_JOBS:,} streams at once; plan a part of them")
     if st.get("fps") is None:
         raise UsageError(f"{where}: streams.fps is missing (frames per second of each stream)")
     given = [k for k in ("hours", "days", "minutes") if st.get(k) is not None]
     if len(given) != 1:
         raise UsageError(f"{where}: streams need exactly one of hours, days or minutes (how long they run)")
-    length = _dec(where, f"streams.{given[0]}", st[given[0]], positive=True)
+    length = _dec(where, f"streams.{given[0]}", st[given[0]], positive=True,
+                  most=Decimal(MAX_SETUP_SECONDS) / {"minutes": 60, "hours": 3600, "days": 86400}[given[0]])
     seconds = int((length * {"minutes": 60, "hours": 3600, "days": 86400}[given[0]]).to_integral_value(rounding=ROUND_CEILING))
-    return Streams(count, _dec(where, "streams.fps", st["fps"], positive=True), seconds)
+    return Streams(count, _dec(where, "streams.fps", st["fps"], positive=True, most=1000), seconds)
 
 
 def _packing(where: str, name: str, raw: Any) -> dict[int, Decimal | None]:
@@ -319,7 +350,7 @@ def _packing(where: str, name: str, raw: Any) -> dict[int, Decimal | None]:
     packing: dict[int, Decimal | None] = {1: Decimal(1)}
     for k, v in _map(where, name, raw).items():
         kk = _key(where, name, k)
-        packing[kk] = None if v is None else _dec(where, f"{name}.{k}", v, positive=True)
+        packing[kk] = None if v is None else _ratio(where, f"{name}.{k}", v)
         # above 1 is possible: small inputs leave a GPU idle, so packed streams can each run faster (H100, 416x416)
     return packing
 
@@ -373,12 +404,12 @@ def _key(where: str, name: str, key: Any) -> int:
         k = int(str(key))
     except ValueError:
         raise UsageError(f"{where}: {name} key {key!r} must be a whole number") from None
-    if k < 1:
-        raise UsageError(f"{where}: {name} key {key!r} must be at least 1")
+    if not 1 <= k <= MAX_KEY:
+        raise UsageError(f"{where}: {name} key {key!r} must be between 1 and {MAX_KEY}")
     return k
 
 
-def _dec(where: str, name: str, value: Any, positive: bool = False) -> Decimal:
+def _dec(where: str, name: str, value: Any, positive: bool = False, most: int | Decimal | None = None) -> Decimal:
     if isinstance(value, bool):
         raise UsageError(f"{where}: {name} must be a number, not {value!r}")
     try:
@@ -387,4 +418,25 @@ def _dec(where: str, name: str, value: Any, positive: bool = False) -> Decimal:
         raise UsageError(f"{where}: {name} must be a number, not {value!r}") from None
     if not d.is_finite() or d < 0 or (positive and d == 0):
         raise UsageError(f"{where}: {name} must be a {'positive ' if positive else ''}number, not {value!r}")
+    if most is not None and d > most:
+        raise UsageError(f"{where}: {name} = {value} is over the limit of {most:,}; check the figure (docs/workloads.md)")
     return d
+
+
+def _ratio(where: str, name: str, value: Any) -> Decimal:
+    """A speed, slowdown, efficiency or factor: a positive number within 1000x of 1."""
+    d = _dec(where, name, value, positive=True)
+    if not RATIOS[0] <= d <= RATIOS[1]:
+        raise UsageError(f"{where}: {name} = {value} is outside {RATIOS[0]}..{RATIOS[1]}, the range of a speed or"
+                         " factor relative to 1; check the figure (docs/workloads.md)")
+    return d
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _text(where: str, name: str, value: Any) -> str:
+    if not _scalar(value):
+        raise UsageError(f"{where}: {name} must be text, not {type(value).__name__} {value!r:.40}")
+    return str(value)

@@ -62,11 +62,13 @@ def _norm(text: str) -> str:
 def load_inventory(path: Path) -> list[InventoryHost]:
     import yaml
 
+    from gpuplan.userfiles import read_text
+
     if not path.is_file():
         raise UsageError(f"bare-metal inventory {path} not found; write one (see `gpuplan` docs: hosts with name, address, "
                          "user, key, gpus) or set providers.baremetal.inventory in config.yaml")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(read_text(path, "bare-metal inventory", "fix the file (hosts with name, address, gpus)")) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix the file") from None
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):

@@ -47,16 +47,41 @@ def _root(
 
 
 def _register_commands() -> None:
+    """Once per process: main() called again (tests run the CLI in-process) must not add every
+    command a second time, which made each later call slower."""
     from gpuplan.cli import catalog, check, estimate, jobs, lifecycle, remote
 
+    if app.registered_commands or app.registered_groups:
+        return
     for module in (estimate, catalog, check, lifecycle, remote, jobs):
         module.register(app)
+
+
+def _click_exception() -> type[Exception]:
+    """The base class of typer's usage errors (bad option, missing argument, unknown command)."""
+    try:  # recent typer vendors click; older typer used click itself
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        from click.exceptions import ClickException
+    return ClickException
 
 
 def main(argv: list[str] | None = None) -> None:
     _register_commands()
     try:
-        app(args=argv, prog_name="gpuplan")
+        code = app(args=argv, prog_name="gpuplan", standalone_mode=False)
+        if isinstance(code, int) and code:  # typer.Exit(code), --help and `gpuplan ssh` exit codes
+            sys.exit(code)
+    except _click_exception() as exc:  # typer's own usage errors: one line too, not a box
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `gpuplan` alone: the help is already printed
+            sys.exit(exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        print(f"gpuplan: error: {' '.join(exc.format_message().split()).rstrip('.')}{where}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("gpuplan: aborted", file=sys.stderr)
+        sys.exit(1)
     except GpuplanError as exc:
         if _debug:
             raise

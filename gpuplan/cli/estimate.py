@@ -24,14 +24,38 @@ def parse_quotas(values: list[str]):
     for text in values:
         key, sep, num = text.partition("=")
         n = num.strip()
-        if not sep or not key.strip() or not n.isdigit():
+        if not sep or not key.strip() or not n.isdecimal():
             raise UsageError(f"bad --quota {text!r}: write PROVIDER=VCPUS (azure=20) or PROVIDER:FAMILY=VCPUS (azure:NC=24)")
-        prov, _, fam = key.strip().partition(":")
+        prov, colon, fam = key.strip().partition(":")
+        if colon and not fam.strip():
+            raise UsageError(f"bad --quota {text!r}: name the family after the colon (azure:NC=24) or drop the colon")
         if fam:
             family[(prov.lower(), fam.strip())] = int(n)
         else:
             total[prov.lower()] = int(n)
     return Quotas(total=total, family=family)
+
+
+def check_quotas(quotas, cat) -> None:
+    """Every --quota names a provider (and quota family) of the catalog: a typo would otherwise
+    be a quota that silently limits nothing."""
+    if not quotas.total and not quotas.family:
+        return
+    from gpuplan import provider
+    from gpuplan.model import Quotas
+
+    in_catalog = {o.provider for o in cat.offers}
+    for prov in [*quotas.total, *(p for p, _ in quotas.family)]:
+        if prov not in in_catalog and prov not in provider.available():
+            known = sorted(in_catalog | set(provider.available()))
+            raise UsageError(f"bad --quota: unknown provider {prov!r}; known providers: {', '.join(known)}")
+    for (prov, fam), n in quotas.family.items():
+        one = Quotas(family={(prov, fam): n})
+        families = sorted({o.quota_family for o in cat.offers if o.provider == prov and o.quota_family})
+        if prov in in_catalog and not any(one.family_limit(prov, f) for f in families):
+            listed = ", ".join(families[:4]) + (f" and {len(families) - 4} more" if len(families) > 4 else "")
+            raise UsageError(f"bad --quota {prov}:{fam}={n}: no {prov} quota family {fam!r} in catalog {cat.snapshot};"
+                             f" families: {listed or 'none (give PROVIDER=VCPUS)'}")
 
 
 def _user_state():
@@ -350,6 +374,7 @@ def register(app: typer.Typer) -> None:
         deadline_s = parse_duration(deadline, "--deadline") if deadline else None
         quotas = parse_quotas(quota or [])
         cat = catalog.load(as_of)
+        check_quotas(quotas, cat)
         state = _user_state()
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,

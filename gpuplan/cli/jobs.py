@@ -51,8 +51,14 @@ def bench(
 
     if local == (cluster is not None):
         raise UsageError("say where to measure: --local or --cluster NAME (one of them)")
+    from gpuplan.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
+    from gpuplan.units import MAX_DURATION_S
+
     if max_pack < 1 or (gpus is not None and gpus < 1) or timeout < 1:
         raise UsageError("--max-pack, --gpus and --timeout must be at least 1")
+    if max_pack > MAX_PER_GPU or (gpus or 0) > MAX_SLOTS_PER_NODE or timeout > MAX_DURATION_S:
+        raise UsageError(f"--max-pack is at most {MAX_PER_GPU}, --gpus at most {MAX_SLOTS_PER_NODE} and --timeout at most"
+                         f" {MAX_DURATION_S:,} s (366 days)")
     if out is not None and out.suffix not in (".yaml", ".yml", ".json"):
         raise UsageError(f"--out {out}: the profile file must end in .yaml, .yml or .json")
     if workload not in bench_mod.JOBS:
@@ -64,9 +70,13 @@ def bench(
         from gpuplan.state import State
 
         executor = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python)
+    try:
+        extra_args = tuple(shlex.split(job_args or ""))
+    except ValueError as exc:
+        raise UsageError(f"--job-args {job_args!r}: {exc}; quote it as one shell string: --job-args '--height 360'") from None
     opts = bench_mod.BenchOptions(
         workload=workload, quick=quick, gpus=gpus, max_pack=max_pack, timeout=timeout,
-        job_args=tuple(shlex.split(job_args or "")),
+        job_args=extra_args,
         command=shlex.join(["gpuplan", "bench", workload, *(["--local"] if local else ["--cluster", cluster]),
                             *(["--quick"] if quick else []), *(["--gpus", str(gpus)] if gpus else []),
                             "--max-pack", str(max_pack), *(["--job-args", job_args] if job_args else [])]),
@@ -122,8 +132,15 @@ def run(
 
     if not command:
         raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
+    from gpuplan.units import MAX_DURATION_S
+
     if per_gpu < 1 or retries < 0 or timeout < 1:
         raise UsageError("--per-gpu and --timeout must be at least 1 and --retries at least 0")
+    if per_gpu > runner.MAX_PER_GPU or retries > runner.MAX_RETRIES or timeout > MAX_DURATION_S:
+        raise UsageError(f"--per-gpu is at most {runner.MAX_PER_GPU}, --retries at most {runner.MAX_RETRIES} and"
+                         f" --timeout at most {MAX_DURATION_S:,} s (366 days)")
+    if not 1 <= master_port <= 65535:
+        raise UsageError(f"bad --master-port {master_port}: a TCP port from 1 to 65535")
     if torchrun == (items is not None):
         raise UsageError("give --items FILE (one job per item) or --torchrun (one job over all GPUs), not both or neither")
     predicted = runner.read_plan(plan) if plan else None
@@ -155,6 +172,8 @@ def _print_summary(summary, predicted) -> None:
     for j in summary.jobs:
         table.add_row(j.job, j.slot, j.status, str(j.attempts), f"{j.seconds:.1f}", str(j.log_path))
     con.print(table)
+    for q in summary.quarantined:
+        con.print(f"quarantined {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
     con.print(f"measured: wall {_duration(cmp.measured_wall_s)}, {_yen(cmp.measured_yen)}"
               f" ({summary.nodes} node(s) x {_yen(summary.price_jpy_per_hour)}/h)")

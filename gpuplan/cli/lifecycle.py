@@ -55,16 +55,36 @@ def _resolve(target: str, region: str | None, as_of: str | None = None):
 
 
 def _read_plan(path: Path) -> dict:
+    """The plan saved by `gpuplan estimate --save`, checked: provider, instance_type and
+    region (if there) are names, count a whole number of machines, setup scratch or image."""
+    from gpuplan.userfiles import read_text
+    from gpuplan.units import parse_count
+
+    fix = "write it with `gpuplan estimate ... --save`"
     try:
-        plan = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"plan file {path} not found; write one with `gpuplan estimate ... --save {path}`")
+        plan = json.loads(read_text(path, "plan file", fix))
     except json.JSONDecodeError as exc:
-        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`")
-    plan = plan.get("recommended", plan)
+        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); {fix}") from None
+    if isinstance(plan, dict) and "recommended" in plan:
+        plan = plan["recommended"]
+    if not isinstance(plan, dict):
+        raise UsageError(f"plan file {path}: expected a JSON object with provider, instance_type and count; {fix}")
     missing = [k for k in ("provider", "instance_type", "count") if k not in plan]
     if missing:
-        raise UsageError(f"plan file {path} lacks {', '.join(missing)}; write it with `gpuplan estimate ... --save`")
+        raise UsageError(f"plan file {path} lacks {', '.join(missing)}; {fix}")
+    for key in ("provider", "instance_type", "region"):
+        value = plan.get(key)
+        if not (isinstance(value, str) and value.strip()) and not (key == "region" and value is None):
+            raise UsageError(f"plan file {path}: {key} must be a name, not {value!r}; {fix}")
+    count = plan["count"]
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise UsageError(f"plan file {path}: count must be a whole number of machines, not {count!r}; {fix}")
+    try:
+        parse_count(str(count))
+    except UsageError as exc:
+        raise UsageError(f"plan file {path}: {exc}") from None
+    if plan.get("setup") not in (None, "scratch", "image"):
+        raise UsageError(f"plan file {path}: setup must be scratch or image, not {plan['setup']!r}; {fix}")
     return plan
 
 
@@ -99,7 +119,9 @@ def provision(
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
         offer = _resolve(target, region)
         n = parse_count(count or "x1")
-    ttl_s = parse_duration(ttl, "--ttl") if ttl else None
+    ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
+    if name is not None:  # --name "" is a mistake, not a request for a generated name
+        lifecycle.check_name(name)
     req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
 
     out = _out_console()

@@ -1,0 +1,243 @@
+"""Every bad input gets one line on stderr naming the culprit, and exit code 2: never a
+traceback, never "unexpected error", never a hang, never silently accepted.
+
+Each case runs through the real CLI entry point (gpuplan.cli.main, in-process) in a fresh
+GPUPLAN_HOME. Files a case needs are written first: `{tmp}` in a path or argument is the
+test's tmp_path, `{home}` its GPUPLAN_HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+BINARY = bytes(range(256)) * 8  # NUL bytes and everything else
+LATIN1 = "name: café\n".encode("latin-1")  # text, but not UTF-8
+WORKLOAD = "name: x\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n  - {units: 10}\n"
+PLAN = {"provider": "aws", "instance_type": "g4dn.xlarge", "count": 2}
+
+
+def _workload(**fields) -> str:
+    """WORKLOAD with some top-level fields replaced (YAML flow text as values)."""
+    base = {"name": "x", "seconds_per_unit": "1", "reference_gpu": "K80", "jobs": "[{units: 10}]"}
+    base.update(fields)
+    return "".join(f"{k}: {v}\n" for k, v in base.items())
+
+
+def _plan(**fields) -> str:
+    return json.dumps({**PLAN, **fields})
+
+
+RUN = ["run", "demo", "--items", "{tmp}/items.txt"]
+ITEMS = {"items.txt": "a.mp4\n"}
+DRY = ["--dry-run"]
+
+# (id, files to write, argv, a word of the message that names the culprit)
+CASES = [
+    # --- files that are not what they should be ---------------------------------------------
+    ("workload-binary", {"w.yaml": BINARY}, ["estimate", "--workload", "{tmp}/w.yaml"], "workload file"),
+    ("workload-binary-no-suffix", {"w": BINARY}, ["estimate", "--workload", "{tmp}/w"], "workload file"),
+    ("workload-latin1", {"w.yaml": LATIN1}, ["estimate", "--workload", "{tmp}/w.yaml"], "not UTF-8"),
+    ("workload-utf16", {"w.yaml": WORKLOAD.encode("utf-16")}, ["estimate", "--workload", "{tmp}/w.yaml"], "w.yaml"),
+    ("workload-directory", {"w.yaml/": None}, ["estimate", "--workload", "{tmp}/w.yaml"], "directory"),
+    ("profile-binary", {"p.yaml": BINARY}, ["estimate", "--videos", "4", "--profile", "{tmp}/p.yaml"], "profile"),
+    ("prices-binary", {"{home}/config/prices.yaml": BINARY}, ["estimate", "--videos", "4"], "prices file"),
+    ("prices-directory", {"{home}/config/prices.yaml/": None}, ["catalog"], "prices file"),
+    ("config-binary", {"{home}/config/config.yaml": BINARY}, ["provision", "baremetal:t4", "x1", *DRY], "config file"),
+    ("config-directory", {"{home}/config/config.yaml/": None}, ["provision", "baremetal:t4", "x1", *DRY],
+     "config file"),
+    ("config-providers-list", {"{home}/config/config.yaml": "providers: [aws, azure]\n"},
+     ["provision", "baremetal:t4", "x1", *DRY], "providers"),
+    ("inventory-binary", {"inv.yaml": BINARY, "{home}/config/config.yaml": "providers:\n  baremetal: {inventory: {tmp}/inv.yaml}\n"},
+     ["provision", "baremetal:t4", "x1", *DRY], "inventory"),
+    ("plan-binary", {"plan.json": BINARY}, ["provision", "--plan", "{tmp}/plan.json", *DRY], "plan file"),
+    ("plan-directory", {"plan.json/": None}, ["provision", "--plan", "{tmp}/plan.json", *DRY], "directory"),
+    ("items-binary", {"items.txt": BINARY}, RUN + ["--", "echo", "{item}"], "items file"),
+    ("items-directory", {"items.txt/": None}, RUN + ["--", "echo", "{item}"], "items file"),
+    ("run-plan-binary", {**ITEMS, "plan.json": BINARY}, RUN + ["--plan", "{tmp}/plan.json", "--", "echo", "{item}"],
+     "plan file"),
+    ("playbook-binary", {"pb.yaml": BINARY}, ["bootstrap", "demo", "--dry-run", "-p", "{tmp}/pb.yaml"], "playbook file"),
+    # --- plan JSON that is JSON but not a plan -------------------------------------------------
+    ("plan-list", {"p.json": "[1, 2]"}, ["provision", "--plan", "{tmp}/p.json", *DRY], "JSON object"),
+    ("plan-number", {"p.json": "42"}, ["provision", "--plan", "{tmp}/p.json", *DRY], "JSON object"),
+    ("plan-null", {"p.json": "null"}, ["provision", "--plan", "{tmp}/p.json", *DRY], "JSON object"),
+    ("plan-recommended-list", {"p.json": '{"recommended": [1]}'}, ["provision", "--plan", "{tmp}/p.json", *DRY],
+     "JSON object"),
+    ("plan-count-string", {"p.json": _plan(count="2")}, ["provision", "--plan", "{tmp}/p.json", *DRY], "count"),
+    ("plan-count-abc", {"p.json": _plan(count="abc")}, ["provision", "--plan", "{tmp}/p.json", *DRY], "count"),
+    ("plan-count-negative", {"p.json": _plan(count=-1)}, ["provision", "--plan", "{tmp}/p.json", *DRY], "count"),
+    ("plan-count-fraction", {"p.json": _plan(count=2.5)}, ["provision", "--plan", "{tmp}/p.json", *DRY], "count"),
+    ("plan-count-huge", {"p.json": _plan(count=10**30)}, ["provision", "--plan", "{tmp}/p.json", *DRY], "count"),
+    ("plan-provider-number", {"p.json": _plan(provider=5)}, ["provision", "--plan", "{tmp}/p.json", *DRY], "provider"),
+    ("plan-missing-fields", {"p.json": '{"provider": "aws"}'}, ["provision", "--plan", "{tmp}/p.json", *DRY],
+     "instance_type, count"),
+    ("run-plan-list", {**ITEMS, "p.json": "[1]"}, RUN + ["--plan", "{tmp}/p.json", "--", "echo", "{item}"],
+     "JSON object"),
+    ("run-plan-strings", {**ITEMS, "p.json": '{"wall_minutes": "abc", "cost_jpy": 1}'},
+     RUN + ["--plan", "{tmp}/p.json", "--", "echo", "{item}"], "'abc'"),
+    ("run-plan-machines", {**ITEMS, "p.json": '{"wall_minutes": 1, "cost_jpy": 1, "machines": "abc"}'},
+     RUN + ["--plan", "{tmp}/p.json", "--", "echo", "{item}"], "machines"),
+    ("run-plan-nan", {**ITEMS, "p.json": '{"wall_minutes": NaN, "cost_jpy": 1}'},
+     RUN + ["--plan", "{tmp}/p.json", "--", "echo", "{item}"], "nan"),
+    # --- numbers out of any sensible range -----------------------------------------------------
+    ("units-1e300", {"w.yaml": _workload(jobs="[{units: 1e300}]")}, ["estimate", "--workload", "{tmp}/w.yaml"],
+     "jobs[0].units"),
+    ("seconds-per-unit-1e300", {"w.yaml": _workload(seconds_per_unit="1e300")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "seconds_per_unit"),
+    ("hours-huge", {"w.yaml": _workload(jobs="[{hours: 99999999999999999999}]")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "jobs[0].hours"),
+    ("staging-minutes-1e300", {"w.yaml": _workload(staging="{minutes: 1e300}")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "staging.minutes"),
+    ("staging-size-over-bandwidth", {"w.yaml": _workload(staging="{size_gb: 1e30, bandwidth_mbps: 1}")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "staging.size_gb"),
+    ("setup-minutes-1e300", {"w.yaml": _workload(setup_minutes="1e300")}, ["estimate", "--workload", "{tmp}/w.yaml"],
+     "setup_minutes"),
+    ("speed-1e-300", {"w.yaml": _workload(speed="{K80: 1e-300}")}, ["estimate", "--workload", "{tmp}/w.yaml"],
+     "speed.K80"),
+    ("colocation-key-huge", {"w.yaml": _workload(colocation="{slowdown: {99999999999999999999: 2}}")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "colocation.slowdown"),
+    ("packing-efficiency-tiny", {"w.yaml": _workload(packing="{efficiency: {2: 1e-9}}")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "packing.efficiency.2"),
+    ("name-a-list", {"w.yaml": _workload(name="[1, 2]")}, ["estimate", "--workload", "{tmp}/w.yaml"], "name"),
+    ("staging-jpy-huge", {"w.yaml": _workload(staging="{minutes: 1, jpy: 1e40}")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "staging.jpy"),
+    ("ttl-overflow", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "99999999999d", *DRY], "--ttl"),
+    ("deadline-overflow", {}, ["estimate", "--videos", "4", "--deadline", "99999999999999d"], "--deadline"),
+    ("deadline-superscript", {}, ["estimate", "--videos", "4", "--deadline", "²"], "--deadline"),
+    ("count-superscript", {}, ["provision", "aws:g4dn.xlarge", "x²", *DRY], "count"),
+    # --- sizes past a stated limit (these hung before) -----------------------------------------
+    ("videos-huge", {}, ["estimate", "--videos", "99999999999999999999"], "--videos"),
+    ("videos-100000", {}, ["estimate", "--videos", "100000"], "--videos"),
+    ("workload-a-million-jobs", {"w.yaml": _workload(jobs="[{units: 100, count: 1000000}]")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "jobs[0]"),
+    ("workload-file-too-large", {"w.yaml": WORKLOAD + "  - {units: 10}\n" * 40000},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "256 KiB"),
+    ("items-too-many", {"items.txt": "".join(f"v{i}\n" for i in range(100_001))}, RUN + ["--", "echo", "{item}"],
+     "100,000"),
+    ("machines-100000", {}, ["provision", "aws:g4dn.xlarge", "x100000", *DRY], "1,000 machines"),
+    ("per-gpu-100000", ITEMS, RUN + ["--per-gpu", "100000", "--", "echo", "{item}"], "--per-gpu"),
+    ("retries-huge", ITEMS, RUN + ["--retries", "99999999999999999999", "--", "echo", "{item}"], "--retries"),
+    ("run-timeout-huge", ITEMS, RUN + ["--timeout", "99999999999999999999", "--", "echo", "{item}"], "--timeout"),
+    ("bench-gpus-100000", {}, ["bench", "resnet50", "--local", "--quick", "--gpus", "100000"], "--gpus"),
+    ("bench-max-pack-huge", {}, ["bench", "resnet50", "--local", "--max-pack", "1000"], "--max-pack"),
+    # --- accepted silently before --------------------------------------------------------------
+    ("deadline-0", {}, ["estimate", "--videos", "4", "--deadline", "0"], "--deadline"),
+    ("ttl-0", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "0", *DRY], "--ttl"),
+    ("name-with-newline", {}, ["provision", "aws:g4dn.xlarge", "x1", "--name", "demo\n", *DRY], "cluster name"),
+    ("name-empty", {}, ["provision", "aws:g4dn.xlarge", "x1", "--name", "", *DRY], "cluster name"),
+    ("ttl-empty", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "", *DRY], "--ttl"),
+    ("image-name-with-newline", {}, ["image", "build", "aws:g4dn.xlarge", "--name", "img\n"], "name"),
+    ("quota-unknown-provider", {}, ["estimate", "--videos", "4", "--quota", "nosuch=20"], "nosuch"),
+    ("quota-unknown-family", {}, ["estimate", "--videos", "4", "--quota", "azure:NOSUCH=24"], "NOSUCH"),
+    ("quota-empty-family", {}, ["estimate", "--videos", "4", "--quota", "azure:=24"], "--quota"),
+    ("master-port-70000", {}, ["run", "demo", "--torchrun", "--master-port", "70000", "--", "python", "x.py"],
+     "--master-port"),
+    # --- typer's own usage errors: one line as well -------------------------------------------
+    ("videos-not-a-number", {}, ["estimate", "--videos", "abc"], "--videos"),
+    ("unknown-option", {}, ["estimate", "--nosuch"], "--nosuch"),
+    ("unknown-command", {}, ["nosuch"], "nosuch"),
+    ("missing-argument", {}, ["run"], "cluster"),
+    ("job-args-unbalanced-quote", {}, ["bench", "resnet50", "--local", "--job-args", "'--height 360"], "--job-args"),
+]
+
+
+def _write(files: dict, tmp_path, home) -> None:
+    for name, content in files.items():
+        path = home / name[len("{home}/"):] if name.startswith("{home}/") else tmp_path / name
+        if name.endswith("/"):
+            path.mkdir(parents=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            content = content.replace("{tmp}", str(tmp_path)).encode()
+        path.write_bytes(content)
+
+
+def _check_one_line(r, culprit: str) -> None:
+    lines = r.err.strip().splitlines()
+    assert r.code == 2, (r.code, r.err)
+    assert len(lines) == 1, r.err
+    assert "Traceback" not in r.err and "unexpected error" not in r.err
+    assert lines[0].startswith("gpuplan: error: ") and culprit in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("files, argv, culprit", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(files, argv, culprit, cli, tmp_path, gpuplan_home):
+    _write(files, tmp_path, gpuplan_home)
+    r = cli(*[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    _check_one_line(r, culprit)
+
+
+def _truncated(path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (x)")
+    db.executemany("INSERT INTO t VALUES (?)", [("x" * 500,)] * 200)
+    db.commit()
+    db.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+
+
+def _foreign(path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE clusters (name)")  # someone else's database that happens to have this name
+    db.commit()
+    db.close()
+
+
+DAMAGED = {
+    "garbage": lambda p: p.write_bytes(b"this is not a database at all" * 100),
+    "binary": lambda p: p.write_bytes(BINARY * 4),
+    "header-only": lambda p: p.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100),
+    "truncated": _truncated,
+    "foreign": _foreign,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+@pytest.mark.parametrize("argv", [["status"], ["estimate", "--videos", "4"], ["teardown", "--all"],
+                                  ["image", "list"], ["ssh", "demo"]], ids=lambda a: a[0])
+def test_a_damaged_state_db_is_named_and_left_as_it_is(damage, argv, cli, gpuplan_home):
+    db = gpuplan_home / "state" / "state.db"
+    db.parent.mkdir(parents=True)
+    DAMAGED[damage](db)
+    before = db.read_bytes()
+    r = cli(*argv)
+    _check_one_line(r, str(db))
+    assert "gpuplan state database" in r.err and f"mv {db} {db}.bad" in r.err
+    assert db.read_bytes() == before  # never deleted, never overwritten, no schema added
+    assert sorted(p.name for p in db.parent.iterdir()) == ["state.db"]
+
+
+def test_a_state_db_path_that_is_a_directory_is_refused(cli, gpuplan_home):
+    (gpuplan_home / "state" / "state.db").mkdir(parents=True)
+    _check_one_line(cli("status"), "is not a file")
+
+
+def test_a_gpuplan_home_that_is_a_file_is_named(cli, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.write_text("not a folder\n")
+    monkeypatch.setenv("GPUPLAN_HOME", str(home))
+    _check_one_line(cli("status"), "GPUPLAN_HOME")
+    assert home.read_text() == "not a folder\n"
+
+
+def test_a_batch_at_the_job_limit_is_planned_not_refused(gpuplan_home):
+    """--videos at the limit is planned, within a hang guard; one more is refused. On one owned
+    workstation, so the test stays short: benchmarks/limits_bench.py times the whole catalog."""
+    from gpuplan.workloads import MAX_JOBS
+
+    argv = [sys.executable, "-m", "gpuplan", "estimate", "--as-of", "2017-08", "--provider", "baremetal",
+            "--owned", "onprem-1080ti", "--format", "json"]
+    done = subprocess.run([*argv, "--videos", str(MAX_JOBS)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    rec = data["recommended"]
+    assert data["jobs"] == MAX_JOBS and sum(len(m["jobs"]) for m in rec["machines"]) == MAX_JOBS
+    assert rec["wall_minutes"] == MAX_JOBS * 120  # report A: 120 min per video, one after another on one GPU
+    over = subprocess.run([*argv, "--videos", str(MAX_JOBS + 1)], capture_output=True, text=True, timeout=60)
+    assert over.returncode == 2 and f"at most {MAX_JOBS:,} jobs" in over.stderr
