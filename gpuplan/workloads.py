@@ -72,8 +72,10 @@ def videos(n: int) -> Workload:
 def parse(text: str, where: str) -> Workload:
     import yaml
 
+    from gpuplan.userfiles import load_yaml
+
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark is not None else ""
