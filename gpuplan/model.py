@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
+from gpuplan import fmt
 from gpuplan.plan_types import Machines, Plan, Workload
 from gpuplan.types import Offer
 
@@ -406,13 +407,13 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     measured = setting.measured_setup.get((offer.provider, offer.name))
     if workload.setup_s is not None:
         setup = workload.setup_s
-        notes.append(f"setup {setup // 60} min on {offer.name}: from the workload's setup_minutes")
+        notes.append(f"setup {fmt.duration(setup)} on {offer.name}: from the workload's setup_minutes")
     elif measured is not None:
         setup = measured[0]
-        notes.append(f"setup {setup // 60} min on {offer.name}: measured ({measured[1]})")
+        notes.append(f"setup {fmt.duration(setup)} on {offer.name}: measured ({measured[1]})")
     else:
-        notes.append(f"setup {setup // 60} min on {offer.provider}: catalog {setting.catalog.snapshot} ({src})")
-    notes.append(f"image capture {capture // 60} min, launch from image {launch // 60} min on {offer.provider} ({src})")
+        notes.append(f"setup {fmt.duration(setup)} on {offer.provider}: catalog {setting.catalog.snapshot} ({src})")
+    notes.append(f"image capture {fmt.duration(capture)}, launch from image {fmt.duration(launch)} on {offer.provider} ({src})")
     return setup, capture, launch, notes
 
 
@@ -585,7 +586,8 @@ def make_plan(
     reasons, warnings = [], [w for w in warnings if w]
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
     if setting.deadline_s is not None and wall > setting.deadline_s:
-        reasons.append(f"misses the deadline by {_dur(wall - setting.deadline_s)} (wall {_dur(wall)} > {_dur(setting.deadline_s)})")
+        reasons.append(f"misses the deadline by {fmt.duration(wall - setting.deadline_s)} (wall {fmt.duration(wall)} >"
+                       f" {fmt.duration(setting.deadline_s)})")
     no_image = image_problem([first], setting)
     if no_image and setup_mode == "scratch":
         time_notes.append(f"{no_image}: every machine runs setup")
@@ -599,12 +601,12 @@ def make_plan(
     if any(o.kind == "owned" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "owned")
         recommendable = is_yours(o, workload, setting)
-        note = f"owned: purchase {_yen(o.price)} up front (not in the cost); cost = power only"
+        note = f"owned: purchase {fmt.yen(o.price)} up front (not in the cost); cost = power only"
         if not recommendable:
             note += f"; not recommended unless you own it (--owned {o.aliases[0] if o.aliases else o.name})"
     elif any(o.kind == "monthly" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "monthly")
-        month = _yen(month_price(o, setting))
+        month = fmt.yen(month_price(o, setting))
         note = (f"you rent it already: {month} a month, not in this cost (--owned)" if is_yours(o, workload, setting)
                 else f"rented by the month: {month} per {o.billing_granularity_s // 86400} days, a started month billed whole")
     return Plan(
@@ -693,14 +695,14 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     gran = {1: "per second", 60: "per minute", 3600: "per hour"}.get(offer.billing_granularity_s, f"per {offer.billing_granularity_s} s")
     if offer.price_unit == "month":
         gran = f"per month of {offer.billing_granularity_s // 86400} days (a started month billed whole)"
-    minimum = f", minimum {offer.billing_minimum_s} s" if offer.billing_minimum_s and offer.price_unit != "month" else ""
+    minimum = f", minimum {fmt.duration(offer.billing_minimum_s)}" if offer.billing_minimum_s and offer.price_unit != "month" else ""
     if offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "
-                 f"{_yen(offer.price_jpy_per_hour, 2)}/h ({facts.source}); purchase {_yen(offer.price)} ({offer.source})"]
+                 f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({facts.source}); purchase {fmt.yen(offer.price)} ({offer.source})"]
     else:
         unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
-        notes = [f"{offer.name} {offer.region}: {unit} = {_yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "
+        notes = [f"{offer.name} {offer.region}: {unit} = {fmt.yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "
                  f"(source: {offer.source}; as of {offer.as_of or '?'})"]
     if offer.currency != "JPY" and offer.currency in cat.fx:
         fx = cat.fx[offer.currency]
@@ -720,7 +722,7 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
         out.extend(_price_notes(o, setting))
     out.extend(time_notes)
     if workload.staging_s or workload.staging_jpy:
-        out.append(f"data staging {_dur(workload.staging_s)} and {_yen(workload.staging_jpy)} on every machine that runs jobs")
+        out.append(f"data staging {fmt.duration(workload.staging_s)} and {fmt.yen(workload.staging_jpy)} on every machine that runs jobs")
     out.append("machines are released when their own jobs end (idle tail 0)" if setting.release == "when-done"
                else "machines are kept until the last one finishes (idle tail billed)")
     out.append("image storage and disk I/O are not priced (as in field report A)")
@@ -731,16 +733,3 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
             seen.add(line)
             uniq.append(line)
     return uniq
-
-
-def _dur(seconds: int) -> str:
-    from gpuplan.units import format_duration
-
-    return format_duration(seconds)
-
-
-def _yen(value: Decimal | None, places: int = 0) -> str:
-    if value is None:
-        return "?"
-    q = Decimal(1).scaleb(-places)
-    return f"¥{value.quantize(q):,}"

@@ -45,12 +45,13 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
-from gpuplan import model
+from gpuplan import fmt, model
 from gpuplan.model import Infeasible, Setting
 from gpuplan.plan_types import Estimate, Plan, Workload
 from gpuplan.types import Offer
+from gpuplan.units import format_duration
 
 MILP_TIME_LIMIT_S = 1.0
 MILP_MAX_VARIABLES = 20_000  # machines x job classes; larger MILPs rarely finish in the limit
@@ -425,6 +426,13 @@ def schedule(p: Sequence[Sequence[int]], machine_type: Sequence[int], exact: boo
 # candidates
 
 
+def _schedule_note(makespan_s: int, method: str, optimal: bool, bound_s: int) -> str:
+    note = f"schedule: makespan {fmt.duration(makespan_s)} by {method}"
+    if optimal:
+        return note
+    return f"{note} (not proven optimal: at most {fmt.count(makespan_s - bound_s)} s over its lower bound)"
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -509,6 +517,14 @@ class _Planner:
         if mode == "image":
             return setup + capture + self.w.staging_s
         return min(model.provider_times(o, self.w, self.s)[0] for o in offers) + self.w.staging_s
+
+    def _floor(self, fleet: list[tuple[Offer, int]], mode: str, per_gpu: int) -> Decimal:
+        """What the fleet costs whatever its schedule: every machine billed for its setup (or its
+        start from the image) and staging alone, rounded up as its provider bills (an hourly
+        machine pays its first hour, a monthly one its month) - the bound the jobs' cheapest
+        time (fixed + jobs) misses where billing is coarse."""
+        idle = [model.Loads(o, [0], [n]) for o, n in fleet]
+        return model.make_plan(self.w, self.s, fleet, mode, per_gpu, idle).cost
 
     @staticmethod
     def _fixed_cost(plan: Plan) -> Decimal:
@@ -696,8 +712,7 @@ class _Planner:
         # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
         whole = start * factor * self.tick == self.start_s
         optimal = sched.optimal and (whole or makespan_s <= bound_s)
-        how = f"schedule: makespan {makespan_s} s by {sched.method}" + (
-            "" if optimal else f" (not proven optimal; lower bound {bound_s} s)")
+        how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
         plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
         jobs_lb = (offer.price_jpy_per_hour * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
                    / (slots * model.HOUR))
@@ -706,7 +721,8 @@ class _Planner:
             return self._single_candidate(offer, n, k, slots, factor, notes, mode, harder)
 
         done = optimal or sched.method == "milp"
-        return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s,
+        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor([(offer, n)], mode, k))
+        return _Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s,
                           EXACT if done else effort, None if done else redo)
 
     def _packed_candidate(self, offer, n, k, slots, factor, notes, mode) -> _Candidate:
@@ -743,11 +759,12 @@ class _Planner:
         bound_s = model.ceil_s(max(work / (n * gpus * best), nj * self.start_s / (n * slots),
                                    self.start_s + alone * max(self.ticks) * self.tick / max(rates.values())))
         optimal = makespan_s <= bound_s
-        how = (f"schedule: makespan {makespan_s} s, {k} slots per GPU simulated (fewer jobs left on a GPU run faster)"
-               + ("" if optimal else f"; not proven optimal (lower bound {bound_s} s)"))
+        how = _schedule_note(makespan_s, f"simulating {k} slots per GPU (fewer jobs left on a GPU run faster)",
+                             optimal, bound_s)
         plan = model.make_plan(w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
         jobs_lb = offer.price_jpy_per_hour * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
-        return _Candidate(plan, self._fixed_cost(plan) + jobs_lb, self._min_overhead([offer], mode) + bound_s)
+        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor([(offer, n)], mode, k))
+        return _Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s)
 
     def _streams(self, offer: Offer) -> list[Plan]:
         """Real-time streams: each GPU takes as many streams as keep up; every machine is held for
@@ -767,7 +784,7 @@ class _Planner:
                                           f"{st.count} streams need {n} machines of {per_machine} streams; you have one")]
         loads = model.Loads(offer, [st.duration_s], [n],
                             [tuple(tuple(self.names[i * per_machine:(i + 1) * per_machine]) for i in range(n))])
-        notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {_hours(st.duration_s)}: every machine is"
+        notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {fmt.duration(st.duration_s)}: every machine is"
                       " held for the whole duration (real time: frames cannot wait for a cheaper hour)"]
         modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
                                          and not model.image_problem([offer], s)) else ("scratch",)
@@ -828,8 +845,9 @@ class _Planner:
                 if no_image and (na, nb) == (1, 1):  # said once per pair
                     plans.append(replace(model.infeasible_plan(w, s, a, na, "image", 1, no_image), fleet=((a, na), (b, nb))))
                 for mode in ("scratch",) if no_image else ("scratch", "image"):
-                    fixed = self._fixed_cost(model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty))
-                    cost_lb, wall_lb = fixed + jobs_lb, self._min_overhead([a, b], mode) + bound_s
+                    idle = model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty)  # every machine, no jobs
+                    cost_lb = max(self._fixed_cost(idle) + jobs_lb, idle.cost)
+                    wall_lb = self._min_overhead([a, b], mode) + bound_s
                     beaten = any(p.feasible and p.recommendable and p.cost <= cost_lb and p.wall_s <= wall_lb for p in shown)
                     late = s.deadline_s is not None and wall_lb > s.deadline_s
                     if beaten or late:
@@ -862,8 +880,7 @@ class _Planner:
             return None  # a machine with nothing to do: the same plan without it is listed already
         makespan_s = max(loads_s)
         optimal = makespan_s <= bound_s
-        how = f"schedule: makespan {makespan_s} s by {sched.method}" + (
-            "" if optimal else f" (not proven optimal; lower bound {bound_s} s)")
+        how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
         return model.make_plan(self.w, self.s, [(a, na), (b, nb)], mode, 1, loads, list(notes) + [how], optimal)
 
     # -- proof ------------------------------------------------------------------------------------
@@ -875,7 +892,9 @@ class _Planner:
             return False
         if self.s.deadline_s is not None and cand.wall_lb > self.s.deadline_s:
             return False
-        bound = (cand.cost_lb, cand.wall_lb, p.count) if objective == "cost" else (cand.wall_lb, cand.cost_lb, p.count)
+        yen = _whole_yen(cand.cost_lb)
+        warned = len(p.warnings)  # a fleet's warnings do not depend on its schedule
+        bound = (yen, cand.wall_lb, warned, p.count) if objective == "cost" else (cand.wall_lb, yen, warned, p.count)
         return bound < rank_key(rec, objective)
 
     def could_join(self, cand: _Candidate, front: list[Plan]) -> bool:
@@ -902,10 +921,23 @@ def _exact(ticks: list[int], slots: int, start: Schedule) -> Schedule:
     return Schedule(tuple(assign), tuple(loads), max(loads), start.lower_bound, optimal, "milp")
 
 
+RULES = {  # how plans rank, the objective first; said in every why-line that a tie decides
+    "cost": "ties on cost break on wall time, then on fewer warnings, then on fewer machines (cost in whole yen, as shown)",
+    "time": "ties on wall time break on cost, then on fewer warnings, then on fewer machines (cost in whole yen, as shown)",
+}
+
+
 def rank_key(plan: Plan, objective: str):
+    """The order plans are recommended in (RULES): cost in whole yen (what is shown: a sen
+    cheaper never outranks hours faster) or wall time, then the other, then fewer warnings (a
+    plan over a default quota loses a tie to one within it), then fewer machines."""
     if objective == "time":
-        return (plan.wall_s, plan.cost, plan.count)
-    return (plan.cost, plan.wall_s, plan.count)
+        return (plan.wall_s, plan.cost_jpy, len(plan.warnings), plan.count)
+    return (plan.cost_jpy, plan.wall_s, len(plan.warnings), plan.count)
+
+
+def _whole_yen(amount: Decimal) -> int:
+    return int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def _pick(plans: list[Plan], objective: str) -> tuple[Plan | None, list[Plan]]:
@@ -961,7 +993,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     open_ = [c for c in planner.candidates if not c.plan.optimal]
     gap, proven = _gap(planner, open_, rec, objective)
 
-    reason = _reason(rec, eligible, objective, plans)
+    reason = _reason(rec, eligible, objective, plans, setting)
     hourly = next((p for p in eligible if all(o.kind == "cloud" for o, _ in p.fleet)), None)
     plans = [_break_even(p, hourly, setting) if p.fleet[0][0].kind in ("owned", "monthly") and p.feasible else p
              for p in plans]
@@ -1030,31 +1062,69 @@ def _pareto(plans: list[Plan]) -> list[Plan]:
     return out
 
 
-def _reason(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[Plan]) -> str:
+def _reason(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[Plan], setting: Setting) -> str:
+    """One line: why the pick won, naming the rule that decided against each plan that tied with
+    it on the objective; or why nothing can be recommended."""
     if rec is None:
-        kinds = sorted({p.reason.split(";")[0] for p in plans if not p.feasible})
-        if any(p.feasible for p in plans):
-            return "no plan can be recommended: the only feasible ones use owned hardware; name it with --owned"
-        return "no feasible plan: " + (kinds[0] if kinds else "no candidates") + (f" (and {len(kinds) - 1} other reasons)" if len(kinds) > 1 else "")
+        return _nothing_feasible(plans, objective, setting)
     if objective == "time":
-        head = f"fastest feasible plan ({_minutes(rec.wall_s)} wall, ¥{rec.cost_jpy:,})"
-        ties = [p for p in eligible[1:] if p.wall_s == rec.wall_s]
-        tail = "; ties on wall time break on cost, then on fewer machines" if ties else ""
-        return head + tail
-    head = f"cheapest feasible plan (¥{rec.cost_jpy:,}, {_minutes(rec.wall_s)} wall)"
-    ties = [p for p in eligible[1:] if p.cost_jpy == rec.cost_jpy]
-    if not ties:
-        return head
-    shown = []
-    for p in ties:
+        head = f"fastest feasible plan ({fmt.duration(rec.wall_s)} wall, {fmt.yen(rec.cost)})"
+        same = f"as fast ({fmt.duration(rec.wall_s)})"
+        lost = ("dearer", "as dear, but with more warnings", "as dear with as many warnings, but more machines")
+    else:
+        head = f"cheapest feasible plan ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)} wall)"
+        same = f"also {fmt.yen(rec.cost)}"
+        lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
+    mine = rank_key(rec, objective)
+    by_rule: dict[int, list[str]] = {}
+    for p in eligible:
+        theirs = rank_key(p, objective)
+        if p is rec or theirs[0] != mine[0]:
+            continue
+        rule = next((i for i in (1, 2, 3) if theirs[i] != mine[i]), 4)
         label = f"{p.label} {'from an image' if p.setup == 'image' else 'from scratch'}"
-        if label not in shown:
-            shown.append(label)
-        if len(shown) == 3:
-            break
-    more = f" and {len(ties) - len(shown)} more" if len(ties) > len(shown) else ""
-    return (head + f"; {', '.join(shown)}{more} also cost ¥{rec.cost_jpy:,} but take longer or use more machines:"
-            " ties on cost break on wall time, then on fewer machines")
+        by_rule.setdefault(rule, [])
+        if label not in by_rule[rule]:
+            by_rule[rule].append(label)
+    if not by_rule:
+        return head
+    parts = []
+    for rule in sorted(by_rule):
+        labels = by_rule[rule]
+        more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
+        why = lost[rule - 1] if rule < 4 else "equal on every rule, listed after it"
+        parts.append(f"{', '.join(labels[:3])}{more} ({why})")
+    return f"{head}; {same}: {'; '.join(parts)}: {RULES[objective]}"
+
+
+def _nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> str:
+    """Why nothing can be recommended, naming what excludes the most promising plan: the best
+    ranked of those that were scheduled and then excluded (a deadline, a quota), saying by how
+    much; else the exclusion of the cheapest offer per GPU-hour."""
+    if any(p.feasible for p in plans):
+        return "no plan can be recommended: the only feasible ones use owned hardware; name it with --owned"
+    scheduled = sorted((p for p in plans if p.machines and p.recommendable), key=lambda p: rank_key(p, objective))
+    if scheduled:
+        best = scheduled[0]
+        how = "from an image" if best.setup == "image" else "from scratch"
+        which = "fastest" if objective == "time" else "cheapest"
+        text = (f"no feasible plan: the {which}, {best.label} {how} ({fmt.yen(best.cost)}), {best.reason.split('; ')[0]}")
+        if setting.deadline_s is not None and best.reason.startswith("misses the deadline"):
+            fastest = min(scheduled, key=lambda p: p.wall_s)
+            text += (f"; the fastest plan ({fastest.label}, {fmt.yen(fastest.cost)}) takes {fmt.duration(fastest.wall_s)}:"
+                     f" give --deadline {format_duration(-(-fastest.wall_s // 60) * 60)} or more")
+        return text
+    if not plans:
+        return "no feasible plan: no candidates"
+
+    def promise(p: Plan):
+        o = p.fleet[0][0]
+        return (o.price_jpy_per_hour is None, (o.price_jpy_per_hour or 0) / max(1, o.gpu_count))
+
+    best = min(plans, key=promise)
+    others = len({p.reason.split("; ")[0] for p in plans}) - 1
+    return (f"no feasible plan: the cheapest offer per GPU-hour, {best.fleet[0][0].name}, is excluded: {best.reason}"
+            + (f" (and {others} other reason{'s' if others > 1 else ''}; --all lists them)" if others else ""))
 
 
 def _break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
@@ -1071,23 +1141,15 @@ def _break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
         per_hour = hourly.cost / hours  # what the hourly plan costs per hour of this work on the monthly server
         need = (rent / per_hour).quantize(Decimal(1), rounding=ROUND_CEILING)
         month_h = mine.billing_granularity_s // 3600
-        line = (f"break-even: renting it at ¥{rent:,.0f} a month beats {hourly.label} (¥{hourly.cost_jpy:,} for this batch,"
-                f" {_minutes(plan.wall_s)} of work here) when it is busy more than {need:,} h a month"
+        line = (f"break-even: renting it at {fmt.yen(rent)} a month beats {hourly.label} ({fmt.yen(hourly.cost)} for this"
+                f" batch, {fmt.duration(plan.wall_s)} of work here) when it is busy more than {fmt.count(need)} h a month"
                 + (f" (more than the month's {month_h} h: never)" if need > month_h else ""))
         return replace(plan, note=f"{plan.note}; {line}")
     saving = hourly.cost - plan.cost
     if saving <= 0:
-        line = f"buying never pays off: the best hourly plan costs ¥{hourly.cost_jpy:,} per batch, power alone ¥{plan.cost_jpy:,}"
+        line = f"buying never pays off: the best hourly plan costs {fmt.yen(hourly.cost)} per batch, power alone {fmt.yen(plan.cost)}"
     else:
         batches = math.ceil(mine.price / saving)
-        line = (f"buying pays off after {batches:,} batches like this one (about {int(batches * hours):,} hours of this work "
-                f"on it) against ¥{hourly.cost_jpy:,} per batch for {hourly.label}")
+        line = (f"buying pays off after {fmt.count(batches)} batches like this one (about {fmt.count(int(batches * hours))} hours of this work "
+                f"on it) against {fmt.yen(hourly.cost)} per batch for {hourly.label}")
     return replace(plan, note=f"{plan.note}; {line}")
-
-
-def _hours(seconds: int) -> str:
-    return f"{seconds // 3600} h" if seconds % 3600 == 0 else f"{seconds / 3600:.2f} h"
-
-
-def _minutes(seconds: int) -> str:
-    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds / 60:.1f} min"

@@ -38,10 +38,10 @@ def test_golden_example_json(cli):
     two = _plan(data, "Standard_NC6", 2, "image")
     assert (one["cost_jpy"], one["wall_minutes"]) == (826, 540)
     assert (two["cost_jpy"], two["wall_minutes"]) == (826, 300)
-    assert "ties on cost break on wall time, then on fewer machines" in data["reason"]
+    assert "ties on cost break on wall time, then on fewer warnings, then on fewer machines" in data["reason"]
     assert "1x Standard_NC6 from scratch" in data["reason"] and "2x Standard_NC6 from an image" in data["reason"]
     assumptions = "\n".join(rec["assumptions"])
-    for needed in ("91.80 JPY/hour", "setup 60 min on azure", "image capture 0 min", "billed per minute",
+    for needed in ("91.80 JPY/hour", "setup 60 min on azure", "image capture 0 s", "billed per minute",
                    "builder is deleted after capture", "released when their own jobs end"):
         assert needed in assumptions
     assert [p["cost_jpy"] for p in data["pareto"]][0] == 826
@@ -76,7 +76,7 @@ def test_user_quota_excludes_and_changes_the_pick(cli):
 def test_deadline_and_objective_time(cli):
     data = _json(cli, "--videos", "4", "--as-of", "2017-08", "--deadline", "3h")
     nc24 = _plan(data, "Standard_NC24", 1, "scratch")
-    assert not nc24["feasible"] and nc24["reason"].startswith("misses the deadline by 30m")
+    assert not nc24["feasible"] and nc24["reason"].startswith("misses the deadline by 30 min (wall 3:30 h > 3:00 h)")
     assert data["recommended"]["wall_minutes"] == 180
     fast = _json(cli, "--videos", "4", "--as-of", "2017-08", "--objective", "time")
     assert fast["recommended"]["wall_minutes"] == 180 and fast["recommended"]["cost_jpy"] == 826
