@@ -80,6 +80,7 @@ class Setting:
     release: str = "when-done"  # or "at-end"
     measured_setup: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     owned: tuple[str, ...] = ()
+    spot: bool = False  # plan on the catalog's spot rows too (--spot): only then may a spot plan be recommended
 
 
 class Infeasible(Exception):
@@ -596,9 +597,17 @@ def make_plan(
     elif setup_mode == "image":
         time_notes.append(f"{provider}: the builder keeps running during capture (billed) and then works")
 
+    spot = [o for o, _ in fleet if o.market == "spot"]
+    for o in dict.fromkeys(spot):
+        rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
+        warnings.append(f"spot ({o.name}): {rule}; an interrupted job is lost and runs again, which this estimate does"
+                        " not price (no sourced interruption rate): checkpoint long jobs, or plan on demand")
+        time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
-    if any(o.kind == "owned" for o, _ in fleet):
+    if spot and not setting.spot:
+        recommendable, note = False, "spot: recommended only with --spot"
+    elif any(o.kind == "owned" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "owned")
         recommendable = is_yours(o, workload, setting)
         note = f"owned: purchase {fmt.yen(o.price)} up front (not in the cost); cost = power only"

@@ -959,7 +959,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
         raise UsageError(f"bad --objective {objective!r}: use cost or time")
     started = time.perf_counter()
     cat = setting.catalog
-    offers = cat.find(provider=provider, region=region)
+    offers = cat.find(provider=provider, region=region, spot=setting.spot)
     if not offers:
         where = " ".join(x for x in (provider, region) if x)
         raise UsageError(f"no offers for {where} in catalog {cat.snapshot}; see `gpuplan catalog`")
@@ -976,8 +976,8 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
                 o = p.fleet[0][0]
                 group = best_per_offer.setdefault((o.provider, o.region), {})
                 key = rank_key(p, objective)
-                if o.name not in group or key < group[o.name][0]:
-                    group[o.name] = (key, o)
+                if o.key not in group or key < group[o.key][0]:
+                    group[o.key] = (key, o)
         singles = list(plans)
         for group in best_per_offer.values():
             top = [o for _, o in sorted(group.values(), key=lambda x: x[0])[:3]]

@@ -213,7 +213,7 @@ class Plan:
 
     @property
     def label(self) -> str:
-        return " + ".join(f"{n}x {o.name}" for o, n in self.fleet)
+        return " + ".join(f"{n}x {o.name}" + (" (spot)" if o.market == "spot" else "") for o, n in self.fleet)
 
 
 @dataclass(frozen=True)

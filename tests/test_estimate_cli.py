@@ -52,10 +52,12 @@ def test_golden_example_table(cli):
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     rec_row = next(line for line in lines if "→" in line and "Standard_NC6" in line)
-    assert "4x Standard_NC6" in rec_row and "image" in rec_row and "180 min" in rec_row and "¥826" in rec_row
+    # 180 min and 210 min: durations of two hours and more read h:mm
+    assert "4x Standard_NC6" in rec_row and "image" in rec_row and "3:00 h" in rec_row and "¥826" in rec_row
     nc24_row = next(line for line in lines if "1x Standard_NC24 " in line and "scratch" in line)
-    assert "210 min" in nc24_row and "¥1,285" in nc24_row and "warning: quota" in nc24_row
-    assert "Recommended: 4x Standard_NC6 azure westus2, from an image: ¥826, wall 180 min" in r.out
+    assert "3:30 h" in nc24_row and "¥1,285" in nc24_row and "warning: quota" in nc24_row
+    assert "Recommended: 4x Standard_NC6 azure westus2, from an image: ¥826, wall 3:00 h, billed 9:00 h" in r.out
+    assert "breakdown: setup ¥91.80, jobs ¥734.40 (total ¥826.20 → ¥826)" in r.out
     assert "ties on cost break on wall time" in r.out
     assert "Assumptions:" in r.out and "setup 60 min on azure" in r.out
     assert "priced 2017-12, after the as-of month 2017-08" in r.out  # Koukaryoku rows are shown, excluded
