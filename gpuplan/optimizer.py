@@ -1111,8 +1111,12 @@ def _nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> st
         text = (f"no feasible plan: the {which}, {best.label} {how} ({fmt.yen(best.cost)}), {best.reason.split('; ')[0]}")
         if setting.deadline_s is not None and best.reason.startswith("misses the deadline"):
             fastest = min(scheduled, key=lambda p: p.wall_s)
-            text += (f"; the fastest plan ({fastest.label}, {fmt.yen(fastest.cost)}) takes {fmt.duration(fastest.wall_s)}:"
-                     f" give --deadline {format_duration(-(-fastest.wall_s // 60) * 60)} or more")
+            least = format_duration(-(-fastest.wall_s // 60) * 60)
+            if fastest is best:
+                text += f"; no plan is faster: give --deadline {least} or more"
+            else:
+                text += (f"; the fastest, {fastest.label} {'from an image' if fastest.setup == 'image' else 'from scratch'}"
+                         f" ({fmt.yen(fastest.cost)}), takes {fmt.duration(fastest.wall_s)}: give --deadline {least} or more")
         return text
     if not plans:
         return "no feasible plan: no candidates"
