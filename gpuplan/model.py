@@ -480,16 +480,48 @@ def _columns(vm_loads) -> list[Loads]:
 
 
 def _first_apart(g: Loads) -> tuple[Loads, Loads | None]:
-    """The first machine of g alone, and the others (None when there are none)."""
-    one = Loads(g.offer, g.jobs_s[:1], (1,), [g.names[0][:1]] if g.names else (), g.job_starts_s[:1])
+    """The first machine of g alone, and the others (None when there are none). Job names stay
+    unread (they may be built only when asked)."""
+    one = Loads(g.offer, g.jobs_s[:1], (1,), _FirstOnly(g.names) if g.names else (), g.job_starts_s[:1])
     if g.counts[0] > 1:
-        rest = Loads(g.offer, g.jobs_s, [g.counts[0] - 1, *g.counts[1:]],
-                     [g.names[0][1:], *g.names[1:]] if g.names else (), g.job_starts_s)
+        rest = Loads(g.offer, g.jobs_s, [g.counts[0] - 1, *g.counts[1:]], _AllButFirst(g.names) if g.names else (),
+                     g.job_starts_s)
     elif len(g.counts) > 1:
-        rest = Loads(g.offer, g.jobs_s[1:], g.counts[1:], g.names[1:], g.job_starts_s[1:])
+        rest = Loads(g.offer, g.jobs_s[1:], g.counts[1:], _AllButFirst(g.names, whole_run=True) if g.names else (),
+                     g.job_starts_s[1:])
     else:
         rest = None
     return one, rest
+
+
+class _FirstOnly(Sequence):
+    """The job names of the first machine of `names` (one run of one machine)."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i):
+        if i != 0:
+            raise IndexError(i)
+        return self.names[0][:1]
+
+
+class _AllButFirst(Sequence):
+    """`names` without its first machine: without its first run where that run is that machine."""
+
+    def __init__(self, names, whole_run: bool = False):
+        self.names, self.skip = names, 1 if whole_run else 0
+
+    def __len__(self) -> int:
+        return len(self.names) - self.skip
+
+    def __getitem__(self, i):
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.names[0][1:] if i == 0 and not self.skip else self.names[i + self.skip]
 
 
 def billed_each(head: int, jobs_s: Sequence[int], offer: Offer) -> list[int]:

@@ -79,11 +79,12 @@ def lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> list[int]:
     return _lpt(p, machine_type)[0]
 
 
-def _lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> tuple[list[int], list[int]]:
-    """LPT's assignment and the machines' loads."""
+def _lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int],
+         order: list[int] | None = None) -> tuple[list[int], list[int]]:
+    """LPT's assignment and the machines' loads; `order`: the jobs longest first, if known."""
     n, mcount = len(p[0]), len(machine_type)
-    shortest = p[0] if len(p) == 1 else [min(col) for col in zip(*p)]
-    order = sorted(range(n), key=shortest.__getitem__, reverse=True)  # stable: ties keep job order
+    if order is None:
+        order = _longest_first(p)
     assign = [0] * n
     loads = [0] * mcount
     if len(p) == 1:  # identical machines: one heap
@@ -97,10 +98,11 @@ def _lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> tuple[list[
             order = order[mcount:]
         else:
             heap = [(0, m) for m in range(mcount)]
+        replace = heapq.heapreplace
         for j in order:
             load, m = heap[0]
             assign[j] = m
-            heapq.heapreplace(heap, (load + p0[j], m))
+            replace(heap, (load + p0[j], m))
         for load, m in heap:
             loads[m] = load
         return assign, loads
@@ -117,7 +119,13 @@ def _lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> tuple[list[
     return assign, _loads(p, machine_type, assign)
 
 
-def lower_bound(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> int:
+def _longest_first(p: Sequence[Sequence[int]]) -> list[int]:
+    """Job indexes by their shortest time, longest first; ties keep job order."""
+    shortest = p[0] if len(p) == 1 else [min(col) for col in zip(*p)]
+    return sorted(range(len(shortest)), key=shortest.__getitem__, reverse=True)
+
+
+def lower_bound(p: Sequence[Sequence[int]], machine_type: Sequence[int], order: list[int] | None = None) -> int:
     n, mcount = len(p[0]), len(machine_type)
     types = sorted(set(machine_type))
     lb = max(p[types[0]]) if len(types) == 1 else max(min(p[t][j] for t in types) for j in range(n))
@@ -125,7 +133,7 @@ def lower_bound(p: Sequence[Sequence[int]], machine_type: Sequence[int]) -> int:
         t = machine_type[0]
         lb = max(lb, -(-sum(p[t]) // mcount))
         # of the k*m + 1 longest jobs some machine runs k + 1: at least the k + 1 shortest of them
-        s = sorted(p[t], reverse=True)
+        s = [p[t][j] for j in order] if order is not None else sorted(p[t], reverse=True)
         prefix = [0, *itertools.accumulate(s)]
         k = 1
         while k * mcount < n:
@@ -395,15 +403,18 @@ def _milp(p, machine_type, ub_assign: list[int], lb: int, time_limit: float) -> 
 
 
 def schedule(p: Sequence[Sequence[int]], machine_type: Sequence[int], exact: bool = True,
-             time_limit: float = MILP_TIME_LIMIT_S, swaps: bool = True, start: Schedule | None = None) -> Schedule:
+             time_limit: float = MILP_TIME_LIMIT_S, swaps: bool = True, start: Schedule | None = None,
+             order: list[int] | None = None) -> Schedule:
     """A makespan-minimal assignment of jobs to machines: proven optimal when it meets the lower
     bound, or by branch and bound (up to 12 jobs), or by the MILP when `exact` (unless its time
     limit hit); otherwise the best found, with optimal False. Without `swaps` it stops after LPT
     (and branch and bound): the estimate schedules every candidate so, then improves only those
-    that could change its answer, carrying on from their `start` schedule."""
+    that could change its answer, carrying on from their `start` schedule. `order`: the jobs
+    longest first, where the caller knows it."""
     if start is None:
-        lb = lower_bound(p, machine_type)
-        assign, loads = _lpt(p, machine_type)
+        order = order if order is not None else _longest_first(p)
+        lb = lower_bound(p, machine_type, order)
+        assign, loads = _lpt(p, machine_type, order)
         method = "lpt"
     else:
         lb, assign, loads, method = start.lower_bound, list(start.assign), list(start.loads), start.method
@@ -455,6 +466,28 @@ def _ticks(ref: Sequence[Decimal]) -> tuple[list[int], Decimal]:
     return [model.ceil_s(r / tick) for r in ref], tick
 
 
+class _Names(Sequence):
+    """Each machine's job names, run by run of alike machines (a tuple per machine), built when
+    asked: for the recommendation, the JSON, a plot; not for the thousands of plans nobody reads
+    machine by machine."""
+
+    def __init__(self, order: list[int], by_slot: list[list[str]], slots: int, counts: list[int]):
+        self.order, self.by_slot, self.slots = order, by_slot, slots
+        self.first = [0, *itertools.accumulate(counts)]
+
+    def __len__(self) -> int:
+        return len(self.first) - 1
+
+    def __getitem__(self, run):
+        if isinstance(run, slice):
+            return [self[i] for i in range(*run.indices(len(self)))]
+        if not 0 <= run < len(self):
+            raise IndexError(run)
+        s, by_slot, order = self.slots, self.by_slot, self.order
+        return tuple(tuple(itertools.chain.from_iterable(by_slot[m] for m in order[v * s:(v + 1) * s]))
+                     for v in range(self.first[run], self.first[run + 1]))
+
+
 @dataclass
 class _Candidate:
     """A priced plan and what a better schedule could at most bring: the bounds used to prove
@@ -474,12 +507,14 @@ class _Planner:
         self.ref = [workload.job_seconds(j) for j in workload.jobs]
         self.ticks, self.tick = _ticks(self.ref)
         self.total_ticks = sum(self.ticks)
+        self.order = _longest_first([self.ticks])  # lengthening every job by a job start keeps it
         self.names = [j.name for j in workload.jobs]
         self.start_s = workload.job_start_s  # fixed cost at every job start (seconds, any GPU)
         self.identical: dict[tuple[int, int], Schedule] = {}  # (slots, start ticks) -> schedule of the reference jobs
         self.alike: dict[tuple[int, int, int], tuple] = {}  # (slots, slots per machine, start ticks) -> (schedule, machines)
         self.packed: dict[tuple[int, int, int], tuple] = {}  # (slots, slots per machine, GPUs) -> (schedule, machines)
         self.slots: dict[tuple[int, int], tuple] = {}  # (slots, start ticks) -> (schedule, slot facts)
+        self.priced: dict[tuple[int, Decimal], tuple] = {}  # (machines' kinds, factor) -> (kinds, seconds, job starts)
         self.ratios: dict[Decimal, tuple[int, int]] = {}  # factor -> factor x tick as a fraction
         self.start_ratio = self.start_s.as_integer_ratio()
         self.candidates: list[_Candidate] = []
@@ -518,13 +553,17 @@ class _Planner:
             return setup + capture + self.w.staging_s
         return min(model.provider_times(o, self.w, self.s)[0] for o in offers) + self.w.staging_s
 
-    def _floor(self, fleet: list[tuple[Offer, int]], mode: str, per_gpu: int) -> Decimal:
-        """What the fleet costs whatever its schedule: every machine billed for its setup (or its
-        start from the image) and staging alone, rounded up as its provider bills (an hourly
-        machine pays its first hour, a monthly one its month) - the bound the jobs' cheapest
-        time (fixed + jobs) misses where billing is coarse."""
-        idle = [model.Loads(o, [0], [n]) for o, n in fleet]
-        return model.make_plan(self.w, self.s, fleet, mode, per_gpu, idle).cost
+    @staticmethod
+    def _floor(plan: Plan) -> Decimal:
+        """What the plan's fleet costs whatever its schedule: every machine billed for its setup
+        (or its start from the image), capture and staging alone, rounded up as its provider
+        bills (an hourly machine pays its first hour, a monthly one its month), and the one-off
+        items - the bound that the jobs' cheapest time misses where billing is coarse."""
+        total = plan.breakdown.get("one_off", Decimal(0))
+        for m in plan.machines:
+            yen, per = m.rate
+            total += sum(m.counts) * model.billed(m.setup_s + m.capture_s + m.staging_s, m.offer) * yen / per
+        return total
 
     @staticmethod
     def _fixed_cost(plan: Plan) -> Decimal:
@@ -540,7 +579,8 @@ class _Planner:
         have = self.identical.get(key)
         lengths = self._lengths(start)
         if have is None:
-            have = self.identical[key] = schedule([lengths], [0] * slots, exact=False, swaps=effort >= SWAPS)
+            have = self.identical[key] = schedule([lengths], [0] * slots, exact=False, swaps=effort >= SWAPS,
+                                                  order=self.order)
         if not have.optimal and effort >= SWAPS and have.method == "lpt":
             have = self.identical[key] = schedule([lengths], [0] * slots, exact=False, start=have)
         if not have.optimal and effort >= EXACT and have.method != "milp":
@@ -593,35 +633,28 @@ class _Planner:
         self.slots[key] = (sched, out)
         return out
 
-    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int) -> tuple[list, list[int], list]:
+    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int) -> tuple[list, list[int], _Names]:
         """The schedule's slots grouped onto n machines, each taking the longest slots left
         (which minimises the sum of machine maxima for these slots), in runs of alike machines,
         as columns: what decides a machine's load (without job starts its longest slot's ticks;
-        with them, the (ticks, starts) of its slots), how many, each one's job names. Done once
-        per schedule and machine size, then priced per offer."""
+        with them, the (ticks, starts) of its slots), how many, each one's job names (read only
+        when someone looks). Done once per schedule and machine size, then priced per offer."""
         key = (n * slots, slots, start)
         have = self.alike.get(key)
         if have is not None and have[0] is sched:
             return have[1]
         order, by_slot, parts = self._slots_of(sched, start)
+        if parts is None:  # without job starts a machine's load is its longest slot's ticks
+            loads = sched.loads
+            each = [loads[order[v * slots]] for v in range(n)]
+        else:
+            each = [frozenset((parts[0][m], parts[1][m]) for m in order[v * slots:(v + 1) * slots]) for v in range(n)]
         kinds: list = []
         counts: list[int] = []
-        names: list[list[tuple[str, ...]]] = []
-        for v in range(n):
-            mine = order[v * slots:(v + 1) * slots]
-            if parts is None:
-                kind = sched.loads[mine[0]]  # without job starts, a slot's load is its ticks
-            else:
-                kind = frozenset((parts[0][m], parts[1][m]) for m in mine)
-            jobs = tuple(by_slot[mine[0]]) if slots == 1 else tuple(itertools.chain.from_iterable(by_slot[m] for m in mine))
-            if kinds and kinds[-1] == kind:
-                counts[-1] += 1
-                names[-1].append(jobs)
-            else:
-                kinds.append(kind)
-                counts.append(1)
-                names.append([jobs])
-        out = (kinds, counts, [tuple(x) for x in names])
+        for kind, run in itertools.groupby(each):
+            kinds.append(kind)
+            counts.append(sum(1 for _ in run))
+        out = (kinds, counts, _Names(order, by_slot, slots, counts))
         self.alike[key] = (sched, out)
         return out
 
@@ -650,15 +683,21 @@ class _Planner:
 
     def _machine_loads(self, offer: Offer, factor: Decimal, alike: tuple[list, list[int], list]) -> model.Loads:
         kinds, counts, names = alike
+        key = (id(kinds), factor)  # scratch and image plans of one fleet (and offers alike) share them
+        have = self.priced.get(key)
+        if have is not None and have[0] is kinds:
+            return model.Loads(offer, have[1], counts, names, have[2])
         if not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
             ratio = self.ratios.get(factor)
             if ratio is None:
                 ratio = self.ratios[factor] = (factor * self.tick).as_integer_ratio()
             num, den = ratio
-            return model.Loads(offer, [-(-t * num // den) for t in kinds], counts, names)
-        busiest = [max((self._seconds(factor, t, st), st) for t, st in kind) for kind in kinds]
-        return model.Loads(offer, [secs for secs, _ in busiest], counts, names,
-                           [st * self.start_s for _, st in busiest])
+            jobs, starts = [-(-t * num // den) for t in kinds], []
+        else:
+            busiest = [max((self._seconds(factor, t, st), st) for t, st in kind) for kind in kinds]
+            jobs, starts = [secs for secs, _ in busiest], [st * self.start_s for _, st in busiest]
+        self.priced[key] = (kinds, jobs, starts)
+        return model.Loads(offer, jobs, counts, names, starts)
 
     # -- fleets of one offer type -----------------------------------------------------------
 
@@ -721,7 +760,7 @@ class _Planner:
             return self._single_candidate(offer, n, k, slots, factor, notes, mode, harder)
 
         done = optimal or sched.method == "milp"
-        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor([(offer, n)], mode, k))
+        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor(plan))
         return _Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s,
                           EXACT if done else effort, None if done else redo)
 
@@ -763,7 +802,7 @@ class _Planner:
                              optimal, bound_s)
         plan = model.make_plan(w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
         jobs_lb = offer.price_jpy_per_hour * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
-        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor([(offer, n)], mode, k))
+        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor(plan))
         return _Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s)
 
     def _streams(self, offer: Offer) -> list[Plan]:
