@@ -354,42 +354,45 @@ def _render_csv(est) -> None:
                          str(id(p) in pareto).lower(), p.reason, " | ".join(p.warnings)])
 
 
-def estimate_json(est) -> dict[str, Any]:
+def write_json(est, out) -> None:
+    """The estimate as indented JSON, written plan by plan: a 20,000-job estimate lists millions
+    of machines (every machine of every candidate), which held at once took gigabytes. Each
+    plan's machines are one line, written by the json module's C encoder (the indenting one
+    takes minutes over them)."""
     name = est.workload.name
-    return {
+    head = {
         "snapshot": est.snapshot,
         "workload": name,
         "jobs": len(est.workload.jobs),
-        "recommended": plan_dict(est.recommended, name) if est.recommended else None,
+        "recommended": _SLOT,
         "reason": est.reason,
-        "plans": [plan_dict(p, name) for p in est.plans],
-        "pareto": [plan_dict(p, name) for p in est.pareto],
+        "plans": _SLOT,
+        "pareto": _SLOT,
         "recommendation_proven_optimal": est.proven,
         # at most this much better is possible: yen (objective cost) or seconds (objective time)
         "optimality_gap": _yen2(est.gap) if isinstance(est.gap, Decimal) else est.gap,
         "notes": dict(est.extra),
     }
+    first, rec, plans, pareto = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_SLOT))
+    out.write(first)
+    out.write(_plan_json(est.recommended, name, 2) if est.recommended else "null")
+    for text, listed in ((rec, est.plans), (plans, est.pareto)):
+        out.write(text + ("[" if listed else "[]"))
+        for i, plan in enumerate(listed):
+            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4))
+        out.write("\n  ]" if listed else "")
+    out.write(pareto + "\n")
 
 
-def _write_json(data: dict[str, Any]) -> None:
-    """Indented JSON, each plan's machines on one line: written by the json module's C encoder,
-    as the indenting one takes minutes over the millions of machines of a 20,000-job estimate."""
-    lists: list[str] = []
+_SLOT = "\0"  # where a part written on its own goes (no name or figure holds a NUL: files with one are refused)
 
-    def hold(plan: dict[str, Any]) -> None:
-        lists.append(json.dumps(plan["machines"], ensure_ascii=False))
-        plan["machines"] = f"\0{len(lists) - 1}\0"
 
-    for plan in [data["recommended"], *data["plans"], *data["pareto"]]:
-        if plan is not None:
-            hold(plan)
-    text = json.dumps(data, indent=2, ensure_ascii=False)
-    parts = text.split('"\\u0000')
-    out = [parts[0]]
-    for part in parts[1:]:
-        index, rest = part.split('\\u0000"', 1)
-        out.append(lists[int(index)] + rest)
-    sys.stdout.write("".join(out) + "\n")
+def _plan_json(plan, workload_name: str, indent: int) -> str:
+    data = plan_dict(plan, workload_name)
+    machines = json.dumps(data["machines"], ensure_ascii=False)
+    data["machines"] = _SLOT
+    text = json.dumps(data, indent=2, ensure_ascii=False).replace(json.dumps(_SLOT), machines)
+    return text.replace("\n", "\n" + " " * indent)
 
 
 def save_plan(est, path: Path) -> None:
@@ -480,7 +483,7 @@ def register(app: typer.Typer) -> None:
             plotting.write(est, plot, deadline_s)
             print(f"plot written to {plot}", file=sys.stderr)
         if out_format == "json":
-            _write_json(estimate_json(est))
+            write_json(est, sys.stdout)
         elif out_format == "csv":
             _render_csv(est)
         else:
