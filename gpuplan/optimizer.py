@@ -12,9 +12,13 @@ one offer type the sum of busy time is the same however jobs are assigned, so co
 between schedules only by rounding and by how the slots of a multi-GPU machine are grouped;
 wall time is the makespan. So a schedule is chosen to minimise the makespan (P||Cmax for one
 type, Q||Cmax for a mix), then the slots are grouped onto machines longest-first, which
-minimises the sum of machine maxima for those slot loads. Across fleets, the objective (cost,
-then wall time, then fewer machines; or time, then cost) picks the plan; a deadline removes
-plans whose wall time is later.
+minimises the sum of machine maxima for those slot loads. Across fleets the rules in RULES
+pick the plan (cost in whole yen, then wall time, then fewer warnings, then fewer machines; or
+time first); a deadline removes plans whose wall time is later.
+
+Scale. Plans of 20,000 jobs hold thousands of machines: machines alike are kept as columns
+(model.Loads / plan_types.Machines) and priced in one pass, their job names built only when
+read; scratch and image plans of one fleet share their machines' seconds.
 
 A slot's busy time is its jobs' reference time x the offer's factor (speed, co-location,
 packing), rounded up to a second once. An offer scales every job by the same factor, so one
@@ -22,12 +26,15 @@ schedule of the reference jobs over S identical slots serves every offer with S 
 work is one schedule per slot count, not per offer.
 
 Makespan is NP-hard and greedy LPT is not optimal (jobs 3,3,2,2,2 on 2 machines: LPT 7,
-optimum 6). Each schedule starts from LPT, is improved by moves and swaps off the busiest
-machine, and is proven optimal when it reaches a lower bound (max job, total / machines, the
-k+1 shortest of the k*m+1 longest jobs, fluid bound for mixed speeds); up to 12 jobs, by
-branch and bound. Then every candidate not proven whose bounds (cost: its fixed part plus the
-jobs' cheapest possible time; wall: earliest start plus the makespan bound) could still beat
-the recommendation is solved exactly by a MILP over job classes (jobs of equal length are
+optimum 6). Every schedule starts from LPT and is proven optimal when it reaches a lower
+bound (max job, total / machines, the k+1 shortest of the k*m+1 longest jobs, fluid bound for
+mixed speeds); up to 12 jobs, by branch and bound. Candidates whose bounds (cost: the larger
+of its fixed part plus the jobs' cheapest possible time, and every machine's setup billed as
+its provider bills; wall: earliest start plus the makespan bound) could still make them the
+pick or put them on the frontier are improved by moves and swaps off the busiest machine
+(heaps find it and the least busy in O(log m)); improving all of them was most of the time of
+a 20,000-job estimate. Then every candidate not proven whose bounds could still beat the
+recommendation is solved exactly by a MILP over job classes (jobs of equal length are
 interchangeable: x[machine, class] counts) with HiGHS through scipy.optimize.milp, imported
 only then, where the MILP is small enough. What remains is reported as a gap: the estimate is
 `proven` when no schedule of any candidate could beat the pick by more than HiGHS's own

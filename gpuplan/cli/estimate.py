@@ -185,8 +185,8 @@ def _visible(est, show_all: bool) -> list:
     out = []
     for p in est.plans:
         if p.feasible:
-            # fleets of one offer type: the best 2 per offer; mixed fleets: the best 3 overall
-            key = p.fleet[0][0].key if len(p.fleet) == 1 else "mix"
+            # fleets of one offer type: the best 2 per size (on demand and spot apart); mixed fleets: the best 3
+            key = (p.fleet[0][0].name, p.fleet[0][0].market) if len(p.fleet) == 1 else "mix"
             seen[key] = seen.get(key, 0) + 1
             if seen[key] <= (2 if len(p.fleet) == 1 else 3) or p is est.recommended or id(p) in pareto:
                 out.append(p)
