@@ -110,7 +110,7 @@ class Workload:
         return job.units * self.seconds_per_unit
 
 
-@dataclass(slots=True)  # not frozen: built for the recommended plan's machines only, 5x cheaper so
+@dataclass(slots=True)  # not frozen: built by the thousand (JSON, plots), 5x cheaper so
 class VmUse:
     """One machine of a plan and what it is billed for (seconds, before rounding unless billed_s)."""
 
@@ -188,7 +188,7 @@ class Plan:
     assumptions: tuple[str, ...] = ()
     optimal: bool = True  # the schedule is proven optimal (makespan)
     peak_vcpus: int = 0
-    recommendable: bool = True  # False for owned hardware the user did not say they own
+    recommendable: bool = True  # False for owned hardware the user did not say they own, spot without --spot
     note: str = ""  # e.g. owned hardware's purchase price and break-even
 
     @cached_property

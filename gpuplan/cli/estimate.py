@@ -373,15 +373,15 @@ def write_json(est, out) -> None:
         "optimality_gap": _yen2(est.gap) if isinstance(est.gap, Decimal) else est.gap,
         "notes": dict(est.extra),
     }
-    first, rec, plans, pareto = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_SLOT))
-    out.write(first)
+    start, after_rec, after_plans, end = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_SLOT))
+    out.write(start)
     out.write(_plan_json(est.recommended, name, 2) if est.recommended else "null")
-    for text, listed in ((rec, est.plans), (plans, est.pareto)):
+    for text, listed in ((after_rec, est.plans), (after_plans, est.pareto)):
         out.write(text + ("[" if listed else "[]"))
         for i, plan in enumerate(listed):
             out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4))
         out.write("\n  ]" if listed else "")
-    out.write(pareto + "\n")
+    out.write(end + "\n")
 
 
 _SLOT = "\0"  # where a part written on its own goes (no name or figure holds a NUL: files with one are refused)
