@@ -8,7 +8,7 @@ import json
 import re
 from decimal import Decimal
 
-from gpuplan import catalog, model, optimizer
+from gpuplan import catalog, model, optimizer, workloads
 from gpuplan.model import Setting
 from gpuplan.plan_types import Job, Workload
 from support import planner as sp
@@ -55,10 +55,20 @@ def test_assumptions_and_reasons_use_the_same_formats(cli):
 
 
 def test_every_note_is_printed_once(cli):
+    from dataclasses import replace
+
+    from gpuplan.cli.estimate import _summary
+
     r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--owned", "onprem-1080ti", "--all")
     assert r.code == 0, r.err
     notes = [line for line in r.out.splitlines() if "purchase ¥350,000 up front" in line]
     assert len(notes) == 1
+    # two plans on the same hardware with the same note (packings, regions): the note once
+    est = optimizer.estimate(workloads.videos(4), Setting(catalog=catalog.load("2017-08"), as_of_month="2017-08"))
+    owned = next(p for p in est.plans if p.note and p.feasible)
+    twice = replace(est, plans=est.plans + (replace(owned),), extra={"a": "same line", "b": "same line"})
+    lines = [text for _, text in _summary(twice, False)]
+    assert sum(owned.note in line for line in lines) == 1 and lines.count("note: same line") == 1
 
 
 # --- item 5: the rules that pick ------------------------------------------------------------------
