@@ -75,10 +75,10 @@ def optimizer_run(jobs: int, deadline_h: int, seed: int) -> None:
           f"{len(cat.offers)} offers of snapshot {cat.snapshot}")
     print(f"    {len(est.plans)} candidate plans ({feasible} feasible) in {took:.2f} s (target < 2 s): "
           f"{'OK' if took < 2 else 'SLOW'}")
-    proven_schedules = sum(p.optimal for p in est.plans if p.vms)
+    proven_schedules = sum(p.optimal for p in est.plans if p.machines)
     print(f"    recommendation proven optimal: {est.proven} (no schedule of any candidate fleet is cheaper by more "
           f"than ¥{est.gap:.2f}, relative gap {Decimal(est.gap) / rec.cost:.1e}, tolerance {optimizer.RELATIVE_GAP}); "
-          f"{proven_schedules} of {sum(1 for p in est.plans if p.vms)} scheduled plans proven makespan-optimal; "
+          f"{proven_schedules} of {sum(1 for p in est.plans if p.machines)} scheduled plans proven makespan-optimal; "
           f"the rest are bounded away from the pick")
     for line in est.extra.values():
         print(f"    {line}")

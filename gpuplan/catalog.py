@@ -723,11 +723,11 @@ def _prices_path(prices_file: Path | None) -> tuple[Path | None, bool]:
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
-    from gpuplan.userfiles import read_text
+    from gpuplan.userfiles import load_yaml, read_text
 
     text = read_text(path, "prices file", "fix the file or remove it (docs/catalog.md)")
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark is not None else ""

@@ -24,11 +24,11 @@ def _load() -> dict[str, Any]:
         return {}
     import yaml
 
-    from gpuplan.userfiles import read_text
+    from gpuplan.userfiles import load_yaml, read_text
 
     text = read_text(path, "config file", "fix or remove it (README: Providers and credentials)")
     try:
-        data = yaml.safe_load(text) or {}
+        data = load_yaml(text) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix or remove the file") from exc
     if not isinstance(data, dict):

@@ -40,12 +40,14 @@ Semantics (shared/domain.md, last section, reproduced by the field report A work
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
-from gpuplan.plan_types import Plan, VmUse, Workload
+from gpuplan import fmt
+from gpuplan.plan_types import Machines, Plan, Workload
 from gpuplan.types import Offer
 
 HOUR = Decimal(3600)
@@ -78,6 +80,7 @@ class Setting:
     release: str = "when-done"  # or "at-end"
     measured_setup: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     owned: tuple[str, ...] = ()
+    spot: bool = False  # plan on the catalog's spot rows too (--spot): only then may a spot plan be recommended
 
 
 class Infeasible(Exception):
@@ -405,13 +408,13 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     measured = setting.measured_setup.get((offer.provider, offer.name))
     if workload.setup_s is not None:
         setup = workload.setup_s
-        notes.append(f"setup {setup // 60} min on {offer.name}: from the workload's setup_minutes")
+        notes.append(f"setup {fmt.duration(setup)} on {offer.name}: from the workload's setup_minutes")
     elif measured is not None:
         setup = measured[0]
-        notes.append(f"setup {setup // 60} min on {offer.name}: measured ({measured[1]})")
+        notes.append(f"setup {fmt.duration(setup)} on {offer.name}: measured ({measured[1]})")
     else:
-        notes.append(f"setup {setup // 60} min on {offer.provider}: catalog {setting.catalog.snapshot} ({src})")
-    notes.append(f"image capture {capture // 60} min, launch from image {launch // 60} min on {offer.provider} ({src})")
+        notes.append(f"setup {fmt.duration(setup)} on {offer.provider}: catalog {setting.catalog.snapshot} ({src})")
+    notes.append(f"image capture {fmt.duration(capture)}, launch from image {fmt.duration(launch)} on {offer.provider} ({src})")
     return setup, capture, launch, notes
 
 
@@ -438,82 +441,177 @@ def builder_is_worker(offer: Offer, setting: Setting) -> bool:
     return bool(facts.builder_is_worker) if facts else True
 
 
+@dataclass(frozen=True, slots=True)
+class Loads:
+    """Worker machines of one offer, in columns: kind i is counts[i] machines alike, each busy
+    jobs_s[i] seconds (its busiest slot; job_starts_s[i] of them job starts) and names[i] their
+    job names, a tuple per machine. Empty job_starts_s / names: zeros / not tracked."""
+
+    offer: Offer
+    jobs_s: Sequence[int]
+    counts: Sequence[int]
+    names: Sequence[tuple[tuple[str, ...], ...]] = ()
+    job_starts_s: Sequence[Decimal] = ()
+
+
+def _columns(vm_loads) -> list[Loads]:
+    """Loads as given, and runs of single machines (offer, seconds, names[, job starts]) of one
+    offer as one Loads."""
+    out: list[Loads] = []
+    singles: list[tuple] = []
+
+    def flush() -> None:
+        if singles:
+            starts = [x[3] if len(x) > 3 else Decimal(0) for x in singles]
+            out.append(Loads(singles[0][0], [x[1] for x in singles], [1] * len(singles),
+                             [(tuple(x[2]),) for x in singles], starts if any(starts) else ()))
+            singles.clear()
+
+    for load in vm_loads:
+        if isinstance(load, Loads):
+            flush()
+            out.append(load)
+        else:
+            if singles and singles[0][0] is not load[0]:
+                flush()
+            singles.append(load)
+    flush()
+    return out
+
+
+def _first_apart(g: Loads) -> tuple[Loads, Loads | None]:
+    """The first machine of g alone, and the others (None when there are none). Job names stay
+    unread (they may be built only when asked)."""
+    one = Loads(g.offer, g.jobs_s[:1], (1,), _FirstOnly(g.names) if g.names else (), g.job_starts_s[:1])
+    if g.counts[0] > 1:
+        rest = Loads(g.offer, g.jobs_s, [g.counts[0] - 1, *g.counts[1:]], _AllButFirst(g.names) if g.names else (),
+                     g.job_starts_s)
+    elif len(g.counts) > 1:
+        rest = Loads(g.offer, g.jobs_s[1:], g.counts[1:], _AllButFirst(g.names, whole_run=True) if g.names else (),
+                     g.job_starts_s[1:])
+    else:
+        rest = None
+    return one, rest
+
+
+class _FirstOnly(Sequence):
+    """The job names of the first machine of `names` (one run of one machine)."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i):
+        if i != 0:
+            raise IndexError(i)
+        return self.names[0][:1]
+
+
+class _AllButFirst(Sequence):
+    """`names` without its first machine: without its first run where that run is that machine."""
+
+    def __init__(self, names, whole_run: bool = False):
+        self.names, self.skip = names, 1 if whole_run else 0
+
+    def __len__(self) -> int:
+        return len(self.names) - self.skip
+
+    def __getitem__(self, i):
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.names[0][1:] if i == 0 and not self.skip else self.names[i + self.skip]
+
+
+def billed_each(head: int, jobs_s: Sequence[int], offer: Offer) -> list[int]:
+    """billed(head + j) for each j: in one pass, as plans of thousands of machines need it."""
+    g, least = max(1, offer.billing_granularity_s), offer.billing_minimum_s
+    if g == 1:
+        return [x if x >= least else (least if x > 0 else 0) for x in (head + j for j in jobs_s)]
+    return [max(-(-x // g) * g, least) if x > 0 else 0 for x in (head + j for j in jobs_s)]
+
+
 def make_plan(
     workload: Workload,
     setting: Setting,
     fleet: Sequence[tuple[Offer, int]],
     setup_mode: str,
     per_gpu: int,
-    vm_loads: Sequence[tuple[Offer, int, tuple[str, ...]]],
+    vm_loads: Sequence[Loads | tuple],
     notes: Sequence[str] = (),
     optimal: bool = True,
     warnings: Sequence[str] = (),
 ) -> Plan:
-    """Price one plan. vm_loads: per worker machine (offer, seconds of its jobs, job names[,
-    seconds of those that are job starts]), in fleet order; the first machine of fleet[0] is
-    the image builder where it is a worker."""
-    zero = Decimal(0)
-    vm_loads = [load if len(load) == 4 else (*load, zero) for load in vm_loads]
+    """Price one plan. vm_loads: the worker machines in fleet order, as Loads (machines in
+    columns) or one machine at a time as (offer, seconds of its jobs, job names[, seconds of
+    those that are job starts]); the first machine of fleet[0] is the image builder where it is
+    a worker. Machines are priced in bulk: a plan of 20,000 machines costs a few list passes."""
+    loads = _columns(vm_loads)
     first = fleet[0][0]
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
     bw = builder_is_worker(first, setting)
     staging = workload.staging_s
-    vms: list[tuple[Offer, str, int, int, int, int, int]] = []  # offer, role, setup, capture_billed, staging, jobs, start
-    starts: list[Decimal] = []  # per machine: job-start seconds within its jobs
+    # (offer, role, start, setup, billed capture, staging, loads)
+    runs: list[tuple] = []
     if setup_mode == "image":
         start_workers = setup + capture + launch
         if bw:
-            o, jobs_s, names, st_s = vm_loads[0]
-            vms.append((o, "builder+worker", setup, capture, staging, jobs_s, 0))
-            starts.append(st_s)
-            rest = vm_loads[1:]
+            head, rest = _first_apart(loads[0])
+            runs.append((head.offer, "builder+worker", 0, setup, capture, staging, head))
+            loads = ([rest] if rest else []) + loads[1:]
         else:
-            vms.append((first, "builder", setup, 0, 0, 0, 0))
-            starts.append(Decimal(0))
-            rest = vm_loads
-        for o, jobs_s, names, st_s in rest:
-            vms.append((o, "worker", 0, 0, staging, jobs_s, start_workers))
-            starts.append(st_s)
+            runs.append((first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
+        runs.extend((g.offer, "worker", start_workers, 0, 0, staging, g) for g in loads)
     else:
-        for o, jobs_s, names, st_s in vm_loads:
-            o_setup = provider_times(o, workload, setting)[0] if o is not first else setup
-            vms.append((o, "worker", o_setup, 0, staging, jobs_s, 0))
-            starts.append(st_s)
+        setups = {id(first): setup}
+        for g in loads:
+            if id(g.offer) not in setups:
+                setups[id(g.offer)] = provider_times(g.offer, workload, setting)[0]
+            runs.append((g.offer, "worker", 0, setups[id(g.offer)], 0, staging, g))
 
-    ends = [start + s + c + st + j for (_, _, s, c, st, j, start) in vms]
-    # a builder that is not a worker is released after capture; its end is setup (+ unbilled capture)
-    wall = max(ends[i] + (capture if vms[i][1] == "builder" else 0) for i in range(len(vms)))
-    names_by_vm = [()] * (1 if setup_mode == "image" and not bw else 0) + [n for _, _, n, _ in vm_loads]
+    # a builder that is not a worker is released after capture: unbilled, but wall time
+    wall = max(start + s + c + st + max(g.jobs_s) + (capture if role == "builder" else 0)
+               for _, role, start, s, c, st, g in runs)
 
     keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
     seconds_at: dict[tuple[Decimal, int], list] = {}  # yen per seconds -> seconds per part (summed, priced once)
-    rates: dict[int, tuple[Decimal, int]] = {}  # id(offer) -> yen per seconds
-    uses: list[VmUse] = []
+    machines: list[Machines] = []
     total_billed = 0
     at_end = setting.release == "at-end"
-    for i, (o, role, s, c, st, j, start) in enumerate(vms):
-        idle = wall - ends[i] if at_end and role != "builder" else 0
-        busy = s + c + st + j + idle
+    for o, role, start, s, c, st, g in runs:
+        head = s + c + st
+        n = sum(g.counts)
+        jobs = sum(map(operator.mul, g.jobs_s, g.counts))
+        starts = sum(map(operator.mul, g.job_starts_s, g.counts), Decimal(0)) if g.job_starts_s else 0
         # a monthly server the user rents already bills nothing more for this batch
-        b = busy if o.kind == "monthly" and is_yours(o, workload, setting) else billed(busy, o)
-        price = rates.get(id(o))
-        if price is None:
-            price = rates[id(o)] = rate(o, workload, setting)
+        free = o.kind == "monthly" and is_yours(o, workload, setting)
+        idle: Sequence[int] = ()
+        if at_end and role != "builder":  # kept until the last one ends: each busy from its start to the end
+            idle = [wall - start - head - j for j in g.jobs_s]
+            busy = wall - start
+            each = [busy if free else billed(busy, o)] * len(g.counts)
+            idle_total, busy_total = n * busy - n * head - jobs, n * busy
+        else:
+            each = [head + j for j in g.jobs_s] if free else billed_each(head, g.jobs_s, o)
+            idle_total, busy_total = 0, n * head + jobs
+        billed_total = sum(map(operator.mul, each, g.counts))
+        price = rate(o, workload, setting)
         acc = seconds_at.get(price)
         if acc is None:
             acc = seconds_at[price] = [0] * len(keys)
-        acc[0] += s
-        acc[1] += c
-        acc[2] += st
-        acc[3] += j - starts[i]
-        acc[4] += starts[i]
-        acc[5] += idle
-        acc[6] += b - busy
-        total_billed += b
-        uses.append(VmUse(o, role, s, c, st, j, idle, b, b * price[0] / price[1], ends[i] + idle,
-                          names_by_vm[i] if i < len(names_by_vm) else (), starts[i]))
-    parts = {k: sum((acc[n] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for n, k in enumerate(keys)}
-    workers = sum(1 for u in uses if u.role != "builder")
+        acc[0] += s * n
+        acc[1] += c * n
+        acc[2] += st * n
+        acc[3] += jobs - starts
+        acc[4] += starts
+        acc[5] += idle_total
+        acc[6] += billed_total - busy_total
+        total_billed += billed_total
+        machines.append(Machines(o, role, start, s, c, st, price, g.counts, g.jobs_s, each, idle, g.job_starts_s,
+                                 g.names))
+    parts = {k: sum((acc[i] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for i, k in enumerate(keys)}
+    workers = sum(sum(m.counts) for m in machines if m.role != "builder")
     parts["one_off"] = workload.staging_jpy * workers
     total = sum(parts.values(), Decimal(0))
 
@@ -521,7 +619,8 @@ def make_plan(
     reasons, warnings = [], [w for w in warnings if w]
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
     if setting.deadline_s is not None and wall > setting.deadline_s:
-        reasons.append(f"misses the deadline by {_dur(wall - setting.deadline_s)} (wall {_dur(wall)} > {_dur(setting.deadline_s)})")
+        reasons.append(f"misses the deadline by {fmt.duration(wall - setting.deadline_s)} (wall {fmt.duration(wall)} >"
+                       f" {fmt.duration(setting.deadline_s)})")
     no_image = image_problem([first], setting)
     if no_image and setup_mode == "scratch":
         time_notes.append(f"{no_image}: every machine runs setup")
@@ -530,22 +629,30 @@ def make_plan(
     elif setup_mode == "image":
         time_notes.append(f"{provider}: the builder keeps running during capture (billed) and then works")
 
+    spot = [o for o, _ in fleet if o.market == "spot"]
+    for o in dict.fromkeys(spot):
+        rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
+        warnings.append(f"spot ({o.name}): {rule}; an interrupted job is lost and runs again, which this estimate does"
+                        " not price (no sourced interruption rate): checkpoint long jobs, or plan on demand")
+        time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
-    if any(o.kind == "owned" for o, _ in fleet):
+    if spot and not setting.spot:
+        recommendable, note = False, "spot: recommended only with --spot"
+    elif any(o.kind == "owned" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "owned")
         recommendable = is_yours(o, workload, setting)
-        note = f"owned: purchase {_yen(o.price)} up front (not in the cost); cost = power only"
+        note = f"owned: purchase {fmt.yen(o.price)} up front (not in the cost); cost = power only"
         if not recommendable:
             note += f"; not recommended unless you own it (--owned {o.aliases[0] if o.aliases else o.name})"
     elif any(o.kind == "monthly" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "monthly")
-        month = _yen(month_price(o, setting))
+        month = fmt.yen(month_price(o, setting))
         note = (f"you rent it already: {month} a month, not in this cost (--owned)" if is_yours(o, workload, setting)
                 else f"rented by the month: {month} per {o.billing_granularity_s // 86400} days, a started month billed whole")
     return Plan(
         provider=provider, region=region, fleet=tuple(fleet), setup=setup_mode, per_gpu=per_gpu,
-        vms=tuple(uses), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
+        machines=tuple(machines), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
         feasible=not reasons, reason="; ".join(reasons), warnings=tuple(warnings),
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
         recommendable=recommendable, note=note,
@@ -580,7 +687,7 @@ def infeasible_plan(workload: Workload, setting: Setting, offer: Offer, count: i
     """A shown-but-excluded candidate: no schedule, no cost."""
     return Plan(
         provider=offer.provider, region=offer.region, fleet=((offer, count),), setup=setup_mode, per_gpu=per_gpu,
-        vms=(), wall_s=0, billed_s=0, cost=Decimal(0), breakdown={}, feasible=False, reason=reason,
+        machines=(), wall_s=0, billed_s=0, cost=Decimal(0), breakdown={}, feasible=False, reason=reason,
         assumptions=tuple(_price_notes(offer, setting)),
     )
 
@@ -629,14 +736,14 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     gran = {1: "per second", 60: "per minute", 3600: "per hour"}.get(offer.billing_granularity_s, f"per {offer.billing_granularity_s} s")
     if offer.price_unit == "month":
         gran = f"per month of {offer.billing_granularity_s // 86400} days (a started month billed whole)"
-    minimum = f", minimum {offer.billing_minimum_s} s" if offer.billing_minimum_s and offer.price_unit != "month" else ""
+    minimum = f", minimum {fmt.duration(offer.billing_minimum_s)}" if offer.billing_minimum_s and offer.price_unit != "month" else ""
     if offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "
-                 f"{_yen(offer.price_jpy_per_hour, 2)}/h ({facts.source}); purchase {_yen(offer.price)} ({offer.source})"]
+                 f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({facts.source}); purchase {fmt.yen(offer.price)} ({offer.source})"]
     else:
         unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
-        notes = [f"{offer.name} {offer.region}: {unit} = {_yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "
+        notes = [f"{offer.name} {offer.region}: {unit} = {fmt.yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "
                  f"(source: {offer.source}; as of {offer.as_of or '?'})"]
     if offer.currency != "JPY" and offer.currency in cat.fx:
         fx = cat.fx[offer.currency]
@@ -656,7 +763,7 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
         out.extend(_price_notes(o, setting))
     out.extend(time_notes)
     if workload.staging_s or workload.staging_jpy:
-        out.append(f"data staging {_dur(workload.staging_s)} and {_yen(workload.staging_jpy)} on every machine that runs jobs")
+        out.append(f"data staging {fmt.duration(workload.staging_s)} and {fmt.yen(workload.staging_jpy)} on every machine that runs jobs")
     out.append("machines are released when their own jobs end (idle tail 0)" if setting.release == "when-done"
                else "machines are kept until the last one finishes (idle tail billed)")
     out.append("image storage and disk I/O are not priced (as in field report A)")
@@ -667,16 +774,3 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
             seen.add(line)
             uniq.append(line)
     return uniq
-
-
-def _dur(seconds: int) -> str:
-    from gpuplan.units import format_duration
-
-    return format_duration(seconds)
-
-
-def _yen(value: Decimal | None, places: int = 0) -> str:
-    if value is None:
-        return "?"
-    q = Decimal(1).scaleb(-places)
-    return f"¥{value.quantize(q):,}"

@@ -5,9 +5,10 @@ Money is Decimal yen (rounded to integer yen once, in Plan.cost_jpy); durations 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 
 from gpuplan.types import Offer
 
@@ -109,7 +110,7 @@ class Workload:
         return job.units * self.seconds_per_unit
 
 
-@dataclass(slots=True)  # not frozen: built by the hundred thousand for big batches, 5x cheaper so
+@dataclass(slots=True)  # not frozen: built by the thousand (JSON, plots), 5x cheaper so
 class VmUse:
     """One machine of a plan and what it is billed for (seconds, before rounding unless billed_s)."""
 
@@ -127,6 +128,46 @@ class VmUse:
     job_starts_s: Decimal = Decimal(0)  # of jobs_s, the fixed cost of the job starts on that slot
 
 
+@dataclass(frozen=True, slots=True)
+class Machines:
+    """The machines of a plan that share an offer, a role and a start, in columns (a plan of
+    20,000 jobs may hold thousands of machines: they are priced in bulk, and made into VmUse
+    only when someone looks at them). Kind i is counts[i] machines alike: each busy jobs_s[i]
+    seconds (job_starts_s[i] of them job starts), billed billed_s[i], idle idle_s[i] after its
+    jobs; names[i] holds each one's job names (a tuple per machine). Empty job_starts_s,
+    idle_s or names mean zeros / none."""
+
+    offer: Offer
+    role: str  # "builder" (set up, captured, deleted), "worker", "builder+worker"
+    start_s: int  # when they start, from the plan's start
+    setup_s: int
+    capture_s: int  # billed capture time
+    staging_s: int
+    rate: tuple[Decimal, int]  # yen per so many billed seconds
+    counts: Sequence[int]
+    jobs_s: Sequence[int]
+    billed_s: Sequence[int]
+    idle_s: Sequence[int] = ()
+    job_starts_s: Sequence[Decimal] = ()
+    names: Sequence[tuple[tuple[str, ...], ...]] = ()
+
+    def each(self) -> list[VmUse]:
+        """Every machine on its own, in order."""
+        out = []
+        yen, per = self.rate
+        head = self.setup_s + self.capture_s + self.staging_s
+        for i, n in enumerate(self.counts):
+            jobs, billed = self.jobs_s[i], self.billed_s[i]
+            idle = self.idle_s[i] if self.idle_s else 0
+            starts = self.job_starts_s[i] if self.job_starts_s else Decimal(0)
+            names = self.names[i] if self.names else ()
+            for k in range(n):
+                out.append(VmUse(self.offer, self.role, self.setup_s, self.capture_s, self.staging_s, jobs, idle,
+                                 billed, billed * yen / per, self.start_s + head + jobs + idle,
+                                 names[k] if k < len(names) else (), starts))
+        return out
+
+
 @dataclass(frozen=True)
 class Plan:
     """A fleet on one provider/region plus its schedule, setup mode, costs and explanation."""
@@ -136,7 +177,7 @@ class Plan:
     fleet: tuple[tuple[Offer, int], ...]  # (offer, worker count), one or two offer types
     setup: str  # "scratch" | "image"
     per_gpu: int  # k jobs packed on each GPU
-    vms: tuple[VmUse, ...]
+    machines: tuple[Machines, ...]  # in machine order: the builder first
     wall_s: int
     billed_s: int
     cost: Decimal  # exact sum of VM costs and one-off items
@@ -147,8 +188,18 @@ class Plan:
     assumptions: tuple[str, ...] = ()
     optimal: bool = True  # the schedule is proven optimal (makespan)
     peak_vcpus: int = 0
-    recommendable: bool = True  # False for owned hardware the user did not say they own
+    recommendable: bool = True  # False for owned hardware the user did not say they own, spot without --spot
     note: str = ""  # e.g. owned hardware's purchase price and break-even
+
+    @cached_property
+    def vms(self) -> tuple[VmUse, ...]:
+        """Every machine on its own, in order (built when asked: the recommendation, JSON, a plot)."""
+        return tuple(vm for group in self.machines for vm in group.each())
+
+    @property
+    def machine_count(self) -> int:
+        """Machines started, the image builder included."""
+        return sum(sum(g.counts) for g in self.machines)
 
     @property
     def cost_jpy(self) -> int:
@@ -162,7 +213,7 @@ class Plan:
 
     @property
     def label(self) -> str:
-        return " + ".join(f"{n}x {o.name}" for o, n in self.fleet)
+        return " + ".join(f"{n}x {o.name}" + (" (spot)" if o.market == "spot" else "") for o, n in self.fleet)
 
 
 @dataclass(frozen=True)

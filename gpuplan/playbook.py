@@ -137,9 +137,9 @@ def available() -> list[str]:
 
 
 def default_params() -> dict[str, str]:
-    import yaml
+    from gpuplan.userfiles import load_yaml
 
-    return {str(k): "" if v is None else str(v) for k, v in yaml.safe_load(_data_dir().joinpath("defaults.yaml").read_text()).items()}
+    return {str(k): "" if v is None else str(v) for k, v in load_yaml(_data_dir().joinpath("defaults.yaml").read_text()).items()}
 
 
 def _step_script(name: str, origin: str) -> str:
@@ -152,6 +152,8 @@ def _step_script(name: str, origin: str) -> str:
 def load(name_or_path: str) -> Playbook:
     """A built-in playbook by name ("cuda") or a YAML file by path (with the same format)."""
     import yaml
+
+    from gpuplan.userfiles import load_yaml
 
     if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
         from gpuplan.userfiles import read_text
@@ -166,7 +168,7 @@ def load(name_or_path: str) -> Playbook:
             raise NotFound(f"no playbook named {name_or_path!r}; known: {', '.join(available())}")
         text, origin = res.read_text(), f"playbook {name_or_path}"
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise UsageError(f"{origin}: not valid YAML ({exc.__class__.__name__}); fix the file") from None
     return parse(data, origin)

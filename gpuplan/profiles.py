@@ -174,9 +174,9 @@ def load_profile(path: str | Path) -> Profile:
         if path.suffix == ".json":
             data = json.loads(text)
         else:
-            import yaml
+            from gpuplan.userfiles import load_yaml
 
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
     except (ValueError, Exception) as exc:  # yaml.YAMLError or json.JSONDecodeError
         raise UsageError(f"profile {path}: not valid {path.suffix.lstrip('.') or 'YAML'} ({type(exc).__name__})") from exc
     return profile_from_dict(data, str(path))

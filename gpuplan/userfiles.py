@@ -38,5 +38,14 @@ def read_text(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX
         raise UsageError(f"{what} {p} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); {fix}") from None
 
 
+def load_yaml(text: str):
+    """YAML text as plain data (safe: no Python objects), parsed by libyaml's C parser where
+    PyYAML was built with it (about 10x faster on a 20,000-job workload), else by PyYAML's own.
+    Raises yaml.YAMLError as yaml.safe_load does."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n // 2**10} KiB"

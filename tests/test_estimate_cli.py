@@ -38,10 +38,10 @@ def test_golden_example_json(cli):
     two = _plan(data, "Standard_NC6", 2, "image")
     assert (one["cost_jpy"], one["wall_minutes"]) == (826, 540)
     assert (two["cost_jpy"], two["wall_minutes"]) == (826, 300)
-    assert "ties on cost break on wall time, then on fewer machines" in data["reason"]
+    assert "ties on cost break on wall time, then on fewer warnings, then on fewer machines" in data["reason"]
     assert "1x Standard_NC6 from scratch" in data["reason"] and "2x Standard_NC6 from an image" in data["reason"]
     assumptions = "\n".join(rec["assumptions"])
-    for needed in ("91.80 JPY/hour", "setup 60 min on azure", "image capture 0 min", "billed per minute",
+    for needed in ("91.80 JPY/hour", "setup 60 min on azure", "image capture 0 s", "billed per minute",
                    "builder is deleted after capture", "released when their own jobs end"):
         assert needed in assumptions
     assert [p["cost_jpy"] for p in data["pareto"]][0] == 826
@@ -52,10 +52,12 @@ def test_golden_example_table(cli):
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     rec_row = next(line for line in lines if "→" in line and "Standard_NC6" in line)
-    assert "4x Standard_NC6" in rec_row and "image" in rec_row and "180 min" in rec_row and "¥826" in rec_row
+    # 180 min and 210 min: durations of two hours and more read h:mm
+    assert "4x Standard_NC6" in rec_row and "image" in rec_row and "3:00 h" in rec_row and "¥826" in rec_row
     nc24_row = next(line for line in lines if "1x Standard_NC24 " in line and "scratch" in line)
-    assert "210 min" in nc24_row and "¥1,285" in nc24_row and "warning: quota" in nc24_row
-    assert "Recommended: 4x Standard_NC6 azure westus2, from an image: ¥826, wall 180 min" in r.out
+    assert "3:30 h" in nc24_row and "¥1,285" in nc24_row and "warning: quota" in nc24_row
+    assert "Recommended: 4x Standard_NC6 azure westus2, from an image: ¥826, wall 3:00 h, billed 9:00 h" in r.out
+    assert "breakdown: setup ¥91.80, jobs ¥734.40 (total ¥826.20 → ¥826)" in r.out
     assert "ties on cost break on wall time" in r.out
     assert "Assumptions:" in r.out and "setup 60 min on azure" in r.out
     assert "priced 2017-12, after the as-of month 2017-08" in r.out  # Koukaryoku rows are shown, excluded
@@ -76,7 +78,7 @@ def test_user_quota_excludes_and_changes_the_pick(cli):
 def test_deadline_and_objective_time(cli):
     data = _json(cli, "--videos", "4", "--as-of", "2017-08", "--deadline", "3h")
     nc24 = _plan(data, "Standard_NC24", 1, "scratch")
-    assert not nc24["feasible"] and nc24["reason"].startswith("misses the deadline by 30m")
+    assert not nc24["feasible"] and nc24["reason"].startswith("misses the deadline by 30 min (wall 3:30 h > 3:00 h)")
     assert data["recommended"]["wall_minutes"] == 180
     fast = _json(cli, "--videos", "4", "--as-of", "2017-08", "--objective", "time")
     assert fast["recommended"]["wall_minutes"] == 180 and fast["recommended"]["cost_jpy"] == 826

@@ -216,7 +216,7 @@ def test_report_d_break_even_hours_per_month_for_a_stated_monthly_price(cli, tmp
     # break-even = 146,000 x 4334 / 3600 h / ¥576 = 305.2 -> 306 h a month
     assert monthly["cost_jpy"] == 146_000 and monthly["billed_minutes"] == 43200 and monthly["wall_minutes"] == 72.23
     assert ("break-even: renting it at ¥146,000 a month beats 1x koukaryoku-titanx-maxwell-x4 (¥576 for this batch,"
-            " 72.2 min of work here) when it is busy more than 306 h a month") in monthly["note"]
+            " 72 min of work here) when it is busy more than 306 h a month") in monthly["note"]
     # --owned accepts a server rented by the month: it is then recommended at no further cost
     r = cli("estimate", "--videos", "4", "--as-of", "2018-06", "--format", "json", "--owned", "bm-p100x2")
     assert r.code == 0, r.err

@@ -81,5 +81,5 @@ def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
     # 4x NC6 from an image: 60 min setup (¥91.80) + 4 x 150 min at ¥91.80/h (¥918) = ¥1,009.80
     assert (rec["instance_type"], rec["count"], rec["wall_minutes"], rec["cost_jpy"]) == ("Standard_NC6", 4, 210, 1010)
     note = " ".join(data["notes"].values())
-    assert "predicted 120 min, measured 150 min (+25.0 %)" in note and "K80 now 0.8x K80 (was 1.0x)" in note
+    assert "predicted 2:00 h, measured 2:30 h (+25.0 %)" in note and "K80 now 0.8x K80 (was 1.0x)" in note
     assert any("calibrated by gpuplan run" in a for a in rec["assumptions"])

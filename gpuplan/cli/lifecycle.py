@@ -114,6 +114,7 @@ def provision(
         offer = _resolve(f"{p['provider']}:{p['instance_type']}", region or p.get("region"))
         n = int(p["count"])
         setup_mode = p.get("setup", "scratch")
+        spot = spot or p.get("market") == "spot"  # a plan made with `estimate --spot` on a spot price
     else:
         if not target:
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
