@@ -20,8 +20,10 @@ def test_version_prints_the_installed_version(cli):
 
 
 def test_completion_can_be_shown_and_completes_commands_and_options():
-    shown = _gpuplan("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    # what `--install-completion` writes into ~/.bashrc's sourced file (the shell is named, not detected)
+    shown = _gpuplan(env={"_GPUPLAN_COMPLETE": "source_bash"})
     assert shown.returncode == 0 and "_gpuplan_completion" in shown.stdout
+    assert "--install-completion" in _gpuplan("--help", env={"COLUMNS": "200"}).stdout
     words = _gpuplan(env={"_GPUPLAN_COMPLETE": "complete_bash", "COMP_WORDS": "gpuplan prov", "COMP_CWORD": "1"})
     assert words.stdout.split() == ["provision"]
     opts = _gpuplan(env={"_GPUPLAN_COMPLETE": "complete_bash", "COMP_WORDS": "gpuplan estimate --obj", "COMP_CWORD": "2"})
