@@ -21,7 +21,7 @@ def mem(monkeypatch):
 
 
 def test_provision_status_teardown(cli, mem):
-    r = cli("provision", "memory:m1.gpu", "x4", "--name", "demo", "--no-bootstrap", "--ttl", "4h")
+    r = cli("provision", "--yes", "memory:m1.gpu", "x4", "--name", "demo", "--no-bootstrap", "--ttl", "4h")
     assert r.code == 0, r.err
     assert sum(x.kind == "instance" for x in mem.resources.values()) == 4
     r = cli("status", "--format", "json")
@@ -29,11 +29,11 @@ def test_provision_status_teardown(cli, mem):
     assert (c["name"], c["count"], c["status"], c["price_jpy_per_hour"]) == ("demo", 4, "ready", "100")
     assert [n["public_ip"] for n in c["nodes"]] == ["198.51.100.1", "198.51.100.3", "198.51.100.5", "198.51.100.7"]
     assert 4 * 3600 - 60 < c["ttl_left_s"] <= 4 * 3600
-    r = cli("teardown", "demo")
+    r = cli("teardown", "--yes", "demo")
     assert r.code == 0 and "nothing of it is left" in r.out
     assert mem.resources == {}
     # teardown is idempotent
-    assert cli("teardown", "demo").code == 0
+    assert cli("teardown", "--yes", "demo").code == 0
 
 
 def test_dry_run_prints_yen_per_hour_and_creates_nothing(cli, mem):
@@ -65,7 +65,7 @@ def test_bad_input_gets_one_line_and_exit_2(cli, mem, args, message):
 
 def test_quota_exceeded_through_cli_is_one_line_exit_2(cli, mem):
     mem.vcpu_count, mem.quota_limit = 6, 20
-    r = cli("provision", "memory:m1.gpu", "x4", "--no-bootstrap")
+    r = cli("provision", "--yes", "memory:m1.gpu", "x4", "--no-bootstrap")
     assert r.code == 2
     assert "needs 24 vCPUs of quota 'memoryFamily'" in r.err and len(r.err.strip().splitlines()) == 1
     assert mem.resources == {}
@@ -75,7 +75,7 @@ def test_plan_file_from_estimate_is_provisioned(cli, mem, tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"recommended": {"provider": "memory", "instance_type": "m1.gpu", "count": 3,
                                                 "region": "mem-1", "setup": "scratch"}}))
-    r = cli("provision", "--plan", str(plan), "--name", "fromplan", "--no-bootstrap")
+    r = cli("provision", "--yes", "--plan", str(plan), "--name", "fromplan", "--no-bootstrap")
     assert r.code == 0, r.err
     assert sum(x.kind == "instance" for x in mem.resources.values()) == 3
 
@@ -83,5 +83,5 @@ def test_plan_file_from_estimate_is_provisioned(cli, mem, tmp_path):
 def test_malformed_plan_file_is_one_line(cli, mem, tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text("{not json")
-    r = cli("provision", "--plan", str(plan))
+    r = cli("provision", "--yes", "--plan", str(plan))
     assert r.code == 2 and "is not valid JSON" in r.err
