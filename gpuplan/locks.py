@@ -75,7 +75,8 @@ def _path(name: str) -> Path:
 
 def _command() -> str:
     argv = list(sys.argv)
-    if argv and (Path(argv[0]).name in ("gpuplan", "__main__.py")):
+    script = Path(argv[0]) if argv else Path()
+    if script.name == "gpuplan" or (script.name == "__main__.py" and script.parent.name == "gpuplan"):
         argv = ["gpuplan", *argv[1:]]
     return shlex.join(argv)[:200]
 

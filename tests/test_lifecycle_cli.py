@@ -1,6 +1,7 @@
 """The lifecycle commands end to end through the CLI, on the in-memory provider.
 (Each cloud's own end-to-end test runs the same commands against its stand-in.)"""
 
+import io
 import json
 
 import pytest
@@ -85,3 +86,34 @@ def test_malformed_plan_file_is_one_line(cli, mem, tmp_path):
     plan.write_text("{not json")
     r = cli("provision", "--yes", "--plan", str(plan))
     assert r.code == 2 and "is not valid JSON" in r.err
+
+
+class Terminal(io.StringIO):
+    """Someone at a terminal, typing these answers."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_at_a_terminal_provision_and_teardown_ask_first(cli, mem, monkeypatch):
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    r = cli("provision", "memory:m1.gpu", "x2", "--name", "ask", "--no-bootstrap", "--ttl", "90m")
+    assert r.code == 1 and "aborted: nothing was changed" in r.err
+    assert mem.resources == {} and mem.create_calls == 0
+    assert "create cluster ask: 2x memory:m1.gpu in mem-1" in r.err
+    assert "¥100/h per machine, ¥200/h for the cluster" in r.err
+    assert "quota memoryFamily (Memory family vCPUs): 8 vCPUs needed, 1000 free (limit 1000, used 0): ok" in r.err
+    assert "TTL 1h30m: the cloud itself stops the machines after that" in r.err
+    assert "Create these machines? [Y/n]" in r.err
+    monkeypatch.setattr("sys.stdin", Terminal("\n"))  # creating defaults to yes, as `sky launch` does
+    r = cli("provision", "memory:m1.gpu", "x2", "--name", "ask", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert sum(x.kind == "instance" for x in mem.resources.values()) == 2
+    monkeypatch.setattr("sys.stdin", Terminal("\n"))  # deleting defaults to no
+    r = cli("teardown", "ask")
+    assert r.code == 1 and "Delete all of this? [y/N]" in r.err
+    assert "delete cluster ask (ready): 2 machine(s) of memory:m1.gpu in mem-1 (¥200/h): ask-0 i-1, ask-1 i-3" in r.err
+    assert sum(x.kind == "instance" for x in mem.resources.values()) == 2
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    r = cli("teardown", "ask")
+    assert r.code == 0 and mem.resources == {}

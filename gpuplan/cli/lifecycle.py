@@ -72,7 +72,7 @@ def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
     """Show what is about to happen (stderr); go on with --yes or a yes typed at the terminal."""
     err = _err_console()
     for line in lines:
-        err.print(line, markup=False)
+        err.print(line, markup=False, soft_wrap=True)
     if yes:
         return
     _need_answer(yes, question.lower().rstrip("?"))
@@ -180,7 +180,7 @@ def provision(
         lines = _create_lines(offer, req)
         lines[0] = "would " + lines[0]
         for line in lines + ([image_line] if from_image else []):
-            out.print(line, markup=False)
+            out.print(line, markup=False, soft_wrap=True)
         return
 
     _need_answer(yes, "provision")
