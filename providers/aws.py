@@ -630,7 +630,7 @@ class AwsProvider(Provider):
         while True:
             with self._aws(f"read the state of {len(ids)} instance(s)", region=region):
                 found = self._describe(region, ids)
-            ready: dict[str, Instance] = {}
+            running: dict[str, Instance] = {}
             for iid in ids:
                 i = found.get(iid)
                 if i is None:
@@ -641,13 +641,15 @@ class AwsProvider(Provider):
                         f"AWS instance {inst.name} ({iid}) is {i['State']['Name']} (TTL passed, or spot reclaimed?); "
                         "tear the cluster down and provision again")
                 if inst.status == "running" and (inst.public_ip or inst.private_ip):
-                    if iid not in host_keys:
-                        key = self._console_host_key(region, iid)
-                        if key is None:
-                            continue
-                        host_keys[iid] = key
-                    ready[iid] = Instance(inst.id, inst.name, inst.status, inst.public_ip, inst.private_ip,
-                                          inst.ssh_port, {**inst.extra, "host_key": host_keys[iid]})
+                    running[iid] = inst
+            unread = [iid for iid in running if iid not in host_keys]
+            if unread:
+                with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(unread)))) as pool:
+                    keys = pool.map(lambda iid: self._console_host_key(region, iid), unread)
+                host_keys.update({iid: key for iid, key in zip(unread, keys) if key})
+            ready = {iid: Instance(inst.id, inst.name, inst.status, inst.public_ip, inst.private_ip, inst.ssh_port,
+                                   {**inst.extra, "host_key": host_keys[iid]})
+                     for iid, inst in running.items() if iid in host_keys}
             if len(ready) == len(set(ids)):
                 return [ready[i] for i in ids]
             if time.monotonic() >= deadline:
