@@ -16,11 +16,9 @@ from datetime import datetime, timezone
 
 from gpuplan import lifecycle, locks
 from gpuplan.errors import GpuplanError, RemoteError, UsageError
-from gpuplan.provider import TAG_CREATED, TAG_OWNER, Provider, Resource
+from gpuplan.provider import TAG_CREATED, TAG_IMAGE, TAG_OWNER, Provider, Resource
 from gpuplan.state import ImageRow, State
 from gpuplan.types import Offer
-
-TAG_IMAGE = "gpuplan-image"
 
 
 def default_name(offer: Offer) -> str:

@@ -7,7 +7,6 @@ made by the cluster-network playbook) and `<cluster>.hostkeys/<node>` (one-time 
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -35,15 +34,6 @@ def key_dir() -> Path:
     return folder
 
 
-def write_owner_only(path: Path, text: str) -> None:
-    """Write a file (a private key, known_hosts) readable by its owner only, never for a moment by anyone else."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(text)
-
-
 def cluster_login_key(state, cluster: str) -> tuple[Path, str]:
     """The cluster's login key (made once; its path and public line are kept in the state)."""
     existing = state.ssh_key(cluster)
@@ -51,7 +41,7 @@ def cluster_login_key(state, cluster: str) -> tuple[Path, str]:
         return existing
     private, public = ed25519_pair()
     path = key_dir() / cluster
-    write_owner_only(path, private)
+    paths.write_owner_only(path, private)
     public_line = f"{public} gpuplan-{cluster}"
     state.save_ssh_key(cluster, path, public_line)
     return path, public_line
@@ -70,7 +60,7 @@ def node_host_key(cluster: str, node: str) -> HostKey:
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
         return HostKey(private, public)
     private, public = ed25519_pair()
-    write_owner_only(path, private)
+    paths.write_owner_only(path, private)
     return HostKey(private, public)
 
 

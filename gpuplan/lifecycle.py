@@ -26,8 +26,8 @@ from decimal import Decimal
 from gpuplan import config, keys, locks
 from gpuplan import provider as providers
 from gpuplan.errors import Busy, GpuplanError, NotFound, QuotaExceeded, RetiredType, UsageError
-from gpuplan.provider import (TAG_CLUSTER, TAG_CREATED, TAG_NODE, TAG_OWNER, Instance, NodeSpec, Provider,
-                              QuotaUsage, Resource)
+from gpuplan.provider import (TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER, Instance, NodeSpec,
+                              Provider, QuotaUsage, Resource)
 from gpuplan.state import ClusterRow, NodeRow, State, now
 from gpuplan.types import Offer
 
@@ -450,28 +450,28 @@ def sweep_find(
     group: the youngest decides, so half of a cluster still being made is never taken."""
     known = {c.name for c in state.clusters()}
     known_images = {i.provider_id for i in state.images() if i.provider == prov.name}
-    found: list[Resource] = []
+    found: dict[str, Resource] = {}
     for region in regions:
         for tag in owners:
             with state.journaled("sweep-list", f"{prov.name}/{region}", None, tag):
-                found += [r for r in prov.list(region, {TAG_OWNER: tag}) if r.id not in {f.id for f in found}]
-    candidates = [r for r in found
-                  if (r.kind == "image" and include_images and r.id not in known_images)
-                  or (r.kind != "image" and r.tags.get(TAG_CLUSTER) not in known)]
-    youngest: dict[str, int] = {}
-    for r in candidates:
-        created = _created(r)
-        if created is not None:
-            group = _sweep_group(r)
-            youngest[group] = max(youngest.get(group, 0), created)
-    strays, spared = [], []
+                for r in prov.list(region, {TAG_OWNER: tag}):
+                    found.setdefault(r.id, r)
+    groups: dict[str, list[Resource]] = {}
+    for r in found.values():
+        if (r.kind == "image" and include_images and r.id not in known_images) or (
+                r.kind != "image" and r.tags.get(TAG_CLUSTER) not in known):
+            groups.setdefault(_sweep_group(r), []).append(r)
+    strays: list[Resource] = []
+    spared: list[tuple[Resource, str]] = []
     t = int(time.time())
-    for r in candidates:
-        age = t - youngest[_sweep_group(r)] if _sweep_group(r) in youngest else None
+    for members in groups.values():
+        stamps = [c for c in map(_created, members) if c is not None]
+        age = t - max(stamps) if stamps else None
         if age is not None and age < grace_s:
-            spared.append((r, f"made {age // 60} min ago, within the {grace_s // 60}-min grace period (--force takes it)"))
+            why = f"made {age // 60} min ago, within the {grace_s // 60}-min grace period (--force takes it)"
+            spared += [(r, why) for r in members]
         else:
-            strays.append(r)
+            strays += members
     return SweepPlan(strays, spared)
 
 
@@ -515,7 +515,7 @@ def _sweep_group(r: Resource) -> str:
     """"cluster:<name>" or "image:<name>": what a resource belongs to, and whose lock guards it."""
     if r.tags.get(TAG_CLUSTER):
         return f"cluster:{r.tags[TAG_CLUSTER]}"
-    return f"image:{r.tags.get('gpuplan-image') or r.name or r.id}"
+    return f"image:{r.tags.get(TAG_IMAGE) or r.name or r.id}"
 
 
 def _still_a_stray(state: State, prov: Provider, kind: str, name: str, batch: Sequence[Resource]) -> str:

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuplan import locks, remote
-from gpuplan.keys import ed25519_pair, write_owner_only
+from gpuplan import locks, paths, remote
+from gpuplan.keys import ed25519_pair
 from gpuplan.errors import NotFound, RemoteError, UsageError
 
 DEFAULT_PLAYBOOKS = ("gpu-driver", "cuda", "cudnn", "nccl")
@@ -401,7 +401,7 @@ def _intra_key(state, cluster: str) -> tuple[str, str]:
     path = Path(str(state.ssh_key(cluster)[0]) + "-intra")
     if not path.exists():
         private, public = ed25519_pair()
-        write_owner_only(path, private)
+        paths.write_owner_only(path, private)
         Path(str(path) + ".pub").write_text(public + "\n")
     return path.read_text().strip(), Path(str(path) + ".pub").read_text().strip()
 

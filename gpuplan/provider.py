@@ -28,6 +28,7 @@ TAG_CLUSTER = "gpuplan-cluster"
 TAG_OWNER = "gpuplan-owner"
 TAG_NODE = "gpuplan-node"
 TAG_CREATED = "gpuplan-created"  # Unix seconds when the provision that made the resource started
+TAG_IMAGE = "gpuplan-image"  # on captured images (and their snapshots) instead of TAG_CLUSTER
 
 
 @dataclass(frozen=True)

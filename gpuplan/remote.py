@@ -9,10 +9,11 @@
 
 Every connection checks the server's key against `Host.host_key` (paramiko's RejectPolicy; a
 host with no pinned key is refused), so a changed key raises RemoteError before any command
-runs. A one-time host key gpuplan injected at creation is rotated at the first login
-(`rotate_injected_host_keys`, called by `cluster_hosts`). `offered_host_key()` reads the key a host offers without logging in, for a first-contact
+runs. `offered_host_key()` reads the key a host offers without logging in, for a first-contact
 confirmation. Transient connect failures (refused, reset, banner timeouts) are retried a few
-times with backoff; authentication and host-key failures are not.
+times with backoff; authentication and host-key failures are not. A one-time host key gpuplan
+injected at creation is rotated at the first login (`rotate_injected_host_keys`, called by
+`cluster_hosts`).
 
 paramiko is imported inside the functions so importing this module stays cheap.
 """

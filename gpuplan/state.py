@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from gpuplan import faults
+from gpuplan import faults, paths
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS clusters (
@@ -284,9 +284,7 @@ class State:
             if row is None or row["value"] != value:
                 db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('installation_id', ?)", (value,))
             if from_file != value:
-                fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(value + "\n")
+                paths.write_owner_only(side, value + "\n")
         return value
 
     # --- journal -------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
         err.print(line, markup=False, soft_wrap=True)
     if yes:
         return
-    _need_answer(yes, question.lower().rstrip("?"))
+    _need_answer(yes, question.lower().rstrip("?"))  # where nothing was asked before the lines
     if not typer.confirm(question, default=default, err=True):
         err.print("aborted: nothing was changed")
         raise typer.Exit(1)
@@ -358,28 +358,31 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
         found = lifecycle.sweep_find(state, prov, regions, owners, include_images=images, grace_s=grace_s)
         where = f"sweep {pname} ({', '.join(regions) or 'no regions'})"
         for r, why in found.spared:
-            out.print(f"  kept {r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}: {why}")
+            out.print(f"  kept {_resource_line(r)}: {why}")
         if dry_run or not found.strays:
             out.print(f"{where}: would delete {len(found.strays)} stray resource(s)" if dry_run
                       else f"{where}: no stray resources")
             for r in found.strays:
-                out.print(f"  {r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}")
+                out.print(f"  {_resource_line(r)}")
             continue
         _confirm([f"{where}: {len(found.strays)} stray resource(s) tagged {' or '.join(owners)} that the state "
-                  "does not know:"] + [f"  {r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}"
-                                       for r in found.strays],
+                  "does not know:"] + [f"  {_resource_line(r)}" for r in found.strays],
                  "Delete these stray resources?", yes, default=False)
         result = lifecycle.sweep_delete(state, prov, found.strays, progress=_progress(err))
         out.print(f"{where}: deleted {len(result.deleted)} stray resource(s)")
         for r in result.deleted:
-            out.print(f"  {r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}")
+            out.print(f"  {_resource_line(r)}")
         for r, why in result.spared:
-            out.print(f"  kept {r.kind} {r.id}: {why}")
+            out.print(f"  kept {_resource_line(r)}: {why}")
     live = state.clusters()
     if live:
         out.print("clusters this state knows, left alone by the sweep (`gpuplan teardown NAME` removes one):")
         for c in live:
             out.print(f"  {c.name}  {c.status}  {c.count}x {c.provider}:{c.size} in {c.region}")
+
+
+def _resource_line(r) -> str:
+    return f"{r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}".rstrip()
 
 
 @image_app.command("build")

@@ -101,10 +101,9 @@ def bootstrap(
 
 def _known_hosts_file(state) -> str:
     from gpuplan import paths
-    from gpuplan.keys import write_owner_only
 
     path = paths.state_dir() / "known_hosts"
-    write_owner_only(path, "\n".join(state.known_hosts_lines()) + "\n")
+    paths.write_owner_only(path, "\n".join(state.known_hosts_lines()) + "\n")
     return str(path)
 
 
