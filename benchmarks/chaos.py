@@ -112,14 +112,13 @@ class Chaos:
 
     # --- what the cloud and the state say ----------------------------------------------
 
-    def instances(self, cluster: str | None = None) -> list[str]:
-        out = []
-        for r in self.moto.ec2().describe_instances()["Reservations"]:
-            for i in r["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
-                if i["State"]["Name"] != "terminated" and (cluster is None or tags.get("gpuplan-cluster") == cluster):
-                    out.append(i["InstanceId"])
-        return out
+    def instances(self, cluster: str) -> list[str]:
+        """The cluster's instances moto has not terminated (paged: moto answers 100 reservations
+        a page, and terminated ones pile up over the cycles)."""
+        pages = self.moto.ec2().get_paginator("describe_instances").paginate(Filters=[
+            {"Name": "tag:gpuplan-cluster", "Values": [cluster]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}])
+        return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
     def cluster_resources(self, cluster: str) -> list[str]:
         """What moto holds tagged with this cluster, read directly (not through gpuplan's listing)."""
@@ -273,20 +272,17 @@ class Chaos:
         return prov.returncode, (pout + perr).strip(), code, out
 
     def scenario_sweep_during(self, name: str, count: int) -> None:
-        pcode, pout, scode, sout = self.while_provisioning(
-            name, count, "teardown", "--yes", "--sweep", "--force", "--provider", "aws", "--region", REGION)
-        self.expect(f"sweep while {name} provisions", scode, sout, (0,))
-        self.expect(f"provision {name} under a sweep", pcode, pout, (0,))
-        if pcode == 0:
-            self.check_ready(name, count)
-        self.teardown_ok(name)
+        self.sweep_while_provisioning(name, count, home=0)
 
     def scenario_sweep_other(self, name: str, count: int) -> None:
+        self.sweep_while_provisioning(name, count, "--legacy-owner", home=1)
+
+    def sweep_while_provisioning(self, name: str, count: int, *flags: str, home: int) -> None:
         pcode, pout, scode, sout = self.while_provisioning(
-            name, count, "teardown", "--yes", "--sweep", "--force", "--legacy-owner", "--provider", "aws",
-            "--region", REGION, home=1)
-        self.expect(f"sweep from the second home while {name} provisions", scode, sout, (0,))
-        self.expect(f"provision {name} under another home's sweep", pcode, pout, (0,))
+            name, count, "teardown", "--yes", "--sweep", "--force", *flags, "--provider", "aws", "--region", REGION,
+            home=home)
+        self.expect(f"sweep (home {home}) while {name} provisions", scode, sout, (0,))
+        self.expect(f"provision {name} under a sweep from home {home}", pcode, pout, (0,))
         if pcode == 0:
             self.check_ready(name, count)
         self.teardown_ok(name)

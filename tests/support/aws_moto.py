@@ -175,15 +175,19 @@ class MotoAws:
         """Everything billable or blocking that exists beyond the test's own AMI: non-terminated
         instances, volumes, non-default security groups, key pairs, own AMIs and snapshots."""
         ec2 = self.ec2(region)
+
+        def pages(operation: str, key: str, **kwargs) -> list[dict]:  # moto pages, 100 reservations at a time
+            return [x for page in ec2.get_paginator(operation).paginate(**kwargs) for x in page[key]]
+
         out = {
-            "instances": [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+            "instances": [i["InstanceId"] for r in pages("describe_instances", "Reservations") for i in r["Instances"]
                           if i["State"]["Name"] != "terminated"],
-            "volumes": [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]],
+            "volumes": [v["VolumeId"] for v in pages("describe_volumes", "Volumes")],
             "security-groups": [g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]
                                 if g["GroupName"] != "default"],
             "key-pairs": [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]],
             "images": [i["ImageId"] for i in ec2.describe_images(Owners=["self"])["Images"] if i["ImageId"] != self.ami],
-            "snapshots": [s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]
+            "snapshots": [s["SnapshotId"] for s in pages("describe_snapshots", "Snapshots", OwnerIds=["self"])
                           if s["SnapshotId"] not in self.baseline_snapshots],
         }
         return {k: v for k, v in out.items() if v}
