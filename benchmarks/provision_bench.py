@@ -3,10 +3,11 @@ twice as long as creating 1?
 
     .venv/bin/python benchmarks/provision_bench.py [--repeat 3] [--latency-ms 100]
 
-Each run wipes moto, registers an AMI, then times `create()` + `wait_ready()` of the AWS
-provider for 1 node and for 16 nodes (median of --repeat runs each) and prints both figures
-and their ratio. moto runs as its own process (`moto_server`), so the emulator's work does not
-share this process's interpreter lock with the provider's launch threads.
+Each run wipes moto, registers an AMI, then times `create()` + `wait_ready()` (which includes
+reading each node's host key from its console output) of the AWS provider for 1 node and for
+16 nodes (median of --repeat runs each) and prints both figures and their ratio. moto runs as
+its own process, so the emulator's work does not share this process's interpreter lock with the
+provider's launch threads.
 
 Two settings are measured:
 - raw moto: every call costs only moto's own CPU (milliseconds). moto handles RunInstances
@@ -48,9 +49,10 @@ def start_moto() -> tuple[subprocess.Popen, str, str]:
     port = free_port()
     env = {**os.environ, "MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION": "true", "MOTO_ENABLE_AMI_VALIDATION": "true",
            "MOTO_ENABLE_KEYPAIR_VALIDATION": "true", "MOTO_AMIS_PATH": amis.name}
-    server = Path(sys.executable).with_name("moto_server")
-    cmd = [str(server)] if server.exists() else [sys.executable, "-m", "moto.server"]
-    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)], env=env,
+    # moto's server with the console output a real instance has (cloud-init's host key block,
+    # which wait_ready reads): tests/support/aws_moto.py
+    serve = f"import sys; sys.path.insert(0, 'tests'); from support.aws_moto import serve; serve({port})"
+    proc = subprocess.Popen([sys.executable, "-c", serve], env=env, cwd=Path(__file__).resolve().parents[1],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -71,7 +73,7 @@ def one_run(url: str, count: int, latency_s: float, workers: int = 16) -> float:
     import boto3
     import requests
 
-    from gpuplan.provider import HostKey, NodeSpec
+    from gpuplan.provider import NodeSpec
     from gpuplan.providers.aws import AwsProvider
 
     requests.post(url + "/moto-api/reset", timeout=30).raise_for_status()
@@ -87,8 +89,7 @@ def one_run(url: str, count: int, latency_s: float, workers: int = 16) -> float:
     names = [f"bench-{i}" for i in range(count)]
     spec = NodeSpec(cluster="bench", size=SIZE, region=REGION, ssh_user="ubuntu",
                     ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBu7cm5mXsN0MhGm2oJqkT8bYb5tQ0T3Ck0lF3o9v2Jt b",
-                    host_keys={n: HostKey("-----BEGIN OPENSSH PRIVATE KEY-----\n", f"ssh-ed25519 AAAA{n}") for n in names},
-                    ttl_s=3600, tags={"gpuplan-cluster": "bench", "gpuplan-owner": "bench"})
+                    ttl_s=3600, tags={"gpuplan-cluster": "bench", "gpuplan-owner": "bench"}, ssh_cidr="203.0.113.5/32")
     t0 = time.perf_counter()
     made = prov.create(spec, names)
     ready = prov.wait_ready(REGION, [i.id for i in made], timeout_s=60)

@@ -1,8 +1,8 @@
 """The user's config file, `<config_dir>/config.yaml`:
 
-    owner: alice@laptop            # tag value that marks this user's resources (default user@host)
+    owner: alice-laptop            # gpuplan-owner tag value (default: user-host-<installation id>)
     providers:
-      aws: {ami: ami-0123..., ssh_cidr: 203.0.113.5/32}
+      aws: {ami: ami-0123..., ssh_cidr: 203.0.113.5/32}   # SSH source (default: your address, detected)
       azure: {ssh_source: 203.0.113.5}
       baremetal: {inventory: ~/gpus.yaml}
 """
@@ -46,8 +46,18 @@ def provider_config(name: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in section.items()}
 
 
-def owner() -> str:
-    """The value of the gpuplan-owner tag: stable across state loss, so a sweep still finds our resources."""
+def owner() -> str | None:
+    """The configured gpuplan-owner tag value, if the user set one (to sweep across several
+    installations on purpose); otherwise the installation's own (lifecycle.owner)."""
     configured = _load().get("owner")
-    raw = str(configured) if configured else f"{getpass.getuser()}-{socket.gethostname()}"
+    return tag_value(str(configured)) if configured else None
+
+
+def legacy_owner() -> str:
+    """The owner tag gpuplan wrote before owners were per installation: user-host, the same for
+    every installation of one user on one host."""
+    return tag_value(f"{getpass.getuser()}-{socket.gethostname()}")
+
+
+def tag_value(raw: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)[:63]

@@ -1,7 +1,8 @@
 """gpuplan's own exceptions. Each carries one line a person can act on.
 
 The CLI maps them to exit codes in one place (gpuplan.cli): 2 for bad input,
-3 for cloud/provider failures, 4 for remote (SSH/bootstrap) failures.
+3 for cloud/provider failures, 4 for remote (SSH/bootstrap) failures, 6 when another
+gpuplan command holds the cluster (run it again later).
 """
 
 
@@ -47,3 +48,9 @@ class RemoteError(GpuplanError):
     """An SSH command or bootstrap step failed on a host."""
 
     exit_code = 4
+
+
+class Busy(GpuplanError):
+    """Another gpuplan command holds the lock of this cluster, image or sweep; nothing was done."""
+
+    exit_code = 6

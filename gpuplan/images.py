@@ -1,6 +1,7 @@
 """Captured images: set a machine up once, capture it, start every further machine from it.
 
-Build = a one-machine builder cluster -> bootstrap -> capture -> builder torn down. The
+Build = a one-machine builder cluster -> bootstrap -> capture -> builder torn down, under the
+image's lock and the builder cluster's. The
 builder is never a worker afterwards (on Azure a generalized VM cannot be used again; on the
 other clouds keeping it would only bill idle time). Images carry the tags `gpuplan-image` and
 `gpuplan-owner`, not the cluster tag, so a cluster teardown keeps them and `teardown --images`
@@ -10,21 +11,25 @@ or a sweep with --images finds them.
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timezone
 
-from gpuplan import config, lifecycle
+from gpuplan import lifecycle, locks
 from gpuplan.errors import GpuplanError, RemoteError, UsageError
-from gpuplan.provider import TAG_OWNER, Provider, Resource
+from gpuplan.provider import TAG_CREATED, TAG_IMAGE, TAG_OWNER, Provider, Resource
 from gpuplan.state import ImageRow, State
 from gpuplan.types import Offer
-
-TAG_IMAGE = "gpuplan-image"
 
 
 def default_name(offer: Offer) -> str:
     base = (offer.aliases[0] if offer.aliases else offer.name).lower()
     base = re.sub(r"[^a-z0-9]+", "-", base).strip("-")[:16]
     return f"{base}-{datetime.now(timezone.utc):%Y%m%d-%H%M}"
+
+
+def builder_name(image: str) -> str:
+    """The one-machine cluster an image is built on."""
+    return lifecycle.check_name(f"{image[:29].rstrip('-')}-b")
 
 
 def build(
@@ -35,14 +40,20 @@ def build(
     playbooks: list[str] | None = None,
     region: str | None = None,
     progress: lifecycle.Progress = lifecycle._quiet,
+    ssh_cidr: str | None = None,
 ) -> ImageRow:
     name = name or default_name(offer)
+    builder = builder_name(name)
+    with locks.image(name), locks.cluster(builder):
+        return _build(state, prov, offer, name, builder, playbooks, region or offer.region, progress, ssh_cidr)
+
+
+def _build(state: State, prov: Provider, offer: Offer, name: str, builder: str, playbooks: list[str] | None,
+           region: str, progress: lifecycle.Progress, ssh_cidr: str | None) -> ImageRow:
     if state.image(name) is not None and state.image(name).status != "deleted":
         raise UsageError(f"an image named {name!r} already exists; pick another --name or delete it first")
-    region = region or offer.region
-    builder = lifecycle.check_name(f"{name[:29].rstrip('-')}-b")
     state.add_image(name, offer.provider, region, offer.name, ",".join(playbooks or []))
-    req = lifecycle.request_from_offer(offer, 1, name=builder, region=region)
+    req = lifecycle.request_from_offer(offer, 1, name=builder, region=region, ssh_cidr=ssh_cidr)
     try:
         lifecycle.provision(state, prov, req, progress=progress)
         from gpuplan.playbook import bootstrap_cluster
@@ -61,7 +72,8 @@ def build(
         state.update_image(name, status="capturing")
         progress(f"capturing {name} from {node.name}")
         with state.journaled("capture-image", name, builder, node.provider_id or ""):
-            image = prov.capture_image(region, node.provider_id, name, {TAG_IMAGE: name, TAG_OWNER: config.owner()})
+            image = prov.capture_image(region, node.provider_id, name, {
+                TAG_IMAGE: name, TAG_OWNER: lifecycle.owner(state), TAG_CREATED: str(int(time.time()))})
         state.update_image(name, status="ready", provider_id=image.id)
     except BaseException:
         state.update_image(name, status="failed")
@@ -74,6 +86,12 @@ def build(
 
 
 def delete(state: State, prov: Provider, name: str, progress: lifecycle.Progress = lifecycle._quiet) -> None:
+    """Delete one image and its snapshots, under the image's lock."""
+    with locks.image(name):
+        _delete(state, prov, name, progress)
+
+
+def _delete(state: State, prov: Provider, name: str, progress: lifecycle.Progress) -> None:
     row = state.image(name)
     if row is None:
         raise UsageError(f"no image named {name!r}; `gpuplan image list` shows them")

@@ -5,23 +5,29 @@ an intent row first and the outcome after, so a crash, a kill -9 or a failed API
 moment leaves enough behind for `teardown` to find everything: node rows exist (with their
 deterministic names) before the create call, every resource carries the cluster's tags, and
 teardown asks the provider what exists by tag rather than trusting the state alone.
+
+Every changing service here holds the cluster's lock (gpuplan.locks) for its whole run, so two
+commands on one cluster never interleave: a second provision of a name waits, then resumes or
+refuses what the first left, and a sweep re-checks each candidate under that lock.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
-from pathlib import Path
 
-from gpuplan import config, paths
+from gpuplan import config, keys, locks
 from gpuplan import provider as providers
-from gpuplan.keys import ed25519_pair
-from gpuplan.errors import GpuplanError, NotFound, QuotaExceeded, RetiredType, UsageError
-from gpuplan.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, HostKey, Instance, NodeSpec, Provider, Resource
+from gpuplan.errors import Busy, GpuplanError, NotFound, QuotaExceeded, RetiredType, UsageError
+from gpuplan.provider import (TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER, Instance, NodeSpec,
+                              Provider, QuotaUsage, Resource)
 from gpuplan.state import ClusterRow, NodeRow, State, now
 from gpuplan.types import Offer
 
@@ -48,6 +54,7 @@ class ProvisionRequest:
     image: str | None = None  # gpuplan image name (from `gpuplan image build`) or provider image id
     ttl_s: int | None = None
     spot: bool = False
+    ssh_cidr: str | None = None  # None: from config, else detected (see ssh_source)
 
 
 def new_cluster_name() -> str:
@@ -71,7 +78,7 @@ def check_not_retired(offer: Offer, today: date | None = None) -> None:
 
 def request_from_offer(
     offer: Offer, count: int, name: str | None = None, image: str | None = None, ttl_s: int | None = None,
-    spot: bool = False, region: str | None = None,
+    spot: bool = False, region: str | None = None, ssh_cidr: str | None = None,
 ) -> ProvisionRequest:
     check_not_retired(offer)
     if count < 1:
@@ -87,6 +94,7 @@ def request_from_offer(
         image=image,
         ttl_s=ttl_s,
         spot=spot,
+        ssh_cidr=ssh_cidr,
     )
 
 
@@ -94,60 +102,72 @@ def get_provider(name: str) -> Provider:
     return providers.get(name, config.provider_config(name))
 
 
-# --- keys --------------------------------------------------------------------------------
+# --- who we are, and where SSH may come from --------------------------------------------
 
 
-def cluster_ssh_key(state: State, cluster: str) -> tuple[Path, str]:
-    """The cluster's login key (created once, 0600, beside the state database)."""
-    existing = state.ssh_key(cluster)
-    if existing and existing[0].exists():
-        return existing
-    private, public = ed25519_pair()
-    keydir = paths.state_dir() / "keys"
-    keydir.mkdir(parents=True, exist_ok=True)
-    keydir.chmod(0o700)
-    path = keydir / cluster
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_text(private)
-    public_line = f"{public} gpuplan-{cluster}"
-    state.save_ssh_key(cluster, path, public_line)
-    return path, public_line
+def owner(state: State) -> str:
+    """The gpuplan-owner tag value: config `owner:` if set, else user-host plus this
+    installation's id, so a sweep from another installation (another GPUPLAN_HOME, another
+    state) never takes this one's resources for strays."""
+    return config.owner() or config.tag_value(f"{config.legacy_owner()[:50]}-{state.installation_id()}")
 
 
-def node_host_key(cluster: str, node: str) -> HostKey:
-    """The SSH host key gpuplan generates for a node and injects at creation. Kept (0600) so a
-    resumed provision injects and pins the same key a half-made machine may already have."""
-    from cryptography.hazmat.primitives import serialization
+CHECKIP_URL = "https://checkip.amazonaws.com"  # answers with the caller's public IPv4 address
 
-    path = paths.state_dir() / "keys" / f"{cluster}.hostkeys" / node
-    if path.exists():
-        private = path.read_text()
-        key = serialization.load_ssh_private_key(private.encode(), password=None)
-        public = key.public_key().public_bytes(
-            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-        return HostKey(private, public)
-    private, public = ed25519_pair()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.touch(mode=0o600)
-    path.write_text(private)
-    return HostKey(private, public)
+
+def ssh_source(prov: Provider, asked: str | None = None) -> str | None:
+    """The CIDR a provider's firewall lets SSH in from: `asked` (--ssh-from), else config
+    providers.<name>.ssh_cidr (or ssh_source), else the caller's own public address as
+    CHECKIP_URL sees it (GPUPLAN_CHECKIP_URL overrides), as a /32. None for a provider that
+    opens no firewall of its own. "0.0.0.0/0" only when asked for."""
+    if not prov.opens_ssh_ingress:
+        return None
+    conf = config.provider_config(prov.name)
+    raw = asked or conf.get("ssh_cidr") or conf.get("ssh_source")
+    where = "--ssh-from" if asked else f"providers.{prov.name}.ssh_cidr in config.yaml"
+    if raw:
+        return _cidr(raw.strip(), where)
+    url = os.environ.get("GPUPLAN_CHECKIP_URL") or CHECKIP_URL
+    how = (f"set providers.{prov.name}.ssh_cidr in config.yaml (e.g. 203.0.113.5/32) or pass --ssh-from CIDR "
+           "(--ssh-from 0.0.0.0/0 opens SSH to every address)")
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read(100).decode(errors="replace").strip()
+    except Exception as exc:  # URLError, timeouts, TLS errors: all mean "not detected"
+        raise UsageError(f"cannot find your public address for the SSH rule ({url}: {exc}); {how}") from None
+    try:
+        return _cidr(text, url)
+    except UsageError:
+        raise UsageError(f"cannot find your public address for the SSH rule ({url} answered {text[:40]!r}); {how}") from None
+
+
+def _cidr(raw: str, where: str) -> str:
+    try:
+        net = ipaddress.ip_network(raw, strict=False)
+    except ValueError:
+        raise UsageError(f"bad SSH source {raw!r} ({where}): give an address or CIDR, e.g. 203.0.113.5/32") from None
+    return str(net)
 
 
 # --- provision ---------------------------------------------------------------------------
 
 
-def preflight(prov: Provider, req: ProvisionRequest) -> None:
-    """Credentials, then quota: raise before anything is created."""
+def preflight(prov: Provider, req: ProvisionRequest) -> tuple[int, list[QuotaUsage]]:
+    """Credentials, then quota: raise before anything is created. Returns the vCPUs needed
+    and the quota tiers checked (for the confirmation)."""
     prov.check_credentials()
     need = prov.vcpus(req.region, req.size) * req.count
-    for tier in prov.quota(req.region, req.size):
+    tiers = prov.quota(req.region, req.size)
+    for tier in tiers:
         if tier.free < need:
             how = f"; {tier.how_to_raise}" if tier.how_to_raise else ""
             raise QuotaExceeded(
                 f"{req.count}x {req.size} needs {need} {tier.unit} of quota {tier.name!r} ({tier.description}) "
                 f"in {req.region}, but only {tier.free} are free (limit {tier.limit}, used {tier.used}){how}"
             )
+    return need, tiers
 
 
 def node_names(cluster: str, count: int) -> list[str]:
@@ -161,46 +181,63 @@ def provision(
     progress: Progress = _quiet,
     keep_on_failure: bool = False,
 ) -> ClusterRow:
-    """Create the cluster's machines and wait until they answer. Resumes an unfinished cluster of
-    the same shape (create is idempotent by tag). On a failed create, what was made is removed
-    again unless `keep_on_failure`; either way the journal tells what happened."""
+    """Create the cluster's machines and wait until they answer, under the cluster's lock.
+    Resumes an unfinished cluster of the same shape (create is idempotent by tag). On a failed
+    create, what was made is removed again unless `keep_on_failure`; either way the journal
+    tells what happened and the error says how to finish."""
+    with locks.cluster(req.name):
+        return _provision(state, prov, req, progress, keep_on_failure)
+
+
+def resumable(state: State, req: ProvisionRequest) -> ClusterRow | None:
+    """The unfinished cluster of this name and shape a provision resumes (None: a new one).
+    Raises when the name belongs to a ready cluster or to one of another shape."""
     existing = state.cluster(req.name)
-    if existing and existing.status != "gone":
-        same = (existing.provider, existing.size, existing.region, existing.count) == (
-            req.provider, req.size, req.region, req.count)
-        if not same or existing.status == "ready":
-            raise UsageError(
-                f"cluster {req.name!r} already exists ({existing.count}x {existing.size}, {existing.status}); "
-                "pick another --name or run `gpuplan teardown " + req.name + "` first"
-            )
+    if existing is None or existing.status == "gone":
+        return None
+    same = (existing.provider, existing.size, existing.region, existing.count) == (
+        req.provider, req.size, req.region, req.count)
+    if not same or existing.status == "ready":
+        raise UsageError(
+            f"cluster {req.name!r} already exists ({existing.count}x {existing.size}, {existing.status}); "
+            "pick another --name or run `gpuplan teardown " + req.name + "` first"
+        )
+    return existing
+
+
+def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Progress, keep: bool) -> ClusterRow:
+    existing = resumable(state, req)
+    if existing:
         progress(f"resuming cluster {req.name}")
     preflight(prov, req)
     image_id = resolve_image(state, req)
+    ssh_cidr = req.ssh_cidr or ssh_source(prov)
 
-    owner = config.owner()
+    tag_owner = (existing.spec.get("owner") if existing else None) or owner(state)
     ttl_expires = now() + timedelta(seconds=req.ttl_s) if req.ttl_s else None
-    if not existing or existing.status == "gone":
-        if existing:
+    if not existing:
+        if state.cluster(req.name):  # a gone cluster of this name: its rows make way
             state.forget_cluster(req.name)
         state.add_cluster(
             req.name, req.provider, req.region, req.size, req.count, image=req.image, ssh_user=prov.default_ssh_user,
             ttl_expires_at=ttl_expires, price_jpy_per_hour=req.price_jpy_per_hour,
-            spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": owner},
+            spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner},
         )
-    key_path, public_key = cluster_ssh_key(state, req.name)
     names = node_names(req.name, req.count)
-    host_keys = {n: node_host_key(req.name, n) for n in names}
-    for n in names:
-        state.add_node(req.name, n, gpus=req.gpus_per_node)
-    spec = NodeSpec(
-        cluster=req.name, size=req.size, region=req.region, ssh_user=prov.default_ssh_user,
-        ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
-        tags={TAG_CLUSTER: req.name, TAG_OWNER: owner},
-    )
-    progress(f"creating {req.count}x {req.size} in {req.provider}/{req.region}")
-    for n in names:
-        state.update_node(req.name, n, status="creating")
     try:
+        _, public_key = keys.cluster_login_key(state, req.name)
+        host_keys = {n: keys.node_host_key(req.name, n) for n in names} if prov.injects_host_keys else {}
+        for n in names:
+            state.add_node(req.name, n, gpus=req.gpus_per_node)
+        spec = NodeSpec(
+            cluster=req.name, size=req.size, region=req.region, ssh_user=prov.default_ssh_user,
+            ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
+            tags={TAG_CLUSTER: req.name, TAG_OWNER: tag_owner, TAG_CREATED: str(int(time.time()))},
+            ssh_cidr=ssh_cidr,
+        )
+        progress(f"creating {req.count}x {req.size} in {req.provider}/{req.region}")
+        for n in names:
+            state.update_node(req.name, n, status="creating")
         with state.journaled("create-nodes", ",".join(names), req.name, f"{req.provider}:{req.size}@{req.region}"):
             instances = prov.create(spec, names)
         _record_instances(state, req, instances)
@@ -208,30 +245,36 @@ def provision(
         with state.journaled("wait-ready", ",".join(names), req.name):
             ready = prov.wait_ready(req.region, [i.id for i in instances])
         _record_instances(state, req, ready, host_keys=host_keys, running=True)
-    except GpuplanError as exc:
-        _after_failed_create(state, prov, req, exc, progress, keep_on_failure)
-        raise
-    state.set_cluster_status(req.name, "ready")
+        state.set_cluster_status(req.name, "ready")
+    except Exception as exc:
+        # A cloud error, or one of our own past the create (a full disk while recording what
+        # was made): either way the machines are tagged and the create journaled.
+        error = exc if isinstance(exc, GpuplanError) else GpuplanError(f"{type(exc).__name__}: {exc}")
+        _after_failed_create(state, prov, req, error, progress, keep)
+        if error is exc:
+            raise
+        raise error from exc
     progress(f"cluster {req.name} ready")
     return state.cluster(req.name)
 
 
 def _after_failed_create(
-    state: State, prov: Provider, req: ProvisionRequest, exc: Exception, progress: Progress, keep: bool
+    state: State, prov: Provider, req: ProvisionRequest, exc: GpuplanError, progress: Progress, keep: bool
 ) -> None:
-    state.set_cluster_status(req.name, "failed")
-    found = reconcile(state, prov, state.cluster(req.name))
-    made = sum(1 for r in found if r.kind == "instance")
-    if keep:
-        exc.args = (f"{exc} ({made} of {req.count} machines were created and kept; "
-                    f"rerun the same provision to resume or `gpuplan teardown {req.name}` to remove them)",)
-        return
-    progress(f"create failed; removing the {made} machine(s) it made")
     try:
+        state.set_cluster_status(req.name, "failed")
+        found = reconcile(state, prov, state.cluster(req.name))
+        made = sum(1 for r in found if r.kind == "instance")
+        if keep:
+            exc.args = (f"{exc} ({made} of {req.count} machines were created and kept; "
+                        f"rerun the same provision to resume or `gpuplan teardown {req.name}` to remove them)",)
+            return
+        progress(f"create failed; removing the {made} machine(s) it made")
         teardown(state, prov, req.name, progress=progress)
         exc.args = (f"{exc} (nothing was left running: the {made} machine(s) created were removed)",)
-    except GpuplanError as cleanup_exc:
-        exc.args = (f"{exc}; cleanup also failed ({cleanup_exc}): run `gpuplan teardown {req.name}`",)
+    except Exception as cleanup_exc:  # noqa: BLE001 - whatever it was, the user's next step is the same
+        exc.args = (f"{exc}; cleanup also failed ({cleanup_exc}): run `gpuplan teardown {req.name}` to remove "
+                    "what was made",)
 
 
 def _record_instances(
@@ -245,9 +288,11 @@ def _record_instances(
         state.update_node(req.name, inst.name, **fields)
         if running:
             address = inst.public_ip or inst.private_ip
-            pinned = inst.extra.get("host_key") or (host_keys[inst.name].public_openssh if host_keys else None)
-            if address and pinned:
-                state.pin_host_key(address, inst.ssh_port, pinned, cluster=req.name, node=inst.name)
+            own = inst.extra.get("host_key")
+            injected = host_keys[inst.name].public_openssh if host_keys and inst.name in host_keys else None
+            if address and (own or injected):
+                state.pin_host_key(address, inst.ssh_port, own or injected, cluster=req.name, node=inst.name,
+                                   origin="node" if own else "injected")
             state.ledger_start(req.name, inst.name, req.provider, req.size, req.price_jpy_per_hour or Decimal(0))
 
 
@@ -267,10 +312,17 @@ def resolve_image(state: State, req: ProvisionRequest) -> str | None:
     return row.provider_id
 
 
+def cluster_tags(cluster: ClusterRow) -> dict[str, str]:
+    """The tags that find this cluster's resources: its name and, where recorded, its owner (a
+    cluster of the same name made by another installation is not ours)."""
+    owner_tag = cluster.spec.get("owner")
+    return {TAG_CLUSTER: cluster.name, **({TAG_OWNER: owner_tag} if owner_tag else {})}
+
+
 def reconcile(state: State, prov: Provider, cluster: ClusterRow) -> list[Resource]:
     """Ask the provider what exists for this cluster and bring the node rows in line."""
     with state.journaled("list", cluster.name, cluster.name):
-        found = prov.list(cluster.region, {TAG_CLUSTER: cluster.name})
+        found = prov.list(cluster.region, cluster_tags(cluster))
     instances = {r.name or r.tags.get(TAG_NODE, ""): r for r in found if r.kind == "instance"}
     for node in state.nodes(cluster.name):
         r = instances.get(node.name)
@@ -321,8 +373,14 @@ class TeardownReport:
 def teardown(
     state: State, prov: Provider, cluster: str, include_images: bool = False, progress: Progress = _quiet
 ) -> TeardownReport:
-    """Delete everything the cluster owns. Idempotent and resumable: it lists by tag every time,
-    so a teardown cut off half way is finished by running it again."""
+    """Delete everything the cluster owns, under its lock. Idempotent and resumable: it lists by
+    tag every time, so a teardown cut off half way is finished by running it again. Once nothing
+    is left, the cluster's key files go too."""
+    with locks.cluster(cluster):
+        return _teardown(state, prov, cluster, include_images, progress)
+
+
+def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, progress: Progress) -> TeardownReport:
     row = state.cluster(cluster)
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
@@ -344,7 +402,7 @@ def teardown(
                 prov.delete(row.region, batch)
     report.deleted = doomed
     with state.journaled("verify-gone", cluster, cluster):
-        left = [r for r in prov.list(row.region, {TAG_CLUSTER: cluster}) if r.kind != "image" or include_images]
+        left = [r for r in prov.list(row.region, cluster_tags(row)) if r.kind != "image" or include_images]
         if left:
             raise GpuplanError(
                 f"{len(left)} resource(s) of {cluster} still exist after delete ({', '.join(r.kind + ' ' + r.id for r in left[:3])}); "
@@ -354,35 +412,121 @@ def teardown(
         state.update_node(cluster, node.name, status="deleted")
         state.ledger_stop(cluster, node.name)
     state.unpin_cluster_host_keys(cluster)
+    keys.remove_cluster_keys(state, cluster)
     state.set_cluster_status(cluster, "gone")
     return report
 
 
-def sweep(
-    state: State, prov: Provider, regions: Sequence[str], include_images: bool = False, delete: bool = True,
-    progress: Progress = _quiet,
-) -> list[Resource]:
-    """Find this owner's gpuplan-tagged resources that no live cluster in the state knows, and
-    delete them (unless `delete` is False). Images are kept unless `include_images`."""
+GRACE_S = 30 * 60  # a sweep leaves resources younger than this alone (a provision may be making them)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep found: strays to delete, and strays it leaves alone, with the reason."""
+
+    strays: list[Resource]
+    spared: list[tuple[Resource, str]]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    deleted: list[Resource]
+    spared: list[tuple[Resource, str]]  # candidates re-checked under the lock and left alone, with why
+
+
+def sweep_owners(state: State, legacy: bool = False) -> list[str]:
+    """Owner tag values a sweep looks for: this installation's, and with `legacy` also the
+    user-host value older gpuplan versions wrote (shared by every installation of the user)."""
+    mine = owner(state)
+    return [mine] + ([config.legacy_owner()] if legacy and config.legacy_owner() != mine else [])
+
+
+def sweep_find(
+    state: State, prov: Provider, regions: Sequence[str], owners: Sequence[str], include_images: bool = False,
+    grace_s: int = GRACE_S,
+) -> SweepPlan:
+    """Resources tagged with one of `owners` that no live cluster (or image) in the state knows.
+    A cluster's resources younger than `grace_s` (by their gpuplan-created tag) are spared as a
+    group: the youngest decides, so half of a cluster still being made is never taken."""
     known = {c.name for c in state.clusters()}
     known_images = {i.provider_id for i in state.images() if i.provider == prov.name}
-    strays: list[tuple[str, Resource]] = []
+    found: dict[str, Resource] = {}
     for region in regions:
-        with state.journaled("sweep-list", f"{prov.name}/{region}"):
-            found = prov.list(region, {TAG_OWNER: config.owner()})
-        for r in found:
-            if r.kind == "image":
-                if include_images and r.id not in known_images:
-                    strays.append((region, r))
-            elif r.tags.get(TAG_CLUSTER) not in known:
-                strays.append((region, r))
-    if delete:
-        for region in {reg for reg, _ in strays}:
-            batch = [r for reg, r in strays if reg == region]
-            progress(f"deleting {len(batch)} stray resource(s) in {prov.name}/{region}")
-            with state.journaled("sweep-delete", ",".join(r.id for r in batch)[:2000], None, f"{prov.name}/{region}"):
-                prov.delete(region, batch)
-    return [r for _, r in strays]
+        for tag in owners:
+            with state.journaled("sweep-list", f"{prov.name}/{region}", None, tag):
+                for r in prov.list(region, {TAG_OWNER: tag}):
+                    found.setdefault(r.id, r)
+    groups: dict[str, list[Resource]] = {}
+    for r in found.values():
+        if (r.kind == "image" and include_images and r.id not in known_images) or (
+                r.kind != "image" and r.tags.get(TAG_CLUSTER) not in known):
+            groups.setdefault(_sweep_group(r), []).append(r)
+    strays: list[Resource] = []
+    spared: list[tuple[Resource, str]] = []
+    t = int(time.time())
+    for members in groups.values():
+        stamps = [c for c in map(_created, members) if c is not None]
+        age = t - max(stamps) if stamps else None
+        if age is not None and age < grace_s:
+            why = f"made {age // 60} min ago, within the {grace_s // 60}-min grace period (--force takes it)"
+            spared += [(r, why) for r in members]
+        else:
+            strays += members
+    return SweepPlan(strays, spared)
+
+
+def sweep_delete(state: State, prov: Provider, strays: Sequence[Resource], progress: Progress = _quiet) -> SweepResult:
+    """Delete strays from sweep_find, one cluster (or image) at a time, each re-checked right
+    before its delete under that cluster's lock: a cluster a command holds, or one the state
+    has learnt of since the listing, is spared. One sweep at a time per state."""
+    deleted: list[Resource] = []
+    spared: list[tuple[Resource, str]] = []
+    groups: dict[tuple[str, str], list[Resource]] = {}
+    for r in strays:
+        groups.setdefault((r.region, _sweep_group(r)), []).append(r)
+    with locks.sweep():
+        for (region, group), batch in groups.items():
+            kind, _, name = group.partition(":")
+            lock = locks.cluster(name, wait_s=0) if kind == "cluster" else locks.image(name, wait_s=0)
+            try:
+                with lock:
+                    why = _still_a_stray(state, prov, kind, name, batch)
+                    if why:
+                        spared += [(r, why) for r in batch]
+                        continue
+                    progress(f"deleting {len(batch)} stray resource(s) of {group} in {prov.name}/{region}")
+                    with state.journaled("sweep-delete", ",".join(r.id for r in batch)[:2000], None,
+                                         f"{prov.name}/{region} {group}"):
+                        prov.delete(region, batch)
+                    deleted += batch
+            except Busy as exc:
+                spared += [(r, str(exc)) for r in batch]
+    return SweepResult(deleted, spared)
+
+
+def _created(r: Resource) -> int | None:
+    try:
+        return int(r.tags[TAG_CREATED])
+    except (KeyError, ValueError):
+        return None  # made before gpuplan stamped creation times: old
+
+
+def _sweep_group(r: Resource) -> str:
+    """"cluster:<name>" or "image:<name>": what a resource belongs to, and whose lock guards it."""
+    if r.tags.get(TAG_CLUSTER):
+        return f"cluster:{r.tags[TAG_CLUSTER]}"
+    return f"image:{r.tags.get(TAG_IMAGE) or r.name or r.id}"
+
+
+def _still_a_stray(state: State, prov: Provider, kind: str, name: str, batch: Sequence[Resource]) -> str:
+    """Why this group is no longer a stray ("" when it still is), from a fresh read of the state."""
+    if kind == "cluster":
+        row = state.cluster(name)
+        if row is not None and row.status != "gone":
+            return f"the state now knows cluster {name} ({row.status})"
+        return ""
+    known = {i.provider_id for i in state.images() if i.provider == prov.name}
+    return f"the state now knows image {name}" if any(r.id in known for r in batch) else ""
 
 
 def sweep_regions(state: State, prov: Provider, extra: Sequence[str] = ()) -> list[str]:

@@ -40,3 +40,13 @@ def data_dir() -> Path:
 
 def state_db() -> Path:
     return state_dir() / "state.db"
+
+
+def write_owner_only(path: Path, text: str) -> None:
+    """Write a file (a private key, known_hosts, the installation id) readable by its owner
+    only, never for a moment by anyone else."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuplan import remote
+from gpuplan import locks, paths, remote
 from gpuplan.keys import ed25519_pair
 from gpuplan.errors import NotFound, RemoteError, UsageError
 
@@ -400,12 +400,12 @@ def run_playbooks(
 
 
 def _intra_key(state, cluster: str) -> tuple[str, str]:
-    """The cluster's node-to-node key pair, kept beside its login key so a re-run reuses it."""
+    """The cluster's node-to-node key pair, kept beside its login key so a re-run reuses it
+    (removed with it at teardown: gpuplan.keys)."""
     path = Path(str(state.ssh_key(cluster)[0]) + "-intra")
     if not path.exists():
         private, public = ed25519_pair()
-        path.touch(mode=0o600)
-        path.write_text(private)
+        paths.write_owner_only(path, private)
         Path(str(path) + ".pub").write_text(public + "\n")
     return path.read_text().strip(), Path(str(path) + ".pub").read_text().strip()
 
@@ -447,7 +447,8 @@ def bootstrap_cluster(
     ",".join(playbooks), seconds, cluster) on the cluster's first successful run of this
     playbook list (a re-run after a failure or a repeat would under-count a fresh machine).
     Raises BootstrapFailed (a RemoteError, exit 4) naming host, step, exit code and output tail
-    when a step fails, unless `raise_on_failure` is False."""
+    when a step fails, unless `raise_on_failure` is False. Holds the cluster's lock (not for a
+    dry run)."""
     names = list(playbooks or DEFAULT_PLAYBOOKS)
     books = [load(n) for n in names]
     params = dict(params or {})
@@ -458,17 +459,18 @@ def bootstrap_cluster(
         nodes = [n for n in state.nodes(cluster) if n.status not in ("deleted", "deleting", "failed")]
         hosts = [remote.Host(n.name, n.public_ip or n.private_ip or "?", n.ssh_port, row.ssh_user) for n in nodes]
         return run_playbooks(hosts, books, params, dry_run=True)
-    hosts = remote.cluster_hosts(state, cluster, accept_host_keys)
-    if "cluster-network" in names:
-        for k, v in cluster_network_params(state, cluster, hosts).items():
-            params.setdefault(k, v)
-    target = ",".join(names)
-    first = not any(j.op == "bootstrap" and j.target == target for j in state.journal(cluster))
-    with state.journaled("bootstrap", target, cluster, f"{len(hosts)} hosts"):
-        report = run_playbooks(hosts, books, params, progress=progress, reboot_timeout_s=reboot_timeout_s)
-        if not report.ok and raise_on_failure:
-            raise BootstrapFailed(report)
-    seconds = report.setup_seconds()
-    if first and seconds is not None:
-        state.record_setup_time(row.provider, row.size, target, seconds, cluster)
-    return report
+    with locks.cluster(cluster):
+        hosts = remote.cluster_hosts(state, cluster, accept_host_keys)
+        if "cluster-network" in names:
+            for k, v in cluster_network_params(state, cluster, hosts).items():
+                params.setdefault(k, v)
+        target = ",".join(names)
+        first = not any(j.op == "bootstrap" and j.target == target for j in state.journal(cluster))
+        with state.journaled("bootstrap", target, cluster, f"{len(hosts)} hosts"):
+            report = run_playbooks(hosts, books, params, progress=progress, reboot_timeout_s=reboot_timeout_s)
+            if not report.ok and raise_on_failure:
+                raise BootstrapFailed(report)
+        seconds = report.setup_seconds()
+        if first and seconds is not None:
+            state.record_setup_time(row.provider, row.size, target, seconds, cluster)
+        return report

@@ -6,8 +6,14 @@ gpuplan.errors. Its SDK is imported inside its own module, which the registry im
 when the provider is asked for, so the core never loads a cloud SDK at start-up.
 
 Everything a provider creates carries the tags in `NodeSpec.tags` (at least
-`gpuplan-cluster` and `gpuplan-owner`) so that `list()` can find it even when the state
-store has lost track of it.
+`gpuplan-cluster`, `gpuplan-owner` and `gpuplan-created`) so that `list()` can find it even
+when the state store has lost track of it, and a sweep can tell a young resource from an old one.
+
+No private key goes into anything the cloud API or the machine's metadata service can return
+later. A provider either reads the machine's own host key from an authenticated channel (AWS:
+the console output, where cloud-init prints it) and reports it as `Instance.extra["host_key"]`,
+or injects the one-time key in `NodeSpec.host_keys` through a channel the API does not return
+(Azure customData, Sakura boot variables); gpuplan rotates such a key at the first login.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from gpuplan.errors import UsageError
 TAG_CLUSTER = "gpuplan-cluster"
 TAG_OWNER = "gpuplan-owner"
 TAG_NODE = "gpuplan-node"
+TAG_CREATED = "gpuplan-created"  # Unix seconds when the provision that made the resource started
+TAG_IMAGE = "gpuplan-image"  # on captured images (and their snapshots) instead of TAG_CLUSTER
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,9 @@ class NodeSpec:
     spot: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
     disk_gib: int = 128
+    # Where SSH may come from ("203.0.113.5/32"); only "0.0.0.0/0" opens it to everyone.
+    # None: the provider's own config (ssh_cidr / ssh_source), else it refuses to open SSH.
+    ssh_cidr: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,11 @@ class Provider(ABC):
 
     name: str = ""
     default_ssh_user: str = "ubuntu"
+    # Whether create() puts NodeSpec.host_keys on the machines (one-time keys, rotated at the
+    # first login); False where the machine's own key comes back in Instance.extra["host_key"].
+    injects_host_keys: bool = True
+    # Whether create() opens SSH in a firewall of its own (then NodeSpec.ssh_cidr matters).
+    opens_ssh_ingress: bool = False
     # Run over SSH on a builder just before capture_image (Azure: deprovision the agent's user).
     capture_prep_command: str | None = None
 
@@ -182,7 +198,12 @@ def get(name: str, config: Mapping[str, str] | None = None) -> Provider:
     try:
         cls = matches[0].load()
     except ImportError as exc:
-        raise UsageError(
-            f"provider {name!r} needs an extra package ({exc.name}); install it with: pip install 'gpuplan[{name}]'"
-        ) from exc
+        raise missing_extra(name, exc) from exc
     return cls(config or {})
+
+
+def missing_extra(provider: str, exc: ImportError) -> UsageError:
+    """The one line for a provider whose SDK is not installed: which pip extra brings it."""
+    return UsageError(
+        f"provider {provider!r} needs an extra package ({exc.name or exc}); install it with: pip install 'gpuplan[{provider}]'"
+    )

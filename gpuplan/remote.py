@@ -11,7 +11,9 @@ Every connection checks the server's key against `Host.host_key` (paramiko's Rej
 host with no pinned key is refused), so a changed key raises RemoteError before any command
 runs. `offered_host_key()` reads the key a host offers without logging in, for a first-contact
 confirmation. Transient connect failures (refused, reset, banner timeouts) are retried a few
-times with backoff; authentication and host-key failures are not.
+times with backoff; authentication and host-key failures are not. A one-time host key gpuplan
+injected at creation is rotated at the first login (`rotate_injected_host_keys`, called by
+`cluster_hosts`).
 
 paramiko is imported inside the functions so importing this module stays cheap.
 """
@@ -25,7 +27,8 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -336,10 +339,78 @@ def wait_for_reboot(host: Host, old_boot_id: str, timeout_s: float = 900, boot_i
     raise RemoteError(f"{host.name} ({host.where}) did not come back from a reboot within {timeout_s:g} s ({last})")
 
 
+# --- rotating an injected host key ---------------------------------------------------------
+#
+# A provider that cannot show us the node's own key injects a one-time key gpuplan generated,
+# so the first connection is already pinned. The cloud may keep a copy of it (user data), so at
+# the first login the node makes a new key, its public half comes back over the connection
+# pinned to the injected one, sshd is reloaded to serve only the new key, and the new key is
+# pinned. Two steps, with the new key recorded as pending in between, so a gpuplan killed half
+# way still recognises the node's new key next time.
+
+HOST_KEY_FILE = "/etc/ssh/ssh_host_ed25519_key"
+SSHD_RELOAD = "systemctl try-reload-or-restart ssh.service || systemctl try-reload-or-restart sshd.service"
+
+
+def _make_new_host_key() -> str:
+    return (f'k={HOST_KEY_FILE}; rm -f "$k.gpuplan-new" "$k.gpuplan-new.pub" && '
+            'ssh-keygen -q -t ed25519 -N "" -C "" -f "$k.gpuplan-new" </dev/null >/dev/null && cat "$k.gpuplan-new.pub"')
+
+
+def _install_new_host_key() -> str:
+    return (f'k={HOST_KEY_FILE}; chmod 600 "$k.gpuplan-new" && mv -f "$k.gpuplan-new" "$k" && '
+            f'mv -f "$k.gpuplan-new.pub" "$k.pub" && ({SSHD_RELOAD})')
+
+
+def rotate_injected_host_keys(state, hosts: Sequence[Host]) -> list[Host]:
+    """Rotate the injected host key of every host whose pin is one (state origin "injected"),
+    under the cluster's lock; return the hosts with their current pins. A host that cannot be
+    rotated now (unreachable, a refused key) keeps its pin and is tried again at the next
+    login; connecting to it reports the problem as usual."""
+    todo = [h for h in hosts if (pin := state.host_pin(h.address, h.port)) and pin.origin == "injected"]
+    if not todo:
+        return list(hosts)
+    from gpuplan import locks
+
+    with locks.cluster(todo[0].cluster) if todo[0].cluster else nullcontext():
+        outcomes = dict(zip([h.name for h in todo], run_many(todo, lambda h: _rotate(state, h))))
+    return [o if isinstance(o := outcomes.get(h.name, h), Host) else h for h in hosts]
+
+
+def _rotate(state, host: Host) -> Host:
+    pin = state.host_pin(host.address, host.port)
+    if pin is None or pin.origin != "injected":
+        return replace(host, host_key=pin.key) if pin else host
+    if pin.pending_key:  # a rotation cut off after the node may have switched to its new key
+        try:
+            with connect(replace(host, host_key=pin.pending_key), attempts=1) as conn:
+                conn.run("true", timeout=30)
+            state.pin_host_key(host.address, host.port, pin.pending_key, host.cluster or None, host.name)
+            return replace(host, host_key=pin.pending_key)
+        except HostKeyChanged:
+            pass  # still on the injected key: rotate from the start
+    with connect(replace(host, host_key=pin.key)) as conn:
+        made = conn.run(_make_new_host_key(), timeout=60, sudo=True)
+        new_key = made.stdout.strip().splitlines()[-1] if made.ok and made.stdout.strip() else ""
+        if not new_key.startswith("ssh-ed25519 "):
+            raise RemoteError(f"{host.name}: could not make a new host key: {made.tail(3)}")
+        fingerprint(new_key)
+        state.set_pending_host_key(host.address, host.port, new_key)
+        installed = conn.run(_install_new_host_key(), timeout=60, sudo=True)
+        if not installed.ok:
+            raise RemoteError(f"{host.name}: could not install the new host key: {installed.tail(3)}")
+    rotated = replace(host, host_key=new_key)
+    with connect(rotated) as conn:  # the node now answers with the new key, and only that one
+        conn.run("true", timeout=30)
+    state.pin_host_key(host.address, host.port, new_key, host.cluster or None, host.name)
+    return rotated
+
+
 def cluster_hosts(state, cluster: str, accept_host_keys: Sequence[str] = ()) -> list[Host]:
     """The cluster's nodes as Hosts, with pinned keys. A node with no pin (bare metal without
     host_key in the inventory) or a changed key is pinned only when the key it offers has a
-    fingerprint listed in `accept_host_keys`; otherwise a UsageError names the fingerprint."""
+    fingerprint listed in `accept_host_keys`; otherwise a UsageError names the fingerprint.
+    Injected one-time host keys are rotated here, at the first login."""
     row = state.cluster(cluster)
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
@@ -369,4 +440,4 @@ def cluster_hosts(state, cluster: str, accept_host_keys: Sequence[str] = ()) -> 
                 f"check that fingerprint on the machine's console and rerun with --accept-host-key {fingerprint(offered)}"
             )
         hosts.append(Host(n.name, address, n.ssh_port, row.ssh_user, key[0], pinned, cluster))
-    return hosts
+    return rotate_injected_host_keys(state, hosts)

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from gpuplan import faults
+from gpuplan import faults, paths
 from gpuplan.errors import UsageError
 
 SCHEMA = """
@@ -74,7 +74,13 @@ CREATE TABLE IF NOT EXISTS host_keys (
     cluster TEXT,
     node TEXT,
     pinned_at TEXT NOT NULL,
+    origin TEXT NOT NULL DEFAULT 'node',  -- node (the machine's own key) | injected (one-time, rotated at first login)
+    pending_key TEXT,               -- a rotation's new key, written on the node but not yet confirmed
     PRIMARY KEY (host, port)
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,           -- installation_id: made once, names this installation in the owner tag
+    value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS journal (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -163,6 +169,13 @@ def _refuse_unusable(path: Path) -> None:
         raise UsageError(f"state database {path} is damaged ({check[0]}); {advice}")
 
 
+# Columns added after a table was first shipped: (table, column, definition) for ALTER TABLE.
+MIGRATIONS = [
+    ("host_keys", "origin", "TEXT NOT NULL DEFAULT 'node'"),
+    ("host_keys", "pending_key", "TEXT"),
+]
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -217,6 +230,13 @@ class ImageRow:
 
 
 @dataclass(frozen=True)
+class HostPin:
+    key: str  # "ssh-ed25519 AAAA..."
+    origin: str  # "node" | "injected"
+    pending_key: str | None  # a rotation under way: the node's new key, not yet confirmed
+
+
+@dataclass(frozen=True)
 class JournalRow:
     id: int
     at: datetime
@@ -236,12 +256,24 @@ class State:
         _refuse_unusable(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(self.path.parent, 0o700)
+        # The database holds key paths, addresses and pinned keys: 0600 from its first byte.
+        # SQLite gives its -wal and -shm files the database file's mode.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(self.path, 0o600)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        for table, column, definition in MIGRATIONS:
+            have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+        for extra in ("-wal", "-shm"):
+            side = Path(str(self.path) + extra)
+            if side.exists():
+                os.chmod(side, 0o600)
 
     @classmethod
     def open_default(cls) -> "State":
@@ -267,6 +299,29 @@ class State:
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+    # --- this installation ---------------------------------------------------------------
+
+    def installation_id(self) -> str:
+        """A random id made the first time it is asked for and kept for good: it tells this
+        installation's cloud resources from those of every other one. Kept twice, in the
+        database and in the file `installation-id` beside it, so a lost or replaced database
+        file does not orphan what this installation made (a sweep finds it by this id)."""
+        import secrets
+
+        side = self.path.parent / "installation-id"
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key='installation_id'").fetchone()
+            try:
+                from_file = side.read_text().strip()
+            except FileNotFoundError:
+                from_file = ""
+            value = from_file or (row["value"] if row else "") or secrets.token_hex(6)
+            if row is None or row["value"] != value:
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('installation_id', ?)", (value,))
+            if from_file != value:
+                paths.write_owner_only(side, value + "\n")
+        return value
 
     # --- journal -------------------------------------------------------------------------
 
@@ -448,18 +503,35 @@ class State:
         rows = self._query("SELECT * FROM ssh_keys WHERE cluster=?", (cluster,))
         return (Path(rows[0]["private_key_path"]), rows[0]["public_key"]) if rows else None
 
-    def pin_host_key(self, host: str, port: int, key: str, cluster: str | None = None, node: str | None = None) -> None:
+    def forget_ssh_key(self, cluster: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM ssh_keys WHERE cluster=?", (cluster,))
+
+    def pin_host_key(self, host: str, port: int, key: str, cluster: str | None = None, node: str | None = None,
+                     origin: str = "node") -> None:
         """Pin `key` for host:port. Re-pinning the same address replaces the key: callers do
-        that only for a key they generated themselves (a new machine on a reused address)."""
+        that only for a key they generated themselves (a new machine on a reused address) or
+        read over an authenticated channel. `origin` "injected": a one-time key gpuplan put on
+        the machine, to be rotated at the first login."""
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO host_keys (host, port, key, cluster, node, pinned_at) VALUES (?,?,?,?,?,?)",
-                (host, port, key.strip(), cluster, node, _iso()),
+                "INSERT OR REPLACE INTO host_keys (host, port, key, cluster, node, pinned_at, origin, pending_key)"
+                " VALUES (?,?,?,?,?,?,?,NULL)",
+                (host, port, key.strip(), cluster, node, _iso(), origin),
             )
+
+    def set_pending_host_key(self, host: str, port: int, key: str | None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE host_keys SET pending_key=? WHERE host=? AND port=?",
+                       (key.strip() if key else None, host, port))
 
     def host_key(self, host: str, port: int) -> str | None:
         rows = self._query("SELECT key FROM host_keys WHERE host=? AND port=?", (host, port))
         return rows[0]["key"] if rows else None
+
+    def host_pin(self, host: str, port: int) -> HostPin | None:
+        rows = self._query("SELECT key, origin, pending_key FROM host_keys WHERE host=? AND port=?", (host, port))
+        return HostPin(rows[0]["key"], rows[0]["origin"], rows[0]["pending_key"]) if rows else None
 
     def unpin_cluster_host_keys(self, cluster: str) -> None:
         with self._tx() as db:

@@ -8,9 +8,19 @@ client at an emulator. On an EC2 host with an instance role set config `credenti
 
 Layout. Per cluster `demo`, in the default VPC (or config `subnet_id`'s VPC): key pair
 `gpuplan-demo` (the cluster's login key, imported), security group `gpuplan-demo` (SSH 22 from
-config `ssh_cidr`, else from anywhere; all traffic between the cluster's own nodes, which MPI
-needs), and one instance per node whose root EBS volume is tagged like the instance and deleted
-with it. Everything carries the NodeSpec tags; instances and volumes also `gpuplan-node`.
+NodeSpec.ssh_cidr, the caller's address unless asked otherwise; all traffic between the
+cluster's own nodes, which MPI needs), and one instance per node whose root EBS volume is
+tagged like the instance and deleted with it. Everything carries the NodeSpec tags; instances
+and volumes also `gpuplan-node`. Instances require IMDSv2 (session tokens), so a request forged
+through a server on the node cannot read the metadata service.
+
+Host keys. Nothing secret goes into user data: EC2 returns it to anyone allowed to call
+DescribeInstanceAttribute, and the metadata service serves it to every process on the node.
+The node keeps the host key cloud-init generates, and cloud-init prints its public half to the
+console between "-----BEGIN SSH HOST KEY KEYS-----" and "-----END ...". wait_ready reads it
+from GetConsoleOutput, the check AWS documents for a first connection ("Get the instance
+fingerprint", EC2 user guide), and returns it as Instance.extra["host_key"], so the first SSH
+is already pinned to a key only EC2 itself could have vouched for.
 
 Creation: one run_instances call per node name from a bounded thread pool rather than one
 call with MinCount=MaxCount=N. Each instance is born with its exact node tag (a batch call
@@ -93,17 +103,12 @@ def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
-def user_data(spec: NodeSpec, node: str, expires_at: datetime | None) -> str:
-    """cloud-init: the node's locally generated host key (so the first SSH is already pinned)
-    and, with a TTL, a per-boot script that powers the instance off at the absolute deadline."""
+def user_data(expires_at: datetime | None) -> str:
+    """cloud-init: with a TTL, a per-boot script that powers the instance off at the absolute
+    deadline. No key of any kind (see the module docstring)."""
     import yaml
 
     doc: dict = {}
-    key = spec.host_keys.get(node)
-    if key is not None:
-        doc["ssh_deletekeys"] = True
-        doc["ssh_genkeytypes"] = []
-        doc["ssh_keys"] = {"ed25519_private": key.private_openssh, "ed25519_public": key.public_openssh}
     if expires_at is not None:
         epoch = int(expires_at.timestamp())
         stamp = expires_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -127,9 +132,24 @@ def user_data(spec: NodeSpec, node: str, expires_at: datetime | None) -> str:
     return "#cloud-config\n" + yaml.dump(doc, Dumper=Dumper, sort_keys=False)
 
 
+def console_host_key(output: str) -> str | None:
+    """The ed25519 key line in the last host-key block cloud-init printed to the console."""
+    blocks = output.split("-----BEGIN SSH HOST KEY KEYS-----")
+    if len(blocks) < 2:
+        return None
+    for line in blocks[-1].split("-----END SSH HOST KEY KEYS-----")[0].splitlines():
+        words = line.split()
+        if "ssh-ed25519" in words[:-1]:
+            i = words.index("ssh-ed25519")
+            return f"{words[i]} {words[i + 1]}"
+    return None
+
+
 class AwsProvider(Provider):
     name = "aws"
     default_ssh_user = "ubuntu"
+    injects_host_keys = False  # the node's own key comes from the console output
+    opens_ssh_ingress = True
 
     def __init__(
         self,
@@ -172,6 +192,7 @@ class AwsProvider(Provider):
         endpoints (those are network calls): config `credentials: instance-role` opts into them."""
         if self.config.get("credentials") == "instance-role":
             return
+        self._require_sdk()
         import botocore.session
         from botocore.exceptions import BotoCoreError, ProfileNotFound
 
@@ -200,17 +221,25 @@ class AwsProvider(Provider):
                 "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
             )
 
+    @staticmethod
+    def _require_sdk() -> None:
+        try:
+            import boto3  # noqa: F401
+            import botocore.session  # noqa: F401
+        except ImportError as exc:
+            from gpuplan.provider import missing_extra
+
+            raise missing_extra("aws", exc) from exc
+
     def client(self, service: str, region: str):
         """The boto3 client for `service` in `region`, made once and shared by all threads."""
         key = (service, region)
         with self._lock:
             if key not in self._clients:
+                self._require_sdk()
                 self.check_credentials()
-                try:
-                    import boto3
-                    from botocore.config import Config
-                except ImportError as exc:
-                    raise UsageError(f"the AWS provider needs {exc.name}: pip install 'gpuplan[aws]'") from exc
+                import boto3
+                from botocore.config import Config
                 session = self._session or boto3.Session(profile_name=self.config.get("profile") or None)
                 # Service Quotas is only read, and an unanswered quota falls back to config:
                 # no retries there (moto answers some of its calls with a 500).
@@ -494,39 +523,53 @@ class AwsProvider(Provider):
                 ec2.import_key_pair(**args)
         return name
 
+    def ssh_cidr(self, spec: NodeSpec) -> str:
+        """Where SSH may come from: the spec's (gpuplan fills it), else config ssh_cidr."""
+        cidr = (spec.ssh_cidr or self.config.get("ssh_cidr", "")).strip()
+        if not cidr:
+            raise UsageError("no SSH source for the security group: set providers.aws.ssh_cidr in config.yaml "
+                             "(e.g. 203.0.113.5/32) or pass --ssh-from CIDR")
+        return cidr if "/" in cidr else cidr + "/32"
+
     def _security_group(self, spec: NodeSpec) -> str:
+        """The cluster's group, with both its rules. A group found from an earlier run gets any
+        rule it lacks (a run killed between creating the group and authorizing it)."""
         from botocore.exceptions import ClientError
 
         ec2, region, name = self._ec2(spec.region), spec.region, f"gpuplan-{spec.cluster}"
-        cidr = self.config.get("ssh_cidr", "").strip()
-        if cidr and "/" not in cidr:
-            cidr += "/32"
-        note = "SSH from providers.aws.ssh_cidr" if cidr else (
-            "SSH from anywhere: set providers.aws.ssh_cidr in config.yaml to narrow it")
+        cidr = self.ssh_cidr(spec)
         with self._aws(f"create security group {name}", region=region):
             vpc = self._vpc(region)
             flt = [{"Name": "group-name", "Values": [name]}] + ([{"Name": "vpc-id", "Values": [vpc]}] if vpc else [])
             groups = ec2.describe_security_groups(Filters=flt)["SecurityGroups"]
-            if groups:
-                return groups[0]["GroupId"]
-            extra = {"VpcId": vpc} if vpc else {}
-            try:
-                group_id = ec2.create_security_group(
-                    GroupName=name, Description=f"gpuplan cluster {spec.cluster}", **extra,
-                    TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(spec.tags)}])["GroupId"]
-            except ClientError as exc:
-                if _code(exc) != "InvalidGroup.Duplicate":
-                    raise
-                return ec2.describe_security_groups(Filters=flt)["SecurityGroups"][0]["GroupId"]
-            try:
-                ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[
-                    {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
-                     "IpRanges": [{"CidrIp": cidr or "0.0.0.0/0", "Description": note}]},
-                    {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "within the cluster"}]},
-                ])
-            except ClientError as exc:
-                if _code(exc) != "InvalidPermission.Duplicate":
-                    raise
+            if not groups:
+                extra = {"VpcId": vpc} if vpc else {}
+                try:
+                    ec2.create_security_group(
+                        GroupName=name, Description=f"gpuplan cluster {spec.cluster}", **extra,
+                        TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(spec.tags)}])
+                except ClientError as exc:
+                    if _code(exc) != "InvalidGroup.Duplicate":
+                        raise
+                groups = ec2.describe_security_groups(Filters=flt)["SecurityGroups"]
+            group = groups[0]
+            group_id = group["GroupId"]
+            have = group.get("IpPermissions") or []
+            wanted = [
+                ({"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
+                  "IpRanges": [{"CidrIp": cidr, "Description": "SSH from gpuplan's caller"}]},
+                 any(p.get("FromPort") == 22 and cidr in [r.get("CidrIp") for r in p.get("IpRanges", [])] for p in have)),
+                ({"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "within the cluster"}]},
+                 any(pair.get("GroupId") == group_id for p in have for pair in p.get("UserIdGroupPairs", []))),
+            ]
+            for permission, present in wanted:
+                if present:
+                    continue
+                try:
+                    ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[permission])
+                except ClientError as exc:
+                    if _code(exc) != "InvalidPermission.Duplicate":
+                        raise
         return group_id
 
     def _vpc(self, region: str) -> str | None:
@@ -540,7 +583,8 @@ class AwsProvider(Provider):
         tags = _tag_list({**spec.tags, TAG_NODE: node, "Name": node})
         args = dict(
             ImageId=ami, InstanceType=spec.size, MinCount=1, MaxCount=1, KeyName=key_name,
-            SecurityGroupIds=[group_id], UserData=user_data(spec, node, expires),
+            SecurityGroupIds=[group_id], UserData=user_data(expires),
+            MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
             BlockDeviceMappings=[{"DeviceName": root_device, "Ebs": {
                 "VolumeSize": root_gib, "VolumeType": "gp3", "DeleteOnTermination": True}}],
             TagSpecifications=[{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
@@ -564,8 +608,6 @@ class AwsProvider(Provider):
         status = {"pending": "pending", "running": "running", "stopping": "stopped", "stopped": "stopped"}.get(
             state, "terminated")
         extra = {"size": i.get("InstanceType", ""), "image": i.get("ImageId", "")}
-        if not self.config.get("ssh_cidr"):
-            extra["note"] = "SSH is open to any address: set providers.aws.ssh_cidr in config.yaml to narrow it"
         name = _tags(i.get("Tags")).get(TAG_NODE, i["InstanceId"])
         return Instance(i["InstanceId"], name, status, i.get("PublicIpAddress"), i.get("PrivateIpAddress"), 22, extra)
 
@@ -581,11 +623,14 @@ class AwsProvider(Provider):
         return out
 
     def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
+        """Running, with an address, and with its host key printed to the console output
+        (returned as extra["host_key"])."""
         deadline = time.monotonic() + timeout_s
+        host_keys: dict[str, str] = {}
         while True:
             with self._aws(f"read the state of {len(ids)} instance(s)", region=region):
                 found = self._describe(region, ids)
-            ready: dict[str, Instance] = {}
+            running: dict[str, Instance] = {}
             for iid in ids:
                 i = found.get(iid)
                 if i is None:
@@ -596,13 +641,36 @@ class AwsProvider(Provider):
                         f"AWS instance {inst.name} ({iid}) is {i['State']['Name']} (TTL passed, or spot reclaimed?); "
                         "tear the cluster down and provision again")
                 if inst.status == "running" and (inst.public_ip or inst.private_ip):
-                    ready[iid] = inst
+                    running[iid] = inst
+            unread = [iid for iid in running if iid not in host_keys]
+            if unread:
+                with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(unread)))) as pool:
+                    keys = pool.map(lambda iid: self._console_host_key(region, iid), unread)
+                host_keys.update({iid: key for iid, key in zip(unread, keys) if key})
+            ready = {iid: Instance(inst.id, inst.name, inst.status, inst.public_ip, inst.private_ip, inst.ssh_port,
+                                   {**inst.extra, "host_key": host_keys[iid]})
+                     for iid, inst in running.items() if iid in host_keys}
             if len(ready) == len(set(ids)):
                 return [ready[i] for i in ids]
             if time.monotonic() >= deadline:
                 late = ", ".join(i for i in ids if i not in ready)
-                raise ProviderError(f"AWS instance(s) not running after {timeout_s:.0f}s: {late}; retry or tear down")
+                raise ProviderError(
+                    f"AWS instance(s) {late} not running with their SSH host key on the console output after "
+                    f"{timeout_s:.0f}s (the image's cloud-init must print it: keys_to_console); retry or tear down")
             self._sleep(self._poll_s)
+
+    def _console_host_key(self, region: str, instance_id: str) -> str | None:
+        from botocore.exceptions import ClientError
+
+        ec2 = self._ec2(region)
+        with self._aws(f"read the console output of {instance_id}", region=region):
+            try:
+                output = ec2.get_console_output(InstanceId=instance_id, Latest=True).get("Output") or ""
+            except ClientError as exc:
+                if _code(exc) not in ("UnsupportedOperation", "InvalidParameterCombination", "InvalidParameter"):
+                    raise
+                output = ec2.get_console_output(InstanceId=instance_id).get("Output") or ""  # not a Nitro instance
+        return console_host_key(output)  # botocore has already decoded the base64
 
     # --- images --------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Azure: VMs through Azure Resource Manager, one resource group per cluster.
 
 Layout. Cluster `demo` lives in resource group `gpuplan-demo` (tagged gpuplan-cluster and
-gpuplan-owner): one VNet/subnet, one NSG that lets in SSH only (from config `ssh_source` when
-set, else from anywhere), and per node a Standard static public IP, a NIC and a VM whose OS disk
+gpuplan-owner): one VNet/subnet, one NSG that lets in SSH only (from NodeSpec.ssh_cidr, the
+caller's address unless asked otherwise), and per node a Standard static public IP, a NIC and a VM whose OS disk
 and NIC carry deleteOption=Delete. Deleting the cluster deletes the resource group. Images live
 in `gpuplan-images-<region>`, tagged gpuplan-image/gpuplan-owner but not gpuplan-cluster, so a
 cluster teardown keeps them.
@@ -14,6 +14,10 @@ day, i.e. possibly before the full TTL). It *deallocates* the VM: compute billin
 the OS disk and the static public IP keep billing until the resource group is deleted, which
 only `gpuplan teardown` (or a sweep) does. An in-guest poweroff would be worse: an Azure VM
 stopped from inside stays allocated and keeps billing compute.
+
+Host keys. The one-time host key goes in customData, which ARM never returns (a VM GET omits it)
+and the instance metadata service does not serve (it serves userData, a different property);
+on the VM only root can read it. gpuplan rotates it at the first login anyway.
 
 Credentials: AZURE_SUBSCRIPTION_ID (or config `subscription_id`) plus anything
 DefaultAzureCredential accepts. Tests inject `credential`, `transport`, `polling_interval=0`
@@ -102,6 +106,7 @@ def _all_deleted(begins: Sequence[Callable[[], object]]) -> None:
 class AzureProvider(Provider):
     name = "azure"
     default_ssh_user = "azureuser"
+    opens_ssh_ingress = True
     # Run with sudo on the builder before capture_image: Azure images must be deprovisioned first.
     capture_prep_command = "waagent -deprovision+user -force"
 
@@ -161,12 +166,15 @@ class AzureProvider(Provider):
                 from azure.mgmt.compute import ComputeManagementClient
                 from azure.mgmt.network import NetworkManagementClient
                 from azure.mgmt.resource.resources import ResourceManagementClient
+
+                if self._credential is None:
+                    from azure.identity import DefaultAzureCredential
             except ImportError as exc:
-                raise UsageError(f"the Azure provider needs {exc.name}: pip install 'gpuplan[azure]'") from exc
+                from gpuplan.provider import missing_extra
+
+                raise missing_extra("azure", exc) from exc
             credential = self._credential
             if credential is None:
-                from azure.identity import DefaultAzureCredential
-
                 credential = DefaultAzureCredential()
             sub = self._subscription()
             self._clients = (
@@ -342,8 +350,11 @@ class AzureProvider(Provider):
 
         _, net, _ = self._sdk()
         region, tags = spec.region, dict(spec.tags)
-        source = self.config.get("ssh_source", "").strip()
-        prefix = (source if "/" in source else f"{source}/32") if source else "*"
+        source = (spec.ssh_cidr or self.config.get("ssh_source", "")).strip()
+        if not source:
+            raise UsageError("no SSH source for the network security group: set providers.azure.ssh_source in "
+                             "config.yaml (e.g. 203.0.113.5) or pass --ssh-from CIDR")
+        prefix = source if "/" in source else f"{source}/32"
         with self._arm(f"create the network of {group}", spec.size, region):
             try:
                 net.virtual_networks.get(group, VNET)
@@ -358,10 +369,8 @@ class AzureProvider(Provider):
             try:
                 nsg = net.network_security_groups.get(group, NSG)
             except ResourceNotFoundError:
-                note = "SSH from gpuplan's configured ssh_source" if source else (
-                    "SSH from anywhere: set providers.azure.ssh_source in config.yaml to your address to narrow it")
                 rule = nm.SecurityRule(
-                    name="ssh", description=note, priority=1000, direction="Inbound", access="Allow", protocol="Tcp",
+                    name="ssh", description="SSH from gpuplan's caller", priority=1000, direction="Inbound", access="Allow", protocol="Tcp",
                     source_address_prefix=prefix, source_port_range="*", destination_address_prefix="*",
                     destination_port_range="22")
                 nsg = net.network_security_groups.begin_create_or_update(
@@ -496,8 +505,6 @@ class AzureProvider(Provider):
             status = "pending"
         group, _ = _split_id(vm.id)
         extra = {"resource_group": group, "size": vm.hardware_profile.vm_size if vm.hardware_profile else ""}
-        if not self.config.get("ssh_source"):
-            extra["note"] = "SSH is open to any address: set providers.azure.ssh_source in config.yaml to narrow it"
         return Instance(vm.id, (vm.tags or {}).get(TAG_NODE, vm.name), status, public, private, 22, extra)
 
     def _power(self, group: str, name: str) -> tuple[str, str]:

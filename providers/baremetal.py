@@ -110,6 +110,7 @@ def load_inventory(path: Path) -> list[InventoryHost]:
 
 class BaremetalProvider(Provider):
     name = "baremetal"
+    injects_host_keys = False  # owned hosts keep their keys: pinned from the inventory or a checked fingerprint
 
     def __init__(self, config: Mapping[str, str], *, known_hosts: Mapping[str, str] | None = None,
                  max_workers: int = 32) -> None:

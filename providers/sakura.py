@@ -20,6 +20,12 @@ server off at the deadline (falling back to `shutdown -h +N`), so a reboot durin
 not cancel it. A server powered off this way stops billing its plan, but its disk (and any
 archive) is still billed until `gpuplan teardown` deletes it.
 
+Host keys and SSH: the one-time host key rides in the boot request's cloud-init user data (the
+boot call's body, not a property of the server that GETs return; not verified against the live
+API), and gpuplan rotates it at the first login, so a copy read anywhere is worthless after that.
+No Sakura packet filter is created: SSH on the shared segment is guarded by sshd alone
+(public-key only, host key pinned), not by a source-address rule as on AWS and Azure.
+
 Quota: Sakura limits resources per account (サーバ数 and others), but no public API for reading
 those limits was verified. `quota()` reports a tier only when config `quota_servers` is set.
 A 409 limit error from the API itself still becomes QuotaExceeded.

@@ -10,6 +10,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+@pytest.fixture(autouse=True)
+def _no_outside_calls(monkeypatch):
+    """No test asks the internet for its public address (a closed local port answers at once,
+    so a test that forgot its SSH source fails fast), and a busy lock refuses after 2 s."""
+    monkeypatch.setenv("GPUPLAN_CHECKIP_URL", "http://127.0.0.1:9/")
+    monkeypatch.setenv("GPUPLAN_LOCK_WAIT", "2")
+
+
 @pytest.fixture
 def gpuplan_home(tmp_path, monkeypatch) -> Path:
     """A private GPUPLAN_HOME (state + config) for one test."""

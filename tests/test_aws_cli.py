@@ -34,7 +34,7 @@ def instances(ec2):
 
 
 def test_provision_status_teardown(aws, cli):
-    r = cli("provision", "aws:g4dn.xlarge", "x4", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
+    r = cli("provision", "--yes", "aws:g4dn.xlarge", "x4", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
     assert r.code == 0, r.err
     ec2 = aws.ec2()
     live = instances(ec2)
@@ -55,7 +55,7 @@ def test_provision_status_teardown(aws, cli):
     assert {n["id"] for n in cluster["nodes"]} == {i["InstanceId"] for i in live}
     assert 4 * 3600 - 60 < cluster["ttl_left_s"] <= 4 * 3600
 
-    r = cli("teardown", "e2e")
+    r = cli("teardown", "--yes", "e2e")
     assert r.code == 0, r.err
     assert aws.held() == {}
 
@@ -72,7 +72,7 @@ def test_failed_create_is_rolled_back(aws, cli):
 
     registry.override("aws", factory)
     try:
-        r = cli("provision", "aws:g4dn.xlarge", "x4", "--name", "e2e", "--no-bootstrap")
+        r = cli("provision", "--yes", "aws:g4dn.xlarge", "x4", "--name", "e2e", "--no-bootstrap")
     finally:
         registry.override("aws", None)
     assert r.code == 3
@@ -82,7 +82,7 @@ def test_failed_create_is_rolled_back(aws, cli):
 
 
 def test_quota_exceeded_is_one_line_exit_2_and_creates_nothing(aws, cli):
-    r = cli("provision", "aws:g4dn.xlarge", "x17", "--name", "e2e", "--no-bootstrap")  # 68 vCPUs > 64
+    r = cli("provision", "--yes", "aws:g4dn.xlarge", "x17", "--name", "e2e", "--no-bootstrap")  # 68 vCPUs > 64
     assert r.code == 2
     assert "L-DB2E81BA" in r.err and "68" in r.err and "request-service-quota-increase" in r.err
     assert "Traceback" not in r.err and r.err.strip().count("\n") == 0
@@ -92,17 +92,17 @@ def test_quota_exceeded_is_one_line_exit_2_and_creates_nothing(aws, cli):
 def test_missing_credentials_is_one_line_exit_2(aws, cli, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    r = cli("provision", "aws:g4dn.xlarge", "x1", "--name", "e2e", "--no-bootstrap")
+    r = cli("provision", "--yes", "aws:g4dn.xlarge", "x1", "--name", "e2e", "--no-bootstrap")
     assert r.code == 2
     assert "AWS_ACCESS_KEY_ID" in r.err and "Traceback" not in r.err
     assert aws.held() == {}
 
 
 def test_sweep_after_state_loss_finds_everything_by_owner_tag(aws, cli, gpuplan_home):
-    r = cli("provision", "aws:g4dn.xlarge", "x2", "--name", "lost", "--no-bootstrap")
+    r = cli("provision", "--yes", "aws:g4dn.xlarge", "x2", "--name", "lost", "--no-bootstrap")
     assert r.code == 0, r.err
     (gpuplan_home / "state" / "state.db").unlink()  # the state is gone; the tags remain
-    r = cli("teardown", "--sweep", "--provider", "aws", "--region", REGION)
+    r = cli("teardown", "--yes", "--sweep", "--force", "--provider", "aws", "--region", REGION)
     assert r.code == 0, r.err + r.out
     assert "deleted 6 stray resource(s)" in r.out  # 2 instances, 2 volumes, security group, key pair
     assert aws.held() == {}
@@ -117,7 +117,7 @@ def test_kill_9_during_provision_then_teardown_removes_everything(aws, gpuplan_h
     data["providers"]["aws"]["max_workers"] = "1"  # one launch at a time widens the window
     cfg.write_text(yaml.safe_dump(data))
     ec2 = aws.ec2()
-    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "provision", "aws:g4dn.xlarge", "x3",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "provision", "--yes", "aws:g4dn.xlarge", "x3",
                              "--name", "e2e", "--no-bootstrap"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -126,7 +126,7 @@ def test_kill_9_during_provision_then_teardown_removes_everything(aws, gpuplan_h
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert len(instances(ec2)) >= 1
-    r = subprocess.run([sys.executable, "-m", "gpuplan", "teardown", "e2e"], env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "gpuplan", "teardown", "--yes", "e2e"], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert aws.held() == {}

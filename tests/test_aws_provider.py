@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 import yaml
-from support.aws_moto import REGION, fail_nth_call, moto_aws  # noqa: F401  (moto_aws is a fixture)
+from support.aws_moto import CONSOLE_HOST_KEYS, REGION, fail_nth_call, moto_aws  # noqa: F401  (moto_aws is a fixture)
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import HostKey, NodeSpec, Resource
@@ -19,10 +19,12 @@ PRIVATE = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----E
 LOGIN = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBu7cm5mXsN0MhGm2oJqkT8bYb5tQ0T3Ck0lF3o9v2Jt gpuplan-demo"
 
 
-def spec(names=NAMES, size="g4dn.xlarge", image=None, ttl_s=None, tags=TAGS, spot=False):
+def spec(names=NAMES, size="g4dn.xlarge", image=None, ttl_s=None, tags=TAGS, spot=False, ssh_cidr="203.0.113.5/32"):
+    # host keys as a core that did not know better would pass them: AWS must not put them anywhere
     keys = {n: HostKey(PRIVATE, f"ssh-ed25519 AAAAhost{n}") for n in names}
     return NodeSpec(cluster=tags["gpuplan-cluster"], size=size, region=REGION, ssh_user="ubuntu",
-                    ssh_public_key=LOGIN, host_keys=keys, image=image, ttl_s=ttl_s, tags=tags, spot=spot)
+                    ssh_public_key=LOGIN, host_keys=keys, image=image, ttl_s=ttl_s, tags=tags, spot=spot,
+                    ssh_cidr=ssh_cidr)
 
 
 def kinds(resources):
@@ -40,7 +42,7 @@ def user_data_of(ec2, instance_id):
 
 
 def test_create_four_then_list_finds_them_and_their_resources(moto_aws):
-    prov = moto_aws.provider({"ssh_cidr": "203.0.113.5"})
+    prov = moto_aws.provider({"ssh_cidr": "198.51.100.99"})  # the spec's source (the caller's) wins
     made = prov.create(spec(), NAMES)
     assert [i.name for i in made] == NAMES
     assert len({i.id for i in made}) == 4
@@ -63,8 +65,36 @@ def test_create_four_then_list_finds_them_and_their_resources(moto_aws):
     ssh = next(p for p in group["IpPermissions"] if p.get("FromPort") == 22)
     assert [r["CidrIp"] for r in ssh["IpRanges"]] == ["203.0.113.5/32"]
     assert any(pair["GroupId"] == group["GroupId"] for p in group["IpPermissions"] for pair in p.get("UserIdGroupPairs", []))
-    ud = user_data_of(ec2, made[2].id)
-    assert ud["ssh_keys"]["ed25519_public"] == "ssh-ed25519 AAAAhostdemo-2" and ud["ssh_deletekeys"] is True
+    assert inst["MetadataOptions"]["HttpTokens"] == "required"  # IMDSv2 only
+    assert inst["MetadataOptions"]["HttpEndpoint"] == "enabled"
+    for i in made:  # nothing secret in user data: DescribeInstanceAttribute and the IMDS hand it to anyone
+        raw = ec2.describe_instance_attribute(InstanceId=i.id, Attribute="userData")["UserData"]["Value"]
+        text = base64.b64decode(raw).decode()
+        assert "PRIVATE KEY" not in text and "b3BlbnNzaC1rZXktdjEAAAAA" not in text and "ssh_keys" not in text
+
+
+def test_no_ssh_source_refuses_to_open_ssh(moto_aws):
+    prov = moto_aws.provider()
+    with pytest.raises(UsageError, match="providers.aws.ssh_cidr.*--ssh-from"):
+        prov.create(spec(ssh_cidr=None), NAMES)
+    assert moto_aws.held().get("instances") is None
+
+
+def test_resumed_create_adds_the_ingress_rule_a_killed_run_never_authorized(moto_aws):
+    """A run killed between CreateSecurityGroup and AuthorizeSecurityGroupIngress left a group
+    with no rules; the next create must not reuse it as it is."""
+    ec2 = moto_aws.ec2()
+    ec2.create_security_group(GroupName="gpuplan-demo", Description="gpuplan cluster demo", TagSpecifications=[
+        {"ResourceType": "security-group", "Tags": [{"Key": k, "Value": v} for k, v in TAGS.items()]}])
+    prov = moto_aws.provider()
+    prov.create(spec(["demo-0"]), ["demo-0"])
+    [group] = ec2.describe_security_groups(GroupNames=["gpuplan-demo"])["SecurityGroups"]
+    ssh = [p for p in group["IpPermissions"] if p.get("FromPort") == 22]
+    assert [r["CidrIp"] for p in ssh for r in p["IpRanges"]] == ["203.0.113.5/32"]
+    assert any(pair["GroupId"] == group["GroupId"] for p in group["IpPermissions"] for pair in p.get("UserIdGroupPairs", []))
+    prov.create(spec(["demo-0"]), ["demo-0"])  # and a group that has both rules is left as it is
+    [again] = ec2.describe_security_groups(GroupNames=["gpuplan-demo"])["SecurityGroups"]
+    assert again["IpPermissions"] == group["IpPermissions"]
 
 
 def test_create_again_returns_the_same_instances_and_makes_nothing_new(moto_aws):
@@ -87,7 +117,9 @@ def test_wait_ready_reports_addresses(moto_aws):
     assert [i.id for i in ready] == [i.id for i in made]
     assert all(i.status == "running" and i.public_ip and i.private_ip and i.ssh_port == 22 for i in ready)
     assert len({i.public_ip for i in ready}) == 4
-    assert "ssh_cidr" in ready[0].extra["note"]
+    # each node's own host key, as cloud-init printed it to the console (no key was injected)
+    assert [i.extra["host_key"] for i in ready] == [CONSOLE_HOST_KEYS[i.id] for i in ready]
+    assert len({i.extra["host_key"] for i in ready}) == 4
 
 
 def test_delete_twice_leaves_nothing_in_the_emulator(moto_aws):

@@ -32,7 +32,7 @@ def fake(gpuplan_home, monkeypatch):
 
 def test_provision_status_teardown(fake, cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")
-    r = cli("provision", "azure:e2e-t4", "x4", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
+    r = cli("provision", "--yes", "azure:e2e-t4", "x4", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
     assert r.code == 0, r.err
 
     vms = fake.held_of("Microsoft.Compute/virtualMachines")
@@ -53,21 +53,21 @@ def test_provision_status_teardown(fake, cli, monkeypatch):
     assert {n["public_ip"] for n in cluster["nodes"]} == addresses
     assert {n["id"] for n in cluster["nodes"]} == {v["id"] for v in vms}
 
-    r = cli("teardown", "e2e")
+    r = cli("teardown", "--yes", "e2e")
     assert r.code == 0, r.err
     assert fake.held() == []
 
 
 def test_failed_create_is_rolled_back(fake, cli):
     fake.fail_vm_put_at = 3
-    r = cli("provision", "azure:e2e-t4", "x4", "--name", "e2e", "--no-bootstrap")
+    r = cli("provision", "--yes", "azure:e2e-t4", "x4", "--name", "e2e", "--no-bootstrap")
     assert r.code == 3
     assert "AllocationFailed" in r.err and "Traceback" not in r.err
     assert fake.held() == []
 
 
 def test_quota_exceeded_is_one_line_exit_2_and_creates_nothing(fake, cli):
-    r = cli("provision", "azure:e2e-t4", "x6", "--name", "e2e", "--no-bootstrap")
+    r = cli("provision", "--yes", "azure:e2e-t4", "x6", "--name", "e2e", "--no-bootstrap")
     assert r.code == 2
     assert "standardNCASv3_T4Family" in r.err and "24" in r.err and "Usage + quotas" in r.err
     assert "Traceback" not in r.err
@@ -79,15 +79,16 @@ def test_sweep_removes_an_orphan_cluster_and_keeps_its_image_until_asked(fake, c
 
     prov = make_provider(fake)
     spec = NodeSpec(cluster="orphan", size="Standard_NC4as_T4_v3", region="westus2", ssh_user="azureuser",
-                    ssh_public_key="ssh-ed25519 AAAA", tags={"gpuplan-cluster": "orphan", "gpuplan-owner": OWNER})
+                    ssh_public_key="ssh-ed25519 AAAA", tags={"gpuplan-cluster": "orphan", "gpuplan-owner": OWNER},
+                    ssh_cidr="198.51.100.7/32")
     [vm] = prov.create(spec, ["orphan-0"])
     image = prov.capture_image("westus2", vm.id, "lost-image", {"gpuplan-owner": OWNER})
 
-    r = cli("teardown", "--sweep", "--provider", "azure")
+    r = cli("teardown", "--yes", "--sweep", "--provider", "azure")
     assert r.code == 0, r.err
     assert "deleted 7 stray resource(s)" in r.out  # group, VM, disk, NIC, IP, NSG, VNet; not the image
     assert fake.held() == [image.id.rsplit("/providers/", 1)[0], image.id]
 
-    r = cli("teardown", "--sweep", "--images", "--provider", "azure")
+    r = cli("teardown", "--yes", "--sweep", "--images", "--provider", "azure")
     assert r.code == 0, r.err
     assert fake.held() == []

@@ -21,6 +21,7 @@ OWNER = "alice-laptop"
 
 
 def spec(cluster="demo", count=4, size=T4, **kw) -> NodeSpec:
+    kw.setdefault("ssh_cidr", "198.51.100.7/32")  # the caller's address, as gpuplan resolves it
     names = [f"{cluster}-{i}" for i in range(count)]
     keys = {n: HostKey(f"-----BEGIN OPENSSH PRIVATE KEY-----\nkey-of-{n}\n-----END OPENSSH PRIVATE KEY-----\n",
                        f"ssh-ed25519 AAAAhost{n}") for n in names}
@@ -88,12 +89,13 @@ def test_vm_body_is_ssh_key_only_with_cascading_deletes_and_host_key(fake, prov)
     assert doc["ssh_keys"]["ed25519_public"] == "ssh-ed25519 AAAAhostdemo-2"
     assert "key-of-demo-2" in doc["ssh_keys"]["ed25519_private"]
     nsg = fake.held_of("Microsoft.Network/networkSecurityGroups")[0]["properties"]["securityRules"][0]["properties"]
-    assert (nsg["destinationPortRange"], nsg["sourceAddressPrefix"], nsg["access"]) == ("22", "*", "Allow")
+    assert (nsg["destinationPortRange"], nsg["sourceAddressPrefix"], nsg["access"]) == ("22", "198.51.100.7/32", "Allow")
+    assert "customData" not in props["osProfile"]  # the one-time host key is not readable back through ARM
 
 
 def test_ssh_source_from_config_narrows_the_nsg(fake):
     prov = make_provider(fake, {"ssh_source": "203.0.113.5"})
-    made = prov.create(spec(count=1), names(count=1))
+    made = prov.create(spec(count=1, ssh_cidr=None), names(count=1))
 
     rule = fake.held_of("Microsoft.Network/networkSecurityGroups")[0]["properties"]["securityRules"][0]["properties"]
     assert rule["sourceAddressPrefix"] == "203.0.113.5/32"

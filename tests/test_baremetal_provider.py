@@ -198,12 +198,12 @@ def test_provision_status_teardown_through_the_cli(cli, gpuplan_home, hosts, tmp
     inventory = write_inventory(tmp_path / "inventory.yaml", hosts)
     (gpuplan_home / "config").mkdir(parents=True)
     (gpuplan_home / "config" / "config.yaml").write_text(yaml.safe_dump({"providers": {"baremetal": {"inventory": str(inventory)}}}))
-    r = cli("provision", "baremetal:t4", "x2", "--name", "bm", "--no-bootstrap")
+    r = cli("provision", "--yes", "baremetal:t4", "x2", "--name", "bm", "--no-bootstrap")
     assert r.code == 0, r.err
     assert sum(claim_of(h) is not None for h in hosts) == 2
     r = cli("status", "bm", "--format", "json")
     [c] = json.loads(r.out)
     assert [n["status"] for n in c["nodes"]] == ["running", "running"]
     assert {f"{n['public_ip']}:{n['ssh_port']}" for n in c["nodes"]} <= {f"{h.host}:{h.port}" for h in hosts}
-    assert cli("teardown", "bm").code == 0
+    assert cli("teardown", "--yes", "bm").code == 0
     assert all(claim_of(h) is None for h in hosts)

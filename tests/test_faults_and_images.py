@@ -52,7 +52,7 @@ def journal(gpuplan_home, cluster):
 
 
 def test_kill_9_between_create_and_its_outcome_then_teardown_leaves_nothing(aws, gpuplan_home):
-    code = gpuplan_killed_at("after:create-nodes", "provision", "aws:g4dn.xlarge", "x4", "--name", "k9",
+    code = gpuplan_killed_at("after:create-nodes", "provision", "--yes", "aws:g4dn.xlarge", "x4", "--name", "k9",
                              "--no-bootstrap")
     assert code == -signal.SIGKILL
     held = aws.held()
@@ -62,7 +62,7 @@ def test_kill_9_between_create_and_its_outcome_then_teardown_leaves_nothing(aws,
     assert cluster.status == "provisioning"
     assert [n.provider_id for n in nodes] == [None] * 4
 
-    r = gpuplan("teardown", "k9")
+    r = gpuplan("teardown", "--yes", "k9")
     assert r.returncode == 0, r.stderr
     assert aws.held() == {}
     ops, cluster, nodes = journal(gpuplan_home, "k9")
@@ -72,16 +72,16 @@ def test_kill_9_between_create_and_its_outcome_then_teardown_leaves_nothing(aws,
 
 
 def test_teardown_killed_half_way_is_finished_by_the_next_teardown(aws, gpuplan_home):
-    r = gpuplan("provision", "aws:g4dn.xlarge", "x4", "--name", "half", "--no-bootstrap")
+    r = gpuplan("provision", "--yes", "aws:g4dn.xlarge", "x4", "--name", "half", "--no-bootstrap")
     assert r.returncode == 0, r.stderr
-    assert gpuplan_killed_at("after:delete-instances", "teardown", "half") == -signal.SIGKILL
+    assert gpuplan_killed_at("after:delete-instances", "teardown", "--yes", "half") == -signal.SIGKILL
     held = aws.held()
     assert "instances" not in held  # the meter stopped first
     assert held["security-groups"] == ["gpuplan-half"] and held["key-pairs"] == ["gpuplan-half"]
     ops, cluster, _ = journal(gpuplan_home, "half")
     assert ops[-1] == ("delete-instances", "intent") and cluster.status == "tearing-down"
 
-    r = gpuplan("teardown", "half")
+    r = gpuplan("teardown", "--yes", "half")
     assert r.returncode == 0, r.stderr
     assert aws.held() == {}
     assert journal(gpuplan_home, "half")[1].status == "gone"
@@ -100,7 +100,7 @@ def no_ssh(monkeypatch):
 
 
 def test_image_flow_on_aws_build_provision_four_teardown_images(aws, cli, no_ssh):
-    r = cli("image", "build", "aws:g4dn.xlarge", "--name", "t4img")
+    r = cli("image", "build", "--yes", "aws:g4dn.xlarge", "--name", "t4img")
     assert r.code == 0, r.err
     assert no_ssh == [("bootstrap", "t4img-b")]
     ec2 = aws.ec2()
@@ -108,16 +108,16 @@ def test_image_flow_on_aws_build_provision_four_teardown_images(aws, cli, no_ssh
     assert {t["Key"]: t["Value"] for t in ami["Tags"]}["gpuplan-image"] == "t4img"
     assert "instances" not in aws.held()  # the builder is gone
 
-    r = cli("provision", "aws:g4dn.xlarge", "x4", "--name", "fromimg", "--image", "t4img")
+    r = cli("provision", "--yes", "aws:g4dn.xlarge", "x4", "--name", "fromimg", "--image", "t4img")
     assert r.code == 0, r.err
     assert no_ssh == [("bootstrap", "t4img-b")]  # no bootstrap when starting from an image
     running = [i for res in ec2.describe_instances()["Reservations"] for i in res["Instances"]
                if i["State"]["Name"] != "terminated"]
     assert [i["ImageId"] for i in running] == [ami["ImageId"]] * 4
 
-    assert cli("teardown", "fromimg").code == 0
+    assert cli("teardown", "--yes", "fromimg").code == 0
     assert set(aws.held()) == {"images", "snapshots"}  # a cluster teardown keeps the image
-    r = cli("teardown", "--images")
+    r = cli("teardown", "--yes", "--images")
     assert r.code == 0, r.err
     assert aws.held() == {}
 
@@ -132,26 +132,26 @@ def test_image_flow_on_azure_build_provision_four_teardown_images(gpuplan_home, 
     fake = FakeARM()
     cfg = gpuplan_home / "config"
     cfg.mkdir(parents=True)
-    (cfg / "config.yaml").write_text(yaml.safe_dump({"owner": OWNER}))
+    (cfg / "config.yaml").write_text(yaml.safe_dump({"owner": OWNER, "providers": {"azure": {"ssh_source": "198.51.100.7"}}}))
     (cfg / "prices.yaml").write_text(yaml.safe_dump(AZ_PRICES))
     registry.override("azure", lambda conf: make_provider(fake, conf))
     try:
-        r = cli("image", "build", "azure:img-t4", "--name", "azimg")
+        r = cli("image", "build", "--yes", "azure:img-t4", "--name", "azimg")
         assert r.code == 0, r.err
         # the agent's user is deprovisioned over SSH before the VM is generalized and captured
         assert no_ssh == [("bootstrap", "azimg-b"), ("run", "waagent -deprovision+user -force")]
         [image] = fake.held_of("Microsoft.Compute/images")
         assert fake.held_of("Microsoft.Compute/virtualMachines") == []  # the generalized builder is deleted
 
-        r = cli("provision", "azure:img-t4", "x4", "--name", "fromimg", "--image", "azimg")
+        r = cli("provision", "--yes", "azure:img-t4", "x4", "--name", "fromimg", "--image", "azimg")
         assert r.code == 0, r.err
         vms = fake.held_of("Microsoft.Compute/virtualMachines")
         assert len(vms) == 4
         assert {vm["properties"]["storageProfile"]["imageReference"]["id"].lower() for vm in vms} == {image["id"].lower()}
 
-        assert cli("teardown", "fromimg").code == 0
+        assert cli("teardown", "--yes", "fromimg").code == 0
         assert [r["type"] for r in fake.held_of("Microsoft.Compute/images")] == ["Microsoft.Compute/images"]
-        assert cli("teardown", "--images").code == 0
+        assert cli("teardown", "--yes", "--images").code == 0
         assert fake.held() == []
     finally:
         registry.override("azure", None)

@@ -138,23 +138,88 @@ def test_retired_size_is_refused_with_its_successor():
         )
 
 
+def lose_the_database(state, gpuplan_home) -> State:
+    """The state database file is lost (the installation id file beside it is not)."""
+    state.close()
+    for suffix in ("", "-wal", "-shm"):
+        (gpuplan_home / "state" / f"state.db{suffix}").unlink(missing_ok=True)
+    return State(gpuplan_home / "state" / "state.db")
+
+
+def sweep(state, prov, regions, include_images=False, grace_s=0):
+    plan = lifecycle.sweep_find(state, prov, regions, lifecycle.sweep_owners(state), include_images, grace_s)
+    return lifecycle.sweep_delete(state, prov, plan.strays), plan
+
+
 def test_sweep_finds_what_a_lost_state_forgot(state, gpuplan_home):
     prov = MemoryProvider()
     lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
-    prov.capture_image("mem-1", "i-1", "img", {"gpuplan-owner": lifecycle.config.owner(), "gpuplan-image": "img"})
-    fresh = State(gpuplan_home / "other.db")  # the state file was lost
-    strays = lifecycle.sweep(fresh, prov, lifecycle.sweep_regions(fresh, prov))
-    assert sorted(r.kind for r in strays) == ["disk", "disk", "instance", "instance"]
+    prov.capture_image("mem-1", "i-1", "img", {"gpuplan-owner": lifecycle.owner(state), "gpuplan-image": "img"})
+    fresh = lose_the_database(state, gpuplan_home)
+    result, _ = sweep(fresh, prov, lifecycle.sweep_regions(fresh, prov))
+    assert sorted(r.kind for r in result.deleted) == ["disk", "disk", "instance", "instance"]
     assert [r.kind for r in prov.resources.values()] == ["image"]  # images are kept without --images
-    lifecycle.sweep(fresh, prov, ["mem-1"], include_images=True)
+    sweep(fresh, prov, ["mem-1"], include_images=True)
     assert prov.resources == {}
+    fresh.close()
 
 
 def test_sweep_leaves_clusters_the_state_knows(state):
     prov = MemoryProvider()
     lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
-    assert lifecycle.sweep(state, prov, ["mem-1"]) == []
+    result, plan = sweep(state, prov, ["mem-1"])
+    assert plan.strays == [] and result.deleted == []
     assert len(prov.resources) == 4
+
+
+def test_sweep_spares_young_resources_unless_forced(state, gpuplan_home):
+    prov = MemoryProvider()
+    lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
+    fresh = lose_the_database(state, gpuplan_home)
+    result, plan = sweep(fresh, prov, ["mem-1"], grace_s=lifecycle.GRACE_S)
+    assert result.deleted == [] and len(prov.resources) == 4
+    assert len(plan.spared) == 4 and all("grace period" in why for _, why in plan.spared)
+    result, _ = sweep(fresh, prov, ["mem-1"], grace_s=0)  # --force
+    assert len(result.deleted) == 4 and prov.resources == {}
+    fresh.close()
+
+
+def test_sweep_rechecks_each_cluster_under_its_lock_before_deleting(state, gpuplan_home):
+    from gpuplan import locks
+
+    prov = MemoryProvider()
+    lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
+    fresh = lose_the_database(state, gpuplan_home)
+    plan = lifecycle.sweep_find(fresh, prov, ["mem-1"], lifecycle.sweep_owners(fresh), grace_s=0)
+    assert len(plan.strays) == 4
+    with locks.cluster("demo"):  # a command holds the cluster between the listing and the delete
+        import threading
+
+        out = []
+        t = threading.Thread(target=lambda: out.append(lifecycle.sweep_delete(fresh, prov, plan.strays)))
+        t.start()
+        t.join()
+    assert out[0].deleted == [] and len(prov.resources) == 4
+    assert all("is busy" in why and "holds its lock" in why for _, why in out[0].spared)
+    # the state learns of the cluster between the listing and the delete: spared too
+    fresh.add_cluster("demo", "memory", "mem-1", "m1.gpu", 2)
+    result = lifecycle.sweep_delete(fresh, prov, plan.strays)
+    assert result.deleted == [] and all("now knows cluster demo" in why for _, why in result.spared)
+    assert len(prov.resources) == 4
+    fresh.close()
+
+
+def test_owner_is_per_installation_and_kept(state, gpuplan_home, monkeypatch):
+    from gpuplan import config
+
+    mine = lifecycle.owner(state)
+    assert mine.startswith(config.legacy_owner()[:50] + "-") and len(mine) <= 63
+    fresh = lose_the_database(state, gpuplan_home)
+    assert lifecycle.owner(fresh) == mine  # the id file beside the database keeps it
+    other = State(gpuplan_home / "other-home" / "state.db")
+    assert lifecycle.owner(other) != mine
+    other.close()
+    fresh.close()
 
 
 def test_resumed_provision_injects_the_same_host_keys(state):

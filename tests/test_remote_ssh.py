@@ -123,3 +123,59 @@ def test_wait_for_reboot_gives_up_at_the_deadline(hosts):
     with pytest.raises(RemoteError, match="did not come back from a reboot within 1 s"):
         remote.wait_for_reboot(as_host(h), "old", timeout_s=1)
     assert time.monotonic() - t < 5
+
+
+# --- a one-time injected host key is rotated at the first login ------------------------------
+
+
+@pytest.fixture
+def injected(hosts, gpuplan_home, monkeypatch):
+    """A cluster whose pins are one-time keys gpuplan injected (here: the keys the hosts have),
+    with the rotation pointed at the loopback sshd's own key file and pid."""
+    from gpuplan.state import State
+    from support.sshd import register_cluster
+
+    monkeypatch.setattr(remote, "HOST_KEY_FILE", '"$GPUPLAN_SSHD_DIR/ssh_host_ed25519_key"')
+    monkeypatch.setattr(remote, "SSHD_RELOAD", 'kill -HUP "$(cat "$GPUPLAN_SSHD_DIR/sshd.pid")"')
+    state = State(gpuplan_home / "state" / "state.db")
+    names = register_cluster(state, "demo", hosts, pin=False)
+    for h, n in zip(hosts, names):
+        state.pin_host_key(h.host, h.port, h.host_public_key, "demo", n, origin="injected")
+    yield state
+    state.close()
+
+
+def test_an_injected_host_key_is_rotated_at_the_first_login(hosts, injected):
+    state = injected
+    first = remote.cluster_hosts(state, "demo")
+    for h, got in zip(hosts, first):
+        pin = state.host_pin(h.host, h.port)
+        assert (pin.origin, pin.pending_key, pin.key) == ("node", None, got.host_key)
+        assert pin.key.split()[:2] != h.host_public_key.split()[:2]
+        assert remote.offered_host_key(h.host, h.port).split() == pin.key.split()[:2]  # sshd serves the new key
+        assert (h.dir / "ssh_host_ed25519_key.pub").read_text().split()[:2] == pin.key.split()[:2]
+        with pytest.raises(remote.HostKeyChanged):  # the injected key is worthless now
+            remote.run(as_host(h, key=h.host_public_key), "true")
+    assert remote.run(first[0], "echo ok").stdout == "ok\n"
+    again = remote.cluster_hosts(state, "demo")  # the next login finds nothing to rotate
+    assert [h.host_key for h in again] == [h.host_key for h in first]
+
+
+def test_a_rotation_cut_off_after_the_node_switched_keys_is_finished_next_time(hosts, injected, monkeypatch):
+    state = injected
+    real_pin = state.pin_host_key
+
+    def killed(host, port, key, cluster=None, node=None, origin="node"):
+        raise RuntimeError("gpuplan killed before it pinned the new key")
+
+    monkeypatch.setattr(state, "pin_host_key", killed)
+    remote.cluster_hosts(state, "demo")
+    h = hosts[0]
+    pin = state.host_pin(h.host, h.port)
+    assert pin.origin == "injected" and pin.key.split()[:2] == h.host_public_key.split()[:2]
+    assert remote.offered_host_key(h.host, h.port).split() == pin.pending_key.split()[:2]  # the node switched
+    monkeypatch.setattr(state, "pin_host_key", real_pin)
+    [host, *_] = remote.cluster_hosts(state, "demo")
+    pin = state.host_pin(h.host, h.port)
+    assert (pin.origin, pin.pending_key) == ("node", None) and host.host_key == pin.key
+    assert remote.run(host, "echo ok").stdout == "ok\n"

@@ -39,7 +39,7 @@ def fake(gpuplan_home, monkeypatch):
 
 def test_provision_status_teardown(fake, cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # rich truncates the address column at 80
-    r = cli("provision", "sakura:e2e-h100", "x4", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
+    r = cli("provision", "--yes", "sakura:e2e-h100", "x4", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
     assert r.code == 0, r.err
     assert {k: len(v) for k, v in fake.user_resources("gpuplan-cluster=e2e").items()} == {
         "servers": 4, "disks": 4, "archives": 0}
@@ -61,14 +61,14 @@ def test_provision_status_teardown(fake, cli, monkeypatch):
     assert {n["id"] for n in nodes} == set(fake.servers)
     assert cluster["price_jpy_per_hour"] == "990" and 4 * 3600 - 60 < cluster["ttl_left_s"] <= 4 * 3600
 
-    r = cli("teardown", "e2e")
+    r = cli("teardown", "--yes", "e2e")
     assert r.code == 0, r.err
     assert fake.user_resources() == {"servers": [], "disks": [], "archives": []}
 
 
 def test_failed_create_is_rolled_back(fake, cli):
     fake.fail_server_create_at = 3
-    r = cli("provision", "sakura:e2e-h100", "x4", "--name", "e2e", "--no-bootstrap")
+    r = cli("provision", "--yes", "sakura:e2e-h100", "x4", "--name", "e2e", "--no-bootstrap")
     assert r.code == 3
     assert "injected failure" in r.err and "Traceback" not in r.err
     assert fake.user_resources() == {"servers": [], "disks": [], "archives": []}
@@ -78,7 +78,7 @@ def test_missing_credentials_is_one_line_exit_2(fake, cli, monkeypatch):
     monkeypatch.delenv("SAKURACLOUD_ACCESS_TOKEN_SECRET")
     monkeypatch.setenv("HOME", str(fake_home := os.path.join(os.environ["GPUPLAN_HOME"], "home")))
     os.makedirs(fake_home)
-    r = cli("provision", "sakura:e2e-h100", "x1", "--name", "e2e", "--no-bootstrap")
+    r = cli("provision", "--yes", "sakura:e2e-h100", "x1", "--name", "e2e", "--no-bootstrap")
     assert r.code == 2
     assert "SAKURACLOUD_ACCESS_TOKEN_SECRET" in r.err and "Traceback" not in r.err
     assert fake.servers == {}
@@ -88,7 +88,7 @@ def test_kill_9_during_create_then_teardown_removes_everything(fake, gpuplan_hom
     """A CLI process killed mid-create leaves tagged servers; `teardown` finds and removes them."""
     fake.delay_s = 0.5  # disks take long enough to copy that the kill lands mid-create
     env = {**os.environ}
-    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "provision", "sakura:e2e-h100", "x3",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "provision", "--yes", "sakura:e2e-h100", "x3",
                              "--name", "e2e", "--no-bootstrap"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
@@ -97,17 +97,17 @@ def test_kill_9_during_create_then_teardown_removes_everything(fake, gpuplan_hom
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert len(fake.servers) == 3  # the kill landed after the servers were made
-    r = subprocess.run([sys.executable, "-m", "gpuplan", "teardown", "e2e"], env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "gpuplan", "teardown", "--yes", "e2e"], env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert fake.user_resources() == {"servers": [], "disks": [], "archives": []}
 
 
 def test_sweep_after_state_loss_finds_servers_by_owner_tag(fake, cli, gpuplan_home):
-    r = cli("provision", "sakura:e2e-h100", "x2", "--name", "lost", "--no-bootstrap")
+    r = cli("provision", "--yes", "sakura:e2e-h100", "x2", "--name", "lost", "--no-bootstrap")
     assert r.code == 0, r.err
     (gpuplan_home / "state" / "state.db").unlink()  # the state is gone; the tags remain
-    r = cli("teardown", "--sweep", "--provider", "sakura")
+    r = cli("teardown", "--yes", "--sweep", "--force", "--provider", "sakura")
     assert r.code == 0, r.err
     assert "deleted 4 stray resource(s)" in r.out  # 2 servers + 2 disks
     assert fake.user_resources() == {"servers": [], "disks": [], "archives": []}

@@ -127,7 +127,7 @@ def run(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds one job may run.")] = 24 * 3600,
 ) -> None:
     """Run jobs on every GPU slot of a cluster, fetch their logs, and compare time and yen with the plan."""
-    from gpuplan import runner
+    from gpuplan import locks, runner
     from gpuplan.state import State
 
     if not command:
@@ -147,12 +147,13 @@ def run(
     state = State.open_default()
     err = _console(stderr=True)
     progress = lambda m: err.print(f"[dim]…[/dim] {m}")  # noqa: E731
-    if torchrun:
-        summary = runner.run_torchrun(state, cluster, command, python=python, master_port=master_port,
-                                      timeout=timeout, progress=progress)
-    else:
-        summary = runner.run_items(state, cluster, runner.read_items(items), command, per_gpu=per_gpu,
-                                   retries=retries, timeout=timeout, progress=progress)
+    with locks.cluster(cluster):  # no teardown or bootstrap under running jobs
+        if torchrun:
+            summary = runner.run_torchrun(state, cluster, command, python=python, master_port=master_port,
+                                          timeout=timeout, progress=progress)
+        else:
+            summary = runner.run_items(state, cluster, runner.read_items(items), command, per_gpu=per_gpu,
+                                       retries=retries, timeout=timeout, progress=progress)
     _print_summary(summary, predicted)
     line = runner.calibrate(state, summary, predicted)
     if line:

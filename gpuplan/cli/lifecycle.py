@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Annotated, Optional
@@ -54,6 +55,73 @@ def _resolve(target: str, region: str | None, as_of: str | None = None):
     return catalog.load(as_of).resolve(target, region=region)
 
 
+# --- asking before creating or deleting ----------------------------------------------------
+
+YES_HELP = "Do not ask; go ahead (needed when stdin is not a terminal)."
+SSH_FROM_HELP = ("Let SSH in from this address or CIDR only (default: providers.<name>.ssh_cidr, else your "
+                 "public address, detected); 0.0.0.0/0 opens it to everyone.")
+
+
+def _need_answer(yes: bool, doing: str) -> None:
+    """Before anything is shown or done: without --yes a person must be there to answer."""
+    if not yes and not (sys.stdin is not None and sys.stdin.isatty()):
+        raise UsageError(f"{doing} asks for confirmation, but stdin is not a terminal: rerun with --yes (-y) to proceed")
+
+
+def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
+    """Show what is about to happen (stderr); go on with --yes or a yes typed at the terminal."""
+    err = _err_console()
+    for line in lines:
+        err.print(line, markup=False, soft_wrap=True)
+    if yes:
+        return
+    _need_answer(yes, question.lower().rstrip("?"))  # where nothing was asked before the lines
+    if not typer.confirm(question, default=default, err=True):
+        err.print("aborted: nothing was changed")
+        raise typer.Exit(1)
+
+
+def _create_lines(offer, req, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
+    """What a provision (or an image builder) will create, what it costs per hour, the quota it
+    was checked against, how long it lives (`lifetime`, else the TTL) and where SSH comes from."""
+    from gpuplan.units import format_duration
+
+    n = req.count
+    per_hour = offer.price_jpy_per_hour
+    total = per_hour * n if per_hour is not None else None
+    lines = [
+        f"create cluster {req.name}: {n}x {offer.provider}:{offer.name} in {req.region}",
+        f"  GPUs {offer.gpu} x{offer.gpu_count} per machine, {offer.vcpus} vCPUs each, {offer.vcpus * n} vCPUs in all",
+        f"  {yen(per_hour)}/h per machine, {yen(total)}/h for the cluster "
+        f"(catalog {offer.as_of or '?'}, {offer.source or 'no source'})",
+    ]
+    if quota is not None:
+        need, tiers = quota
+        lines += [f"  quota {t.name} ({t.description}): {need} {t.unit} needed, {t.free} free "
+                  f"(limit {t.limit}, used {t.used}): ok" for t in tiers] or ["  quota: the provider reports none"]
+    if lifetime:
+        lines.append(f"  {lifetime}")
+    elif req.ttl_s:
+        lines.append(f"  TTL {format_duration(req.ttl_s)}: the cloud itself stops the machines after that")
+    else:
+        lines.append(f"  no TTL: the machines run, and bill, until `gpuplan teardown {req.name}`")
+    if req.ssh_cidr:
+        lines.append(f"  SSH from {req.ssh_cidr}" + ("  (every address: asked for)" if req.ssh_cidr == "0.0.0.0/0" else ""))
+    return lines
+
+
+def _checked_request(state, prov, req, ssh_from: str | None):
+    """Credentials, quota and the SSH source, before the question: (request with its SSH
+    source, (vCPUs needed, quota tiers))."""
+    from dataclasses import replace
+
+    from gpuplan import lifecycle
+
+    lifecycle.resumable(state, req)
+    quota = lifecycle.preflight(prov, req)
+    return replace(req, ssh_cidr=lifecycle.ssh_source(prov, ssh_from)), quota
+
+
 def _read_plan(path: Path) -> dict:
     """The plan saved by `gpuplan estimate --save`, checked: provider, instance_type and
     region (if there) are names, count a whole number of machines, setup scratch or image."""
@@ -101,9 +169,12 @@ def provision(
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Do not run the setup playbooks after creating.")] = False,
     playbook: Annotated[Optional[list[str]], typer.Option(help="Playbooks to run after creating (default: the standard GPU stack).")] = None,
     keep_on_failure: Annotated[bool, typer.Option(help="If a create fails, keep what was made (default: remove it).")] = False,
+    ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP)] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
-    """Create a cluster of GPU machines, then bootstrap them."""
-    from gpuplan import lifecycle
+    """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
+    per hour, the quota check and the TTL) unless --yes."""
+    from gpuplan import lifecycle, locks
     from gpuplan.units import parse_count, parse_duration
 
     setup_mode = "scratch"
@@ -126,31 +197,34 @@ def provision(
     req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
 
     out = _out_console()
-    per_hour = offer.price_jpy_per_hour
+    from_image = setup_mode == "image" and not image and n > 1
+    image_line = "  setup from an image: one builder machine is set up and captured first, then the workers start from it"
     if dry_run:
-        total = per_hour * n if per_hour is not None else None
-        out.print(f"would create cluster [bold]{req.name}[/bold]: {n}x {offer.provider}:{offer.name} in {req.region}")
-        out.print(f"  GPUs {offer.gpu} x{offer.gpu_count} per machine, {offer.vcpus} vCPUs each, {offer.vcpus * n} vCPUs in all")
-        out.print(f"  {yen(per_hour)}/h per machine, {yen(total)}/h for the cluster "
-                  f"(catalog {offer.as_of or '?'}, {offer.source or 'no source'})")
-        if setup_mode == "image" and not image:
-            out.print("  setup from an image: one builder machine is set up and captured first, then the workers start from it")
-        if ttl_s:
-            out.print(f"  released by the cloud after {ttl}")
+        lines = _create_lines(offer, req)
+        lines[0] = "would " + lines[0]
+        for line in lines + ([image_line] if from_image else []):
+            out.print(line, markup=False, soft_wrap=True)
         return
 
+    _need_answer(yes, "provision")
     err = _err_console()
     state = _open_state()
     prov = lifecycle.get_provider(req.provider)
-    if setup_mode == "image" and not image and n > 1:
-        from gpuplan import images
+    req, quota = _checked_request(state, prov, req, ssh_from)
+    _confirm(_create_lines(offer, req, quota) + ([image_line] if from_image else []),
+             "Create these machines?", yes, default=True)
+    with locks.cluster(req.name):  # provision and bootstrap as one: nothing else in between
+        if from_image:
+            from dataclasses import replace
 
-        built = images.build(state, prov, offer, f"{req.name}-img", playbooks=playbook, progress=_progress(err))
-        req = lifecycle.request_from_offer(offer, n, name=req.name, image=built.name, ttl_s=ttl_s, spot=spot,
-                                           region=region)
-    cluster = lifecycle.provision(state, prov, req, progress=_progress(err), keep_on_failure=keep_on_failure)
-    if not (no_bootstrap or req.image):
-        _bootstrap(state, cluster.name, playbook, err)
+            from gpuplan import images
+
+            built = images.build(state, prov, offer, f"{req.name}-img", playbooks=playbook, progress=_progress(err),
+                                 ssh_cidr=req.ssh_cidr)
+            req = replace(req, image=built.name)
+        cluster = lifecycle.provision(state, prov, req, progress=_progress(err), keep_on_failure=keep_on_failure)
+        if not (no_bootstrap or req.image):
+            _bootstrap(state, cluster.name, playbook, err)
     _print_status(out, lifecycle.status(state, cluster.name))
 
 
@@ -225,63 +299,113 @@ def teardown(
     cluster: Annotated[Optional[str], typer.Argument(help="The cluster to remove.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every cluster in the state.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also delete every image gpuplan built (with --sweep: stray tagged images too).")] = False,
-    sweep: Annotated[bool, typer.Option("--sweep", help="Find and delete gpuplan-tagged resources the state does not know.")] = False,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Find and delete gpuplan-tagged resources of this installation the state does not know.")] = False,
     provider: Annotated[Optional[list[str]], typer.Option(help="Providers to sweep (default: all installed).")] = None,
     region: Annotated[Optional[list[str]], typer.Option(help="Regions to sweep besides those the state knows.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --sweep: list what would be deleted.")] = False,
+    grace: Annotated[str, typer.Option("--grace", help="With --sweep: leave resources younger than this alone (a provision may be making them).")] = "30m",
+    force: Annotated[bool, typer.Option("--force", help="With --sweep: take young resources too (no grace period).")] = False,
+    legacy_owner: Annotated[bool, typer.Option("--legacy-owner", help="With --sweep: also sweep resources tagged by gpuplan versions before per-installation owners (user-host; shared by all your installations).")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
-    """Remove everything a cluster owns; idempotent and resumable (run it again to finish)."""
+    """Remove everything a cluster owns; idempotent and resumable (run it again to finish). Asks
+    first (shows what will be deleted) unless --yes."""
     from gpuplan import lifecycle
+    from gpuplan.units import parse_duration
 
     if not (cluster or all_ or sweep or images):
         raise UsageError("name a cluster, or use --all, --sweep or --images (`gpuplan status` lists clusters)")
     if cluster and all_:
         raise UsageError("give a cluster name or --all, not both")
+    grace_s = parse_duration(grace, "--grace")
     state = _open_state()
     err = _err_console()
     out = _out_console()
-    names = [c.name for c in state.clusters()] if all_ else ([cluster] if cluster else [])
-    if all_ and not names and not (images or sweep):
+    rows = state.clusters() if all_ else ([state.cluster(cluster)] if cluster else [])
+    if cluster and rows[0] is None:
+        raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    if all_ and not rows and not (images or sweep):
         out.print("no clusters in the state; nothing to tear down (`--sweep` looks for tagged leftovers in the clouds)")
+    image_rows = state.images() if images else []
+    if rows or image_rows:
+        _need_answer(yes, "teardown")
+        lines = [_teardown_line(state, row) for row in rows]
+        lines += [f"delete image {r.name}: {r.provider}/{r.region} {r.provider_id or '-'} and its snapshots" for r in image_rows]
+        _confirm(lines, "Delete all of this?", yes, default=False)
     failures = []
-    for name in names:
-        row = state.cluster(name)
-        if row is None:
-            raise UsageError(f"no cluster named {name!r}; `gpuplan status` lists them")
+    for row in rows:
         try:
-            report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), name, progress=_progress(err))
-            out.print(f"{name}: deleted {len(report.deleted)} resource(s); nothing of it is left")
+            report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), row.name, progress=_progress(err))
+            out.print(f"{row.name}: deleted {len(report.deleted)} resource(s); nothing of it is left")
         except Exception as exc:  # keep going with the other clusters; report all at the end
             if not all_:
                 raise
-            failures.append(f"{name}: {exc}")
+            failures.append(f"{row.name}: {exc}")
     if images:
         from gpuplan import images as image_service
 
-        for row in state.images():
+        for row in image_rows:
             image_service.delete(state, lifecycle.get_provider(row.provider), row.name, progress=_progress(err))
             out.print(f"image {row.name}: deleted")
     if sweep:
-        from gpuplan import provider as registry
-
-        for pname in provider or registry.available():
-            try:
-                prov = lifecycle.get_provider(pname)
-                prov.check_credentials()
-            except UsageError as exc:
-                if provider:
-                    raise
-                err.print(f"[dim]sweep: skipping {pname}: {exc}[/dim]")
-                continue
-            regions = lifecycle.sweep_regions(state, prov, region or [])
-            strays = lifecycle.sweep(state, prov, regions, include_images=images, delete=not dry_run,
-                                     progress=_progress(err))
-            verb = "would delete" if dry_run else "deleted"
-            out.print(f"sweep {pname} ({', '.join(regions) or 'no regions'}): {verb} {len(strays)} stray resource(s)")
-            for r in strays:
-                out.print(f"  {r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}")
+        _sweep(state, provider, region, images, dry_run, 0 if force else grace_s, legacy_owner, yes, out, err)
     if failures:
         raise UsageError("; ".join(failures) + " — run `gpuplan teardown --all` again")
+
+
+def _teardown_line(state, row) -> str:
+    nodes = [n for n in state.nodes(row.name) if n.provider_id]
+    ids = ", ".join(f"{n.name} {n.provider_id}" for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
+    per_hour = row.price_jpy_per_hour * len(nodes) if row.price_jpy_per_hour is not None else None
+    return (f"delete cluster {row.name} ({row.status}): {len(nodes)} machine(s) of {row.provider}:{row.size} in "
+            f"{row.region} ({yen(per_hour)}/h){': ' + ids if ids else ''}, and everything else tagged with it")
+
+
+def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, legacy: bool, yes: bool, out, err) -> None:
+    """Find this installation's tagged resources the state does not know, ask, delete them one
+    cluster at a time (each re-checked under its lock), and list the clusters left running."""
+    from gpuplan import lifecycle
+    from gpuplan import provider as registry
+
+    owners = lifecycle.sweep_owners(state, legacy)
+    for pname in provider or registry.available():
+        try:
+            prov = lifecycle.get_provider(pname)
+            prov.check_credentials()
+        except UsageError as exc:
+            if provider:
+                raise
+            err.print(f"[dim]sweep: skipping {pname}: {exc}[/dim]")
+            continue
+        regions = lifecycle.sweep_regions(state, prov, region or [])
+        found = lifecycle.sweep_find(state, prov, regions, owners, include_images=images, grace_s=grace_s)
+        where = f"sweep {pname} ({', '.join(regions) or 'no regions'})"
+        for r, why in found.spared:
+            out.print(f"  kept {_resource_line(r)}: {why}")
+        if dry_run or not found.strays:
+            out.print(f"{where}: would delete {len(found.strays)} stray resource(s)" if dry_run
+                      else f"{where}: no stray resources")
+            for r in found.strays:
+                out.print(f"  {_resource_line(r)}")
+            continue
+        _confirm([f"{where}: {len(found.strays)} stray resource(s) tagged {' or '.join(owners)} that the state "
+                  "does not know:"] + [f"  {_resource_line(r)}" for r in found.strays],
+                 "Delete these stray resources?", yes, default=False)
+        result = lifecycle.sweep_delete(state, prov, found.strays, progress=_progress(err))
+        out.print(f"{where}: deleted {len(result.deleted)} stray resource(s)")
+        for r in result.deleted:
+            out.print(f"  {_resource_line(r)}")
+        for r, why in result.spared:
+            out.print(f"  kept {_resource_line(r)}: {why}")
+    live = state.clusters()
+    if live:
+        out.print("clusters this state knows, left alone by the sweep (`gpuplan teardown NAME` removes one):")
+        for c in live:
+            out.print(f"  {c.name}  {c.status}  {c.count}x {c.provider}:{c.size} in {c.region}")
+
+
+def _resource_line(r) -> str:
+    return f"{r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}".rstrip()
 
 
 @image_app.command("build")
@@ -290,16 +414,27 @@ def image_build(
     name: Annotated[Optional[str], typer.Option("--name", "-n", help="Image name (default: <type>-<date>).")] = None,
     region: Annotated[Optional[str], typer.Option(help="Region (default: the catalog row's).")] = None,
     playbook: Annotated[Optional[list[str]], typer.Option(help="Playbooks to bake in (default: the standard GPU stack).")] = None,
+    ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP)] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
-    """Builder machine -> bootstrap -> capture -> builder deleted; the image is recorded in the state."""
+    """Builder machine -> bootstrap -> capture -> builder deleted; the image is recorded in the
+    state. Asks first unless --yes."""
     from gpuplan import images, lifecycle
 
     offer = _resolve(target, region)
     lifecycle.check_not_retired(offer)
+    _need_answer(yes, "image build")
     state = _open_state()
     err = _err_console()
     prov = lifecycle.get_provider(offer.provider)
-    row = images.build(state, prov, offer, name, playbooks=playbook, region=region, progress=_progress(err))
+    name = name or images.default_name(offer)
+    req = lifecycle.request_from_offer(offer, 1, name=images.builder_name(name), region=region)
+    req, quota = _checked_request(state, prov, req, ssh_from)
+    lifetime = (f"the builder is deleted once image {name} is captured; the image's storage bills until "
+                f"`gpuplan image delete {name}`")
+    _confirm(_create_lines(offer, req, quota, lifetime), f"Build image {name}?", yes, default=True)
+    row = images.build(state, prov, offer, name, playbooks=playbook, region=region, progress=_progress(err),
+                       ssh_cidr=req.ssh_cidr)
     _out_console().print(f"image {row.name} ready: {row.provider}/{row.region} {row.provider_id}; "
                          f"use it with `gpuplan provision {target} x4 --image {row.name}`")
 
@@ -323,14 +458,20 @@ def image_list() -> None:
 
 
 @image_app.command("delete")
-def image_delete(name: Annotated[str, typer.Argument(help="Image name.")]) -> None:
-    """Delete one image and its snapshots/disks."""
+def image_delete(
+    name: Annotated[str, typer.Argument(help="Image name.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
+) -> None:
+    """Delete one image and its snapshots/disks. Asks first unless --yes."""
     from gpuplan import images, lifecycle
 
     state = _open_state()
     row = state.image(name)
     if row is None:
         raise UsageError(f"no image named {name!r}; `gpuplan image list` shows them")
+    _need_answer(yes, "image delete")
+    _confirm([f"delete image {row.name}: {row.provider}/{row.region} {row.provider_id or '-'} and its snapshots"],
+             "Delete this image?", yes, default=False)
     images.delete(state, lifecycle.get_provider(row.provider), name, progress=_progress(_err_console()))
     _out_console().print(f"image {name}: deleted")
 

@@ -103,9 +103,7 @@ def _known_hosts_file(state) -> str:
     from gpuplan import paths
 
     path = paths.state_dir() / "known_hosts"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(state.known_hosts_lines()) + "\n")
-    path.chmod(0o600)
+    paths.write_owner_only(path, "\n".join(state.known_hosts_lines()) + "\n")
     return str(path)
 
 
@@ -130,6 +128,10 @@ def ssh_argv(state, cluster: str, node: str | None, command: list[str]) -> tuple
     address = target.public_ip or target.private_ip
     if state.host_key(address, target.ssh_port) is None:
         raise UsageError(f"{target.name} has no pinned host key; run `gpuplan bootstrap {cluster} --accept-host-key SHA256:...` first")
+    from gpuplan import remote
+
+    remote.rotate_injected_host_keys(state, [remote.Host(target.name, address, target.ssh_port, row.ssh_user, key[0],
+                                                         None, cluster)])
     argv = ["ssh", "-i", str(key[0]), "-o", f"UserKnownHostsFile={_known_hosts_file(state)}",
             "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
             "-p", str(target.ssh_port), f"{row.ssh_user}@{address}", *command]

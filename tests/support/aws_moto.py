@@ -4,6 +4,11 @@ instance type, AMI or key pair is refused as AWS would.
 
     from support.aws_moto import moto_aws  # the fixture
 
+One gap of moto's is filled in: its GetConsoleOutput is a fixed Xen boot log, while a real
+Ubuntu instance's console carries the host key block cloud-init prints, which the AWS provider
+reads to pin the first SSH connection. `emulate_cloud_init_console()` adds that block, with one
+ed25519 key per instance (as cloud-init makes one per instance); CONSOLE_HOST_KEYS keeps them.
+
 The switches (MOTO_* variables and moto.settings) stay set for the rest of the pytest process,
 and an in-process server shares moto's global backends with any `mock_aws` in the same process.
     def test_x(moto_aws):
@@ -31,6 +36,39 @@ REALISM = {
 }
 _server: dict[str, object] = {}
 _lock = threading.Lock()
+CONSOLE_HOST_KEYS: dict[str, str] = {}  # instance id -> the public host key its console printed
+
+
+def emulate_cloud_init_console() -> None:
+    """Make moto's GetConsoleOutput end with cloud-init's host key block (in this process)."""
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+    from moto.ec2.responses import general
+    from moto.ec2.utils import Base64EncodedString
+
+    from gpuplan.keys import ed25519_pair
+
+    def get_console_output(self) -> ActionResult:
+        instance = self.ec2_backend.get_instance(self._get_param("InstanceId"))
+        if instance.id not in CONSOLE_HOST_KEYS:
+            CONSOLE_HOST_KEYS[instance.id] = ed25519_pair()[1]
+        block = ("-----BEGIN SSH HOST KEY KEYS-----\n"
+                 f"{CONSOLE_HOST_KEYS[instance.id]} root@ip-{instance.private_ip.replace('.', '-')}\n"
+                 "-----END SSH HOST KEY KEYS-----\n")
+        output = general.SAMPLE_CONSOLE_OUTPUT + "[   12.345678] cloud-init[812]: Cloud-init finished\n" + block
+        return ActionResult({"InstanceId": instance.id, "Timestamp": utcnow(),
+                             "Output": Base64EncodedString.from_raw_string(output)})
+
+    general.General.get_console_output = get_console_output
+
+
+def serve(port: int) -> None:
+    """Run moto's server in this process (for benchmarks that want it in a process of its own),
+    with the console emulation."""
+    emulate_cloud_init_console()
+    from moto.server import main
+
+    main(["-H", "127.0.0.1", "-p", str(port)])
 
 
 def server_url() -> str:
@@ -52,6 +90,7 @@ def server_url() -> str:
             settings.ENABLE_AMI_VALIDATION = True
             settings.ENABLE_KEYPAIR_VALIDATION = True
 
+            emulate_cloud_init_console()
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             server.start()
             host, port = server.get_host_and_port()
@@ -136,15 +175,19 @@ class MotoAws:
         """Everything billable or blocking that exists beyond the test's own AMI: non-terminated
         instances, volumes, non-default security groups, key pairs, own AMIs and snapshots."""
         ec2 = self.ec2(region)
+
+        def pages(operation: str, key: str, **kwargs) -> list[dict]:  # moto pages, 100 reservations at a time
+            return [x for page in ec2.get_paginator(operation).paginate(**kwargs) for x in page[key]]
+
         out = {
-            "instances": [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+            "instances": [i["InstanceId"] for r in pages("describe_instances", "Reservations") for i in r["Instances"]
                           if i["State"]["Name"] != "terminated"],
-            "volumes": [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]],
+            "volumes": [v["VolumeId"] for v in pages("describe_volumes", "Volumes")],
             "security-groups": [g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]
                                 if g["GroupName"] != "default"],
             "key-pairs": [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]],
             "images": [i["ImageId"] for i in ec2.describe_images(Owners=["self"])["Images"] if i["ImageId"] != self.ami],
-            "snapshots": [s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]
+            "snapshots": [s["SnapshotId"] for s in pages("describe_snapshots", "Snapshots", OwnerIds=["self"])
                           if s["SnapshotId"] not in self.baseline_snapshots],
         }
         return {k: v for k, v in out.items() if v}

@@ -1,0 +1,22 @@
+"""The chaos harness (benchmarks/chaos.py) in CI: a few randomized cycles against moto must leave
+nothing behind and never find the state and the cloud disagreeing. The long run is a benchmark
+(its result line is in the README)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from support.aws_moto import moto_aws  # noqa: F401  (fixture)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import chaos  # noqa: E402
+
+
+def test_a_few_chaos_cycles_leak_nothing_and_agree(moto_aws):  # noqa: F811
+    lines: list[str] = []
+    report = chaos.run(cycles=4, seed=2026, log=lines.append)
+    assert report.cycles == 4 and len(report.by_scenario) == 4  # four different scenarios
+    assert report.leaks == [], lines
+    assert report.disagreements == [], lines
+    assert report.unexpected == [], lines
