@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from typing import TYPE_CHECKING
 from decimal import Decimal
 
 from gpuplan import config, keys, locks
@@ -30,6 +31,9 @@ from gpuplan.provider import (TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG
                               Provider, QuotaUsage, Resource)
 from gpuplan.state import ClusterRow, NodeRow, State, now
 from gpuplan.types import Offer
+
+if TYPE_CHECKING:
+    from gpuplan.catalog import Catalog
 
 Progress = Callable[[str], None]
 
@@ -61,10 +65,10 @@ def new_cluster_name() -> str:
     return f"gp-{secrets.token_hex(3)}"
 
 
-def check_name(name: str) -> str:
+def check_name(name: str, what: str = "cluster") -> str:
     if not _NAME.fullmatch(name):  # fullmatch: `$` alone lets a trailing newline through
         raise UsageError(
-            f"bad cluster name {name!r}: use 1-32 lowercase letters, digits and dashes, starting with a letter"
+            f"bad {what} name {name!r}: use 1-32 lowercase letters, digits and dashes, starting with a letter"
         )
     return name
 
@@ -74,6 +78,32 @@ def check_not_retired(offer: Offer, today: date | None = None) -> None:
     if offer.retired(today):
         successor = f"; use {offer.successor} instead" if offer.successor else ""
         raise RetiredType(f"{offer.provider}:{offer.name} was retired on {offer.retired_on.isoformat()}{successor}")
+
+
+def live_offer(cat: Catalog, offer: Offer, region: str | None = None, today: date | None = None) -> tuple[Offer, str]:
+    """What to create for `offer`: itself, or when it is retired its successor (followed while
+    that is retired too), in `region`, else the retired row's region where the successor is
+    offered there, else the successor's default. Returns (offer, a line saying what was mapped,
+    or ""). RetiredType when no live successor exists."""
+    today = today or date.today()
+    start, seen = offer, set()
+    while offer.retired(today):
+        seen.add(offer.name)
+        if not offer.successor or offer.successor in seen:
+            check_not_retired(offer, today)
+        wanted = region or offer.region
+        try:
+            offer = cat.resolve(f"{offer.provider}:{offer.successor}", region=wanted)
+        except UsageError:
+            if region:
+                raise UsageError(f"{start.provider}:{start.name} was retired on {start.retired_on.isoformat()} and its "
+                                 f"successor {offer.successor} is not offered in {region}; leave out --region or name a "
+                                 f"current size (`gpuplan catalog --provider {offer.provider}` lists them)") from None
+            offer = cat.resolve(f"{offer.provider}:{offer.successor}")
+    if offer is start:
+        return offer, ""
+    return offer, (f"{start.provider}:{start.name} was retired on {start.retired_on.isoformat()}; using its successor "
+                   f"{offer.provider}:{offer.name} ({offer.gpu_count}x {offer.gpu}, {offer.region}) instead")
 
 
 def request_from_offer(

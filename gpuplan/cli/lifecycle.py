@@ -55,6 +55,20 @@ def _resolve(target: str, region: str | None, as_of: str | None = None):
     return catalog.load(as_of).resolve(target, region=region)
 
 
+def _resolve_live(target: str, region: str | None):
+    """The offer to create for `target`: a retired size maps to its successor, with one line
+    on stderr saying so (the confirmation that follows shows its price)."""
+    if target.startswith("baremetal:"):
+        return _resolve(target, region)
+    from gpuplan import catalog, lifecycle
+
+    cat = catalog.load()
+    offer, mapped = lifecycle.live_offer(cat, cat.resolve(target, region=region), region)
+    if mapped:
+        _err_console().print(mapped, markup=False, soft_wrap=True)
+    return offer
+
+
 # --- asking before creating or deleting ----------------------------------------------------
 
 YES_HELP = "Do not ask; go ahead (needed when stdin is not a terminal)."
@@ -182,27 +196,31 @@ def provision(
         if target or count:
             raise UsageError("give either an instance type and count or --plan, not both")
         p = _read_plan(plan)
-        offer = _resolve(f"{p['provider']}:{p['instance_type']}", region or p.get("region"))
+        offer = _resolve_live(f"{p['provider']}:{p['instance_type']}", region or p.get("region"))
         n = int(p["count"])
         setup_mode = p.get("setup", "scratch")
         spot = spot or p.get("market") == "spot"  # a plan made with `estimate --spot` on a spot price
     else:
         if not target:
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
-        offer = _resolve(target, region)
+        offer = _resolve_live(target, region)
         n = parse_count(count or "x1")
     ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
     if name is not None:  # --name "" is a mistake, not a request for a generated name
         lifecycle.check_name(name)
+    spot_line = None
+    if spot and offer.kind == "cloud":
+        offer, spot_line = _spot_priced(offer)
     req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
 
     out = _out_console()
     from_image = setup_mode == "image" and not image and n > 1
     image_line = "  setup from an image: one builder machine is set up and captured first, then the workers start from it"
+    extra = ([spot_line] if spot_line else []) + ([image_line] if from_image else [])
     if dry_run:
         lines = _create_lines(offer, req)
         lines[0] = "would " + lines[0]
-        for line in lines + ([image_line] if from_image else []):
+        for line in lines + extra:
             out.print(line, markup=False, soft_wrap=True)
         return
 
@@ -211,7 +229,7 @@ def provision(
     state = _open_state()
     prov = lifecycle.get_provider(req.provider)
     req, quota = _checked_request(state, prov, req, ssh_from)
-    _confirm(_create_lines(offer, req, quota) + ([image_line] if from_image else []),
+    _confirm(_create_lines(offer, req, quota) + extra,
              "Create these machines?", yes, default=True)
     with locks.cluster(req.name):  # provision and bootstrap as one: nothing else in between
         if from_image:
@@ -226,6 +244,19 @@ def provision(
         if not (no_bootstrap or req.image):
             _bootstrap(state, cluster.name, playbook, err)
     _print_status(out, lifecycle.status(state, cluster.name))
+
+
+def _spot_priced(offer):
+    """(the offer priced at its spot row where the catalog has one, the line that says so): the
+    price shown, asked about and written to the cost ledger is the one the machines bill at."""
+    from gpuplan import catalog
+
+    row = catalog.load().spot_offer(offer)
+    if row is None:
+        return offer, ("  spot: the catalog has no spot price for this size; shown at the on-demand price, which"
+                       " the spot price does not exceed")
+    rule = row.notes.removeprefix("spot: ").partition("; ")[0]
+    return row, f"  spot at {yen(row.price_jpy_per_hour)}/h (on demand {yen(offer.price_jpy_per_hour)}/h): {rule}"
 
 
 def _bootstrap(state, cluster: str, playbooks: list[str] | None, err) -> None:
@@ -421,14 +452,13 @@ def image_build(
     state. Asks first unless --yes."""
     from gpuplan import images, lifecycle
 
-    offer = _resolve(target, region)
-    lifecycle.check_not_retired(offer)
+    offer = _resolve_live(target, region)
+    name = lifecycle.check_name(name, "image") if name is not None else images.default_name(offer)
+    req = lifecycle.request_from_offer(offer, 1, name=images.builder_name(name), region=region)
     _need_answer(yes, "image build")
     state = _open_state()
     err = _err_console()
     prov = lifecycle.get_provider(offer.provider)
-    name = name or images.default_name(offer)
-    req = lifecycle.request_from_offer(offer, 1, name=images.builder_name(name), region=region)
     req, quota = _checked_request(state, prov, req, ssh_from)
     lifetime = (f"the builder is deleted once image {name} is captured; the image's storage bills until "
                 f"`gpuplan image delete {name}`")
