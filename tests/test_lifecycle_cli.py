@@ -103,7 +103,7 @@ def test_at_a_terminal_provision_and_teardown_ask_first(cli, mem, monkeypatch):
     assert "create cluster ask: 2x memory:m1.gpu in mem-1" in r.err
     assert "¥100/h per machine, ¥200/h for the cluster" in r.err
     assert "quota memoryFamily (Memory family vCPUs): 8 vCPUs needed, 1000 free (limit 1000, used 0): ok" in r.err
-    assert "TTL 1h30m: the cloud itself stops the machines after that" in r.err
+    assert "TTL 90 min: the cloud itself stops the machines after that" in r.err
     assert "Create these machines? [Y/n]" in r.err
     monkeypatch.setattr("sys.stdin", Terminal("\n"))  # creating defaults to yes, as `sky launch` does
     r = cli("provision", "memory:m1.gpu", "x2", "--name", "ask", "--no-bootstrap")

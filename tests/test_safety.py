@@ -195,7 +195,7 @@ def test_provision_and_teardown_without_a_terminal_refuse_with_one_line_and_exit
     assert r.code == 0, r.err
     assert "create cluster ask: 2x aws:g4dn.xlarge in us-east-1" in r.err
     assert "quota L-DB2E81BA" in r.err and "8 vCPUs needed, 64 free (limit 64, used 0): ok" in r.err
-    assert "TTL 2h00m" in r.err and "SSH from 198.51.100.7/32" in r.err
+    assert "TTL 2:00 h" in r.err and "SSH from 198.51.100.7/32" in r.err
     for args in (("teardown", "ask"), ("teardown", "--all")):
         r = cli(*args)
         assert r.code == 2 and "stdin is not a terminal: rerun with --yes" in r.err, args

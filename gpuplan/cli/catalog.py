@@ -6,12 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from gpuplan import fmt
 from gpuplan.errors import UsageError
 
 _FORMATS = ("table", "json", "csv")
@@ -38,11 +39,6 @@ def _row(cat, offer) -> dict[str, Any]:
     row = {f: _plain(getattr(offer, f)) for f in _FIELDS if f != "status"}
     row["status"] = cat.offer_status(offer)
     return {f: row[f] for f in _FIELDS}
-
-
-def _money(amount: Decimal) -> str:
-    q = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-    return f"{q:,}" if q != q.to_integral_value() or amount < 1000 else f"{int(q):,}"
 
 
 def _own_price(o) -> str:
@@ -147,7 +143,7 @@ def _table(cat, offers, hidden: int) -> None:
     for o in offers:
         aliases = f"[dim]{', '.join(o.aliases)}[/dim]" if o.aliases else ""
         mem = f" {o.gpu_memory_gib.normalize():f}G" if o.gpu_memory_gib else ""
-        yen = f"¥{_money(o.price_jpy_per_hour)}" if o.price_jpy_per_hour is not None else "?"
+        yen = fmt.rate(o.price_jpy_per_hour)
         status = cat.offer_status(o)
         style = "red" if status.startswith("retired") else "yellow" if status != "active" else "green"
         ref = sources.setdefault(o.source, len(sources) + 1)
@@ -253,7 +249,7 @@ def _refresh_report(result) -> None:
 def _yen_h(offer) -> str:
     if offer is None or offer.price_jpy_per_hour is None:
         return ""
-    return f"¥{_money(offer.price_jpy_per_hour)}"
+    return fmt.rate(offer.price_jpy_per_hour)
 
 
 def register(app: typer.Typer) -> None:

@@ -4,12 +4,13 @@ over a cluster's GPUs, or launch one data-parallel job through torchrun)."""
 from __future__ import annotations
 
 import shlex
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from gpuplan import fmt
 from gpuplan.errors import UsageError
 
 
@@ -19,19 +20,6 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False)
 
 
-def _yen(amount: Decimal | None) -> str:
-    if amount is None:
-        return "?"
-    return f"¥{int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP)):,}"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
 def bench(
@@ -171,15 +159,15 @@ def _print_summary(summary, predicted) -> None:
     con = _console()
     table = Table("job", "slot", "status", "attempts", "seconds", "log")
     for j in summary.jobs:
-        table.add_row(j.job, j.slot, j.status, str(j.attempts), f"{j.seconds:.1f}", str(j.log_path))
+        table.add_row(j.job, j.slot, j.status, str(j.attempts), fmt.duration(j.seconds), str(j.log_path))
     con.print(table)
     for q in summary.quarantined:
         con.print(f"quarantined {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
-    con.print(f"measured: wall {_duration(cmp.measured_wall_s)}, {_yen(cmp.measured_yen)}"
-              f" ({summary.nodes} node(s) x {_yen(summary.price_jpy_per_hour)}/h)")
+    con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {fmt.yen(cmp.measured_yen)}"
+              f" ({summary.nodes} node(s) x {fmt.yen(summary.price_jpy_per_hour)}/h)")
     if predicted is not None:
-        con.print(f"plan:     wall {_duration(cmp.predicted_wall_s)}, {_yen(cmp.predicted_yen)} ({predicted['basis']})"
+        con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
                   f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}")
 
 

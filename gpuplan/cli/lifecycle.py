@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuplan import fmt
 from gpuplan.errors import UsageError
 
 image_app = typer.Typer(help="Build, list and delete captured machine images (setup done once, reused).",
@@ -32,10 +33,6 @@ def _progress(console):
     return lambda message: console.print(f"[dim]…[/dim] {message}")
 
 
-def yen(amount: Decimal | None) -> str:
-    if amount is None:
-        return "?"
-    return f"¥{int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP)):,}"
 
 
 def _open_state():
@@ -58,12 +55,14 @@ def _resolve(target: str, region: str | None, as_of: str | None = None):
 def _resolve_live(target: str, region: str | None):
     """The offer to create for `target`: a retired size maps to its successor, with one line
     on stderr saying so (the confirmation that follows shows its price)."""
-    if target.startswith("baremetal:"):
-        return _resolve(target, region)
+    from datetime import date
+
     from gpuplan import catalog, lifecycle
 
-    cat = catalog.load()
-    offer, mapped = lifecycle.live_offer(cat, cat.resolve(target, region=region), region)
+    offer = _resolve(target, region)
+    if not offer.retired(date.today()):
+        return offer
+    offer, mapped = lifecycle.live_offer(catalog.load(), offer, region)
     if mapped:
         _err_console().print(mapped, markup=False, soft_wrap=True)
     return offer
@@ -98,15 +97,13 @@ def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
 def _create_lines(offer, req, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
     """What a provision (or an image builder) will create, what it costs per hour, the quota it
     was checked against, how long it lives (`lifetime`, else the TTL) and where SSH comes from."""
-    from gpuplan.units import format_duration
-
     n = req.count
     per_hour = offer.price_jpy_per_hour
     total = per_hour * n if per_hour is not None else None
     lines = [
         f"create cluster {req.name}: {n}x {offer.provider}:{offer.name} in {req.region}",
         f"  GPUs {offer.gpu} x{offer.gpu_count} per machine, {offer.vcpus} vCPUs each, {offer.vcpus * n} vCPUs in all",
-        f"  {yen(per_hour)}/h per machine, {yen(total)}/h for the cluster "
+        f"  {fmt.yen(per_hour)}/h per machine, {fmt.yen(total)}/h for the cluster "
         f"(catalog {offer.as_of or '?'}, {offer.source or 'no source'})",
     ]
     if quota is not None:
@@ -116,7 +113,7 @@ def _create_lines(offer, req, quota: tuple | None = None, lifetime: str | None =
     if lifetime:
         lines.append(f"  {lifetime}")
     elif req.ttl_s:
-        lines.append(f"  TTL {format_duration(req.ttl_s)}: the cloud itself stops the machines after that")
+        lines.append(f"  TTL {fmt.duration(req.ttl_s)}: the cloud itself stops the machines after that")
     else:
         lines.append(f"  no TTL: the machines run, and bill, until `gpuplan teardown {req.name}`")
     if req.ssh_cidr:
@@ -256,7 +253,7 @@ def _spot_priced(offer):
         return offer, ("  spot: the catalog has no spot price for this size; shown at the on-demand price, which"
                        " the spot price does not exceed")
     rule = row.notes.removeprefix("spot: ").partition("; ")[0]
-    return row, f"  spot at {yen(row.price_jpy_per_hour)}/h (on demand {yen(offer.price_jpy_per_hour)}/h): {rule}"
+    return row, f"  spot at {fmt.yen(row.price_jpy_per_hour)}/h (on demand {fmt.yen(offer.price_jpy_per_hour)}/h): {rule}"
 
 
 def _bootstrap(state, cluster: str, playbooks: list[str] | None, err) -> None:
@@ -271,18 +268,16 @@ def _bootstrap(state, cluster: str, playbooks: list[str] | None, err) -> None:
 def _print_status(out, statuses) -> None:
     from rich.table import Table
 
-    from gpuplan.units import format_duration
-
     if not statuses:
         out.print("no clusters; `gpuplan provision nc6 x4` creates one")
         return
     for s in statuses:
         c = s.cluster
-        ttl = f", released in {format_duration(max(0, s.ttl_left_s))}" if s.ttl_left_s is not None else ""
+        ttl = f", released in {fmt.duration(max(0, s.ttl_left_s))}" if s.ttl_left_s is not None else ""
         out.print(
             f"[bold]{c.name}[/bold]  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  "
-            f"up {format_duration(s.uptime_s)}  ≈{yen(s.yen_so_far)} so far "
-            f"({yen(c.price_jpy_per_hour)}/h per machine){ttl}"
+            f"up {fmt.duration(s.uptime_s)}  ≈{fmt.yen(s.yen_so_far)} so far "
+            f"({fmt.yen(c.price_jpy_per_hour)}/h per machine){ttl}"
         )
         # Addresses are what a user copies from here: never truncate them (ids are in --format json).
         table = Table(show_edge=False, box=None, padding=(0, 2))
@@ -389,7 +384,7 @@ def _teardown_line(state, row) -> str:
     ids = ", ".join(f"{n.name} {n.provider_id}" for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
     per_hour = row.price_jpy_per_hour * len(nodes) if row.price_jpy_per_hour is not None else None
     return (f"delete cluster {row.name} ({row.status}): {len(nodes)} machine(s) of {row.provider}:{row.size} in "
-            f"{row.region} ({yen(per_hour)}/h){': ' + ids if ids else ''}, and everything else tagged with it")
+            f"{row.region} ({fmt.yen(per_hour)}/h){': ' + ids if ids else ''}, and everything else tagged with it")
 
 
 def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, legacy: bool, yes: bool, out, err) -> None:

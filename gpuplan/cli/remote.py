@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuplan import fmt
 from gpuplan.errors import NotFound, UsageError
 
 
@@ -25,7 +26,7 @@ def _cell(step) -> str:
     style = _STYLE.get(step.status, "")
     text = step.status
     if step.status == "ran":
-        text = f"ran {step.seconds:.1f}s"
+        text = f"ran {fmt.duration(step.seconds)}"
     elif step.status == "failed":
         text = f"FAILED ({step.exit_code})" if step.exit_code is not None else "FAILED"
     return f"[{style}]{text}[/{style}]" if style else text
@@ -47,7 +48,7 @@ def render_report(console, report) -> None:
     cells = {(h.host, s.key): s for h in report.hosts for s in h.steps}
     for key in keys:
         table.add_row(key, *[_cell(cells[(h.host, key)]) if (h.host, key) in cells else "-" for h in report.hosts])
-    table.add_row("[bold]total[/bold]", *[f"[bold]{h.seconds:.1f}s[/bold]" for h in report.hosts])
+    table.add_row("[bold]total[/bold]", *[f"[bold]{fmt.duration(h.seconds)}[/bold]" for h in report.hosts])
     console.print(table)
 
 
