@@ -441,6 +441,7 @@ def image_build(
     region: Annotated[Optional[str], typer.Option(help="Region (default: the catalog row's).")] = None,
     playbook: Annotated[Optional[list[str]], typer.Option(help="Playbooks to bake in (default: the standard GPU stack).")] = None,
     ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the builder machine and its yen per hour; create nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
     """Builder machine -> bootstrap -> capture -> builder deleted; the image is recorded in the
@@ -450,13 +451,19 @@ def image_build(
     offer = _resolve_live(target, region)
     name = lifecycle.check_name(name, "image") if name is not None else images.default_name(offer)
     req = lifecycle.request_from_offer(offer, 1, name=images.builder_name(name), region=region)
+    lifetime = (f"the builder is deleted once image {name} is captured; the image's storage bills until "
+                f"`gpuplan image delete {name}`")
+    if dry_run:
+        lines = _create_lines(offer, req, lifetime=lifetime)
+        lines[0] = f"would build image {name} on a builder: " + lines[0]
+        for line in lines:
+            _out_console().print(line, markup=False, soft_wrap=True)
+        return
     _need_answer(yes, "image build")
     state = _open_state()
     err = _err_console()
     prov = lifecycle.get_provider(offer.provider)
     req, quota = _checked_request(state, prov, req, ssh_from)
-    lifetime = (f"the builder is deleted once image {name} is captured; the image's storage bills until "
-                f"`gpuplan image delete {name}`")
     _confirm(_create_lines(offer, req, quota, lifetime), f"Build image {name}?", yes, default=True)
     row = images.build(state, prov, offer, name, playbooks=playbook, region=region, progress=_progress(err),
                        ssh_cidr=req.ssh_cidr)

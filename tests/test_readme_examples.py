@@ -1,0 +1,87 @@
+"""Every line of the README's Examples block runs as written and does what the README says.
+
+Nothing here reaches a network or creates a billed resource: what would create something is
+written with --dry-run in the README itself; `check aws` and the sweep read moto in server mode;
+`catalog refresh` reads the recorded price pages; the cluster commands (bootstrap, ssh, run,
+teardown) work on `demo`, two loopback sshd hosts in the bare-metal inventory, with the stand-in
+GPU tools (bootstrap with
+`--param root=$GPUPLAN_FAKE_ROOT`, so that its files land in each host's fake root)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from support.aws_moto import moto_aws  # noqa: F401  (fixture)
+from support.price_sources_fake import PriceSources
+from support.sshd import start_hosts, stop_hosts
+from test_baremetal_provider import write_inventory
+
+from gpuplan import catalog_refresh
+
+pytestmark = pytest.mark.sshd
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_examples() -> list[str]:
+    text = README.read_text()
+    block = re.search(r"^## Examples\n.*?```console\n(.*?)```", text, re.S | re.M)
+    assert block, "README.md has no ## Examples section with a console block"
+    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_examples_cover_every_command():
+    used = {shlex.split(line)[1] for line in readme_examples()}
+    table = set(re.findall(r"^\| `gpuplan ([a-z]+)", README.read_text(), re.M))
+    assert table and table <= used, f"commands in the table without an example: {sorted(table - used)}"
+
+
+@pytest.fixture
+def world(moto_aws, gpuplan_home, tmp_path, monkeypatch):  # noqa: F811
+    """A fresh home with AWS credentials for moto, today's price pages recorded, an inventory
+    of two owned T4 hosts (loopback sshd), and a videos.txt in the working folder."""
+    (gpuplan_home / "config").mkdir(parents=True)
+    # moto's Service Quotas does not know EC2: the limit comes from config, as a user could set it
+    (gpuplan_home / "config" / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": {"quota_vcpus": "64"}}}))
+    fake = PriceSources()
+    monkeypatch.setattr(catalog_refresh, "new_session", fake.session)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "videos.txt").write_text("clip-a.mp4\nclip-b.mp4\nclip-c.mp4\n")
+    hosts = start_hosts(2, tmp_path / "hosts")
+    write_inventory(gpuplan_home / "config" / "inventory.yaml", hosts)
+    yield tmp_path
+    stop_hosts(hosts)
+
+
+def test_every_readme_example_runs(world, cli, capfd):
+    ran = {}
+    for line in readme_examples():
+        args = shlex.split(line)
+        assert args[0] == "gpuplan", line
+        if args[1] == "bootstrap":
+            # The loopback hosts are this machine: the playbooks' files go under each host's fake
+            # root (the `root` parameter every playbook honours), never into this machine's /etc.
+            args += ["--param", "root=$GPUPLAN_FAKE_ROOT"]
+        capfd.readouterr()
+        r = cli(*args[1:])
+        assert r.code == 0, f"{line}\n{r.err}{r.out}"
+        child = capfd.readouterr()  # what a child process (ssh) wrote to the terminal itself
+        ran[line] = r.out + r.err + child.out + child.err
+    # What each one is there to show, in a word.
+    assert "4x Standard_NC6" in ran["gpuplan estimate --videos 4 --as-of 2017-08 --save plan.json"]
+    assert (world / "plan.json").exists() and (world / "tradeoff.svg").read_text().startswith("<?xml")
+    assert "using its successor azure:Standard_NC4as_T4_v3" in ran["gpuplan provision nc6 x4 --dry-run"]
+    assert "would create cluster" in ran["gpuplan provision --plan plan.json --dry-run"]
+    spot = ran["gpuplan provision aws:g4dn.xlarge x4 --region ap-northeast-1 --spot --ttl 4h --dry-run"]
+    assert "spot at ¥" in spot and "TTL 4:00 h" in spot
+    assert "would build image" in ran["gpuplan image build nc6 --dry-run"]
+    assert "H100" in ran["gpuplan catalog --gpu h100"]
+    assert "aws" in ran["gpuplan check aws --region ap-northeast-1"] and "ready: aws" in \
+        ran["gpuplan check aws --region ap-northeast-1"]
+    assert "demo  2x baremetal:" in ran["gpuplan status"]
+    assert "NVIDIA-SMI" in ran["gpuplan ssh demo -- nvidia-smi"] and "Tesla T4" in ran["gpuplan ssh demo -- nvidia-smi"]
+    assert "3 job" in " ".join(ran["gpuplan run demo --items videos.txt -- echo {item}"].split())
+    assert "nothing of it is left" in ran["gpuplan teardown demo --yes"]
