@@ -537,6 +537,10 @@ class State:
         with self._tx() as db:
             db.execute("DELETE FROM host_keys WHERE cluster=?", (cluster,))
 
+    def pinned_host_keys(self) -> dict[str, str]:
+        """Every pinned key by "host:port": what a provider that reaches machines itself checks against."""
+        return {f"{r['host']}:{r['port']}": r["key"] for r in self._query("SELECT host, port, key FROM host_keys")}
+
     def known_hosts_lines(self) -> list[str]:
         """OpenSSH known_hosts lines for every pinned key ("[host]:port" when port != 22)."""
         lines = []

@@ -256,7 +256,7 @@ def test_quota_exceeded_names_the_quota_and_how_to_raise_it_and_creates_nothing(
     with pytest.raises(QuotaExceeded) as err:
         prov.create(spec(), NAMES)
     text = str(err.value)
-    assert "L-DB2E81BA" in text and "16 vCPUs" in text and "12 free" in text
+    assert "L-DB2E81BA" in text and "16 vCPUs" in text and "only 12 are free" in text
     assert ("aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-DB2E81BA "
             "--desired-value 16 --region us-east-1") in text
     assert moto_aws.held() == {}
@@ -334,18 +334,20 @@ def test_credentials_from_a_profile_file(moto_aws, monkeypatch, tmp_path):
 
 def test_unknown_size_is_a_usage_error_and_creates_nothing(moto_aws):
     prov = moto_aws.provider()
-    with pytest.raises(UsageError, match="'p9.bogus' is unknown"):
-        prov.vcpus(REGION, "p9.bogus")
-    with pytest.raises(UsageError, match="p9.bogus"):
+    assert prov.vcpus(REGION, "p9.bogus") is None
+    with pytest.raises(UsageError, match="'p9.bogus' is unknown in us-east-1"):
         prov.create(spec(size="p9.bogus"), NAMES)
     assert moto_aws.held() == {}
 
 
-def test_vcpus_from_ec2_and_from_the_catalog_where_moto_lacks_the_type(moto_aws):
+def test_vcpus_from_ec2_and_from_the_request_where_moto_lacks_the_type(moto_aws):
     prov = moto_aws.provider()
     assert prov.vcpus(REGION, "g4dn.xlarge") == 4
     assert prov.vcpus(REGION, "g5.12xlarge") == 48
-    assert prov.vcpus(REGION, "p3.2xlarge") == 8  # not in moto's describe_instance_types: catalog row
+    assert prov.vcpus(REGION, "p3.2xlarge") is None  # not in moto's describe_instance_types
+    need, [tier] = prov.check_quota(REGION, "p3.2xlarge", 2, vcpus=8)  # the catalog row's 8, as NodeSpec.vcpus
+    assert (need, tier.name) == (16, "L-417A185B")
+    assert prov.check_quota(REGION, "g4dn.xlarge", 2, vcpus=99)[0] == 8  # EC2's own figure wins
 
 
 def test_refused_credentials_while_sizing_are_not_mistaken_for_an_unknown_size(moto_aws):
