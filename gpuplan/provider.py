@@ -205,9 +205,11 @@ class Provider(ABC):
         self.check_features(spot=spec.spot, ttl_s=spec.ttl_s)
         have = {n: i for n, i in self.machines(spec.region, spec.cluster).items() if n in names}
         missing = [n for n in names if n not in have]
-        if missing:
+        if missing:  # what exists already counts in the quota's `used`
             self.check_quota(spec.region, spec.size, len(missing), spot=spec.spot, vcpus=spec.vcpus)
-            have.update((i.name, i) for i in self.launch(spec, missing))
+        todo = [n for n in names if n not in have or self.unfinished(have[n])]
+        if todo:
+            have.update((i.name, i) for i in self.launch(spec, todo))
         return [have[n] for n in names if n in have]
 
     def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
@@ -257,14 +259,18 @@ class Provider(ABC):
 
     @abstractmethod
     def machines(self, region: str, cluster: str) -> dict[str, Instance]:
-        """The cluster's machines found by its tag that count as made (not terminated, not
-        half-made), keyed by node name."""
+        """The cluster's machines found by its tag (not terminated), keyed by node name."""
 
     @abstractmethod
     def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
-        """Make one machine per name (none exists yet) and the cluster's shared resources,
-        concurrently, everything tagged from birth. On failures the first error is raised
-        after the others finish; what was made stays tagged."""
+        """Make one machine per name and the cluster's shared resources, concurrently,
+        everything tagged from birth; a name whose machine exists but is `unfinished` is
+        finished instead. On failures the first error is raised after the others finish; what
+        was made stays tagged."""
+
+    def unfinished(self, inst: Instance) -> bool:
+        """Whether a machine found by tag was left half-made by an earlier run (launch finishes it)."""
+        return False
 
     @abstractmethod
     def describe(self, region: str, ids: Sequence[str]) -> list[Instance]:

@@ -357,12 +357,12 @@ class SakuraProvider(Provider):
         return [s for s in found if tags.items() <= tag_dict(s.get("Tags")).items()]
 
     def machines(self, region: str, cluster: str) -> dict[str, Instance]:
-        """Servers of the cluster that have their disk and were booted; a half-made one (no
-        disk yet, or never powered on) is left to launch() to finish."""
         zone = self._zone(region)
-        made = [s for s in self._servers(zone, {TAG_CLUSTER: cluster})
-                if s.get("Disks") and (s.get("Instance") or {}).get("Status", "down") != "down"]
-        return {i.name: i for i in (_instance(s, zone) for s in made)}
+        return {i.name: i for i in (_instance(s, zone) for s in self._servers(zone, {TAG_CLUSTER: cluster}))}
+
+    def unfinished(self, inst: Instance) -> bool:
+        """No disk yet, or powered down (never booted, or stopped): launch() completes and boots it."""
+        return inst.extra.get("disks") == "0" or inst.status == "stopped"
 
     def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
         """Create the servers concurrently (server, disk from the archive, boot with cloud-init).
@@ -541,4 +541,5 @@ def _address(server: dict) -> str | None:
 def _instance(server: dict, zone: str) -> Instance:
     status = {"up": "running", "down": "stopped"}.get((server.get("Instance") or {}).get("Status", ""), "pending")
     name = tag_dict(server.get("Tags")).get(TAG_NODE, server.get("Name", ""))
-    return Instance(str(server["ID"]), name, status, public_ip=_address(server), extra={"zone": zone})
+    return Instance(str(server["ID"]), name, status, public_ip=_address(server),
+                    extra={"zone": zone, "disks": str(len(server.get("Disks") or []))})
