@@ -97,19 +97,6 @@ def test_resumed_create_adds_the_ingress_rule_a_killed_run_never_authorized(moto
     assert again["IpPermissions"] == group["IpPermissions"]
 
 
-def test_create_again_returns_the_same_instances_and_makes_nothing_new(moto_aws):
-    prov = moto_aws.provider()
-    first = prov.create(spec(), NAMES)
-    held = moto_aws.held()
-    calls = fail_nth_call(prov, "RunInstances", n=10**6)  # only counts
-    again = prov.create(spec(), NAMES)
-    assert [(i.id, i.name) for i in again] == [(i.id, i.name) for i in first]
-    assert calls == [] and moto_aws.held() == held
-    # one more name: only that one is launched
-    more = prov.create(spec(NAMES + ["demo-4"]), NAMES + ["demo-4"])
-    assert len(calls) == 1 and [i.id for i in more[:4]] == [i.id for i in first]
-
-
 def test_wait_ready_reports_addresses(moto_aws):
     prov = moto_aws.provider()
     made = prov.create(spec(), NAMES)

@@ -102,17 +102,6 @@ def test_ssh_source_from_config_narrows_the_nsg(fake):
     assert "note" not in made[0].extra
 
 
-def test_create_again_returns_the_same_ids_and_makes_nothing_new(fake, prov):
-    first = prov.create(spec(), names())
-    held = fake.held()
-
-    again = prov.create(spec(), names())
-
-    assert [i.id for i in again] == [i.id for i in first]
-    assert fake.held() == held
-    assert fake.vm_puts == 4
-
-
 def test_delete_twice_leaves_nothing_in_the_fake(fake, prov):
     prov.create(spec(ttl_s=3600), names())
     found = prov.list(REGION, {"gpuplan-cluster": "demo"})

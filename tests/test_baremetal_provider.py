@@ -96,20 +96,6 @@ def test_provision_list_bootstrap_and_teardown_through_the_lifecycle(gpuplan_hom
     state.close()
 
 
-def test_create_is_idempotent_and_delete_twice_is_fine(hosts, provider):
-    names = ["c-0", "c-1"]
-    first = provider.create(spec("c"), names)
-    again = provider.create(spec("c"), names)
-    assert [i.id for i in first] == [i.id for i in again]
-    assert [i.name for i in again] == names
-    assert sum(1 for h in hosts if claim_of(h)) == 2
-    assert first[0].extra["host_key"] == next(h for h in hosts if h.name == first[0].id).host_public_key
-    res = provider.list("local", {TAG_CLUSTER: "c"})
-    provider.delete("local", res)
-    provider.delete("local", res)
-    assert all(claim_of(h) is None for h in hosts)
-
-
 def test_quota_exceeded_names_the_quota_and_claims_nothing(gpuplan_home, hosts, provider, tmp_path):
     state = State(tmp_path / "state.db")
     req = lifecycle.ProvisionRequest("baremetal", "t4", "local", 6, "big", 1, Decimal(0))
