@@ -318,17 +318,11 @@ class AwsProvider(Provider):
     def vcpus(self, region: str, size: str) -> int | None:
         """From describe_instance_types; None where EC2 does not describe the type (moto lacks
         p3.2xlarge): then the request's own figure counts."""
-        from botocore.exceptions import ClientError
-
         key = (region, size)
         if key not in self._vcpus:
             with self._aws(f"describe instance type {size}", size, region):
-                try:
-                    types = self._ec2(region).describe_instance_types(InstanceTypes=[size])["InstanceTypes"]
-                except ClientError as exc:
-                    if not _code(exc).startswith("InvalidInstanceType"):
-                        raise
-                    types = []
+                types = _unless_unknown("InvalidInstanceType", self._ec2(region).describe_instance_types,
+                                        "InstanceTypes", InstanceTypes=[size])
             self._vcpus[key] = int(types[0]["VCpuInfo"]["DefaultVCpus"]) if types else None
         return self._vcpus[key]
 
@@ -458,8 +452,6 @@ class AwsProvider(Provider):
     def _image(self, region: str, image: str | None) -> tuple[str, str, int]:
         """(AMI id, root device name, root volume GiB) of the spec's image, else config `ami`,
         else Canonical's Ubuntu 24.04 from its public SSM parameter."""
-        from botocore.exceptions import ClientError
-
         ami = image or self.config.get("ami", "").strip()
         if not ami:
             try:
@@ -471,12 +463,7 @@ class AwsProvider(Provider):
                     "set providers.aws.ami in config.yaml to an AMI id of that region"
                 ) from exc
         with self._aws(f"describe AMI {ami}", region=region):
-            try:
-                found = self._ec2(region).describe_images(ImageIds=[ami])["Images"]
-            except ClientError as exc:
-                if not _code(exc).startswith("InvalidAMIID"):
-                    raise
-                found = []
+            found = _unless_unknown("InvalidAMIID", self._ec2(region).describe_images, "Images", ImageIds=[ami])
         if not found:
             raise UsageError(
                 f"AMI {ami!r} does not exist in {region}; set providers.aws.ami in config.yaml to an AMI id of "
@@ -671,14 +658,7 @@ class AwsProvider(Provider):
         return Image(image_id, image_name, region)
 
     def _image_snapshots(self, region: str, image_id: str) -> list[str]:
-        from botocore.exceptions import ClientError
-
-        try:
-            images = self._ec2(region).describe_images(ImageIds=[image_id])["Images"]
-        except ClientError as exc:
-            if _code(exc).startswith("InvalidAMIID"):
-                return []
-            raise
+        images = _unless_unknown("InvalidAMIID", self._ec2(region).describe_images, "Images", ImageIds=[image_id])
         return [m["Ebs"]["SnapshotId"] for img in images for m in img.get("BlockDeviceMappings") or []
                 if (m.get("Ebs") or {}).get("SnapshotId")]
 
@@ -794,6 +774,18 @@ class AwsProvider(Provider):
                     if not busy or time.monotonic() >= deadline:
                         raise
             self.sleep(max(self.poll_s, 0.01))
+
+
+def _unless_unknown(code_prefix: str, describe, key: str, **kwargs) -> list:
+    """describe(**kwargs)[key], or [] when EC2 answers that the thing asked about does not exist."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return describe(**kwargs)[key]
+    except ClientError as exc:
+        if not _code(exc).startswith(code_prefix):
+            raise
+        return []
 
 
 def _one_line(exc) -> str:
