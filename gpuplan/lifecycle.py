@@ -25,10 +25,10 @@ from decimal import Decimal
 
 from gpuplan import config, keys, locks
 from gpuplan import provider as providers
-from gpuplan.errors import Busy, GpuplanError, NotFound, QuotaExceeded, RetiredType, UsageError
+from gpuplan.errors import Busy, GpuplanError, NotFound, RetiredType, UsageError
 from gpuplan.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
 from gpuplan.state import ClusterRow, NodeRow, State, now
+from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
 from gpuplan.types import Offer
 
 Progress = Callable[[str], None]
@@ -409,7 +409,8 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
         left = [r for r in prov.list(row.region, cluster_tags(row)) if r.kind != "image" or include_images]
         if left:
             raise GpuplanError(
-                f"{len(left)} resource(s) of {cluster} still exist after delete ({', '.join(r.kind + ' ' + r.id for r in left[:3])}); "
+                f"{len(left)} resource(s) of {cluster} still exist after delete "
+                f"({', '.join(r.kind + ' ' + r.id for r in left[:3])}); "
                 f"run `gpuplan teardown {cluster}` again"
             )
     for node in state.nodes(cluster):

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuplan import locks, paths, remote
-from gpuplan.keys import ed25519_pair
 from gpuplan.errors import NotFound, RemoteError, UsageError
+from gpuplan.keys import ed25519_pair
 
 DEFAULT_PLAYBOOKS = ("gpu-driver", "cuda", "cudnn", "nccl")
 STEP_KEYS = {"name", "check", "action", "script", "reboot", "timeout_s", "sudo", "always", "only_if"}

@@ -34,7 +34,8 @@ from gpuplan.errors import ProviderError, QuotaExceeded, UsageError
 from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 __all__ = ["TAG_CLUSTER", "TAG_CREATED", "TAG_IMAGE", "TAG_NODE", "TAG_OWNER", "Feature", "HostKey", "Image",
-           "Instance", "NEW_LIMIT", "NodeSpec", "Provider", "QuotaUsage", "Resource", "available", "get", "missing_extra", "override"]
+           "Instance", "NEW_LIMIT", "NodeSpec", "Provider", "QuotaUsage", "Resource", "available", "get",
+           "missing_extra", "override"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ class Instance:
 class Resource:
     """Anything a provider created that may cost money or block a teardown."""
 
-    kind: str  # "instance", "disk", "public-ip", "nic", "security-group", "key-pair", "image", "snapshot", "resource-group", "archive", ...
+    # "instance", "disk", "public-ip", "nic", "security-group", "key-pair", "image", "snapshot", "resource-group", ...
+    kind: str
     id: str
     region: str
     tags: Mapping[str, str] = field(default_factory=dict)

@@ -132,7 +132,7 @@ class Connection:
         self.host = host
         self._client = client
 
-    def __enter__(self) -> "Connection":
+    def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -232,7 +232,8 @@ def connect(host: Host, timeout: float = 15, attempts: int = 4, backoff: float =
             offered = fingerprint(_line(exc.key))
             raise HostKeyChanged(
                 f"host key for {host.where} changed (pinned {fingerprint(host.host_key)}, offered {offered}): "
-                f"if the machine was rebuilt, run `gpuplan bootstrap {host.cluster or 'CLUSTER'} --accept-host-key {offered}` to re-pin"
+                f"if the machine was rebuilt, run `gpuplan bootstrap {host.cluster or 'CLUSTER'} "
+                f"--accept-host-key {offered}` to re-pin"
             ) from None
         except paramiko.AuthenticationException as exc:
             client.close()

@@ -142,7 +142,8 @@ def read_plan(path: Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
+        raise UsageError(
+            f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
     plan = data.get("recommended", data) if isinstance(data, dict) else None
     if not isinstance(plan, dict):
         raise UsageError(f"plan file {path}: expected a JSON object; write it with `gpuplan estimate --save`")

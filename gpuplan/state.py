@@ -276,7 +276,7 @@ class State:
                 os.chmod(side, 0o600)
 
     @classmethod
-    def open_default(cls) -> "State":
+    def open_default(cls) -> State:
         from gpuplan import paths
 
         return cls(paths.state_db())

@@ -262,8 +262,7 @@ class AwsProvider(Provider):
     @contextmanager
     def _aws(self, what: str, size: str = "", region: str = ""):
         """Turn a botocore exception into gpuplan's one-line error."""
-        from botocore.exceptions import (BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError,
-                                         WaiterError)
+        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError, WaiterError
 
         try:
             yield

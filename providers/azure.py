@@ -361,7 +361,8 @@ class AzureProvider(Provider):
                 nsg = net.network_security_groups.get(group, NSG)
             except ResourceNotFoundError:
                 rule = nm.SecurityRule(
-                    name="ssh", description="SSH from gpuplan's caller", priority=1000, direction="Inbound", access="Allow", protocol="Tcp",
+                    name="ssh", description="SSH from gpuplan's caller", priority=1000, direction="Inbound",
+                    access="Allow", protocol="Tcp",
                     source_address_prefix=prefix, source_port_range="*", destination_address_prefix="*",
                     destination_port_range="22")
                 nsg = net.network_security_groups.begin_create_or_update(
@@ -501,7 +502,8 @@ class AzureProvider(Provider):
     def _power(self, group: str, name: str) -> tuple[str, str]:
         _, _, cmp = self._sdk()
         view = cmp.virtual_machines.instance_view(group, name)
-        codes = {s.code.split("/", 1)[0]: s.code.split("/", 1)[1].lower() for s in view.statuses or [] if s.code and "/" in s.code}
+        codes = {s.code.split("/", 1)[0]: s.code.split("/", 1)[1].lower()
+                 for s in view.statuses or [] if s.code and "/" in s.code}
         return codes.get("ProvisioningState", ""), codes.get("PowerState", "")
 
     def describe(self, region: str, ids: Sequence[str]) -> list[Instance]:
@@ -599,7 +601,8 @@ class AzureProvider(Provider):
         singles = [r for r in resources if r.kind != "resource-group" and not inside(r)]
         unknown = sorted({r.kind for r in singles if r.kind not in DELETE_ORDER})
         if unknown:
-            raise ProviderError(f"the Azure provider cannot delete resources of kind {', '.join(unknown)}; delete them in the portal")
+            raise ProviderError(
+                f"the Azure provider cannot delete resources of kind {', '.join(unknown)}; delete them in the portal")
         for kind in DELETE_ORDER:
             batch = [r for r in singles if r.kind == kind]
             with self._arm(f"delete {len(batch)} {kind}(s)", region=region):

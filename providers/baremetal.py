@@ -35,8 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gpuplan import remote
-from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError
 from gpuplan import tags as tagging
+from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError
 from gpuplan.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
 from gpuplan.tags import TAG_CLUSTER, TAG_NODE
 
@@ -227,7 +227,8 @@ class BaremetalProvider(Provider):
     def check_credentials(self) -> None:
         for h in self.inventory():
             if h.key_path and not Path(h.key_path).is_file():
-                raise UsageError(f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in {self.inventory_path()}")
+                raise UsageError(
+                    f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in {self.inventory_path()}")
 
     def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
         hosts = self.matching(size)
@@ -321,7 +322,8 @@ class BaremetalProvider(Provider):
         with remote.connect(rh) as conn:
             r = conn.run("cd && bash -s", stdin=script, timeout=60)
             if r.exit_code == 17:
-                raise CapacityUnavailable(f"bare-metal host {h.name} was claimed by someone else meanwhile: {r.stderr.strip()[-200:]}")
+                raise CapacityUnavailable(
+                    f"bare-metal host {h.name} was claimed by someone else meanwhile: {r.stderr.strip()[-200:]}")
             if not r.ok:
                 raise ProviderError(f"could not write the claim on {h.name} (exit {r.exit_code}): {r.tail(3)}")
             return self._gpus(rh, h, conn)
@@ -374,8 +376,9 @@ class BaremetalProvider(Provider):
             batch = [(r, h) for r, h in work if r.kind == kind]
             if not batch:
                 continue
+            by_host = {h.name: r for r, h in batch}
             outcomes = remote.run_many([self._host(h) for _, h in batch],
-                                       lambda rh: self._release(rh, next(r for r, h in batch if h.name == rh.name), kind),
+                                       lambda rh, by_host=by_host, kind=kind: self._release(rh, by_host[rh.name], kind),
                                        self._workers)
             for o in outcomes:
                 if isinstance(o, BaseException):

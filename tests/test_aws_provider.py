@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 
 import pytest
 import yaml
-from support.aws_moto import CONSOLE_HOST_KEYS, REGION, fail_nth_call, moto_aws  # noqa: F401  (moto_aws is a fixture)
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import HostKey, NodeSpec, Resource
+from support.aws_moto import CONSOLE_HOST_KEYS, REGION, fail_nth_call
 
 TAGS = {"gpuplan-cluster": "demo", "gpuplan-owner": "tester"}
 NAMES = ["demo-0", "demo-1", "demo-2", "demo-3"]

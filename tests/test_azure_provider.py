@@ -10,10 +10,10 @@ from datetime import datetime, timezone
 
 import pytest
 import requests
-from support.azure_fake import SUBSCRIPTION, FakeARM, make_provider
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import HostKey, NodeSpec
+from support.azure_fake import SUBSCRIPTION, FakeARM, make_provider
 
 T4 = "Standard_NC4as_T4_v3"
 REGION = "westus2"

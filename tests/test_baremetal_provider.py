@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpuplan import lifecycle, playbook, remote
-from gpuplan.errors import CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, NodeSpec
 from gpuplan.providers.baremetal import BaremetalProvider
 from gpuplan.state import State

@@ -9,16 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from support.aws_moto import REGION as AWS_REGION
-from support.aws_moto import moto_aws  # noqa: F401  (a fixture)
-from support.azure_fake import FakeARM, make_provider
-from support.sakura_fake import SakuraFake, provider_for
 
 from gpuplan import lifecycle
 from gpuplan.errors import QuotaExceeded, UsageError
 from gpuplan.provider import Feature, NodeSpec, Provider
 from gpuplan.state import State
 from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_NODE, TAG_OWNER
+from support.aws_moto import REGION as AWS_REGION
+from support.azure_fake import FakeARM, make_provider
+from support.sakura_fake import SakuraFake, provider_for
 
 OWNER = "contract-tester"
 LOGIN = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDx0fXeaGZ1m6Pi1B6MvVlFrO6k4Ch4qsrmMuTzpPZNT gpuplan-contract"
@@ -85,9 +84,9 @@ def _sakura(request) -> Stand:
 
 def _baremetal(request) -> Stand:
     import yaml
-    from support.sshd import start_hosts, stop_hosts
 
     from gpuplan.providers.baremetal import BaremetalProvider
+    from support.sshd import start_hosts, stop_hosts
 
     tmp = request.getfixturevalue("tmp_path")
     hosts = start_hosts(3, tmp)

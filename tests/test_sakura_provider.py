@@ -4,12 +4,12 @@ import json
 
 import pytest
 import yaml
-from support.sakura_fake import SakuraFake, provider_for
 
 from gpuplan import lifecycle
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import HostKey, NodeSpec, Resource
 from gpuplan.providers.sakura import SakuraProvider
+from support.sakura_fake import SakuraFake, provider_for
 
 TAGS = {"gpuplan-cluster": "demo", "gpuplan-owner": "tester"}
 NAMES = ["demo-0", "demo-1", "demo-2", "demo-3"]

@@ -377,7 +377,7 @@ class FakeARM(BaseAdapter):
             configs = props.get("ipConfigurations") or []
             if not configs:
                 raise ArmError(400, "InvalidRequestFormat", "a NIC needs an ipConfiguration")
-            for n, cfg in enumerate(configs):
+            for cfg in configs:
                 cp = cfg.setdefault("properties", {})
                 self._ref((cp.get("subnet") or {}).get("id"), "Microsoft.Network/virtualNetworks/subnets", name)
                 cfg["id"] = f"{rid}/ipConfigurations/{cfg.get('name')}"
