@@ -405,10 +405,6 @@ class State:
         with self._tx() as db:
             db.execute("UPDATE clusters SET status=?, updated_at=? WHERE name=?", (status, _iso(), name))
 
-    def set_cluster_count(self, name: str, count: int) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE clusters SET count=?, updated_at=? WHERE name=?", (count, _iso(), name))
-
     def cluster(self, name: str) -> ClusterRow | None:
         rows = self._query("SELECT * FROM clusters WHERE name=?", (name,))
         return _cluster(rows[0]) if rows else None

@@ -70,13 +70,6 @@ def test_profile_errors_name_the_field(tmp_path):
         profiles.load_profile(tmp_path / "broken.json")
 
 
-def test_find_profile_prefers_the_users_measurement_over_the_catalog(gpuplan_home):
-    assert profiles.find_profile("colorize", "K80").provenance.source.startswith("field report A")
-    mine = profiles.Profile("colorize", "epoch", "K80", Decimal("6.5"),
-                            profiles.Provenance(source="gpuplan bench", date="2026-11-22"))
-    profiles.save_profile(mine, profiles.profiles_dir() / "colorize-k80.yaml")
-    assert profiles.find_profile("colorize", "K80").seconds_per_unit == Decimal("6.5")
-
 
 def test_nvidia_smi_names_map_to_catalog_keys():
     rows = bench.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559, 580.65.06\nNVIDIA H100 80GB HBM3, 81559, 580.65.06\n")
