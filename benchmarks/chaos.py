@@ -352,7 +352,6 @@ def child(argv: list[str]) -> None:
         operation, nth, code = spec.split(":")
         from gpuplan import provider as registry
         from gpuplan.providers.aws import AwsProvider
-
         from support.aws_moto import fail_nth_call
 
         def factory(conf):

@@ -65,7 +65,7 @@ def start_moto() -> tuple[subprocess.Popen, str, str]:
         except requests.ConnectionError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
-                raise SystemExit("moto_server did not start")
+                raise SystemExit("moto_server did not start") from None
             time.sleep(0.1)
 
 

@@ -35,9 +35,13 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuplan.errors import RemoteError, UsageError
 from gpuplan.profiles import Profile, Provenance, ScalingPoint, profiles_dir, save_profile
+
+if TYPE_CHECKING:
+    from gpuplan.state import State
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ class LocalExecutor(Executor):
 class ClusterExecutor(Executor):
     """The nodes of a cluster in the state store, reached over SSH with pinned host keys."""
 
-    def __init__(self, state, cluster: str, python: str = "python3", workdir: str | None = None) -> None:
+    def __init__(self, state: State, cluster: str, python: str = "python3", workdir: str | None = None) -> None:
         from gpuplan import runner
 
         self.state = state

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -550,7 +550,7 @@ def _fx_for(on: date, rows: list[tuple[str, dict[str, str]]]) -> dict[str, FxRat
     return best
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gpus() -> Mapping[str, GpuInfo]:
     out = {}
     for line, row in _rows("gpus.csv"):
@@ -655,7 +655,7 @@ def _load_base(name: str) -> Catalog:
     return _load_user(name, str(folder), stamp)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_shipped(name: str) -> Catalog:
     return _load_folder(name, dict(_shipped_snapshots())[name], f"catalog/snapshots/{name}")
 
@@ -697,7 +697,8 @@ def _spot_offers(folder, label: str, offers: list[Offer]) -> list[Offer]:
         where = _Where(f"{label}/spot.csv line {line}")
         base = by_key.get(f"{row['provider']}:{row['name']}@{row['region']}")
         if base is None:
-            raise UsageError(f"{where.label}: no on-demand offer {row['provider']}:{row['name']} in {row['region']} to price as spot")
+            raise UsageError(f"{where.label}: no on-demand offer {row['provider']}:{row['name']} in {row['region']} "
+                             "to price as spot")
         out.append(dataclasses.replace(
             base, market="spot", price=_dec(where, "spot_price", row["spot_price"], required=True),
             currency=row["currency"].upper(), source=row["source"], as_of=row["as_of"],

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuplan.errors import GpuplanError, UsageError
+
+if TYPE_CHECKING:
+    from gpuplan.catalog import Catalog
+    from gpuplan.provider import Provider
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class ProviderCheck:
         return self.credentials == "found" and not any(q.error for q in self.quotas)
 
 
-def _sizes(provider: str, region: str, catalog) -> list[str]:
+def _sizes(provider: str, region: str, catalog: Catalog) -> list[str]:
     """One active catalog size per quota family in the region (every size where there are no
     families); owned hosts are selected by "any" (every host of the inventory)."""
     if provider == "baremetal":
@@ -58,7 +63,7 @@ def _sizes(provider: str, region: str, catalog) -> list[str]:
     return list(seen.values())
 
 
-def _region(provider: str, prov, region: str | None, catalog) -> str:
+def _region(provider: str, prov: Provider, region: str | None, catalog: Catalog) -> str:
     """The region named, else the catalog's default region where it has cloud offers, else the
     provider's own first default (owned hosts live in the provider's one pseudo-region)."""
     if region:
@@ -70,7 +75,7 @@ def _region(provider: str, prov, region: str | None, catalog) -> str:
     return defaults[0] if defaults else ""
 
 
-def check_provider(name: str, region: str | None, catalog) -> ProviderCheck:
+def check_provider(name: str, region: str | None, catalog: Catalog) -> ProviderCheck:
     """What `gpuplan check NAME` shows for one provider."""
     from gpuplan import lifecycle
 
@@ -101,7 +106,7 @@ def check_provider(name: str, region: str | None, catalog) -> ProviderCheck:
     return ProviderCheck(name, where, "found", tuple(lines))
 
 
-def check(names: Sequence[str], region: str | None, catalog) -> list[ProviderCheck]:
+def check(names: Sequence[str], region: str | None, catalog: Catalog) -> list[ProviderCheck]:
     """Every named provider (all installed ones when none is named), in the order given."""
     from gpuplan import provider as registry
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuplan import paths
 from gpuplan.provider import HostKey
+
+if TYPE_CHECKING:
+    from gpuplan.state import State
 
 
 def ed25519_pair() -> tuple[str, str]:
@@ -34,7 +38,7 @@ def key_dir() -> Path:
     return folder
 
 
-def cluster_login_key(state, cluster: str) -> tuple[Path, str]:
+def cluster_login_key(state: State, cluster: str) -> tuple[Path, str]:
     """The cluster's login key (made once; its path and public line are kept in the state)."""
     existing = state.ssh_key(cluster)
     if existing and existing[0].exists():
@@ -64,7 +68,7 @@ def node_host_key(cluster: str, node: str) -> HostKey:
     return HostKey(private, public)
 
 
-def remove_cluster_keys(state, cluster: str) -> None:
+def remove_cluster_keys(state: State, cluster: str) -> None:
     """Delete the cluster's key files and forget its login key. Only files gpuplan made in its
     own key folder are touched (a bare-metal cluster may log in with a key of the user's)."""
     folder = key_dir()

@@ -26,10 +26,10 @@ from decimal import Decimal
 
 from gpuplan import config, keys, locks
 from gpuplan import provider as providers
-from gpuplan.errors import Busy, GpuplanError, NotFound, QuotaExceeded, RetiredType, UsageError
-from gpuplan.provider import (TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER, Instance, NodeSpec,
-                              Provider, QuotaUsage, Resource)
+from gpuplan.errors import Busy, GpuplanError, NotFound, RetiredType, UsageError
+from gpuplan.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
 from gpuplan.state import ClusterRow, NodeRow, State, now
+from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
 from gpuplan.types import Offer
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class ProvisionRequest:
     ttl_s: int | None = None
     spot: bool = False
     ssh_cidr: str | None = None  # None: from config, else detected (see ssh_source)
+    vcpus: int | None = None  # per machine, from the catalog row (None: the provider's own figure)
 
 
 def new_cluster_name() -> str:
@@ -125,11 +126,17 @@ def request_from_offer(
         ttl_s=ttl_s,
         spot=spot,
         ssh_cidr=ssh_cidr,
+        vcpus=offer.vcpus or None,
     )
 
 
 def get_provider(name: str) -> Provider:
     return providers.get(name, config.provider_config(name))
+
+
+def _trust_pins(state: State, prov: Provider) -> None:
+    """Hand the provider the host keys the state has pinned (it never reads the state itself)."""
+    prov.use_known_hosts(state.pinned_host_keys())
 
 
 # --- who we are, and where SSH may come from --------------------------------------------
@@ -185,19 +192,14 @@ def _cidr(raw: str, where: str) -> str:
 
 
 def preflight(prov: Provider, req: ProvisionRequest) -> tuple[int, list[QuotaUsage]]:
-    """Credentials, then quota: raise before anything is created. Returns the vCPUs needed
-    and the quota tiers checked (for the confirmation)."""
+    """Credentials, features, then quota for the machines still to be made: raise before
+    anything is created. Returns what they need and the quota tiers checked (for the
+    confirmation). The provider's create checks the same rule again on what it finds by tag."""
     prov.check_credentials()
-    need = prov.vcpus(req.region, req.size) * req.count
-    tiers = prov.quota(req.region, req.size)
-    for tier in tiers:
-        if tier.free < need:
-            how = f"; {tier.how_to_raise}" if tier.how_to_raise else ""
-            raise QuotaExceeded(
-                f"{req.count}x {req.size} needs {need} {tier.unit} of quota {tier.name!r} ({tier.description}) "
-                f"in {req.region}, but only {tier.free} are free (limit {tier.limit}, used {tier.used}){how}"
-            )
-    return need, tiers
+    prov.check_features(spot=req.spot, ttl_s=req.ttl_s)
+    have = prov.machines(req.region, req.name)
+    shortfall = [n for n in node_names(req.name, req.count) if n not in have]
+    return prov.check_quota(req.region, req.size, len(shortfall), spot=req.spot, vcpus=req.vcpus)
 
 
 def node_names(cluster: str, count: int) -> list[str]:
@@ -215,6 +217,7 @@ def provision(
     Resumes an unfinished cluster of the same shape (create is idempotent by tag). On a failed
     create, what was made is removed again unless `keep_on_failure`; either way the journal
     tells what happened and the error says how to finish."""
+    _trust_pins(state, prov)
     with locks.cluster(req.name):
         return _provision(state, prov, req, progress, keep_on_failure)
 
@@ -263,7 +266,7 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
             cluster=req.name, size=req.size, region=req.region, ssh_user=prov.default_ssh_user,
             ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
             tags={TAG_CLUSTER: req.name, TAG_OWNER: tag_owner, TAG_CREATED: str(int(time.time()))},
-            ssh_cidr=ssh_cidr,
+            ssh_cidr=ssh_cidr, vcpus=req.vcpus,
         )
         progress(f"creating {req.count}x {req.size} in {req.provider}/{req.region}")
         for n in names:
@@ -406,6 +409,7 @@ def teardown(
     """Delete everything the cluster owns, under its lock. Idempotent and resumable: it lists by
     tag every time, so a teardown cut off half way is finished by running it again. Once nothing
     is left, the cluster's key files go too."""
+    _trust_pins(state, prov)
     with locks.cluster(cluster):
         return _teardown(state, prov, cluster, include_images, progress)
 
@@ -435,7 +439,8 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
         left = [r for r in prov.list(row.region, cluster_tags(row)) if r.kind != "image" or include_images]
         if left:
             raise GpuplanError(
-                f"{len(left)} resource(s) of {cluster} still exist after delete ({', '.join(r.kind + ' ' + r.id for r in left[:3])}); "
+                f"{len(left)} resource(s) of {cluster} still exist after delete "
+                f"({', '.join(r.kind + ' ' + r.id for r in left[:3])}); "
                 f"run `gpuplan teardown {cluster}` again"
             )
     for node in state.nodes(cluster):
@@ -478,6 +483,7 @@ def sweep_find(
     """Resources tagged with one of `owners` that no live cluster (or image) in the state knows.
     A cluster's resources younger than `grace_s` (by their gpuplan-created tag) are spared as a
     group: the youngest decides, so half of a cluster still being made is never taken."""
+    _trust_pins(state, prov)
     known = {c.name for c in state.clusters()}
     known_images = {i.provider_id for i in state.images() if i.provider == prov.name}
     found: dict[str, Resource] = {}
@@ -514,6 +520,7 @@ def sweep_delete(state: State, prov: Provider, strays: Sequence[Resource], progr
     groups: dict[tuple[str, str], list[Resource]] = {}
     for r in strays:
         groups.setdefault((r.region, _sweep_group(r)), []).append(r)
+    _trust_pins(state, prov)
     with locks.sweep():
         for (region, group), batch in groups.items():
             kind, _, name = group.partition(":")

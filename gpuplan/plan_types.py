@@ -12,6 +12,7 @@ from functools import cached_property
 
 from gpuplan.types import Offer
 
+
 @dataclass(frozen=True)
 class Job:
     """One unit of work: `units` of the workload's unit (epochs, frames...) alone on the reference GPU."""

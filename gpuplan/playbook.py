@@ -24,10 +24,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuplan import locks, paths, remote
-from gpuplan.keys import ed25519_pair
 from gpuplan.errors import NotFound, RemoteError, UsageError
+from gpuplan.keys import ed25519_pair
+
+if TYPE_CHECKING:
+    from gpuplan.state import State
 
 DEFAULT_PLAYBOOKS = ("gpu-driver", "cuda", "cudnn", "nccl")
 STEP_KEYS = {"name", "check", "action", "script", "reboot", "timeout_s", "sudo", "always", "only_if"}
@@ -399,7 +403,7 @@ def run_playbooks(
 # --- a cluster from the state --------------------------------------------------------------
 
 
-def _intra_key(state, cluster: str) -> tuple[str, str]:
+def _intra_key(state: State, cluster: str) -> tuple[str, str]:
     """The cluster's node-to-node key pair, kept beside its login key so a re-run reuses it
     (removed with it at teardown: gpuplan.keys)."""
     path = Path(str(state.ssh_key(cluster)[0]) + "-intra")
@@ -410,7 +414,7 @@ def _intra_key(state, cluster: str) -> tuple[str, str]:
     return path.read_text().strip(), Path(str(path) + ".pub").read_text().strip()
 
 
-def cluster_network_params(state, cluster: str, hosts: Sequence[remote.Host]) -> dict[str, str]:
+def cluster_network_params(state: State, cluster: str, hosts: Sequence[remote.Host]) -> dict[str, str]:
     """Parameters for the cluster-network playbook, from the state: private addresses, GPU
     slots, every node's pinned host key (known_hosts by name and private address) and the
     intra-cluster key pair (made once per cluster)."""

@@ -290,21 +290,3 @@ def catalog_profiles() -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith((".yaml", ".yml", ".json")))
-
-
-def find_profile(workload: str, gpu: str | None = None) -> Profile | None:
-    """The newest profile for workload (and reference GPU, if given): the user's measured
-    profiles in <state_dir>/profiles first, then the catalog's."""
-    candidates: list[Profile] = []
-    for folder_files in (sorted(profiles_dir().glob("*")) if profiles_dir().is_dir() else [], catalog_profiles()):
-        found = []
-        for path in folder_files:
-            if path.suffix not in (".yaml", ".yml", ".json"):
-                continue
-            prof = load_profile(path)
-            if prof.workload == workload and (gpu is None or prof.reference_gpu == gpu):
-                found.append(prof)
-        if found:
-            candidates = found
-            break
-    return max(candidates, key=lambda p: p.provenance.date) if candidates else None

@@ -30,9 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuplan.errors import NotFound, RemoteError, UsageError
+
+if TYPE_CHECKING:
+    from gpuplan.state import State
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 T = TypeVar("T")
@@ -132,7 +135,7 @@ class Connection:
         self.host = host
         self._client = client
 
-    def __enter__(self) -> "Connection":
+    def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -193,12 +196,6 @@ class Connection:
             if mode is not None:
                 sftp.chmod(remote, mode)
 
-    def put_text(self, text: str, remote: str, mode: int = 0o644) -> None:
-        with self._client.open_sftp() as sftp:
-            with sftp.open(remote, "w") as f:
-                f.write(text.encode())
-            sftp.chmod(remote, mode)
-
     def get(self, remote: str, local: Path | str) -> None:
         with self._client.open_sftp() as sftp:
             sftp.get(remote, str(local))
@@ -232,7 +229,8 @@ def connect(host: Host, timeout: float = 15, attempts: int = 4, backoff: float =
             offered = fingerprint(_line(exc.key))
             raise HostKeyChanged(
                 f"host key for {host.where} changed (pinned {fingerprint(host.host_key)}, offered {offered}): "
-                f"if the machine was rebuilt, run `gpuplan bootstrap {host.cluster or 'CLUSTER'} --accept-host-key {offered}` to re-pin"
+                f"if the machine was rebuilt, run `gpuplan bootstrap {host.cluster or 'CLUSTER'} "
+                f"--accept-host-key {offered}` to re-pin"
             ) from None
         except paramiko.AuthenticationException as exc:
             client.close()
@@ -362,7 +360,7 @@ def _install_new_host_key() -> str:
             f'mv -f "$k.gpuplan-new.pub" "$k.pub" && ({SSHD_RELOAD})')
 
 
-def rotate_injected_host_keys(state, hosts: Sequence[Host]) -> list[Host]:
+def rotate_injected_host_keys(state: State, hosts: Sequence[Host]) -> list[Host]:
     """Rotate the injected host key of every host whose pin is one (state origin "injected"),
     under the cluster's lock; return the hosts with their current pins. A host that cannot be
     rotated now (unreachable, a refused key) keeps its pin and is tried again at the next
@@ -377,7 +375,7 @@ def rotate_injected_host_keys(state, hosts: Sequence[Host]) -> list[Host]:
     return [o if isinstance(o := outcomes.get(h.name, h), Host) else h for h in hosts]
 
 
-def _rotate(state, host: Host) -> Host:
+def _rotate(state: State, host: Host) -> Host:
     pin = state.host_pin(host.address, host.port)
     if pin is None or pin.origin != "injected":
         return replace(host, host_key=pin.key) if pin else host
@@ -406,7 +404,7 @@ def _rotate(state, host: Host) -> Host:
     return rotated
 
 
-def cluster_hosts(state, cluster: str, accept_host_keys: Sequence[str] = ()) -> list[Host]:
+def cluster_hosts(state: State, cluster: str, accept_host_keys: Sequence[str] = ()) -> list[Host]:
     """The cluster's nodes as Hosts, with pinned keys. A node with no pin (bare metal without
     host_key in the inventory) or a changed key is pinned only when the key it offers has a
     fingerprint listed in `accept_host_keys`; otherwise a UsageError names the fingerprint.

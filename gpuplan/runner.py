@@ -28,9 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import GpuplanError, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from gpuplan.state import State
 
 REMOTE_LOG_DIR = ".gpuplan/runs"  # relative to the SSH user's home on each node
 MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
@@ -142,7 +145,8 @@ def read_plan(path: Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
+        raise UsageError(
+            f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
     plan = data.get("recommended", data) if isinstance(data, dict) else None
     if not isinstance(plan, dict):
         raise UsageError(f"plan file {path}: expected a JSON object; write it with `gpuplan estimate --save`")
@@ -220,7 +224,7 @@ def torchrun_program(command: Sequence[str]) -> list[str]:
 # --- the cluster --------------------------------------------------------------------------
 
 
-def cluster_targets(state, cluster: str) -> list[Target]:
+def cluster_targets(state: State, cluster: str) -> list[Target]:
     """The cluster's live nodes as SSH targets, each with its host key pinned in the state store."""
     from gpuplan import remote
 
@@ -358,7 +362,7 @@ class _Job:
     done: str = ""  # "" while queued or running, then "ok" or "failed" (a failure may be re-opened)
 
 
-def run_items(state, cluster: str, items: Sequence[str], command: Sequence[str], *, per_gpu: int = 1,
+def run_items(state: State, cluster: str, items: Sequence[str], command: Sequence[str], *, per_gpu: int = 1,
               retries: int = 0, timeout: int = 86400, progress: Callable[[str], None] = lambda _m: None,
               targets: Sequence[Target] | None = None) -> RunSummary:
     """Run one job per item over every slot; returns when every job succeeded or used its attempts.
@@ -529,7 +533,7 @@ def run_items(state, cluster: str, items: Sequence[str], command: Sequence[str],
 # --- torchrun mode ------------------------------------------------------------------------
 
 
-def run_torchrun(state, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
+def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
                  timeout: int = 86400, progress: Callable[[str], None] = lambda _m: None,
                  targets: Sequence[Target] | None = None) -> RunSummary:
     """One data-parallel job on every node at once; node 0's private address hosts the rendezvous."""
@@ -593,7 +597,7 @@ class Comparison:
     yen_error_pct: Decimal | None
 
 
-def calibrate(state, summary: RunSummary, predicted: dict | None) -> str:
+def calibrate(state: State, summary: RunSummary, predicted: dict | None) -> str:
     """Record the run as a calibration of the plan's workload when it ran the plan's whole batch
     without failures; `gpuplan estimate` then plans with the measured speed. Returns one line
     saying what was recorded, or why not."""

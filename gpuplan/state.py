@@ -276,7 +276,7 @@ class State:
                 os.chmod(side, 0o600)
 
     @classmethod
-    def open_default(cls) -> "State":
+    def open_default(cls) -> State:
         from gpuplan import paths
 
         return cls(paths.state_db())
@@ -405,10 +405,6 @@ class State:
         with self._tx() as db:
             db.execute("UPDATE clusters SET status=?, updated_at=? WHERE name=?", (status, _iso(), name))
 
-    def set_cluster_count(self, name: str, count: int) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE clusters SET count=?, updated_at=? WHERE name=?", (count, _iso(), name))
-
     def cluster(self, name: str) -> ClusterRow | None:
         rows = self._query("SELECT * FROM clusters WHERE name=?", (name,))
         return _cluster(rows[0]) if rows else None
@@ -536,6 +532,10 @@ class State:
     def unpin_cluster_host_keys(self, cluster: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM host_keys WHERE cluster=?", (cluster,))
+
+    def pinned_host_keys(self) -> dict[str, str]:
+        """Every pinned key by "host:port": what a provider that reaches machines itself checks against."""
+        return {f"{r['host']}:{r['port']}": r["key"] for r in self._query("SELECT host, port, key FROM host_keys")}
 
     def known_hosts_lines(self) -> list[str]:
         """OpenSSH known_hosts lines for every pinned key ("[host]:port" when port != 22)."""

@@ -37,8 +37,9 @@ afterwards. Still billed after a TTL expiry: AMIs' snapshots (EBS snapshot stora
 remain until `gpuplan teardown`.
 
 Quota: Service Quotas for the instance family's On-Demand vCPU quota (L-DB2E81BA G and VT,
-L-417A185B P, L-1216C47A standard), used = vCPUs of the region's pending and running On-Demand
-instances of that family. Where Service Quotas does not answer (an emulator, a missing
+L-417A185B P, L-1216C47A standard), or for spot machines its Spot quota (L-3819A6DF, L-7212CCBC,
+L-34B43A08); used = vCPUs of the region's pending and running instances of that family and
+market. Where Service Quotas does not answer (an emulator, a missing
 servicequotas:GetServiceQuota permission) config `quota_vcpus` is the limit, and the
 description says so.
 """
@@ -52,12 +53,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+from gpuplan import tags as tagging
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
-TAG_IMAGE = "gpuplan-image"
 UBUNTU_SSM = "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
 DEFAULT_REGIONS = ["us-east-1", "ap-northeast-1"]
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
@@ -70,9 +73,13 @@ QUOTAS = {
     "L-DB2E81BA": "Running On-Demand G and VT instances",
     "L-417A185B": "Running On-Demand P instances",
     "L-1216C47A": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+    "L-3819A6DF": "All G and VT Spot Instance Requests",
+    "L-7212CCBC": "All P Spot Instance Requests",
+    "L-34B43A08": "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests",
 }
 _FAMILY_QUOTA = {"g": "L-DB2E81BA", "gr": "L-DB2E81BA", "vt": "L-DB2E81BA", "p": "L-417A185B",
                  **{letter: "L-1216C47A" for letter in "acdhimrtz"}}
+_SPOT_QUOTA = {"L-DB2E81BA": "L-3819A6DF", "L-417A185B": "L-7212CCBC", "L-1216C47A": "L-34B43A08"}
 
 _AUTH_CODES = {"AuthFailure", "UnrecognizedClient", "UnrecognizedClientException", "InvalidClientTokenId",
                "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException", "RequestExpired",
@@ -166,8 +173,8 @@ class AwsProvider(Provider):
         self.config = dict(config or {})
         self._session = session
         self._clock = clock or (lambda: datetime.now(timezone.utc))
-        self._sleep = sleep or time.sleep
-        self._poll_s = float(poll_s if poll_s is not None else self._num("poll_s", 5))
+        self.sleep = sleep or time.sleep
+        self.poll_s = float(poll_s if poll_s is not None else self._num("poll_s", 5))
         self.max_workers = int(max_workers or self._num("max_workers", 16))
         self._clients: dict[tuple[str, str], object] = {}
         self._vcpus: dict[tuple[str, str], int] = {}
@@ -255,8 +262,7 @@ class AwsProvider(Provider):
     @contextmanager
     def _aws(self, what: str, size: str = "", region: str = ""):
         """Turn a botocore exception into gpuplan's one-line error."""
-        from botocore.exceptions import (BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError,
-                                         WaiterError)
+        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError, WaiterError
 
         try:
             yield
@@ -308,39 +314,24 @@ class AwsProvider(Provider):
 
     # --- sizes and quota -----------------------------------------------------------------
 
-    def vcpus(self, region: str, size: str) -> int:
-        """From describe_instance_types; where the API does not know the type (moto lacks
-        p3.2xlarge) from gpuplan's catalog. Unknown to both: UsageError."""
-        from botocore.exceptions import ClientError
-
+    def vcpus(self, region: str, size: str) -> int | None:
+        """From describe_instance_types; None where EC2 does not describe the type (moto lacks
+        p3.2xlarge): then the request's own figure counts."""
         key = (region, size)
-        if key in self._vcpus:
-            return self._vcpus[key]
-        ec2 = self._ec2(region)
-        count = None
-        with self._aws(f"describe instance type {size}", size, region):
-            try:
-                types = ec2.describe_instance_types(InstanceTypes=[size])["InstanceTypes"]
-                if types:
-                    count = int(types[0]["VCpuInfo"]["DefaultVCpus"])
-            except ClientError as exc:
-                if not _code(exc).startswith("InvalidInstanceType"):
-                    raise
-        if count is None:
-            count = _catalog_vcpus(size)
-        if count is None:
-            raise UsageError(
-                f"AWS instance type {size!r} is unknown in {region} (neither EC2 nor gpuplan's catalog knows it); "
-                "check the name (e.g. g4dn.xlarge)"
-            )
-        self._vcpus[key] = count
-        return count
+        if key not in self._vcpus:
+            with self._aws(f"describe instance type {size}", size, region):
+                types = _unless_unknown("InvalidInstanceType", self._ec2(region).describe_instance_types,
+                                        "InstanceTypes", InstanceTypes=[size])
+            self._vcpus[key] = int(types[0]["VCpuInfo"]["DefaultVCpus"]) if types else None
+        return self._vcpus[key]
 
-    def _quota_code(self, size: str) -> str:
-        configured = self.config.get("quota_code", "").strip()
+    def _quota_code(self, size: str, spot: bool = False) -> str:
+        configured = self.config.get("spot_quota_code" if spot else "quota_code", "").strip()
         if configured:
             return configured
         code = _FAMILY_QUOTA.get(family(size))
+        if spot and code:
+            return _SPOT_QUOTA[code]
         if code is None:
             raise UsageError(
                 f"gpuplan does not know which EC2 vCPU quota instance family {family(size)!r} counts against; "
@@ -348,16 +339,16 @@ class AwsProvider(Provider):
             )
         return code
 
-    def how_to_raise(self, region: str, quota_code: str, desired: int | str = "<total vCPUs>") -> str:
+    def how_to_raise(self, region: str, quota_code: str) -> str:
         return (f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {quota_code} "
-                f"--desired-value {desired} --region {region}")
+                f"--desired-value {NEW_LIMIT} --region {region}")
 
-    def quota(self, region: str, size: str) -> list[QuotaUsage]:
-        """One tier: the family's Running On-Demand vCPU quota in the region. Spot instances
-        count against separate Spot quotas and are left out of `used`."""
+    def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
+        """One tier: the family's Running On-Demand vCPU quota in the region, or with `spot` its
+        Spot quota; each counts only the instances of its own market."""
         from botocore.exceptions import ClientError
 
-        code = self._quota_code(size)
+        code = self._quota_code(size, spot)
         label = QUOTAS.get(code, code)
         description = f"{label} in {region}"
         limit = None
@@ -385,34 +376,24 @@ class AwsProvider(Provider):
                     )
                 limit = int(self._num("quota_vcpus", 0))
                 description += f" (limit {limit} from providers.aws.quota_vcpus: Service Quotas answered {why})"
-            used = self._used_vcpus(region, code)
+            used = self._used_vcpus(region, code, spot)
         return [QuotaUsage(code, description, limit, used, "vCPUs", self.how_to_raise(region, code))]
 
-    def _used_vcpus(self, region: str, code: str) -> int:
+    def _used_vcpus(self, region: str, code: str, spot: bool) -> int:
         ec2 = self._ec2(region)
         used = 0
         for page in ec2.get_paginator("describe_instances").paginate(
                 Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]):
             for r in page["Reservations"]:
                 for i in r["Instances"]:
-                    if i.get("InstanceLifecycle") == "spot" or _FAMILY_QUOTA.get(family(i["InstanceType"])) != code:
+                    if (i.get("InstanceLifecycle") == "spot") != spot or self._quota_code(i["InstanceType"], spot) != code:
                         continue
                     cpu = i.get("CpuOptions") or {}
                     if cpu.get("CoreCount") and cpu.get("ThreadsPerCore"):
                         used += int(cpu["CoreCount"]) * int(cpu["ThreadsPerCore"])
-                    else:
-                        used += self.vcpus(region, i["InstanceType"])
+                    else:  # EC2 always reports CpuOptions; an emulator may not
+                        used += self.vcpus(region, i["InstanceType"]) or 0
         return used
-
-    def _check_quota(self, spec: NodeSpec, count: int) -> None:
-        need = self.vcpus(spec.region, spec.size) * count
-        for tier in self.quota(spec.region, spec.size):
-            if tier.free < need:
-                raise QuotaExceeded(
-                    f"{count}x {spec.size} needs {need} vCPUs of quota {tier.name} ({tier.description}), "
-                    f"{tier.free} free (limit {tier.limit}, used {tier.used}); raise it: "
-                    f"{self.how_to_raise(spec.region, tier.name, tier.used + need)}"
-                )
 
     def default_regions(self) -> list[str]:
         configured = [r.strip() for r in self.config.get("regions", "").split(",") if r.strip()]
@@ -423,46 +404,43 @@ class AwsProvider(Provider):
 
     # --- create --------------------------------------------------------------------------
 
-    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
-        """Launch one instance per missing name (by the gpuplan-node tag), concurrently, after
-        the cluster's key pair and security group. On failures the launched ones stay tagged and
-        the first error is raised, saying how many failed."""
-        region = spec.region
-        existing = self._instances_by_node(region, spec.cluster)
-        missing = [n for n in names if n not in existing]
-        if missing:
-            self.vcpus(region, spec.size)  # an unknown size is a UsageError before anything is made
-            if not spec.spot:
-                self._check_quota(spec, len(missing))
-            ami, root_device, root_gib = self._image(region, spec.image)
-            key_name = self._key_pair(spec)
-            group_id = self._security_group(spec)
-            expires = self._clock() + timedelta(seconds=spec.ttl_s) if spec.ttl_s else None
-            failures: list[tuple[str, GpuplanError]] = []
+    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+        return {node: self._instance(i) for node, i in self._instances_by_node(region, cluster).items()}
 
-            def launch(node: str) -> None:
-                try:
-                    existing[node] = self._run_instance(spec, node, ami, root_device, max(spec.disk_gib, root_gib),
-                                                        key_name, group_id, expires)
-                except GpuplanError as exc:
-                    failures.append((node, exc))
+    def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+        """The cluster's key pair and security group, then one instance per name, concurrently.
+        On failures the launched ones stay tagged and the first error is raised, saying how
+        many failed."""
+        ami, root_device, root_gib = self._image(spec.region, spec.image)
+        key_name = self._key_pair(spec)
+        group_id = self._security_group(spec)
+        expires = self._clock() + timedelta(seconds=spec.ttl_s) if spec.ttl_s else None
+        launched: dict[str, dict] = {}
+        failures: list[tuple[str, GpuplanError]] = []
 
-            with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(missing)))) as pool:
-                list(pool.map(launch, missing))
-            if failures:
-                failures.sort(key=lambda f: names.index(f[0]))
-                node, exc = failures[0]
-                more = f" ({len(failures)} of {len(missing)} launches failed)" if len(failures) > 1 else ""
-                exc.args = (f"{exc}{more}",)
-                raise exc
-        return [self._instance(existing[n]) for n in names if n in existing]
+        def launch_one(node: str) -> None:
+            try:
+                launched[node] = self._run_instance(spec, node, ami, root_device, max(spec.disk_gib, root_gib),
+                                                    key_name, group_id, expires)
+            except GpuplanError as exc:
+                failures.append((node, exc))
 
-    def _instances_by_node(self, region: str, cluster: str, states: Sequence[str] = LIVE_STATES) -> dict:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(names)))) as pool:
+            list(pool.map(launch_one, names))
+        if failures:
+            failures.sort(key=lambda f: list(names).index(f[0]))
+            node, exc = failures[0]
+            more = f" ({len(failures)} of {len(names)} launches failed)" if len(failures) > 1 else ""
+            exc.args = (f"{exc}{more}",)
+            raise exc
+        return [self._instance(launched[n]) for n in names]
+
+    def _instances_by_node(self, region: str, cluster: str) -> dict:
         out: dict = {}
         with self._aws(f"list the instances of cluster {cluster}", region=region):
             pages = self._ec2(region).get_paginator("describe_instances").paginate(Filters=[
                 {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
-                {"Name": "instance-state-name", "Values": list(states)},
+                {"Name": "instance-state-name", "Values": LIVE_STATES},
             ])
             for page in pages:
                 for r in page["Reservations"]:
@@ -473,8 +451,6 @@ class AwsProvider(Provider):
     def _image(self, region: str, image: str | None) -> tuple[str, str, int]:
         """(AMI id, root device name, root volume GiB) of the spec's image, else config `ami`,
         else Canonical's Ubuntu 24.04 from its public SSM parameter."""
-        from botocore.exceptions import ClientError
-
         ami = image or self.config.get("ami", "").strip()
         if not ami:
             try:
@@ -486,12 +462,7 @@ class AwsProvider(Provider):
                     "set providers.aws.ami in config.yaml to an AMI id of that region"
                 ) from exc
         with self._aws(f"describe AMI {ami}", region=region):
-            try:
-                found = self._ec2(region).describe_images(ImageIds=[ami])["Images"]
-            except ClientError as exc:
-                if not _code(exc).startswith("InvalidAMIID"):
-                    raise
-                found = []
+            found = _unless_unknown("InvalidAMIID", self._ec2(region).describe_images, "Images", ImageIds=[ami])
         if not found:
             raise UsageError(
                 f"AMI {ami!r} does not exist in {region}; set providers.aws.ami in config.yaml to an AMI id of "
@@ -580,7 +551,7 @@ class AwsProvider(Provider):
         return subnets[0]["VpcId"]
 
     def _run_instance(self, spec, node, ami, root_device, root_gib, key_name, group_id, expires) -> dict:
-        tags = _tag_list({**spec.tags, TAG_NODE: node, "Name": node})
+        tags = _tag_list({**tagging.for_node(spec.tags, node), "Name": node})
         args = dict(
             ImageId=ami, InstanceType=spec.size, MinCount=1, MaxCount=1, KeyName=key_name,
             SecurityGroupIds=[group_id], UserData=user_data(expires),
@@ -622,42 +593,30 @@ class AwsProvider(Provider):
                     out[i["InstanceId"]] = i
         return out
 
-    def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
-        """Running, with an address, and with its host key printed to the console output
-        (returned as extra["host_key"])."""
-        deadline = time.monotonic() + timeout_s
-        host_keys: dict[str, str] = {}
-        while True:
-            with self._aws(f"read the state of {len(ids)} instance(s)", region=region):
-                found = self._describe(region, ids)
-            running: dict[str, Instance] = {}
-            for iid in ids:
-                i = found.get(iid)
-                if i is None:
-                    continue
-                inst = self._instance(i)
-                if inst.status in ("terminated", "stopped"):
-                    raise ProviderError(
-                        f"AWS instance {inst.name} ({iid}) is {i['State']['Name']} (TTL passed, or spot reclaimed?); "
-                        "tear the cluster down and provision again")
-                if inst.status == "running" and (inst.public_ip or inst.private_ip):
-                    running[iid] = inst
-            unread = [iid for iid in running if iid not in host_keys]
-            if unread:
-                with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(unread)))) as pool:
-                    keys = pool.map(lambda iid: self._console_host_key(region, iid), unread)
-                host_keys.update({iid: key for iid, key in zip(unread, keys) if key})
-            ready = {iid: Instance(inst.id, inst.name, inst.status, inst.public_ip, inst.private_ip, inst.ssh_port,
-                                   {**inst.extra, "host_key": host_keys[iid]})
-                     for iid, inst in running.items() if iid in host_keys}
-            if len(ready) == len(set(ids)):
-                return [ready[i] for i in ids]
-            if time.monotonic() >= deadline:
-                late = ", ".join(i for i in ids if i not in ready)
+    not_ready_hint = " with its SSH host key on the console output (the image's cloud-init must print it: keys_to_console)"
+
+    def describe(self, region: str, ids: Sequence[str]) -> list[Instance]:
+        """Each instance, with extra["host_key"] once it runs and cloud-init has printed its
+        host key to the console output (read from GetConsoleOutput)."""
+        with self._aws(f"read the state of {len(ids)} instance(s)", region=region):
+            found = self._describe(region, ids)
+        out: list[Instance] = []
+        for iid in ids:
+            if iid not in found:
+                continue
+            inst = self._instance(found[iid])
+            if inst.status in ("terminated", "stopped"):
                 raise ProviderError(
-                    f"AWS instance(s) {late} not running with their SSH host key on the console output after "
-                    f"{timeout_s:.0f}s (the image's cloud-init must print it: keys_to_console); retry or tear down")
-            self._sleep(self._poll_s)
+                    f"AWS instance {inst.name} ({iid}) is {found[iid]['State']['Name']} (TTL passed, or spot reclaimed?); "
+                    "tear the cluster down and provision again")
+            out.append(inst)
+        running = [i for i in out if i.status == "running" and (i.public_ip or i.private_ip)]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(running) or 1))) as pool:
+            keys = dict(zip([i.id for i in running], pool.map(lambda i: self._console_host_key(region, i.id), running)))
+        return [replace(i, extra={**i.extra, "host_key": keys[i.id]}) if keys.get(i.id) else i for i in out]
+
+    def is_ready(self, inst: Instance) -> bool:
+        return Provider.is_ready(self, inst) and bool(inst.extra.get("host_key"))
 
     def _console_host_key(self, region: str, instance_id: str) -> str | None:
         from botocore.exceptions import ClientError
@@ -674,13 +633,11 @@ class AwsProvider(Provider):
 
     # --- images --------------------------------------------------------------------------
 
-    def capture_image(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
+    def capture(self, region: str, instance_id: str, image_name: str, img_tags: Mapping[str, str]) -> Image:
         """create_image (EC2 reboots the instance for a consistent disk; it stays usable as a
         worker afterwards), wait until available, then tag its snapshots like the image.
         Idempotent by name: an own AMI of that name is returned."""
         ec2 = self._ec2(region)
-        img_tags = {k: v for k, v in tags.items() if k not in (TAG_CLUSTER, TAG_NODE)}
-        img_tags[TAG_IMAGE] = image_name
         with self._aws(f"capture {instance_id} as image {image_name}", region=region):
             found = ec2.describe_images(Owners=["self"], Filters=[{"Name": "name", "Values": [image_name]}])["Images"]
             if found:
@@ -689,7 +646,7 @@ class AwsProvider(Provider):
                 image_id = ec2.create_image(
                     InstanceId=instance_id, Name=image_name, Description=f"gpuplan image {image_name}",
                     TagSpecifications=[{"ResourceType": "image", "Tags": _tag_list(img_tags)}])["ImageId"]
-            delay = max(self._poll_s, 0.01)
+            delay = max(self.poll_s, 0.01)
             ec2.get_waiter("image_available").wait(
                 ImageIds=[image_id], WaiterConfig={"Delay": delay, "MaxAttempts": max(1, int(3600 / delay))})
             # Tagged afterwards rather than through TagSpecifications (moto rejects a snapshot
@@ -700,14 +657,7 @@ class AwsProvider(Provider):
         return Image(image_id, image_name, region)
 
     def _image_snapshots(self, region: str, image_id: str) -> list[str]:
-        from botocore.exceptions import ClientError
-
-        try:
-            images = self._ec2(region).describe_images(ImageIds=[image_id])["Images"]
-        except ClientError as exc:
-            if _code(exc).startswith("InvalidAMIID"):
-                return []
-            raise
+        images = _unless_unknown("InvalidAMIID", self._ec2(region).describe_images, "Images", ImageIds=[image_id])
         return [m["Ebs"]["SnapshotId"] for img in images for m in img.get("BlockDeviceMappings") or []
                 if (m.get("Ebs") or {}).get("SnapshotId")]
 
@@ -805,7 +755,7 @@ class AwsProvider(Provider):
                     return
                 if time.monotonic() >= deadline:
                     raise ProviderError(f"AWS instance(s) still not terminated: {', '.join(left)}; run the teardown again")
-                self._sleep(self._poll_s)
+                self.sleep(self.poll_s)
 
     def _retrying(self, what: str, region: str, deadline: float, call, **kwargs) -> None:
         from botocore.exceptions import ClientError
@@ -822,17 +772,19 @@ class AwsProvider(Provider):
                     busy = code in ("DependencyViolation", "VolumeInUse", "IncorrectState", "InvalidSnapshot.InUse")
                     if not busy or time.monotonic() >= deadline:
                         raise
-            self._sleep(max(self._poll_s, 0.01))
+            self.sleep(max(self.poll_s, 0.01))
 
 
-def _catalog_vcpus(size: str) -> int | None:
+def _unless_unknown(code_prefix: str, describe, key: str, **kwargs) -> list:
+    """describe(**kwargs)[key], or [] when EC2 answers that the thing asked about does not exist."""
+    from botocore.exceptions import ClientError
+
     try:
-        from gpuplan import catalog
-
-        offers = [o for o in catalog.load().offers if o.provider == "aws" and o.name.lower() == size.lower()]
-    except (ImportError, GpuplanError):
-        return None
-    return offers[0].vcpus if offers else None
+        return describe(**kwargs)[key]
+    except ClientError as exc:
+        if not _code(exc).startswith(code_prefix):
+            raise
+        return []
 
 
 def _one_line(exc) -> str:

@@ -35,14 +35,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from gpuplan import tags as tagging
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
-TAG_IMAGE = "gpuplan-image"
 SCHEDULE_API = "2018-09-15"
 DEFAULT_IMAGE = ("Canonical", "ubuntu-24_04-lts", "server", "latest")
 DEFAULT_REGIONS = ["japaneast", "eastus", "westus2"]
 VNET, SUBNET, NSG = "gpuplan-vnet", "default", "gpuplan-nsg"
+LOW_PRIORITY = "lowPriorityCores"  # ARM's usage name for the regional Spot vCPU quota
 
 KINDS = {
     "microsoft.compute/virtualmachines": "instance",
@@ -127,9 +129,9 @@ class AzureProvider(Provider):
             k: v for k, v in (("transport", transport), ("polling_interval", polling_interval),
                               ("retry_total", retry_total)) if v is not None
         }
-        self._wait_poll_s = 5.0 if polling_interval is None else float(polling_interval)
+        self.poll_s = 5.0 if polling_interval is None else float(polling_interval)
         self._clock = clock or (lambda: datetime.now(timezone.utc))
-        self._sleep = sleep or time.sleep
+        self.sleep = sleep or time.sleep
         self._clients = None
         self._skus: dict[str, dict[str, _Sku]] = {}
 
@@ -260,22 +262,22 @@ class AzureProvider(Provider):
     def vcpus(self, region: str, size: str) -> int:
         return self._sku(region, size).vcpus
 
-    def how_to_raise(self, region: str, quota: str, new_limit: int | str = "<new limit>") -> str:
+    def how_to_raise(self, region: str, quota: str) -> str:
         return (
             "raise it: Azure portal > Subscriptions > Usage + quotas, or `az quota create --resource-name "
             f"{quota} --scope /subscriptions/{self._subscription()}/providers/Microsoft.Compute/locations/{region} "
-            f"--limit-object value={new_limit} --resource-type dedicated`"
+            f"--limit-object value={NEW_LIMIT} --resource-type dedicated`"
         )
 
-    def quota(self, region: str, size: str) -> list[QuotaUsage]:
-        """Two tiers: the size's vCPU family and "cores" (Total Regional vCPUs). Deallocated VMs
-        still count against both."""
+    def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
+        """Two tiers: the size's vCPU family and "cores" (Total Regional vCPUs); Spot VMs count
+        against "lowPriorityCores" (Total Regional Spot vCPUs) alone. Deallocated VMs still count."""
         sku = self._sku(region, size)
         _, _, cmp = self._sdk()
         with self._arm(f"read vCPU quota in {region}", size, region):
             usages = {u.name.value: u for u in cmp.usage.list(region)}
         tiers = []
-        for key in (sku.family, "cores"):
+        for key in (LOW_PRIORITY,) if spot else (sku.family, "cores"):
             u = usages.get(key)
             # A family ARM does not report has no quota granted: fail closed with limit 0.
             limit, used = (int(u.limit), int(u.current_value)) if u else (0, 0)
@@ -283,36 +285,25 @@ class AzureProvider(Provider):
             tiers.append(QuotaUsage(key, f"{label} in {region}", limit, used, "vCPUs", self.how_to_raise(region, key)))
         return tiers
 
-    def _check_quota(self, spec: NodeSpec, sku: _Sku, count: int) -> None:
-        need = sku.vcpus * count
-        for tier in self.quota(spec.region, spec.size):
-            if tier.free < need:
-                raise QuotaExceeded(
-                    f"{count}x {sku.name} needs {need} vCPUs of {tier.name} in {spec.region}, {tier.free} free "
-                    f"(limit {tier.limit}, used {tier.used}); {self.how_to_raise(spec.region, tier.name, tier.used + need)}"
-                )
-
     # --- create --------------------------------------------------------------------------
 
-    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
-        """Create one VM per name in resource group gpuplan-<cluster>, all VM pollers started
-        before any is awaited. Idempotent by the gpuplan-node tag. On a failure the VMs that
-        were made stay (tagged, inside the cluster's resource group) and the first error is raised."""
-        res, net, cmp = self._sdk()
+    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+        return {node: self._instance(vm) for node, vm in self._vms_by_node(cluster_group(cluster)).items()}
+
+    def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+        """The cluster's resource group and network, then one VM per name, all VM pollers
+        started before any is awaited. On a failure the VMs that were made stay (tagged, inside
+        the cluster's resource group) and the first error is raised."""
+        from azure.mgmt.resource.resources.models import ResourceGroup
+
+        res, _, _ = self._sdk()
         region, group = spec.region, cluster_group(spec.cluster)
         sku = self._sku(region, spec.size)
         image = self._image_reference(spec.image)
-        existing = self._vms_by_node(group)
-        missing = [n for n in names if n not in existing]
-        if missing:
-            if not spec.spot:  # Spot VMs count against lowPriorityCores instead; ARM still refuses with a quota error
-                self._check_quota(spec, sku, len(missing))
-            from azure.mgmt.resource.resources.models import ResourceGroup
-
-            with self._arm(f"create resource group {group}", spec.size, region):
-                res.resource_groups.create_or_update(group, ResourceGroup(location=region, tags=dict(spec.tags)))
-            subnet_id, nsg_id = self._network(spec, group)
-            self._create_vms(spec, group, missing, sku, image, subnet_id, nsg_id)
+        with self._arm(f"create resource group {group}", spec.size, region):
+            res.resource_groups.create_or_update(group, ResourceGroup(location=region, tags=dict(spec.tags)))
+        subnet_id, nsg_id = self._network(spec, group)
+        self._create_vms(spec, group, names, sku, image, subnet_id, nsg_id)
         vms = self._vms_by_node(group)
         return [self._instance(vms[n]) for n in names if n in vms]
 
@@ -370,7 +361,8 @@ class AzureProvider(Provider):
                 nsg = net.network_security_groups.get(group, NSG)
             except ResourceNotFoundError:
                 rule = nm.SecurityRule(
-                    name="ssh", description="SSH from gpuplan's caller", priority=1000, direction="Inbound", access="Allow", protocol="Tcp",
+                    name="ssh", description="SSH from gpuplan's caller", priority=1000, direction="Inbound",
+                    access="Allow", protocol="Tcp",
                     source_address_prefix=prefix, source_port_range="*", destination_address_prefix="*",
                     destination_port_range="22")
                 nsg = net.network_security_groups.begin_create_or_update(
@@ -384,7 +376,7 @@ class AzureProvider(Provider):
 
         _, net, cmp = self._sdk()
         region = spec.region
-        tags = {n: {**spec.tags, TAG_NODE: n} for n in names}
+        tags = {n: tagging.for_node(spec.tags, n) for n in names}
         with self._arm(f"create public IPs and NICs in {group}", spec.size, region):
             pips = {n: net.public_ip_addresses.begin_create_or_update(group, f"{n}-ip", nm.PublicIPAddress(
                 location=region, tags=tags[n], sku=nm.PublicIPAddressSku(name="Standard"),
@@ -510,37 +502,32 @@ class AzureProvider(Provider):
     def _power(self, group: str, name: str) -> tuple[str, str]:
         _, _, cmp = self._sdk()
         view = cmp.virtual_machines.instance_view(group, name)
-        codes = {s.code.split("/", 1)[0]: s.code.split("/", 1)[1].lower() for s in view.statuses or [] if s.code and "/" in s.code}
+        codes = {s.code.split("/", 1)[0]: s.code.split("/", 1)[1].lower()
+                 for s in view.statuses or [] if s.code and "/" in s.code}
         return codes.get("ProvisioningState", ""), codes.get("PowerState", "")
 
-    def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
+    def describe(self, region: str, ids: Sequence[str]) -> list[Instance]:
         _, _, cmp = self._sdk()
-        deadline = time.monotonic() + timeout_s
-        ready: dict[str, Instance] = {}
-        while True:
-            for rid in [i for i in ids if i not in ready]:
-                group, name = _split_id(rid)
-                with self._arm(f"read the state of VM {name}"):
-                    provisioning, power = self._power(group, name)
-                    if provisioning == "failed":
-                        raise ProviderError(f"Azure VM {name} failed to provision; `gpuplan teardown` removes it")
-                    if power in ("deallocated", "stopped"):
-                        raise ProviderError(
-                            f"Azure VM {name} is {power} (auto-shutdown TTL passed?); tear the cluster down and provision again")
-                    if provisioning == "succeeded" and power == "running":
-                        inst = self._instance(cmp.virtual_machines.get(group, name), power)
-                        if inst.public_ip:
-                            ready[rid] = inst
-            if len(ready) == len(set(ids)):
-                return [ready[i] for i in ids]
-            if time.monotonic() >= deadline:
-                late = ", ".join(_split_id(i)[1] for i in ids if i not in ready)
-                raise ProviderError(f"Azure VM(s) not running after {timeout_s:.0f}s: {late}; retry or tear down")
-            self._sleep(self._wait_poll_s)
+        out = []
+        for rid in ids:
+            group, name = _split_id(rid)
+            with self._arm(f"read the state of VM {name}"):
+                provisioning, power = self._power(group, name)
+                if provisioning == "failed":
+                    raise ProviderError(f"Azure VM {name} failed to provision; `gpuplan teardown` removes it")
+                if power in ("deallocated", "stopped"):
+                    raise ProviderError(
+                        f"Azure VM {name} is {power} (auto-shutdown TTL passed?); tear the cluster down and provision again")
+                if provisioning == "succeeded" and power == "running":
+                    out.append(self._instance(cmp.virtual_machines.get(group, name), power))
+        return out
+
+    def is_ready(self, inst: Instance) -> bool:
+        return inst.status == "running" and bool(inst.public_ip)
 
     # --- images --------------------------------------------------------------------------
 
-    def capture_image(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
+    def capture(self, region: str, instance_id: str, image_name: str, img_tags: Mapping[str, str]) -> Image:
         """Deallocate, generalize, then image the VM into gpuplan-images-<region>. The caller must
         first run `sudo waagent -deprovision+user -force` on it over SSH. Afterwards the VM cannot
         be started again (Azure refuses a generalized VM); it still bills its disk until teardown."""
@@ -551,8 +538,6 @@ class AzureProvider(Provider):
         res, _, cmp = self._sdk()
         group, vm_name = _split_id(instance_id)
         img_group = image_group(region)
-        img_tags = {k: v for k, v in tags.items() if k not in (TAG_CLUSTER, TAG_NODE)}
-        img_tags[TAG_IMAGE] = image_name
         with self._arm(f"capture VM {vm_name} as image {image_name}", region=region):
             try:
                 img = cmp.images.get(img_group, image_name)
@@ -616,7 +601,8 @@ class AzureProvider(Provider):
         singles = [r for r in resources if r.kind != "resource-group" and not inside(r)]
         unknown = sorted({r.kind for r in singles if r.kind not in DELETE_ORDER})
         if unknown:
-            raise ProviderError(f"the Azure provider cannot delete resources of kind {', '.join(unknown)}; delete them in the portal")
+            raise ProviderError(
+                f"the Azure provider cannot delete resources of kind {', '.join(unknown)}; delete them in the portal")
         for kind in DELETE_ORDER:
             batch = [r for r in singles if r.kind == kind]
             with self._arm(f"delete {len(batch)} {kind}(s)", region=region):

@@ -20,7 +20,8 @@ with no-clobber so two clusters cannot claim one host, installs the cluster's lo
 a driver is present. list() reads the claims back; delete() removes the key, the intra-cluster
 SSH files the cluster-network playbook wrote, and the claim directory. Software that bootstrap
 installed (driver, CUDA, ...) stays: the machine is yours, and the next cluster reuses it.
-Nothing here bills by the hour; `ttl_s` is not enforced on owned hosts.
+Nothing here bills by the hour. Owned hosts have no spot market, enforce no TTL and are not
+captured as images: such requests are refused before anything is claimed.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gpuplan import remote
+from gpuplan import tags as tagging
 from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError
-from gpuplan.provider import TAG_CLUSTER, TAG_NODE, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.tags import TAG_CLUSTER, TAG_NODE
 
 CLAIM_DIR = ".gpuplan"  # relative to the login user's home
 REGION = "local"
@@ -111,13 +114,17 @@ def load_inventory(path: Path) -> list[InventoryHost]:
 class BaremetalProvider(Provider):
     name = "baremetal"
     injects_host_keys = False  # owned hosts keep their keys: pinned from the inventory or a checked fingerprint
+    unsupported = {
+        Feature.SPOT: "owned hosts have no spot market; drop --spot",
+        Feature.TTL: "owned hosts are not stopped by gpuplan after a TTL (nothing bills by the hour); drop --ttl",
+        Feature.IMAGE_CAPTURE: "bare-metal hosts cannot be captured as images; bootstrap them once and reuse them "
+                               "(a re-run skips what is already installed)",
+    }
 
-    def __init__(self, config: Mapping[str, str], *, known_hosts: Mapping[str, str] | None = None,
-                 max_workers: int = 32) -> None:
-        """`known_hosts`: pinned keys from the state, keyed "address:port" (providers never read
+    def __init__(self, config: Mapping[str, str], *, max_workers: int = 32) -> None:
+        """Host keys pinned in the state arrive through use_known_hosts (providers never read
         the state themselves)."""
         self.config = dict(config)
-        self._known = dict(known_hosts or {})
         self._accepted = {f.strip() for f in self.config.get("accept_host_keys", "").split(",") if f.strip()}
         self._workers = max_workers
         self._inventory: list[InventoryHost] | None = None
@@ -174,7 +181,7 @@ class BaremetalProvider(Provider):
         )
 
     def _host(self, h: InventoryHost, node: str | None = None) -> remote.Host:
-        key = h.host_key or self._known.get(f"{h.address}:{h.port}")
+        key = h.host_key or self.known_hosts.get(f"{h.address}:{h.port}")
         if not key:
             offered = remote.offered_host_key(h.address, h.port)
             fp = remote.fingerprint(offered)
@@ -220,14 +227,15 @@ class BaremetalProvider(Provider):
     def check_credentials(self) -> None:
         for h in self.inventory():
             if h.key_path and not Path(h.key_path).is_file():
-                raise UsageError(f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in {self.inventory_path()}")
+                raise UsageError(
+                    f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in {self.inventory_path()}")
 
-    def vcpus(self, region: str, size: str) -> int:
-        return 1  # quota is counted in hosts: one per machine
-
-    def quota(self, region: str, size: str) -> list[QuotaUsage]:
+    def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
         hosts = self.matching(size)
         claims = self._claims_of(hosts)
+        for c in claims:
+            if isinstance(c, UsageError):  # an unconfirmed host key: the user must act
+                raise c
         used = sum(1 for c in claims if c is not None)
         down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
         note = f"; unreachable (counted as used): {', '.join(down)}" if down else ""
@@ -237,7 +245,18 @@ class BaremetalProvider(Provider):
             how_to_raise="add hosts to the inventory, or `gpuplan teardown` a cluster that holds some",
         )]
 
-    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+        """Hosts whose claim names this cluster (unreachable ones are not counted)."""
+        hosts = self.inventory()
+        out: dict[str, Instance] = {}
+        for h, c in zip(hosts, self._claims_of(hosts)):
+            if isinstance(c, dict) and c.get("tags", {}).get(TAG_CLUSTER) == cluster and c["tags"].get(TAG_NODE):
+                node = c["tags"][TAG_NODE]
+                out[node] = self._instance(self._host(h, node), h, None)
+        return out
+
+    def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+        """Claim one free host per name (no-clobber claim file, login key installed, GPUs counted)."""
         hosts = [h for h in self.matching(spec.size) if h.user == spec.ssh_user]
         if not hosts:
             raise UsageError(f"no host matching {spec.size!r} logs in as {spec.ssh_user!r}; set user: in the inventory")
@@ -245,40 +264,24 @@ class BaremetalProvider(Provider):
         for c in claims:
             if isinstance(c, UsageError):  # an unconfirmed host key: the user must act
                 raise c
-        mine: dict[str, InventoryHost] = {}
-        free: list[InventoryHost] = []
-        for h, c in zip(hosts, claims):
-            if isinstance(c, BaseException):
-                continue
-            if c is None:
-                free.append(h)
-            elif c.get("tags", {}).get(TAG_CLUSTER) == spec.cluster and c["tags"].get(TAG_NODE) in names:
-                mine[c["tags"][TAG_NODE]] = h
-        todo = [n for n in names if n not in mine]
-        if len(free) < len(todo):
+        free = [h for h, c in zip(hosts, claims) if c is None]
+        if len(free) < len(names):
             down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
             raise CapacityUnavailable(
-                f"{len(todo)} more bare-metal host(s) matching {spec.size!r} needed but {len(free)} are free"
+                f"{len(names)} more bare-metal host(s) matching {spec.size!r} needed but {len(free)} are free"
                 + (f" ({', '.join(down)} unreachable)" if down else "")
                 + "; add hosts to the inventory or tear down a cluster holding some"
             )
-        plan = list(zip(todo, free))
-        outcomes = remote.run_many([self._host(h, n) for n, h in plan], lambda rh: self._claim(rh, spec, dict(plan)[rh.name]),
-                                   self._workers)
+        plan = dict(zip(names, free))
+        outcomes = remote.run_many([self._host(h, n) for n, h in plan.items()],
+                                   lambda rh: self._claim(rh, spec, plan[rh.name]), self._workers)
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:
             first = errors[0]
             if isinstance(first, (UsageError, ProviderError)):
                 raise first
             raise ProviderError(f"claiming bare-metal hosts failed: {first}")
-        reused = remote.run_many([self._host(h, n) for n, h in mine.items()], lambda rh: self._gpus(rh, mine[rh.name]),
-                                 self._workers)
-        for o in reused:
-            if isinstance(o, BaseException):
-                raise ProviderError(f"bare-metal host unreachable: {o}")
-        instances = {**{n: o for n, o in zip([n for n, _ in plan], outcomes)},
-                     **{n: o for n, o in zip(mine, reused)}}
-        return [instances[n] for n in names]
+        return list(outcomes)
 
     def _instance(self, rh: remote.Host, h: InventoryHost, gpus_seen: int | None) -> Instance:
         extra = {"host_key": rh.host_key or "", "inventory_host": h.name, "gpu_model": h.gpu_model,
@@ -288,9 +291,9 @@ class BaremetalProvider(Provider):
         return Instance(id=h.name, name=rh.name, status="running", public_ip=h.address,
                         private_ip=h.private_address or h.address, ssh_port=h.port, extra=extra)
 
-    def _gpus(self, rh: remote.Host, h: InventoryHost, conn: remote.Connection | None = None) -> Instance:
+    def _gpus(self, rh: remote.Host, h: InventoryHost, conn: remote.Connection) -> Instance:
         cmd = "command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || echo none"
-        r = conn.run(cmd, timeout=60) if conn else remote.run(rh, cmd, timeout=60)
+        r = conn.run(cmd, timeout=60)
         out = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "none"
         seen = int(out) if out.isdigit() else None
         if seen is not None and seen != h.gpu_count:
@@ -301,7 +304,7 @@ class BaremetalProvider(Provider):
         return self._instance(rh, h, seen)
 
     def _claim(self, rh: remote.Host, spec: NodeSpec, h: InventoryHost) -> Instance:
-        tags = {**spec.tags, TAG_CLUSTER: spec.cluster, TAG_NODE: rh.name}
+        tags = tagging.for_node({**spec.tags, TAG_CLUSTER: spec.cluster}, rh.name)
         claim = json.dumps({"tags": tags, "login_key": spec.ssh_public_key,
                             "claimed_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         script = (
@@ -319,12 +322,13 @@ class BaremetalProvider(Provider):
         with remote.connect(rh) as conn:
             r = conn.run("cd && bash -s", stdin=script, timeout=60)
             if r.exit_code == 17:
-                raise CapacityUnavailable(f"bare-metal host {h.name} was claimed by someone else meanwhile: {r.stderr.strip()[-200:]}")
+                raise CapacityUnavailable(
+                    f"bare-metal host {h.name} was claimed by someone else meanwhile: {r.stderr.strip()[-200:]}")
             if not r.ok:
                 raise ProviderError(f"could not write the claim on {h.name} (exit {r.exit_code}): {r.tail(3)}")
             return self._gpus(rh, h, conn)
 
-    def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
+    def describe(self, region: str, ids: Sequence[str]) -> list[Instance]:
         by_id = {h.name: h for h in self.inventory()}
         missing = [i for i in ids if i not in by_id]
         if missing:
@@ -340,10 +344,6 @@ class BaremetalProvider(Provider):
             out.append(self._instance(self._host(h, c["tags"].get(TAG_NODE, h.name)), h, None))
         return out
 
-    def capture_image(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
-        raise UsageError("bare-metal hosts cannot be captured as images; bootstrap them once and reuse them "
-                         "(a re-run skips what is already installed)")
-
     def list(self, region: str, tags: Mapping[str, str]) -> list[Resource]:
         hosts = self.inventory()
         claims = self._claims_of(hosts)
@@ -355,7 +355,7 @@ class BaremetalProvider(Provider):
             if c is None:
                 continue
             ctags = {str(k): str(v) for k, v in (c.get("tags") or {}).items()}
-            if all(ctags.get(k) == v for k, v in tags.items()):
+            if tagging.carries(ctags, tags):
                 node = ctags.get(TAG_NODE, "")
                 found.append(Resource("instance", h.name, REGION, ctags, node))
                 found.append(Resource("host-claim", f"{h.name}:claim", REGION, ctags, node))
@@ -376,8 +376,9 @@ class BaremetalProvider(Provider):
             batch = [(r, h) for r, h in work if r.kind == kind]
             if not batch:
                 continue
+            by_host = {h.name: r for r, h in batch}
             outcomes = remote.run_many([self._host(h) for _, h in batch],
-                                       lambda rh: self._release(rh, next(r for r, h in batch if h.name == rh.name), kind),
+                                       lambda rh, by_host=by_host, kind=kind: self._release(rh, by_host[rh.name], kind),
                                        self._workers)
             for o in outcomes:
                 if isinstance(o, BaseException):

@@ -27,8 +27,10 @@ No Sakura packet filter is created: SSH on the shared segment is guarded by sshd
 (public-key only, host key pinned), not by a source-address rule as on AWS and Azure.
 
 Quota: Sakura limits resources per account (サーバ数 and others), but no public API for reading
-those limits was verified. `quota()` reports a tier only when config `quota_servers` is set.
-A 409 limit error from the API itself still becomes QuotaExceeded.
+those limits was verified. `quota()` reports a tier (counted in servers) only when config
+`quota_servers` is set. A 409 limit error from the API itself still becomes QuotaExceeded.
+
+Sakura has no spot market: a request for spot machines is refused before anything is made.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from gpuplan import tags as tagging
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import TAG_NODE, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.tags import TAG_CLUSTER, TAG_NODE
 
 API_ROOT = "https://secure.sakura.ad.jp/cloud/zone"
 ENV_TOKEN = "SAKURACLOUD_ACCESS_TOKEN"
@@ -142,6 +146,8 @@ class SakuraProvider(Provider):
 
     name = "sakura"
     default_ssh_user = "ubuntu"
+    unsupported = {Feature.SPOT: "Sakura has no spot market; drop --spot"}
+    not_ready_hint = " (booting: check the control panel)"
 
     def __init__(
         self,
@@ -159,8 +165,8 @@ class SakuraProvider(Provider):
         self.config = dict(config or {})
         self._env = env if env is not None else os.environ
         self._home = home
-        self._sleep = sleep
-        self._clock = clock
+        self.sleep = sleep
+        self.monotonic = clock
         self._wall = wall_clock
         self.poll_s = poll_s if poll_s is not None else self._num("poll_s", 5)
         self.retry_base_s = retry_base_s
@@ -249,7 +255,7 @@ class SakuraProvider(Provider):
                     f"check the network or {ENV_ROOT}"
                 ) from exc
             if r.status_code in _RETRY_STATUS and attempt < self.retries:
-                self._sleep(min(self.retry_base_s * 2**attempt, 30.0))
+                self.sleep(min(self.retry_base_s * 2**attempt, 30.0))
                 continue
             break
         try:
@@ -318,18 +324,14 @@ class SakuraProvider(Provider):
         shape = _shape(size)
         return shape.cpu if shape else int(self._plan(self._zone(region), size)["CPU"])
 
-    def quota(self, region: str, size: str) -> list[QuotaUsage]:
+    def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
         limit = self._num("quota_servers", 0)
         if not limit:
             return []
         zone = self._zone(region)
-        per = self.vcpus(zone, size)
         used = int(self._call("GET", zone, "server", {"From": 0, "Count": 1}).get("Total", 0))
-        # The lifecycle counts quota in vCPUs; one server of this size = `per` of them, so
-        # "free >= per * count" holds exactly when enough servers are free.
         return [QuotaUsage(
-            "servers", f"Sakura servers in {zone} (config quota_servers={int(limit)}, {per} vCPUs each)",
-            int(limit) * per, used * per,
+            "servers", f"Sakura servers in {zone} (config quota_servers={int(limit)})", int(limit), used, "servers",
             how_to_raise="ask Sakura support to raise the account's server limit (サーバ数), "
                          "then raise providers.sakura.quota_servers in config.yaml",
         )]
@@ -354,18 +356,23 @@ class SakuraProvider(Provider):
         found = self._find(zone, "server", "Servers", {"Filter": {"Tags": tag_strings(tags)}})
         return [s for s in found if tags.items() <= tag_dict(s.get("Tags")).items()]
 
-    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
-        """Create missing servers concurrently (server, disk from the archive, boot with cloud-init).
+    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+        zone = self._zone(region)
+        return {i.name: i for i in (_instance(s, zone) for s in self._servers(zone, {TAG_CLUSTER: cluster}))}
 
-        Idempotent by the gpuplan-node tag. A server left half-made by an earlier run (no disk,
-        or powered down) is completed rather than duplicated. When any server fails the others
-        still finish, then the first error is raised; everything made so far stays tagged.
-        """
-        self.check_credentials()
+    def unfinished(self, inst: Instance) -> bool:
+        """No disk yet, or powered down (never booted, or stopped): launch() completes and boots it."""
+        return inst.extra.get("disks") == "0" or inst.status == "stopped"
+
+    def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+        """Create the servers concurrently (server, disk from the archive, boot with cloud-init).
+        A server left half-made by an earlier run (no disk, or powered down) is completed
+        rather than duplicated. When any server fails the others still finish, then the first
+        error is raised; everything made so far stays tagged."""
         zone = self._zone(spec.region)
         plan = self._plan(zone, spec.size)
         archive = self._archive(zone, spec.image)
-        existing = {tag_dict(s.get("Tags")).get(TAG_NODE): s for s in self._servers(zone, spec.tags)}
+        existing = {tag_dict(s.get("Tags")).get(TAG_NODE): s for s in self._servers(zone, {TAG_CLUSTER: spec.cluster})}
         deadline = int(self._wall()) + spec.ttl_s if spec.ttl_s else None
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(names)))) as pool:
             futures = [pool.submit(self._ensure_node, zone, spec, plan, archive, n, existing.get(n), deadline)
@@ -377,7 +384,7 @@ class SakuraProvider(Provider):
 
     def _ensure_node(self, zone: str, spec: NodeSpec, plan: dict, archive: str, name: str,
                      server: dict | None, deadline: int | None) -> Instance:
-        tags = tag_strings({**spec.tags, TAG_NODE: name})
+        tags = tag_strings(tagging.for_node(spec.tags, name))
         if server is None:
             server = self._call("POST", zone, "server", {"Server": {
                 "Name": name, "HostName": name, "Description": f"gpuplan cluster {spec.cluster}",
@@ -408,33 +415,32 @@ class SakuraProvider(Provider):
 
     def _wait(self, zone: str, path: str, key: str, done: Callable[[dict], bool], what: str,
               timeout_s: float | None = None) -> dict:
-        limit = self._clock() + (timeout_s if timeout_s is not None else self._num("timeout_s", 1800))
+        limit = self.monotonic() + (timeout_s if timeout_s is not None else self._num("timeout_s", 1800))
         while True:
             item = self._call("GET", zone, path)[key]
             if item.get("Availability") == "failed":
                 raise ProviderError(f"sakura: {path} failed while waiting for {what}")
             if done(item):
                 return item
-            if self._clock() >= limit:
+            if self.monotonic() >= limit:
                 raise ProviderError(f"sakura: timed out waiting for {what} ({path}); check the control panel")
-            self._sleep(self.poll_s)
+            self.sleep(self.poll_s)
 
-    def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
+    def describe(self, region: str, ids: Sequence[str]) -> list[Instance]:
         zone = self._zone(region)
 
-        def up(s: dict) -> bool:
-            return (s.get("Instance") or {}).get("Status") == "up" and bool(_address(s))
+        def one(sid: str) -> Instance | None:
+            try:
+                return _instance(self._call("GET", zone, f"server/{sid}")["Server"], zone)
+            except _Gone:
+                return None
 
-        def one(sid: str) -> Instance:
-            s = self._wait(zone, f"server/{sid}", "Server", up, f"server {sid} to boot", timeout_s)
-            return _instance(s, zone)
-
-        with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(ids)))) as pool:
-            return list(pool.map(one, ids))
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(ids) or 1))) as pool:
+            return [i for i in pool.map(one, ids) if i is not None]
 
     # --- images -----------------------------------------------------------------------
 
-    def capture_image(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
+    def capture(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
         """Power the server off (hard), then copy its first disk into an archive. The server
         itself stays usable (boot it again); the archive is billed for its size until deleted."""
         zone = self._zone(region)
@@ -498,7 +504,7 @@ class SakuraProvider(Provider):
     def _delete_server(self, zone: str, sid: str) -> None:
         # A server still booting reads "down" but cannot be deleted (409) until it is up and
         # then stopped again, so retry until the deadline.
-        limit = self._clock() + 600
+        limit = self.monotonic() + 600
         while True:
             try:
                 server = self._call("GET", zone, f"server/{sid}")["Server"]
@@ -510,9 +516,9 @@ class SakuraProvider(Provider):
                 self._delete(zone, f"server/{sid}", {"WithDisk": [str(d["ID"]) for d in server.get("Disks") or []]})
                 return
             except _Conflict:
-                if self._clock() >= limit:
+                if self.monotonic() >= limit:
                     raise
-                self._sleep(self.poll_s)
+                self.sleep(self.poll_s)
 
     def _delete(self, zone: str, path: str, body: Mapping | None = None) -> None:
         try:
@@ -535,4 +541,5 @@ def _address(server: dict) -> str | None:
 def _instance(server: dict, zone: str) -> Instance:
     status = {"up": "running", "down": "stopped"}.get((server.get("Instance") or {}).get("Status", ""), "pending")
     name = tag_dict(server.get("Tags")).get(TAG_NODE, server.get("Name", ""))
-    return Instance(str(server["ID"]), name, status, public_ip=_address(server), extra={"zone": zone})
+    return Instance(str(server["ID"]), name, status, public_ip=_address(server),
+                    extra={"zone": zone, "disks": str(len(server.get("Disks") or []))})

@@ -20,4 +20,6 @@ fi
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q torch==2.13.0 || \
     echo "scripts/test.sh: torch unavailable; reference-job tests will be skipped" >&2
 .venv/bin/pip install -q -e '.[test]'
+# Lint first (config in pyproject.toml): a finding fails the run before any test starts.
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

@@ -9,6 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+pytest_plugins = ["support.aws_moto"]  # the moto_aws fixture, for every test module that asks for it
+
 
 @pytest.fixture(autouse=True)
 def _no_outside_calls(monkeypatch):

@@ -12,8 +12,8 @@ import time
 
 import pytest
 import yaml
-from support.aws_moto import REGION, moto_aws  # noqa: F401  (fixture)
 
+from support.aws_moto import REGION
 
 OWNER = "e2e-owner"
 

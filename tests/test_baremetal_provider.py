@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpuplan import lifecycle, playbook, remote
-from gpuplan.errors import CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, NodeSpec
 from gpuplan.providers.baremetal import BaremetalProvider
 from gpuplan.state import State
@@ -96,20 +96,6 @@ def test_provision_list_bootstrap_and_teardown_through_the_lifecycle(gpuplan_hom
     state.close()
 
 
-def test_create_is_idempotent_and_delete_twice_is_fine(hosts, provider):
-    names = ["c-0", "c-1"]
-    first = provider.create(spec("c"), names)
-    again = provider.create(spec("c"), names)
-    assert [i.id for i in first] == [i.id for i in again]
-    assert [i.name for i in again] == names
-    assert sum(1 for h in hosts if claim_of(h)) == 2
-    assert first[0].extra["host_key"] == next(h for h in hosts if h.name == first[0].id).host_public_key
-    res = provider.list("local", {TAG_CLUSTER: "c"})
-    provider.delete("local", res)
-    provider.delete("local", res)
-    assert all(claim_of(h) is None for h in hosts)
-
-
 def test_quota_exceeded_names_the_quota_and_claims_nothing(gpuplan_home, hosts, provider, tmp_path):
     state = State(tmp_path / "state.db")
     req = lifecycle.ProvisionRequest("baremetal", "t4", "local", 6, "big", 1, Decimal(0))
@@ -124,7 +110,7 @@ def test_quota_exceeded_names_the_quota_and_claims_nothing(gpuplan_home, hosts, 
 
 def test_another_clusters_hosts_are_neither_claimed_nor_released(hosts, provider):
     provider.create(spec("a"), [f"a-{i}" for i in range(4)])
-    with pytest.raises(CapacityUnavailable, match="2 more bare-metal host.*but 1 are free"):
+    with pytest.raises(QuotaExceeded, match="2x t4 needs 2 hosts of quota 'hosts:t4'.*only 1 are free"):
         provider.create(spec("b"), ["b-0", "b-1"])
     # b's failed create claimed nothing; a's claims are intact
     assert sorted(claim_of(h)["tags"][TAG_CLUSTER] for h in hosts if claim_of(h)) == ["a"] * 4
@@ -159,7 +145,8 @@ def test_host_without_a_key_needs_its_fingerprint_accepted(tmp_path, hosts):
     assert made[0].extra["host_key"].split()[:2] == hosts[0].host_public_key.split()[:2]
     assert claim_of(hosts[0])["tags"][TAG_NODE] == "k-0"
     # pins handed in from the state work too
-    pinned = BaremetalProvider({"inventory": str(inv)}, known_hosts={f"127.0.0.1:{hosts[0].port}": hosts[0].host_public_key})
+    pinned = BaremetalProvider({"inventory": str(inv)})
+    pinned.use_known_hosts({f"127.0.0.1:{hosts[0].port}": hosts[0].host_public_key})
     assert [r.name for r in pinned.list("local", {TAG_CLUSTER: "k"}) if r.kind == "instance"] == ["k-0"]
 
 

@@ -70,13 +70,6 @@ def test_profile_errors_name_the_field(tmp_path):
         profiles.load_profile(tmp_path / "broken.json")
 
 
-def test_find_profile_prefers_the_users_measurement_over_the_catalog(gpuplan_home):
-    assert profiles.find_profile("colorize", "K80").provenance.source.startswith("field report A")
-    mine = profiles.Profile("colorize", "epoch", "K80", Decimal("6.5"),
-                            profiles.Provenance(source="gpuplan bench", date="2026-11-22"))
-    profiles.save_profile(mine, profiles.profiles_dir() / "colorize-k80.yaml")
-    assert profiles.find_profile("colorize", "K80").seconds_per_unit == Decimal("6.5")
-
 
 def test_nvidia_smi_names_map_to_catalog_keys():
     rows = bench.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559, 580.65.06\nNVIDIA H100 80GB HBM3, 81559, 580.65.06\n")
@@ -150,14 +143,14 @@ def test_bench_arithmetic_for_colocation_packing_and_data_parallel():
     # co-located jobs each see one GPU; packed ones share GPU 0 with a fixed share
     coloc4 = next(b for b in ex.batches if len(b) == 4 and "--memory-fraction" not in b[0].argv
                   and "torch.distributed.run" not in b[0].argv)
-    assert sorted(dict(l.env)["CUDA_VISIBLE_DEVICES"] for l in coloc4) == ["0", "1", "2", "3"]
-    assert len({dict(l.env)["GPUPLAN_START_BARRIER"] for l in coloc4}) == 1
+    assert sorted(dict(launch.env)["CUDA_VISIBLE_DEVICES"] for launch in coloc4) == ["0", "1", "2", "3"]
+    assert len({dict(launch.env)["GPUPLAN_START_BARRIER"] for launch in coloc4}) == 1
     packed3 = next(b for b in ex.batches if len(b) == 3)
-    assert all(l.argv[l.argv.index("--memory-fraction") + 1] == "0.333333" for l in packed3)
+    assert all(launch.argv[launch.argv.index("--memory-fraction") + 1] == "0.333333" for launch in packed3)
     two_nodes = ex.batches[-1]
-    assert [l.node for l in two_nodes] == [0, 1]
-    assert all(l.argv[l.argv.index("--master-addr") + 1] == "10.0.0.1" for l in two_nodes)
-    assert [l.argv[l.argv.index("--node-rank") + 1] for l in two_nodes] == ["0", "1"]
+    assert [launch.node for launch in two_nodes] == [0, 1]
+    assert all(launch.argv[launch.argv.index("--master-addr") + 1] == "10.0.0.1" for launch in two_nodes)
+    assert [launch.argv[launch.argv.index("--node-rank") + 1] for launch in two_nodes] == ["0", "1"]
     assert len(ex.removed) == 4  # the start barriers of 2 co-location and 2 packing batches
     assert prof.provenance.driver == "570.1" and prof.provenance.quick is False
 

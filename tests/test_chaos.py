@@ -7,8 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from support.aws_moto import moto_aws  # noqa: F401  (fixture)
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import chaos  # noqa: E402
 

@@ -6,10 +6,9 @@ import json
 
 import pytest
 import yaml
-from support.aws_moto import moto_aws  # noqa: F401  (fixture)
-from support.azure_fake import SKUS, FakeARM, FakeSku, make_provider
 
 from gpuplan import provider as registry
+from support.azure_fake import SKUS, FakeARM, FakeSku, make_provider
 
 
 @pytest.fixture

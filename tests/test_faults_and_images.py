@@ -12,12 +12,11 @@ import sys
 
 import pytest
 import yaml
-from support.aws_moto import REGION, moto_aws  # noqa: F401  (fixture)
-from support.azure_fake import FakeARM, make_provider
 
 from gpuplan import provider as registry
 from gpuplan import remote
 from gpuplan.state import State
+from support.azure_fake import FakeARM, make_provider
 
 OWNER = "fault-owner"
 

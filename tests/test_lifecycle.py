@@ -5,12 +5,12 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
-from support.memory_provider import MemoryProvider
 
 from gpuplan import lifecycle
 from gpuplan.errors import AuthMissing, ProviderError, QuotaExceeded, RetiredType
 from gpuplan.state import State
 from gpuplan.types import Offer
+from support.memory_provider import MemoryProvider
 
 
 def offer(**kw) -> Offer:

@@ -5,11 +5,11 @@ import io
 import json
 
 import pytest
-from support.memory_provider import MemoryProvider
 from test_lifecycle import offer
 
 from gpuplan import provider
 from gpuplan.cli import lifecycle as cli_lifecycle
+from support.memory_provider import MemoryProvider
 
 
 @pytest.fixture

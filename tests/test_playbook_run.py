@@ -151,7 +151,7 @@ def test_cluster_network_hostfile_known_hosts_and_intra_key(hosts, state):
     register_cluster(state, "mpi", hosts, gpus=4)
     report = playbook.bootstrap_cluster(state, "mpi", ["cluster-network"], FAKE)
     assert report.ok, report.first_error()
-    for i, h in enumerate(hosts):
+    for h in hosts:
         home = h.fake_root / "root"
         assert (home / ".gpuplan/hostfile").read_text() == "mpi-0 slots=4\nmpi-1 slots=4\nmpi-2 slots=4\n"
         assert (home / ".gpuplan/torchrun_hosts").read_text() == "mpi-0,mpi-1,mpi-2\n"

@@ -9,8 +9,6 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
-
 from gpuplan import optimizer, profiles, workloads
 from gpuplan.model import Setting
 from gpuplan.plan_types import Job, Workload

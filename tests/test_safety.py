@@ -15,11 +15,11 @@ import time
 
 import pytest
 import yaml
-from support.aws_moto import CONSOLE_HOST_KEYS, REGION, moto_aws  # noqa: F401  (fixture)
 
 from gpuplan import locks
 from gpuplan.errors import Busy
 from gpuplan.state import State
+from support.aws_moto import CONSOLE_HOST_KEYS, REGION
 
 AWS_CONFIG = {"quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}
 
@@ -256,9 +256,8 @@ def test_an_undetectable_address_is_one_line_saying_how_to_set_it(aws, cli, gpup
 
 
 def test_azure_nsg_lets_ssh_in_from_the_callers_address(cli, gpuplan_home, checkip):
-    from support.azure_fake import FakeARM, make_provider
-
     from gpuplan import provider as registry
+    from support.azure_fake import FakeARM, make_provider
 
     fake = FakeARM()
     cfg = gpuplan_home / "config"

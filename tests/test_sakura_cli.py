@@ -9,8 +9,8 @@ import time
 
 import pytest
 import yaml
-from support.sakura_fake import SakuraFake
 
+from support.sakura_fake import SakuraFake
 
 OWNER = "e2e-owner"
 # A test-only offer, so the test does not depend on which Sakura rows the shipped snapshot has.

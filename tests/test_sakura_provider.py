@@ -4,12 +4,12 @@ import json
 
 import pytest
 import yaml
-from support.sakura_fake import SakuraFake, provider_for
 
 from gpuplan import lifecycle
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
 from gpuplan.provider import HostKey, NodeSpec, Resource
 from gpuplan.providers.sakura import SakuraProvider
+from support.sakura_fake import SakuraFake, provider_for
 
 TAGS = {"gpuplan-cluster": "demo", "gpuplan-owner": "tester"}
 NAMES = ["demo-0", "demo-1", "demo-2", "demo-3"]
@@ -193,7 +193,7 @@ def test_configured_server_quota_blocks_preflight_naming_it_and_how_to_raise(fak
     prov = provider_for(fake, fake.root, config={"quota_servers": "5"})
     prov.create(spec(["old-0", "old-1"], tags={"gpuplan-cluster": "old", "gpuplan-owner": "x"}), ["old-0", "old-1"])
     [tier] = prov.quota("is1a", H100)
-    assert (tier.name, tier.limit, tier.used, tier.free) == ("servers", 5 * 24, 2 * 24, 3 * 24)
+    assert (tier.name, tier.unit, tier.limit, tier.used, tier.free) == ("servers", "servers", 5, 2, 3)
     req = lifecycle.ProvisionRequest("sakura", H100, "is1a", 4, "demo", 1, None)
     with pytest.raises(QuotaExceeded) as exc:
         lifecycle.preflight(prov, req)
@@ -277,7 +277,7 @@ def test_wait_ready_times_out_with_a_clear_line(fake):
     fake.delay_s = 3600  # never boots
     fake.servers[made[0].id]["Instance"] = {"Status": "down"}
     fake._due.clear()
-    with pytest.raises(ProviderError, match="timed out waiting for server .* to boot"):
+    with pytest.raises(ProviderError, match=r"sakura: machine\(s\) \d+ not ready after 300s \(booting: check the control panel\)"):
         prov.wait_ready("is1a", [made[0].id], timeout_s=300)
 
 

@@ -2,7 +2,7 @@
 wiped before each test (POST /moto-api/reset), with moto's realism switches on so a bogus
 instance type, AMI or key pair is refused as AWS would.
 
-    from support.aws_moto import moto_aws  # the fixture
+The `moto_aws` fixture is registered for every test module in tests/conftest.py (pytest_plugins).
 
 One gap of moto's is filled in: its GetConsoleOutput is a fixed Xen boot log, while a real
 Ubuntu instance's console carries the host key block cloud-init prints, which the AWS provider

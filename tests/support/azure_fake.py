@@ -86,6 +86,17 @@ class _Op:
     kind: str = "async"  # "async" (Azure-AsyncOperation JSON) or "location" (202 until done)
 
 
+LOW_PRIORITY = "lowPriorityCores"  # ARM's name for the regional Spot vCPU quota
+
+
+def _quotas_of(vm_properties: dict, sku) -> tuple[str, ...]:
+    """The quotas a VM counts against: Spot VMs only the regional Spot quota, others their
+    family and the regional total."""
+    if (vm_properties.get("priority") or "").lower() == "spot":
+        return (LOW_PRIORITY,)
+    return (sku.family, "cores")
+
+
 @dataclass
 class FakeARM(BaseAdapter):
     subscription: str = SUBSCRIPTION
@@ -136,13 +147,13 @@ class FakeARM(BaseAdapter):
         return self.store.get(rid.lower())
 
     def usage(self, region: str) -> dict[str, int]:
-        used: dict[str, int] = {"cores": 0}
+        used: dict[str, int] = {"cores": 0, LOW_PRIORITY: 0}
         for vm in self.held_of("Microsoft.Compute/virtualMachines"):
             if vm["location"] != region:
                 continue
             sku = self._sku(vm["properties"]["hardwareProfile"]["vmSize"])
-            used["cores"] += sku.vcpus
-            used[sku.family] = used.get(sku.family, 0) + sku.vcpus
+            for quota in _quotas_of(vm["properties"], sku):
+                used[quota] = used.get(quota, 0) + sku.vcpus
         return used
 
     def limit(self, name: str) -> int:
@@ -366,7 +377,7 @@ class FakeARM(BaseAdapter):
             configs = props.get("ipConfigurations") or []
             if not configs:
                 raise ArmError(400, "InvalidRequestFormat", "a NIC needs an ipConfiguration")
-            for n, cfg in enumerate(configs):
+            for cfg in configs:
                 cp = cfg.setdefault("properties", {})
                 self._ref((cp.get("subnet") or {}).get("id"), "Microsoft.Network/virtualNetworks/subnets", name)
                 cfg["id"] = f"{rid}/ipConfigurations/{cfg.get('name')}"
@@ -413,7 +424,7 @@ class FakeARM(BaseAdapter):
         if self.fail_vm_put_at is not None and self.vm_puts == self.fail_vm_put_at:
             raise ArmError(*self.fail_vm_error)
         used = self.usage(body["location"])
-        for quota in (sku.family, "cores"):
+        for quota in _quotas_of(props, sku):
             limit = self.limit(quota)
             if used.get(quota, 0) + sku.vcpus > limit:
                 raise ArmError(409, "OperationNotAllowed",
@@ -562,7 +573,7 @@ class FakeARM(BaseAdapter):
 
     def _usages(self, region: str) -> list[dict]:
         used = self.usage(region)
-        names = [("cores", "Total Regional vCPUs")] + [(s.family, s.family.replace("standard", "Standard ").replace("Family", " Family vCPUs")) for s in self.skus]
+        names = [("cores", "Total Regional vCPUs"), (LOW_PRIORITY, "Total Regional Spot vCPUs")] + [(s.family, s.family.replace("standard", "Standard ").replace("Family", " Family vCPUs")) for s in self.skus]
         seen, out = set(), []
         for value, local in names:
             if value in seen:

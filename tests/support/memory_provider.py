@@ -9,7 +9,8 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from gpuplan.errors import AuthMissing, ProviderError
-from gpuplan.provider import TAG_NODE, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.provider import Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.tags import TAG_CLUSTER, TAG_NODE
 
 
 class MemoryProvider(Provider):
@@ -35,17 +36,17 @@ class MemoryProvider(Provider):
     def vcpus(self, region: str, size: str) -> int:
         return self.vcpu_count
 
-    def quota(self, region: str, size: str) -> list[QuotaUsage]:
+    def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
         used = self.vcpu_count * sum(1 for r in self.resources.values() if r.kind == "instance")
         return [QuotaUsage("memoryFamily", "Memory family vCPUs", self.quota_limit, used, how_to_raise="ask nicely")]
 
-    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+        return {r.name: self._instance(r) for r in list(self.resources.values())
+                if r.kind == "instance" and r.region == region and r.tags.get(TAG_CLUSTER) == cluster}
+
+    def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
         out = []
         for name in names:
-            existing = [r for r in self.resources.values() if r.kind == "instance" and r.name == name]
-            if existing:
-                out.append(self._instance(existing[0]))
-                continue
             with self._lock:
                 self.create_calls += 1
                 if self.fail_create_at is not None and self.create_calls == self.fail_create_at:
@@ -62,10 +63,10 @@ class MemoryProvider(Provider):
         n = int(r.id.split("-")[1])
         return Instance(r.id, r.name, "running", public_ip=f"198.51.100.{n}", private_ip=f"10.0.0.{n}")
 
-    def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
-        return [self._instance(self.resources[i]) for i in ids]
+    def describe(self, region: str, ids: Sequence[str]) -> list[Instance]:
+        return [self._instance(self.resources[i]) for i in ids if i in self.resources]
 
-    def capture_image(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
+    def capture(self, region: str, instance_id: str, image_name: str, tags: Mapping[str, str]) -> Image:
         rid = f"img-{next(self._ids)}"
         self.resources[rid] = Resource("image", rid, region, dict(tags), image_name)
         return Image(rid, image_name, region)

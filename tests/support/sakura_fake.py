@@ -123,7 +123,9 @@ class SakuraFake:
         """Everything an account owns (servers, disks, user archives), optionally only with `tag`."""
         with self.lock:
             self._tick()
-            pick = (lambda r: tag is None or tag in r.get("Tags", []))
+            def pick(r: dict) -> bool:
+                return tag is None or tag in r.get("Tags", [])
+
             return {"servers": [s for s in self.servers.values() if pick(s)],
                     "disks": [d for d in self.disks.values() if pick(d)],
                     "archives": [a for a in self.archives.values() if a["Scope"] == "user" and pick(a)]}
