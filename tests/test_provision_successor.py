@@ -91,6 +91,12 @@ def test_spot_dry_run_shows_the_spot_price_and_its_interruption_rule(cli):
 
 
 def test_spot_without_a_catalog_spot_price_says_it_shows_on_demand(cli):
-    r = cli("provision", "sakura:h100x1", "x1", "--spot", "--dry-run")
+    r = cli("provision", "azure:Standard_NC40ads_H100_v5", "x1", "--region", "eastus", "--spot", "--dry-run")
     assert r.code == 0, r.err
     assert "spot: the catalog has no spot price for this size; shown at the on-demand price" in r.out
+
+
+def test_a_dry_run_refuses_what_the_provider_does_not_offer(cli):
+    r = cli("provision", "sakura:h100x1", "x1", "--spot", "--dry-run")
+    assert r.code == 2
+    assert r.err.strip() == "gpuplan: error: sakura does not offer spot machines (--spot): Sakura has no spot market; drop --spot"

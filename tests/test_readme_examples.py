@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.aws_moto import moto_aws  # noqa: F401  (fixture)
-from support.price_sources_fake import PriceSources
-from support.sshd import start_hosts, stop_hosts
 from test_baremetal_provider import write_inventory
 
 from gpuplan import catalog_refresh
+from support.price_sources_fake import PriceSources
+from support.sshd import start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -40,7 +39,7 @@ def test_the_examples_cover_every_command():
 
 
 @pytest.fixture
-def world(moto_aws, gpuplan_home, tmp_path, monkeypatch):  # noqa: F811
+def world(moto_aws, gpuplan_home, tmp_path, monkeypatch):
     """A fresh home with AWS credentials for moto, today's price pages recorded, an inventory
     of two owned T4 hosts (loopback sshd), and a videos.txt in the working folder."""
     (gpuplan_home / "config").mkdir(parents=True)

@@ -217,7 +217,7 @@ def provision(
     if dry_run:
         lines = _create_lines(offer, req)
         lines[0] = "would " + lines[0]
-        for line in lines + extra:
+        for line in lines + extra + _provider_line(req):
             out.print(line, markup=False, soft_wrap=True)
         return
 
@@ -241,6 +241,19 @@ def provision(
         if not (no_bootstrap or req.image):
             _bootstrap(state, cluster.name, playbook, err)
     _print_status(out, lifecycle.status(state, cluster.name))
+
+
+def _provider_line(req) -> list[str]:
+    """For a dry run: refuse what the provider does not offer (--spot on Sakura, --ttl on owned
+    servers) as the real run would; where its SDK is not installed, say which extra brings it."""
+    from gpuplan import lifecycle
+
+    try:
+        prov = lifecycle.get_provider(req.provider)
+    except UsageError as exc:
+        return [f"  note: {exc}"]
+    prov.check_features(spot=req.spot, ttl_s=req.ttl_s)
+    return []
 
 
 def _spot_priced(offer):
