@@ -131,7 +131,7 @@ class Chaos:
                 + [f"key-pair {k['KeyName']}" for k in ec2.describe_key_pairs(Filters=flt)["KeyPairs"]])
 
     def state_of(self, cluster: str, home: int = 0):
-        from gpuplan.state import State
+        from gpuplan.operating.state import State
 
         db = self.homes[home] / "state" / "state.db"
         if not db.exists():
@@ -143,7 +143,7 @@ class Chaos:
             state.close()
 
     def live_clusters(self, home: int) -> list[str]:
-        from gpuplan.state import State
+        from gpuplan.operating.state import State
 
         db = self.homes[home] / "state" / "state.db"
         if not db.exists():
@@ -350,7 +350,7 @@ def child(argv: list[str]) -> None:
     spec = os.environ.get("CHAOS_FAIL")
     if spec:
         operation, nth, code = spec.split(":")
-        from gpuplan import provider as registry
+        from gpuplan.operating import provider as registry
         from gpuplan.providers.aws import AwsProvider
         from support.aws_moto import fail_nth_call
 

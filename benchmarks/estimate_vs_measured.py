@@ -16,7 +16,7 @@ Steps:
    --cluster: `gpuplan estimate --workload <4 jobs> --profile <profile> --format json`, the plan
    for the cluster's own instance type and count, saved as plan.json (jobs phase: setup excluded,
    the cluster is already set up);
-   --local / --from-shared: the planner itself (gpuplan.optimizer.estimate) over a one-offer
+   --local / --from-shared: the planner itself (gpuplan.planning.optimizer.estimate) over a one-offer
    catalog describing the machine (no setup, per-second billing at its price), since no
    catalog offer is "this machine";
 3. run the 4 jobs (--cluster: `gpuplan run CLUSTER --items ... --plan plan.json`; --local: one
@@ -79,11 +79,11 @@ def workload_file(folder: Path, a: argparse.Namespace, reference_gpu: str) -> Pa
 def predict(profile_path: Path, jobs: int, epochs: int, gpus: int, price: Decimal, reference_gpu: str | None = None):
     """The planner's plan for `jobs` colorize jobs of `epochs` queued over `gpus` GPUs of one
     machine like the profile's: (wall seconds, yen, the Plan)."""
-    from gpuplan import catalog, optimizer, workloads
-    from gpuplan.catalog import Catalog, ProviderFacts
-    from gpuplan.model import Setting
-    from gpuplan.profiles import load_profile
-    from gpuplan.types import Offer
+    from gpuplan.planning import catalog, optimizer, workloads
+    from gpuplan.planning.catalog import Catalog, ProviderFacts
+    from gpuplan.planning.model import Setting
+    from gpuplan.planning.profiles import load_profile
+    from gpuplan.planning.types import Offer
 
     prof = load_profile(profile_path)
     gpu = reference_gpu or prof.reference_gpu
@@ -178,7 +178,7 @@ def from_shared(folder: Path, profile: Path | None) -> tuple[Decimal, Decimal]:
 
 def predict_cluster(wl_path: Path, profile_path: Path, cluster: str, folder: Path) -> Path:
     """Save the estimate's plan for this cluster's instance type and count as plan.json."""
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
     row = State.open_default().cluster(cluster)
     if row is None:
@@ -264,7 +264,7 @@ def main() -> None:
         gpuplan("bench", "colorize", *target, *extra, "--max-pack", "1", "--out", str(profile),
                 "--job-args", shlex.join([a for a in job_args(a) if a != "--quick"]))
         print(f"profile measured in {time.monotonic() - t0:.0f} s: {profile}")
-    from gpuplan.profiles import load_profile
+    from gpuplan.planning.profiles import load_profile
 
     prof = load_profile(profile)
     wl = workload_file(folder, a, prof.reference_gpu)
@@ -280,7 +280,7 @@ def main() -> None:
         wall_m = Decimal(str(run_local(a, gpus, cpu)))
         yen_m = a.price_jpy_per_hour * wall_m / 3600
     else:
-        from gpuplan import runner
+        from gpuplan.operating import runner
 
         plan = predict_cluster(wl, profile, a.cluster, folder)
         items = folder / "items.txt"
@@ -291,7 +291,7 @@ def main() -> None:
         print(proc.stdout)
         if proc.returncode != 0:
             sys.exit(f"gpuplan run failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
-        from gpuplan.state import State
+        from gpuplan.operating.state import State
 
         runs = State.open_default().runs(a.cluster)[-JOBS:]
         pred = runner.read_plan(plan)

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuplan.workloads import MAX_FILE_BYTES, MAX_JOBS
+from gpuplan.planning.workloads import MAX_FILE_BYTES, MAX_JOBS
 
 TARGET_S = 10  # issue 13: 20,000 jobs, tight deadline included, on the 2-CPU dev machine
 

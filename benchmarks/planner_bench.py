@@ -53,9 +53,9 @@ def startup(argv: list[str], runs: int, env: dict) -> tuple[float, list[str]]:
 
 
 def optimizer_run(jobs: int, deadline_h: int, seed: int) -> None:
-    from gpuplan import catalog, optimizer
-    from gpuplan.model import Setting
-    from gpuplan.plan_types import Job, Workload
+    from gpuplan.planning import catalog, optimizer
+    from gpuplan.planning.model import Setting
+    from gpuplan.planning.plan_types import Job, Workload
 
     rng = random.Random(seed)
     lengths = [rng.choice([20, 30, 45, 60, 90, 120]) * 60 + rng.randint(0, 300) for _ in range(jobs)]

@@ -56,10 +56,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from gpuplan import tags as tagging
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.operating import tags as tagging
+from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 UBUNTU_SSM = "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
 DEFAULT_REGIONS = ["us-east-1", "ap-northeast-1"]
@@ -234,7 +234,7 @@ class AwsProvider(Provider):
             import boto3  # noqa: F401
             import botocore.session  # noqa: F401
         except ImportError as exc:
-            from gpuplan.provider import missing_extra
+            from gpuplan.operating.provider import missing_extra
 
             raise missing_extra("aws", exc) from exc
 

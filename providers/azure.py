@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from gpuplan import tags as tagging
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.operating import tags as tagging
+from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 SCHEDULE_API = "2018-09-15"
 DEFAULT_IMAGE = ("Canonical", "ubuntu-24_04-lts", "server", "latest")
@@ -172,7 +172,7 @@ class AzureProvider(Provider):
                 if self._credential is None:
                     from azure.identity import DefaultAzureCredential
             except ImportError as exc:
-                from gpuplan.provider import missing_extra
+                from gpuplan.operating.provider import missing_extra
 
                 raise missing_extra("azure", exc) from exc
             credential = self._credential

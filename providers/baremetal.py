@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpuplan import remote
-from gpuplan import tags as tagging
 from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError
-from gpuplan.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.tags import TAG_CLUSTER, TAG_NODE
+from gpuplan.operating import remote
+from gpuplan.operating import tags as tagging
+from gpuplan.operating.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_NODE
 
 CLAIM_DIR = ".gpuplan"  # relative to the login user's home
 REGION = "local"
@@ -165,7 +165,7 @@ class BaremetalProvider(Provider):
         for `gpuplan provision baremetal:<size> xN`, which the cloud catalog cannot resolve."""
         from decimal import Decimal
 
-        from gpuplan.types import Offer
+        from gpuplan.planning.types import Offer
 
         hosts = self.matching(size)
         models = {(h.gpu_model, h.gpu_count) for h in hosts}

@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from gpuplan import tags as tagging
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.tags import TAG_CLUSTER, TAG_NODE
+from gpuplan.operating import tags as tagging
+from gpuplan.operating.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_NODE
 
 API_ROOT = "https://secure.sakura.ad.jp/cloud/zone"
 ENV_TOKEN = "SAKURACLOUD_ACCESS_TOKEN"

@@ -61,7 +61,7 @@ def test_provision_status_teardown(aws, cli):
 
 
 def test_failed_create_is_rolled_back(aws, cli):
-    from gpuplan import provider as registry
+    from gpuplan.operating import provider as registry
     from gpuplan.providers.aws import AwsProvider
     from support.aws_moto import fail_nth_call
 

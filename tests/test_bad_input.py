@@ -229,7 +229,7 @@ def test_a_gpuplan_home_that_is_a_file_is_named(cli, tmp_path, monkeypatch):
 def test_a_batch_at_the_job_limit_is_planned_not_refused(gpuplan_home):
     """--videos at the limit is planned, within a hang guard; one more is refused. On one owned
     workstation, so the test stays short: benchmarks/limits_bench.py times the whole catalog."""
-    from gpuplan.workloads import MAX_JOBS
+    from gpuplan.planning.workloads import MAX_JOBS
 
     assert MAX_JOBS >= 20_000  # issue 13: 20,000 jobs plan in under 10 s (benchmarks/limits_bench.py)
     argv = [sys.executable, "-m", "gpuplan", "estimate", "--as-of", "2017-08", "--provider", "baremetal",

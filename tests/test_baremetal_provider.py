@@ -8,11 +8,11 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from gpuplan import lifecycle, playbook, remote
 from gpuplan.errors import ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, NodeSpec
+from gpuplan.operating import lifecycle, playbook, remote
+from gpuplan.operating.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, NodeSpec
+from gpuplan.operating.state import State
 from gpuplan.providers.baremetal import BaremetalProvider
-from gpuplan.state import State
 from support.sshd import start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd
@@ -115,7 +115,7 @@ def test_another_clusters_hosts_are_neither_claimed_nor_released(hosts, provider
     # b's failed create claimed nothing; a's claims are intact
     assert sorted(claim_of(h)["tags"][TAG_CLUSTER] for h in hosts if claim_of(h)) == ["a"] * 4
     # a forged delete for b naming a's host leaves a's claim alone
-    from gpuplan.provider import Resource
+    from gpuplan.operating.provider import Resource
 
     a_host = next(h for h in hosts if claim_of(h))
     provider.delete("local", [Resource("host-claim", f"{a_host.name}:claim", "local", {TAG_CLUSTER: "b"}, "b-0")])

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplan import profiles
+from gpuplan.planning import profiles
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
 
 
 def test_bench_local_quick_writes_a_cpu_profile_with_provenance(cli, gpuplan_home, monkeypatch):
-    from gpuplan import bench
+    from gpuplan.operating import bench
 
     monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # this machine's answer, made explicit
     out = gpuplan_home / "colorize.json"

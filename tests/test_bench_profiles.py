@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan import bench, profiles
 from gpuplan.errors import RemoteError, UsageError
+from gpuplan.operating import bench
+from gpuplan.planning import profiles
 
 
 def test_report_a_catalog_profile_gives_the_planner_its_figures():

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan import catalog
 from gpuplan.errors import UsageError
+from gpuplan.planning import catalog
 
 
 @pytest.fixture(autouse=True)

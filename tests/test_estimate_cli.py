@@ -108,7 +108,7 @@ def test_save_writes_a_plan_provision_can_read(cli, tmp_path):
 
 
 def test_profile_replaces_the_workload_figures(cli):
-    from gpuplan.profiles import catalog_profiles
+    from gpuplan.planning.profiles import catalog_profiles
 
     prof = next(p for p in catalog_profiles() if p.name == "colorize-k80-report-a.yaml")
     data = _json(cli, "--videos", "4", "--as-of", "2017-08", "--profile", str(prof))
@@ -119,7 +119,7 @@ def test_profile_replaces_the_workload_figures(cli):
 
 def test_measured_setup_time_from_state_is_used(cli, gpuplan_home):
     from gpuplan import paths
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
     paths.state_db().parent.mkdir(parents=True, exist_ok=True)
     State(paths.state_db()).record_setup_time("azure", "Standard_NC6", "cuda", 30 * 60)

@@ -8,9 +8,9 @@ import json
 import re
 from decimal import Decimal
 
-from gpuplan import catalog, model, optimizer, workloads
-from gpuplan.model import Setting
-from gpuplan.plan_types import Job, Workload
+from gpuplan.planning import catalog, model, optimizer, workloads
+from gpuplan.planning.model import Setting
+from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp
 
 
@@ -168,7 +168,7 @@ def test_spot_plans_only_with_spot_priced_at_the_spot_row(cli, tmp_path):
 
 
 def test_provision_of_a_spot_plan_asks_for_spot(cli, tmp_path, monkeypatch):
-    from gpuplan import lifecycle
+    from gpuplan.operating import lifecycle
 
     asked = []
     real = lifecycle.request_from_offer

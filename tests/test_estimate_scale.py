@@ -9,9 +9,10 @@ from decimal import Decimal
 
 import yaml
 
-from gpuplan import catalog, model, optimizer, userfiles, workloads
-from gpuplan.model import Setting
-from gpuplan.plan_types import Job, Workload
+from gpuplan import userfiles
+from gpuplan.planning import catalog, model, optimizer, workloads
+from gpuplan.planning.model import Setting
+from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp
 
 

@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan import catalog, model, optimizer, workloads
-from gpuplan.model import Setting
+from gpuplan.planning import catalog, model, optimizer, workloads
+from gpuplan.planning.model import Setting
 from support import planner as sp
 
 
@@ -91,7 +91,7 @@ def _clips(count: int, seconds: str = "147.5"):
     """Report C's clips on a GTX 1080: 147.5 s alone each (the figure behind the 495 s that the
     old rule gave 3 clips 2 per GPU), 2.4 GiB each, per-stream efficiency 71.55 % (2) and 57 % (3),
     start-up factor 1.2."""
-    from gpuplan.plan_types import Job, Workload
+    from gpuplan.planning.plan_types import Job, Workload
 
     return Workload(name="clips", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="GTX 1080",
                     speed={"GTX 1080": Decimal(1)}, memory_gib=Decimal("2.4"), startup_factor=Decimal("1.2"),
@@ -183,7 +183,7 @@ def _monthly(price="146000"):
 
 
 def test_a_monthly_server_is_billed_a_whole_month_not_720_of_730_hours():
-    from gpuplan.plan_types import Job, Workload
+    from gpuplan.planning.plan_types import Job, Workload
 
     w = Workload(name="t", description="", jobs=(Job("a", Decimal(7200)),), unit="second", seconds_per_unit=Decimal(1),
                  reference_gpu="V100", speed={"V100": Decimal(1)})

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan import fmt
+from gpuplan.planning import fmt
 
 
 @pytest.mark.parametrize("amount, places, text", [

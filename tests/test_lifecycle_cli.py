@@ -7,8 +7,8 @@ import json
 import pytest
 from test_lifecycle import offer
 
-from gpuplan import provider
 from gpuplan.cli import lifecycle as cli_lifecycle
+from gpuplan.operating import provider
 from support.memory_provider import MemoryProvider
 
 

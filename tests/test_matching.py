@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplan import catalog
 from gpuplan.errors import UsageError
+from gpuplan.planning import catalog
 
 
 @pytest.fixture(scope="module")

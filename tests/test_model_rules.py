@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan import model, optimizer
-from gpuplan.model import Quotas, Setting
-from gpuplan.plan_types import Job, Workload
+from gpuplan.planning import model, optimizer
+from gpuplan.planning.model import Quotas, Setting
+from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp
 
 

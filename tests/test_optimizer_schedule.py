@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from gpuplan import optimizer
+from gpuplan.planning import optimizer
 
 
 def brute_force(p, machines):

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from gpuplan import playbook
 from gpuplan.errors import NotFound, UsageError
+from gpuplan.operating import playbook
 
 NOUVEAU = "blacklist nouveau\nblacklist lbm-nouveau\noptions nouveau modeset=0\nalias nouveau off\nalias lbm-nouveau off\n"
 
@@ -134,7 +134,7 @@ def test_params_parsing_and_unknown_params():
 
 
 def test_dry_run_renders_commands_without_connecting():
-    from gpuplan.remote import Host
+    from gpuplan.operating.remote import Host
 
     hosts = [Host("a", "192.0.2.1"), Host("b", "192.0.2.2")]  # TEST-NET: nothing answers
     r = playbook.run_playbooks(hosts, [playbook.load("gpu-driver"), playbook.load("nccl")], {"nccl_version": "2.23.4-1+cuda12.6"}, dry_run=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplan import playbook, remote
 from gpuplan.errors import UsageError
-from gpuplan.state import State
+from gpuplan.operating import playbook, remote
+from gpuplan.operating.state import State
 from support.sshd import register_cluster, start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd

@@ -9,9 +9,9 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
-from gpuplan import optimizer, profiles, workloads
-from gpuplan.model import Setting
-from gpuplan.plan_types import Job, Workload
+from gpuplan.planning import optimizer, profiles, workloads
+from gpuplan.planning.model import Setting
+from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp
 
 ROOT = Path(__file__).resolve().parents[1]

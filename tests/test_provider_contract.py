@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpuplan import lifecycle
 from gpuplan.errors import QuotaExceeded, UsageError
-from gpuplan.provider import Feature, NodeSpec, Provider
-from gpuplan.state import State
-from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_NODE, TAG_OWNER
+from gpuplan.operating import lifecycle
+from gpuplan.operating.provider import Feature, NodeSpec, Provider
+from gpuplan.operating.state import State
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_NODE, TAG_OWNER
 from support.aws_moto import REGION as AWS_REGION
 from support.azure_fake import FakeARM, make_provider
 from support.sakura_fake import SakuraFake, provider_for

@@ -7,8 +7,9 @@ from datetime import date
 
 import pytest
 
-from gpuplan import catalog, lifecycle
 from gpuplan.errors import RetiredType, UsageError
+from gpuplan.operating import lifecycle
+from gpuplan.planning import catalog
 
 
 def test_nc6_x4_dry_run_names_the_successor_and_exits_0(cli, gpuplan_home):

@@ -10,8 +10,9 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan import paths, runner
-from gpuplan.state import State
+from gpuplan import paths
+from gpuplan.operating import runner
+from gpuplan.operating.state import State
 
 pytestmark = pytest.mark.sshd
 PRICE = Decimal("367.20")  # NC24 per hour, report A
@@ -149,7 +150,7 @@ def test_bench_on_the_cluster_measures_two_node_data_parallel_scaling(cluster, c
     r = cli("bench", "resnet50", "--cluster", "demo", "--quick", "--gpus", "1", "--max-pack", "1",
             "--python", sys.executable, "--out", str(out))
     assert r.code == 0, r.err
-    from gpuplan.profiles import load_profile
+    from gpuplan.planning.profiles import load_profile
 
     prof = load_profile(out)
     assert prof.provenance.host == "demo-0" and "--cluster demo" in prof.provenance.command
@@ -236,7 +237,7 @@ def test_quarantine_rules(events, out):
 
 
 def test_a_refused_host_key_or_login_quarantines_at_once():
-    from gpuplan.remote import HostKeyChanged, LoginRefused
+    from gpuplan.operating.remote import HostKeyChanged, LoginRefused
 
     pool = runner._Pool(["a", "b", "c"])
     assert pool.could_not_start("a", HostKeyChanged("host key for 10.0.0.1:22 changed")) == ["a"]

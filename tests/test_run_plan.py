@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan import runner
 from gpuplan.errors import UsageError
+from gpuplan.operating import runner
 
 
 def test_plan_from_estimate_predicts_report_a_jobs_phase(cli, tmp_path):
@@ -62,7 +62,7 @@ def _summary(jobs: int, wall_s: float, tmp_path, status: str = "ok") -> runner.R
 
 
 def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
     path = tmp_path / "plan.json"
     assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0

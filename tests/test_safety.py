@@ -16,9 +16,9 @@ import time
 import pytest
 import yaml
 
-from gpuplan import locks
 from gpuplan.errors import Busy
-from gpuplan.state import State
+from gpuplan.operating import locks
+from gpuplan.operating.state import State
 from support.aws_moto import CONSOLE_HOST_KEYS, REGION
 
 AWS_CONFIG = {"quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}
@@ -256,7 +256,7 @@ def test_an_undetectable_address_is_one_line_saying_how_to_set_it(aws, cli, gpup
 
 
 def test_azure_nsg_lets_ssh_in_from_the_callers_address(cli, gpuplan_home, checkip):
-    from gpuplan import provider as registry
+    from gpuplan.operating import provider as registry
     from support.azure_fake import FakeARM, make_provider
 
     fake = FakeARM()
@@ -334,7 +334,7 @@ def test_an_old_world_readable_state_database_is_made_owner_only(gpuplan_home):
 def test_a_full_disk_after_the_create_says_how_to_finish_and_teardown_does(aws, cli, gpuplan_home, monkeypatch):
     import sqlite3
 
-    from gpuplan import provider as registry
+    from gpuplan.operating import provider as registry
     from gpuplan.providers.aws import AwsProvider
 
     disk_full = []

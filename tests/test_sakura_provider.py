@@ -5,9 +5,9 @@ import json
 import pytest
 import yaml
 
-from gpuplan import lifecycle
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
-from gpuplan.provider import HostKey, NodeSpec, Resource
+from gpuplan.operating import lifecycle
+from gpuplan.operating.provider import HostKey, NodeSpec, Resource
 from gpuplan.providers.sakura import SakuraProvider
 from support.sakura_fake import SakuraFake, provider_for
 

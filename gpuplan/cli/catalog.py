@@ -12,8 +12,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from gpuplan import fmt
 from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
 
 _FORMATS = ("table", "json", "csv")
 _FIELDS = (
@@ -83,7 +83,7 @@ def catalog_command(
     """List instance types with GPU, price in their own currency and in yen per hour, billing, status and source."""
     if ctx.invoked_subcommand is not None:
         return
-    from gpuplan import catalog
+    from gpuplan.planning import catalog
 
     if fmt not in _FORMATS:
         raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
@@ -186,7 +186,7 @@ def refresh_command(
     API and the ECB reference rates (USD/JPY), asked only about the instance types the catalog
     knows. Never needed for planning: the shipped snapshots work offline.
     """
-    from gpuplan import catalog_refresh
+    from gpuplan.planning import catalog_refresh
 
     result = catalog_refresh.refresh(provider, out_dir=out, dry_run=dry_run)
     _refresh_report(result)

@@ -16,7 +16,8 @@ def check_command(
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
     """Check credentials and GPU quota for each provider, as `sky check` does; nothing is created."""
-    from gpuplan import catalog, checks
+    from gpuplan.operating import checks
+    from gpuplan.planning import catalog
 
     if fmt not in ("table", "json"):
         raise UsageError(f"bad --format {fmt!r}: use table or json")

@@ -10,15 +10,15 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from gpuplan import fmt
 from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
 
 _FORMATS = ("table", "json", "csv")
 
 
 def parse_quotas(values: list[str]):
     """`azure=20` (total vCPUs) and `azure:NC=24` / `azure:standardNCFamily=24` (one family)."""
-    from gpuplan.model import Quotas
+    from gpuplan.planning.model import Quotas
 
     total: dict[str, int] = {}
     family: dict[tuple[str, str], int] = {}
@@ -42,8 +42,8 @@ def check_quotas(quotas, cat) -> None:
     be a quota that silently limits nothing."""
     if not quotas.total and not quotas.family:
         return
-    from gpuplan import provider
-    from gpuplan.model import Quotas
+    from gpuplan.operating import provider
+    from gpuplan.planning.model import Quotas
 
     in_catalog = {o.provider for o in cat.offers}
     for prov in [*quotas.total, *(p for p, _ in quotas.family)]:
@@ -66,7 +66,7 @@ def _user_state():
     db = paths.state_db()
     if not db.is_file():
         return None
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
     return State(db)
 
@@ -90,7 +90,7 @@ def _calibrate(state, work, cat):
     and one line per calibration saying what was predicted, what was measured, what changed."""
     if state is None:
         return work, []
-    from gpuplan import model, workloads
+    from gpuplan.planning import model, workloads
 
     speeds, lines = {}, []
     for r in state.calibrations(work.name):
@@ -433,9 +433,9 @@ def register(app: typer.Typer) -> None:
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
-        from gpuplan import catalog, optimizer, workloads
-        from gpuplan.model import Setting
-        from gpuplan.units import parse_duration
+        from gpuplan.planning import catalog, optimizer, workloads
+        from gpuplan.planning.model import Setting
+        from gpuplan.planning.units import parse_duration
 
         if out_format not in _FORMATS:
             raise UsageError(f"bad --format {out_format!r}: use table, json or csv")
@@ -478,7 +478,7 @@ def register(app: typer.Typer) -> None:
         if save is not None and est.recommended is not None:
             save_plan(est, save)
         if plot is not None:
-            from gpuplan import plot as plotting
+            from gpuplan.planning import plot as plotting
 
             plotting.write(est, plot, deadline_s)
             print(f"plot written to {plot}", file=sys.stderr)

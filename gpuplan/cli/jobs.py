@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpuplan import fmt
 from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
 
 
 def _console(stderr: bool = False):
@@ -35,12 +35,12 @@ def bench(
     job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.")] = None,
 ) -> None:
     """Measure a reference job (alone, co-located, packed, data-parallel) and save a profile."""
-    from gpuplan import bench as bench_mod
+    from gpuplan.operating import bench as bench_mod
 
     if local == (cluster is not None):
         raise UsageError("say where to measure: --local or --cluster NAME (one of them)")
-    from gpuplan.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
-    from gpuplan.units import MAX_DURATION_S
+    from gpuplan.operating.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
+    from gpuplan.planning.units import MAX_DURATION_S
 
     if max_pack < 1 or (gpus is not None and gpus < 1) or timeout < 1:
         raise UsageError("--max-pack, --gpus and --timeout must be at least 1")
@@ -55,7 +55,7 @@ def bench(
     if local:
         executor = bench_mod.LocalExecutor()
     else:
-        from gpuplan.state import State
+        from gpuplan.operating.state import State
 
         executor = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python)
     try:
@@ -115,12 +115,12 @@ def run(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds one job may run.")] = 24 * 3600,
 ) -> None:
     """Run jobs on every GPU slot of a cluster, fetch their logs, and compare time and yen with the plan."""
-    from gpuplan import locks, runner
-    from gpuplan.state import State
+    from gpuplan.operating import locks, runner
+    from gpuplan.operating.state import State
 
     if not command:
         raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
-    from gpuplan.units import MAX_DURATION_S
+    from gpuplan.planning.units import MAX_DURATION_S
 
     if per_gpu < 1 or retries < 0 or timeout < 1:
         raise UsageError("--per-gpu and --timeout must be at least 1 and --retries at least 0")
@@ -154,7 +154,7 @@ def run(
 def _print_summary(summary, predicted) -> None:
     from rich.table import Table
 
-    from gpuplan import runner
+    from gpuplan.operating import runner
 
     con = _console()
     table = Table("job", "slot", "status", "attempts", "seconds", "log")

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpuplan import fmt
 from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
 
 image_app = typer.Typer(help="Build, list and delete captured machine images (setup done once, reused).",
                         no_args_is_help=True)
@@ -36,7 +36,7 @@ def _progress(console):
 
 
 def _open_state():
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
     return State.open_default()
 
@@ -44,10 +44,10 @@ def _open_state():
 def _resolve(target: str, region: str | None, as_of: str | None = None):
     """A catalog offer; owned hosts (`baremetal:<group or GPU>`) come from the user's inventory."""
     if target.startswith("baremetal:"):
-        from gpuplan import lifecycle
+        from gpuplan.operating import lifecycle
 
         return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1])
-    from gpuplan import catalog
+    from gpuplan.planning import catalog
 
     return catalog.load(as_of).resolve(target, region=region)
 
@@ -57,7 +57,8 @@ def _resolve_live(target: str, region: str | None):
     on stderr saying so (the confirmation that follows shows its price)."""
     from datetime import date
 
-    from gpuplan import catalog, lifecycle
+    from gpuplan.operating import lifecycle
+    from gpuplan.planning import catalog
 
     offer = _resolve(target, region)
     if not offer.retired(date.today()):
@@ -126,7 +127,7 @@ def _checked_request(state, prov, req, ssh_from: str | None):
     source, (vCPUs needed, quota tiers))."""
     from dataclasses import replace
 
-    from gpuplan import lifecycle
+    from gpuplan.operating import lifecycle
 
     lifecycle.resumable(state, req)
     quota = lifecycle.preflight(prov, req)
@@ -136,8 +137,8 @@ def _checked_request(state, prov, req, ssh_from: str | None):
 def _read_plan(path: Path) -> dict:
     """The plan saved by `gpuplan estimate --save`, checked: provider, instance_type and
     region (if there) are names, count a whole number of machines, setup scratch or image."""
+    from gpuplan.planning.units import parse_count
     from gpuplan.userfiles import read_text
-    from gpuplan.units import parse_count
 
     fix = "write it with `gpuplan estimate ... --save`"
     try:
@@ -185,8 +186,8 @@ def provision(
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
     per hour, the quota check and the TTL) unless --yes."""
-    from gpuplan import lifecycle, locks
-    from gpuplan.units import parse_count, parse_duration
+    from gpuplan.operating import lifecycle, locks
+    from gpuplan.planning.units import parse_count, parse_duration
 
     setup_mode = "scratch"
     if plan is not None:
@@ -232,7 +233,7 @@ def provision(
         if from_image:
             from dataclasses import replace
 
-            from gpuplan import images
+            from gpuplan.operating import images
 
             built = images.build(state, prov, offer, f"{req.name}-img", playbooks=playbook, progress=_progress(err),
                                  ssh_cidr=req.ssh_cidr)
@@ -246,7 +247,7 @@ def provision(
 def _provider_line(req) -> list[str]:
     """For a dry run: refuse what the provider does not offer (--spot on Sakura, --ttl on owned
     servers) as the real run would; where its SDK is not installed, say which extra brings it."""
-    from gpuplan import lifecycle
+    from gpuplan.operating import lifecycle
 
     try:
         prov = lifecycle.get_provider(req.provider)
@@ -259,7 +260,7 @@ def _provider_line(req) -> list[str]:
 def _spot_priced(offer):
     """(the offer priced at its spot row where the catalog has one, the line that says so): the
     price shown, asked about and written to the cost ledger is the one the machines bill at."""
-    from gpuplan import catalog
+    from gpuplan.planning import catalog
 
     row = catalog.load().spot_offer(offer)
     if row is None:
@@ -271,9 +272,9 @@ def _spot_priced(offer):
 
 def _bootstrap(state, cluster: str, playbooks: list[str] | None, err) -> None:
     try:
-        from gpuplan.playbook import bootstrap_cluster
+        from gpuplan.operating.playbook import bootstrap_cluster
     except ImportError:  # the bootstrap executor is not installed in this build
-        err.print("bootstrap skipped: gpuplan.playbook is unavailable; run `gpuplan bootstrap` later")
+        err.print("bootstrap skipped: gpuplan.operating.playbook is unavailable; run `gpuplan bootstrap` later")
         return
     bootstrap_cluster(state, cluster, playbooks or None, {}, progress=_progress(err))
 
@@ -310,7 +311,7 @@ def status(
     format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
     """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger)."""
-    from gpuplan import lifecycle
+    from gpuplan.operating import lifecycle
 
     if format not in ("table", "json"):
         raise UsageError(f"bad --format {format!r}: use table or json")
@@ -349,8 +350,8 @@ def teardown(
 ) -> None:
     """Remove everything a cluster owns; idempotent and resumable (run it again to finish). Asks
     first (shows what will be deleted) unless --yes."""
-    from gpuplan import lifecycle
-    from gpuplan.units import parse_duration
+    from gpuplan.operating import lifecycle
+    from gpuplan.planning.units import parse_duration
 
     if not (cluster or all_ or sweep or images):
         raise UsageError("name a cluster, or use --all, --sweep or --images (`gpuplan status` lists clusters)")
@@ -381,7 +382,7 @@ def teardown(
                 raise
             failures.append(f"{row.name}: {exc}")
     if images:
-        from gpuplan import images as image_service
+        from gpuplan.operating import images as image_service
 
         for row in image_rows:
             image_service.delete(state, lifecycle.get_provider(row.provider), row.name, progress=_progress(err))
@@ -403,8 +404,8 @@ def _teardown_line(state, row) -> str:
 def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, legacy: bool, yes: bool, out, err) -> None:
     """Find this installation's tagged resources the state does not know, ask, delete them one
     cluster at a time (each re-checked under its lock), and list the clusters left running."""
-    from gpuplan import lifecycle
-    from gpuplan import provider as registry
+    from gpuplan.operating import lifecycle
+    from gpuplan.operating import provider as registry
 
     owners = lifecycle.sweep_owners(state, legacy)
     for pname in provider or registry.available():
@@ -459,7 +460,7 @@ def image_build(
 ) -> None:
     """Builder machine -> bootstrap -> capture -> builder deleted; the image is recorded in the
     state. Asks first unless --yes."""
-    from gpuplan import images, lifecycle
+    from gpuplan.operating import images, lifecycle
 
     offer = _resolve_live(target, region)
     name = lifecycle.check_name(name, "image") if name is not None else images.default_name(offer)
@@ -508,7 +509,7 @@ def image_delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
     """Delete one image and its snapshots/disks. Asks first unless --yes."""
-    from gpuplan import images, lifecycle
+    from gpuplan.operating import images, lifecycle
 
     state = _open_state()
     row = state.image(name)

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpuplan import fmt
 from gpuplan.errors import NotFound, UsageError
+from gpuplan.planning import fmt
 
 
 def _consoles():
@@ -61,8 +61,8 @@ def bootstrap(
     list_playbooks: Annotated[bool, typer.Option("--list", help="List the built-in playbooks and exit.")] = False,
 ) -> None:
     """Run setup playbooks on every node of a cluster at once; steps already done are skipped."""
-    from gpuplan import playbook as pb
-    from gpuplan.state import State
+    from gpuplan.operating import playbook as pb
+    from gpuplan.operating.state import State
 
     out, err = _consoles()
     if list_playbooks:
@@ -129,7 +129,7 @@ def ssh_argv(state, cluster: str, node: str | None, command: list[str]) -> tuple
     address = target.public_ip or target.private_ip
     if state.host_key(address, target.ssh_port) is None:
         raise UsageError(f"{target.name} has no pinned host key; run `gpuplan bootstrap {cluster} --accept-host-key SHA256:...` first")
-    from gpuplan import remote
+    from gpuplan.operating import remote
 
     remote.rotate_injected_host_keys(state, [remote.Host(target.name, address, target.ssh_port, row.ssh_user, key[0],
                                                          None, cluster)])
@@ -145,7 +145,7 @@ def ssh(
     command: Annotated[Optional[list[str]], typer.Argument(help="Command to run after `--` (default: a login shell).")] = None,
 ) -> None:
     """Log in to a node (or run one command) with the system ssh, checking the pinned host key."""
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
     argv, runs_command = ssh_argv(State.open_default(), cluster, node, list(command or []))
     sys.stdout.flush()

@@ -6,8 +6,8 @@ from datetime import date
 from decimal import Decimal
 from types import MappingProxyType
 
-from gpuplan.catalog import Catalog, FxRate, GpuInfo, ProviderFacts
-from gpuplan.types import Offer
+from gpuplan.planning.catalog import Catalog, FxRate, GpuInfo, ProviderFacts
+from gpuplan.planning.types import Offer
 
 
 def offer(name="vm1", provider="azure", gpu="K80", gpus=1, price="100", granularity=60, minimum=60, vcpus=6,

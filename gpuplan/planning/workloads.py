@@ -14,13 +14,15 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuplan.errors import UsageError
-from gpuplan.plan_types import Job, Streams, Workload
+from gpuplan.planning.plan_types import Job, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
 
 # Limits on what one estimate plans (docs/workloads.md, "Limits"). Past them input is refused with
 # one line, never planned for minutes or hours.
-MAX_JOBS = 20_000  # the planner's time grows with the jobs: under 10 s at 20,000 on 2 CPUs, a tight deadline too (benchmarks/limits_bench.py)
+# The planner's time grows with the jobs: under 10 s at 20,000 on 2 CPUs, a tight deadline too
+# (benchmarks/limits_bench.py).
+MAX_JOBS = 20_000
 MAX_FILE_BYTES = 2**20  # 20,000 one-line jobs take about 400 KiB; libyaml reads a MiB of jobs in a few seconds
 MAX_JOB_SECONDS = 100 * 365 * 86400  # one job's work alone on the reference GPU; beyond 100 GPU-years is a typo
 MAX_SETUP_SECONDS = 366 * 86400  # setup or staging on one machine
@@ -49,13 +51,15 @@ def load(name_or_file: str) -> Workload:
     path = Path(text).expanduser()
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         if not path.exists():
-            raise UsageError(f"workload file {path} not found; give a built-in name ({', '.join(builtin_names())}) or a YAML file")
+            raise UsageError(f"workload file {path} not found; give a built-in name ({', '.join(builtin_names())}) or a YAML "
+                             f"file")
         from gpuplan.userfiles import read_text
 
         text = read_text(path, "workload file", f"give a YAML file of at most {MAX_JOBS:,} jobs (docs/workloads.md)",
                          max_bytes=MAX_FILE_BYTES)
         return parse(text, str(path))
-    raise UsageError(f"unknown workload {text!r}; built-ins: {', '.join(builtin_names())}, or give a YAML file (docs/workloads.md)")
+    raise UsageError(f"unknown workload {text!r}; built-ins: {', '.join(builtin_names())}, or give a YAML file "
+                     f"(docs/workloads.md)")
 
 
 def videos(n: int) -> Workload:
@@ -226,11 +230,11 @@ def with_measured_speeds(workload: Workload, speeds: Mapping[str, Decimal], why:
 
 
 def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
-    """The workload with every figure a measured profile gives (gpuplan.profiles format):
+    """The workload with every figure a measured profile gives (gpuplan.planning.profiles format):
     seconds per unit, job start cost, memory need, co-location slowdown, packing efficiency per
     k, data-parallel efficiency per (GPUs, nodes). What the profile does not measure keeps the
     workload's own figure, and the plan's assumptions say which."""
-    from gpuplan.profiles import load_profile
+    from gpuplan.planning.profiles import load_profile
 
     prof = load_profile(profile_path)
     o = prof.to_workload_overrides()
@@ -335,7 +339,8 @@ def _streams(where: str, data: dict) -> Streams | None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise UsageError(f"{where}: streams.count must be a whole number of at least 1, not {count!r}")
     if count > MAX_JOBS:
-        raise UsageError(f"{where}: streams.count {count:,}: gpuplan plans at most {MAX_JOBS:,} streams at once; plan a part of them")
+        raise UsageError(f"{where}: streams.count {count:,}: gpuplan plans at most {MAX_JOBS:,} streams at once; plan a part "
+                         f"of them")
     if st.get("fps") is None:
         raise UsageError(f"{where}: streams.fps is missing (frames per second of each stream)")
     given = [k for k in ("hours", "days", "minutes") if st.get(k) is not None]

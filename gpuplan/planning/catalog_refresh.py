@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gpuplan import catalog
-from gpuplan.catalog import Catalog, FxRate
 from gpuplan.errors import ProviderError, UsageError
-from gpuplan.types import Offer
+from gpuplan.planning import catalog
+from gpuplan.planning.catalog import Catalog, FxRate
+from gpuplan.planning.types import Offer
 
 AZURE_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 AWS_PRICING_ROOT = "https://pricing.us-east-1.amazonaws.com"

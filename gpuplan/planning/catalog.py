@@ -42,7 +42,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuplan.errors import UsageError
-from gpuplan.types import Offer
+from gpuplan.planning.types import Offer
 
 HOURS_PER_MONTH = Decimal(730)  # 8760 / 12: the hourly equivalent of a month's rent
 PRICES_ENV = "GPUPLAN_PRICES"

@@ -16,7 +16,7 @@ What is measured, each by starting the job's processes and reading their JSON li
    efficiency(N) = throughput / (N x throughput on one GPU).
 
 Processes start through an `Executor`: `LocalExecutor` (this machine) or `ClusterExecutor`
-(the cluster's nodes over SSH via gpuplan.remote). Nothing here imports torch.
+(the cluster's nodes over SSH via gpuplan.operating.remote). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import RemoteError, UsageError
-from gpuplan.profiles import Profile, Provenance, ScalingPoint, profiles_dir, save_profile
+from gpuplan.planning.profiles import Profile, Provenance, ScalingPoint, profiles_dir, save_profile
 
 if TYPE_CHECKING:
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class ClusterExecutor(Executor):
     """The nodes of a cluster in the state store, reached over SSH with pinned host keys."""
 
     def __init__(self, state: State, cluster: str, python: str = "python3", workdir: str | None = None) -> None:
-        from gpuplan import runner
+        from gpuplan.operating import runner
 
         self.state = state
         self.cluster = cluster
@@ -201,7 +201,7 @@ class ClusterExecutor(Executor):
         return f"cd {shlex.quote(self.workdir)} && {cmd}" if self.workdir else cmd
 
     def run_all(self, launches: Sequence[Launch], timeout: int) -> list[Outcome]:
-        from gpuplan import remote
+        from gpuplan.operating import remote
 
         # run_many takes one function per host; a launch index stands in for the host here
         results = remote.run_many(
@@ -213,7 +213,7 @@ class ClusterExecutor(Executor):
                 Outcome(r.exit_code, r.stdout, r.stderr, r.seconds) for r in results]
 
     def machine(self) -> Machine:
-        from gpuplan import remote
+        from gpuplan.operating import remote
 
         target = self.targets[0]
         r = remote.run(target.host, "nvidia-smi --query-gpu=name,memory.total,driver_version"
@@ -227,7 +227,7 @@ class ClusterExecutor(Executor):
         return self.targets[node].private_ip
 
     def remove_dirs(self, dirs: Sequence[str]) -> None:
-        from gpuplan import remote
+        from gpuplan.operating import remote
 
         if dirs:
             remote.run(self.targets[0].host, "rm -rf " + " ".join(shlex.quote(d) for d in dirs), timeout=60)
@@ -363,7 +363,7 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
 
     scaling: list[ScalingPoint] = []
     if spec.data_parallel:
-        from gpuplan.runner import torchrun_argv
+        from gpuplan.operating.runner import torchrun_argv
 
         thr1 = Decimal(str(alone_rec["throughput"]))
         layouts = [(1, n) for n in _points(slots)] + [(m, slots) for m in range(2, executor.nodes + 1)]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.errors import GpuplanError, NotFound, UsageError
 
 if TYPE_CHECKING:
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
 REMOTE_LOG_DIR = ".gpuplan/runs"  # relative to the SSH user's home on each node
 MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
@@ -54,7 +54,7 @@ class Target:
     """One node of a cluster, reachable over SSH."""
 
     node: str
-    host: Any  # gpuplan.remote.Host
+    host: Any  # gpuplan.operating.remote.Host
     private_ip: str
     gpus: int
 
@@ -226,7 +226,7 @@ def torchrun_program(command: Sequence[str]) -> list[str]:
 
 def cluster_targets(state: State, cluster: str) -> list[Target]:
     """The cluster's live nodes as SSH targets, each with its host key pinned in the state store."""
-    from gpuplan import remote
+    from gpuplan.operating import remote
 
     nodes = {n.name: n for n in state.nodes(cluster)}
     return [Target(h.name, h, nodes[h.name].private_ip or h.address, nodes[h.name].gpus)
@@ -234,13 +234,13 @@ def cluster_targets(state: State, cluster: str) -> list[Target]:
 
 
 def _ssh_run(target: Target, command: str, timeout: int):
-    from gpuplan import remote
+    from gpuplan.operating import remote
 
     return remote.run(target.host, command, timeout=timeout)
 
 
 def _ssh_get(target: Target, remote_path: str, local_path: Path) -> None:
-    from gpuplan import remote
+    from gpuplan.operating import remote
 
     remote.get(target.host, remote_path, local_path)
 
@@ -276,7 +276,7 @@ UNREACHABLE_IN_A_ROW = 2  # failed connections (each already tried 4 times by re
 
 def _ssh_failure(exc: BaseException) -> str:
     """Why an attempt could not start its job, as the start of a quarantine reason."""
-    from gpuplan.remote import HostKeyChanged, LoginRefused
+    from gpuplan.operating.remote import HostKeyChanged, LoginRefused
 
     kind = ("host key refused" if isinstance(exc, HostKeyChanged) else "login refused" if isinstance(exc, LoginRefused)
             else "unreachable")
@@ -313,7 +313,7 @@ class _Pool:
 
     def could_not_start(self, node: str, exc: BaseException) -> list[str]:
         """An attempt that never started its job on `node`. Returns the nodes that left the pool."""
-        from gpuplan.remote import HostKeyChanged, LoginRefused
+        from gpuplan.operating.remote import HostKeyChanged, LoginRefused
 
         self._unreachable[node] += 1
         if isinstance(exc, (HostKeyChanged, LoginRefused)) or self._unreachable[node] >= UNREACHABLE_IN_A_ROW:
@@ -627,7 +627,7 @@ def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
 
 
 def _now():
-    from gpuplan.state import now
+    from gpuplan.operating.state import now
 
     return now()
 

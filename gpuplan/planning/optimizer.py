@@ -54,11 +54,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
-from gpuplan import fmt, model
-from gpuplan.model import Infeasible, Setting
-from gpuplan.plan_types import Estimate, Plan, Workload
-from gpuplan.types import Offer
-from gpuplan.units import format_duration
+from gpuplan.planning import fmt, model
+from gpuplan.planning.model import Infeasible, Setting
+from gpuplan.planning.plan_types import Estimate, Plan, Workload
+from gpuplan.planning.types import Offer
+from gpuplan.planning.units import format_duration
 
 MILP_TIME_LIMIT_S = 1.0
 MILP_MAX_VARIABLES = 20_000  # machines x job classes; larger MILPs rarely finish in the limit
@@ -1197,9 +1197,11 @@ def _break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
         return replace(plan, note=f"{plan.note}; {line}")
     saving = hourly.cost - plan.cost
     if saving <= 0:
-        line = f"buying never pays off: the best hourly plan costs {fmt.yen(hourly.cost)} per batch, power alone {fmt.yen(plan.cost)}"
+        line = (f"buying never pays off: the best hourly plan costs {fmt.yen(hourly.cost)} per batch, power alone "
+                f"{fmt.yen(plan.cost)}")
     else:
         batches = math.ceil(mine.price / saving)
-        line = (f"buying pays off after {fmt.count(batches)} batches like this one (about {fmt.count(int(batches * hours))} hours of this work "
-                f"on it) against {fmt.yen(hourly.cost)} per batch for {hourly.label}")
+        line = (f"buying pays off after {fmt.count(batches)} batches like this one "
+                f"(about {fmt.count(int(batches * hours))} hours of this work on it) against {fmt.yen(hourly.cost)} per batch"
+                f" for {hourly.label}")
     return replace(plan, note=f"{plan.note}; {line}")

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from gpuplan.errors import GpuplanError, UsageError
 
 if TYPE_CHECKING:
-    from gpuplan.catalog import Catalog
-    from gpuplan.provider import Provider
+    from gpuplan.operating.provider import Provider
+    from gpuplan.planning.catalog import Catalog
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def _region(provider: str, prov: Provider, region: str | None, catalog: Catalog)
 
 def check_provider(name: str, region: str | None, catalog: Catalog) -> ProviderCheck:
     """What `gpuplan check NAME` shows for one provider."""
-    from gpuplan import lifecycle
+    from gpuplan.operating import lifecycle
 
     where = region or ""
     try:
@@ -108,7 +108,7 @@ def check_provider(name: str, region: str | None, catalog: Catalog) -> ProviderC
 
 def check(names: Sequence[str], region: str | None, catalog: Catalog) -> list[ProviderCheck]:
     """Every named provider (all installed ones when none is named), in the order given."""
-    from gpuplan import provider as registry
+    from gpuplan.operating import provider as registry
 
     known = registry.available()
     for n in names:

@@ -1,8 +1,8 @@
 """The provider contract, the steps every provider shares, and the registry that finds plugins.
 
 A provider drives one cloud (or a set of owned hosts). It never prints, never touches the
-state store and never imports anything of gpuplan but this module, gpuplan.tags,
-gpuplan.types and gpuplan.errors (baremetal also gpuplan.remote). Its SDK is imported inside
+state store and never imports anything of gpuplan but this module, gpuplan.operating.tags,
+gpuplan.planning.types and gpuplan.errors (baremetal also gpuplan.operating.remote). Its SDK is imported inside
 its own module, which the registry imports only when the provider is asked for, so the core
 never loads a cloud SDK at start-up.
 
@@ -11,7 +11,7 @@ here (the feature check at request time, the quota check, creating only the shor
 by tag, waiting until ready, image tags), and a provider implements only its cloud's
 primitives (machines by tag, launch a batch, describe, list by tag, delete, capture).
 
-Everything a provider creates carries the tags in `NodeSpec.tags` (see gpuplan.tags) so that
+Everything a provider creates carries the tags in `NodeSpec.tags` (see gpuplan.operating.tags) so that
 `list()` can find it even when the state store has lost track of it.
 
 No private key goes into anything the cloud API or the machine's metadata service can return
@@ -29,9 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuplan import tags as tagging
 from gpuplan.errors import ProviderError, QuotaExceeded, UsageError
-from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.operating import tags as tagging
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 __all__ = ["TAG_CLUSTER", "TAG_CREATED", "TAG_IMAGE", "TAG_NODE", "TAG_OWNER", "Feature", "HostKey", "Image",
            "Instance", "NEW_LIMIT", "NodeSpec", "Provider", "QuotaUsage", "Resource", "available", "get",

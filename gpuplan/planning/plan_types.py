@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 
-from gpuplan.types import Offer
+from gpuplan.planning.types import Offer
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ import re
 import time
 from datetime import datetime, timezone
 
-from gpuplan import lifecycle, locks
 from gpuplan.errors import GpuplanError, RemoteError, UsageError
-from gpuplan.provider import TAG_CREATED, TAG_IMAGE, TAG_OWNER, Provider, Resource
-from gpuplan.state import ImageRow, State
-from gpuplan.types import Offer
+from gpuplan.operating import lifecycle, locks
+from gpuplan.operating.provider import TAG_CREATED, TAG_IMAGE, TAG_OWNER, Provider, Resource
+from gpuplan.operating.state import ImageRow, State
+from gpuplan.planning.types import Offer
 
 
 def default_name(offer: Offer) -> str:
@@ -56,13 +56,13 @@ def _build(state: State, prov: Provider, offer: Offer, name: str, builder: str, 
     req = lifecycle.request_from_offer(offer, 1, name=builder, region=region, ssh_cidr=ssh_cidr)
     try:
         lifecycle.provision(state, prov, req, progress=progress)
-        from gpuplan.playbook import bootstrap_cluster
+        from gpuplan.operating.playbook import bootstrap_cluster
 
         progress(f"setting up builder {builder}")
         bootstrap_cluster(state, builder, playbooks or None, {}, progress=progress)
         node = state.nodes(builder)[0]
         if prov.capture_prep_command:
-            from gpuplan import remote
+            from gpuplan.operating import remote
 
             [host] = remote.cluster_hosts(state, builder)
             result = remote.run(host, prov.capture_prep_command, timeout=600, sudo=True)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gpuplan.errors import NotFound, RemoteError, UsageError
 
 if TYPE_CHECKING:
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 T = TypeVar("T")
@@ -368,7 +368,7 @@ def rotate_injected_host_keys(state: State, hosts: Sequence[Host]) -> list[Host]
     todo = [h for h in hosts if (pin := state.host_pin(h.address, h.port)) and pin.origin == "injected"]
     if not todo:
         return list(hosts)
-    from gpuplan import locks
+    from gpuplan.operating import locks
 
     with locks.cluster(todo[0].cluster) if todo[0].cluster else nullcontext():
         outcomes = dict(zip([h.name for h in todo], run_many(todo, lambda h: _rotate(state, h))))

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuplan import fmt
 from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
 
 MAX_TIMELINE_ROWS = 40
 PARTS = (  # VmUse field, label, colour

@@ -6,7 +6,7 @@ moment leaves enough behind for `teardown` to find everything: node rows exist (
 deterministic names) before the create call, every resource carries the cluster's tags, and
 teardown asks the provider what exists by tag rather than trusting the state alone.
 
-Every changing service here holds the cluster's lock (gpuplan.locks) for its whole run, so two
+Every changing service here holds the cluster's lock (gpuplan.operating.locks) for its whole run, so two
 commands on one cluster never interleave: a second provision of a name waits, then resumes or
 refuses what the first left, and a sweep re-checks each candidate under that lock.
 """
@@ -24,16 +24,17 @@ from datetime import date, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from gpuplan import config, keys, locks
-from gpuplan import provider as providers
+from gpuplan import config
 from gpuplan.errors import Busy, GpuplanError, NotFound, RetiredType, UsageError
-from gpuplan.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.state import ClusterRow, NodeRow, State, now
-from gpuplan.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
-from gpuplan.types import Offer
+from gpuplan.operating import keys, locks
+from gpuplan.operating import provider as providers
+from gpuplan.operating.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.operating.state import ClusterRow, NodeRow, State, now
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.planning.types import Offer
 
 if TYPE_CHECKING:
-    from gpuplan.catalog import Catalog
+    from gpuplan.planning.catalog import Catalog
 
 Progress = Callable[[str], None]
 

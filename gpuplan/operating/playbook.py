@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuplan import locks, paths, remote
+from gpuplan import paths
 from gpuplan.errors import NotFound, RemoteError, UsageError
-from gpuplan.keys import ed25519_pair
+from gpuplan.operating import locks, remote
+from gpuplan.operating.keys import ed25519_pair
 
 if TYPE_CHECKING:
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
 DEFAULT_PLAYBOOKS = ("gpu-driver", "cuda", "cudnn", "nccl")
 STEP_KEYS = {"name", "check", "action", "script", "reboot", "timeout_s", "sudo", "always", "only_if"}
@@ -405,7 +406,7 @@ def run_playbooks(
 
 def _intra_key(state: State, cluster: str) -> tuple[str, str]:
     """The cluster's node-to-node key pair, kept beside its login key so a re-run reuses it
-    (removed with it at teardown: gpuplan.keys)."""
+    (removed with it at teardown: gpuplan.operating.keys)."""
     path = Path(str(state.ssh_key(cluster)[0]) + "-intra")
     if not path.exists():
         private, public = ed25519_pair()

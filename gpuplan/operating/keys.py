@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuplan import paths
-from gpuplan.provider import HostKey
+from gpuplan.operating.provider import HostKey
 
 if TYPE_CHECKING:
-    from gpuplan.state import State
+    from gpuplan.operating.state import State
 
 
 def ed25519_pair() -> tuple[str, str]:

@@ -46,9 +46,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
-from gpuplan import fmt
-from gpuplan.plan_types import Machines, Plan, Workload
-from gpuplan.types import Offer
+from gpuplan.planning import fmt
+from gpuplan.planning.plan_types import Machines, Plan, Workload
+from gpuplan.planning.types import Offer
 
 HOUR = Decimal(3600)
 
@@ -73,7 +73,7 @@ class Quotas:
 class Setting:
     """Everything outside the workload and fleet that a plan's figures depend on."""
 
-    catalog: object  # gpuplan.catalog.Catalog (duck-typed: providers, gpus, fx, date, snapshot)
+    catalog: object  # gpuplan.planning.catalog.Catalog (duck-typed: providers, gpus, fx, date, snapshot)
     as_of_month: str = ""  # "YYYY-MM" the user planned for (default: the snapshot's)
     quotas: Quotas = field(default_factory=Quotas)
     deadline_s: int | None = None
@@ -104,10 +104,12 @@ def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str
         mine = info.rel_speed.get(workload.kind) if info is not None else None
         if ref is None or mine is None:
             missing = offer.gpu if mine is None else workload.reference_gpu
-            raise Infeasible(f"no {workload.kind} speed figure for {missing}; measure it (gpuplan bench) or add speed: to the workload")
+            raise Infeasible(f"no {workload.kind} speed figure for {missing}; measure it (gpuplan bench) or add speed: to "
+                             f"the workload")
         ref_s = workload.speed.get(workload.reference_gpu, Decimal(1))
         s = mine / ref * ref_s
-        why = f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured for {workload.name}"
+        why = (f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured "
+               f"for {workload.name}")
     if workload.max_speed is not None and s > workload.max_speed:
         s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
     return s, why
@@ -140,7 +142,8 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
     if mem is None:
         raise Infeasible(f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib")
     if k * mem > offer.gpu_memory_gib:
-        raise Infeasible(f"{k} per GPU: {k} x {number_text(mem)} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+        raise Infeasible(f"{k} per GPU: {k} x {number_text(mem)} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB "
+                         f"of a {offer.gpu}")
     table, _ = packing_table(workload, offer)
     if table is None:
         measured = sorted({workload.reference_gpu} | set(workload.packing_by_gpu)) if any(
@@ -152,7 +155,8 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
         raise Infeasible(f"{k} per GPU: {k} jobs did not fit one {offer.gpu} in the measurement")
     eff = table.get(k)
     if eff is None:
-        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one {offer.gpu} (measure it with gpuplan bench)")
+        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one {offer.gpu} (measure it with "
+                         f"gpuplan bench)")
     factor = workload.startup_factor / eff
     return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {workload.startup_factor}"
                     f" -> each job takes {factor:.3f}x while {k} share the GPU; fewer left run at the efficiency"
@@ -256,7 +260,8 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
         raise Infeasible(f"{offer.name} not available until {offer.available_from.isoformat()}")
     if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
-        raise Infeasible(f"a job needs {number_text(workload.memory_gib)} GiB, more than the {offer.gpu_memory_gib} GiB of a {offer.gpu}")
+        raise Infeasible(f"a job needs {number_text(workload.memory_gib)} GiB, more than the {offer.gpu_memory_gib} GiB of a "
+                         f"{offer.gpu}")
     # where a workload gives no need, the offer's own memory bounds it: nothing more to check
     speed(workload, offer, cat.gpus)
 
@@ -625,7 +630,8 @@ def make_plan(
     if no_image and setup_mode == "scratch":
         time_notes.append(f"{no_image}: every machine runs setup")
     if setup_mode == "image" and not bw:
-        time_notes.append(f"{provider}: the builder is deleted after capture and is not a worker (deallocated during capture: not billed)")
+        time_notes.append(f"{provider}: the builder is deleted after capture and is not a worker (deallocated during "
+                          f"capture: not billed)")
     elif setup_mode == "image":
         time_notes.append(f"{provider}: the builder keeps running during capture (billed) and then works")
 
@@ -717,7 +723,8 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
     if not user_given and facts is not None:
         how = f"; raise it: {facts.how_to_raise}" if facts.how_to_raise else ""
         if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
-            warnings.append(f"needs {peak} vCPUs, over {provider}'s default {facts.quota_name} quota of {facts.default_quota_vcpus}{how}")
+            warnings.append(f"needs {peak} vCPUs, over {provider}'s default {facts.quota_name} quota of "
+                            f"{facts.default_quota_vcpus}{how}")
         for fam, need in by_family.items():
             default = facts.family_quota_vcpus.get(fam)
             if fam and default is not None and need > default and not (default == facts.default_quota_vcpus and peak > default):
@@ -733,10 +740,12 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     cat = setting.catalog
     if offer.price_jpy_per_hour is None:
         return [f"{offer.name}: {offer.notes or 'price not sourced'}"]
-    gran = {1: "per second", 60: "per minute", 3600: "per hour"}.get(offer.billing_granularity_s, f"per {offer.billing_granularity_s} s")
+    named = {1: "per second", 60: "per minute", 3600: "per hour"}
+    gran = named.get(offer.billing_granularity_s, f"per {offer.billing_granularity_s} s")
     if offer.price_unit == "month":
         gran = f"per month of {offer.billing_granularity_s // 86400} days (a started month billed whole)"
-    minimum = f", minimum {fmt.duration(offer.billing_minimum_s)}" if offer.billing_minimum_s and offer.price_unit != "month" else ""
+    has_minimum = offer.billing_minimum_s and offer.price_unit != "month"
+    minimum = f", minimum {fmt.duration(offer.billing_minimum_s)}" if has_minimum else ""
     if offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "
@@ -763,7 +772,8 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
         out.extend(_price_notes(o, setting))
     out.extend(time_notes)
     if workload.staging_s or workload.staging_jpy:
-        out.append(f"data staging {fmt.duration(workload.staging_s)} and {fmt.yen(workload.staging_jpy)} on every machine that runs jobs")
+        out.append(f"data staging {fmt.duration(workload.staging_s)} and {fmt.yen(workload.staging_jpy)} on every machine "
+                   f"that runs jobs")
     out.append("machines are released when their own jobs end (idle tail 0)" if setting.release == "when-done"
                else "machines are kept until the last one finishes (idle tail billed)")
     out.append("image storage and disk I/O are not priced (as in field report A)")

@@ -1,0 +1,40 @@
+"""The layout keeps its arrows one way: planning imports nothing from operating or the CLI;
+only the CLI imports typer or rich; the core imports no cloud SDK at module level."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "gpuplan"
+SDKS = ("boto3", "botocore", "azure", "paramiko", "torch", "pandas", "scipy", "matplotlib")
+
+
+def imports(path: Path, top_level_only: bool = False) -> set[str]:
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_planning_never_imports_operating_or_the_cli():
+    files = sorted((PKG / "planning").glob("*.py"))
+    assert len(files) >= 10
+    for path in files:
+        bad = sorted(m for m in imports(path) if m.startswith(("gpuplan.operating", "gpuplan.cli", "providers")))
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_only_the_cli_knows_typer_and_rich_and_the_core_loads_no_sdk_at_import():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if rel.parts[0] in ("cli", "jobs"):
+            continue
+        assert not any(m.split(".")[0] in ("typer", "rich") for m in imports(path)), rel
+        assert not any(m.split(".")[0] in SDKS for m in imports(path, top_level_only=True)), rel
