@@ -7,8 +7,7 @@ import json
 import pytest
 from test_lifecycle import offer
 
-from gpuplan.cli import lifecycle as cli_lifecycle
-from gpuplan.operating import provider
+from gpuplan.operating import launch, provider
 from support.memory_provider import MemoryProvider
 
 
@@ -16,7 +15,7 @@ from support.memory_provider import MemoryProvider
 def mem(monkeypatch):
     prov = MemoryProvider()
     provider.override("memory", lambda config: prov)
-    monkeypatch.setattr(cli_lifecycle, "_resolve", lambda target, region, as_of=None: offer())
+    monkeypatch.setattr(launch, "resolve_offer", lambda target, region, as_of=None: offer())
     yield prov
     provider.override("memory", None)
 

@@ -96,7 +96,7 @@ def test_a_held_cluster_refuses_with_one_line_naming_the_holder(aws, gpuplan_hom
 
 def test_a_lock_held_by_a_process_killed_with_9_is_free_at_once(gpuplan_home):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom gpuplan import locks\nwith locks.cluster('k9'):\n"
+        [sys.executable, "-c", "import time\nfrom gpuplan.operating import locks\nwith locks.cluster('k9'):\n"
                                "    print('held', flush=True)\n    time.sleep(120)"],
         stdout=subprocess.PIPE, text=True)
     try:

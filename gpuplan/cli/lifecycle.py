@@ -41,34 +41,6 @@ def _open_state():
     return State.open_default()
 
 
-def _resolve(target: str, region: str | None, as_of: str | None = None):
-    """A catalog offer; owned hosts (`baremetal:<group or GPU>`) come from the user's inventory."""
-    if target.startswith("baremetal:"):
-        from gpuplan.operating import lifecycle
-
-        return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1])
-    from gpuplan.planning import catalog
-
-    return catalog.load(as_of).resolve(target, region=region)
-
-
-def _resolve_live(target: str, region: str | None):
-    """The offer to create for `target`: a retired size maps to its successor, with one line
-    on stderr saying so (the confirmation that follows shows its price)."""
-    from datetime import date
-
-    from gpuplan.operating import lifecycle
-    from gpuplan.planning import catalog
-
-    offer = _resolve(target, region)
-    if not offer.retired(date.today()):
-        return offer
-    offer, mapped = lifecycle.live_offer(catalog.load(), offer, region)
-    if mapped:
-        _err_console().print(mapped, markup=False, soft_wrap=True)
-    return offer
-
-
 # --- asking before creating or deleting ----------------------------------------------------
 
 YES_HELP = "Do not ask; go ahead (needed when stdin is not a terminal)."
@@ -95,9 +67,11 @@ def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
         raise typer.Exit(1)
 
 
-def _create_lines(offer, req, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
+def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
     """What a provision (or an image builder) will create, what it costs per hour, the quota it
-    was checked against, how long it lives (`lifetime`, else the TTL) and where SSH comes from."""
+    was checked against, how long it lives (`lifetime`, else the TTL), where SSH comes from, and
+    the order's notes (spot price, image setup)."""
+    offer, req = o.offer, o.request
     n = req.count
     per_hour = offer.price_jpy_per_hour
     total = per_hour * n if per_hour is not None else None
@@ -119,53 +93,7 @@ def _create_lines(offer, req, quota: tuple | None = None, lifetime: str | None =
         lines.append(f"  no TTL: the machines run, and bill, until `gpuplan teardown {req.name}`")
     if req.ssh_cidr:
         lines.append(f"  SSH from {req.ssh_cidr}" + ("  (every address: asked for)" if req.ssh_cidr == "0.0.0.0/0" else ""))
-    return lines
-
-
-def _checked_request(state, prov, req, ssh_from: str | None):
-    """Credentials, quota and the SSH source, before the question: (request with its SSH
-    source, (vCPUs needed, quota tiers))."""
-    from dataclasses import replace
-
-    from gpuplan.operating import lifecycle
-
-    lifecycle.resumable(state, req)
-    quota = lifecycle.preflight(prov, req)
-    return replace(req, ssh_cidr=lifecycle.ssh_source(prov, ssh_from)), quota
-
-
-def _read_plan(path: Path) -> dict:
-    """The plan saved by `gpuplan estimate --save`, checked: provider, instance_type and
-    region (if there) are names, count a whole number of machines, setup scratch or image."""
-    from gpuplan.planning.units import parse_count
-    from gpuplan.userfiles import read_text
-
-    fix = "write it with `gpuplan estimate ... --save`"
-    try:
-        plan = json.loads(read_text(path, "plan file", fix))
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); {fix}") from None
-    if isinstance(plan, dict) and "recommended" in plan:
-        plan = plan["recommended"]
-    if not isinstance(plan, dict):
-        raise UsageError(f"plan file {path}: expected a JSON object with provider, instance_type and count; {fix}")
-    missing = [k for k in ("provider", "instance_type", "count") if k not in plan]
-    if missing:
-        raise UsageError(f"plan file {path} lacks {', '.join(missing)}; {fix}")
-    for key in ("provider", "instance_type", "region"):
-        value = plan.get(key)
-        if not (isinstance(value, str) and value.strip()) and not (key == "region" and value is None):
-            raise UsageError(f"plan file {path}: {key} must be a name, not {value!r}; {fix}")
-    count = plan["count"]
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise UsageError(f"plan file {path}: count must be a whole number of machines, not {count!r}; {fix}")
-    try:
-        parse_count(str(count))
-    except UsageError as exc:
-        raise UsageError(f"plan file {path}: {exc}") from None
-    if plan.get("setup") not in (None, "scratch", "image"):
-        raise UsageError(f"plan file {path}: setup must be scratch or image, not {plan['setup']!r}; {fix}")
-    return plan
+    return lines + [f"  {note}" for note in o.notes]
 
 
 def provision(
@@ -186,97 +114,34 @@ def provision(
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
     per hour, the quota check and the TTL) unless --yes."""
-    from gpuplan.operating import lifecycle, locks
-    from gpuplan.planning.units import parse_count, parse_duration
+    from gpuplan.operating import launch, lifecycle
 
-    setup_mode = "scratch"
-    if plan is not None:
-        if target or count:
-            raise UsageError("give either an instance type and count or --plan, not both")
-        p = _read_plan(plan)
-        offer = _resolve_live(f"{p['provider']}:{p['instance_type']}", region or p.get("region"))
-        n = int(p["count"])
-        setup_mode = p.get("setup", "scratch")
-        spot = spot or p.get("market") == "spot"  # a plan made with `estimate --spot` on a spot price
-    else:
-        if not target:
-            raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
-        offer = _resolve_live(target, region)
-        n = parse_count(count or "x1")
-    ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
-    if name is not None:  # --name "" is a mistake, not a request for a generated name
-        lifecycle.check_name(name)
-    spot_line = None
-    if spot and offer.kind == "cloud":
-        offer, spot_line = _spot_priced(offer)
-    req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
-
-    out = _out_console()
-    from_image = setup_mode == "image" and not image and n > 1
-    image_line = "  setup from an image: one builder machine is set up and captured first, then the workers start from it"
-    extra = ([spot_line] if spot_line else []) + ([image_line] if from_image else [])
+    o = launch.order(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot)
+    _say_mapped(o)
     if dry_run:
-        lines = _create_lines(offer, req)
+        lines = _create_lines(o) + [f"  {n}" for n in launch.dry_run_notes(o)]
         lines[0] = "would " + lines[0]
-        for line in lines + extra + _provider_line(req):
-            out.print(line, markup=False, soft_wrap=True)
+        _print_lines(_out_console(), lines)
         return
-
     _need_answer(yes, "provision")
     err = _err_console()
     state = _open_state()
-    prov = lifecycle.get_provider(req.provider)
-    req, quota = _checked_request(state, prov, req, ssh_from)
-    _confirm(_create_lines(offer, req, quota) + extra,
-             "Create these machines?", yes, default=True)
-    with locks.cluster(req.name):  # provision and bootstrap as one: nothing else in between
-        if from_image:
-            from dataclasses import replace
-
-            from gpuplan.operating import images
-
-            built = images.build(state, prov, offer, f"{req.name}-img", playbooks=playbook, progress=_progress(err),
-                                 ssh_cidr=req.ssh_cidr)
-            req = replace(req, image=built.name)
-        cluster = lifecycle.provision(state, prov, req, progress=_progress(err), keep_on_failure=keep_on_failure)
-        if not (no_bootstrap or req.image):
-            _bootstrap(state, cluster.name, playbook, err)
-    _print_status(out, lifecycle.status(state, cluster.name))
+    prov = lifecycle.get_provider(o.request.provider)
+    o, quota = launch.check(state, prov, o, ssh_from)
+    _confirm(_create_lines(o, quota), "Create these machines?", yes, default=True)
+    cluster = launch.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
+                               keep_on_failure=keep_on_failure, progress=_progress(err))
+    _print_status(_out_console(), lifecycle.status(state, cluster.name))
 
 
-def _provider_line(req) -> list[str]:
-    """For a dry run: refuse what the provider does not offer (--spot on Sakura, --ttl on owned
-    servers) as the real run would; where its SDK is not installed, say which extra brings it."""
-    from gpuplan.operating import lifecycle
-
-    try:
-        prov = lifecycle.get_provider(req.provider)
-    except UsageError as exc:
-        return [f"  note: {exc}"]
-    prov.check_features(spot=req.spot, ttl_s=req.ttl_s)
-    return []
+def _say_mapped(o) -> None:
+    if o.mapped:  # a retired size and its successor: one line, before anything else
+        _err_console().print(o.mapped, markup=False, soft_wrap=True)
 
 
-def _spot_priced(offer):
-    """(the offer priced at its spot row where the catalog has one, the line that says so): the
-    price shown, asked about and written to the cost ledger is the one the machines bill at."""
-    from gpuplan.planning import catalog
-
-    row = catalog.load().spot_offer(offer)
-    if row is None:
-        return offer, ("  spot: the catalog has no spot price for this size; shown at the on-demand price, which"
-                       " the spot price does not exceed")
-    rule = row.notes.removeprefix("spot: ").partition("; ")[0]
-    return row, f"  spot at {fmt.yen(row.price_jpy_per_hour)}/h (on demand {fmt.yen(offer.price_jpy_per_hour)}/h): {rule}"
-
-
-def _bootstrap(state, cluster: str, playbooks: list[str] | None, err) -> None:
-    try:
-        from gpuplan.operating.playbook import bootstrap_cluster
-    except ImportError:  # the bootstrap executor is not installed in this build
-        err.print("bootstrap skipped: gpuplan.operating.playbook is unavailable; run `gpuplan bootstrap` later")
-        return
-    bootstrap_cluster(state, cluster, playbooks or None, {}, progress=_progress(err))
+def _print_lines(console, lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _print_status(out, statuses) -> None:
@@ -460,27 +325,24 @@ def image_build(
 ) -> None:
     """Builder machine -> bootstrap -> capture -> builder deleted; the image is recorded in the
     state. Asks first unless --yes."""
-    from gpuplan.operating import images, lifecycle
+    from gpuplan.operating import images, launch, lifecycle
 
-    offer = _resolve_live(target, region)
-    name = lifecycle.check_name(name, "image") if name is not None else images.default_name(offer)
-    req = lifecycle.request_from_offer(offer, 1, name=images.builder_name(name), region=region)
+    o, name = launch.image_order(target, region, name)
+    _say_mapped(o)
     lifetime = (f"the builder is deleted once image {name} is captured; the image's storage bills until "
                 f"`gpuplan image delete {name}`")
     if dry_run:
-        lines = _create_lines(offer, req, lifetime=lifetime)
+        lines = _create_lines(o, lifetime=lifetime)
         lines[0] = f"would build image {name} on a builder: " + lines[0]
-        for line in lines:
-            _out_console().print(line, markup=False, soft_wrap=True)
+        _print_lines(_out_console(), lines)
         return
     _need_answer(yes, "image build")
     state = _open_state()
-    err = _err_console()
-    prov = lifecycle.get_provider(offer.provider)
-    req, quota = _checked_request(state, prov, req, ssh_from)
-    _confirm(_create_lines(offer, req, quota, lifetime), f"Build image {name}?", yes, default=True)
-    row = images.build(state, prov, offer, name, playbooks=playbook, region=region, progress=_progress(err),
-                       ssh_cidr=req.ssh_cidr)
+    prov = lifecycle.get_provider(o.offer.provider)
+    o, quota = launch.check(state, prov, o, ssh_from)
+    _confirm(_create_lines(o, quota, lifetime), f"Build image {name}?", yes, default=True)
+    row = images.build(state, prov, o.offer, name, playbooks=playbook, region=region, progress=_progress(_err_console()),
+                       ssh_cidr=o.request.ssh_cidr)
     _out_console().print(f"image {row.name} ready: {row.provider}/{row.region} {row.provider_id}; "
                          f"use it with `gpuplan provision {target} x4 --image {row.name}`")
 
