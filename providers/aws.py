@@ -58,7 +58,7 @@ from datetime import datetime, timedelta, timezone
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
 from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 UBUNTU_SSM = "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
@@ -113,8 +113,6 @@ def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
 def user_data(expires_at: datetime | None) -> str:
     """cloud-init: with a TTL, a per-boot script that powers the instance off at the absolute
     deadline. No key of any kind (see the module docstring)."""
-    import yaml
-
     doc: dict = {}
     if expires_at is not None:
         epoch = int(expires_at.timestamp())
@@ -130,13 +128,7 @@ def user_data(expires_at: datetime | None) -> str:
             {"path": "/etc/gpuplan/expires-at", "content": stamp + "\n", "permissions": "0644"},
             {"path": "/var/lib/cloud/scripts/per-boot/gpuplan-ttl.sh", "content": script, "permissions": "0755"},
         ]
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    Dumper.add_representer(str, lambda d, s: d.represent_scalar(
-        "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
-    return "#cloud-config\n" + yaml.dump(doc, Dumper=Dumper, sort_keys=False)
+    return cloud_config(doc)
 
 
 def console_host_key(output: str) -> str | None:

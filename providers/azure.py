@@ -37,7 +37,7 @@ from pathlib import Path
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
 from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 SCHEDULE_API = "2018-09-15"
@@ -428,8 +428,6 @@ class AzureProvider(Provider):
 
     def _custom_data(self, spec: NodeSpec, node: str) -> str:
         """cloud-init: the locally generated host key (so the first SSH is already pinned) and the expiry."""
-        import yaml
-
         doc: dict = {}
         key = spec.host_keys.get(node)
         if key is not None:
@@ -439,13 +437,7 @@ class AzureProvider(Provider):
         if spec.ttl_s:
             expires = (self._clock() + timedelta(seconds=spec.ttl_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
             doc["write_files"] = [{"path": "/etc/gpuplan/expires-at", "content": expires + "\n", "permissions": "0644"}]
-        class Dumper(yaml.SafeDumper):
-            pass
-
-        Dumper.add_representer(str, lambda d, s: d.represent_scalar(
-            "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
-        text = "#cloud-config\n" + yaml.dump(doc, Dumper=Dumper, sort_keys=False)
-        return base64.b64encode(text.encode()).decode()
+        return base64.b64encode(cloud_config(doc).encode()).decode()
 
     def shutdown_time(self, ttl_s: int) -> str:
         """HHmm (UTC) of now+ttl, rounded up to the minute: the schedule's daily time."""

@@ -338,3 +338,16 @@ def missing_extra(provider: str, exc: ImportError) -> UsageError:
     return UsageError(
         f"provider {provider!r} needs an extra package ({exc.name or exc}); install it with: pip install 'gpuplan[{provider}]'"
     )
+
+
+def cloud_config(doc: dict) -> str:
+    """A cloud-init `#cloud-config` document: multi-line strings (scripts, keys) as YAML
+    literal blocks, so that what lands on the machine is byte for byte what was written."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(str, lambda d, s: d.represent_scalar(
+        "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+    return "#cloud-config\n" + yaml.dump(doc, Dumper=Dumper, sort_keys=False)
