@@ -87,6 +87,7 @@ def test_run_fans_items_over_every_slot_with_retries_logs_and_state(cluster, cli
     assert "attempt 1" in flaky and "exit 7" in flaky and "attempt 2" in flaky and "exit 0" in flaky
     out = " ".join(r.out.split())  # rich wraps lines at the terminal width
     assert "plan: wall 2 s" in out and "jobs phase (setup excluded)" in out and "error wall +" in out
+    assert "yen n/a" in out  # the plan's jobs phase is a fraction of a yen
 
 
 def test_run_items_measures_wall_time_and_yen_from_the_cluster_price(cluster, tmp_path):

@@ -172,7 +172,7 @@ def _print_summary(summary, predicted) -> None:
 
 
 def _pct(value: Decimal | None) -> str:
-    return "?" if value is None else f"{value:+.1f}%"
+    return "n/a" if value is None else f"{value:+.1f}%"
 
 
 def register(app: typer.Typer) -> None:

@@ -623,7 +623,9 @@ def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
     wall = Decimal(str(summary.wall_seconds))
     pw = predicted["wall_s"] if predicted else None
     py = predicted["yen"] if predicted else None
-    return Comparison(summary.wall_seconds, summary.yen, pw, py, err(wall, pw), err(summary.yen, py))
+    # Under a yen the prediction is all rounding: a percentage of it says nothing.
+    yen_error = err(summary.yen, py) if py is not None and py >= 1 else None
+    return Comparison(summary.wall_seconds, summary.yen, pw, py, err(wall, pw), yen_error)
 
 
 def _now():
