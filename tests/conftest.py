@@ -20,6 +20,30 @@ def _no_outside_calls(monkeypatch):
     monkeypatch.setenv("GPUPLAN_LOCK_WAIT", "2")
 
 
+# What the playbooks write on a machine. The loopback sshd hosts are this machine, so a test that
+# runs a playbook without `root=$GPUPLAN_FAKE_ROOT` would change the developer's own system.
+SYSTEM_FILES = ["/etc/modprobe.d/blacklist-nouveau.conf", "/etc/profile.d/gpuplan-cuda.sh", "/etc/hosts",
+                "/etc/docker/daemon.json", "/etc/apt/sources.list.d/docker.list",
+                "/etc/apt/sources.list.d/nvidia-container-toolkit.list"]
+
+
+def _stat(path: str):
+    try:
+        st = Path(path).stat()
+        return st.st_mtime_ns, st.st_size
+    except OSError:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _system_files_untouched():
+    before = {f: _stat(f) for f in SYSTEM_FILES}
+    yield
+    changed = [f for f in SYSTEM_FILES if _stat(f) != before[f]]
+    assert not changed, (f"this test changed {', '.join(changed)} on the machine running the tests: run playbooks "
+                         "against loopback hosts with --param root=$GPUPLAN_FAKE_ROOT")
+
+
 @pytest.fixture
 def gpuplan_home(tmp_path, monkeypatch) -> Path:
     """A private GPUPLAN_HOME (state + config) for one test."""
