@@ -33,8 +33,6 @@ def _progress(console):
     return lambda message: console.print(f"[dim]…[/dim] {message}")
 
 
-
-
 def _open_state():
     from gpuplan.operating.state import State
 
@@ -57,8 +55,7 @@ def _need_answer(yes: bool, doing: str) -> None:
 def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
     """Show what is about to happen (stderr); go on with --yes or a yes typed at the terminal."""
     err = _err_console()
-    for line in lines:
-        err.print(line, markup=False, soft_wrap=True)
+    _print_lines(err, lines)
     if yes:
         return
     _need_answer(yes, question.lower().rstrip("?"))  # where nothing was asked before the lines
@@ -310,7 +307,9 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
 
 
 def _resource_line(r) -> str:
-    return f"{r.kind} {r.id} {r.region} {r.tags.get('gpuplan-cluster', '')}".rstrip()
+    from gpuplan.operating.tags import TAG_CLUSTER
+
+    return f"{r.kind} {r.id} {r.region} {r.tags.get(TAG_CLUSTER, '')}".rstrip()
 
 
 @image_app.command("build")

@@ -91,8 +91,8 @@ def live_offer(cat: Catalog, offer: Offer, region: str | None = None, today: dat
     start, seen = offer, set()
     while offer.retired(today):
         seen.add(offer.name)
-        if not offer.successor or offer.successor in seen:
-            check_not_retired(offer, today)
+        if not offer.successor or offer.successor in seen:  # no live successor (none, or a loop)
+            raise RetiredType(f"{offer.provider}:{offer.name} was retired on {offer.retired_on.isoformat()}")
         wanted = region or offer.region
         try:
             offer = cat.resolve(f"{offer.provider}:{offer.successor}", region=wanted)
