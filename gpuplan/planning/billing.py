@@ -1,0 +1,92 @@
+"""How a machine is billed, in one place: the planner, the cost ledger, `status` and `run`'s
+measured yen all count money through `charge`, so a predicted and a measured yen figure are
+the same rule applied to different seconds.
+
+A provider bills a machine for the seconds it is held:
+- rounded up to its granularity (1 s, 60 s, 3600 s, or a month) and at least its minimum;
+- at a price per period (an hourly price per 3600 s; a monthly rent per month);
+- and, where the provider caps what a day or a month can cost (Sakura 高火力 VRT bills "the lesser
+  of hourly + daily, and monthly": hours within a day never cost more than the day's price, days
+  within a month never more than the month's), capped day by day and month by month.
+
+Money is Decimal yen, never float. The month of a cap is 30 days: a calendar month is never
+shorter than 28 days nor longer than 31, and a planner cannot know which month a run falls in;
+the period is a field of `Terms` so a caller that knows better can say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+HOUR_S = 3600
+DAY_S = 86400
+MONTH_S = 30 * DAY_S
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The billing terms of one machine.
+
+    price_jpy: yen per `period_s` (an hourly price: period 3600; a monthly rent: its month).
+    granularity_s / minimum_s: the usage is rounded up to the granularity and is at least the
+    minimum (a machine that ran at all).
+    daily_cap_jpy / monthly_cap_jpy: the most one day (86,400 s) / one month (`cap_month_s`)
+    of use can cost; None where the provider has no such cap.
+    """
+
+    price_jpy: Decimal
+    period_s: int = HOUR_S
+    granularity_s: int = 1
+    minimum_s: int = 0
+    daily_cap_jpy: Decimal | None = None
+    monthly_cap_jpy: Decimal | None = None
+    cap_month_s: int = MONTH_S
+
+    @property
+    def capped(self) -> bool:
+        return self.daily_cap_jpy is not None or self.monthly_cap_jpy is not None
+
+
+def billed_seconds(seconds: int, granularity_s: int, minimum_s: int) -> int:
+    """Seconds billed for `seconds` of use: rounded up to the granularity, at least the minimum
+    (nothing for a machine never held)."""
+    if seconds <= 0:
+        return 0
+    g = max(1, granularity_s)
+    return max(-(-seconds // g) * g, minimum_s)
+
+
+def _uncapped(seconds: int, t: Terms) -> Decimal:
+    return t.price_jpy * billed_seconds(seconds, t.granularity_s, t.minimum_s) / max(1, t.period_s)
+
+
+def _day_capped(seconds: int, t: Terms) -> Decimal:
+    """Whole days at the lesser of 24 h of use and the day's price; the rest likewise."""
+    if t.daily_cap_jpy is None:
+        return _uncapped(seconds, t)
+    days, rest = divmod(seconds, DAY_S)
+    full_day = min(_uncapped(DAY_S, t), t.daily_cap_jpy)
+    tail = min(_uncapped(rest, t), t.daily_cap_jpy) if rest else Decimal(0)
+    if days == 0:
+        return tail
+    return full_day * days + tail
+
+
+def charge(seconds: int, terms: Terms) -> Decimal:
+    """Yen for holding one machine `seconds` under `terms` (exact Decimal, not rounded)."""
+    if seconds <= 0:
+        return Decimal(0)
+    if not terms.capped:
+        return _uncapped(seconds, terms)
+    if terms.monthly_cap_jpy is None:
+        return _day_capped(seconds, terms)
+    months, rest = divmod(seconds, terms.cap_month_s)
+    full_month = min(_day_capped(terms.cap_month_s, terms), terms.monthly_cap_jpy)
+    tail = min(_day_capped(rest, terms), terms.monthly_cap_jpy) if rest else Decimal(0)
+    return full_month * months + tail
+
+
+def charge_yen(seconds: int, terms: Terms) -> int:
+    """`charge` in whole yen, rounded up as an invoice rounds a machine's line."""
+    return int(-(-charge(seconds, terms) // 1))

@@ -1,0 +1,45 @@
+"""The one billing rule (gpuplan/planning/billing.py): granularity, minimum, daily and monthly caps."""
+
+from decimal import Decimal
+
+from gpuplan.planning.billing import DAY_S, HOUR_S, Terms, billed_seconds, charge, charge_yen
+
+# Sakura 高火力 VRT H100 (shared/notes/sakura-koukaryoku.md): ¥990/h, ¥23,100/day, ¥385,000/month, hourly.
+VRT_H100 = Terms(Decimal(990), HOUR_S, 3600, 3600, Decimal(23100), Decimal(385000))
+
+
+def test_rounding_and_minimum():
+    assert billed_seconds(0, 60, 60) == 0
+    assert billed_seconds(1, 60, 60) == 60
+    assert billed_seconds(61, 60, 0) == 120
+    assert billed_seconds(30, 1, 60) == 60
+    assert billed_seconds(3601, 3600, 0) == 7200
+
+
+def test_ten_minutes_on_an_hourly_node_costs_the_hour():
+    assert charge(600, VRT_H100) == Decimal(990)
+    assert charge_yen(600, VRT_H100) == 990
+
+
+def test_per_second_price_is_exact():
+    aws = Terms(Decimal("83.21"), HOUR_S, 1, 60)
+    assert charge(10, aws) == Decimal("83.21") * 60 / 3600
+    assert charge(7200, aws) == Decimal("166.42")
+
+
+def test_daily_cap_binds_past_the_break_even_hour():
+    # 23 h x 990 = 22,770 < 23,100; 24 h x 990 = 23,760 > 23,100
+    assert charge(23 * HOUR_S, VRT_H100) == Decimal(22770)
+    assert charge(DAY_S, VRT_H100) == Decimal(23100)
+    assert charge(DAY_S + 2 * HOUR_S, VRT_H100) == Decimal(23100 + 1980)
+
+
+def test_monthly_cap_binds_a_700_hour_run():
+    assert charge(700 * HOUR_S, VRT_H100) == Decimal(385000)
+    # two months and a day: two whole months plus one day
+    assert charge(60 * DAY_S + DAY_S, VRT_H100) == Decimal(2 * 385000 + 23100)
+
+
+def test_no_cap_is_linear():
+    t = Terms(Decimal(100), HOUR_S, 3600, 0)
+    assert charge(700 * HOUR_S, t) == Decimal(70000)
