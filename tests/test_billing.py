@@ -43,3 +43,16 @@ def test_monthly_cap_binds_a_700_hour_run():
 def test_no_cap_is_linear():
     t = Terms(Decimal(100), HOUR_S, 3600, 0)
     assert charge(700 * HOUR_S, t) == Decimal(70000)
+
+
+def test_terms_for_an_hourly_offer_carry_its_caps():
+    from dataclasses import replace
+
+    from gpuplan.planning.billing import terms_for
+    from gpuplan.planning.types import Offer
+
+    o = Offer("sakura", "24Core-240GB-H100x1", (), "is1a", "H100", 1, Decimal(80), 24, Decimal(240), Decimal(990), "JPY",
+              "hour", Decimal(990), 3600, 3600, "", None, None, "")
+    assert charge(700 * HOUR_S, terms_for(o)) == Decimal(693000)
+    capped = replace(o, daily_cap_jpy=Decimal(23100), monthly_cap_jpy=Decimal(385000))
+    assert charge(700 * HOUR_S, terms_for(capped)) == Decimal(385000)

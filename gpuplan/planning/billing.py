@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuplan.planning.types import Offer
 
 HOUR_S = 3600
 DAY_S = 86400
@@ -90,3 +94,17 @@ def charge(seconds: int, terms: Terms) -> Decimal:
 def charge_yen(seconds: int, terms: Terms) -> int:
     """`charge` in whole yen, rounded up as an invoice rounds a machine's line."""
     return int(-(-charge(seconds, terms) // 1))
+
+
+def terms_for(offer: Offer, month_price_jpy: Decimal | None = None) -> Terms:
+    """The terms an offer is billed on. An hourly offer bills its yen-per-hour price with its
+    row's granularity, minimum and caps; a monthly one (price_unit "month") bills
+    `month_price_jpy` (its rent after FX, which the caller knows) per started billing period."""
+    g, least = max(1, offer.billing_granularity_s), offer.billing_minimum_s
+    if offer.price_unit == "month":
+        if month_price_jpy is None:
+            raise ValueError(f"{offer.key}: a monthly offer needs its rent in yen")
+        return Terms(month_price_jpy, g, g, least)
+    if offer.price_jpy_per_hour is None:
+        raise ValueError(f"{offer.key}: no price")
+    return Terms(offer.price_jpy_per_hour, HOUR_S, g, least, offer.daily_cap_jpy, offer.monthly_cap_jpy)

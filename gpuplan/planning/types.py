@@ -46,6 +46,10 @@ class Offer:
     source: str = ""
     as_of: str = ""
     notes: str = ""
+    # Caps on what a day / a month of use costs, in yen after FX (Sakura VRT: "the lesser of
+    # hourly + daily, and monthly"); None where the provider has none. See planning/billing.py.
+    daily_cap_jpy: Decimal | None = None
+    monthly_cap_jpy: Decimal | None = None
 
     @property
     def key(self) -> str:
