@@ -28,7 +28,9 @@ def test_yen(amount, places, text):
     (7170, "120 min"),  # 119.5 min: under two hours, so minutes
     (7200, "2:00 h"),
     (10800, "3:00 h"),
-    (332718, "92:25 h"),  # 5545.3 min
+    (172740, "47:59 h"),  # under two days: hours and minutes
+    (332718, "3 d 20 h"),  # 92.4 h: days and hours past two days (was "92:25 h", which reads as a clock)
+    (18144000, "210 d 0 h"),
 ])
 def test_duration(seconds, text):
     assert fmt.duration(seconds) == text
@@ -36,3 +38,18 @@ def test_duration(seconds, text):
 
 def test_count():
     assert fmt.count(20000) == "20,000"
+
+
+def test_plurals_agree_with_their_number():
+    assert fmt.plural(1, "job") == "1 job"
+    assert fmt.plural(2, "job") == "2 jobs"
+    assert fmt.plural(20000, "stream") == "20,000 streams"
+    assert fmt.plural(1, "GPU-hour") == "1 GPU-hour"
+
+
+def test_a_column_of_durations_reads_in_one_unit():
+    assert fmt.durations([5158, 10800, None]) == ["1:26 h", "3:00 h", "?"]
+    assert fmt.durations([6960, 7440]) == ["1:56 h", "2:04 h"]  # not "116 min" beside "2:04 h"
+    assert fmt.durations([3000, 6000]) == ["50 min", "100 min"]
+    assert fmt.durations([3600, 302400]) == ["0 d 1 h", "3 d 12 h"]
+    assert fmt.durations([45, 50]) == ["45 s", "50 s"]

@@ -46,15 +46,22 @@ def _root(
     _debug = debug or bool(os.environ.get("GPUPLAN_DEBUG"))
 
 
-def _register_commands() -> None:
-    """Once per process: main() called again (tests run the CLI in-process) must not add every
-    command a second time, which made each later call slower."""
-    from gpuplan.cli import catalog, check, estimate, jobs, lifecycle, remote
+_command = None
 
-    if app.registered_commands or app.registered_groups:
-        return
-    for module in (estimate, catalog, check, lifecycle, remote, jobs):
-        module.register(app)
+
+def _register_commands():
+    """Once per process: main() called again (tests run the CLI in-process) must not add every
+    command a second time, which made each later call slower. Returns the click command, its
+    help made readable (helptext.py)."""
+    global _command
+    from gpuplan.cli import catalog, check, estimate, helptext, jobs, lifecycle, remote
+
+    if _command is None:
+        if not (app.registered_commands or app.registered_groups):
+            for module in (estimate, catalog, check, lifecycle, remote, jobs):
+                module.register(app)
+        _command = helptext.readable(typer.main.get_command(app))
+    return _command
 
 
 def _click_exception() -> type[Exception]:
@@ -67,9 +74,9 @@ def _click_exception() -> type[Exception]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    _register_commands()
+    command = _register_commands()
     try:
-        code = app(args=argv, prog_name="gpuplan", standalone_mode=False)
+        code = command.main(args=argv, prog_name="gpuplan", standalone_mode=False)
         if isinstance(code, int) and code:  # typer.Exit(code), --help and `gpuplan ssh` exit codes
             sys.exit(code)
     except _click_exception() as exc:  # typer's own usage errors: one line too, not a box

@@ -35,6 +35,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def as_of_note(as_of: str | None, cat) -> str | None:
+    """One line when --as-of asks for a month past the newest snapshot: it silently meant that
+    snapshot's month before, as if prices of the future were known."""
+    if not as_of:
+        return None
+    text = as_of.strip()
+    if text[:7] <= cat.snapshot[:7]:
+        return None
+    return (f"note: --as-of {text} is past the newest catalog snapshot, {cat.snapshot}: its prices are used "
+            "(`gpuplan catalog refresh` fetches today's)")
+
+
 def _row(cat, offer) -> dict[str, Any]:
     row = {f: _plain(getattr(offer, f)) for f in _FIELDS if f != "status"}
     row["status"] = cat.offer_status(offer)
@@ -72,11 +84,11 @@ catalog_app = typer.Typer(
 @catalog_app.callback(invoke_without_command=True)
 def catalog_command(
     ctx: typer.Context,
-    provider: Annotated[Optional[str], typer.Option(help="Only this provider: azure, aws, sakura, baremetal.")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="Only this GPU: t4, a100 (both sizes), h100 (every form), \"H100 SXM\"; case and spaces do not matter.")] = None,
-    region: Annotated[Optional[str], typer.Option(help="Only this region or zone.")] = None,
-    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM) or day (YYYY-MM-DD).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
+    provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider: azure, aws, sakura, baremetal.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(metavar="GPU", help="Only this GPU: t4, a100 (both sizes), h100 (every form), \"H100 SXM\"; case and spaces do not matter.")] = None,
+    region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region or zone.")] = None,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM) or day (YYYY-MM-DD).", metavar="YYYY-MM[-DD]")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
     show_all: Annotated[bool, typer.Option("--all", help="Also list retired instance types.")] = False,
     spot: Annotated[bool, typer.Option("--spot", help="Also list spot prices (interruptible capacity), where the snapshot has them.")] = False,
 ) -> None:
@@ -88,6 +100,9 @@ def catalog_command(
     if fmt not in _FORMATS:
         raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
     cat = catalog.load(as_of)
+    note = as_of_note(as_of, cat)
+    if note:
+        print(note, file=sys.stderr)
     if gpu is not None and not cat.match_gpus(gpu):
         raise UsageError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(cat.gpus))}")
     offers = cat.find(provider=provider, gpu=gpu, region=region, spot=spot)
@@ -119,61 +134,60 @@ def catalog_command(
 
 
 def _table(cat, offers, hidden: int) -> None:
-    """One row per offer; wide terminals get a column per fact, narrow ones (under 120
-    columns) stack the facts in two lines per row so nothing is cut to a few letters."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    """One row per offer in the common table style (tables.py): piped, one line per offer with
+    every column; on a terminal under 120 columns, the columns that matter most, fitted."""
+    from gpuplan.cli import tables
+    from gpuplan.cli.tables import Column
 
-    out = Console(highlight=False)
-    wide = out.width >= 120
-    table = Table(title=f"gpuplan catalog {cat.snapshot} (as of {cat.date.isoformat()})",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    if wide:
-        columns = (("instance", {"no_wrap": True}), ("region", {"no_wrap": True}), ("GPU", {"no_wrap": True}),
-                   ("vCPU", {"justify": "right", "no_wrap": True}), ("price", {"justify": "right", "no_wrap": True}),
-                   ("¥/h", {"justify": "right", "no_wrap": True}), ("billing", {"no_wrap": True}),
-                   ("status", {"overflow": "fold"}), ("src", {"no_wrap": True}))
-    else:
-        columns = (("instance", {"min_width": 24, "overflow": "fold"}), ("GPU", {"max_width": 13}),
-                   ("¥/h", {"justify": "right", "no_wrap": True}), ("status, source", {"min_width": 22, "overflow": "fold"}))
-    for col, kw in columns:
-        table.add_column(col, **kw)
+    out = tables.console()
+    narrow = out.is_terminal and out.width < 120
+    columns = [Column("instance"), Column("region"), Column("GPU"), Column("vCPU", right=True),
+               Column("price", right=True), Column("¥/h", right=True), Column("billing"), Column("status", wrap=True),
+               Column("source")]
+    keep = ("instance", "GPU", "¥/h", "status", "source") if narrow else tuple(c.name for c in columns)
     sources: dict[str, int] = {}
+    rows = []
     for o in offers:
-        aliases = f"[dim]{', '.join(o.aliases)}[/dim]" if o.aliases else ""
         mem = f" {o.gpu_memory_gib.normalize():f}G" if o.gpu_memory_gib else ""
-        yen = fmt.rate(o.price_jpy_per_hour)
         status = cat.offer_status(o)
         style = "red" if status.startswith("retired") else "yellow" if status != "active" else "green"
         ref = sources.setdefault(o.source, len(sources) + 1)
-        spot_mark = " [yellow](spot)[/yellow]" if o.market == "spot" else ""
-        if wide:
-            name = f"{o.provider}:{o.name}{spot_mark}" + (f"\n{aliases}" if aliases else "")
-            table.add_row(name, o.region, f"{o.gpu} x{o.gpu_count}{mem}", str(o.vcpus or "?"), _own_price(o), yen,
-                          _billing(o), f"[{style}]{status}[/{style}]", f"[{ref}] {o.as_of}")
-        else:
-            name = f"{o.name}{spot_mark}\n[dim]{o.provider} {o.region}[/dim]" + (f"\n{aliases}" if aliases else "")
-            table.add_row(name, f"{o.gpu} x{o.gpu_count}\n[dim]{mem.strip()}, {o.vcpus or '?'} vCPU[/dim]",
-                          f"{yen}\n[dim]{_billing(o, short=True)}[/dim]", f"[{style}]{status.replace(' -> ', chr(10) + '-> ')}[/{style}]\n[dim]\\[{ref}] {o.as_of}[/dim]")
-    out.print(table)
+        cells = {"instance": f"{o.provider}:{o.name}" + (" (spot)" if o.market == "spot" else ""), "region": o.region,
+                 "GPU": f"{o.gpu} x{o.gpu_count}{mem}", "vCPU": str(o.vcpus or "?"), "price": _own_price(o),
+                 "¥/h": fmt.rate(o.price_jpy_per_hour), "billing": _billing(o), "status": (status, style),
+                 "source": f"[{ref}] {o.as_of}"}
+        rows.append([cells[k] for k in keep])
+    newest = newest_source(offers)
+    tables.render(out, [c for c in columns if c.name in keep], rows,
+                  title=f"gpuplan catalog {cat.snapshot} (newest source {newest or 'undated'})")
     if not offers:
-        out.print("no offers match these filters")
+        out.print("no offers match these filters", markup=False)
     for text, ref in sources.items():
-        out.print(f"[dim]\\[{ref}] {text}[/dim]")
+        out.print(f"[{ref}] {text}", style="dim", markup=False, soft_wrap=True)
     for code, rate in sorted(cat.fx.items()):
         if code != "JPY":
             notes = f"; {rate.notes}" if rate.notes else ""
-            out.print(f"[dim]{code} = ¥{rate.jpy_per_unit} ({rate.date or 'undated'}; {rate.source}{notes})[/dim]")
+            out.print(f"{code} = ¥{rate.jpy_per_unit} ({rate.date or 'undated'}; {rate.source}{notes})", style="dim",
+                      markup=False, soft_wrap=True)
     if cat.prices_file:
-        out.print(f"[dim]user prices applied from {cat.prices_file}[/dim]")
+        out.print(f"user prices applied from {cat.prices_file}", style="dim", markup=False, soft_wrap=True)
     if hidden:
-        out.print(f"{hidden} retired instance type row{'s' if hidden != 1 else ''} hidden (--all lists them)")
+        out.print(f"{fmt.plural(hidden, 'retired instance type row')} hidden (--all lists them)", markup=False)
+
+
+def newest_source(offers) -> str | None:
+    """The newest date among the offers' sources (`as_of` is free text: "2026-11-09 (derived)",
+    "~2025 H1"): what the prices shown are dated by, never the snapshot's own label date, which
+    may lie in the future."""
+    import re
+
+    dates = [d for o in offers for d in re.findall(r"\d{4}-\d{2}(?:-\d{2})?", str(o.as_of or ""))]
+    return max(dates) if dates else None
 
 
 @catalog_app.command("refresh")
 def refresh_command(
-    provider: Annotated[Optional[list[str]], typer.Option(
+    provider: Annotated[Optional[list[str]], typer.Option(metavar="NAME", 
         help="Only this provider: azure, aws or sakura (repeat for several; default: all three).")] = None,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Write the snapshot folder under DIR instead of your data dir (where gpuplan finds it).",

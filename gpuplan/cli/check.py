@@ -12,8 +12,8 @@ from gpuplan.errors import UsageError
 
 def check_command(
     providers: Annotated[Optional[list[str]], typer.Argument(help="Providers to check (default: every installed one).")] = None,
-    region: Annotated[Optional[str], typer.Option(help="Region or zone to read quota in (default: the catalog's default region).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Region or zone to read quota in (default: the catalog's default region).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Print a table (for people) or JSON (for programs).", metavar="table|json")] = "table",
 ) -> None:
     """Check credentials and GPU quota for each provider, as `sky check` does; nothing is created."""
     from gpuplan.operating import checks

@@ -211,6 +211,9 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
     """The table's rows, one cell per _HEADER column, as plain text."""
     rows, alike = _visible(est, show_all)
     pareto = {id(p) for p in est.pareto}
+    shown = [p for p in rows if p.feasible]  # each column of durations in one unit (fmt.durations)
+    walls = dict(zip(map(id, shown), fmt.durations([p.wall_s for p in shown])))
+    billed = dict(zip(map(id, shown), fmt.durations([p.billed_s for p in shown])))
     out = []
     for p in rows:
         mark = "→" if p is est.recommended else ("·" if id(p) in pareto else "")
@@ -223,8 +226,7 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
                           else "owned: not recommended without --owned")
             if not p.optimal:
                 status += " (schedule not proven optimal)"
-            out.append((mark, fleet, where, p.setup, fmt.duration(p.wall_s), fmt.duration(p.billed_s), fmt.yen(p.cost),
-                        status))
+            out.append((mark, fleet, where, p.setup, walls[id(p)], billed[id(p)], fmt.yen(p.cost), status))
         else:
             n = alike.get(id(p), 0)
             more = f" (and {n} more offer{'s' if n > 1 else ''} alike)" if n else ""
@@ -257,13 +259,20 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     return out
 
 
+def work_size(work) -> str:
+    """"4 jobs", "1 job", "32 streams": what the batch is made of, counted as it is."""
+    if work.streams is not None:
+        return fmt.plural(work.streams.count, "stream")
+    return fmt.plural(len(work.jobs), "job")
+
+
 def _render_table(est, show_all: bool) -> None:
     """On a terminal, a rich table: a column per fact where it is 120 columns wide or more, else
     the fleet cell carries provider, region and setup on a second line. Piped, plain text: one
     line per row, columns padded with spaces, no colour, no width limit, no trailing spaces."""
     from rich.console import Console
 
-    title = f"gpuplan estimate: {est.workload.name} ({fmt.count(len(est.workload.jobs))} jobs), catalog {est.snapshot}"
+    title = f"gpuplan estimate: {est.workload.name} ({work_size(est.workload)}), catalog {est.snapshot}"
     rows = _rows(est, show_all)
     summary = _summary(est, show_all)
     console = Console(soft_wrap=True, highlight=False)
@@ -301,13 +310,10 @@ def _render_table(est, show_all: bool) -> None:
 
 
 def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str]]) -> str:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_HEADER)]
+    from gpuplan.cli import tables
 
-    def line(cells) -> str:
-        return "  ".join(c.rjust(w) if h in _RIGHT else c.ljust(w) for c, w, h in zip(cells, widths, _HEADER)).rstrip()
-
-    out = [title, line(_HEADER), line("-" * w for w in widths)]
-    out += [line(r) for r in rows]
+    columns = [tables.Column(h, right=h in _RIGHT) for h in _HEADER]
+    out = [tables.plain(columns, [list(r) for r in rows], title).rstrip("\n")]
     for kind, text in summary:
         prefix = {"head": "", "warning": "  warning: ", "assumption": "  - "}.get(kind, "  ")
         out.append((prefix + text).rstrip())
@@ -415,21 +421,21 @@ def save_plan(est, path: Path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def estimate(
-        videos: Annotated[Optional[int], typer.Option(help="N colorize-hd jobs (field report A: one model per video).")] = None,
-        workload: Annotated[Optional[str], typer.Option(help="Built-in workload name or a YAML file (docs/workloads.md).")] = None,
-        as_of: Annotated[Optional[str], typer.Option("--as-of", help="Plan with the catalog as of YYYY-MM.")] = None,
-        provider: Annotated[Optional[str], typer.Option(help="Only this provider's offers.")] = None,
-        region: Annotated[Optional[str], typer.Option(help="Only this region's offers.")] = None,
-        deadline: Annotated[Optional[str], typer.Option(help="Latest wall time: 90m, 3h, 1h30m, 2d.")] = None,
-        objective: Annotated[str, typer.Option(help="cost (default) or time.")] = "cost",
-        quota: Annotated[Optional[list[str]], typer.Option(help="vCPU quota: azure=20 or azure:NC=24 (repeatable).")] = None,
-        out_format: Annotated[str, typer.Option("--format", help="table, json or csv.")] = "table",
-        save: Annotated[Optional[Path], typer.Option(help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
-        profile: Annotated[Optional[Path], typer.Option(help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
-        owned: Annotated[Optional[list[str]], typer.Option(help="Hardware you already own or rent by the month (offer name); it may then be recommended.")] = None,
+        videos: Annotated[Optional[int], typer.Option(metavar="N", help="Plan N colorize-hd jobs, one model per video (field report A).")] = None,
+        workload: Annotated[Optional[str], typer.Option(metavar="NAME|FILE", help="Built-in workload name or a YAML file (docs/workloads.md).")] = None,
+        as_of: Annotated[Optional[str], typer.Option("--as-of", help="Plan with the catalog as of YYYY-MM.", metavar="YYYY-MM")] = None,
+        provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers.")] = None,
+        region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region's offers.")] = None,
+        deadline: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The latest acceptable wall time, such as 90m, 3h, 1h30m or 2d.")] = None,
+        objective: Annotated[str, typer.Option(metavar="cost|time", help="What to minimise: cost (the default) or wall time.")] = "cost",
+        quota: Annotated[Optional[list[str]], typer.Option(metavar="PROVIDER=VCPUS", help="A vCPU quota to plan within: azure=20 for the whole provider, azure:NC=24 for one family; repeat for several.")] = None,
+        out_format: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
+        save: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
+        profile: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
+        owned: Annotated[Optional[list[str]], typer.Option(metavar="OFFER", help="Hardware you already own or rent by the month (offer name); it may then be recommended.")] = None,
         show_all: Annotated[bool, typer.Option("--all", help="List every candidate plan.")] = False,
-        release: Annotated[str, typer.Option(help="when-done (release each machine when its jobs end) or at-end.")] = "when-done",
-        plot: Annotated[Optional[Path], typer.Option(help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
+        release: Annotated[str, typer.Option(metavar="when-done|at-end", help="Release each machine when its own jobs end (when-done), or every machine when the last job ends (at-end).")] = "when-done",
+        plot: Annotated[Optional[Path], typer.Option(metavar="FILE.svg|png", help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
@@ -456,6 +462,11 @@ def register(app: typer.Typer) -> None:
         deadline_s = parse_duration(deadline, "--deadline") if deadline else None
         quotas = parse_quotas(quota or [])
         cat = catalog.load(as_of)
+        from gpuplan.cli.catalog import as_of_note
+
+        note = as_of_note(as_of, cat)
+        if note:
+            print(note, file=sys.stderr)
         check_quotas(quotas, cat)
         state = _user_state()
         setting = Setting(

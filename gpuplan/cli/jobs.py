@@ -25,14 +25,14 @@ def _console(stderr: bool = False):
 def bench(
     workload: Annotated[str, typer.Argument(help="Reference job: colorize, resnet50, vgg_cifar, detect_streams.")],
     local: Annotated[bool, typer.Option("--local", help="Measure on this machine.")] = False,
-    cluster: Annotated[Optional[str], typer.Option("--cluster", help="Measure on this cluster's nodes over SSH.")] = None,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", help="Measure on this cluster's nodes over SSH.", metavar="NAME")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny shapes (CPU-only machines): proves the pipeline, not the speed.")] = False,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="Slots per node to use (default: all GPUs; 2 processes on a CPU).")] = None,
-    max_pack: Annotated[int, typer.Option("--max-pack", help="Try up to this many jobs sharing one GPU.")] = 4,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (.yaml or .json).")] = None,
-    python: Annotated[str, typer.Option("--python", help="Python on the cluster's nodes (with gpuplan[bench] installed).")] = "python3",
-    timeout: Annotated[int, typer.Option("--timeout", help="Seconds each measurement may take.")] = 1800,
-    job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="Slots per node to use (default: all GPUs; 2 processes on a CPU).", metavar="N")] = None,
+    max_pack: Annotated[int, typer.Option("--max-pack", help="Try up to this many jobs sharing one GPU.", metavar="N")] = 4,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (.yaml or .json).", metavar="FILE")] = None,
+    python: Annotated[str, typer.Option("--python", help="Python on the cluster's nodes (with gpuplan[bench] installed).", metavar="PATH")] = "python3",
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds each measurement may take.", metavar="SECONDS")] = 1800,
+    job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.", metavar="ARGS")] = None,
 ) -> None:
     """Measure a reference job (alone, co-located, packed, data-parallel) and save a profile."""
     from gpuplan.operating import bench as bench_mod
@@ -105,14 +105,14 @@ def _print_profile(profile, path: Path) -> None:
 def run(
     cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
     command: Annotated[list[str], typer.Argument(help="After --: the command; {item} is replaced by each item.")],
-    items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (# comments skipped).")] = None,
-    per_gpu: Annotated[int, typer.Option("--per-gpu", help="Jobs sharing each GPU at once.")] = 1,
-    retries: Annotated[int, typer.Option("--retries", help="Extra attempts for a failed job (on any free slot).")] = 0,
-    plan: Annotated[Optional[Path], typer.Option("--plan", help="plan.json from `gpuplan estimate --save`: compare measured with predicted.")] = None,
+    items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (# comments skipped).", metavar="FILE")] = None,
+    per_gpu: Annotated[int, typer.Option("--per-gpu", help="Jobs sharing each GPU at once.", metavar="N")] = 1,
+    retries: Annotated[int, typer.Option("--retries", help="Extra attempts for a failed job (on any free slot).", metavar="N")] = 0,
+    plan: Annotated[Optional[Path], typer.Option("--plan", help="The plan saved by `gpuplan estimate --save`, to compare measured time and yen with predicted.", metavar="FILE")] = None,
     torchrun: Annotated[bool, typer.Option("--torchrun", help="One data-parallel job over all nodes' GPUs through torchrun.")] = False,
-    python: Annotated[str, typer.Option("--python", help="Python on the nodes, for --torchrun.")] = "python3",
-    master_port: Annotated[int, typer.Option("--master-port", help="torchrun rendezvous port on the first node.")] = 29500,
-    timeout: Annotated[int, typer.Option("--timeout", help="Seconds one job may run.")] = 24 * 3600,
+    python: Annotated[str, typer.Option("--python", help="Python on the nodes, for --torchrun.", metavar="PATH")] = "python3",
+    master_port: Annotated[int, typer.Option("--master-port", help="The torchrun rendezvous port on the first node.", metavar="PORT")] = 29500,
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds one job may run.", metavar="SECONDS")] = 24 * 3600,
 ) -> None:
     """Run jobs on every GPU slot of a cluster, fetch their logs, and compare time and yen with the plan."""
     from gpuplan.operating import locks, runner

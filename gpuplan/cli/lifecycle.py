@@ -95,18 +95,18 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
 
 def provision(
     target: Annotated[Optional[str], typer.Argument(help="Instance type or alias: nc6, aws:g4dn.xlarge, sakura:h100x1.")] = None,
-    count: Annotated[Optional[str], typer.Argument(help="How many machines: x4.")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Cluster name (default: generated).")] = None,
-    region: Annotated[Optional[str], typer.Option(help="Region or zone (default: the catalog row's).")] = None,
-    image: Annotated[Optional[str], typer.Option(help="Start from this image (gpuplan image name or provider id); skips bootstrap.")] = None,
-    plan: Annotated[Optional[Path], typer.Option(help="Provision the recommended plan saved by `gpuplan estimate --save`.")] = None,
-    ttl: Annotated[Optional[str], typer.Option(help="The cloud itself stops/releases the machines after this long (4h, 90m).")] = None,
+    count: Annotated[Optional[str], typer.Argument(help="How many machines, such as x4.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Cluster name (default: generated).", metavar="NAME")] = None,
+    region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Region or zone (default: the catalog row's).")] = None,
+    image: Annotated[Optional[str], typer.Option(metavar="IMAGE", help="Start from this image (gpuplan image name or provider id); skips bootstrap.")] = None,
+    plan: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Provision the recommended plan saved by `gpuplan estimate --save`.")] = None,
+    ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The cloud itself stops/releases the machines after this long (4h, 90m).")] = None,
     spot: Annotated[bool, typer.Option(help="Ask for spot/low-priority capacity where the provider has it.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be created and its yen per hour; create nothing.")] = False,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Do not run the setup playbooks after creating.")] = False,
-    playbook: Annotated[Optional[list[str]], typer.Option(help="Playbooks to run after creating (default: the standard GPU stack).")] = None,
+    playbook: Annotated[Optional[list[str]], typer.Option(metavar="PLAYBOOK", help="Playbooks to run after creating (default: the standard GPU stack).")] = None,
     keep_on_failure: Annotated[bool, typer.Option(help="If a create fails, keep what was made (default: remove it).")] = False,
-    ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP)] = None,
+    ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP, metavar="CIDR")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
@@ -170,7 +170,7 @@ def _print_status(out, statuses) -> None:
 
 def status(
     cluster: Annotated[Optional[str], typer.Argument(help="One cluster (default: all).")] = None,
-    format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    format: Annotated[str, typer.Option("--format", help="Print a table (for people) or JSON (for programs).", metavar="table|json")] = "table",
 ) -> None:
     """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger)."""
     from gpuplan.operating import lifecycle
@@ -202,10 +202,10 @@ def teardown(
     all_: Annotated[bool, typer.Option("--all", help="Every cluster in the state.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also delete every image gpuplan built (with --sweep: stray tagged images too).")] = False,
     sweep: Annotated[bool, typer.Option("--sweep", help="Find and delete gpuplan-tagged resources of this installation the state does not know.")] = False,
-    provider: Annotated[Optional[list[str]], typer.Option(help="Providers to sweep (default: all installed).")] = None,
-    region: Annotated[Optional[list[str]], typer.Option(help="Regions to sweep besides those the state knows.")] = None,
+    provider: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Providers to sweep (default: all installed).")] = None,
+    region: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Regions to sweep besides those the state knows.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --sweep: list what would be deleted.")] = False,
-    grace: Annotated[str, typer.Option("--grace", help="With --sweep: leave resources younger than this alone (a provision may be making them).")] = "30m",
+    grace: Annotated[str, typer.Option("--grace", help="With --sweep: leave resources younger than this alone (a provision may be making them).", metavar="DURATION")] = "30m",
     force: Annotated[bool, typer.Option("--force", help="With --sweep: take young resources too (no grace period).")] = False,
     legacy_owner: Annotated[bool, typer.Option("--legacy-owner", help="With --sweep: also sweep resources tagged by gpuplan versions before per-installation owners (user-host; shared by all your installations).")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
@@ -315,10 +315,10 @@ def _resource_line(r) -> str:
 @image_app.command("build")
 def image_build(
     target: Annotated[str, typer.Argument(help="Instance type or alias the image is built on: nc6, aws:g4dn.xlarge.")],
-    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Image name (default: <type>-<date>).")] = None,
-    region: Annotated[Optional[str], typer.Option(help="Region (default: the catalog row's).")] = None,
-    playbook: Annotated[Optional[list[str]], typer.Option(help="Playbooks to bake in (default: the standard GPU stack).")] = None,
-    ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP)] = None,
+    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Image name (default: <type>-<date>).", metavar="NAME")] = None,
+    region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Region (default: the catalog row's).")] = None,
+    playbook: Annotated[Optional[list[str]], typer.Option(metavar="PLAYBOOK", help="Playbooks to bake in (default: the standard GPU stack).")] = None,
+    ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP, metavar="CIDR")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the builder machine and its yen per hour; create nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:

@@ -53,11 +53,11 @@ def render_report(console, report) -> None:
 
 
 def bootstrap(
-    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
-    playbook: Annotated[Optional[list[str]], typer.Option("--playbook", "-p", help="Playbook name or YAML file; repeat for several, run in order (default: gpu-driver, cuda, cudnn, nccl).")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", help="Override a playbook parameter: NAME=VALUE, e.g. cuda_version=12.8.")] = None,
+    cluster: Annotated[Optional[str], typer.Argument(help="Cluster name (see `gpuplan status`).")] = None,
+    playbook: Annotated[Optional[list[str]], typer.Option("--playbook", "-p", help="Playbook name or YAML file; repeat for several, run in order (default: gpu-driver, cuda, cudnn, nccl).", metavar="PLAYBOOK")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", help="Override a playbook parameter: NAME=VALUE, e.g. cuda_version=12.8.", metavar="NAME=VALUE")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the check and action commands of every step; touch no host.")] = False,
-    accept_host_key: Annotated[Optional[list[str]], typer.Option("--accept-host-key", help="Pin a host key a node offers after you checked its SHA256 fingerprint on the machine.")] = None,
+    accept_host_key: Annotated[Optional[list[str]], typer.Option("--accept-host-key", help="Pin a host key a node offers after you checked its SHA256 fingerprint on the machine.", metavar="SHA256:...")] = None,
     list_playbooks: Annotated[bool, typer.Option("--list", help="List the built-in playbooks and exit.")] = False,
 ) -> None:
     """Run setup playbooks on every node of a cluster at once; steps already done are skipped."""
@@ -69,6 +69,8 @@ def bootstrap(
         for name in pb.available():
             out.print(f"[bold]{name}[/bold]: {pb.load(name).description}")
         return
+    if cluster is None:
+        raise UsageError("name the cluster to bootstrap (`gpuplan status` lists them), or --list for the playbooks")
     params = pb.parse_params(param or [])
     state = State.open_default()
     if dry_run:

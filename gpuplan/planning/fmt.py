@@ -4,8 +4,9 @@
   a breakdown must show sen ("¥14,601.81").
 - Hourly prices in a price list (`gpuplan catalog`): sen kept under ¥1,000 ("¥83.21").
 - Durations: seconds under a minute ("45 s", "<1 s"), whole minutes under two hours ("86 min"), hours
-  and minutes from two hours on ("3:00 h", "92:25 h").
-- Counts: thousands separators ("20,000").
+  and minutes from two hours on ("3:00 h", "47:59 h"), days and hours from two days on ("3 d 20 h").
+  A column of durations reads in one unit, the one its longest needs (`durations`).
+- Counts: thousands separators ("20,000"); a counted noun agrees with its number ("1 job", "2 jobs").
 """
 
 from __future__ import annotations
@@ -27,20 +28,49 @@ def rate(amount: Decimal | int | None) -> str:
     return yen(amount, 2) if Decimal(amount) < 1000 and Decimal(amount) != int(amount) else yen(amount)
 
 
-def duration(seconds: int | float | Decimal | None) -> str:
+_SCALES = ("s", "min", "h", "d")
+
+
+def _scale(s: int) -> str:
+    return "s" if s < 60 else "min" if s < 7200 else "h" if s < 2 * 86400 else "d"
+
+
+def _whole(seconds: int | float | Decimal, per: int) -> int:
+    return int((Decimal(seconds) / per).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def duration(seconds: int | float | Decimal | None, scale: str | None = None) -> str:
+    """`scale` ("s", "min", "h" or "d") writes it in that unit whatever its length (a column's)."""
     if seconds is None:
         return "?"
-    if 0 < seconds < 0.5:
+    if 0 < seconds < 0.5 and scale in (None, "s"):
         return "<1 s"  # a step that ran is not "0 s"
-    s = int(Decimal(seconds).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-    if s < 60:
-        return f"{s} s"
-    minutes = int((Decimal(s) / 60).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-    if s < 7200:
-        return f"{minutes} min"
-    h, m = divmod(minutes, 60)
-    return f"{h:,}:{m:02d} h"
+    s = _whole(seconds, 1)
+    scale = scale or _scale(s)
+    if scale == "s":
+        return f"{s:,} s"
+    minutes = _whole(s, 60)
+    if scale == "min":
+        return f"{minutes:,} min"
+    if scale == "h":
+        h, m = divmod(minutes, 60)
+        return f"{h:,}:{m:02d} h"
+    d, h = divmod(_whole(s, 3600), 24)
+    return f"{d:,} d {h} h"
+
+
+def durations(values: list) -> list[str]:
+    """A column of durations in one unit: the one its longest figure needs ("1:26 h" beside "3:00 h",
+    never "86 min"); seconds stay as written while everything is under a minute."""
+    known = [v for v in values if v is not None]
+    scale = _scale(_whole(max(known), 1)) if known else None
+    return [duration(v, scale) for v in values]
 
 
 def count(n: int) -> str:
     return f"{n:,}"
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """"1 job", "2 jobs", "20,000 jobs"; `many` for a plural not made with -s."""
+    return f"{n:,} {noun if n == 1 else many or noun + 's'}"
