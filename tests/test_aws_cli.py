@@ -104,7 +104,7 @@ def test_sweep_after_state_loss_finds_everything_by_owner_tag(aws, cli, gpuplan_
     (gpuplan_home / "state" / "state.db").unlink()  # the state is gone; the tags remain
     r = cli("teardown", "--yes", "--sweep", "--force", "--provider", "aws", "--region", REGION)
     assert r.code == 0, r.err + r.out
-    assert "deleted 6 stray resource(s)" in r.out  # 2 instances, 2 volumes, security group, key pair
+    assert "deleted 6 stray resources" in r.out  # 2 instances, 2 volumes, security group, key pair
     assert aws.held() == {}
 
 

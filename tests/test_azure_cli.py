@@ -86,7 +86,7 @@ def test_sweep_removes_an_orphan_cluster_and_keeps_its_image_until_asked(fake, c
 
     r = cli("teardown", "--yes", "--sweep", "--provider", "azure")
     assert r.code == 0, r.err
-    assert "deleted 7 stray resource(s)" in r.out  # group, VM, disk, NIC, IP, NSG, VNet; not the image
+    assert "deleted 7 stray resources" in r.out  # group, VM, disk, NIC, IP, NSG, VNet; not the image
     assert fake.held() == [image.id.rsplit("/providers/", 1)[0], image.id]
 
     r = cli("teardown", "--yes", "--sweep", "--images", "--provider", "azure")

@@ -178,7 +178,7 @@ def test_a_sweep_spares_young_strays_unless_forced_and_finds_them_after_the_data
     assert len(live_instances(aws)) == 1
     r = gpuplan("teardown", "--yes", "--sweep", "--force", "--provider", "aws", "--region", REGION)
     assert r.returncode == 0, r.stderr
-    assert "deleted 4 stray resource(s)" in r.stdout  # instance, volume, security group, key pair
+    assert "deleted 4 stray resources" in r.stdout  # instance, volume, security group, key pair
     assert aws.held() == {}
 
 
@@ -202,7 +202,7 @@ def test_provision_and_teardown_without_a_terminal_refuse_with_one_line_and_exit
     assert len(live_instances(aws, "ask")) == 2
     r = cli("teardown", "--all", "--yes")
     assert r.code == 0, r.err
-    assert "delete cluster ask (ready): 2 machine(s) of aws:g4dn.xlarge in us-east-1" in r.err
+    assert "delete cluster ask (ready): 2 machines of aws:g4dn.xlarge in us-east-1" in r.err
     assert aws.held() == {}
 
 

@@ -109,5 +109,5 @@ def test_sweep_after_state_loss_finds_servers_by_owner_tag(fake, cli, gpuplan_ho
     (gpuplan_home / "state" / "state.db").unlink()  # the state is gone; the tags remain
     r = cli("teardown", "--yes", "--sweep", "--force", "--provider", "sakura")
     assert r.code == 0, r.err
-    assert "deleted 4 stray resource(s)" in r.out  # 2 servers + 2 disks
+    assert "deleted 4 stray resources" in r.out  # 2 servers + 2 disks
     assert fake.user_resources() == {"servers": [], "disks": [], "archives": []}

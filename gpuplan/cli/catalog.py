@@ -209,37 +209,22 @@ def refresh_command(
 def _refresh_report(result) -> None:
     """The diff as a table (a column per fact on wide terminals, two lines per offer under 120
     columns), the FX rate, counts, and where the snapshot went."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    from gpuplan.cli import tables
+    from gpuplan.cli.tables import Column
 
-    out = Console(highlight=False)
-    wide = out.width >= 120
-    table = Table(title=f"catalog {result.previous} -> {result.snapshot}", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    right = {"justify": "right", "no_wrap": True}
-    if wide:
-        columns = (("change", {"no_wrap": True}), ("offer", {"no_wrap": True}), ("before", right), ("after", right),
-                   ("¥/h before", right), ("¥/h after", right), ("Δ ¥/h", right))
-    else:
-        columns = (("offer, change", {"min_width": 32, "overflow": "fold"}), ("price", right), ("¥/h", right),
-                   ("Δ ¥/h", right))
-    for col, kw in columns:
-        table.add_column(col, **kw)
+    out = tables.console()
+    columns = [Column("change"), Column("offer", wrap=True), Column("before", right=True), Column("after", right=True),
+               Column("¥/h before", right=True), Column("¥/h after", right=True), Column("Δ ¥/h", right=True)]
     order = {"changed": 0, "added": 1, "removed": 2}
     shown = [c for c in result.changes if c.change in order]
+    rows = []
     for c in sorted(shown, key=lambda c: (order[c.change], c.key)):
         pct = "" if c.percent is None else f"{c.percent:+}%"
         before = _own_price(c.before) if c.before else "-"
         after = _own_price(c.after) if c.after else "-"
-        if wide:
-            table.add_row(c.change, c.key, before, after, _yen_h(c.before), _yen_h(c.after), pct)
-        else:
-            offer, _, region = c.key.partition("@")
-            table.add_row(f"{offer}\n[dim]{region}, {c.change}[/dim]", f"{before}\n{after}",
-                          f"{_yen_h(c.before) or '-'}\n{_yen_h(c.after) or '-'}", pct)
+        rows.append([c.change, c.key, before, after, _yen_h(c.before) or "-", _yen_h(c.after) or "-", pct])
     if shown:
-        out.print(table)
+        tables.render(out, columns, rows, title=f"catalog {result.previous} -> {result.snapshot}")
     else:
         out.print(f"no price changed between {result.previous} and {result.snapshot}")
     before, after = result.fx_before, result.fx_after
@@ -249,7 +234,7 @@ def _refresh_report(result) -> None:
     moved = sorted({c.percent for c in result.changes if c.change == "fx" and c.percent is not None})
     if counts["fx"]:
         span = f"{moved[0]:+}%" if len(moved) == 1 else f"{moved[0]:+}% to {moved[-1]:+}%" if moved else "?"
-        out.print(f"{counts['fx']} offers keep their own price and move {span} in yen with the USD rate only")
+        out.print(f"{fmt.plural(counts['fx'], 'offer')} keep their own price and move {span} in yen with the USD rate only")
     out.print(f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed, "
               f"{result.unchanged} refreshed and unchanged, {result.kept} kept as they were "
               f"(other providers, owned or monthly hardware, retired sizes)")

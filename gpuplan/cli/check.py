@@ -50,9 +50,10 @@ def _table(results) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    out = Console(highlight=False)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    out = Console(highlight=False, markup=False, soft_wrap=True)  # credentials hints name extras: gpuplan[aws]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for col, kw in (("provider", {"no_wrap": True}), ("region", {"no_wrap": True}), ("credentials", {"no_wrap": True}),
                     ("quota", {"overflow": "fold"}), ("limit", {"justify": "right"}), ("used", {"justify": "right"}),
                     ("free", {"justify": "right", "no_wrap": True})):
@@ -60,20 +61,20 @@ def _table(results) -> None:
     problems = []
     for r in results:
         if r.credentials != "found":
-            table.add_row(r.provider, r.region or "-", "[red]missing[/red]", "-", "", "", "")
+            table.add_row(r.provider, r.region or "-", Text("missing", "red"), "-", "", "", "")
             problems.append(f"{r.provider}: {r.credentials}")
             continue
         if not r.quotas:
-            table.add_row(r.provider, r.region or "-", "[green]found[/green]", "none reported", "", "", "")
+            table.add_row(r.provider, r.region or "-", Text("found", "green"), "none reported", "", "", "")
         for i, q in enumerate(r.quotas):
-            head = (r.provider, r.region or "-", "[green]found[/green]") if i == 0 else ("", "", "")
+            head = (r.provider, r.region or "-", Text("found", "green")) if i == 0 else ("", "", "")
             if q.error:
-                table.add_row(*head, f"[red]unreadable for {q.example_size}[/red]", "?", "?", "?")
+                table.add_row(*head, Text(f"unreadable for {q.example_size}", "red"), "?", "?", "?")
                 problems.append(f"{r.provider} quota for {q.example_size}: {q.error}")
                 continue
-            free = f"[red]{q.free}[/red]" if q.free is not None and q.free <= 0 else str(q.free)
-            table.add_row(*head, f"{q.name} [dim]({q.description}; e.g. {q.example_size})[/dim]",
-                          str(q.limit), str(q.used), f"{free} {q.unit}")
+            free = Text(f"{q.free} {q.unit}", "red" if q.free is not None and q.free <= 0 else "")
+            table.add_row(*head, Text.assemble(q.name, (f" ({q.description}; e.g. {q.example_size})", "dim")),
+                          str(q.limit), str(q.used), free)
             if q.free is not None and q.free <= 0 and q.how_to_raise:
                 problems.append(f"{r.provider} {q.name}: nothing free; {q.how_to_raise}")
     out.print(table)

@@ -488,6 +488,7 @@ def register(app: typer.Typer) -> None:
                                                       for i, line in enumerate(calibrations)}})
         if save is not None and est.recommended is not None:
             save_plan(est, save)
+            print(f"plan saved to {save}: `gpuplan provision --plan {save}` creates it", file=sys.stderr)
         if plot is not None:
             from gpuplan.planning import plot as plotting
 

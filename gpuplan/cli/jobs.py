@@ -17,13 +17,18 @@ from gpuplan.planning import fmt
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=True)  # paths and names as written
 
+
+def _progress(console):
+    from rich.text import Text
+
+    return lambda message: console.print(Text.assemble(("… ", "dim"), message))
 
 
 
 def bench(
-    workload: Annotated[str, typer.Argument(help="Reference job: colorize, resnet50, vgg_cifar, detect_streams.")],
+    workload: Annotated[str, typer.Argument(help="The reference job: colorize, resnet50, vgg_cifar or detect_streams (or the workload it models: colorize-hd, vgg-cifar10, yolo-fhd).")],
     local: Annotated[bool, typer.Option("--local", help="Measure on this machine.")] = False,
     cluster: Annotated[Optional[str], typer.Option("--cluster", help="Measure on this cluster's nodes over SSH.", metavar="NAME")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny shapes (CPU-only machines): proves the pipeline, not the speed.")] = False,
@@ -49,6 +54,9 @@ def bench(
                          f" {MAX_DURATION_S:,} s (366 days)")
     if out is not None and out.suffix not in (".yaml", ".yml", ".json"):
         raise UsageError(f"--out {out}: the profile file must end in .yaml, .yml or .json")
+    from gpuplan.planning import workloads
+
+    workload = workloads.bench_job(workload) or workload
     if workload not in bench_mod.JOBS:
         raise UsageError(f"unknown workload {workload!r}: choose one of {', '.join(sorted(bench_mod.JOBS))}")
     err = _console(stderr=True)
@@ -68,19 +76,22 @@ def bench(
         command=shlex.join(["gpuplan", "bench", workload, *(["--local"] if local else ["--cluster", cluster]),
                             *(["--quick"] if quick else []), *(["--gpus", str(gpus)] if gpus else []),
                             "--max-pack", str(max_pack), *(["--job-args", job_args] if job_args else [])]),
-        progress=lambda m: err.print(f"[dim]…[/dim] {m}"),
+        progress=_progress(err),
     )
     profile, path = bench_mod.bench(opts, executor, out)
     _print_profile(profile, path)
 
 
 def _print_profile(profile, path: Path) -> None:
-    from rich.table import Table
+    from gpuplan.cli import tables
+    from gpuplan.cli.tables import Column
 
     con = _console()
     p = profile.provenance
     con.print(f"{profile.workload} on {profile.reference_gpu} ({p.gpu}; torch {p.torch or '?'}, CUDA {p.cuda or '-'},"
-              f" driver {p.driver or '-'})" + ("  [yellow]quick CPU run: tiny shapes, not real speed[/yellow]" if p.quick else ""))
+              f" driver {p.driver or '-'})")
+    if p.quick:
+        con.print("quick CPU run: tiny shapes, not real speed", style="yellow")
     con.print(f"alone: {profile.seconds_per_unit:.6g} s per {profile.unit}"
               + (f", uncapped peak {profile.memory_peak_gib:.3g} GiB GPU memory" if profile.memory_peak_gib else ""))
     if profile.memory_need_gib is not None:
@@ -90,15 +101,13 @@ def _print_profile(profile, path: Path) -> None:
         con.print(f"fixed cost per job start: {profile.fixed_seconds_per_job:.3g} s (process wall time - timed steps)")
     if profile.unmeasured():
         con.print(f"not measured: {', '.join(profile.unmeasured())}")
-    table = Table("measure", "n", "value")
-    for g, f in sorted(profile.colocation_slowdown.items()):
-        table.add_row("co-location slowdown", str(g), f"{f:.3f}x")
+    rows = [["co-location slowdown", str(g), f"{f:.3f}x"] for g, f in sorted(profile.colocation_slowdown.items())]
     for k in sorted(profile.packing_fits):
         eff = profile.packing_efficiency.get(k)
-        table.add_row("packed per GPU: efficiency", str(k), f"{eff:.3f}" if profile.packing_fits[k] and eff else "does not fit")
+        rows.append(["packed per GPU: efficiency", str(k), f"{eff:.3f}" if profile.packing_fits[k] and eff else "does not fit"])
     for s in profile.dp_scaling:
-        table.add_row("data-parallel efficiency", f"{s.gpus} on {s.nodes} node(s)", f"{s.efficiency:.3f}")
-    con.print(table)
+        rows.append(["data-parallel efficiency", f"{s.gpus} on {fmt.plural(s.nodes, 'node')}", f"{s.efficiency:.3f}"])
+    tables.render(con, [Column("measure"), Column("n", right=True), Column("value", right=True)], rows)
     con.print(f"profile written to {path}")
 
 
@@ -134,7 +143,7 @@ def run(
     predicted = runner.read_plan(plan) if plan else None
     state = State.open_default()
     err = _console(stderr=True)
-    progress = lambda m: err.print(f"[dim]…[/dim] {m}")  # noqa: E731
+    progress = _progress(err)
     with locks.cluster(cluster):  # no teardown or bootstrap under running jobs
         if torchrun:
             summary = runner.run_torchrun(state, cluster, command, python=python, master_port=master_port,
@@ -165,7 +174,7 @@ def _print_summary(summary, predicted) -> None:
         con.print(f"quarantined {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
     con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {fmt.yen(cmp.measured_yen)}"
-              f" ({summary.nodes} node(s) x {fmt.yen(summary.price_jpy_per_hour)}/h)")
+              f" ({fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h)")
     if predicted is not None:
         con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
                   f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}")

@@ -20,17 +20,19 @@ image_app = typer.Typer(help="Build, list and delete captured machine images (se
 def _err_console():
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, markup=False, soft_wrap=True)  # names and messages as written
 
 
 def _out_console():
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, markup=False, soft_wrap=True)
 
 
 def _progress(console):
-    return lambda message: console.print(f"[dim]…[/dim] {message}")
+    from rich.text import Text
+
+    return lambda message: console.print(Text.assemble(("… ", "dim"), message), soft_wrap=True)
 
 
 def _open_state():
@@ -80,7 +82,7 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
     ]
     if quota is not None:
         need, tiers = quota
-        lines += [f"  quota {t.name} ({t.description}): {need} {t.unit} needed, {t.free} free "
+        lines += [f"  quota {t.name} ({t.description}): {_units(need, t.unit)} needed, {t.free} free "
                   f"(limit {t.limit}, used {t.used}): ok" for t in tiers] or ["  quota: the provider reports none"]
     if lifetime:
         lines.append(f"  {lifetime}")
@@ -91,6 +93,11 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
     if req.ssh_cidr:
         lines.append(f"  SSH from {req.ssh_cidr}" + ("  (every address: asked for)" if req.ssh_cidr == "0.0.0.0/0" else ""))
     return lines + [f"  {note}" for note in o.notes]
+
+
+def _units(n: int, unit: str) -> str:
+    """"1 host", "4 vCPUs": a quota's unit is written in the plural."""
+    return fmt.plural(n, unit[:-1] if n == 1 and unit.endswith("s") else unit, many=unit)
 
 
 def provision(
@@ -143,18 +150,18 @@ def _print_lines(console, lines: list[str]) -> None:
 
 def _print_status(out, statuses) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     if not statuses:
-        out.print("no clusters; `gpuplan provision nc6 x4` creates one")
+        out.print("no clusters; `gpuplan estimate --videos 4 --save plan.json` then `gpuplan provision --plan plan.json`"
+                  " creates one, or `gpuplan provision NC4as_T4_v3 x2`")
         return
     for s in statuses:
         c = s.cluster
         ttl = f", released in {fmt.duration(max(0, s.ttl_left_s))}" if s.ttl_left_s is not None else ""
-        out.print(
-            f"[bold]{c.name}[/bold]  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  "
-            f"up {fmt.duration(s.uptime_s)}  ≈{fmt.yen(s.yen_so_far)} so far "
-            f"({fmt.yen(c.price_jpy_per_hour)}/h per machine){ttl}"
-        )
+        out.print(Text.assemble((c.name, "bold"), f"  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  "
+                                f"up {fmt.duration(s.uptime_s)}  ≈{fmt.yen(s.yen_so_far)} so far "
+                                f"({fmt.yen(c.price_jpy_per_hour)}/h per machine){ttl}"))
         # Addresses are what a user copies from here: never truncate them (ids are in --format json).
         table = Table(show_edge=False, box=None, padding=(0, 2))
         table.add_column("node", overflow="fold")
@@ -238,7 +245,7 @@ def teardown(
     for row in rows:
         try:
             report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), row.name, progress=_progress(err))
-            out.print(f"{row.name}: deleted {len(report.deleted)} resource(s); nothing of it is left")
+            out.print(f"{row.name}: deleted {fmt.plural(len(report.deleted), 'resource')}; nothing of it is left", markup=False)
         except Exception as exc:  # keep going with the other clusters; report all at the end
             if not all_:
                 raise
@@ -246,6 +253,9 @@ def teardown(
     if images:
         from gpuplan.operating import images as image_service
 
+        if not image_rows:
+            out.print("no images in the state; nothing to delete" + ("" if sweep else
+                      " (`--sweep --images` looks for tagged leftovers in the clouds)"))
         for row in image_rows:
             image_service.delete(state, lifecycle.get_provider(row.provider), row.name, progress=_progress(err))
             out.print(f"image {row.name}: deleted")
@@ -259,7 +269,7 @@ def _teardown_line(state, row) -> str:
     nodes = [n for n in state.nodes(row.name) if n.provider_id]
     ids = ", ".join(f"{n.name} {n.provider_id}" for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
     per_hour = row.price_jpy_per_hour * len(nodes) if row.price_jpy_per_hour is not None else None
-    return (f"delete cluster {row.name} ({row.status}): {len(nodes)} machine(s) of {row.provider}:{row.size} in "
+    return (f"delete cluster {row.name} ({row.status}): {fmt.plural(len(nodes), 'machine')} of {row.provider}:{row.size} in "
             f"{row.region} ({fmt.yen(per_hour)}/h){': ' + ids if ids else ''}, and everything else tagged with it")
 
 
@@ -277,7 +287,7 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
         except UsageError as exc:
             if provider:
                 raise
-            err.print(f"[dim]sweep: skipping {pname}: {exc}[/dim]")
+            err.print(f"sweep: skipping {pname}: {exc}", style="dim", soft_wrap=True)
             continue
         regions = lifecycle.sweep_regions(state, prov, region or [])
         found = lifecycle.sweep_find(state, prov, regions, owners, include_images=images, grace_s=grace_s)
@@ -285,16 +295,16 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
         for r, why in found.spared:
             out.print(f"  kept {_resource_line(r)}: {why}")
         if dry_run or not found.strays:
-            out.print(f"{where}: would delete {len(found.strays)} stray resource(s)" if dry_run
+            out.print(f"{where}: would delete {fmt.plural(len(found.strays), 'stray resource')}" if dry_run
                       else f"{where}: no stray resources")
             for r in found.strays:
                 out.print(f"  {_resource_line(r)}")
             continue
-        _confirm([f"{where}: {len(found.strays)} stray resource(s) tagged {' or '.join(owners)} that the state "
+        _confirm([f"{where}: {fmt.plural(len(found.strays), 'stray resource')} tagged {' or '.join(owners)} that the state "
                   "does not know:"] + [f"  {_resource_line(r)}" for r in found.strays],
                  "Delete these stray resources?", yes, default=False)
         result = lifecycle.sweep_delete(state, prov, found.strays, progress=_progress(err))
-        out.print(f"{where}: deleted {len(result.deleted)} stray resource(s)")
+        out.print(f"{where}: deleted {fmt.plural(len(result.deleted), 'stray resource')}", markup=False)
         for r in result.deleted:
             out.print(f"  {_resource_line(r)}")
         for r, why in result.spared:
@@ -353,7 +363,7 @@ def image_list() -> None:
 
     rows = _open_state().images()
     if not rows:
-        _out_console().print("no images; `gpuplan image build nc6` makes one")
+        _out_console().print("no images; `gpuplan image build NC4as_T4_v3` makes one")
         return
     table = Table(box=None, padding=(0, 2))
     for col in ("name", "provider", "region", "built on", "status", "id", "playbooks", "created"):

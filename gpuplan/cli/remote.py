@@ -16,27 +16,32 @@ from gpuplan.planning import fmt
 def _consoles():
     from rich.console import Console
 
-    return Console(highlight=False), Console(stderr=True, highlight=False)
+    return (Console(highlight=False, markup=False, soft_wrap=True),  # host names and steps print as written
+            Console(stderr=True, highlight=False, markup=False, soft_wrap=True))
 
 
 _STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "n/a": "dim", "not-run": "dim", "dry-run": "cyan"}
 
 
-def _cell(step) -> str:
-    style = _STYLE.get(step.status, "")
+def _cell(step):
+    from rich.text import Text
+
     text = step.status
     if step.status == "ran":
         text = f"ran {fmt.duration(step.seconds)}"
     elif step.status == "failed":
         text = f"FAILED ({step.exit_code})" if step.exit_code is not None else "FAILED"
-    return f"[{style}]{text}[/{style}]" if style else text
+    return Text(text, _STYLE.get(step.status, ""))
 
 
 def render_report(console, report) -> None:
     """A table with one row per playbook step and one column per host."""
+    from rich import box
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"bootstrap: {', '.join(report.playbooks)}", title_justify="left")
+    table = Table(title=f"bootstrap: {', '.join(report.playbooks)}", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, show_edge=False)
     table.add_column("step")
     for h in report.hosts:
         table.add_column(h.host)
@@ -48,7 +53,7 @@ def render_report(console, report) -> None:
     cells = {(h.host, s.key): s for h in report.hosts for s in h.steps}
     for key in keys:
         table.add_row(key, *[_cell(cells[(h.host, key)]) if (h.host, key) in cells else "-" for h in report.hosts])
-    table.add_row("[bold]total[/bold]", *[f"[bold]{fmt.duration(h.seconds)}[/bold]" for h in report.hosts])
+    table.add_row(Text("total", "bold"), *[Text(fmt.duration(h.seconds), "bold") for h in report.hosts])
     console.print(table)
 
 
@@ -67,7 +72,9 @@ def bootstrap(
     out, err = _consoles()
     if list_playbooks:
         for name in pb.available():
-            out.print(f"[bold]{name}[/bold]: {pb.load(name).description}")
+            from rich.text import Text
+
+            out.print(Text.assemble((name, "bold"), f": {pb.load(name).description}"))
         return
     if cluster is None:
         raise UsageError("name the cluster to bootstrap (`gpuplan status` lists them), or --list for the playbooks")
@@ -88,7 +95,9 @@ def bootstrap(
     def progress(message: str) -> None:
         host, _, rest = message.partition(" ")
         style = "red" if "FAILED" in rest else "dim" if "already done" in rest or "n/a" in rest else ""
-        err.print(f"[bold]{host}[/bold] " + (f"[{style}]{rest}[/{style}]" if style else rest), markup=True)
+        from rich.text import Text
+
+        err.print(Text.assemble((host, "bold"), " ", (rest, style)))
 
     try:
         report = pb.bootstrap_cluster(state, cluster, playbook or None, params, progress=progress,

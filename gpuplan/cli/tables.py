@@ -12,9 +12,8 @@ may be a (text, style) pair to colour it on a terminal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
-Cell = Union[str, tuple[str, str]]
+Cell = str | tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class Column:
 def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=True)
 
 
 def _text(cell: Cell) -> str:

@@ -762,8 +762,11 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
 
 
 def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[str]:
-    out = [f"workload {workload.name}: {len(workload.jobs)} jobs, {workload.seconds_per_unit} s per {workload.unit} "
-           f"on {workload.reference_gpu} ({workload.source})"]
+    size = (fmt.plural(workload.streams.count, "stream") if workload.streams is not None
+            else fmt.plural(len(workload.jobs), "job"))
+    pace = (f"lengths in seconds of work alone on {workload.reference_gpu}" if workload.unit in ("second", "s")
+            else f"{workload.seconds_per_unit} s per {workload.unit} on {workload.reference_gpu}")
+    out = [f"workload {workload.name}: {size}, {pace} ({workload.source})"]
     out.extend(workload.assumptions)
     out.append(job_start(workload)[1])
     out.append(memory_note(workload))

@@ -37,6 +37,29 @@ _TOP = {
 }
 
 
+# `gpuplan bench` names its reference jobs after their code, `estimate` after the workload they
+# model: either spelling is accepted by both (and - for _).
+BENCH_JOBS = {"colorize": "colorize-hd", "resnet50": "resnet50", "vgg_cifar": "vgg-cifar10", "detect_streams": "yolo-fhd"}
+
+
+def _spelling(text: str) -> str:
+    return text.strip().lower().replace("_", "-")
+
+
+def builtin_name(text: str) -> str | None:
+    """The built-in workload `text` names, in its own spelling or its bench job's ("colorize")."""
+    t = _spelling(text)
+    if t in builtin_names():
+        return t
+    return next((w for job, w in BENCH_JOBS.items() if _spelling(job) == t), None)
+
+
+def bench_job(text: str) -> str | None:
+    """The bench reference job `text` names, in its own spelling or its workload's ("colorize-hd")."""
+    t = _spelling(text)
+    return next((job for job, w in BENCH_JOBS.items() if t in (_spelling(job), w)), None)
+
+
 def builtin_names() -> list[str]:
     root = _root()
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
@@ -45,9 +68,10 @@ def builtin_names() -> list[str]:
 def load(name_or_file: str) -> Workload:
     """A built-in workload by name, or a user's YAML file by path."""
     text = name_or_file.strip()
-    if text in builtin_names():
-        entry = _root() / f"{text}.yaml"
-        return parse(entry.read_text(encoding="utf-8"), f"built-in workload {text}")
+    builtin = builtin_name(text) if not text.endswith((".yaml", ".yml", ".json")) else None
+    if builtin is not None and not Path(text).exists():
+        entry = _root() / f"{builtin}.yaml"
+        return parse(entry.read_text(encoding="utf-8"), f"built-in workload {builtin}")
     path = Path(text).expanduser()
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         if not path.exists():
