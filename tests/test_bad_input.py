@@ -140,7 +140,7 @@ CASES = [
     ("videos-not-a-number", {}, ["estimate", "--videos", "abc"], "--videos"),
     ("unknown-option", {}, ["estimate", "--nosuch"], "--nosuch"),
     ("unknown-command", {}, ["nosuch"], "nosuch"),
-    ("missing-argument", {}, ["run"], "cluster"),
+    ("missing-argument", {}, ["run"], "CLUSTER"),  # as the usage line and help name it
     ("job-args-unbalanced-quote", {}, ["bench", "resnet50", "--local", "--job-args", "'--height 360"], "--job-args"),
 ]
 

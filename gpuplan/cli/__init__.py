@@ -90,8 +90,10 @@ def main(argv: list[str] | None = None) -> None:
         print("gpuplan: aborted", file=sys.stderr)
         sys.exit(1)
     except GpuplanError as exc:
-        if _debug:
-            raise
+        if _debug:  # the traceback, and still the exit code the error has (2 for bad input)
+            import traceback
+
+            traceback.print_exc()
         print(f"gpuplan: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

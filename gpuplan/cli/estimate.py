@@ -275,7 +275,7 @@ def _render_table(est, show_all: bool) -> None:
     title = f"gpuplan estimate: {est.workload.name} ({work_size(est.workload)}), catalog {est.snapshot}"
     rows = _rows(est, show_all)
     summary = _summary(est, show_all)
-    console = Console(soft_wrap=True, highlight=False)
+    console = Console(highlight=False)  # on a terminal every line is wrapped to its width
     if not console.is_terminal:
         sys.stdout.write(_plain(title, rows, summary))
         return
@@ -468,6 +468,7 @@ def register(app: typer.Typer) -> None:
         if note:
             print(note, file=sys.stderr)
         check_quotas(quotas, cat)
+        work = workloads.with_catalog_gpus(work, cat)
         state = _user_state()
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,

@@ -818,6 +818,13 @@ def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Cata
                     raise UsageError(f"{where.label}: a new offer needs {required}")
             entry.setdefault("source", f"user prices file {path}")
             entry.setdefault("as_of", "user")
+            if entry.get("gpu_memory_gib") in (None, ""):
+                # a new offer without its memory takes its GPU's from the GPU table, never 0 GiB
+                info = base.gpus.get(str(entry["gpu"]).strip())
+                if info is None:
+                    raise UsageError(f"{where.label}: a new offer needs gpu_memory_gib (GPU {entry['gpu']!r} is not in"
+                                     f" the GPU table to take it from; known: {', '.join(sorted(base.gpus))})")
+                entry["gpu_memory_gib"] = info.memory_gib
             offers.append(_offer(where, entry))
     return _finish(base.snapshot, offers, fx, providers, prices_file=path)
 

@@ -86,6 +86,28 @@ def load(name_or_file: str) -> Workload:
                      f"(docs/workloads.md)")
 
 
+def with_catalog_gpus(work: Workload, cat) -> Workload:
+    """The workload with its GPU names as the catalog spells them ("t4" is T4), or one line naming
+    the field when its reference GPU is not a GPU the catalog knows (every plan would otherwise
+    be excluded for a figure missing on some unrelated machine)."""
+    def known(text: str, field: str) -> str:
+        hits = cat.match_gpus(text)
+        exact = [g for g in hits if g.lower().replace(" ", "") == text.lower().replace(" ", "")]
+        if len(exact) == 1 or len(hits) == 1:
+            return (exact or hits)[0]
+        if field == "reference_gpu" and work.reference_speed is None:
+            listed = f"it could be {', '.join(hits)}" if hits else f"known GPUs: {', '.join(sorted(cat.gpus))}"
+            raise UsageError(f"workload {work.name}: reference_gpu {text!r} is not a GPU of the catalog ({listed}); "
+                             "name one, or give reference_speed (docs/workloads.md)")
+        return text
+
+    reference = known(work.reference_gpu, "reference_gpu")
+    speed = {known(g, f"speed.{g}"): v for g, v in work.speed.items()}
+    if reference == work.reference_gpu and list(speed) == list(work.speed):
+        return work
+    return replace(work, reference_gpu=reference, speed=MappingProxyType(speed))
+
+
 def videos(n: int) -> Workload:
     """`--videos N`: N colorize-hd jobs of 1000 epochs each."""
     if n < 1:
@@ -118,9 +140,16 @@ def from_dict(data: Any, where: str) -> Workload:
     if unknown:
         raise UsageError(f"{where}: unknown field {sorted(unknown)[0]!r}; see docs/workloads.md")
     streams = _streams(where, data)
-    for key in ("name", "seconds_per_unit", "reference_gpu") + (() if streams else ("jobs",)):
+    for key in ("name", "reference_gpu") + (() if streams else ("jobs",)):
         if data.get(key) in (None, ""):
             raise UsageError(f"{where}: field '{key}' is missing; see docs/workloads.md")
+    if data.get("seconds_per_unit") in (None, ""):
+        # optional where every job gives its time (seconds, minutes, hours): the unit is then a second
+        counted = streams or any(isinstance(e, dict) and e.get("units") is not None for e in data.get("jobs") or [])
+        if counted or data.get("unit") not in (None, "", "second"):
+            raise UsageError(f"{where}: field 'seconds_per_unit' is missing: jobs counted in units (or streams) need"
+                             f" the seconds one {data.get('unit') or 'unit'} takes alone; see docs/workloads.md")
+        data = {**data, "unit": "second", "seconds_per_unit": 1}
     spu = _dec(where, "seconds_per_unit", data["seconds_per_unit"], positive=True)
     if streams:
         if data.get("jobs") is not None:
