@@ -25,16 +25,36 @@ pytestmark = pytest.mark.sshd
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def readme_examples() -> list[str]:
+def readme_lines() -> list[tuple[str, str]]:
+    """(command, comment) for each line of the Examples block: the comment says what a line needs
+    beyond the Quickstart's install ("needs gpuplan[plot]"), or is empty."""
     text = README.read_text()
     block = re.search(r"^## Examples\n.*?```console\n(.*?)```", text, re.S | re.M)
     assert block, "README.md has no ## Examples section with a console block"
-    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+    out = []
+    for line in block.group(1).splitlines():
+        command, _, comment = line.partition(" #")
+        if command.strip():
+            out.append((command.strip(), comment.strip()))
+    return out
+
+
+def readme_examples() -> list[str]:
+    return [command for command, _ in readme_lines()]
+
+
+def test_what_an_example_needs_beyond_the_quickstart_is_said():
+    """The Quickstart installs gpuplan alone: a line that plots, checks AWS or benchmarks says so."""
+    for command, comment in readme_lines():
+        for word, extra in (("--plot", "gpuplan[plot]"), ("check aws", "gpuplan[aws]"), ("bench", "gpuplan[bench]"),
+                            ("demo", "demo hosts"), ("refresh", "network")):
+            if word in command and not command.startswith("gpuplan teardown --sweep"):
+                assert extra in comment, f"{command!r} needs {extra}: say so in its comment"
 
 
 def test_the_examples_cover_every_command():
     used = {shlex.split(line)[1] for line in readme_examples()}
-    table = set(re.findall(r"^\| `gpuplan ([a-z]+)", README.read_text(), re.M))
+    table = set(re.findall(r"^\| `gpuplan ([a-z-]+)", README.read_text(), re.M))
     assert table and table <= used, f"commands in the table without an example: {sorted(table - used)}"
 
 

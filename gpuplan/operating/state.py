@@ -576,6 +576,15 @@ class State:
             yen += Decimal(r["price_jpy_per_hour"]) * s / 3600
         return seconds, yen
 
+    def ledger_rows(self) -> list[dict]:
+        """Every ledger row (one machine held from started_at to stopped_at, or still held),
+        oldest first: cluster, node, provider, size, price_jpy_per_hour (Decimal), started_at,
+        stopped_at (None while held)."""
+        return [{"cluster": r["cluster"], "node": r["node"], "provider": r["provider"], "size": r["size"],
+                 "price_jpy_per_hour": Decimal(r["price_jpy_per_hour"]), "started_at": parse_time(r["started_at"]),
+                 "stopped_at": parse_time(r["stopped_at"])}
+                for r in self._query("SELECT * FROM ledger ORDER BY started_at, id")]
+
     # --- measured setup times and job runs ----------------------------------------------
 
     def record_setup_time(self, provider: str, size: str, playbook: str, seconds: int, cluster: str | None = None) -> None:

@@ -161,16 +161,24 @@ SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} HOME={root}/root PATH={fa
 """
 
 
+def missing_prerequisite() -> str | None:
+    """Why loopback hosts cannot start here, or None."""
+    if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
+        return f"{SSHD} or ssh-keygen is not installed"
+    if os.geteuid() != 0:
+        return "the loopback sshd hosts need root (they log in as root)"
+    return None
+
+
 def start_hosts(n: int, tmp_path: Path | None = None, gpus: int = 1) -> list[SshdHost]:
     """Start `n` sshd hosts; the caller must call stop_hosts() (or use the fixture pattern in
     the module docstring). `tmp_path` is unused for sshd state (StrictModes) but kept for
     symmetry with other helpers."""
-    import pytest
+    missing = missing_prerequisite()
+    if missing:
+        import pytest  # only under pytest: scripts/demo.py checks missing_prerequisite() itself
 
-    if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
-        pytest.skip(f"{SSHD} or ssh-keygen is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("the loopback sshd hosts need root (they log in as root)")
+        pytest.skip(missing)
     BASE.mkdir(mode=0o755, exist_ok=True)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     group = BASE / secrets.token_hex(4)

@@ -1,0 +1,69 @@
+"""`gpuplan cost-report`: what the clusters cost, per month and per cluster, from the cost ledger."""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Annotated, Optional
+
+import typer
+
+from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
+
+
+def cost_report(
+    month: Annotated[Optional[str], typer.Option("--month", metavar="YYYY-MM", help="Only this month (UTC).")] = None,
+    out_format: Annotated[str, typer.Option("--format", metavar="table|json", help="Print a table (for people) or JSON (for programs).")] = "table",
+) -> None:
+    """Yen per cluster and per month from the cost ledger, each machine billed as its provider
+    bills it (granularity, minimum, daily and monthly caps), running machines up to now."""
+    from gpuplan.cli import tables
+    from gpuplan.cli.tables import Column
+    from gpuplan.operating import costs
+    from gpuplan.operating.state import State
+    from gpuplan.planning import catalog
+
+    if out_format not in ("table", "json"):
+        raise UsageError(f"bad --format {out_format!r}: use table or json")
+    if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):
+        raise UsageError(f"bad --month {month!r}: write it as YYYY-MM, e.g. 2026-11")
+    lines = costs.report(State.open_default().ledger_rows(), catalog.load(), month.strip() if month else None)
+    total = sum((line.yen for line in lines), Decimal(0))
+    if out_format == "json":
+        print(json.dumps({"month": month, "total_jpy": _exact(total), "lines": [
+            {"month": x.month, "cluster": _name(x.cluster), "provider": x.provider, "instance_type": x.size,
+             "machines": x.machines, "machine_seconds": x.seconds, "cost_jpy": _exact(x.yen), "running": x.running,
+             "billing": x.terms} for x in lines]}, indent=2, ensure_ascii=False))
+        return
+    out = tables.console()
+    if not lines:
+        out.print(f"nothing in the cost ledger{' for ' + month if month else ''}: no machine was held"
+                  + ("" if month else " (`gpuplan provision` records each machine it creates)"))
+        return
+    columns = [Column("month"), Column("cluster"), Column("machines"), Column("held", right=True),
+               Column("yen", right=True), Column("billing", wrap=True)]
+    held = fmt.durations([x.seconds for x in lines])
+    rows = [[x.month, _name(x.cluster) + (" (running)" if x.running else ""),
+             f"{x.machines}x {x.provider}:{x.size}", h, fmt.yen(x.yen), x.terms] for x, h in zip(lines, held)]
+    tables.render(out, columns, rows, title="gpuplan cost-report" + (f" {month}" if month else ""))
+    by_month: dict[str, Decimal] = {}
+    for x in lines:
+        by_month[x.month] = by_month.get(x.month, Decimal(0)) + x.yen
+    for m, yen in by_month.items():
+        out.print(f"{m}: {fmt.yen(yen)}")
+    out.print(f"total: {fmt.yen(total)} (each line rounded once; machines still held counted up to now)")
+
+
+def _name(cluster: str) -> str:
+    """A torn-down cluster's ledger rows keep its name with "@<created>" (the name may be reused)."""
+    return cluster.split("@", 1)[0]
+
+
+def _exact(yen: Decimal) -> str:
+    return str(yen.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cost-report")(cost_report)

@@ -1,0 +1,85 @@
+"""`gpuplan cost-report`: yen per cluster and per month from the cost ledger, each machine billed
+as its provider bills it (gpuplan/planning/billing.py: granularity, minimum, daily and monthly
+caps), the one rule the planner uses too.
+
+A machine held across a month boundary is split exactly: the month's share is what the machine
+had cost by the month's end less what it had cost by its start, so the months add up to the
+machine's whole charge and a minimum or a started hour is billed once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from gpuplan.planning import billing
+
+
+@dataclass(frozen=True)
+class CostLine:
+    month: str  # "YYYY-MM" (UTC)
+    cluster: str  # as provisioned (a torn-down cluster's reused name is told apart by `ended`)
+    provider: str
+    size: str
+    machines: int
+    seconds: int  # machine-seconds held in the month
+    yen: Decimal  # exact; the table rounds once
+    running: bool  # a machine of it is still held (the figure grows)
+    terms: str  # how it is billed, in words
+
+
+def terms_for_row(row: dict, cat) -> tuple[billing.Terms, str]:
+    """The billing terms of one ledger row: the price the machine was provisioned at (the ledger's)
+    with the granularity, minimum and caps of its catalog offer. Kept in this one function so that
+    ledger rows that carry their own terms can be read here instead."""
+    price = row["price_jpy_per_hour"]
+    offer = next((o for o in cat.offers if o.provider == row["provider"] and o.name == row["size"]
+                  and o.market == "on-demand" and o.price_unit == "hour"), None)
+    if offer is None:  # owned hosts, or a size the catalog no longer lists: per second, no minimum
+        return billing.Terms(price), "per second (no catalog offer)"
+    t = billing.terms_for(offer)
+    step = {1: "per second", 60: "per minute", 3600: "per hour"}.get(t.granularity_s, f"per {t.granularity_s} s")
+    least = f", minimum {t.minimum_s} s" if t.minimum_s > t.granularity_s else ""
+    caps = "".join(f", {w} cap ¥{c:,}" for w, c in (("daily", t.daily_cap_jpy), ("monthly", t.monthly_cap_jpy)) if c)
+    return billing.Terms(price, t.period_s, t.granularity_s, t.minimum_s, t.daily_cap_jpy, t.monthly_cap_jpy), \
+        f"{step}{least}{caps}"
+
+
+def _month_starts(start: datetime, stop: datetime) -> list[datetime]:
+    """The first instant of every month from start's to stop's, plus stop."""
+    out, t = [], datetime(start.year, start.month, 1, tzinfo=timezone.utc)
+    while t < stop:
+        out.append(t)
+        t = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=timezone.utc)
+    return out + [stop]
+
+
+def report(rows: list[dict], cat, month: str | None = None, at: datetime | None = None) -> list[CostLine]:
+    """Cost lines per (month, cluster, provider, size), oldest month first; only `month`'s if given."""
+    at = at or datetime.now(timezone.utc)
+    lines: dict[tuple, dict] = {}
+    for row in rows:
+        start, stop = row["started_at"], row["stopped_at"] or at
+        if stop <= start:
+            continue
+        terms, words = terms_for_row(row, cat)
+        edges = _month_starts(start, stop)
+        for a, b in zip(edges, edges[1:]):
+            lo, hi = max(a, start), min(b, stop)
+            if hi <= lo:
+                continue
+            before = int((lo - start).total_seconds())
+            upto = int((hi - start).total_seconds())
+            key = (lo.strftime("%Y-%m"), row["cluster"], row["provider"], row["size"])
+            line = lines.setdefault(key, {"machines": set(), "seconds": 0, "yen": Decimal(0), "running": False,
+                                          "terms": words})
+            line["machines"].add(row["node"])
+            line["seconds"] += upto - before
+            line["yen"] += billing.charge(upto, terms) - billing.charge(before, terms)
+            line["running"] |= row["stopped_at"] is None
+    out = [CostLine(m, c, p, s, len(v["machines"]), v["seconds"], v["yen"], v["running"], v["terms"])
+           for (m, c, p, s), v in lines.items()]
+    if month is not None:
+        out = [line for line in out if line.month == month]
+    return sorted(out, key=lambda line: (line.month, line.cluster))

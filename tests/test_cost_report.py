@@ -1,0 +1,66 @@
+"""`gpuplan cost-report`: the ledger's machines billed as their providers bill them, per month."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+from gpuplan.operating import costs
+from gpuplan.planning import catalog
+
+T0 = datetime(2026, 10, 31, 23, 30, tzinfo=timezone.utc)
+
+
+def _row(cluster, node, provider, size, price, start, seconds):
+    return {"cluster": cluster, "node": node, "provider": provider, "size": size, "price_jpy_per_hour": Decimal(price),
+            "started_at": start, "stopped_at": start + timedelta(seconds=seconds) if seconds is not None else None}
+
+
+def test_a_short_aws_hold_pays_the_60_s_minimum():
+    rows = [_row("a", "a-0", "aws", "g4dn.xlarge", "120", T0, 30)]
+    [line] = costs.report(rows, catalog.load())
+    assert line.yen == Decimal(2)  # 60 s at ¥120/h, not 30 s
+    assert line.seconds == 30 and "per second, minimum 60 s" in line.terms
+
+
+def test_an_hourly_machine_across_a_month_end_pays_its_started_hours_once():
+    # Sakura bills by the started hour: 23:30 -> 01:00 is 1.5 h held, 2 h billed; Oct gets the first hour
+    rows = [_row("s", "s-0", "sakura", "24Core-240GB-H100x1", "990", T0, 5400)]
+    lines = costs.report(rows, catalog.load())
+    assert [(x.month, x.yen) for x in lines] == [("2026-10", Decimal(990)), ("2026-11", Decimal(990))]
+    assert sum(x.seconds for x in lines) == 5400
+    only_nov = costs.report(rows, catalog.load(), month="2026-11")
+    assert [x.month for x in only_nov] == ["2026-11"]
+
+
+def test_machines_of_one_cluster_add_up_and_a_held_one_runs_to_now():
+    rows = [_row("b", f"b-{i}", "aws", "g4dn.xlarge", "72", T0 + timedelta(hours=1), 3600) for i in range(3)]
+    rows.append(_row("b", "b-3", "aws", "g4dn.xlarge", "72", T0 + timedelta(hours=1), None))
+    at = T0 + timedelta(hours=3)
+    [line] = costs.report(rows, catalog.load(), at=at)
+    assert line.machines == 4 and line.running and line.seconds == 3 * 3600 + 2 * 3600
+    assert line.yen == Decimal(72 * 5)
+
+
+def test_the_cli_reports_from_the_ledger(cli, gpuplan_home):
+    from gpuplan.operating.state import State
+
+    state = State.open_default()
+    import time
+
+    state.ledger_start("demo", "demo-0", "sakura", "24Core-240GB-H100x1", Decimal(990))
+    time.sleep(1.1)  # the ledger keeps whole seconds
+    state.ledger_stop("demo", "demo-0")  # held for a second or two: one started hour
+    r = cli("cost-report")
+    assert r.code == 0, r.err
+    row = next(line for line in r.out.splitlines() if line.split()[1:2] == ["demo"])
+    assert "1x sakura:24Core-240GB-H100x1" in row and "¥990" in row and "per hour" in row
+    assert "total: ¥990" in r.out
+    data = json.loads(cli("cost-report", "--format", "json").out)
+    assert data["total_jpy"] == "990.00" and data["lines"][0]["cluster"] == "demo"
+    month = data["lines"][0]["month"]
+    assert "nothing in the cost ledger for 1999-01" in cli("cost-report", "--month", "1999-01").out
+    assert cli("cost-report", "--month", month).code == 0
+    r = cli("cost-report", "--month", "2026-13")
+    assert r.code == 2 and "bad --month '2026-13'" in r.err
