@@ -22,4 +22,6 @@ fi
 .venv/bin/pip install -q -e '.[test]'
 # Lint first (config in pyproject.toml): a finding fails the run before any test starts.
 .venv/bin/ruff check .
+# The README's Examples on exactly the Quickstart's install, in a fresh venv (no test extras).
+bash scripts/fresh_install_examples.sh
 exec .venv/bin/python -m pytest "$@"

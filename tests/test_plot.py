@@ -64,3 +64,57 @@ def test_without_matplotlib_the_message_names_the_extra(cli, tmp_path, monkeypat
     r = cli("estimate", "--videos", "2", "--plot", str(tmp_path / "a.svg"))
     assert r.code == 2
     assert r.err.strip() == "gpuplan: error: --plot needs matplotlib: pip install 'gpuplan[plot]'"
+
+
+def _texts(root):
+    """(text, x, y, font size px, anchor) of every text element drawn at a position."""
+    out = []
+    for t in root.iter(f"{SVG}text"):
+        if t.get("x") is None:
+            continue
+        style = dict(part.split(":", 1) for part in (t.get("style") or "").split(";") if ":" in part)
+        size = float(style.get(" font-size", style.get("font-size", "10px")).strip().rstrip("px"))
+        anchor = style.get(" text-anchor", style.get("text-anchor", "start")).strip()
+        turned = "rotate(-90" in (t.get("transform") or "")
+        out.append(("".join(t.itertext()), float(t.get("x")), float(t.get("y")), size, anchor, turned))
+    return out
+
+
+def test_axis_in_yen_frontier_labelled_jobs_drawn_nothing_clipped(cli, tmp_path):
+    out = tmp_path / "b.svg"
+    r = cli("estimate", "--videos", "4", "--format", "json", "--plot", str(out))
+    assert r.code == 0, r.err
+    est = json.loads(r.out)
+    root = ET.parse(out).getroot()
+    texts = _texts(root)
+    words = [t[0] for t in texts]
+
+    # the cost axis reads in yen with thousands separators, never as 6x10^3
+    yen_ticks = [w for w in words if re.fullmatch(r"¥[\d,]+", w)]
+    assert len(yen_ticks) >= 3 and any("," in w for w in yen_ticks)
+    assert not any("10^" in w or "×10" in w or "$10" in w for w in words)
+
+    # every frontier point but the pick carries its fleet and yen
+    labelled = [g for g in root.iter(f"{SVG}g") if (g.get("id") or "").startswith("frontier-label-")]
+    others = [p for p in est["pareto"] if p["instance_type"] != est["recommended"]["instance_type"]
+              or p["count"] != est["recommended"]["count"] or p["setup"] != est["recommended"]["setup"]]
+    assert len(labelled) == min(len(others), 8) and len(labelled) >= 2
+    for g in labelled:
+        assert re.search(r"^\dx .+: ¥[\d,]+, ", "".join(g.itertext()).strip())
+
+    # the pick's machine shows its jobs, and its tick says how many
+    rec = est["recommended"]
+    jobs = [j for m in rec["machines"] for j in m["jobs"]]
+    drawn = " ".join("".join(g.itertext()) for g in root.iter(f"{SVG}g") if (g.get("id") or "").endswith("job-names"))
+    assert jobs and jobs[0] in drawn
+    assert any(re.search(r"\(worker\): \d+ jobs?$", w) for w in words)
+
+    # nothing drawn outside the picture (anchor and an upper bound of the text's width)
+    width, height = (float(root.get(k).rstrip("pt")) for k in ("width", "height"))
+    for text, x, y, size, anchor, turned in texts:
+        span = 0.45 * size * len(text)  # DejaVu Sans averages about half an em a character
+        start = {"start": 0, "middle": span / 2, "end": span}[anchor]
+        along, across, room, other = (y, x, height, width) if turned else (x, y, width, height)
+        first = along + start if turned else along - start  # a turned text runs upwards from its anchor
+        lo, hi = (first - span, first) if turned else (first, first + span)
+        assert -1 <= across <= other + 1 and lo >= -2 and hi <= room + 2, (text, x, y)

@@ -1,9 +1,12 @@
 """`gpuplan estimate --plot FILE.svg|.png`: the cost / wall-time chart and the pick's timeline.
 
-Top: every feasible plan as a point (wall time against yen), the Pareto frontier as a line and
-the recommendation marked. Bottom: the recommended plan's machines on a time axis, each bar cut
-into what it is billed for (setup, capture, staging, jobs, idle tail), and the unbilled wait while
-an image is captured and launched. Every figure comes from the Plan fields the table prints.
+Top: every feasible plan as a point (wall time against yen), the Pareto frontier as a line with
+each of its points labelled, and the recommendation marked; the yen axis reads in yen with
+thousands separators ("¥1,285"), linear unless the plans span more than 20x (then log, its
+ticks still written in yen). Bottom: the recommended plan's machines on a time axis, each bar cut
+into what it is billed for (setup, capture, staging, jobs, idle tail), its jobs written on it, and
+the unbilled wait while an image is captured and launched. The figure is saved with a tight
+bounding box: every label is inside the file. Every figure comes from the Plan fields the table prints.
 
 matplotlib is an optional extra (`pip install 'gpuplan[plot]'`), imported only here. SVG text is
 kept as text (svg.fonttype none) and the artists carry ids (gid), so the file can be read back.
@@ -12,12 +15,14 @@ kept as text (svg.fonttype none) and the artists carry ids (gid), so the file ca
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
 MAX_TIMELINE_ROWS = 40
+MAX_FRONTIER_LABELS = 8  # past that the labels would hide the points
 PARTS = (  # VmUse field, label, colour
     ("setup_s", "setup", "#e69f00"),
     ("capture_s", "capture", "#cc79a7"),
@@ -65,12 +70,20 @@ def write(est, path: Path, deadline_s: int | None = None) -> Path:
         timeline.text(0.5, 0.5, f"no recommendation: {est.reason}", ha="center", va="center", wrap=True)
     fig.tight_layout()
     try:
-        fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None)
+        fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None,
+                    bbox_inches="tight", pad_inches=0.2)
     except OSError as exc:
         raise UsageError(f"cannot write the plot to {path} ({exc.strerror})") from None
     finally:
         plt.close(fig)
     return path
+
+
+def _jobs_text(names: Sequence[str]) -> str:
+    """The jobs a machine runs, written on its bar: all of them when few, else the first and a count."""
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{names[0]} … {names[-1]} ({len(names)} jobs)"
 
 
 def _hours(seconds: int) -> float:
@@ -86,24 +99,37 @@ def _chart(ax, est, deadline_s: int | None) -> None:
     if front:
         ax.plot([_hours(p.wall_s) for p in front], [float(p.cost) for p in front], "-o", color="#0072b2", ms=4,
                 label="Pareto frontier (cheapest for its wall time)", gid="frontier", zorder=3)
+        for i, p in enumerate(front[:MAX_FRONTIER_LABELS]):
+            if p is est.recommended:
+                continue  # the pick has its own, longer label
+            ax.annotate(f"{p.label}: {fmt.yen(p.cost)}, {fmt.duration(p.wall_s)}", (_hours(p.wall_s), float(p.cost)),
+                        xytext=(6, -12 if i % 2 else 6), textcoords="offset points", fontsize=7, color="#0072b2",
+                        gid=f"frontier-label-{i}", annotation_clip=False)
     rec = est.recommended
     if rec is not None:
         ax.scatter([_hours(rec.wall_s)], [float(rec.cost)], s=160, marker="*", color="#d55e00", zorder=4,
                    label="recommended", gid="pick")
         ax.annotate(f"{_label(rec)}: {fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}",
                     (_hours(rec.wall_s), float(rec.cost)), xytext=(8, 8), textcoords="offset points",
-                    fontsize=9, gid="pick-label")
+                    fontsize=9, gid="pick-label", annotation_clip=False)
     if deadline_s is not None:
         ax.axvline(_hours(deadline_s), color="#d55e00", ls="--", lw=1, label=f"deadline {fmt.duration(deadline_s)}")
     # log axes where the plans span more than a factor of 20, so the cheap end is not a smudge
     costs = [float(p.cost) for p in shown if p.cost > 0]
     walls = [p.wall_s for p in shown if p.wall_s > 0]
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     if costs and max(costs) / min(costs) > 20:
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     if walls and max(walls) / min(walls) > 20:
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.yen(Decimal(str(v)).quantize(Decimal(1)))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.4g}"))
     ax.set_xlabel("wall time (hours, setup counted)")
-    ax.set_ylabel("cost (yen)")
+    ax.set_ylabel("cost (yen, billed as each provider bills)")
     w = est.workload
     ax.set_title(f"{w.name}: {fmt.count(len(w.jobs))} jobs, catalog {est.snapshot}", fontsize=11)
     ax.grid(True, alpha=0.3)
@@ -127,6 +153,9 @@ def _timeline(ax, rec, vms: Sequence, hidden: int) -> None:
             ax.barh(y, _hours(width), left=_hours(x), height=0.6, color=colour, gid=f"vm{i}-{label.replace(' ', '-')}",
                     label=label if label not in used_labels else None)
             used_labels.add(label)
+            if field == "jobs_s" and v.jobs:
+                ax.text(_hours(x + width / 2), y, _jobs_text(v.jobs), ha="center", va="center", fontsize=7,
+                        color="white", gid=f"vm{i}-job-names", clip_on=True)
             x += width
     workers = [s for s, v in zip(starts, vms) if v.role == "worker"]
     builders = [(i, v) for i, v in enumerate(vms) if v.role == "builder"]
@@ -137,7 +166,8 @@ def _timeline(ax, rec, vms: Sequence, hidden: int) -> None:
         if wait > 0:
             ax.barh(len(vms) - 1 - i, _hours(wait), left=_hours(b.end_s), height=0.6, color="none",
                     edgecolor="#cc79a7", hatch="//", gid="image-wait", label="image capture + launch (not billed)")
-    ax.set_yticks(range(len(vms)), [f"{v.offer.name} ({v.role})" for v in reversed(vms)], fontsize=8)
+    ax.set_yticks(range(len(vms)), [f"{v.offer.name} ({v.role}): {fmt.plural(len(v.jobs), 'job')}" if v.jobs
+                                     else f"{v.offer.name} ({v.role})" for v in reversed(vms)], fontsize=8)
     ax.set_xlabel("hours from the start")
     more = f"; {fmt.count(hidden)} more machines not drawn" if hidden else ""
     ax.set_title(f"recommended: {_label(rec)}, {fmt.yen(rec.cost)}, wall {fmt.duration(rec.wall_s)}{more}",
