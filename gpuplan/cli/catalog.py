@@ -200,9 +200,12 @@ def refresh_command(
     API and the ECB reference rates (USD/JPY), asked only about the instance types the catalog
     knows. Never needed for planning: the shipped snapshots work offline.
     """
+    from gpuplan.cli import tables
+    from gpuplan.cli.progress import working
     from gpuplan.planning import catalog_refresh
 
-    result = catalog_refresh.refresh(provider, out_dir=out, dry_run=dry_run)
+    with working(tables.console(stderr=True), "fetching today's prices"):
+        result = catalog_refresh.refresh(provider, out_dir=out, dry_run=dry_run)
     _refresh_report(result)
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.cli.progress import working
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
@@ -133,8 +134,9 @@ def provision(
     prov = lifecycle.get_provider(o.request.provider)
     o, quota = launch.check(state, prov, o, ssh_from)
     _confirm(_create_lines(o, quota), "Create these machines?", yes, default=True)
-    cluster = launch.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
-                               keep_on_failure=keep_on_failure, progress=_progress(err))
+    with working(err, f"provisioning {o.request.name}") as step:
+        cluster = launch.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
+                                   keep_on_failure=keep_on_failure, progress=step)
     _print_status(_out_console(), lifecycle.status(state, cluster.name))
 
 
@@ -178,13 +180,26 @@ def _print_status(out, statuses) -> None:
 def status(
     cluster: Annotated[Optional[str], typer.Argument(help="One cluster (default: all).")] = None,
     format: Annotated[str, typer.Option("--format", help="Print a table (for people) or JSON (for programs).", metavar="table|json")] = "table",
+    refresh: Annotated[bool, typer.Option("--refresh", help="First ask each cluster's provider what its machines are now, bring the state in line and say what differed.")] = False,
 ) -> None:
     """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger)."""
     from gpuplan.operating import lifecycle
 
     if format not in ("table", "json"):
         raise UsageError(f"bad --format {format!r}: use table or json")
-    statuses = lifecycle.status(_open_state(), cluster)
+    state = _open_state()
+    if cluster and state.cluster(cluster) is None:
+        raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    if refresh:
+        from gpuplan.operating import reconcile
+
+        err = _err_console()
+        with working(err, "asking the providers what the clusters' machines are now"):
+            found = reconcile.refresh(state, lifecycle.get_provider, cluster)
+        for d in found:
+            err.print(f"refresh: {d.text}")
+        err.print(f"refresh: {fmt.plural(len(found), 'difference')} with the cloud" + ("" if found else "; the state matched"))
+    statuses = lifecycle.status(state, cluster)
     if format == "json":
         print(json.dumps([_status_json(s) for s in statuses], indent=2))
     else:
@@ -244,7 +259,8 @@ def teardown(
     failures = []
     for row in rows:
         try:
-            report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), row.name, progress=_progress(err))
+            with working(err, f"tearing down {row.name}") as step:
+                report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), row.name, progress=step)
             out.print(f"{row.name}: deleted {fmt.plural(len(report.deleted), 'resource')}; nothing of it is left", markup=False)
         except Exception as exc:  # keep going with the other clusters; report all at the end
             if not all_:
@@ -350,8 +366,9 @@ def image_build(
     prov = lifecycle.get_provider(o.offer.provider)
     o, quota = launch.check(state, prov, o, ssh_from)
     _confirm(_create_lines(o, quota, lifetime), f"Build image {name}?", yes, default=True)
-    row = images.build(state, prov, o.offer, name, playbooks=playbook, region=region, progress=_progress(_err_console()),
-                       ssh_cidr=o.request.ssh_cidr)
+    with working(_err_console(), f"building image {name}") as step:
+        row = images.build(state, prov, o.offer, name, playbooks=playbook, region=region, progress=step,
+                           ssh_cidr=o.request.ssh_cidr)
     _out_console().print(f"image {row.name} ready: {row.provider}/{row.region} {row.provider_id}; "
                          f"use it with `gpuplan provision {target} x4 --image {row.name}`")
 

@@ -99,9 +99,13 @@ def bootstrap(
 
         err.print(Text.assemble((host, "bold"), " ", (rest, style)))
 
+    from gpuplan.cli.progress import working
+
     try:
-        report = pb.bootstrap_cluster(state, cluster, playbook or None, params, progress=progress,
-                                      accept_host_keys=accept_host_key or ())
+        with working(err, f"bootstrapping {cluster}") as step:  # piped: the styled lines alone
+            report = pb.bootstrap_cluster(state, cluster, playbook or None, params,
+                                          progress=step if err.is_terminal else progress,
+                                          accept_host_keys=accept_host_key or ())
     except pb.BootstrapFailed as exc:
         render_report(out, exc.report)
         raise
