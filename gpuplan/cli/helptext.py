@@ -17,6 +17,9 @@ import re
 from typing import Any
 
 _CHOICES = re.compile(r"^[a-z0-9-]+(\|[a-z0-9-]+)+$")
+# What rich would read as a style tag ("[plot]", "[/b]"): a backslash before it keeps it text.
+# Done here rather than with rich.markup.escape so that starting a command does not import rich.
+_MARKUP_TAG = re.compile(r"(\[[a-zA-Z#/@][^\[\]]*\])")
 
 
 def choices(metavar: str | None) -> list[str]:
@@ -28,10 +31,8 @@ def _sentences(text: str | None) -> str | None:
     """Paragraphs kept, the line breaks inside one joined, markup escaped."""
     if not text:
         return text
-    from rich.markup import escape
-
     paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
-    return escape("\n\n".join(p for p in paragraphs if p))
+    return _MARKUP_TAG.sub(r"\\\1", "\n\n".join(p for p in paragraphs if p))
 
 
 def _type_word(param: Any) -> str:
