@@ -240,3 +240,13 @@ def test_install_hints_keep_their_extra(cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)
     r = cli("check", "aws")
     assert r.code == 2 and "pip install 'gpuplan[aws]'" in r.out
+
+
+def test_image_list_pipes_one_line_per_image(cli):
+    from gpuplan.operating.state import State
+
+    State.open_default().add_image("t4-[base]", "aws", "us-east-1", "g4dn.xlarge", "gpu-driver,cuda,cudnn,nccl")
+    r = cli("image", "list")
+    lines = r.out.splitlines()
+    assert r.code == 0 and lines[0].split()[:3] == ["name", "provider", "region"]
+    assert lines[2].startswith("t4-[base]  aws") and "gpu-driver,cuda,cudnn,nccl" in lines[2]  # markup-safe, whole

@@ -376,19 +376,17 @@ def image_build(
 @image_app.command("list")
 def image_list() -> None:
     """Images gpuplan has built."""
-    from rich.table import Table
+    from gpuplan.cli import tables
+    from gpuplan.cli.tables import Column
 
     rows = _open_state().images()
     if not rows:
         _out_console().print("no images; `gpuplan image build NC4as_T4_v3` makes one")
         return
-    table = Table(box=None, padding=(0, 2))
-    for col in ("name", "provider", "region", "built on", "status", "id", "playbooks", "created"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r.name, r.provider, r.region, r.size, r.status, r.provider_id or "-", r.playbooks,
-                      r.created_at.strftime("%Y-%m-%d %H:%M"))
-    _out_console().print(table)
+    columns = [Column(c) for c in ("name", "provider", "region", "built on", "status", "id")] + [
+        Column("playbooks", wrap=True), Column("created")]
+    tables.render(_out_console(), columns, [[r.name, r.provider, r.region, r.size, r.status, r.provider_id or "-",
+                                             r.playbooks, r.created_at.strftime("%Y-%m-%d %H:%M")] for r in rows])
 
 
 @image_app.command("delete")
