@@ -144,7 +144,7 @@ def _table(cat, offers, hidden: int) -> None:
     columns = [Column("instance"), Column("region"), Column("GPU"), Column("vCPU", right=True),
                Column("price", right=True), Column("¥/h", right=True), Column("billing"), Column("status", wrap=True),
                Column("source")]
-    keep = ("instance", "GPU", "¥/h", "status", "source") if narrow else tuple(c.name for c in columns)
+    keep = ("instance", "GPU", "¥/h", "status") if narrow else tuple(c.name for c in columns)
     sources: dict[str, int] = {}
     rows = []
     for o in offers:
@@ -156,14 +156,19 @@ def _table(cat, offers, hidden: int) -> None:
                  "GPU": f"{o.gpu} x{o.gpu_count}{mem}", "vCPU": str(o.vcpus or "?"), "price": _own_price(o),
                  "¥/h": fmt.rate(o.price_jpy_per_hour), "billing": _billing(o), "status": (status, style),
                  "source": f"[{ref}] {o.as_of}"}
+        if narrow:  # the region under the name: two lines a row rather than a table wider than the terminal
+            cells["instance"] += f"\n  {o.region}"
         rows.append([cells[k] for k in keep])
     newest = newest_source(offers)
     tables.render(out, [c for c in columns if c.name in keep], rows,
                   title=f"gpuplan catalog {cat.snapshot} (newest source {newest or 'undated'})")
     if not offers:
         out.print("no offers match these filters", markup=False)
-    for text, ref in sources.items():
-        out.print(f"[{ref}] {text}", style="dim", markup=False, soft_wrap=True)
+    if "source" in keep:
+        for text, ref in sources.items():
+            out.print(f"[{ref}] {text}", style="dim", markup=False, soft_wrap=True)
+    else:
+        out.print("sources, billing and vCPUs: on a terminal of 120 columns or more, or with --format csv", style="dim")
     for code, rate in sorted(cat.fx.items()):
         if code != "JPY":
             notes = f"; {rate.notes}" if rate.notes else ""

@@ -59,7 +59,7 @@ def render(out, columns: list[Column], rows: list[list[Cell]], title: str | None
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for col in columns:
         kw = {"justify": "right"} if col.right else {}
-        table.add_column(col.name, **kw, **({"overflow": "fold", "ratio": 1} if col.wrap else {"no_wrap": True}))
+        table.add_column(col.name, **kw, **({"overflow": "fold", "ratio": 1, "min_width": 12} if col.wrap else {"no_wrap": True}))
     for row in rows:
         table.add_row(*[Text(c[0], style=c[1]) if isinstance(c, tuple) else Text(c) for c in row])
     out.print(table)
