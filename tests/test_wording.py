@@ -250,3 +250,17 @@ def test_image_list_pipes_one_line_per_image(cli):
     lines = r.out.splitlines()
     assert r.code == 0 and lines[0].split()[:3] == ["name", "provider", "region"]
     assert lines[2].startswith("t4-[base]  aws") and "gpu-driver,cuda,cudnn,nccl" in lines[2]  # markup-safe, whole
+
+
+@pytest.mark.parametrize("columns", ["80", "100", "160"])
+def test_catalog_fits_the_terminal(cli, monkeypatch, columns):
+    from rich.console import Console
+
+    monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setattr(Console, "is_terminal", property(lambda self: True))
+    r = cli("catalog", "--all")
+    assert r.code == 0
+    table = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in r.out.splitlines()]
+    table = table[:next(i for i, line in enumerate(table) if line.startswith(("[1]", "sources,")))]
+    assert max(len(line) for line in table) <= int(columns)
+    assert any("Standard_NC80adis_H100_v5" in line for line in table)

@@ -143,7 +143,7 @@ def _table(cat, offers, hidden: int) -> None:
     narrow = out.is_terminal and out.width < 120
     columns = [Column("instance"), Column("region"), Column("GPU"), Column("vCPU", right=True),
                Column("price", right=True), Column("¥/h", right=True), Column("billing"), Column("status", wrap=True),
-               Column("source")]
+               Column("source", wrap=True)]
     keep = ("instance", "GPU", "¥/h", "status") if narrow else tuple(c.name for c in columns)
     sources: dict[str, int] = {}
     rows = []
