@@ -264,3 +264,12 @@ def test_catalog_fits_the_terminal(cli, monkeypatch, columns):
     table = table[:next(i for i, line in enumerate(table) if line.startswith(("[1]", "sources,")))]
     assert max(len(line) for line in table) <= int(columns)
     assert any("Standard_NC80adis_H100_v5" in line for line in table)
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_help_leaves_room_for_its_sentences_at_80_columns(cli, words):
+    """A flag declares no --no- twin (its column squeezed the descriptions to a few words a line)."""
+    text = _help(cli, *words, columns="80")
+    assert not re.search(r"--no-(spot|keep-on-failure)", text)
+    lengths = [len(line.strip("│ ").split("  ")[-1]) for line in text.splitlines() if line.startswith("│ --")]
+    assert len(lengths) < 2 or max(lengths) >= 30  # the description column is wider than 30 characters

@@ -109,11 +109,11 @@ def provision(
     image: Annotated[Optional[str], typer.Option(metavar="IMAGE", help="Start from this image (gpuplan image name or provider id); skips bootstrap.")] = None,
     plan: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Provision the recommended plan saved by `gpuplan estimate --save`.")] = None,
     ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The cloud itself stops/releases the machines after this long (4h, 90m).")] = None,
-    spot: Annotated[bool, typer.Option(help="Ask for spot/low-priority capacity where the provider has it.")] = False,
+    spot: Annotated[bool, typer.Option("--spot", help="Ask for spot/low-priority capacity where the provider has it.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be created and its yen per hour; create nothing.")] = False,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Do not run the setup playbooks after creating.")] = False,
     playbook: Annotated[Optional[list[str]], typer.Option(metavar="PLAYBOOK", help="Playbooks to run after creating (default: the standard GPU stack).")] = None,
-    keep_on_failure: Annotated[bool, typer.Option(help="If a create fails, keep what was made (default: remove it).")] = False,
+    keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="If a create fails, keep what was made (default: remove it).")] = False,
     ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP, metavar="CIDR")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
