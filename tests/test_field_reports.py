@@ -9,6 +9,7 @@ import pytest
 
 from gpuplan.planning import catalog, model, optimizer, workloads
 from gpuplan.planning.model import Setting
+from gpuplan.planning.outcomes import Code
 from support import planner as sp
 
 
@@ -243,8 +244,10 @@ def test_an_image_does_not_start_a_size_with_another_gpu():
     cat = catalog.load("2026-11")
     a, b = cat.resolve("aws:g4dn.xlarge", region="us-east-1"), cat.resolve("aws:g5.xlarge", region="us-east-1")
     setting = Setting(catalog=cat)
-    assert model.image_problem([a, a], setting) == ""
-    assert model.image_problem([a, b], setting).startswith(
+    assert model.image_problem([a, a], setting) is None
+    problem = model.image_problem([a, b], setting)
+    assert problem.code is Code.IMAGE and problem.get("other_gpu") == "A10G"
+    assert str(problem).startswith(
         "an image built on g4dn.xlarge (T4) cannot start g5.xlarge (A10G): aws images start the same gpu only")
     est = optimizer.estimate(workloads.videos(8), setting, provider="aws", region="us-east-1")
     mixes = [p for p in est.plans if len(p.fleet) == 2]

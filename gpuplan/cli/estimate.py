@@ -12,6 +12,7 @@ import typer
 
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
+from gpuplan.planning.outcomes import Code
 
 _FORMATS = ("table", "json", "csv")
 
@@ -166,7 +167,9 @@ def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
         "feasible": plan.feasible,
         "recommendable": plan.recommendable,
         "reason": plan.reason,
+        "excluded_by": [o.as_dict() for o in plan.excluded_by],
         "warnings": list(plan.warnings),
+        "warned_by": [o.as_dict() for o in plan.warned_by],
         "note": plan.note,
         "optimal": plan.optimal,
         "assumptions": list(plan.assumptions),
@@ -179,8 +182,8 @@ def _visible(est, show_all: bool) -> list:
     if show_all:
         return list(est.plans), alike
     seen: dict[tuple, int] = {}
-    reasons: set[str] = set()
-    first_of: dict[str, object] = {}
+    reasons: set[tuple] = set()
+    first_of: dict[tuple, object] = {}
     pareto = {id(p) for p in est.pareto}
     out = []
     for p in est.plans:
@@ -191,8 +194,7 @@ def _visible(est, show_all: bool) -> list:
             if seen[key] <= (2 if len(p.fleet) == 1 else 3) or p is est.recommended or id(p) in pareto:
                 out.append(p)
         else:
-            o = p.fleet[0][0]
-            kind = p.reason.replace(o.name, "*")
+            kind = tuple(x.without("offer") for x in p.excluded_by)  # alike but for the offer's name
             if kind not in reasons:
                 reasons.add(kind)
                 out.append(p)
@@ -217,7 +219,7 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
         fleet = p.label + (f" ({p.per_gpu}/GPU)" if p.per_gpu > 1 else "")
         where = f"{p.provider} {p.region}"
         if p.feasible:
-            status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warnings))})" if p.warnings else "")
+            status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warned_by))})" if p.warned_by else "")
             if not p.recommendable:
                 status = ("spot: not recommended without --spot" if _market(o for o, _ in p.fleet) == "spot"
                           else "owned: not recommended without --owned")
@@ -314,12 +316,15 @@ def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str
     return "\n".join(out) + "\n"
 
 
-def _warning_kinds(warnings) -> list[str]:
+_WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.SPOT: "spot",
+                 Code.GLOBAL_BATCH: "global batch"}
+
+
+def _warning_kinds(warned_by) -> list[str]:
     """One word per kind of warning for the table's narrow column (the lines follow the table)."""
     kinds = []
-    for w in warnings:
-        kind = ("quota" if "quota" in w else "spot" if w.startswith("spot") else
-                "global batch" if "global batch" in w else "see below")
+    for w in warned_by:
+        kind = _WARNING_WORD.get(w.code, "see below")
         if kind not in kinds:
             kinds.append(kind)
     return kinds

@@ -46,7 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
-from gpuplan.planning import fmt
+from gpuplan.planning import fmt, outcomes
+from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import Machines, Plan, Workload
 from gpuplan.planning.types import Offer
 
@@ -84,7 +85,14 @@ class Setting:
 
 
 class Infeasible(Exception):
-    """A one-line reason an offer cannot run this workload at all."""
+    """Why an offer cannot run this workload at all: `outcome` (its words when printed)."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome)
+        self.outcome = outcome
+
+    def __str__(self) -> str:
+        return outcomes.render(self.outcome)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,8 +112,7 @@ def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str
         mine = info.rel_speed.get(workload.kind) if info is not None else None
         if ref is None or mine is None:
             missing = offer.gpu if mine is None else workload.reference_gpu
-            raise Infeasible(f"no {workload.kind} speed figure for {missing}; measure it (gpuplan bench) or add speed: to "
-                             f"the workload")
+            raise Infeasible(outcomes.of(Code.NO_SPEED, kind=workload.kind, gpu=missing))
         ref_s = workload.speed.get(workload.reference_gpu, Decimal(1))
         s = mine / ref * ref_s
         why = (f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured "
@@ -140,23 +147,21 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
         return Decimal(1), ""
     mem = workload.memory_gib
     if mem is None:
-        raise Infeasible(f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="no_memory"))
     if k * mem > offer.gpu_memory_gib:
-        raise Infeasible(f"{k} per GPU: {k} x {number_text(mem)} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB "
-                         f"of a {offer.gpu}")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="memory", need_gib=mem,
+                                     gpu_memory_gib=offer.gpu_memory_gib, gpu=offer.gpu))
     table, _ = packing_table(workload, offer)
     if table is None:
         measured = sorted({workload.reference_gpu} | set(workload.packing_by_gpu)) if any(
             k > 1 for k in workload.packing) or workload.packing_by_gpu else []
-        where = f"measured only on {', '.join(measured)}" if measured else "not measured"
-        raise Infeasible(f"{k} per GPU on {offer.gpu}: per-stream efficiency {where}; it depends on the job and"
-                         f" the GPU: measure it there (gpuplan bench --max-pack {k})")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="not_measured", gpu=offer.gpu,
+                                     measured_on=", ".join(measured)))
     if k in table and table[k] is None:
-        raise Infeasible(f"{k} per GPU: {k} jobs did not fit one {offer.gpu} in the measurement")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="did_not_fit", gpu=offer.gpu))
     eff = table.get(k)
     if eff is None:
-        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one {offer.gpu} (measure it with "
-                         f"gpuplan bench)")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="no_figure", gpu=offer.gpu))
     factor = workload.startup_factor / eff
     return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {workload.startup_factor}"
                     f" -> each job takes {factor:.3f}x while {k} share the GPU; fewer left run at the efficiency"
@@ -175,8 +180,7 @@ def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: 
     alone = workload.seconds_per_unit / s * c
     fps = number_text(st.fps)
     if alone > need:
-        raise Infeasible(f"real time out of reach on a {offer.gpu}: one stream alone takes {number_text(alone * 1000)} ms"
-                         f" per frame, {fps} fps needs at most {number_text(need * 1000)} ms: {alone / need:.2f}x too slow")
+        raise Infeasible(outcomes.of(Code.REAL_TIME, gpu=offer.gpu, frame_s=alone, need_s=need, fps=st.fps))
     table, _ = packing_table(workload, offer)
     best, why_not = 1, ""
     for k in sorted(k for k in (table or {}) if k > 1):
@@ -249,19 +253,19 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
     cat = setting.catalog
     if offer.price_jpy_per_hour is None:
         what = "power price or power draw" if offer.kind == "owned" else "price"
-        raise Infeasible(f"{what} not sourced for {offer.name}; set it in prices.yaml")
+        raise Infeasible(outcomes.of(Code.UNPRICED, offer=offer.name, what=what))
     if offer.retired(cat.date):
-        succ = f"; successor {offer.successor}" if offer.successor else ""
-        raise Infeasible(f"{offer.name} retired on {offer.retired_on.isoformat()} (as of {cat.snapshot}){succ}")
+        raise Infeasible(outcomes.of(Code.RETIRED, offer=offer.name, retired_on=offer.retired_on.isoformat(),
+                                     snapshot=cat.snapshot, successor=offer.successor or ""))
     month = setting.as_of_month or cat.snapshot
     priced = _month(offer.as_of)
     if priced and priced > month:
-        raise Infeasible(f"{offer.name} priced {offer.as_of}, after the as-of month {month}")
+        raise Infeasible(outcomes.of(Code.PRICED_LATER, offer=offer.name, priced=offer.as_of, month=month))
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
-        raise Infeasible(f"{offer.name} not available until {offer.available_from.isoformat()}")
+        raise Infeasible(outcomes.of(Code.NOT_AVAILABLE, offer=offer.name, available_from=offer.available_from.isoformat()))
     if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
-        raise Infeasible(f"a job needs {number_text(workload.memory_gib)} GiB, more than the {offer.gpu_memory_gib} GiB of a "
-                         f"{offer.gpu}")
+        raise Infeasible(outcomes.of(Code.MEMORY, need_gib=workload.memory_gib, gpu_memory_gib=offer.gpu_memory_gib,
+                                     gpu=offer.gpu))
     # where a workload gives no need, the offer's own memory bounds it: nothing more to check
     speed(workload, offer, cat.gpus)
 
@@ -328,14 +332,12 @@ def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Of
     g, n = gpus_per_node, nodes
     if n > 1:
         if link is None or link.inter_node_gbps is None:
-            raise Infeasible(f"no inter-node network figure for {offer.name} (catalog/links.csv):"
-                             " data-parallel over several machines is not planned on it")
+            raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="machines"))
         p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
         over = f"{n} machines"
     elif g > 1:
         if link is None or link.intra_node_gbps is None:
-            raise Infeasible(f"no GPU-to-GPU link figure for {offer.name} (catalog/links.csv):"
-                             " data-parallel over its GPUs is not planned")
+            raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="gpus"))
         p, gbps, eff, what = g, link.intra_node_gbps, link.intra_node_effective, link.intra_node_link
         over = f"{g} GPUs of one machine"
     else:
@@ -376,16 +378,15 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
                 f" allreduce{hidden}: {why}; gradients {workload.gradient_bytes:,} bytes ({workload.comm_source})")
 
 
-def global_batch_warning(workload: Workload, gpus: int) -> str:
+def global_batch_warning(workload: Workload, gpus: int) -> Outcome | None:
     """A warning where data-parallel over `gpus` GPUs makes the global batch larger than validated."""
     if workload.batch_per_gpu is None or workload.validated_global_batch is None:
-        return ""
+        return None
     batch = workload.batch_per_gpu * gpus
     if batch <= workload.validated_global_batch:
-        return ""
-    return (f"global batch {batch:,} ({workload.batch_per_gpu} per GPU x {gpus} GPUs) is past the"
-            f" {workload.validated_global_batch:,} validated ({workload.comm_source}): accuracy may suffer;"
-            " tune the learning rate and batch size first")
+        return None
+    return outcomes.of(Code.GLOBAL_BATCH, batch=batch, per_gpu=workload.batch_per_gpu, gpus=gpus,
+                       validated=workload.validated_global_batch, source=workload.comm_source)
 
 
 def ceil_s(x: Decimal) -> int:
@@ -423,7 +424,7 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     return setup, capture, launch, notes
 
 
-def image_problem(offers: Sequence[Offer], setting: Setting) -> str:
+def image_problem(offers: Sequence[Offer], setting: Setting) -> Outcome | None:
     """Why a fleet cannot start from an image built on its first offer ("" where it can): the
     provider could not capture one in the as-of month, or the image cannot start the other
     offer's size (catalog/images.csv). No rule for the provider: capture assumed possible."""
@@ -431,14 +432,15 @@ def image_problem(offers: Sequence[Offer], setting: Setting) -> str:
     first = offers[0]
     rule = cat.image_rule(first.provider, setting.as_of_month or cat.snapshot) if hasattr(cat, "image_rule") else None
     if rule is None:
-        return ""
+        return None
     if not rule.capture:
-        return f"no image capture on {first.provider} as of {setting.as_of_month or cat.snapshot} ({rule.source})"
+        return outcomes.of(Code.IMAGE, why="no_capture", provider=first.provider,
+                           month=setting.as_of_month or cat.snapshot, source=rule.source)
     for o in offers[1:]:
         if rule.usable_by == "same-size" and o.name != first.name or rule.usable_by == "same-gpu" and o.gpu != first.gpu:
-            return (f"an image built on {first.name} ({first.gpu}) cannot start {o.name} ({o.gpu}): {first.provider}"
-                    f" images start the {rule.usable_by.replace('-', ' ')} only ({rule.notes or rule.source})")
-    return ""
+            return outcomes.of(Code.IMAGE, why="other_size", offer=first.name, gpu=first.gpu, other=o.name, other_gpu=o.gpu,
+                               provider=first.provider, usable_by=rule.usable_by, source=rule.notes or rule.source)
+    return None
 
 
 def builder_is_worker(offer: Offer, setting: Setting) -> bool:
@@ -546,7 +548,7 @@ def make_plan(
     vm_loads: Sequence[Loads | tuple],
     notes: Sequence[str] = (),
     optimal: bool = True,
-    warnings: Sequence[str] = (),
+    warnings: Sequence[Outcome | None] = (),
 ) -> Plan:
     """Price one plan. vm_loads: the worker machines in fleet order, as Loads (machines in
     columns) or one machine at a time as (offer, seconds of its jobs, job names[, seconds of
@@ -621,14 +623,14 @@ def make_plan(
     total = sum(parts.values(), Decimal(0))
 
     provider, region = first.provider, first.region
-    reasons, warnings = [], [w for w in warnings if w]
-    peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
+    reasons: list[Outcome] = []
+    warned: list[Outcome] = [w for w in warnings if w is not None]
+    peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warned)
     if setting.deadline_s is not None and wall > setting.deadline_s:
-        reasons.append(f"misses the deadline by {fmt.duration(wall - setting.deadline_s)} (wall {fmt.duration(wall)} >"
-                       f" {fmt.duration(setting.deadline_s)})")
+        reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
     no_image = image_problem([first], setting)
     if no_image and setup_mode == "scratch":
-        time_notes.append(f"{no_image}: every machine runs setup")
+        time_notes.append(f"{outcomes.render(no_image)}: every machine runs setup")
     if setup_mode == "image" and not bw:
         time_notes.append(f"{provider}: the builder is deleted after capture and is not a worker (deallocated during "
                           f"capture: not billed)")
@@ -638,8 +640,7 @@ def make_plan(
     spot = [o for o, _ in fleet if o.market == "spot"]
     for o in dict.fromkeys(spot):
         rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
-        warnings.append(f"spot ({o.name}): {rule}; an interrupted job is lost and runs again, which this estimate does"
-                        " not price (no sourced interruption rate): checkpoint long jobs, or plan on demand")
+        warned.append(outcomes.of(Code.SPOT, offer=o.name, rule=rule))
         time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
@@ -659,7 +660,7 @@ def make_plan(
     return Plan(
         provider=provider, region=region, fleet=tuple(fleet), setup=setup_mode, per_gpu=per_gpu,
         machines=tuple(machines), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
-        feasible=not reasons, reason="; ".join(reasons), warnings=tuple(warnings),
+        feasible=not reasons, excluded_by=tuple(reasons), warned_by=tuple(warned),
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
         recommendable=recommendable, note=note,
     )
@@ -689,11 +690,11 @@ def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, i
 
 
 def infeasible_plan(workload: Workload, setting: Setting, offer: Offer, count: int, setup_mode: str, per_gpu: int,
-                    reason: str) -> Plan:
+                    reason: Outcome) -> Plan:
     """A shown-but-excluded candidate: no schedule, no cost."""
     return Plan(
         provider=offer.provider, region=offer.region, fleet=((offer, count),), setup=setup_mode, per_gpu=per_gpu,
-        machines=(), wall_s=0, billed_s=0, cost=Decimal(0), breakdown={}, feasible=False, reason=reason,
+        machines=(), wall_s=0, billed_s=0, cost=Decimal(0), breakdown={}, feasible=False, excluded_by=(reason,),
         assumptions=tuple(_price_notes(offer, setting)),
     )
 
@@ -715,20 +716,22 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
     user_total = setting.quotas.total.get(provider)
     user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family)
     if user_total is not None and peak > user_total:
-        reasons.append(f"needs {peak} vCPUs at once, over your {provider} quota of {user_total}")
+        reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=user_total))
     for fam, need in by_family.items():
         hit = setting.quotas.family_limit(provider, fam)
         if hit is not None and need > hit[1]:
-            reasons.append(f"needs {need} vCPUs of {fam}, over your quota {provider}:{hit[0]}={hit[1]}")
+            reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=hit[0],
+                                       limit=hit[1]))
     if not user_given and facts is not None:
-        how = f"; raise it: {facts.how_to_raise}" if facts.how_to_raise else ""
+        how = facts.how_to_raise or ""
         if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
-            warnings.append(f"needs {peak} vCPUs, over {provider}'s default {facts.quota_name} quota of "
-                            f"{facts.default_quota_vcpus}{how}")
+            warnings.append(outcomes.of(Code.DEFAULT_QUOTA, vcpus=peak, provider=provider, quota_name=facts.quota_name,
+                                        limit=facts.default_quota_vcpus, how_to_raise=how))
         for fam, need in by_family.items():
             default = facts.family_quota_vcpus.get(fam)
             if fam and default is not None and need > default and not (default == facts.default_quota_vcpus and peak > default):
-                warnings.append(f"needs {need} vCPUs of {fam}, over its default quota of {default}{how}")
+                warnings.append(outcomes.of(Code.DEFAULT_FAMILY_QUOTA, vcpus=need, family=fam, limit=default,
+                                            how_to_raise=how))
         if facts.default_quota_vcpus is not None or facts.family_quota_vcpus:
             notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} vCPUs total"
                          + "".join(f", {f} {v}" for f, v in facts.family_quota_vcpus.items() if f in by_family)

@@ -54,8 +54,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
-from gpuplan.planning import fmt, model
+from gpuplan.planning import fmt, model, outcomes
 from gpuplan.planning.model import Infeasible, Setting
+from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Estimate, Plan, Workload
 from gpuplan.planning.types import Offer
 from gpuplan.planning.units import format_duration
@@ -713,7 +714,7 @@ class _Planner:
         try:
             model.check_offer(w, offer, s)
         except Infeasible as exc:
-            return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
+            return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, exc.outcome)]
         if w.parallel == "data":
             return self._data_parallel(offer)
         if w.streams is not None:
@@ -725,7 +726,7 @@ class _Planner:
             try:
                 model.packing(w, offer, k)
             except Infeasible as exc:
-                plans.append(model.infeasible_plan(w, s, offer, 1, "scratch", k, str(exc)))
+                plans.append(model.infeasible_plan(w, s, offer, 1, "scratch", k, exc.outcome))
                 continue
             slots = offer.gpu_count * k
             nmax = 1 if owned else -(-nj // slots)
@@ -821,13 +822,13 @@ class _Planner:
         try:
             k, why = model.stream_capacity(w, offer, s.catalog.gpus, busy)
         except Infeasible as exc:
-            return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
+            return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, exc.outcome)]
         per_machine = offer.gpu_count * k
         n = _ceil_div(st.count, per_machine)
         owned = offer.kind in ("owned", "monthly")
         if owned and n > 1:
-            return [model.infeasible_plan(w, s, offer, n, "scratch", k,
-                                          f"{st.count} streams need {n} machines of {per_machine} streams; you have one")]
+            return [model.infeasible_plan(w, s, offer, n, "scratch", k, outcomes.of(
+                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=1))]
         loads = model.Loads(offer, [st.duration_s], [n],
                             [tuple(tuple(self.names[i * per_machine:(i + 1) * per_machine]) for i in range(n))])
         notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {fmt.duration(st.duration_s)}: every machine is"
@@ -846,7 +847,7 @@ class _Planner:
             try:
                 up, why_up = model.dp_speedup(w, offer, n, sp, link)
             except Infeasible as exc:
-                plans.append(model.infeasible_plan(w, s, offer, n, "scratch", 1, str(exc)))
+                plans.append(model.infeasible_plan(w, s, offer, n, "scratch", 1, exc.outcome))
                 continue
             starts = len(self.ref) * self.start_s
             jobs_s = model.ceil_s(sum(r / (sp * up) for r in self.ref) + starts)
@@ -934,12 +935,12 @@ class _Planner:
     def could_beat(self, cand: _Candidate, rec: Plan, objective: str) -> bool:
         """Could some schedule of this candidate's fleet rank before the recommendation?"""
         p = cand.plan
-        if not p.recommendable or (not p.feasible and not p.reason.startswith("misses the deadline")):
+        if not p.recommendable or (not p.feasible and not outcomes.only(p.excluded_by, Code.DEADLINE)):
             return False
         if self.s.deadline_s is not None and cand.wall_lb > self.s.deadline_s:
             return False
         yen = _whole_yen(cand.cost_lb)
-        warned = len(p.warnings)  # a fleet's warnings do not depend on its schedule
+        warned = len(p.warned_by)  # a fleet's warnings do not depend on its schedule
         bound = (yen, cand.wall_lb, warned, p.count) if objective == "cost" else (cand.wall_lb, yen, warned, p.count)
         return bound < rank_key(rec, objective)
 
@@ -947,7 +948,7 @@ class _Planner:
         """Could some schedule of this candidate's fleet join the cost / wall-time frontier (no
         plan of it, its own aside, at most as dear and as long as its bounds)?"""
         p = cand.plan
-        if not p.recommendable or (not p.feasible and not p.reason.startswith("misses the deadline")):
+        if not p.recommendable or (not p.feasible and not outcomes.only(p.excluded_by, Code.DEADLINE)):
             return False
         if self.s.deadline_s is not None and cand.wall_lb > self.s.deadline_s:
             return False
@@ -978,8 +979,8 @@ def rank_key(plan: Plan, objective: str):
     cheaper never outranks hours faster) or wall time, then the other, then fewer warnings (a
     plan over a default quota loses a tie to one within it), then fewer machines."""
     if objective == "time":
-        return (plan.wall_s, plan.cost_jpy, len(plan.warnings), plan.count)
-    return (plan.cost_jpy, plan.wall_s, len(plan.warnings), plan.count)
+        return (plan.wall_s, plan.cost_jpy, len(plan.warned_by), plan.count)
+    return (plan.cost_jpy, plan.wall_s, len(plan.warned_by), plan.count)
 
 
 def _whole_yen(amount: Decimal) -> int:
@@ -1154,8 +1155,9 @@ def _nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> st
         best = scheduled[0]
         how = "from an image" if best.setup == "image" else "from scratch"
         which = "fastest" if objective == "time" else "cheapest"
-        text = (f"no feasible plan: the {which}, {best.label} {how} ({fmt.yen(best.cost)}), {best.reason.split('; ')[0]}")
-        if setting.deadline_s is not None and best.reason.startswith("misses the deadline"):
+        first = outcomes.render(best.excluded_by[0])
+        text = f"no feasible plan: the {which}, {best.label} {how} ({fmt.yen(best.cost)}), {first}"
+        if setting.deadline_s is not None and best.excluded_by[0].code is Code.DEADLINE:
             fastest = min(scheduled, key=lambda p: p.wall_s)
             least = format_duration(-(-fastest.wall_s // 60) * 60)
             if fastest is best:
@@ -1172,7 +1174,7 @@ def _nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> st
         return (o.price_jpy_per_hour is None, (o.price_jpy_per_hour or 0) / max(1, o.gpu_count))
 
     best = min(plans, key=promise)
-    others = len({p.reason.split("; ")[0] for p in plans}) - 1
+    others = len({p.excluded_by[0] for p in plans}) - 1
     return (f"no feasible plan: the cheapest offer per GPU-hour, {best.fleet[0][0].name}, is excluded: {best.reason}"
             + (f" (and {others} other reason{'s' if others > 1 else ''}; --all lists them)" if others else ""))
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 
+from gpuplan.planning import outcomes
+from gpuplan.planning.outcomes import Outcome
 from gpuplan.planning.types import Offer
 
 
@@ -184,13 +186,23 @@ class Plan:
     cost: Decimal  # exact sum of VM costs and one-off items
     breakdown: Mapping[str, Decimal]  # setup, capture, staging, jobs, job_starts, idle_tail, rounding, one_off: sums to cost
     feasible: bool
-    reason: str  # why excluded (infeasible), or "" 
-    warnings: tuple[str, ...] = ()
+    excluded_by: tuple[Outcome, ...] = ()  # why excluded (infeasible); empty where feasible
+    warned_by: tuple[Outcome, ...] = ()
     assumptions: tuple[str, ...] = ()
     optimal: bool = True  # the schedule is proven optimal (makespan)
     peak_vcpus: int = 0
     recommendable: bool = True  # False for owned hardware the user did not say they own, spot without --spot
     note: str = ""  # e.g. owned hardware's purchase price and break-even
+
+    @property
+    def reason(self) -> str:
+        """Why excluded, in words ("" where feasible): for people only, never for a decision."""
+        return outcomes.sentences(self.excluded_by)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The warnings in words: for people only."""
+        return tuple(outcomes.render(o) for o in self.warned_by)
 
     @cached_property
     def vms(self) -> tuple[VmUse, ...]:
