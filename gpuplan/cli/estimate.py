@@ -132,14 +132,13 @@ def _machine_dicts(plan) -> list[dict[str, Any]]:
     thousands of machines: no VmUse objects in between)."""
     out = []
     for m in plan.machines:
-        yen, per = m.rate
         for i, n in enumerate(m.counts):
             jobs_s, billed = m.jobs_s[i], m.billed_s[i]
             base = {"instance_type": m.offer.name, "role": m.role, "setup_s": m.setup_s, "capture_s": m.capture_s,
                     "staging_s": m.staging_s, "jobs_s": jobs_s,
                     "job_starts_s": _yen2(m.job_starts_s[i] if m.job_starts_s else Decimal(0)),
                     "idle_tail_s": m.idle_s[i] if m.idle_s else 0, "billed_s": billed,
-                    "cost_jpy": _yen2(billed * yen / per)}
+                    "cost_jpy": _yen2(m.cost_of(i))}
             names = m.names[i] if m.names else ()
             out.extend({**base, "jobs": list(names[k]) if k < len(names) else []} for k in range(n))
     return out

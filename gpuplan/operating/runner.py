@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import GpuplanError, NotFound, UsageError
+from gpuplan.planning import billing
+from gpuplan.planning.billing import Terms
 
 if TYPE_CHECKING:
     from gpuplan.operating.state import State
@@ -99,6 +101,7 @@ class RunSummary:
     price_jpy_per_hour: Decimal | None
     log_dir: Path
     quarantined: tuple[Quarantine, ...] = ()
+    terms: Terms | None = None  # how each node is billed (the cluster's ledger); None: its hourly price by the second
 
     @property
     def failed(self) -> list[JobResult]:
@@ -106,10 +109,9 @@ class RunSummary:
 
     @property
     def yen(self) -> Decimal | None:
-        """Every node billed for the run's wall time at the cluster's hourly price."""
-        if self.price_jpy_per_hour is None:
-            return None
-        return self.price_jpy_per_hour * self.nodes * Decimal(str(self.wall_seconds)) / 3600
+        """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge)."""
+        terms = self.terms or (billing.per_second(self.price_jpy_per_hour) if self.price_jpy_per_hour is not None else None)
+        return billing.measured_yen(self.wall_seconds, self.nodes, terms)
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -527,7 +529,8 @@ def run_items(state: State, cluster: str, items: Sequence[str], command: Sequenc
         results.append(JobResult(j.name, j.item, label, node, "failed", j.attempts, seconds, log_path))
         state.record_run(cluster, j.name, node, label, "failed", j.attempts, seconds, str(log_path), _now())
     quarantined = tuple(Quarantine(node, why) for node, why in pool.out.items())
-    return RunSummary(cluster, tuple(results), wall, len(targets), row.price_jpy_per_hour, log_dir, quarantined)
+    return RunSummary(cluster, tuple(results), wall, len(targets), row.price_jpy_per_hour, log_dir, quarantined,
+                      state.ledger_terms(cluster))
 
 
 # --- torchrun mode ------------------------------------------------------------------------
@@ -581,7 +584,8 @@ def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: 
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         results = tuple(pool.map(node, range(len(targets))))
     wall = time.monotonic() - t0
-    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir)
+    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir,
+                      terms=state.ledger_terms(cluster))
 
 
 # --- measured vs predicted ----------------------------------------------------------------

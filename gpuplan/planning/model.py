@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
-from gpuplan.planning import fmt, outcomes
+from gpuplan.planning import billing, fmt, outcomes
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import Machines, Plan, Workload
 from gpuplan.planning.types import Offer
@@ -399,8 +399,7 @@ def ceil_s(x: Decimal) -> int:
 
 def billed(seconds: int, offer: Offer) -> int:
     """Seconds billed for `seconds` of use: rounded up to the granularity, at least the minimum."""
-    g = max(1, offer.billing_granularity_s)
-    return max(-(-seconds // g) * g, offer.billing_minimum_s if seconds > 0 else 0)
+    return billing.billed_seconds(seconds, offer.billing_granularity_s, offer.billing_minimum_s)
 
 
 def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, int, int, list[str]]:
@@ -533,10 +532,7 @@ class _AllButFirst(Sequence):
 
 def billed_each(head: int, jobs_s: Sequence[int], offer: Offer) -> list[int]:
     """billed(head + j) for each j: in one pass, as plans of thousands of machines need it."""
-    g, least = max(1, offer.billing_granularity_s), offer.billing_minimum_s
-    if g == 1:
-        return [x if x >= least else (least if x > 0 else 0) for x in (head + j for j in jobs_s)]
-    return [max(-(-x // g) * g, least) if x > 0 else 0 for x in (head + j for j in jobs_s)]
+    return billing.billed_each(head, jobs_s, offer.billing_granularity_s, offer.billing_minimum_s)
 
 
 def make_plan(
@@ -585,6 +581,7 @@ def make_plan(
     seconds_at: dict[tuple[Decimal, int], list] = {}  # yen per seconds -> seconds per part (summed, priced once)
     machines: list[Machines] = []
     total_billed = 0
+    capped = Decimal(0)  # what daily / monthly caps take off billed seconds x price (<= 0)
     at_end = setting.release == "at-end"
     for o, role, start, s, c, st, g in runs:
         head = s + c + st
@@ -597,13 +594,20 @@ def make_plan(
         if at_end and role != "builder":  # kept until the last one ends: each busy from its start to the end
             idle = [wall - start - head - j for j in g.jobs_s]
             busy = wall - start
+            held = [busy] * len(g.counts)
             each = [busy if free else billed(busy, o)] * len(g.counts)
             idle_total, busy_total = n * busy - n * head - jobs, n * busy
         else:
-            each = [head + j for j in g.jobs_s] if free else billed_each(head, g.jobs_s, o)
+            held = [head + j for j in g.jobs_s]
+            each = held if free else billed_each(head, g.jobs_s, o)
             idle_total, busy_total = 0, n * head + jobs
         billed_total = sum(map(operator.mul, each, g.counts))
-        price = rate(o, workload, setting)
+        t = terms(o, workload, setting)
+        price = (t.price_jpy, max(1, t.period_s))
+        costs: list[Decimal] = []
+        if t.capped:  # a day or a month costs at most its cap: cost is no longer billed seconds x price
+            costs = [billing.charge(x, t) for x in held]
+            capped += sum(map(operator.mul, costs, g.counts)) - billed_total * price[0] / price[1]
         acc = seconds_at.get(price)
         if acc is None:
             acc = seconds_at[price] = [0] * len(keys)
@@ -615,10 +619,12 @@ def make_plan(
         acc[5] += idle_total
         acc[6] += billed_total - busy_total
         total_billed += billed_total
-        machines.append(Machines(o, role, start, s, c, st, price, g.counts, g.jobs_s, each, idle, g.job_starts_s,
-                                 g.names))
+        machines.append(Machines(o, role, start, s, c, st, t, g.counts, g.jobs_s, each, idle, g.job_starts_s,
+                                 g.names, costs))
     parts = {k: sum((acc[i] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for i, k in enumerate(keys)}
     workers = sum(sum(m.counts) for m in machines if m.role != "builder")
+    if capped:
+        parts["cap"] = capped
     parts["one_off"] = workload.staging_jpy * workers
     total = sum(parts.values(), Decimal(0))
 
@@ -678,15 +684,22 @@ def month_price(offer: Offer, setting: Setting) -> Decimal:
     return offer.price * (fx.jpy_per_unit if fx is not None else Decimal(1))
 
 
-def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, int]:
-    """Yen per so many billed seconds, as (yen, seconds): an hourly price per 3600 s; a monthly
-    rent per its billing period (the catalog row's month: a started month costs the whole rent,
-    not 720 h x rent / 730 h); nothing for a monthly server the user already rents (--owned)."""
+def terms(offer: Offer, workload: Workload, setting: Setting) -> billing.Terms:
+    """How a machine of the offer is billed for this batch (billing.terms_for): an hourly price
+    per 3600 s with its row's granularity, minimum and caps; a monthly rent per its billing period
+    (the catalog row's month: a started month costs the whole rent, not 720 h x rent / 730 h);
+    nothing for a monthly server the user already rents (--owned)."""
     if offer.kind == "monthly" and is_yours(offer, workload, setting):
-        return Decimal(0), 1
+        return billing.Terms(Decimal(0), 1)
     if offer.price_unit == "month" and offer.price is not None:
-        return month_price(offer, setting), max(1, offer.billing_granularity_s)
-    return offer.price_jpy_per_hour, 3600
+        return billing.terms_for(offer, month_price(offer, setting))
+    return billing.terms_for(offer)
+
+
+def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, int]:
+    """Yen per so many billed seconds, as (yen, seconds), before any daily or monthly cap."""
+    t = terms(offer, workload, setting)
+    return t.price_jpy, max(1, t.period_s)
 
 
 def infeasible_plan(workload: Workload, setting: Setting, offer: Offer, count: int, setup_mode: str, per_gpu: int,

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
-from gpuplan.planning import fmt, model, outcomes
+from gpuplan.planning import billing, fmt, model, outcomes
 from gpuplan.planning.model import Infeasible, Setting
 from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Estimate, Plan, Workload
@@ -569,9 +569,16 @@ class _Planner:
         items - the bound that the jobs' cheapest time misses where billing is coarse."""
         total = plan.breakdown.get("one_off", Decimal(0))
         for m in plan.machines:
-            yen, per = m.rate
-            total += sum(m.counts) * model.billed(m.setup_s + m.capture_s + m.staging_s, m.offer) * yen / per
+            total += sum(m.counts) * billing.charge(m.setup_s + m.capture_s + m.staging_s, m.terms)
         return total
+
+    def _cost_bound(self, plan: Plan, jobs_lb: Decimal) -> Decimal:
+        """The least any schedule of the plan's fleet costs: its fixed part plus the jobs' cheapest
+        time, or what billing makes certain, whichever is more. Where a daily or monthly cap
+        applies, seconds x price overstates the cost: only what billing makes certain is kept."""
+        if any(m.terms.capped for m in plan.machines):
+            return self._floor(plan)
+        return max(self._fixed_cost(plan) + jobs_lb, self._floor(plan))
 
     @staticmethod
     def _fixed_cost(plan: Plan) -> Decimal:
@@ -768,7 +775,7 @@ class _Planner:
             return self._single_candidate(offer, n, k, slots, factor, notes, mode, harder)
 
         done = optimal or sched.method == "milp"
-        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor(plan))
+        cost_lb = self._cost_bound(plan, jobs_lb)
         return _Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s,
                           EXACT if done else effort, None if done else redo)
 
@@ -810,7 +817,7 @@ class _Planner:
                              optimal, bound_s)
         plan = model.make_plan(w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
         jobs_lb = offer.price_jpy_per_hour * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
-        cost_lb = max(self._fixed_cost(plan) + jobs_lb, self._floor(plan))
+        cost_lb = self._cost_bound(plan, jobs_lb)
         return _Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s)
 
     def _streams(self, offer: Offer) -> list[Plan]:
@@ -893,7 +900,8 @@ class _Planner:
                     plans.append(replace(model.infeasible_plan(w, s, a, na, "image", 1, no_image), fleet=((a, na), (b, nb))))
                 for mode in ("scratch",) if no_image else ("scratch", "image"):
                     idle = model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty)  # every machine, no jobs
-                    cost_lb = max(self._fixed_cost(idle) + jobs_lb, idle.cost)
+                    capped = any(m.terms.capped for m in idle.machines)  # a cap makes seconds x price overstate
+                    cost_lb = idle.cost if capped else max(self._fixed_cost(idle) + jobs_lb, idle.cost)
                     wall_lb = self._min_overhead([a, b], mode) + bound_s
                     beaten = any(p.feasible and p.recommendable and p.cost <= cost_lb and p.wall_s <= wall_lb for p in shown)
                     late = s.deadline_s is not None and wall_lb > s.deadline_s

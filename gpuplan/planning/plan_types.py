@@ -11,6 +11,7 @@ from decimal import Decimal
 from functools import cached_property
 
 from gpuplan.planning import outcomes
+from gpuplan.planning.billing import Terms
 from gpuplan.planning.outcomes import Outcome
 from gpuplan.planning.types import Offer
 
@@ -138,7 +139,8 @@ class Machines:
     only when someone looks at them). Kind i is counts[i] machines alike: each busy jobs_s[i]
     seconds (job_starts_s[i] of them job starts), billed billed_s[i], idle idle_s[i] after its
     jobs; names[i] holds each one's job names (a tuple per machine). Empty job_starts_s,
-    idle_s or names mean zeros / none."""
+    idle_s or names mean zeros / none. costs[i] is what one of them costs where its terms cap a
+    day or a month (cost is then not billed seconds x rate); empty: billed_s[i] x rate."""
 
     offer: Offer
     role: str  # "builder" (set up, captured, deleted), "worker", "builder+worker"
@@ -146,27 +148,40 @@ class Machines:
     setup_s: int
     capture_s: int  # billed capture time
     staging_s: int
-    rate: tuple[Decimal, int]  # yen per so many billed seconds
+    terms: Terms  # how each is billed (planning/billing.py)
     counts: Sequence[int]
     jobs_s: Sequence[int]
     billed_s: Sequence[int]
     idle_s: Sequence[int] = ()
     job_starts_s: Sequence[Decimal] = ()
     names: Sequence[tuple[tuple[str, ...], ...]] = ()
+    costs: Sequence[Decimal] = ()
+
+    @property
+    def rate(self) -> tuple[Decimal, int]:
+        """Yen per so many billed seconds (before any cap)."""
+        return self.terms.price_jpy, max(1, self.terms.period_s)
+
+    def cost_of(self, i: int) -> Decimal:
+        """What one machine of kind i costs (exact Decimal)."""
+        if self.costs:
+            return self.costs[i]
+        yen, per = self.rate
+        return self.billed_s[i] * yen / per
 
     def each(self) -> list[VmUse]:
         """Every machine on its own, in order."""
         out = []
-        yen, per = self.rate
         head = self.setup_s + self.capture_s + self.staging_s
         for i, n in enumerate(self.counts):
             jobs, billed = self.jobs_s[i], self.billed_s[i]
             idle = self.idle_s[i] if self.idle_s else 0
             starts = self.job_starts_s[i] if self.job_starts_s else Decimal(0)
             names = self.names[i] if self.names else ()
+            cost = self.cost_of(i)
             for k in range(n):
                 out.append(VmUse(self.offer, self.role, self.setup_s, self.capture_s, self.staging_s, jobs, idle,
-                                 billed, billed * yen / per, self.start_s + head + jobs + idle,
+                                 billed, cost, self.start_s + head + jobs + idle,
                                  names[k] if k < len(names) else (), starts))
         return out
 
