@@ -400,20 +400,12 @@ def _plan_json(plan, workload_name: str, indent: int) -> str:
 
 
 def save_plan(est, path: Path) -> None:
-    rec = est.recommended
-    if rec is None:
+    """The recommendation as a saved plan (planning/saved_plan.py) for `provision --plan` and `run --plan`."""
+    from gpuplan.planning import saved_plan
+
+    if est.recommended is None:
         raise UsageError(f"nothing to save to {path}: {est.reason}")
-    data = plan_dict(rec, est.workload.name)
-    data.update({
-        "snapshot": est.snapshot,
-        "workload": est.workload.name,
-        "setup_mode": rec.setup,
-        "count": rec.fleet[0][1],  # workers of the first (or only) type; `fleet` lists a mix in full
-    })
-    try:
-        Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write the plan to {path} ({exc.strerror})") from None
+    saved_plan.dump(saved_plan.data(est, plan_dict(est.recommended, est.workload.name)), path)
 
 
 def register(app: typer.Typer) -> None:
