@@ -118,7 +118,7 @@ def test_measured_data_parallel_efficiencies_change_the_estimates_speed(cli, tmp
         out = {}
         for n in (1, 2):
             p = next(p for p in plans if p["instance_type"] == "g5.12xlarge" and p["count"] == n and p["setup"] == "scratch")
-            out[n] = (p["machines"][0]["jobs_s"], p["assumptions"])
+            out[n] = (p["machine_groups"][0]["jobs_s_max"], p["assumptions"])  # machines one by one: --schedules
         return out
 
     measured = jobs_s("--profile", str(prof))

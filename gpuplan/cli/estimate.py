@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -144,7 +145,37 @@ def _machine_dicts(plan) -> list[dict[str, Any]]:
     return out
 
 
-def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
+GROUPS_PER_COLUMN = 4  # a column of more kinds of machine (mixed job lengths) is one group with its range
+
+
+def _machine_groups(plan) -> list[dict[str, Any]]:
+    """The plan's machines grouped by schedule shape: machines of one size, role and start, each
+    kind of them (same busy and billed seconds) a group of its own where they are few, else one
+    group giving the range of busy seconds. Totals per group: billed seconds, idle tail, job
+    starts and yen; `machines` says how many."""
+    out = []
+    for m in plan.machines:
+        base = {"instance_type": m.offer.name, "role": m.role, "start_s": m.start_s, "setup_s": m.setup_s,
+                "capture_s": m.capture_s, "staging_s": m.staging_s}
+        kinds = len(m.counts)
+        runs = [(i, i + 1) for i in range(kinds)] if kinds <= GROUPS_PER_COLUMN else [(0, kinds)]
+        yen, per = m.rate
+        for lo, hi in runs:
+            n = m.counts[lo:hi]
+            billed = sum(map(operator.mul, m.billed_s[lo:hi], n))
+            cost = sum(map(operator.mul, m.costs[lo:hi], n), Decimal(0)) if m.costs else billed * yen / per
+            jobs = m.jobs_s[lo:hi]
+            out.append({**base, "machines": sum(n), "jobs_s_min": min(jobs), "jobs_s_max": max(jobs),
+                        "job_starts_s": _yen2(sum(map(operator.mul, m.job_starts_s[lo:hi], n), Decimal(0))
+                                              if m.job_starts_s else Decimal(0)),
+                        "idle_tail_s": sum(map(operator.mul, m.idle_s[lo:hi], n)) if m.idle_s else 0,
+                        "billed_s": billed, "cost_jpy": _yen2(cost)})
+    return out
+
+
+def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str, Any]:
+    """A plan as data: fleet, figures, codes (excluded_by, warned_by) and its machines grouped by
+    schedule shape; with `schedule`, every machine on its own with its jobs too."""
     first, count = plan.fleet[0]
     return {
         "instance_type": first.name,
@@ -161,7 +192,8 @@ def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
         "cost_jpy": plan.cost_jpy,
         "cost_exact_jpy": _yen2(plan.cost) if plan.feasible or plan.machines else None,
         "breakdown": {k: _yen2(v) for k, v in plan.breakdown.items()},
-        "machines": _machine_dicts(plan),
+        "machine_groups": _machine_groups(plan),
+        **({"machines": _machine_dicts(plan)} if schedule else {}),
         "peak_vcpus": plan.peak_vcpus,
         "feasible": plan.feasible,
         "recommendable": plan.recommendable,
@@ -358,11 +390,12 @@ def _render_csv(est) -> None:
                          str(id(p) in pareto).lower(), p.reason, " | ".join(p.warnings)])
 
 
-def write_json(est, out) -> None:
-    """The estimate as indented JSON, written plan by plan: a 20,000-job estimate lists millions
-    of machines (every machine of every candidate), which held at once took gigabytes. Each
-    plan's machines are one line, written by the json module's C encoder (the indenting one
-    takes minutes over them)."""
+def write_json(est, out, schedules: bool = False) -> None:
+    """The estimate as indented JSON, written plan by plan: every plan with its fleet, figures,
+    codes and machines grouped by schedule shape; every machine with its jobs for the
+    recommendation, and for every plan only with `schedules` (a 20,000-job estimate lists
+    millions of machines: gigabytes). Machine lists are one line each, written by the json
+    module's C encoder (the indenting one takes minutes over them)."""
     name = est.workload.name
     head = {
         "snapshot": est.snapshot,
@@ -379,11 +412,11 @@ def write_json(est, out) -> None:
     }
     start, after_rec, after_plans, end = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_SLOT))
     out.write(start)
-    out.write(_plan_json(est.recommended, name, 2) if est.recommended else "null")
+    out.write(_plan_json(est.recommended, name, 2, True) if est.recommended else "null")
     for text, listed in ((after_rec, est.plans), (after_plans, est.pareto)):
         out.write(text + ("[" if listed else "[]"))
         for i, plan in enumerate(listed):
-            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4))
+            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4, schedules))
         out.write("\n  ]" if listed else "")
     out.write(end + "\n")
 
@@ -391,11 +424,16 @@ def write_json(est, out) -> None:
 _SLOT = "\0"  # where a part written on its own goes (no name or figure holds a NUL: files with one are refused)
 
 
-def _plan_json(plan, workload_name: str, indent: int) -> str:
-    data = plan_dict(plan, workload_name)
-    machines = json.dumps(data["machines"], ensure_ascii=False)
-    data["machines"] = _SLOT
-    text = json.dumps(data, indent=2, ensure_ascii=False).replace(json.dumps(_SLOT), machines)
+def _plan_json(plan, workload_name: str, indent: int, schedule: bool) -> str:
+    data = plan_dict(plan, workload_name, schedule)
+    lists = {}
+    for key in ("machine_groups", "machines"):
+        if key in data:
+            lists[key] = json.dumps(data[key], ensure_ascii=False)
+            data[key] = f"{_SLOT}{key}"
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    for key, listed in lists.items():
+        text = text.replace(json.dumps(f"{_SLOT}{key}"), listed)
     return text.replace("\n", "\n" + " " * indent)
 
 
@@ -427,6 +465,7 @@ def register(app: typer.Typer) -> None:
         release: Annotated[str, typer.Option(help="when-done (release each machine when its jobs end) or at-end.")] = "when-done",
         plot: Annotated[Optional[Path], typer.Option(help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
+        schedules: Annotated[bool, typer.Option("--schedules", help="With --format json: every plan's machines with their jobs (default: the recommendation's only).")] = False,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
         from gpuplan.planning import catalog, optimizer, workloads
@@ -479,7 +518,7 @@ def register(app: typer.Typer) -> None:
             plotting.write(est, plot, deadline_s)
             print(f"plot written to {plot}", file=sys.stderr)
         if out_format == "json":
-            write_json(est, sys.stdout)
+            write_json(est, sys.stdout, schedules)
         elif out_format == "csv":
             _render_csv(est)
         else:

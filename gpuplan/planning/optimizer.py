@@ -65,6 +65,7 @@ MILP_TIME_LIMIT_S = 1.0
 MILP_MAX_VARIABLES = 20_000  # machines x job classes; larger MILPs rarely finish in the limit
 RELATIVE_GAP = Decimal("1e-4")  # HiGHS mip_rel_gap default: "optimal" means within this
 EXACT_BUDGET_S = 1.5  # no new exact solves once the estimate has run this long
+EXACT_PHASE_S = 0.6  # and exact solving adds at most this much: each solve is limited to what is left
 LPT, SWAPS, EXACT = 0, 1, 2  # how hard a candidate's schedule is sought: greedy, improved, exactly solved
 
 
@@ -352,8 +353,12 @@ def _branch_and_bound(p, machine_type, ub_assign: list[int], lb: int) -> tuple[l
 
 
 def _milp(p, machine_type, ub_assign: list[int], lb: int, time_limit: float) -> tuple[list[int], bool]:
+    """Makespan by a MILP over job classes: x[m, c] jobs of class c on machine m, then C. The
+    matrix is built sparse (a machine's row touches only its own D variables: under 1 % of it is
+    non-zero at the cap, where a dense one took hundreds of MiB)."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_array
 
     n, mcount, types = len(p[0]), len(machine_type), len(p)
     classes: dict[tuple, list[int]] = {}
@@ -364,38 +369,45 @@ def _milp(p, machine_type, ub_assign: list[int], lb: int, time_limit: float) -> 
     nv = mcount * D + 1  # x[m, c] then C
     c = np.zeros(nv)
     c[-1] = 1
-    rows, lo, hi = [], [], []
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    m_index = np.arange(mcount) * D
     for ci, k in enumerate(keys):  # every job of each class is placed
-        r = np.zeros(nv)
-        r[[m * D + ci for m in range(mcount)]] = 1
-        rows.append(r)
+        r = len(lo)
+        rows.append(np.full(mcount, r))
+        cols.append(m_index + ci)
+        vals.append(np.ones(mcount))
         lo.append(len(classes[k]))
         hi.append(len(classes[k]))
+    length = np.array(keys, dtype=float).reshape(D, types)  # class -> seconds on each machine type
     for m in range(mcount):  # load(m) <= C
-        r = np.zeros(nv)
-        for ci, k in enumerate(keys):
-            r[m * D + ci] = k[machine_type[m]]
-        r[-1] = -1
-        rows.append(r)
+        r = len(lo)
+        rows.append(np.full(D + 1, r))
+        cols.append(np.append(m * D + np.arange(D), nv - 1))
+        vals.append(np.append(length[:, machine_type[m]], -1.0))
         lo.append(-np.inf)
         hi.append(0)
     for m in range(mcount - 1):  # symmetry: machines of one type in non-increasing load order
         if machine_type[m] == machine_type[m + 1]:
-            r = np.zeros(nv)
-            for ci, k in enumerate(keys):
-                r[m * D + ci] = k[machine_type[m]]
-                r[(m + 1) * D + ci] = -k[machine_type[m]]
-            rows.append(r)
+            r = len(lo)
+            own = length[:, machine_type[m]]
+            rows.append(np.full(2 * D, r))
+            cols.append(np.concatenate([m * D + np.arange(D), (m + 1) * D + np.arange(D)]))
+            vals.append(np.concatenate([own, -own]))
             lo.append(0)
             hi.append(np.inf)
+    matrix = coo_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(lo), nv)).tocsr()
     ub = max(_loads(p, machine_type, ub_assign))
     upper = np.array([len(classes[k]) for _ in range(mcount) for k in keys] + [ub], dtype=float)
     lower = np.zeros(nv)
     lower[-1] = lb
     integrality = np.ones(nv)
     integrality[-1] = 0
-    res = milp(c, constraints=LinearConstraint(np.array(rows), lo, hi), integrality=integrality,
-               bounds=Bounds(lower, upper), options={"time_limit": time_limit, "disp": False})
+    res = milp(c, constraints=LinearConstraint(matrix, lo, hi), integrality=integrality,
+               bounds=Bounds(lower, upper), options={"time_limit": max(0.01, time_limit), "disp": False})
     if res.x is None:
         return ub_assign, False
     counts = np.rint(res.x[:-1]).astype(int).reshape(mcount, D)
@@ -527,6 +539,7 @@ class _Planner:
         self.start_ratio = self.start_s.as_integer_ratio()
         self.candidates: list[_Candidate] = []
         self.skipped_mixes = 0
+        self.exact_until: float | None = None  # exact solves stop then (time.perf_counter())
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -599,7 +612,7 @@ class _Planner:
         if not have.optimal and effort >= SWAPS and have.method == "lpt":
             have = self.identical[key] = schedule([lengths], [0] * slots, exact=False, start=have)
         if not have.optimal and effort >= EXACT and have.method != "milp":
-            have = self.identical[key] = _exact(lengths, slots, have)
+            have = self.identical[key] = _exact(lengths, slots, have, self.exact_until)
         return have
 
     def _lengths(self, start: int) -> list[int]:
@@ -966,12 +979,16 @@ class _Planner:
         return i < 0 or front[i].wall_s > cand.wall_lb
 
 
-def _exact(ticks: list[int], slots: int, start: Schedule) -> Schedule:
-    """An exact schedule where the MILP is small enough to finish; else the start schedule."""
+def _exact(ticks: list[int], slots: int, start: Schedule, until: float | None = None) -> Schedule:
+    """An exact schedule where the MILP is small enough to finish; else the start schedule. The
+    solve stops at `until` (time.perf_counter()), what is left of the estimate's budget."""
     classes = len(set(ticks))
     if slots * classes > MILP_MAX_VARIABLES:
         return start
-    assign, optimal = _milp([ticks], [0] * slots, list(start.assign), start.lower_bound, MILP_TIME_LIMIT_S)
+    limit = MILP_TIME_LIMIT_S if until is None else min(MILP_TIME_LIMIT_S, until - time.perf_counter())
+    if limit < 0.01:
+        return start
+    assign, optimal = _milp([ticks], [0] * slots, list(start.assign), start.lower_bound, limit)
     loads = _loads([ticks], [0] * slots, assign)
     return Schedule(tuple(assign), tuple(loads), max(loads), start.lower_bound, optimal, "milp")
 
@@ -1042,8 +1059,10 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
 
     _seek(planner, plans, objective, SWAPS)
     rec, eligible = _pick(plans, objective)
-    if rec is not None and time.perf_counter() - started <= EXACT_BUDGET_S:
-        _seek(planner, plans, objective, EXACT, deadline=started + EXACT_BUDGET_S)
+    now = time.perf_counter()
+    if rec is not None and now - started <= EXACT_BUDGET_S:
+        planner.exact_until = min(started + EXACT_BUDGET_S, now + EXACT_PHASE_S)
+        _seek(planner, plans, objective, EXACT, deadline=planner.exact_until)
         rec, eligible = _pick(plans, objective)
     open_ = [c for c in planner.candidates if not c.plan.optimal]
     gap, proven = _gap(planner, open_, rec, objective)
