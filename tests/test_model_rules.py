@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.planning import model, optimizer
+from gpuplan.planning import model, optimizer, ranking
 from gpuplan.planning.model import Quotas, Setting
 from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp
@@ -265,7 +265,7 @@ def test_recommendation_is_proven_within_the_solver_gap_and_says_how_close():
     cat = sp.catalog([o], {"azure": sp.facts(setup_min=10, quota=10_000)})
     est = optimizer.estimate(w, Setting(catalog=cat, deadline_s=6 * 3600), mixes=False)
     rec = est.recommended
-    assert est.proven and Decimal(0) <= est.gap <= rec.cost * optimizer.RELATIVE_GAP
+    assert est.proven and Decimal(0) <= est.gap <= rec.cost * ranking.RELATIVE_GAP
     # the gap is honest: no candidate's own cost is below the pick's minus the gap
     assert all(p.cost >= rec.cost - est.gap for p in est.plans if p.feasible)
 
