@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from typing import Any, NamedTuple
 
 from gpuplan.planning import billing, fmt, model, outcomes
 from gpuplan.planning.model import Infeasible, Setting
@@ -27,6 +28,44 @@ from gpuplan.planning.scheduling import Schedule, longest_first, schedule, solve
 from gpuplan.planning.types import Offer
 
 LPT, SWAPS, EXACT = 0, 1, 2  # how hard a candidate's schedule is sought: greedy, improved, exactly solved
+
+
+class Cached(NamedTuple):
+    """A value worked out from one schedule (kept while that schedule is the one cached)."""
+
+    schedule: Schedule
+    value: Any
+
+
+class SlotFacts(NamedTuple):
+    order: list[int]  # slots, longest first (ties in slot order)
+    by_slot: list[list[str]]  # each slot's job names
+    parts: tuple[list[int], list[int]] | None  # per slot its reference ticks and job starts, where starts are counted
+
+
+class Alike(NamedTuple):
+    """A schedule's slots on n machines, in runs of alike machines."""
+
+    kinds: list  # what decides a run's load: its longest slot's ticks, or the (ticks, starts) of its slots
+    counts: list[int]  # machines in each run
+    names: Sequence  # each machine's job names, per run (built when read)
+
+
+class Priced(NamedTuple):
+    kinds: list  # the Alike.kinds they were priced from
+    jobs_s: list[int]  # each run's busy seconds on the offer
+    job_starts_s: list[Decimal]  # of those, job starts (empty where not counted)
+
+
+class PackedMachine(NamedTuple):
+    shape: tuple  # per GPU, per slot, the ticks of each job
+    names: tuple[str, ...]
+
+
+class MachineSlots(NamedTuple):
+    offer: Offer
+    slots: list[int]  # longest first
+    names: tuple[str, ...]
 
 
 def _schedule_note(makespan_s: int, method: str, optimal: bool, bound_s: int) -> str:
@@ -103,10 +142,10 @@ class Planner:
         self.names = [j.name for j in workload.jobs]
         self.start_s = workload.job_start_s  # fixed cost at every job start (seconds, any GPU)
         self.identical: dict[tuple[int, int], Schedule] = {}  # (slots, start ticks) -> schedule of the reference jobs
-        self.alike: dict[tuple[int, int, int], tuple] = {}  # (slots, slots per machine, start ticks) -> (schedule, machines)
-        self.packed: dict[tuple[int, int, int], tuple] = {}  # (slots, slots per machine, GPUs) -> (schedule, machines)
-        self.slots: dict[tuple[int, int], tuple] = {}  # (slots, start ticks) -> (schedule, slot facts)
-        self.priced: dict[tuple[int, Decimal], tuple] = {}  # (machines' kinds, factor) -> (kinds, seconds, job starts)
+        self.alike: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, start ticks) -> Alike
+        self.packed: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, GPUs) -> [PackedMachine]
+        self.slots: dict[tuple[int, int], Cached] = {}  # (slots, start ticks) -> SlotFacts
+        self.priced: dict[tuple[int, Decimal], Priced] = {}  # (id of the machines' kinds, factor) -> their seconds
         self.ratios: dict[Decimal, tuple[int, int]] = {}  # factor -> factor x tick as a fraction
         self.start_ratio = self.start_s.as_integer_ratio()
         self.candidates: list[Candidate] = []
@@ -199,7 +238,7 @@ class Planner:
         return ticks, starts
 
     def _vm_loads(self, groups: list[tuple[Offer, int, int]], loads_s: Sequence[int],
-                  assign: Sequence[int]) -> list[tuple[Offer, list[int], tuple[str, ...]]]:
+                  assign: Sequence[int]) -> list[MachineSlots]:
         """groups: (offer, machines, slots per machine) in slot order; each machine gets the
         longest remaining slots (which minimises the sum of machine maxima for these slots).
         Returns per machine its offer, its slots (longest first) and its jobs' names."""
@@ -213,27 +252,27 @@ class Planner:
             for v in range(count):
                 mine = idx[v * slots:(v + 1) * slots]
                 names = by_slot[mine[0]] if slots == 1 else [n for m in mine for n in by_slot[m]]
-                out.append((offer, mine, tuple(names)))
+                out.append(MachineSlots(offer, mine, tuple(names)))
             base += count * slots
         return out
 
-    def _slots_of(self, sched: Schedule, start: int) -> tuple[list[int], list[list[str]], tuple | None]:
+    def _slots_of(self, sched: Schedule, start: int) -> SlotFacts:
         """Once per schedule: its slots longest first (ties in slot order), each slot's job names,
         and where job starts are counted each slot's reference ticks and job starts."""
         key = (len(sched.loads), start)
         have = self.slots.get(key)
-        if have is not None and have[0] is sched:
-            return have[1]
+        if have is not None and have.schedule is sched:
+            return have.value
         loads = sched.loads
         by_slot: list[list[str]] = [[] for _ in loads]
         for name, m in zip(self.names, sched.assign):
             by_slot[m].append(name)
-        out = (sorted(range(len(loads)), key=loads.__getitem__, reverse=True), by_slot,
-               self._slot_parts(sched) if self.start_s else None)
-        self.slots[key] = (sched, out)
+        out = SlotFacts(sorted(range(len(loads)), key=loads.__getitem__, reverse=True), by_slot,
+                        self._slot_parts(sched) if self.start_s else None)
+        self.slots[key] = Cached(sched, out)
         return out
 
-    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int) -> tuple[list, list[int], _Names]:
+    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int) -> Alike:
         """The schedule's slots grouped onto n machines, each taking the longest slots left
         (which minimises the sum of machine maxima for these slots), in runs of alike machines,
         as columns: what decides a machine's load (without job starts its longest slot's ticks;
@@ -241,8 +280,8 @@ class Planner:
         when someone looks). Done once per schedule and machine size, then priced per offer."""
         key = (n * slots, slots, start)
         have = self.alike.get(key)
-        if have is not None and have[0] is sched:
-            return have[1]
+        if have is not None and have.schedule is sched:
+            return have.value
         order, by_slot, parts = self._slots_of(sched, start)
         if parts is None:  # without job starts a machine's load is its longest slot's ticks
             loads = sched.loads
@@ -254,17 +293,17 @@ class Planner:
         for kind, run in itertools.groupby(each):
             kinds.append(kind)
             counts.append(sum(1 for _ in run))
-        out = (kinds, counts, _Names(order, by_slot, slots, counts))
-        self.alike[key] = (sched, out)
+        out = Alike(kinds, counts, _Names(order, by_slot, slots, counts))
+        self.alike[key] = Cached(sched, out)
         return out
 
-    def _packed_machines(self, sched: Schedule, n: int, slots: int, gpus: int) -> list[tuple]:
+    def _packed_machines(self, sched: Schedule, n: int, slots: int, gpus: int) -> list[PackedMachine]:
         """Per machine of a packed fleet: the ticks of each job of each slot on each GPU (its
         longest slots snaking over the GPUs), and its job names. Once per schedule and size."""
         key = (n * slots, slots, gpus)
         have = self.packed.get(key)
-        if have is not None and have[0] is sched:
-            return have[1]
+        if have is not None and have.schedule is sched:
+            return have.value
         jobs_of: dict[int, list[int]] = {}
         for j, m in enumerate(sched.assign):
             jobs_of.setdefault(m, []).append(j)
@@ -277,16 +316,16 @@ class Planner:
             for i, slot in enumerate(mine):  # longest first, snaking over the GPUs
                 g = i % gpus if (i // gpus) % 2 == 0 else gpus - 1 - i % gpus
                 per_gpu[g].append(tuple(self.ticks[j] for j in jobs_of.get(slot, [])))
-            out.append((tuple(map(tuple, per_gpu)), names))
-        self.packed[key] = (sched, out)
+            out.append(PackedMachine(tuple(map(tuple, per_gpu)), names))
+        self.packed[key] = Cached(sched, out)
         return out
 
-    def _machine_loads(self, offer: Offer, factor: Decimal, alike: tuple[list, list[int], list]) -> model.Loads:
+    def _machine_loads(self, offer: Offer, factor: Decimal, alike: Alike) -> model.Loads:
         kinds, counts, names = alike
         key = (id(kinds), factor)  # scratch and image plans of one fleet (and offers alike) share them
         have = self.priced.get(key)
-        if have is not None and have[0] is kinds:
-            return model.Loads(offer, have[1], counts, names, have[2])
+        if have is not None and have.kinds is kinds:
+            return model.Loads(offer, have.jobs_s, counts, names, have.job_starts_s)
         if not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
             ratio = self.ratios.get(factor)
             if ratio is None:
@@ -296,7 +335,7 @@ class Planner:
         else:
             busiest = [max((self._seconds(factor, t, st), st) for t, st in kind) for kind in kinds]
             jobs, starts = [secs for secs, _ in busiest], [st * self.start_s for _, st in busiest]
-        self.priced[key] = (kinds, jobs, starts)
+        self.priced[key] = Priced(kinds, jobs, starts)
         return model.Loads(offer, jobs, counts, names, starts)
 
     # -- fleets of one offer type -----------------------------------------------------------
@@ -443,7 +482,7 @@ class Planner:
                 continue
             starts = len(self.ref) * self.start_s
             jobs_s = model.ceil_s(sum(r / (sp * up) for r in self.ref) + starts)
-            loads = [(offer, jobs_s, tuple(self.names), starts)] * n
+            loads = [model.Machine(offer, jobs_s, tuple(self.names), starts)] * n
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
                      f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
             batch = model.global_batch_warning(w, n * offer.gpu_count)
@@ -479,7 +518,7 @@ class Planner:
                 jobs_lb = (total_ref * min(a.price_jpy_per_hour * fa / a.gpu_count, b.price_jpy_per_hour * fb / b.gpu_count)
                            + nj * self.start_s * min(a.price_jpy_per_hour / a.gpu_count, b.price_jpy_per_hour / b.gpu_count)
                            ) / model.HOUR
-                empty = [(a, 0, ())] * na + [(b, 0, ())] * nb
+                empty = [model.Machine(a, 0)] * na + [model.Machine(b, 0)] * nb
                 no_image = model.image_problem([a, b], s)
                 if no_image and (na, nb) == (1, 1):  # said once per pair
                     plans.append(replace(model.infeasible_plan(w, s, a, na, "image", 1, no_image), fleet=((a, na), (b, nb))))
@@ -515,8 +554,8 @@ class Planner:
         loads = []
         for o, mine, names in self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign):
             busiest = mine[0]  # longest first
-            loads.append((o, loads_s[busiest], names, starts[busiest] * self.start_s))
-        if any(jobs_s == 0 for _, jobs_s, _, _ in loads):
+            loads.append(model.Machine(o, loads_s[busiest], names, starts[busiest] * self.start_s))
+        if any(m.jobs_s == 0 for m in loads):
             return None  # a machine with nothing to do: the same plan without it is listed already
         makespan_s = max(loads_s)
         optimal = makespan_s <= bound_s

@@ -45,6 +45,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
+from typing import NamedTuple
 
 from gpuplan.planning import billing, fmt, outcomes
 from gpuplan.planning.outcomes import Code, Outcome
@@ -447,6 +448,27 @@ def builder_is_worker(offer: Offer, setting: Setting) -> bool:
     return bool(facts.builder_is_worker) if facts else True
 
 
+class Machine(NamedTuple):
+    """One worker machine given to make_plan on its own."""
+
+    offer: Offer
+    jobs_s: int  # its busiest slot's jobs, job starts included
+    names: tuple[str, ...] = ()
+    job_starts_s: Decimal | int = 0  # of jobs_s, the fixed cost of its job starts
+
+
+class _Run(NamedTuple):
+    """Machines of a plan that are billed alike: one role, start and setup, in columns."""
+
+    offer: Offer
+    role: str  # "builder", "worker", "builder+worker"
+    start_s: int
+    setup_s: int
+    capture_s: int  # billed capture time
+    staging_s: int
+    loads: Loads
+
+
 @dataclass(frozen=True, slots=True)
 class Loads:
     """Worker machines of one offer, in columns: kind i is counts[i] machines alike, each busy
@@ -461,16 +483,16 @@ class Loads:
 
 
 def _columns(vm_loads) -> list[Loads]:
-    """Loads as given, and runs of single machines (offer, seconds, names[, job starts]) of one
+    """Loads as given, and runs of single machines (Machine, or a tuple of its fields) of one
     offer as one Loads."""
     out: list[Loads] = []
-    singles: list[tuple] = []
+    singles: list[Machine] = []
 
     def flush() -> None:
         if singles:
-            starts = [x[3] if len(x) > 3 else Decimal(0) for x in singles]
-            out.append(Loads(singles[0][0], [x[1] for x in singles], [1] * len(singles),
-                             [(tuple(x[2]),) for x in singles], starts if any(starts) else ()))
+            starts = [Decimal(x.job_starts_s) for x in singles]
+            out.append(Loads(singles[0].offer, [x.jobs_s for x in singles], [1] * len(singles),
+                             [(tuple(x.names),) for x in singles], starts if any(starts) else ()))
             singles.clear()
 
     for load in vm_loads:
@@ -478,9 +500,10 @@ def _columns(vm_loads) -> list[Loads]:
             flush()
             out.append(load)
         else:
-            if singles and singles[0][0] is not load[0]:
+            one = load if isinstance(load, Machine) else Machine(*load)
+            if singles and singles[0].offer is not one.offer:
                 flush()
-            singles.append(load)
+            singles.append(one)
     flush()
     return out
 
@@ -541,7 +564,7 @@ def make_plan(
     fleet: Sequence[tuple[Offer, int]],
     setup_mode: str,
     per_gpu: int,
-    vm_loads: Sequence[Loads | tuple],
+    vm_loads: Sequence[Loads | Machine | tuple],
     notes: Sequence[str] = (),
     optimal: bool = True,
     warnings: Sequence[Outcome | None] = (),
@@ -555,35 +578,34 @@ def make_plan(
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
     bw = builder_is_worker(first, setting)
     staging = workload.staging_s
-    # (offer, role, start, setup, billed capture, staging, loads)
-    runs: list[tuple] = []
+    runs: list[_Run] = []
     if setup_mode == "image":
         start_workers = setup + capture + launch
         if bw:
             head, rest = _first_apart(loads[0])
-            runs.append((head.offer, "builder+worker", 0, setup, capture, staging, head))
+            runs.append(_Run(head.offer, "builder+worker", 0, setup, capture, staging, head))
             loads = ([rest] if rest else []) + loads[1:]
         else:
-            runs.append((first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
-        runs.extend((g.offer, "worker", start_workers, 0, 0, staging, g) for g in loads)
+            runs.append(_Run(first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
+        runs.extend(_Run(g.offer, "worker", start_workers, 0, 0, staging, g) for g in loads)
     else:
         setups = {id(first): setup}
         for g in loads:
             if id(g.offer) not in setups:
                 setups[id(g.offer)] = provider_times(g.offer, workload, setting)[0]
-            runs.append((g.offer, "worker", 0, setups[id(g.offer)], 0, staging, g))
+            runs.append(_Run(g.offer, "worker", 0, setups[id(g.offer)], 0, staging, g))
 
     # a builder that is not a worker is released after capture: unbilled, but wall time
     wall = max(start + s + c + st + max(g.jobs_s) + (capture if role == "builder" else 0)
                for _, role, start, s, c, st, g in runs)
 
     keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
-    seconds_at: dict[tuple[Decimal, int], list] = {}  # yen per seconds -> seconds per part (summed, priced once)
+    seconds_at: dict[tuple[Decimal, int], dict[str, int]] = {}  # yen per seconds -> seconds per part (summed, priced once)
     machines: list[Machines] = []
     total_billed = 0
     capped = Decimal(0)  # what daily / monthly caps take off billed seconds x price (<= 0)
     at_end = setting.release == "at-end"
-    for o, role, start, s, c, st, g in runs:
+    for o, role, start, s, c, st, g in runs:  # _Run
         head = s + c + st
         n = sum(g.counts)
         jobs = sum(map(operator.mul, g.jobs_s, g.counts))
@@ -610,18 +632,18 @@ def make_plan(
             capped += sum(map(operator.mul, costs, g.counts)) - billed_total * price[0] / price[1]
         acc = seconds_at.get(price)
         if acc is None:
-            acc = seconds_at[price] = [0] * len(keys)
-        acc[0] += s * n
-        acc[1] += c * n
-        acc[2] += st * n
-        acc[3] += jobs - starts
-        acc[4] += starts
-        acc[5] += idle_total
-        acc[6] += billed_total - busy_total
+            acc = seconds_at[price] = dict.fromkeys(keys, 0)
+        acc["setup"] += s * n
+        acc["capture"] += c * n
+        acc["staging"] += st * n
+        acc["jobs"] += jobs - starts
+        acc["job_starts"] += starts
+        acc["idle_tail"] += idle_total
+        acc["rounding"] += billed_total - busy_total
         total_billed += billed_total
         machines.append(Machines(o, role, start, s, c, st, t, g.counts, g.jobs_s, each, idle, g.job_starts_s,
                                  g.names, costs))
-    parts = {k: sum((acc[i] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for i, k in enumerate(keys)}
+    parts = {k: sum((acc[k] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for k in keys}
     workers = sum(sum(m.counts) for m in machines if m.role != "builder")
     if capped:
         parts["cap"] = capped
