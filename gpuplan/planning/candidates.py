@@ -15,7 +15,7 @@ work is one schedule per slot count, not per offer. Machines alike are kept as c
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -90,9 +90,15 @@ def _counts(nmax: int, extra: Sequence[int]) -> list[int]:
     return sorted(out)
 
 
+def _hourly(offer: Offer) -> Decimal:
+    """The offer's hourly price: every offer a candidate is priced on has one (model.check_offer)."""
+    assert offer.price_jpy_per_hour is not None
+    return offer.price_jpy_per_hour
+
+
 def _ticks(ref: Sequence[Decimal]) -> tuple[list[int], Decimal]:
     """Reference job times as integers of one tick (1 s, or down to 1 ms where they have decimals)."""
-    places = min(3, max((max(0, -r.as_tuple().exponent) for r in ref), default=0))
+    places = min(3, max((max(0, -int(r.as_tuple().exponent)) for r in ref), default=0))
     tick = Decimal(1).scaleb(-places)
     return [model.ceil_s(r / tick) for r in ref], tick
 
@@ -128,7 +134,7 @@ class Candidate:
     cost_lb: Decimal
     wall_lb: int
     effort: int = EXACT  # how hard its schedule was sought: LPT, SWAPS or EXACT (nothing more to try)
-    redo: object = None  # callable(effort) giving the candidate from a harder-sought schedule, or None
+    redo: Callable[[int], Candidate] | None = None  # the candidate from a harder-sought schedule (effort), or None
 
 
 class Planner:
@@ -283,6 +289,7 @@ class Planner:
         if have is not None and have.schedule is sched:
             return have.value
         order, by_slot, parts = self._slots_of(sched, start)
+        each: list
         if parts is None:  # without job starts a machine's load is its longest slot's ticks
             loads = sched.loads
             each = [loads[order[v * slots]] for v in range(n)]
@@ -392,7 +399,7 @@ class Planner:
         optimal = sched.optimal and (whole or makespan_s <= bound_s)
         how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
         plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
-        jobs_lb = (offer.price_jpy_per_hour * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
+        jobs_lb = (_hourly(offer) * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
                    / (slots * model.HOUR))
 
         def redo(harder: int) -> Candidate:
@@ -440,7 +447,7 @@ class Planner:
         how = _schedule_note(makespan_s, f"simulating {k} slots per GPU (fewer jobs left on a GPU run faster)",
                              optimal, bound_s)
         plan = model.make_plan(w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
-        jobs_lb = offer.price_jpy_per_hour * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
+        jobs_lb = _hourly(offer) * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
         cost_lb = self._cost_bound(plan, jobs_lb)
         return Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s)
 
@@ -449,6 +456,7 @@ class Planner:
         the whole duration, whatever its GPUs do."""
         w, s = self.w, self.s
         st = w.streams
+        assert st is not None  # single() sends streams here
         busy = min(offer.gpu_count, st.count)
         try:
             k, why = model.stream_capacity(w, offer, s.catalog.gpus, busy)
@@ -471,7 +479,7 @@ class Planner:
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
         sp, why = model.speed(w, offer, s.catalog.gpus)
-        link = s.catalog.link(offer) if hasattr(s.catalog, "link") else None
+        link = s.catalog.link(offer)
         owned = offer.kind in ("owned", "monthly")
         plans = []
         for n in ([1] if owned else [1, 2, 4, 8, 16]):
@@ -515,9 +523,9 @@ class Planner:
                 # fastest slot type
                 work = total_ref + nj * self.start_s / max(fa, fb)
                 bound_s = model.ceil_s(max(work / sum(1 / f for f in slots), max(self.ref) * min(fa, fb) + self.start_s))
-                jobs_lb = (total_ref * min(a.price_jpy_per_hour * fa / a.gpu_count, b.price_jpy_per_hour * fb / b.gpu_count)
-                           + nj * self.start_s * min(a.price_jpy_per_hour / a.gpu_count, b.price_jpy_per_hour / b.gpu_count)
-                           ) / model.HOUR
+                pa, pb = _hourly(a), _hourly(b)
+                jobs_lb = (total_ref * min(pa * fa / a.gpu_count, pb * fb / b.gpu_count)
+                           + nj * self.start_s * min(pa / a.gpu_count, pb / b.gpu_count)) / model.HOUR
                 empty = [model.Machine(a, 0)] * na + [model.Machine(b, 0)] * nb
                 no_image = model.image_problem([a, b], s)
                 if no_image and (na, nb) == (1, 1):  # said once per pair

@@ -45,12 +45,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuplan.planning import billing, fmt, outcomes
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import Machines, Plan, Workload
 from gpuplan.planning.types import Offer
+
+if TYPE_CHECKING:
+    from gpuplan.planning.catalog import Catalog
 
 HOUR = Decimal(3600)
 
@@ -75,7 +78,7 @@ class Quotas:
 class Setting:
     """Everything outside the workload and fleet that a plan's figures depend on."""
 
-    catalog: object  # gpuplan.planning.catalog.Catalog (duck-typed: providers, gpus, fx, date, snapshot)
+    catalog: Catalog
     as_of_month: str = ""  # "YYYY-MM" the user planned for (default: the snapshot's)
     quotas: Quotas = field(default_factory=Quotas)
     deadline_s: int | None = None
@@ -175,6 +178,7 @@ def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: 
     measured efficiency for k on this GPU), and one line saying why. Raises Infeasible, saying
     by how much, where not even one stream keeps up."""
     st = workload.streams
+    assert st is not None  # only streams workloads are planned by stream capacity
     need = 1 / st.fps
     s, _ = speed(workload, offer, gpus)
     c, _ = colocation(workload, gpus_busy)
@@ -183,9 +187,10 @@ def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: 
     if alone > need:
         raise Infeasible(outcomes.of(Code.REAL_TIME, gpu=offer.gpu, frame_s=alone, need_s=need, fps=st.fps))
     table, _ = packing_table(workload, offer)
+    measured = table or {}
     best, why_not = 1, ""
-    for k in sorted(k for k in (table or {}) if k > 1):
-        eff = table[k]
+    for k in sorted(k for k in measured if k > 1):
+        eff = measured[k]
         if eff is None or (workload.memory_gib is not None and k * workload.memory_gib > offer.gpu_memory_gib):
             why_not = f"{k} do not fit its memory"
             break
@@ -196,7 +201,7 @@ def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: 
             why_not = f"{k} would take {number_text(alone / eff * 1000)} ms per frame each"
             break
         best = k
-    per = alone / (table[best] if best > 1 else 1)
+    per = alone / (measured.get(best) or 1 if best > 1 else 1)
     if table is None:
         why_not = "packing not measured on this GPU"
     return best, (f"{best} stream{'s' if best > 1 else ''} per {offer.gpu} in real time: {number_text(per * 1000)} ms per frame"
@@ -223,7 +228,7 @@ def shared_gpu(slots: Sequence[Sequence[Decimal]], rates: Mapping[int, Decimal],
         return Decimal(0), 0
     tiny = Decimal("1e-9")
     # per slot: [phase ("start" | "work" | "done"), remaining, job index]
-    state = [["start", start_s, 0] if start_s else ["work", q[0], 0] for q in queues]
+    state: list[list[Any]] = [["start", start_s, 0] if start_s else ["work", q[0], 0] for q in queues]
     now, last = Decimal(0), (Decimal(0), 0)
     while True:
         active = [s for s in state if s[0] != "done"]
@@ -256,7 +261,8 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
         what = "power price or power draw" if offer.kind == "owned" else "price"
         raise Infeasible(outcomes.of(Code.UNPRICED, offer=offer.name, what=what))
     if offer.retired(cat.date):
-        raise Infeasible(outcomes.of(Code.RETIRED, offer=offer.name, retired_on=offer.retired_on.isoformat(),
+        retired_on = offer.retired_on.isoformat() if offer.retired_on else ""
+        raise Infeasible(outcomes.of(Code.RETIRED, offer=offer.name, retired_on=retired_on,
                                      snapshot=cat.snapshot, successor=offer.successor or ""))
     month = setting.as_of_month or cat.snapshot
     priced = _month(offer.as_of)
@@ -370,6 +376,8 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
         return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {workload.intra_node_eff_per_doubling}"
                     f" per doubling of GPUs, {workload.inter_node_speedup_per_doubling}x per doubling of machines;"
                     " not measured for this layout")
+    # workloads.py requires batch_per_gpu and samples_per_unit with gradient_bytes
+    assert workload.batch_per_gpu is not None and workload.samples_per_unit is not None
     compute = workload.seconds_per_unit / speed_on_offer * workload.batch_per_gpu / workload.samples_per_unit
     ar, why = allreduce_seconds(workload.gradient_bytes, g, n, offer, link)
     exposed = max(ar - workload.overlap * compute, Decimal(0))
@@ -430,7 +438,7 @@ def image_problem(offers: Sequence[Offer], setting: Setting) -> Outcome | None:
     offer's size (catalog/images.csv). No rule for the provider: capture assumed possible."""
     cat = setting.catalog
     first = offers[0]
-    rule = cat.image_rule(first.provider, setting.as_of_month or cat.snapshot) if hasattr(cat, "image_rule") else None
+    rule = cat.image_rule(first.provider, setting.as_of_month or cat.snapshot)
     if rule is None:
         return None
     if not rule.capture:
@@ -582,8 +590,8 @@ def make_plan(
     if setup_mode == "image":
         start_workers = setup + capture + launch
         if bw:
-            head, rest = _first_apart(loads[0])
-            runs.append(_Run(head.offer, "builder+worker", 0, setup, capture, staging, head))
+            builder, rest = _first_apart(loads[0])
+            runs.append(_Run(builder.offer, "builder+worker", 0, setup, capture, staging, builder))
             loads = ([rest] if rest else []) + loads[1:]
         else:
             runs.append(_Run(first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
@@ -600,7 +608,8 @@ def make_plan(
                for _, role, start, s, c, st, g in runs)
 
     keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
-    seconds_at: dict[tuple[Decimal, int], dict[str, int]] = {}  # yen per seconds -> seconds per part (summed, priced once)
+    # yen per seconds -> seconds per part (summed, priced once)
+    seconds_at: dict[tuple[Decimal, int], dict[str, Decimal | int]] = {}
     machines: list[Machines] = []
     total_billed = 0
     capped = Decimal(0)  # what daily / monthly caps take off billed seconds x price (<= 0)
@@ -609,7 +618,7 @@ def make_plan(
         head = s + c + st
         n = sum(g.counts)
         jobs = sum(map(operator.mul, g.jobs_s, g.counts))
-        starts = sum(map(operator.mul, g.job_starts_s, g.counts), Decimal(0)) if g.job_starts_s else 0
+        starts: Decimal | int = sum(map(operator.mul, g.job_starts_s, g.counts), Decimal(0)) if g.job_starts_s else 0
         # a monthly server the user rents already bills nothing more for this batch
         free = o.kind == "monthly" and is_yours(o, workload, setting)
         idle: Sequence[int] = ()
@@ -703,6 +712,7 @@ def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:
 def month_price(offer: Offer, setting: Setting) -> Decimal:
     """A monthly offer's rent in yen for one billed month (its row's price after FX)."""
     fx = setting.catalog.fx.get(offer.currency)
+    assert offer.price is not None  # a monthly offer's row gives its rent
     return offer.price * (fx.jpy_per_unit if fx is not None else Decimal(1))
 
 
@@ -786,8 +796,9 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     minimum = f", minimum {fmt.duration(offer.billing_minimum_s)}" if has_minimum else ""
     if offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
-        notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "
-                 f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({facts.source}); purchase {fmt.yen(offer.price)} ({offer.source})"]
+        kwh, where = (facts.power_price_jpy_per_kwh, facts.source) if facts else ("?", "no provider facts")
+        notes = [f"{offer.name}: power {offer.power_watts} W x {kwh} JPY/kWh = "
+                 f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({where}); purchase {fmt.yen(offer.price)} ({offer.source})"]
     else:
         unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
         notes = [f"{offer.name} {offer.region}: {unit} = {fmt.yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "

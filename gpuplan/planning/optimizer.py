@@ -147,6 +147,7 @@ def _seek(planner: Planner, plans: list[Plan], objective: str, effort: int, dead
             return
         at = {id(p): i for i, p in enumerate(plans)}
         for c in todo:
+            assert c.redo is not None  # todo holds only candidates that can be sought harder
             better = c.redo(effort)
             plans[at[id(c.plan)]] = better.plan
             c.plan, c.effort, c.redo = better.plan, better.effort, better.redo

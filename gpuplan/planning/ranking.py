@@ -187,7 +187,7 @@ def break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
         need = (rent / per_hour).quantize(Decimal(1), rounding=ROUND_CEILING)
         month_h = mine.billing_granularity_s // 3600
         line = (f"break-even: renting it at {fmt.yen(rent)} a month beats {hourly.label} ({fmt.yen(hourly.cost)} for this"
-                f" batch, {fmt.duration(plan.wall_s)} of work here) when it is busy more than {fmt.count(need)} h a month"
+                f" batch, {fmt.duration(plan.wall_s)} of work here) when it is busy more than {fmt.count(int(need))} h a month"
                 + (f" (more than the month's {month_h} h: never)" if need > month_h else ""))
         return replace(plan, note=f"{plan.note}; {line}")
     saving = hourly.cost - plan.cost
@@ -195,7 +195,7 @@ def break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
         line = (f"buying never pays off: the best hourly plan costs {fmt.yen(hourly.cost)} per batch, power alone "
                 f"{fmt.yen(plan.cost)}")
     else:
-        batches = math.ceil(mine.price / saving)
+        batches = math.ceil((mine.price or Decimal(0)) / saving)
         line = (f"buying pays off after {fmt.count(batches)} batches like this one "
                 f"(about {fmt.count(int(batches * hours))} hours of this work on it) against {fmt.yen(hourly.cost)} per batch"
                 f" for {hourly.label}")

@@ -172,7 +172,7 @@ def load(path: Path) -> SavedPlan:
     return SavedPlan(
         path=Path(path), schema_version=version, provider=get("provider"), instance_type=get("instance_type"),
         region=get("region"), count=get("count"), setup=plan.get("setup", plan.get("setup_mode", _MISSING)),
-        market=plan.get("market") if plan.get("market") in ("spot", "on-demand") else "on-demand",
+        market="spot" if plan.get("market") == "spot" else "on-demand",
         wall_minutes=get("wall_minutes"), cost_jpy=plan.get("cost_exact_jpy", plan.get("cost_jpy", _MISSING)),
         machines=get("machines"), workload=_text(plan.get("workload", top.get("workload"))),
         snapshot=_text(plan.get("snapshot", top.get("snapshot"))),

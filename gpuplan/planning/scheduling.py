@@ -141,7 +141,8 @@ class _Loads:
     def idlest(self, k: int, skip: int):
         """Up to k machines other than `skip`, least busy first, one at a time (most rounds need
         only the first); the heap is whole again when the generator is closed."""
-        seen, kept = set(), []
+        seen: set[int] = set()
+        kept: list[tuple[int, int]] = []
         try:
             while self.low and len(kept) - (skip in seen) < k:
                 x, m = heapq.heappop(self.low)
