@@ -379,7 +379,7 @@ def _render_csv(est) -> None:
     import csv
 
     cols = ["provider", "region", "fleet", "setup", "per_gpu", "count", "wall_minutes", "billed_minutes", "cost_jpy",
-            "feasible", "recommended", "pareto", "reason", "warnings"]
+            "feasible", "recommended", "pareto", "reason", "warnings", "codes"]
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(cols)
     pareto = {id(p) for p in est.pareto}
@@ -387,7 +387,8 @@ def _render_csv(est) -> None:
         writer.writerow([p.provider, p.region, p.label, p.setup, p.per_gpu, p.count,
                          _minutes(p.wall_s) if p.feasible else "", _minutes(p.billed_s) if p.feasible else "",
                          p.cost_jpy if p.feasible else "", str(p.feasible).lower(), str(p is est.recommended).lower(),
-                         str(id(p) in pareto).lower(), p.reason, " | ".join(p.warnings)])
+                         str(id(p) in pareto).lower(), p.reason, " | ".join(p.warnings),
+                         " ".join(o.code.value for o in (*p.excluded_by, *p.warned_by))])
 
 
 def write_json(est, out, schedules: bool = False) -> None:
