@@ -19,11 +19,11 @@ from support import planner as sp
 
 def _report_c():
     """Report C's clips (3 x 147.5 s, 2 and 3 per GPU measured on a GTX 1080) on a GTX 1080 and a T4."""
-    from gpuplan.planning.plan_types import Job, Workload
+    from gpuplan.planning.plan_types import Job, Packing, Workload
 
     work = Workload(name="clips", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="GTX 1080",
                     speed={"GTX 1080": Decimal(1), "T4": Decimal(1)}, memory_gib=Decimal("2.4"),
-                    packing={1: Decimal(1), 2: Decimal("0.7155"), 3: Decimal("0.57")},
+                    packing=Packing({1: Decimal(1), 2: Decimal("0.7155"), 3: Decimal("0.57")}),
                     jobs=tuple(Job(f"clip{i + 1}", Decimal("147.5")) for i in range(3)))
     gtx = sp.offer(name="gtx1080", gpu="GTX 1080", memory="8", price="3600", granularity=1, minimum=0)
     t4 = sp.offer(name="t4", gpu="T4", memory="16", price="3600", granularity=1, minimum=0)

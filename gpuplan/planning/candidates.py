@@ -360,7 +360,7 @@ class Planner:
         plans: list[Plan] = []
         owned = offer.kind in ("owned", "monthly")
         nj = len(self.ref)
-        for k in sorted(set(w.packing) | {1}):
+        for k in sorted(set(w.packing.efficiency) | {1}):
             try:
                 model.packing(w, offer, k)
             except Infeasible as exc:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuplan.planning import billing, fmt, outcomes
 from gpuplan.planning.outcomes import Code, Outcome
-from gpuplan.planning.plan_types import Machines, Plan, Workload
+from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
 
 if TYPE_CHECKING:
@@ -138,10 +138,11 @@ def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
 
 def packing_table(workload: Workload, offer: Offer) -> tuple[Mapping[int, Decimal | None] | None, str]:
     """The packing efficiencies measured for the offer's GPU, and on which GPU; None where none were."""
-    if offer.gpu in workload.packing_by_gpu:
-        return workload.packing_by_gpu[offer.gpu], offer.gpu
+    pk = workload.packing
+    if offer.gpu in pk.by_gpu:
+        return pk.by_gpu[offer.gpu], offer.gpu
     if offer.gpu == workload.reference_gpu:
-        return workload.packing, offer.gpu
+        return pk.efficiency, offer.gpu
     return None, ""
 
 
@@ -157,8 +158,9 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
                                      gpu_memory_gib=offer.gpu_memory_gib, gpu=offer.gpu))
     table, _ = packing_table(workload, offer)
     if table is None:
-        measured = sorted({workload.reference_gpu} | set(workload.packing_by_gpu)) if any(
-            k > 1 for k in workload.packing) or workload.packing_by_gpu else []
+        pk = workload.packing
+        measured = sorted({workload.reference_gpu} | set(pk.by_gpu)) if any(
+            k > 1 for k in pk.efficiency) or pk.by_gpu else []
         raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="not_measured", gpu=offer.gpu,
                                      measured_on=", ".join(measured)))
     if k in table and table[k] is None:
@@ -166,8 +168,9 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
     eff = table.get(k)
     if eff is None:
         raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="no_figure", gpu=offer.gpu))
-    factor = workload.startup_factor / eff
-    return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {workload.startup_factor}"
+    startup = workload.packing.startup_factor
+    factor = startup / eff
+    return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {startup}"
                     f" -> each job takes {factor:.3f}x while {k} share the GPU; fewer left run at the efficiency"
                     " for their count (alone: full speed)")
 
@@ -215,7 +218,7 @@ def packing_rates(workload: Workload, offer: Offer, k: int) -> dict[int, Decimal
     rates = {1: Decimal(1)}
     for m in range(k, 1, -1):
         eff = (table or {}).get(m)
-        rates[m] = eff / workload.startup_factor if eff is not None else rates.get(m + 1, Decimal(0))
+        rates[m] = eff / workload.packing.startup_factor if eff is not None else rates.get(m + 1, Decimal(0))
     return rates
 
 
@@ -363,39 +366,41 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
     hidden behind `overlap` x compute; speed-up = g x n x compute / step. Without gradient_bytes,
     g x intra^log2(g) x inter^log2(n) (a rule of thumb, said so)."""
     g, n = offer.gpu_count, nodes
-    measured = workload.dp_efficiency.get((g * n, n))
+    dp = workload.data_parallel or DataParallel()
+    measured = dp.efficiency.get((g * n, n))
     if measured is not None:
         up = (g * n * measured).quantize(Decimal("0.0001"))
-        return up, f"efficiency {measured} measured for {g * n} GPUs on {n} machine{'s' if n > 1 else ''} ({workload.dp_source})"
+        return up, f"efficiency {measured} measured for {g * n} GPUs on {n} machine{'s' if n > 1 else ''} ({dp.source})"
     if g * n == 1:
         return Decimal(1), "one GPU"
-    if workload.gradient_bytes is None:
-        intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
-        inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
+    if dp.gradient_bytes is None:
+        intra = Decimal(str(float(dp.intra_node_eff_per_doubling) ** math.log2(g)))
+        inter = Decimal(str(float(dp.inter_node_speedup_per_doubling) ** math.log2(n)))
         up = (g * intra * inter).quantize(Decimal("0.0001"))
-        return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {workload.intra_node_eff_per_doubling}"
-                    f" per doubling of GPUs, {workload.inter_node_speedup_per_doubling}x per doubling of machines;"
+        return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {dp.intra_node_eff_per_doubling}"
+                    f" per doubling of GPUs, {dp.inter_node_speedup_per_doubling}x per doubling of machines;"
                     " not measured for this layout")
     # workloads.py requires batch_per_gpu and samples_per_unit with gradient_bytes
-    assert workload.batch_per_gpu is not None and workload.samples_per_unit is not None
-    compute = workload.seconds_per_unit / speed_on_offer * workload.batch_per_gpu / workload.samples_per_unit
-    ar, why = allreduce_seconds(workload.gradient_bytes, g, n, offer, link)
-    exposed = max(ar - workload.overlap * compute, Decimal(0))
+    assert dp.batch_per_gpu is not None and dp.samples_per_unit is not None
+    compute = workload.seconds_per_unit / speed_on_offer * dp.batch_per_gpu / dp.samples_per_unit
+    ar, why = allreduce_seconds(dp.gradient_bytes, g, n, offer, link)
+    exposed = max(ar - dp.overlap * compute, Decimal(0))
     up = (g * n * compute / (compute + exposed)).quantize(Decimal("0.0001"))
-    hidden = f", {workload.overlap} of compute overlapped" if workload.overlap else ""
-    return up, (f"per step {number_text(compute)} s compute ({workload.batch_per_gpu} per GPU) + {number_text(exposed)} s"
-                f" allreduce{hidden}: {why}; gradients {workload.gradient_bytes:,} bytes ({workload.comm_source})")
+    hidden = f", {dp.overlap} of compute overlapped" if dp.overlap else ""
+    return up, (f"per step {number_text(compute)} s compute ({dp.batch_per_gpu} per GPU) + {number_text(exposed)} s"
+                f" allreduce{hidden}: {why}; gradients {dp.gradient_bytes:,} bytes ({dp.comm_source})")
 
 
 def global_batch_warning(workload: Workload, gpus: int) -> Outcome | None:
     """A warning where data-parallel over `gpus` GPUs makes the global batch larger than validated."""
-    if workload.batch_per_gpu is None or workload.validated_global_batch is None:
+    dp = workload.data_parallel
+    if dp is None or dp.batch_per_gpu is None or dp.validated_global_batch is None:
         return None
-    batch = workload.batch_per_gpu * gpus
-    if batch <= workload.validated_global_batch:
+    batch = dp.batch_per_gpu * gpus
+    if batch <= dp.validated_global_batch:
         return None
-    return outcomes.of(Code.GLOBAL_BATCH, batch=batch, per_gpu=workload.batch_per_gpu, gpus=gpus,
-                       validated=workload.validated_global_batch, source=workload.comm_source)
+    return outcomes.of(Code.GLOBAL_BATCH, batch=batch, per_gpu=dp.batch_per_gpu, gpus=gpus,
+                       validated=dp.validated_global_batch, source=dp.comm_source)
 
 
 def ceil_s(x: Decimal) -> int:
