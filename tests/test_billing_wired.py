@@ -103,3 +103,31 @@ def test_a_capped_offer_costs_the_lesser_of_hours_and_its_day():
     assert sum(rec.breakdown.values()) == rec.cost and rec.breakdown["cap"] == Decimal(-660)
     assert [v.cost for v in rec.vms] == [Decimal(29040)]
     assert est.proven
+
+
+@pytest.mark.sshd
+def test_run_charges_its_measured_wall_time_by_the_ledgers_terms(gpuplan_home, tmp_path):
+    """`gpuplan run` on a cluster whose nodes bill by the started hour (¥990/h, Sakura's terms):
+    a run of seconds costs each node its hour, as the invoice will say."""
+    from gpuplan import paths
+    from support.sshd import start_hosts, stop_hosts
+
+    hosts = start_hosts(1, tmp_path)
+    state = State(paths.state_db())
+    try:
+        state.add_cluster("hourly", "baremetal", "loopback", "loopback", 1, ssh_user="root", price_jpy_per_hour=Decimal(990))
+        state.save_ssh_key("hourly", hosts[0].client_key_path, "")
+        h = hosts[0]
+        state.add_node("hourly", "hourly-0", gpus=1)
+        state.update_node("hourly", "hourly-0", status="running", public_ip=h.host, private_ip=h.host, ssh_port=h.port,
+                          provider_id="bm-0")
+        state.pin_host_key(h.host, h.port, h.host_public_key, cluster="hourly", node="hourly-0")
+        state.set_cluster_status("hourly", "ready")
+        state.ledger_start("hourly", "hourly-0", "sakura", "24Core-240GB-H100x1", Decimal(990),
+                           billing.Terms(Decimal(990), 3600, 3600, 3600))
+        summary = runner.run_items(state, "hourly", ["a"], ["sh", "-c", "echo {item}"])
+        assert summary.jobs[0].status == "ok" and summary.wall_seconds < 600
+        assert summary.yen == Decimal(990)  # was 990 x seconds / 3600: well under a yen
+    finally:
+        state.close()
+        stop_hosts(hosts)
