@@ -75,7 +75,7 @@ def _user_state():
 
 def _measured_setup(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
     """Latest measured setup seconds per offer from the user's state DB."""
-    out = {}
+    out: dict[tuple[str, str], tuple[int, str]] = {}
     if state is None:
         return out
     for o in cat.offers:
@@ -131,7 +131,7 @@ def _market(offers) -> str:
 def _machine_dicts(plan) -> list[dict[str, Any]]:
     """One object per machine, built from the plan's columns (plans of 20,000 jobs hold
     thousands of machines: no VmUse objects in between)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for m in plan.machines:
         for i, n in enumerate(m.counts):
             jobs_s, billed = m.jobs_s[i], m.billed_s[i]
@@ -207,12 +207,12 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str,
     }
 
 
-def _visible(est, show_all: bool) -> list:
+def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
     """The best two per offer, the best three mixes, the frontier, and each kind of exclusion once."""
     alike: dict[int, int] = {}
     if show_all:
         return list(est.plans), alike
-    seen: dict[tuple, int] = {}
+    seen: dict[Any, int] = {}
     reasons: set[tuple] = set()
     first_of: dict[tuple, object] = {}
     pareto = {id(p) for p in est.pareto}
@@ -244,7 +244,7 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
     """The table's rows, one cell per _HEADER column, as plain text."""
     rows, alike = _visible(est, show_all)
     pareto = {id(p) for p in est.pareto}
-    out = []
+    out: list[tuple[str, ...]] = []
     for p in rows:
         mark = "→" if p is est.recommended else ("·" if id(p) in pareto else "")
         fleet = p.label + (f" ({p.per_gpu}/GPU)" if p.per_gpu > 1 else "")
