@@ -114,7 +114,10 @@ def test_the_cases_exercise_the_decisions_that_used_to_read_words():
     late = _facts("--videos 40 --as-of 2017-08 --deadline 4h")
     assert any("deadline" in codes for *_, codes, _ in late["plans"])
     assert any("quota" in kinds for kinds in a["warning columns"])
-    assert _facts("--videos 8 --deadline 20m (nothing feasible)")["recommended"] is None
+    none = _facts("--videos 8 --deadline 20m (nothing feasible)")
+    assert none["recommended"] is None
+    # deadline misses fold where they read alike (to the minute shown), not to the exact second
+    assert sum(n for _, n in none["folded"]) > 40
 
 
 def test_an_outcome_carries_its_figures_into_json():

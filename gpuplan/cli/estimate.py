@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpuplan.errors import UsageError
-from gpuplan.planning import fmt
+from gpuplan.planning import fmt, outcomes
 from gpuplan.planning.outcomes import Code
 
 _FORMATS = ("table", "json", "csv")
@@ -225,7 +225,7 @@ def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
             if seen[key] <= (2 if len(p.fleet) == 1 else 3) or p is est.recommended or id(p) in pareto:
                 out.append(p)
         else:
-            kind = tuple(x.without("offer") for x in p.excluded_by)  # alike but for the offer's name
+            kind = tuple(outcomes.shown(x).without("offer") for x in p.excluded_by)  # read alike but for the offer's name
             if kind not in reasons:
                 reasons.add(kind)
                 out.append(p)

@@ -71,6 +71,20 @@ def of(code: Code, **figures: Any) -> Outcome:
     return Outcome(code, tuple(figures.items()))
 
 
+def shown(outcome: Outcome) -> Outcome:
+    """The outcome with its figures at the precision people read them (durations as fmt.duration
+    shows them, quantities to 3 decimals), whatever the words: outcomes that read alike are alike
+    here (the table folds rows so, and counts kinds of exclusion so)."""
+    f = dict(outcome.figures)
+    if outcome.code is Code.DEADLINE:
+        return of(Code.DEADLINE, by=fmt.duration(f["wall_s"] - f["deadline_s"]), wall=fmt.duration(f["wall_s"]),
+                  deadline=fmt.duration(f["deadline_s"]))
+    if outcome.code is Code.REAL_TIME:
+        return of(Code.REAL_TIME, gpu=f["gpu"], frame_ms=number(f["frame_s"] * 1000), need_ms=number(f["need_s"] * 1000),
+                  fps=number(f["fps"]), slower=f"{f['frame_s'] / f['need_s']:.2f}")
+    return Outcome(outcome.code, tuple((k, number(v) if isinstance(v, Decimal) else v) for k, v in outcome.figures))
+
+
 def only(outcomes: tuple[Outcome, ...], code: Code) -> bool:
     """Every outcome has this code (and there is at least one)."""
     return bool(outcomes) and all(o.code is code for o in outcomes)

@@ -167,7 +167,7 @@ def nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> str
         return (o.price_jpy_per_hour is None, (o.price_jpy_per_hour or 0) / max(1, o.gpu_count))
 
     best = min(plans, key=promise)
-    others = len({p.excluded_by[0] for p in plans}) - 1
+    others = len({outcomes.shown(p.excluded_by[0]) for p in plans}) - 1  # kinds as they read
     return (f"no feasible plan: the cheapest offer per GPU-hour, {best.fleet[0][0].name}, is excluded: {best.reason}"
             + (f" (and {others} other reason{'s' if others > 1 else ''}; --all lists them)" if others else ""))
 
