@@ -25,7 +25,9 @@ FIX = "write it with `gpuplan estimate ... --save`"
 
 @dataclass(frozen=True)
 class SavedPlan:
-    """A recommended plan as a file holds it. Fields a version-1 file may lack are None."""
+    """A recommended plan as a file holds it: each field as written, unchecked (a version-1 file
+    may lack any of them: they are then `missing`); target() and prediction() check what their
+    reader needs and say in one line what is wrong."""
 
     path: Path
     schema_version: int
@@ -37,7 +39,7 @@ class SavedPlan:
     market: str  # "on-demand" | "spot"
     wall_minutes: Any
     cost_jpy: Any  # exact to the sen where known
-    machines: Any  # a list of SavedMachine once checked
+    machines: Any  # one object per machine (jobs_s, idle_tail_s, billed_s, cost_jpy, jobs)
     workload: str = ""
     snapshot: str = ""
 
