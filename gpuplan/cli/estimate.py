@@ -173,6 +173,17 @@ def _machine_groups(plan) -> list[dict[str, Any]]:
     return out
 
 
+def _terms_dict(plan, offer) -> dict[str, Any] | None:
+    """How the offer's machines are billed in this plan (planning/billing.Terms); None where the
+    plan has no machines (excluded before it was scheduled)."""
+    t = next((m.terms for m in plan.machines if m.offer is offer), None)
+    if t is None:
+        return None
+    return {"price_jpy": _yen2(t.price_jpy), "period_s": t.period_s, "granularity_s": t.granularity_s,
+            "minimum_s": t.minimum_s, "daily_cap_jpy": None if t.daily_cap_jpy is None else _yen2(t.daily_cap_jpy),
+            "monthly_cap_jpy": None if t.monthly_cap_jpy is None else _yen2(t.monthly_cap_jpy)}
+
+
 def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str, Any]:
     """A plan as data: fleet, figures, codes (excluded_by, warned_by) and its machines grouped by
     schedule shape; with `schedule`, every machine on its own with its jobs too."""
@@ -184,7 +195,7 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str,
         "market": _market(o for o, _ in plan.fleet),
         "count": count if len(plan.fleet) == 1 else plan.count,
         "fleet": [{"instance_type": o.name, "count": n, "gpu": o.gpu, "gpus_per_machine": o.gpu_count,
-                   "market": o.market} for o, n in plan.fleet],
+                   "market": o.market, "billing": _terms_dict(plan, o)} for o, n in plan.fleet],
         "setup": plan.setup,
         "per_gpu": plan.per_gpu,
         "wall_minutes": _minutes(plan.wall_s),
