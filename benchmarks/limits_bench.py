@@ -1,18 +1,22 @@
 """Input limits benchmark: how long `gpuplan estimate` takes at the job limit, and how fast it
 refuses what is past it (docs/workloads.md, "Limits").
 
-Run: .venv/bin/python benchmarks/limits_bench.py
+Run: .venv/bin/python benchmarks/limits_bench.py [--only json,deadline]
 Prints, for each case, the wall time and peak memory of one fresh `gpuplan estimate`
 subprocess (table output, as a user gets it) and its exit code: MAX_JOBS (20,000) equal jobs
 (--videos) over the whole current catalog, without and with a deadline; MAX_JOBS jobs of
 mixed lengths (a workload file) without a deadline, with a 10 h one and with a tight 3 h one
 (thousands of machines); each against the 10 s target (issue 13); and the refusals of
 --videos 100000, a workload of 1,000,000 jobs (count:) and a workload file of one line per
-job past the file-size limit.
+job past the file-size limit. Then (issue 18) `--format json` at MAX_JOBS: its time and how
+many bytes it writes (targets 10 s and 30 MB); and what --deadline costs: the same estimate of
+1,000 and of MAX_JOBS mixed jobs with and without --deadline 10h, the difference in time and in
+peak memory (targets: under 1 s more at 1,000 jobs; at MAX_JOBS, within 1.5x the memory).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import subprocess
@@ -26,12 +30,17 @@ from gpuplan.planning.workloads import MAX_FILE_BYTES, MAX_JOBS
 TARGET_S = 10  # issue 13: 20,000 jobs, tight deadline included, on the 2-CPU dev machine
 
 
-def estimate(args: list[str], env: dict) -> tuple[float, int, int, str]:
-    """Wall seconds, peak RSS in MiB, exit code and stderr's last line of one `gpuplan estimate`."""
+JSON_TARGET_S, JSON_TARGET_MB = 10, 30  # issue 18: JSON at 20,000 jobs
+DEADLINE_TARGET_S, DEADLINE_MEMORY_RATIO = 1.0, 1.5  # issue 18: what --deadline may add
+
+
+def estimate(args: list[str], env: dict, out=None) -> tuple[float, int, int, str]:
+    """Wall seconds, peak RSS in MiB, exit code and stderr's last line of one `gpuplan estimate`
+    (its standard output into `out`, a file, where given)."""
     with tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "estimate", *args], env=env,
-                                stdout=subprocess.DEVNULL, stderr=err)
+                                stdout=out or subprocess.DEVNULL, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t0
         err.seek(0)
@@ -39,9 +48,60 @@ def estimate(args: list[str], env: dict) -> tuple[float, int, int, str]:
     return seconds, usage.ru_maxrss // 1024, os.waitstatus_to_exitcode(status), last
 
 
+def mixed_file(path: Path, jobs: int, seed: int = 1) -> Path:
+    rng = random.Random(seed)
+    path.write_text("name: mixed\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n"
+                    + "".join(f"  - {{units: {rng.randint(600, 20000)}}}\n" for _ in range(jobs)))
+    return path
+
+
+def json_cases(work: Path, env: dict) -> None:
+    print(f"--format json at {MAX_JOBS:,} jobs (targets < {JSON_TARGET_S} s, < {JSON_TARGET_MB} MB written)")
+    mixed = mixed_file(work / "mixed-json.yaml", MAX_JOBS)
+    for label, args in ((f"--videos {MAX_JOBS:,}", ["--videos", str(MAX_JOBS)]),
+                        (f"{MAX_JOBS:,} mixed jobs", ["--workload", str(mixed)])):
+        for fmt_args in (["--format", "table"], ["--format", "json"]):
+            with open(work / "out", "w") as out:
+                seconds, mib, code, _ = estimate(args + fmt_args, env, out)
+            size = (work / "out").stat().st_size
+            ok = seconds < JSON_TARGET_S and size < JSON_TARGET_MB * 10**6
+            verdict = f"  {'OK' if ok else 'OVER'}" if fmt_args[1] == "json" else ""
+            print(f"  {label:28s} {fmt_args[1]:5s} {seconds:6.1f} s  {size / 10**6:7.2f} MB written  {mib:5d} MiB peak"
+                  f"  exit {code}{verdict}")
+
+
+def deadline_cases(work: Path, env: dict) -> None:
+    print(f"what --deadline 10h costs (targets: < {DEADLINE_TARGET_S:.0f} s more at 1,000 jobs;"
+          f" at {MAX_JOBS:,}, peak memory within {DEADLINE_MEMORY_RATIO}x)")
+    for jobs in (1000, MAX_JOBS):
+        path = mixed_file(work / f"mixed-{jobs}.yaml", jobs, seed=jobs)
+        runs = {}
+        for label, extra in (("no deadline", []), ("--deadline 10h", ["--deadline", "10h"])):
+            best = None
+            for _ in range(3 if jobs <= 1000 else 1):  # the best of three where a run is short: the machine is shared
+                got = estimate(["--workload", str(path), *extra], env)
+                best = got if best is None or got[0] < best[0] else best
+            runs[label] = best
+            seconds, mib, code, _ = best
+            print(f"  {jobs:6,} mixed jobs, {label:15s} {seconds:6.2f} s  {mib:5d} MiB  exit {code}")
+        (t0, m0, _, _), (t1, m1, _, _) = runs["no deadline"], runs["--deadline 10h"]
+        ok = (t1 - t0 < DEADLINE_TARGET_S) if jobs <= 1000 else (m1 <= DEADLINE_MEMORY_RATIO * m0)
+        print(f"  {jobs:6,} mixed jobs: --deadline adds {t1 - t0:+.2f} s and {m1 - m0:+d} MiB"
+              f" ({m1 / max(1, m0):.2f}x the memory)  {'OK' if ok else 'OVER'}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="", help="comma-separated: limits, json, deadline (default: all)")
+    only = set(filter(None, parser.parse_args().only.split(",")))
     work = Path(tempfile.mkdtemp())
     env = dict(os.environ, GPUPLAN_HOME=str(work / "home"))
+    if only and "limits" not in only:
+        if "json" in only:
+            json_cases(work, env)
+        if "deadline" in only:
+            deadline_cases(work, env)
+        return
     rng = random.Random(1)
     mixed = work / "mixed.yaml"
     mixed.write_text("name: mixed\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n"
@@ -69,6 +129,9 @@ def main() -> None:
         seconds, mib, code, last = estimate(args, env)
         target = f"  target < {TARGET_S} s: {'OK' if seconds < TARGET_S else 'SLOW'}" if (label, args) in planned else ""
         print(f"  {label:52s} {seconds:6.1f} s  {mib:5d} MiB  exit {code}" + (f"  ({last[:70]})" if code else "") + target)
+    if not only:
+        json_cases(work, env)
+        deadline_cases(work, env)
 
 
 if __name__ == "__main__":

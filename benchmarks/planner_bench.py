@@ -53,7 +53,7 @@ def startup(argv: list[str], runs: int, env: dict) -> tuple[float, list[str]]:
 
 
 def optimizer_run(jobs: int, deadline_h: int, seed: int) -> None:
-    from gpuplan.planning import catalog, optimizer
+    from gpuplan.planning import catalog, optimizer, ranking
     from gpuplan.planning.model import Setting
     from gpuplan.planning.plan_types import Job, Workload
 
@@ -77,7 +77,7 @@ def optimizer_run(jobs: int, deadline_h: int, seed: int) -> None:
           f"{'OK' if took < 2 else 'SLOW'}")
     proven_schedules = sum(p.optimal for p in est.plans if p.machines)
     print(f"    recommendation proven optimal: {est.proven} (no schedule of any candidate fleet is cheaper by more "
-          f"than ¥{est.gap:.2f}, relative gap {Decimal(est.gap) / rec.cost:.1e}, tolerance {optimizer.RELATIVE_GAP}); "
+          f"than ¥{est.gap:.2f}, relative gap {Decimal(est.gap) / rec.cost:.1e}, tolerance {ranking.RELATIVE_GAP}); "
           f"{proven_schedules} of {sum(1 for p in est.plans if p.machines)} scheduled plans proven makespan-optimal; "
           f"the rest are bounded away from the pick")
     for line in est.extra.values():

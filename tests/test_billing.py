@@ -56,3 +56,10 @@ def test_terms_for_an_hourly_offer_carry_its_caps():
     assert charge(700 * HOUR_S, terms_for(o)) == Decimal(693000)
     capped = replace(o, daily_cap_jpy=Decimal(23100), monthly_cap_jpy=Decimal(385000))
     assert charge(700 * HOUR_S, terms_for(capped)) == Decimal(385000)
+
+
+def test_charge_yen_rounds_a_fraction_up():
+    # ¥990.50 of use is invoiced ¥991 (Decimal's // truncates toward zero: -(-x // 1) gave ¥990)
+    assert charge_yen(1801, Terms(Decimal(1981), HOUR_S, 1, 0)) == 992
+    assert charge_yen(1, Terms(Decimal(3600), HOUR_S, 1, 0)) == 1
+    assert charge_yen(2, Terms(Decimal(1800), HOUR_S, 1, 0)) == 1

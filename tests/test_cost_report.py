@@ -7,19 +7,24 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from gpuplan.operating import costs
-from gpuplan.planning import catalog
+from gpuplan.planning import billing, catalog
 
 T0 = datetime(2026, 10, 31, 23, 30, tzinfo=timezone.utc)
 
 
 def _row(cluster, node, provider, size, price, start, seconds):
+    """A ledger row as State.ledger_rows gives it: the terms are the catalog offer's, as provision records them."""
+    offer = next(o for o in catalog.load().offers if o.provider == provider and o.name == size and o.market == "on-demand")
+    terms = billing.terms_for(offer)
     return {"cluster": cluster, "node": node, "provider": provider, "size": size, "price_jpy_per_hour": Decimal(price),
-            "started_at": start, "stopped_at": start + timedelta(seconds=seconds) if seconds is not None else None}
+            "started_at": start, "stopped_at": start + timedelta(seconds=seconds) if seconds is not None else None,
+            "terms": billing.Terms(Decimal(price), terms.period_s, terms.granularity_s, terms.minimum_s,
+                                   terms.daily_cap_jpy, terms.monthly_cap_jpy)}
 
 
 def test_a_short_aws_hold_pays_the_60_s_minimum():
     rows = [_row("a", "a-0", "aws", "g4dn.xlarge", "120", T0, 30)]
-    [line] = costs.report(rows, catalog.load())
+    [line] = costs.report(rows)
     assert line.yen == Decimal(2)  # 60 s at ¥120/h, not 30 s
     assert line.seconds == 30 and "per second, minimum 60 s" in line.terms
 
@@ -27,10 +32,10 @@ def test_a_short_aws_hold_pays_the_60_s_minimum():
 def test_an_hourly_machine_across_a_month_end_pays_its_started_hours_once():
     # Sakura bills by the started hour: 23:30 -> 01:00 is 1.5 h held, 2 h billed; Oct gets the first hour
     rows = [_row("s", "s-0", "sakura", "24Core-240GB-H100x1", "990", T0, 5400)]
-    lines = costs.report(rows, catalog.load())
+    lines = costs.report(rows)
     assert [(x.month, x.yen) for x in lines] == [("2026-10", Decimal(990)), ("2026-11", Decimal(990))]
     assert sum(x.seconds for x in lines) == 5400
-    only_nov = costs.report(rows, catalog.load(), month="2026-11")
+    only_nov = costs.report(rows, month="2026-11")
     assert [x.month for x in only_nov] == ["2026-11"]
 
 
@@ -38,7 +43,7 @@ def test_machines_of_one_cluster_add_up_and_a_held_one_runs_to_now():
     rows = [_row("b", f"b-{i}", "aws", "g4dn.xlarge", "72", T0 + timedelta(hours=1), 3600) for i in range(3)]
     rows.append(_row("b", "b-3", "aws", "g4dn.xlarge", "72", T0 + timedelta(hours=1), None))
     at = T0 + timedelta(hours=3)
-    [line] = costs.report(rows, catalog.load(), at=at)
+    [line] = costs.report(rows, at=at)
     assert line.machines == 4 and line.running and line.seconds == 3 * 3600 + 2 * 3600
     assert line.yen == Decimal(72 * 5)
 
@@ -49,7 +54,8 @@ def test_the_cli_reports_from_the_ledger(cli, gpuplan_home):
     state = State.open_default()
     import time
 
-    state.ledger_start("demo", "demo-0", "sakura", "24Core-240GB-H100x1", Decimal(990))
+    sakura = next(o for o in catalog.load().offers if o.provider == "sakura" and o.name == "24Core-240GB-H100x1")
+    state.ledger_start("demo", "demo-0", "sakura", "24Core-240GB-H100x1", Decimal(990), billing.terms_for(sakura))
     time.sleep(1.1)  # the ledger keeps whole seconds
     state.ledger_stop("demo", "demo-0")  # held for a second or two: one started hour
     r = cli("cost-report")

@@ -187,3 +187,19 @@ def test_malformed_workload_file_names_file_and_field(cli, tmp_path):
     f.write_text("name: [x\n")
     r = cli("estimate", "--workload", str(f))
     assert r.code == 2 and "not valid YAML" in r.err
+
+
+def test_json_groups_machines_and_lists_schedules_for_the_pick_unless_asked(cli):
+    data = _json(cli, "--videos", "4", "--as-of", "2017-08")
+    rec = data["recommended"]
+    # 4x NC6 from an image: the builder, then four workers alike (one group of 4)
+    assert [(g["role"], g["machines"], g["jobs_s_max"], g["billed_s"], g["cost_jpy"]) for g in rec["machine_groups"]] == [
+        ("builder", 1, 0, 3600, "91.80"), ("worker", 4, 7200, 4 * 7200, "734.40")]
+    assert sum(len(m["jobs"]) for m in rec["machines"]) == 4
+    # the terms each size is billed by: Azure 2017, ¥91.80/h by the minute
+    assert rec["fleet"][0]["billing"] == {"price_jpy": "91.80", "period_s": 3600, "granularity_s": 60, "minimum_s": 60,
+                                          "daily_cap_jpy": None, "monthly_cap_jpy": None}
+    assert all("machines" not in p and p["machine_groups"] for p in data["plans"] if p["feasible"])
+    every = _json(cli, "--videos", "4", "--as-of", "2017-08", "--schedules")
+    assert all("machines" in p for p in every["plans"])
+    assert all(sum(g["machines"] for g in p["machine_groups"]) == len(p["machines"]) for p in every["plans"])

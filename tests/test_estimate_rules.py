@@ -8,7 +8,7 @@ import json
 import re
 from decimal import Decimal
 
-from gpuplan.planning import catalog, model, optimizer, workloads
+from gpuplan.planning import candidates, catalog, model, optimizer, workloads
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp
@@ -121,12 +121,12 @@ def test_the_billing_floor_is_a_lower_bound_of_every_schedule():
                  seconds_per_unit=Decimal(1), reference_gpu="K80", speed={"K80": Decimal(1)})
     setting = Setting(catalog=cat)
     plan = model.make_plan(w, setting, [(o1, 1), (o2, 1)], "scratch", 1, [(o1, 600, ("j0",)), (o2, 600, ("j1",))])
-    assert optimizer._Planner._floor(plan) == 1500
+    assert candidates.Planner._floor(plan) == 1500
     est = optimizer.estimate(w, setting)
     # so the mix from scratch is not even scheduled: 2x x (¥1,200, 20 min) beats its bound
     assert [p.setup for p in est.plans if len(p.fleet) == 2] == ["image"] and "1 mixed fleets" in est.extra["skipped_mixes"]
     image = next(p for p in est.plans if len(p.fleet) == 2)
-    assert optimizer._Planner._floor(image) == 600 <= image.cost == 2100  # the builder's hour; workers may idle
+    assert candidates.Planner._floor(image) == 600 <= image.cost == 2100  # the builder's hour; workers may idle
     assert est.recommended.cost == 600 and est.proven and est.gap == 0
 
 

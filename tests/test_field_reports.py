@@ -9,6 +9,7 @@ import pytest
 
 from gpuplan.planning import catalog, model, optimizer, workloads
 from gpuplan.planning.model import Setting
+from gpuplan.planning.outcomes import Code
 from support import planner as sp
 
 
@@ -30,9 +31,10 @@ def report_b():
 
 def test_report_b_allreduce_times_come_out_of_the_model(report_b):
     work, node, link, _ = report_b
-    assert work.gradient_bytes == 102_228_384  # report B's L
-    two, why = model.allreduce_seconds(work.gradient_bytes, 4, 2, node, link)
-    four, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    dp = work.data_parallel
+    assert dp.gradient_bytes == 102_228_384  # report B's L
+    two, why = model.allreduce_seconds(dp.gradient_bytes, 4, 2, node, link)
+    four, _ = model.allreduce_seconds(dp.gradient_bytes, 4, 4, node, link)
     # 2L(p-1)/p bytes over 10 GbE at report B's effective ~5 Gibit/s: 0.152 s and 0.228 s (report: ~0.15, ~0.22)
     assert _near(two, "0.15") and _near(four, "0.22")
     assert "2L(p-1)/p = 102.228 MB per step at 10 Gbit/s x 0.5369 effective (10GbE private network" in why
@@ -46,8 +48,9 @@ def test_report_b_scaling_per_doubling_comes_out_of_the_model(report_b):
     # about 1.5x per doubling: 2 -> 4 nodes (both over the network) 1.61x; 1 -> 16 processes 1.61x per doubling
     assert _near(up[4] / up[2], "1.5") and _near((up[4] ** Decimal("0.25")), "1.5")
     # and at 16 processes the allreduce took over half of each iteration
-    compute = work.seconds_per_unit / speed * work.batch_per_gpu / work.samples_per_unit
-    allreduce, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    dp = work.data_parallel
+    compute = work.seconds_per_unit / speed * dp.batch_per_gpu / dp.samples_per_unit
+    allreduce, _ = model.allreduce_seconds(dp.gradient_bytes, 4, 4, node, link)
     assert allreduce / (compute + allreduce) > Decimal("0.5")
 
 
@@ -91,11 +94,11 @@ def _clips(count: int, seconds: str = "147.5"):
     """Report C's clips on a GTX 1080: 147.5 s alone each (the figure behind the 495 s that the
     old rule gave 3 clips 2 per GPU), 2.4 GiB each, per-stream efficiency 71.55 % (2) and 57 % (3),
     start-up factor 1.2."""
-    from gpuplan.planning.plan_types import Job, Workload
+    from gpuplan.planning.plan_types import Job, Packing, Workload
 
     return Workload(name="clips", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="GTX 1080",
-                    speed={"GTX 1080": Decimal(1)}, memory_gib=Decimal("2.4"), startup_factor=Decimal("1.2"),
-                    packing={1: Decimal(1), 2: Decimal("0.7155"), 3: Decimal("0.57")},
+                    speed={"GTX 1080": Decimal(1)}, memory_gib=Decimal("2.4"),
+                    packing=Packing({1: Decimal(1), 2: Decimal("0.7155"), 3: Decimal("0.57")}, startup_factor=Decimal("1.2")),
                     jobs=tuple(Job(f"clip{i + 1}", Decimal(seconds)) for i in range(count)))
 
 
@@ -129,7 +132,7 @@ def test_packing_on_a_gpu_it_was_not_measured_on_is_not_planned():
     assert packed and all(not p.feasible and "per-stream efficiency measured only on GTX 1080" in p.reason for p in packed)
     # a figure measured on the T4 itself is used there
     t4_measured = replace(work, speed={"GTX 1080": Decimal(1), "T4": Decimal(1)},
-                          packing_by_gpu={"T4": {1: Decimal(1), 2: Decimal("0.9")}})
+                          packing=replace(work.packing, by_gpu={"T4": {1: Decimal(1), 2: Decimal("0.9")}}))
     plans = optimizer.estimate(t4_measured, Setting(catalog=cat), mixes=False).plans
     two = next(p for p in plans if p.per_gpu == 2 and p.count == 1)
     # two together: 147.5 x 1.2 / 0.9 = 196.67 s, then one alone 147.5 s -> 344.2 -> 345 s
@@ -243,8 +246,10 @@ def test_an_image_does_not_start_a_size_with_another_gpu():
     cat = catalog.load("2026-11")
     a, b = cat.resolve("aws:g4dn.xlarge", region="us-east-1"), cat.resolve("aws:g5.xlarge", region="us-east-1")
     setting = Setting(catalog=cat)
-    assert model.image_problem([a, a], setting) == ""
-    assert model.image_problem([a, b], setting).startswith(
+    assert model.image_problem([a, a], setting) is None
+    problem = model.image_problem([a, b], setting)
+    assert problem.code is Code.IMAGE and problem.get("other_gpu") == "A10G"
+    assert str(problem).startswith(
         "an image built on g4dn.xlarge (T4) cannot start g5.xlarge (A10G): aws images start the same gpu only")
     est = optimizer.estimate(workloads.videos(8), setting, provider="aws", region="us-east-1")
     mixes = [p for p in est.plans if len(p.fleet) == 2]
@@ -258,9 +263,10 @@ def test_overlap_hides_allreduce_behind_compute(report_b):
 
     work, node, link, speed = report_b
     # 4 nodes: compute 0.1668 s, allreduce 0.2285 s; overlapping all compute leaves 0.0617 s exposed
-    up = model.dp_speedup(replace(work, overlap=Decimal(1)), node, 4, speed, link)[0]
-    compute = work.seconds_per_unit / speed * 32 / work.samples_per_unit
-    allreduce, _ = model.allreduce_seconds(work.gradient_bytes, 4, 4, node, link)
+    overlapped = replace(work, data_parallel=replace(work.data_parallel, overlap=Decimal(1)))
+    up = model.dp_speedup(overlapped, node, 4, speed, link)[0]
+    compute = work.seconds_per_unit / speed * 32 / work.data_parallel.samples_per_unit
+    allreduce, _ = model.allreduce_seconds(work.data_parallel.gradient_bytes, 4, 4, node, link)
     assert up == (16 * compute / allreduce).quantize(Decimal("0.0001"))  # step = the allreduce alone
     assert up > model.dp_speedup(work, node, 4, speed, link)[0]
 

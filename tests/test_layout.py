@@ -38,3 +38,22 @@ def test_only_the_cli_knows_typer_and_rich_and_the_core_loads_no_sdk_at_import()
             continue
         assert not any(m.split(".")[0] in ("typer", "rich") for m in imports(path)), rel
         assert not any(m.split(".")[0] in SDKS for m in imports(path, top_level_only=True)), rel
+
+
+def test_scheduling_imports_nothing_of_gpuplan_and_the_optimizer_is_split_along_its_seams():
+    assert not [m for m in imports(PKG / "planning" / "scheduling.py") if m.startswith("gpuplan")]
+    for module in ("scheduling", "candidates", "ranking", "outcomes", "billing", "saved_plan"):
+        assert (PKG / "planning" / f"{module}.py").is_file(), module
+    # ranking reads no candidate internals at run time; the optimizer only runs the parts
+    assert not [m for m in imports(PKG / "planning" / "ranking.py", top_level_only=True)
+                if m.startswith("gpuplan.planning.candidates")]
+    assert len((PKG / "planning" / "optimizer.py").read_text().splitlines()) < 300
+
+
+def test_the_test_script_checks_types_against_a_baseline_that_may_only_shrink():
+    root = PKG.parent
+    script = (root / "scripts" / "test.sh").read_text()
+    assert "scripts/mypy_baseline.py" in script and script.index(".venv/bin/python scripts/mypy_baseline.py") < script.index("exec .venv/bin/python -m pytest")
+    assert '"mypy' in (root / "pyproject.toml").read_text()
+    baseline = (root / "scripts" / "mypy-baseline.txt").read_text()
+    assert "gpuplan/planning/" not in baseline  # planning has none: it is checked strictly

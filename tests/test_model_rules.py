@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.planning import model, optimizer
+from gpuplan.planning import model, optimizer, ranking
 from gpuplan.planning.model import Quotas, Setting
-from gpuplan.planning.plan_types import Job, Workload
+from gpuplan.planning.plan_types import DataParallel, Job, Packing, Workload
 from support import planner as sp
 
 
@@ -119,7 +119,7 @@ def test_colocation_slowdown_measured_and_default():
 
 
 def test_packing_fits_uses_measured_efficiency_and_startup_factor():
-    w = work(40, 40, 40, memory="2.4", packing={1: Decimal(1), 3: Decimal("0.57")})
+    w = work(40, 40, 40, memory="2.4", packing=Packing({1: Decimal(1), 3: Decimal("0.57")}))
     o = sp.offer(memory="8", price="3600", granularity=1, minimum=0)
     factor, _ = model.job_factor(w, o, sp.GPUS, 3, 1)
     assert factor == Decimal("1.2") / Decimal("0.57")
@@ -132,7 +132,7 @@ def test_packing_fits_uses_measured_efficiency_and_startup_factor():
 
 
 def test_packing_that_does_not_fit_and_unmeasured_efficiency_are_infeasible():
-    w = work(40, memory="3", packing={1: Decimal(1), 3: Decimal("0.57"), 4: None})
+    w = work(40, memory="3", packing=Packing({1: Decimal(1), 3: Decimal("0.57"), 4: None}))
     o = sp.offer(memory="8")
     big = sp.offer(memory="16")
     with pytest.raises(model.Infeasible, match="3 x 3 GiB fixed fractions exceed the 8 GiB"):
@@ -234,7 +234,7 @@ def test_owned_needs_the_flag_and_shows_break_even():
 
 
 def test_data_parallel_rule_of_thumb_without_gradient_bytes():
-    w = work(60, parallel="data")
+    w = work(60, data_parallel=DataParallel())
     # no gradient_bytes: 4 GPUs x 0.985^2 x 1.5 (two machines) = 5.82135, and the plan says it is a rule of thumb
     up, why = model.dp_speedup(w, sp.offer(gpus=4), 2, Decimal(1))
     assert up == Decimal("5.8214") and why.startswith("rule of thumb (the workload gives no gradient_bytes)")
@@ -265,7 +265,7 @@ def test_recommendation_is_proven_within_the_solver_gap_and_says_how_close():
     cat = sp.catalog([o], {"azure": sp.facts(setup_min=10, quota=10_000)})
     est = optimizer.estimate(w, Setting(catalog=cat, deadline_s=6 * 3600), mixes=False)
     rec = est.recommended
-    assert est.proven and Decimal(0) <= est.gap <= rec.cost * optimizer.RELATIVE_GAP
+    assert est.proven and Decimal(0) <= est.gap <= rec.cost * ranking.RELATIVE_GAP
     # the gap is honest: no candidate's own cost is below the pick's minus the gap
     assert all(p.cost >= rec.cost - est.gap for p in est.plans if p.feasible)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from gpuplan.planning import optimizer
+from gpuplan.planning import scheduling
 
 
 def brute_force(p, machines):
@@ -20,22 +20,22 @@ def brute_force(p, machines):
 
 def test_lpt_is_not_optimal_but_the_schedule_is():
     jobs = [3, 3, 2, 2, 2]
-    lpt = optimizer.lpt([jobs], [0, 0])
-    assert max(optimizer._loads([jobs], [0, 0], lpt)) == 7  # LPT: 3+2+2 | 3+2
-    s = optimizer.schedule([jobs], [0, 0])
+    lpt = scheduling.lpt([jobs], [0, 0])
+    assert max(scheduling._loads([jobs], [0, 0], lpt)) == 7  # LPT: 3+2+2 | 3+2
+    s = scheduling.schedule([jobs], [0, 0])
     assert s.makespan == 6 and s.optimal  # 3+3 | 2+2+2
     assert sorted(s.loads) == [6, 6]
 
 
 def test_milp_and_branch_and_bound_find_the_optimum_from_the_lpt_start():
     jobs = [3, 3, 2, 2, 2]
-    start = optimizer.lpt([jobs], [0, 0])
-    lb = optimizer.lower_bound([jobs], [0, 0])
+    start = scheduling.lpt([jobs], [0, 0])
+    lb = scheduling.lower_bound([jobs], [0, 0])
     assert lb == 6
-    assign, proven = optimizer._milp([jobs], [0, 0], start, lb, time_limit=5)
-    assert proven and max(optimizer._loads([jobs], [0, 0], assign)) == 6
-    assign, complete = optimizer._branch_and_bound([jobs], [0, 0], start, lb)
-    assert complete and max(optimizer._loads([jobs], [0, 0], assign)) == 6
+    assign, proven = scheduling._milp([jobs], [0, 0], start, lb, time_limit=5)
+    assert proven and max(scheduling._loads([jobs], [0, 0], assign)) == 6
+    assign, complete = scheduling._branch_and_bound([jobs], [0, 0], start, lb)
+    assert complete and max(scheduling._loads([jobs], [0, 0], assign)) == 6
 
 
 def test_schedules_match_brute_force_on_random_instances():
@@ -45,9 +45,9 @@ def test_schedules_match_brute_force_on_random_instances():
         machines = rng.choice([2, 3])
         jobs = [rng.randint(1, 9) for _ in range(rng.randint(4, 8))]
         best = brute_force(jobs, machines)
-        s = optimizer.schedule([jobs], [0] * machines)
+        s = scheduling.schedule([jobs], [0] * machines)
         assert s.makespan == best and s.optimal
-        lpt_worse += max(optimizer._loads([jobs], [0] * machines, optimizer.lpt([jobs], [0] * machines))) > best
+        lpt_worse += max(scheduling._loads([jobs], [0] * machines, scheduling.lpt([jobs], [0] * machines))) > best
     assert lpt_worse > 0  # the instances include ones where greedy falls short
 
 
@@ -55,15 +55,15 @@ def test_milp_on_a_larger_instance_reaches_the_bound():
     # 14 jobs (too many for branch and bound): 3,3,2,2,2 seven... two copies plus 4 ones on 4 machines
     jobs = [3, 3, 2, 2, 2, 3, 3, 2, 2, 2, 1, 1, 1, 1]
     types = [0] * 4
-    lb = optimizer.lower_bound([jobs], types)
+    lb = scheduling.lower_bound([jobs], types)
     assert lb == 7  # 28 / 4
-    assign, proven = optimizer._milp([jobs], types, optimizer.lpt([jobs], types), lb, time_limit=5)
-    assert proven and max(optimizer._loads([jobs], types, assign)) == 7
+    assign, proven = scheduling._milp([jobs], types, scheduling.lpt([jobs], types), lb, time_limit=5)
+    assert proven and max(scheduling._loads([jobs], types, assign)) == 7
 
 
 def test_mixed_speeds_related_machines():
     # three jobs of 4 s on a slow machine, 2 s on a fast one: fast takes two (4 s), slow one (4 s)
-    s = optimizer.schedule([[4, 4, 4], [2, 2, 2]], [0, 1])
+    s = scheduling.schedule([[4, 4, 4], [2, 2, 2]], [0, 1])
     assert s.makespan == 4 and s.optimal
     assert sorted(s.assign).count(1) == 2
 
@@ -71,7 +71,7 @@ def test_mixed_speeds_related_machines():
 def test_thousand_jobs_are_scheduled_optimally():
     rng = random.Random(3)
     jobs = [rng.choice([600, 900, 1200, 1800, 2400, 3600, 5400, 7200]) + rng.randint(0, 59) for _ in range(1000)]
-    s = optimizer.schedule([jobs], [0] * 37)
+    s = scheduling.schedule([jobs], [0] * 37)
     assert s.optimal and s.makespan == s.lower_bound
     assert sum(s.loads) == sum(jobs)
 
@@ -80,6 +80,6 @@ def test_lower_bound_counts_the_jobs_that_must_share_a_machine():
     # 7 jobs of 5 s on 3 machines: the average (12) and the 3rd + 4th longest (10) are weak;
     # of the 7 longest jobs some machine runs 3, so no schedule beats 15: LPT is proven by it
     jobs = [5] * 7
-    assert optimizer.lower_bound([jobs], [0, 0, 0]) == 15
-    s = optimizer.schedule([jobs], [0, 0, 0], exact=False)
+    assert scheduling.lower_bound([jobs], [0, 0, 0]) == 15
+    s = scheduling.schedule([jobs], [0, 0, 0], exact=False)
     assert s.makespan == 15 and s.optimal and s.method == "lpt"

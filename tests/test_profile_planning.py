@@ -36,7 +36,7 @@ def test_the_fixed_cost_is_paid_at_every_job_start_in_wall_time_and_yen(tmp_path
     # 4 jobs of 100 epochs x 1 s on one T4 at ¥3,600/h per second, no setup; 20 s per job start:
     # queued on one GPU: 4 x (20 + 100) = 480 s = ¥480 (without the fixed cost 400 s = ¥400)
     work = workloads.apply_profile(_videos(4), _profile(tmp_path, fixed_seconds_per_job=20))
-    assert work.job_start_s == 20 and work.startup_factor == 1
+    assert work.job_start_s == 20 and work.packing.startup_factor == 1
     one = sp.offer(gpu="T4", memory="16", price="3600", granularity=1, minimum=0)
     cat = sp.catalog([one], {"azure": sp.facts(setup_min=0)})
     plan = next(p for p in optimizer.estimate(work, Setting(catalog=cat), mixes=False).plans
@@ -118,7 +118,7 @@ def test_measured_data_parallel_efficiencies_change_the_estimates_speed(cli, tmp
         out = {}
         for n in (1, 2):
             p = next(p for p in plans if p["instance_type"] == "g5.12xlarge" and p["count"] == n and p["setup"] == "scratch")
-            out[n] = (p["machines"][0]["jobs_s"], p["assumptions"])
+            out[n] = (p["machine_groups"][0]["jobs_s_max"], p["assumptions"])  # machines one by one: --schedules
         return out
 
     measured = jobs_s("--profile", str(prof))

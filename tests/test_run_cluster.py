@@ -4,6 +4,7 @@ and a torchrun data-parallel job with gloo across the two "nodes"."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import sys
 from decimal import Decimal
@@ -95,7 +96,9 @@ def test_run_items_measures_wall_time_and_yen_from_the_cluster_price(cluster, tm
     summary = runner.run_items(state, "demo", ["1", "2", "3"], ["sh", "-c", "sleep 0.3; echo {item}"])
     assert [j.status for j in summary.jobs] == ["ok"] * 3 and len({j.slot for j in summary.jobs}) == 3
     assert summary.nodes == 2 and summary.price_jpy_per_hour == PRICE
-    assert summary.yen == PRICE * 2 * Decimal(str(summary.wall_seconds)) / 3600
+    # by the one billing rule: a cluster whose terms were never recorded is billed its hourly price
+    # by the started second (was: price x unrounded seconds, which no provider bills)
+    assert summary.yen == PRICE * 2 * math.ceil(summary.wall_seconds) / 3600
     cmp = runner.compare(summary, {"wall_s": Decimal(10), "yen": Decimal("2.04")})
     assert cmp.wall_error_pct == (Decimal(str(summary.wall_seconds)) - 10) / 10 * 100
     assert cmp.yen_error_pct == (summary.yen - Decimal("2.04")) / Decimal("2.04") * 100

@@ -23,13 +23,12 @@ def cost_report(
     from gpuplan.cli.tables import Column
     from gpuplan.operating import costs
     from gpuplan.operating.state import State
-    from gpuplan.planning import catalog
 
     if out_format not in ("table", "json"):
         raise UsageError(f"bad --format {out_format!r}: use table or json")
     if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):
         raise UsageError(f"bad --month {month!r}: write it as YYYY-MM, e.g. 2026-11")
-    lines = costs.report(State.open_default().ledger_rows(), catalog.load(), month.strip() if month else None)
+    lines = costs.report(State.open_default().ledger_rows(), month.strip() if month else None)
     total = sum((line.yen for line in lines), Decimal(0))
     if out_format == "json":
         print(json.dumps({"month": month, "total_jpy": _exact(total), "lines": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpuplan.errors import UsageError
-from gpuplan.planning import fmt
+from gpuplan.planning import fmt, outcomes
+from gpuplan.planning.outcomes import Code
 
 _FORMATS = ("table", "json", "csv")
 
@@ -73,7 +75,7 @@ def _user_state():
 
 def _measured_setup(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
     """Latest measured setup seconds per offer from the user's state DB."""
-    out = {}
+    out: dict[tuple[str, str], tuple[int, str]] = {}
     if state is None:
         return out
     for o in cat.offers:
@@ -129,22 +131,62 @@ def _market(offers) -> str:
 def _machine_dicts(plan) -> list[dict[str, Any]]:
     """One object per machine, built from the plan's columns (plans of 20,000 jobs hold
     thousands of machines: no VmUse objects in between)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for m in plan.machines:
-        yen, per = m.rate
         for i, n in enumerate(m.counts):
             jobs_s, billed = m.jobs_s[i], m.billed_s[i]
             base = {"instance_type": m.offer.name, "role": m.role, "setup_s": m.setup_s, "capture_s": m.capture_s,
                     "staging_s": m.staging_s, "jobs_s": jobs_s,
                     "job_starts_s": _yen2(m.job_starts_s[i] if m.job_starts_s else Decimal(0)),
                     "idle_tail_s": m.idle_s[i] if m.idle_s else 0, "billed_s": billed,
-                    "cost_jpy": _yen2(billed * yen / per)}
+                    "cost_jpy": _yen2(m.cost_of(i))}
             names = m.names[i] if m.names else ()
             out.extend({**base, "jobs": list(names[k]) if k < len(names) else []} for k in range(n))
     return out
 
 
-def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
+GROUPS_PER_COLUMN = 4  # a column of more kinds of machine (mixed job lengths) is one group with its range
+
+
+def _machine_groups(plan) -> list[dict[str, Any]]:
+    """The plan's machines grouped by schedule shape: machines of one size, role and start, each
+    kind of them (same busy and billed seconds) a group of its own where they are few, else one
+    group giving the range of busy seconds. Totals per group: billed seconds, idle tail, job
+    starts and yen; `machines` says how many."""
+    out = []
+    for m in plan.machines:
+        base = {"instance_type": m.offer.name, "role": m.role, "start_s": m.start_s, "setup_s": m.setup_s,
+                "capture_s": m.capture_s, "staging_s": m.staging_s}
+        kinds = len(m.counts)
+        runs = [(i, i + 1) for i in range(kinds)] if kinds <= GROUPS_PER_COLUMN else [(0, kinds)]
+        yen, per = m.rate
+        for lo, hi in runs:
+            n = m.counts[lo:hi]
+            billed = sum(map(operator.mul, m.billed_s[lo:hi], n))
+            cost = sum(map(operator.mul, m.costs[lo:hi], n), Decimal(0)) if m.costs else billed * yen / per
+            jobs = m.jobs_s[lo:hi]
+            out.append({**base, "machines": sum(n), "jobs_s_min": min(jobs), "jobs_s_max": max(jobs),
+                        "job_starts_s": _yen2(sum(map(operator.mul, m.job_starts_s[lo:hi], n), Decimal(0))
+                                              if m.job_starts_s else Decimal(0)),
+                        "idle_tail_s": sum(map(operator.mul, m.idle_s[lo:hi], n)) if m.idle_s else 0,
+                        "billed_s": billed, "cost_jpy": _yen2(cost)})
+    return out
+
+
+def _terms_dict(plan, offer) -> dict[str, Any] | None:
+    """How the offer's machines are billed in this plan (planning/billing.Terms); None where the
+    plan has no machines (excluded before it was scheduled)."""
+    t = next((m.terms for m in plan.machines if m.offer is offer), None)
+    if t is None:
+        return None
+    return {"price_jpy": _yen2(t.price_jpy), "period_s": t.period_s, "granularity_s": t.granularity_s,
+            "minimum_s": t.minimum_s, "daily_cap_jpy": None if t.daily_cap_jpy is None else _yen2(t.daily_cap_jpy),
+            "monthly_cap_jpy": None if t.monthly_cap_jpy is None else _yen2(t.monthly_cap_jpy)}
+
+
+def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str, Any]:
+    """A plan as data: fleet, figures, codes (excluded_by, warned_by) and its machines grouped by
+    schedule shape; with `schedule`, every machine on its own with its jobs too."""
     first, count = plan.fleet[0]
     return {
         "instance_type": first.name,
@@ -153,7 +195,7 @@ def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
         "market": _market(o for o, _ in plan.fleet),
         "count": count if len(plan.fleet) == 1 else plan.count,
         "fleet": [{"instance_type": o.name, "count": n, "gpu": o.gpu, "gpus_per_machine": o.gpu_count,
-                   "market": o.market} for o, n in plan.fleet],
+                   "market": o.market, "billing": _terms_dict(plan, o)} for o, n in plan.fleet],
         "setup": plan.setup,
         "per_gpu": plan.per_gpu,
         "wall_minutes": _minutes(plan.wall_s),
@@ -161,26 +203,29 @@ def plan_dict(plan, workload_name: str = "") -> dict[str, Any]:
         "cost_jpy": plan.cost_jpy,
         "cost_exact_jpy": _yen2(plan.cost) if plan.feasible or plan.machines else None,
         "breakdown": {k: _yen2(v) for k, v in plan.breakdown.items()},
-        "machines": _machine_dicts(plan),
+        "machine_groups": _machine_groups(plan),
+        **({"machines": _machine_dicts(plan)} if schedule else {}),
         "peak_vcpus": plan.peak_vcpus,
         "feasible": plan.feasible,
         "recommendable": plan.recommendable,
         "reason": plan.reason,
+        "excluded_by": [o.as_dict() for o in plan.excluded_by],
         "warnings": list(plan.warnings),
+        "warned_by": [o.as_dict() for o in plan.warned_by],
         "note": plan.note,
         "optimal": plan.optimal,
         "assumptions": list(plan.assumptions),
     }
 
 
-def _visible(est, show_all: bool) -> list:
+def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
     """The best two per offer, the best three mixes, the frontier, and each kind of exclusion once."""
     alike: dict[int, int] = {}
     if show_all:
         return list(est.plans), alike
-    seen: dict[tuple, int] = {}
-    reasons: set[str] = set()
-    first_of: dict[str, object] = {}
+    seen: dict[Any, int] = {}
+    reasons: set[tuple] = set()
+    first_of: dict[tuple, object] = {}
     pareto = {id(p) for p in est.pareto}
     out = []
     for p in est.plans:
@@ -191,8 +236,7 @@ def _visible(est, show_all: bool) -> list:
             if seen[key] <= (2 if len(p.fleet) == 1 else 3) or p is est.recommended or id(p) in pareto:
                 out.append(p)
         else:
-            o = p.fleet[0][0]
-            kind = p.reason.replace(o.name, "*")
+            kind = tuple(outcomes.shown(x).without("offer") for x in p.excluded_by)  # read alike but for the offer's name
             if kind not in reasons:
                 reasons.add(kind)
                 out.append(p)
@@ -214,13 +258,13 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
     shown = [p for p in rows if p.feasible]  # each column of durations in one unit (fmt.durations)
     walls = dict(zip(map(id, shown), fmt.durations([p.wall_s for p in shown])))
     billed = dict(zip(map(id, shown), fmt.durations([p.billed_s for p in shown])))
-    out = []
+    out: list[tuple[str, ...]] = []
     for p in rows:
         mark = "→" if p is est.recommended else ("·" if id(p) in pareto else "")
         fleet = p.label + (f" ({p.per_gpu}/GPU)" if p.per_gpu > 1 else "")
         where = f"{p.provider} {p.region}"
         if p.feasible:
-            status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warnings))})" if p.warnings else "")
+            status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warned_by))})" if p.warned_by else "")
             if not p.recommendable:
                 status = ("spot: not recommended without --spot" if _market(o for o, _ in p.fleet) == "spot"
                           else "owned: not recommended without --owned")
@@ -320,12 +364,15 @@ def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str
     return "\n".join(out) + "\n"
 
 
-def _warning_kinds(warnings) -> list[str]:
+_WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.SPOT: "spot",
+                 Code.GLOBAL_BATCH: "global batch"}
+
+
+def _warning_kinds(warned_by) -> list[str]:
     """One word per kind of warning for the table's narrow column (the lines follow the table)."""
     kinds = []
-    for w in warnings:
-        kind = ("quota" if "quota" in w else "spot" if w.startswith("spot") else
-                "global batch" if "global batch" in w else "see below")
+    for w in warned_by:
+        kind = _WARNING_WORD.get(w.code, "see below")
         if kind not in kinds:
             kinds.append(kind)
     return kinds
@@ -349,7 +396,7 @@ def _render_csv(est) -> None:
     import csv
 
     cols = ["provider", "region", "fleet", "setup", "per_gpu", "count", "wall_minutes", "billed_minutes", "cost_jpy",
-            "feasible", "recommended", "pareto", "reason", "warnings"]
+            "feasible", "recommended", "pareto", "reason", "warnings", "codes"]
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(cols)
     pareto = {id(p) for p in est.pareto}
@@ -357,14 +404,16 @@ def _render_csv(est) -> None:
         writer.writerow([p.provider, p.region, p.label, p.setup, p.per_gpu, p.count,
                          _minutes(p.wall_s) if p.feasible else "", _minutes(p.billed_s) if p.feasible else "",
                          p.cost_jpy if p.feasible else "", str(p.feasible).lower(), str(p is est.recommended).lower(),
-                         str(id(p) in pareto).lower(), p.reason, " | ".join(p.warnings)])
+                         str(id(p) in pareto).lower(), p.reason, " | ".join(p.warnings),
+                         " ".join(o.code.value for o in (*p.excluded_by, *p.warned_by))])
 
 
-def write_json(est, out) -> None:
-    """The estimate as indented JSON, written plan by plan: a 20,000-job estimate lists millions
-    of machines (every machine of every candidate), which held at once took gigabytes. Each
-    plan's machines are one line, written by the json module's C encoder (the indenting one
-    takes minutes over them)."""
+def write_json(est, out, schedules: bool = False) -> None:
+    """The estimate as indented JSON, written plan by plan: every plan with its fleet, figures,
+    codes and machines grouped by schedule shape; every machine with its jobs for the
+    recommendation, and for every plan only with `schedules` (a 20,000-job estimate lists
+    millions of machines: gigabytes). Machine lists are one line each, written by the json
+    module's C encoder (the indenting one takes minutes over them)."""
     name = est.workload.name
     head = {
         "snapshot": est.snapshot,
@@ -381,11 +430,11 @@ def write_json(est, out) -> None:
     }
     start, after_rec, after_plans, end = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_SLOT))
     out.write(start)
-    out.write(_plan_json(est.recommended, name, 2) if est.recommended else "null")
+    out.write(_plan_json(est.recommended, name, 2, True) if est.recommended else "null")
     for text, listed in ((after_rec, est.plans), (after_plans, est.pareto)):
         out.write(text + ("[" if listed else "[]"))
         for i, plan in enumerate(listed):
-            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4))
+            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4, schedules))
         out.write("\n  ]" if listed else "")
     out.write(end + "\n")
 
@@ -393,29 +442,26 @@ def write_json(est, out) -> None:
 _SLOT = "\0"  # where a part written on its own goes (no name or figure holds a NUL: files with one are refused)
 
 
-def _plan_json(plan, workload_name: str, indent: int) -> str:
-    data = plan_dict(plan, workload_name)
-    machines = json.dumps(data["machines"], ensure_ascii=False)
-    data["machines"] = _SLOT
-    text = json.dumps(data, indent=2, ensure_ascii=False).replace(json.dumps(_SLOT), machines)
+def _plan_json(plan, workload_name: str, indent: int, schedule: bool) -> str:
+    data = plan_dict(plan, workload_name, schedule)
+    lists = {}
+    for key in ("machine_groups", "machines"):
+        if key in data:
+            lists[key] = json.dumps(data[key], ensure_ascii=False)
+            data[key] = f"{_SLOT}{key}"
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    for key, listed in lists.items():
+        text = text.replace(json.dumps(f"{_SLOT}{key}"), listed)
     return text.replace("\n", "\n" + " " * indent)
 
 
 def save_plan(est, path: Path) -> None:
-    rec = est.recommended
-    if rec is None:
+    """The recommendation as a saved plan (planning/saved_plan.py) for `provision --plan` and `run --plan`."""
+    from gpuplan.planning import saved_plan
+
+    if est.recommended is None:
         raise UsageError(f"nothing to save to {path}: {est.reason}")
-    data = plan_dict(rec, est.workload.name)
-    data.update({
-        "snapshot": est.snapshot,
-        "workload": est.workload.name,
-        "setup_mode": rec.setup,
-        "count": rec.fleet[0][1],  # workers of the first (or only) type; `fleet` lists a mix in full
-    })
-    try:
-        Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write the plan to {path} ({exc.strerror})") from None
+    saved_plan.dump(saved_plan.data(est, plan_dict(est.recommended, est.workload.name)), path)
 
 
 def register(app: typer.Typer) -> None:
@@ -437,6 +483,7 @@ def register(app: typer.Typer) -> None:
         release: Annotated[str, typer.Option(metavar="when-done|at-end", help="Release each machine when its own jobs end (when-done), or every machine when the last job ends (at-end).")] = "when-done",
         plot: Annotated[Optional[Path], typer.Option(metavar="FILE.svg|png", help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
+        schedules: Annotated[bool, typer.Option("--schedules", help="With --format json, list every plan's machines with their jobs (by default only the recommendation's).")] = False,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
         from gpuplan.planning import catalog, optimizer, workloads
@@ -496,7 +543,7 @@ def register(app: typer.Typer) -> None:
             plotting.write(est, plot, deadline_s)
             print(f"plot written to {plot}", file=sys.stderr)
         if out_format == "json":
-            write_json(est, sys.stdout)
+            write_json(est, sys.stdout, schedules)
         elif out_format == "csv":
             _render_csv(est)
         else:

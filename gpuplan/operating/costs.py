@@ -29,21 +29,15 @@ class CostLine:
     terms: str  # how it is billed, in words
 
 
-def terms_for_row(row: dict, cat) -> tuple[billing.Terms, str]:
-    """The billing terms of one ledger row: the price the machine was provisioned at (the ledger's)
-    with the granularity, minimum and caps of its catalog offer. Kept in this one function so that
-    ledger rows that carry their own terms can be read here instead."""
-    price = row["price_jpy_per_hour"]
-    offer = next((o for o in cat.offers if o.provider == row["provider"] and o.name == row["size"]
-                  and o.market == "on-demand" and o.price_unit == "hour"), None)
-    if offer is None:  # owned hosts, or a size the catalog no longer lists: per second, no minimum
-        return billing.Terms(price), "per second (no catalog offer)"
-    t = billing.terms_for(offer)
+def terms_for_row(row: dict) -> tuple[billing.Terms, str]:
+    """The billing terms of one ledger row, as the ledger recorded them when the machine started
+    (rows from before the ledger kept terms read as per second, which is how they were counted),
+    and those terms in words."""
+    t = row["terms"]
     step = {1: "per second", 60: "per minute", 3600: "per hour"}.get(t.granularity_s, f"per {t.granularity_s} s")
     least = f", minimum {t.minimum_s} s" if t.minimum_s > t.granularity_s else ""
     caps = "".join(f", {w} cap ¥{c:,}" for w, c in (("daily", t.daily_cap_jpy), ("monthly", t.monthly_cap_jpy)) if c)
-    return billing.Terms(price, t.period_s, t.granularity_s, t.minimum_s, t.daily_cap_jpy, t.monthly_cap_jpy), \
-        f"{step}{least}{caps}"
+    return t, f"{step}{least}{caps}"
 
 
 def _month_starts(start: datetime, stop: datetime) -> list[datetime]:
@@ -55,7 +49,7 @@ def _month_starts(start: datetime, stop: datetime) -> list[datetime]:
     return out + [stop]
 
 
-def report(rows: list[dict], cat, month: str | None = None, at: datetime | None = None) -> list[CostLine]:
+def report(rows: list[dict], month: str | None = None, at: datetime | None = None) -> list[CostLine]:
     """Cost lines per (month, cluster, provider, size), oldest month first; only `month`'s if given."""
     at = at or datetime.now(timezone.utc)
     lines: dict[tuple, dict] = {}
@@ -63,7 +57,7 @@ def report(rows: list[dict], cat, month: str | None = None, at: datetime | None 
         start, stop = row["started_at"], row["stopped_at"] or at
         if stop <= start:
             continue
-        terms, words = terms_for_row(row, cat)
+        terms, words = terms_for_row(row)
         edges = _month_starts(start, stop)
         for a, b in zip(edges, edges[1:]):
             lo, hi = max(a, start), min(b, stop)

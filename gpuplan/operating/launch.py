@@ -5,7 +5,6 @@ carried out under the cluster's lock (image first when the plan says so, machine
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
@@ -15,7 +14,7 @@ from gpuplan.operating import images, lifecycle, locks
 from gpuplan.operating.lifecycle import Progress, ProvisionRequest
 from gpuplan.operating.provider import Provider, QuotaUsage
 from gpuplan.operating.state import ClusterRow, State
-from gpuplan.planning import fmt
+from gpuplan.planning import fmt, saved_plan
 from gpuplan.planning.types import Offer
 from gpuplan.planning.units import parse_count, parse_duration
 
@@ -63,37 +62,11 @@ def _spot_priced(offer: Offer) -> tuple[Offer, str]:
     return row, f"spot at {fmt.yen(row.price_jpy_per_hour)}/h (on demand {fmt.yen(offer.price_jpy_per_hour)}/h): {rule}"
 
 
-def read_plan(path: Path) -> dict:
-    """The plan saved by `gpuplan estimate --save`, checked: provider, instance_type and
-    region (if there) are names, count a whole number of machines, setup scratch or image."""
-    from gpuplan.userfiles import read_text
-
-    fix = "write it with `gpuplan estimate ... --save`"
-    try:
-        plan = json.loads(read_text(path, "plan file", fix))
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); {fix}") from None
-    if isinstance(plan, dict) and "recommended" in plan:
-        plan = plan["recommended"]
-    if not isinstance(plan, dict):
-        raise UsageError(f"plan file {path}: expected a JSON object with provider, instance_type and count; {fix}")
-    missing = [k for k in ("provider", "instance_type", "count") if k not in plan]
-    if missing:
-        raise UsageError(f"plan file {path} lacks {', '.join(missing)}; {fix}")
-    for key in ("provider", "instance_type", "region"):
-        value = plan.get(key)
-        if not (isinstance(value, str) and value.strip()) and not (key == "region" and value is None):
-            raise UsageError(f"plan file {path}: {key} must be a name, not {value!r}; {fix}")
-    count = plan["count"]
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise UsageError(f"plan file {path}: count must be a whole number of machines, not {count!r}; {fix}")
-    try:
-        parse_count(str(count))
-    except UsageError as exc:
-        raise UsageError(f"plan file {path}: {exc}") from None
-    if plan.get("setup") not in (None, "scratch", "image"):
-        raise UsageError(f"plan file {path}: setup must be scratch or image, not {plan['setup']!r}; {fix}")
-    return plan
+def read_plan(path: Path) -> tuple[str, str, str | None, int, str, str]:
+    """The plan saved by `gpuplan estimate --save` (planning/saved_plan.py), checked: provider,
+    instance type, region or None, count, setup and market."""
+    saved = saved_plan.load(path)
+    return (*saved.target(), saved.market)
 
 
 def order(target: str | None, count: str | None, *, plan: Path | None = None, region: str | None = None,
@@ -103,11 +76,9 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
     if plan is not None:
         if target or count:
             raise UsageError("give either an instance type and count or --plan, not both")
-        p = read_plan(plan)
-        offer, mapped = _live(f"{p['provider']}:{p['instance_type']}", region or p.get("region"))
-        n = int(p["count"])
-        setup = p.get("setup", "scratch")
-        spot = spot or p.get("market") == "spot"  # a plan made with `estimate --spot` on a spot price
+        provider, size, plan_region, n, setup, market = read_plan(plan)
+        offer, mapped = _live(f"{provider}:{size}", region or plan_region)
+        spot = spot or market == "spot"  # a plan made with `estimate --spot` on a spot price
     else:
         if not target:
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")

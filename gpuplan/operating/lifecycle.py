@@ -31,6 +31,7 @@ from gpuplan.operating import provider as providers
 from gpuplan.operating.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
 from gpuplan.operating.state import ClusterRow, NodeRow, State, now
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.planning.billing import Terms, terms_for
 from gpuplan.planning.types import Offer
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class ProvisionRequest:
     spot: bool = False
     ssh_cidr: str | None = None  # None: from config, else detected (see ssh_source)
     vcpus: int | None = None  # per machine, from the catalog row (None: the provider's own figure)
+    billing: Terms | None = None  # how each machine is billed (the ledger charges by it); None: per second
 
 
 def new_cluster_name() -> str:
@@ -128,7 +130,17 @@ def request_from_offer(
         spot=spot,
         ssh_cidr=ssh_cidr,
         vcpus=offer.vcpus or None,
+        billing=_terms(offer),
     )
+
+
+def _terms(offer: Offer) -> Terms | None:
+    """The offer's billing terms where its row prices it by the hour (a monthly rent needs FX the
+    request does not carry: its ledger counts the hourly equivalent by the second)."""
+    try:
+        return terms_for(offer)
+    except ValueError:
+        return None
 
 
 def get_provider(name: str) -> Provider:
@@ -327,7 +339,8 @@ def _record_instances(
             if address and (own or injected):
                 state.pin_host_key(address, inst.ssh_port, own or injected, cluster=req.name, node=inst.name,
                                    origin="node" if own else "injected")
-            state.ledger_start(req.name, inst.name, req.provider, req.size, req.price_jpy_per_hour or Decimal(0))
+            state.ledger_start(req.name, inst.name, req.provider, req.size, req.price_jpy_per_hour or Decimal(0),
+                               req.billing)
 
 
 def resolve_image(state: State, req: ProvisionRequest) -> str | None:

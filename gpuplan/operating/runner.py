@@ -18,7 +18,6 @@ saved plan predicted.
 
 from __future__ import annotations
 
-import json
 import queue
 import re
 import shlex
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import GpuplanError, NotFound, UsageError
+from gpuplan.planning import billing
+from gpuplan.planning.billing import Terms
 
 if TYPE_CHECKING:
     from gpuplan.operating.state import State
@@ -99,6 +100,7 @@ class RunSummary:
     price_jpy_per_hour: Decimal | None
     log_dir: Path
     quarantined: tuple[Quarantine, ...] = ()
+    terms: Terms | None = None  # how each node is billed (the cluster's ledger); None: its hourly price by the second
 
     @property
     def failed(self) -> list[JobResult]:
@@ -106,10 +108,9 @@ class RunSummary:
 
     @property
     def yen(self) -> Decimal | None:
-        """Every node billed for the run's wall time at the cluster's hourly price."""
-        if self.price_jpy_per_hour is None:
-            return None
-        return self.price_jpy_per_hour * self.nodes * Decimal(str(self.wall_seconds)) / 3600
+        """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge)."""
+        terms = self.terms or (billing.per_second(self.price_jpy_per_hour) if self.price_jpy_per_hour is not None else None)
+        return billing.measured_yen(self.wall_seconds, self.nodes, terms)
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -131,60 +132,11 @@ def read_items(path: Path) -> list[str]:
 
 
 def read_plan(path: Path) -> dict:
-    """What a plan file from `gpuplan estimate --save` predicts for the part `gpuplan run` measures.
+    """What a plan file from `gpuplan estimate --save` predicts for the part `gpuplan run`
+    measures (planning/saved_plan.py: SavedPlan.prediction)."""
+    from gpuplan.planning import saved_plan
 
-    A run starts on machines that are already set up, so the prediction it is compared with is
-    the plan's jobs phase: wall = the longest machine's jobs_s; yen = each machine's cost times
-    the share of its billed time spent on jobs and idle tail (setup, capture and staging left
-    out). The whole plan's wall and yen are kept beside it. Returns {"wall_s", "yen", "basis",
-    "plan_wall_s", "plan_yen"} with Decimal figures, and where the plan lists its machines, the
-    "workload", "provider", "instance_type" and number of "jobs" it planned (for calibration)."""
-    from gpuplan.userfiles import read_text
-
-    text = read_text(path, "plan file", f"write one with `gpuplan estimate ... --save {path}`")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
-    plan = data.get("recommended", data) if isinstance(data, dict) else None
-    if not isinstance(plan, dict):
-        raise UsageError(f"plan file {path}: expected a JSON object; write it with `gpuplan estimate --save`")
-    try:
-        wall = _figure(plan["wall_minutes"]) * 60 if plan.get("wall_minutes") is not None else None
-        cost = plan.get("cost_exact_jpy", plan.get("cost_jpy"))
-        yen = _figure(cost) if cost is not None else None
-        machines = plan.get("machines") or []
-        if not isinstance(machines, list) or not all(isinstance(m, dict) for m in machines):
-            raise ValueError("machines must be a list of objects")
-        if machines:
-            jobs_wall = Decimal(max(int(_figure(m["jobs_s"])) for m in machines))
-            jobs_yen = sum(
-                (_figure(m["cost_jpy"]) * (int(_figure(m["jobs_s"])) + int(_figure(m.get("idle_tail_s") or 0)))
-                 / int(_figure(m["billed_s"])) for m in machines if int(_figure(m["billed_s"])) > 0),
-                Decimal(0),
-            )
-            return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
-                    "plan_wall_s": wall, "plan_yen": yen, "workload": data.get("workload") or "",
-                    "provider": plan.get("provider") or "", "instance_type": plan.get("instance_type") or "",
-                    "jobs": sum(len(m.get("jobs") or ()) for m in machines)}
-    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
-        why = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
-        raise UsageError(f"plan file {path}: unreadable figure ({why}); write it with `gpuplan estimate ... --save`") from None
-    if wall is None or yen is None:
-        raise UsageError(f"plan file {path} has no wall time or cost; write it with `gpuplan estimate ... --save`")
-    return {"wall_s": wall, "yen": yen, "basis": "the whole plan", "plan_wall_s": wall, "plan_yen": yen}
-
-
-def _figure(value) -> Decimal:
-    """A plan's number: finite, not negative, at most 10^15 (yen or seconds)."""
-    try:
-        d = Decimal(str(value))
-    except ArithmeticError:
-        d = Decimal("NaN")
-    if isinstance(value, bool) or not d.is_finite() or not 0 <= d <= 10**15:
-        raise ValueError(f"{value!r} is not a number from 0 to 10^15")
-    return d
+    return saved_plan.load(path).prediction()
 
 
 def job_name(index: int, item: str) -> str:
@@ -527,7 +479,8 @@ def run_items(state: State, cluster: str, items: Sequence[str], command: Sequenc
         results.append(JobResult(j.name, j.item, label, node, "failed", j.attempts, seconds, log_path))
         state.record_run(cluster, j.name, node, label, "failed", j.attempts, seconds, str(log_path), _now())
     quarantined = tuple(Quarantine(node, why) for node, why in pool.out.items())
-    return RunSummary(cluster, tuple(results), wall, len(targets), row.price_jpy_per_hour, log_dir, quarantined)
+    return RunSummary(cluster, tuple(results), wall, len(targets), row.price_jpy_per_hour, log_dir, quarantined,
+                      state.ledger_terms(cluster))
 
 
 # --- torchrun mode ------------------------------------------------------------------------
@@ -581,7 +534,8 @@ def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: 
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         results = tuple(pool.map(node, range(len(targets))))
     wall = time.monotonic() - t0
-    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir)
+    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir,
+                      terms=state.ledger_terms(cluster))
 
 
 # --- measured vs predicted ----------------------------------------------------------------

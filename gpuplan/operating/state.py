@@ -21,6 +21,8 @@ from pathlib import Path
 
 from gpuplan import faults, paths
 from gpuplan.errors import UsageError
+from gpuplan.planning import billing
+from gpuplan.planning.billing import Terms
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS clusters (
@@ -100,7 +102,15 @@ CREATE TABLE IF NOT EXISTS ledger (
     size TEXT NOT NULL,
     price_jpy_per_hour TEXT NOT NULL,
     started_at TEXT NOT NULL,
-    stopped_at TEXT
+    stopped_at TEXT,
+    -- the billing terms (planning/billing.Terms) the row is charged by; rows from before they
+    -- were kept read as the per-second rule they were counted by then
+    price_jpy TEXT,                 -- per period_s (an hourly price, or a monthly rent)
+    period_s INTEGER NOT NULL DEFAULT 3600,
+    granularity_s INTEGER NOT NULL DEFAULT 1,
+    minimum_s INTEGER NOT NULL DEFAULT 0,
+    daily_cap_jpy TEXT,
+    monthly_cap_jpy TEXT
 );
 CREATE TABLE IF NOT EXISTS setup_times (
     provider TEXT NOT NULL,
@@ -173,7 +183,25 @@ def _refuse_unusable(path: Path) -> None:
 MIGRATIONS = [
     ("host_keys", "origin", "TEXT NOT NULL DEFAULT 'node'"),
     ("host_keys", "pending_key", "TEXT"),
+    # ledger rows keep their billing terms; older rows keep the per-second rule they were counted by
+    ("ledger", "price_jpy", "TEXT"),
+    ("ledger", "period_s", "INTEGER NOT NULL DEFAULT 3600"),
+    ("ledger", "granularity_s", "INTEGER NOT NULL DEFAULT 1"),
+    ("ledger", "minimum_s", "INTEGER NOT NULL DEFAULT 0"),
+    ("ledger", "daily_cap_jpy", "TEXT"),
+    ("ledger", "monthly_cap_jpy", "TEXT"),
 ]
+
+
+def _text(value: Decimal | None) -> str | None:
+    return str(value) if value is not None else None
+
+
+def _terms(row: sqlite3.Row) -> Terms:
+    """A ledger row's billing terms (rows older than the terms columns: per second, as counted then)."""
+    price = Decimal(row["price_jpy"] if row["price_jpy"] is not None else row["price_jpy_per_hour"])
+    caps = [Decimal(row[k]) if row[k] is not None else None for k in ("daily_cap_jpy", "monthly_cap_jpy")]
+    return Terms(price, row["period_s"], row["granularity_s"], row["minimum_s"], caps[0], caps[1])
 
 
 def now() -> datetime:
@@ -547,15 +575,20 @@ class State:
 
     # --- cost ledger ---------------------------------------------------------------------
 
-    def ledger_start(self, cluster: str, node: str, provider: str, size: str, price_jpy_per_hour: Decimal) -> None:
+    def ledger_start(self, cluster: str, node: str, provider: str, size: str, price_jpy_per_hour: Decimal,
+                     terms: Terms | None = None) -> None:
+        """A node starts being billed, by `terms` (default: its hourly price by the second)."""
+        t = terms or billing.per_second(price_jpy_per_hour)
         with self._tx() as db:
             open_rows = db.execute(
                 "SELECT 1 FROM ledger WHERE cluster=? AND node=? AND stopped_at IS NULL", (cluster, node)
             ).fetchall()
             if not open_rows:
                 db.execute(
-                    "INSERT INTO ledger (cluster, node, provider, size, price_jpy_per_hour, started_at) VALUES (?,?,?,?,?,?)",
-                    (cluster, node, provider, size, str(price_jpy_per_hour), _iso()),
+                    "INSERT INTO ledger (cluster, node, provider, size, price_jpy_per_hour, started_at, price_jpy, period_s,"
+                    " granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (cluster, node, provider, size, str(price_jpy_per_hour), _iso(), str(t.price_jpy), t.period_s,
+                     t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy), _text(t.monthly_cap_jpy)),
                 )
 
     def ledger_stop(self, cluster: str, node: str) -> None:
@@ -565,7 +598,8 @@ class State:
             )
 
     def ledger_seconds_and_yen(self, cluster: str, at: datetime | None = None) -> tuple[int, Decimal]:
-        """Machine-seconds so far and their cost in yen (unrounded Decimal), up to `at`."""
+        """Machine-seconds so far and what they are billed in yen (billing.charge by each row's
+        terms: a started hour of an hourly machine is a whole hour; exact Decimal), up to `at`."""
         at = at or now()
         seconds = 0
         yen = Decimal(0)
@@ -573,17 +607,21 @@ class State:
             stop = parse_time(r["stopped_at"]) or at
             s = max(0, int((stop - parse_time(r["started_at"])).total_seconds()))
             seconds += s
-            yen += Decimal(r["price_jpy_per_hour"]) * s / 3600
+            yen += billing.charge(s, _terms(r))
         return seconds, yen
 
     def ledger_rows(self) -> list[dict]:
         """Every ledger row (one machine held from started_at to stopped_at, or still held),
         oldest first: cluster, node, provider, size, price_jpy_per_hour (Decimal), started_at,
-        stopped_at (None while held)."""
+        stopped_at (None while held), terms (the billing Terms the row was started with)."""
         return [{"cluster": r["cluster"], "node": r["node"], "provider": r["provider"], "size": r["size"],
                  "price_jpy_per_hour": Decimal(r["price_jpy_per_hour"]), "started_at": parse_time(r["started_at"]),
-                 "stopped_at": parse_time(r["stopped_at"])}
+                 "stopped_at": parse_time(r["stopped_at"]), "terms": _terms(r)}
                 for r in self._query("SELECT * FROM ledger ORDER BY started_at, id")]
+    def ledger_terms(self, cluster: str) -> Terms | None:
+        """The billing terms of the cluster's latest ledger row (None where it has none)."""
+        rows = self._query("SELECT * FROM ledger WHERE cluster=? ORDER BY id DESC LIMIT 1", (cluster,))
+        return _terms(rows[0]) if rows else None
 
     # --- measured setup times and job runs ----------------------------------------------
 

@@ -39,7 +39,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal, overload
 
 from gpuplan.errors import UsageError
 from gpuplan.planning.types import Offer
@@ -244,7 +244,7 @@ class Catalog:
         """'active', 'retired 2023-09-06 -> Standard_NC4as_T4_v3' or 'price not sourced'."""
         if offer.retired(self.date):
             arrow = f" -> {offer.successor}" if offer.successor else ""
-            return f"retired {offer.retired_on.isoformat()}{arrow}"
+            return f"retired {offer.retired_on.isoformat() if offer.retired_on else '?'}{arrow}"
         if offer.price is None:
             return "price not sourced"
         return "active"
@@ -397,6 +397,10 @@ class _Where:
         return UsageError(f"{self.label}: bad {fieldname} {value!r}: expected {expected}")
 
 
+@overload
+def _dec(where: _Where, fieldname: str, value: Any, required: Literal[True]) -> Decimal: ...
+@overload
+def _dec(where: _Where, fieldname: str, value: Any, required: bool = False) -> Decimal | None: ...
 def _dec(where: _Where, fieldname: str, value: Any, required: bool = False) -> Decimal | None:
     if value is None or (isinstance(value, str) and value.strip() == ""):
         if required:
@@ -413,6 +417,10 @@ def _dec(where: _Where, fieldname: str, value: Any, required: bool = False) -> D
     return d
 
 
+@overload
+def _int(where: _Where, fieldname: str, value: Any, default: int) -> int: ...
+@overload
+def _int(where: _Where, fieldname: str, value: Any, default: None = None) -> int | None: ...
 def _int(where: _Where, fieldname: str, value: Any, default: int | None = None) -> int | None:
     if value is None or (isinstance(value, str) and value.strip() == ""):
         return default
@@ -430,6 +438,12 @@ def _int(where: _Where, fieldname: str, value: Any, default: int | None = None) 
 def _date(where: _Where, fieldname: str, value: Any) -> date | None:
     if value is None or value == "":
         return None
+    return _required_date(where, fieldname, value)
+
+
+def _required_date(where: _Where, fieldname: str, value: Any) -> date:
+    if value is None or value == "":
+        raise where.bad(fieldname, value, "a date YYYY-MM-DD")
     if isinstance(value, date):
         return value
     try:
@@ -537,7 +551,7 @@ def _fx_for(on: date, rows: list[tuple[str, dict[str, str]]]) -> dict[str, FxRat
     best: dict[str, FxRate] = {"JPY": FxRate("JPY", Decimal(1), "", "identity")}
     for label, row in rows:
         where = _Where(label)
-        d = _date(where, "date", row["date"])
+        d = _required_date(where, "date", row["date"])
         rate = FxRate(row["currency"].upper(), _dec(where, "jpy_per_unit", row["jpy_per_unit"], required=True),
                       d.isoformat(), row["source"], row.get("notes", ""))
         cur = best.get(rate.currency)
@@ -621,7 +635,8 @@ def _links() -> Mapping[tuple[str, str], Link]:
         values = {k: _dec(where, k, row[k]) for k in ("intra_node_gbps", "intra_node_effective",
                                                        "inter_node_gbps", "inter_node_effective")}
         for k in ("intra_node_effective", "inter_node_effective"):
-            if values[k] is not None and not 0 < values[k] <= 1:
+            share = values[k]
+            if share is not None and not 0 < share <= 1:
                 raise where.bad(k, row[k], "a share above 0 and at most 1")
         out[(row["provider"], row["name"])] = Link(
             provider=row["provider"], name=row["name"], intra_node_link=row["intra_node_link"],

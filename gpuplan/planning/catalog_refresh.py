@@ -263,7 +263,7 @@ def _write_snapshot(folder: Path, rows: list[dict[str, str]], fx_row: Mapping[st
         kept = {(r["provider"], r["name"], r["region"]) for r in rows}
         reader = csv.DictReader(spot.read_text(encoding="utf-8").splitlines())
         with open(folder / "spot.csv", "w", encoding="utf-8", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=reader.fieldnames, lineterminator="\n")
+            w = csv.DictWriter(f, fieldnames=reader.fieldnames or (), lineterminator="\n")
             w.writeheader()
             w.writerows(r for r in reader if (r["provider"], r["name"], r["region"]) in kept)
 
@@ -550,7 +550,7 @@ def _fetch_fx(fetcher: _Fetcher, day: date) -> dict[str, str]:
             continue
         rates = {c.get("currency"): c.get("rate") for c in cube if c.get("currency")}
         try:
-            usd, jpy = Decimal(rates["USD"]), Decimal(rates["JPY"])
+            usd, jpy = Decimal(rates["USD"] or ""), Decimal(rates["JPY"] or "")
             date.fromisoformat(when)
         except (KeyError, TypeError, InvalidOperation, ValueError):
             raise _malformed("www.ecb.europa.eu", f"no USD and JPY rates for {when}") from None

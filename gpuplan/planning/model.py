@@ -45,10 +45,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gpuplan.planning import fmt
-from gpuplan.planning.plan_types import Machines, Plan, Workload
+from gpuplan.planning import billing, fmt, outcomes
+from gpuplan.planning.outcomes import Code, Outcome
+from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
+
+if TYPE_CHECKING:
+    from gpuplan.planning.catalog import Catalog
 
 HOUR = Decimal(3600)
 
@@ -73,7 +78,7 @@ class Quotas:
 class Setting:
     """Everything outside the workload and fleet that a plan's figures depend on."""
 
-    catalog: object  # gpuplan.planning.catalog.Catalog (duck-typed: providers, gpus, fx, date, snapshot)
+    catalog: Catalog
     as_of_month: str = ""  # "YYYY-MM" the user planned for (default: the snapshot's)
     quotas: Quotas = field(default_factory=Quotas)
     deadline_s: int | None = None
@@ -84,7 +89,14 @@ class Setting:
 
 
 class Infeasible(Exception):
-    """A one-line reason an offer cannot run this workload at all."""
+    """Why an offer cannot run this workload at all: `outcome` (its words when printed)."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome)
+        self.outcome = outcome
+
+    def __str__(self) -> str:
+        return outcomes.render(self.outcome)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,8 +116,7 @@ def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str
         mine = info.rel_speed.get(workload.kind) if info is not None else None
         if ref is None or mine is None:
             missing = offer.gpu if mine is None else workload.reference_gpu
-            raise Infeasible(f"no {workload.kind} speed figure for {missing}; measure it (gpuplan bench) or add speed: to "
-                             f"the workload")
+            raise Infeasible(outcomes.of(Code.NO_SPEED, kind=workload.kind, gpu=missing))
         ref_s = workload.speed.get(workload.reference_gpu, Decimal(1))
         s = mine / ref * ref_s
         why = (f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured "
@@ -127,10 +138,11 @@ def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
 
 def packing_table(workload: Workload, offer: Offer) -> tuple[Mapping[int, Decimal | None] | None, str]:
     """The packing efficiencies measured for the offer's GPU, and on which GPU; None where none were."""
-    if offer.gpu in workload.packing_by_gpu:
-        return workload.packing_by_gpu[offer.gpu], offer.gpu
+    pk = workload.packing
+    if offer.gpu in pk.by_gpu:
+        return pk.by_gpu[offer.gpu], offer.gpu
     if offer.gpu == workload.reference_gpu:
-        return workload.packing, offer.gpu
+        return pk.efficiency, offer.gpu
     return None, ""
 
 
@@ -140,25 +152,25 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
         return Decimal(1), ""
     mem = workload.memory_gib
     if mem is None:
-        raise Infeasible(f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="no_memory"))
     if k * mem > offer.gpu_memory_gib:
-        raise Infeasible(f"{k} per GPU: {k} x {number_text(mem)} GiB fixed fractions exceed the {offer.gpu_memory_gib} GiB "
-                         f"of a {offer.gpu}")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="memory", need_gib=mem,
+                                     gpu_memory_gib=offer.gpu_memory_gib, gpu=offer.gpu))
     table, _ = packing_table(workload, offer)
     if table is None:
-        measured = sorted({workload.reference_gpu} | set(workload.packing_by_gpu)) if any(
-            k > 1 for k in workload.packing) or workload.packing_by_gpu else []
-        where = f"measured only on {', '.join(measured)}" if measured else "not measured"
-        raise Infeasible(f"{k} per GPU on {offer.gpu}: per-stream efficiency {where}; it depends on the job and"
-                         f" the GPU: measure it there (gpuplan bench --max-pack {k})")
+        pk = workload.packing
+        measured = sorted({workload.reference_gpu} | set(pk.by_gpu)) if any(
+            k > 1 for k in pk.efficiency) or pk.by_gpu else []
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="not_measured", gpu=offer.gpu,
+                                     measured_on=", ".join(measured)))
     if k in table and table[k] is None:
-        raise Infeasible(f"{k} per GPU: {k} jobs did not fit one {offer.gpu} in the measurement")
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="did_not_fit", gpu=offer.gpu))
     eff = table.get(k)
     if eff is None:
-        raise Infeasible(f"{k} per GPU: no measured per-stream efficiency for {k} jobs on one {offer.gpu} (measure it with "
-                         f"gpuplan bench)")
-    factor = workload.startup_factor / eff
-    return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {workload.startup_factor}"
+        raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="no_figure", gpu=offer.gpu))
+    startup = workload.packing.startup_factor
+    factor = startup / eff
+    return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {startup}"
                     f" -> each job takes {factor:.3f}x while {k} share the GPU; fewer left run at the efficiency"
                     " for their count (alone: full speed)")
 
@@ -169,18 +181,19 @@ def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: 
     measured efficiency for k on this GPU), and one line saying why. Raises Infeasible, saying
     by how much, where not even one stream keeps up."""
     st = workload.streams
+    assert st is not None  # only streams workloads are planned by stream capacity
     need = 1 / st.fps
     s, _ = speed(workload, offer, gpus)
     c, _ = colocation(workload, gpus_busy)
     alone = workload.seconds_per_unit / s * c
     fps = number_text(st.fps)
     if alone > need:
-        raise Infeasible(f"real time out of reach on a {offer.gpu}: one stream alone takes {number_text(alone * 1000)} ms"
-                         f" per frame, {fps} fps needs at most {number_text(need * 1000)} ms: {alone / need:.2f}x too slow")
+        raise Infeasible(outcomes.of(Code.REAL_TIME, gpu=offer.gpu, frame_s=alone, need_s=need, fps=st.fps))
     table, _ = packing_table(workload, offer)
+    measured = table or {}
     best, why_not = 1, ""
-    for k in sorted(k for k in (table or {}) if k > 1):
-        eff = table[k]
+    for k in sorted(k for k in measured if k > 1):
+        eff = measured[k]
         if eff is None or (workload.memory_gib is not None and k * workload.memory_gib > offer.gpu_memory_gib):
             why_not = f"{k} do not fit its memory"
             break
@@ -191,7 +204,7 @@ def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: 
             why_not = f"{k} would take {number_text(alone / eff * 1000)} ms per frame each"
             break
         best = k
-    per = alone / (table[best] if best > 1 else 1)
+    per = alone / (measured.get(best) or 1 if best > 1 else 1)
     if table is None:
         why_not = "packing not measured on this GPU"
     return best, (f"{best} stream{'s' if best > 1 else ''} per {offer.gpu} in real time: {number_text(per * 1000)} ms per frame"
@@ -205,7 +218,7 @@ def packing_rates(workload: Workload, offer: Offer, k: int) -> dict[int, Decimal
     rates = {1: Decimal(1)}
     for m in range(k, 1, -1):
         eff = (table or {}).get(m)
-        rates[m] = eff / workload.startup_factor if eff is not None else rates.get(m + 1, Decimal(0))
+        rates[m] = eff / workload.packing.startup_factor if eff is not None else rates.get(m + 1, Decimal(0))
     return rates
 
 
@@ -218,7 +231,7 @@ def shared_gpu(slots: Sequence[Sequence[Decimal]], rates: Mapping[int, Decimal],
         return Decimal(0), 0
     tiny = Decimal("1e-9")
     # per slot: [phase ("start" | "work" | "done"), remaining, job index]
-    state = [["start", start_s, 0] if start_s else ["work", q[0], 0] for q in queues]
+    state: list[list[Any]] = [["start", start_s, 0] if start_s else ["work", q[0], 0] for q in queues]
     now, last = Decimal(0), (Decimal(0), 0)
     while True:
         active = [s for s in state if s[0] != "done"]
@@ -249,19 +262,20 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
     cat = setting.catalog
     if offer.price_jpy_per_hour is None:
         what = "power price or power draw" if offer.kind == "owned" else "price"
-        raise Infeasible(f"{what} not sourced for {offer.name}; set it in prices.yaml")
+        raise Infeasible(outcomes.of(Code.UNPRICED, offer=offer.name, what=what))
     if offer.retired(cat.date):
-        succ = f"; successor {offer.successor}" if offer.successor else ""
-        raise Infeasible(f"{offer.name} retired on {offer.retired_on.isoformat()} (as of {cat.snapshot}){succ}")
+        retired_on = offer.retired_on.isoformat() if offer.retired_on else ""
+        raise Infeasible(outcomes.of(Code.RETIRED, offer=offer.name, retired_on=retired_on,
+                                     snapshot=cat.snapshot, successor=offer.successor or ""))
     month = setting.as_of_month or cat.snapshot
     priced = _month(offer.as_of)
     if priced and priced > month:
-        raise Infeasible(f"{offer.name} priced {offer.as_of}, after the as-of month {month}")
+        raise Infeasible(outcomes.of(Code.PRICED_LATER, offer=offer.name, priced=offer.as_of, month=month))
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
-        raise Infeasible(f"{offer.name} not available until {offer.available_from.isoformat()}")
+        raise Infeasible(outcomes.of(Code.NOT_AVAILABLE, offer=offer.name, available_from=offer.available_from.isoformat()))
     if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
-        raise Infeasible(f"a job needs {number_text(workload.memory_gib)} GiB, more than the {offer.gpu_memory_gib} GiB of a "
-                         f"{offer.gpu}")
+        raise Infeasible(outcomes.of(Code.MEMORY, need_gib=workload.memory_gib, gpu_memory_gib=offer.gpu_memory_gib,
+                                     gpu=offer.gpu))
     # where a workload gives no need, the offer's own memory bounds it: nothing more to check
     speed(workload, offer, cat.gpus)
 
@@ -328,14 +342,12 @@ def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Of
     g, n = gpus_per_node, nodes
     if n > 1:
         if link is None or link.inter_node_gbps is None:
-            raise Infeasible(f"no inter-node network figure for {offer.name} (catalog/links.csv):"
-                             " data-parallel over several machines is not planned on it")
+            raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="machines"))
         p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
         over = f"{n} machines"
     elif g > 1:
         if link is None or link.intra_node_gbps is None:
-            raise Infeasible(f"no GPU-to-GPU link figure for {offer.name} (catalog/links.csv):"
-                             " data-parallel over its GPUs is not planned")
+            raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="gpus"))
         p, gbps, eff, what = g, link.intra_node_gbps, link.intra_node_effective, link.intra_node_link
         over = f"{g} GPUs of one machine"
     else:
@@ -354,38 +366,41 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
     hidden behind `overlap` x compute; speed-up = g x n x compute / step. Without gradient_bytes,
     g x intra^log2(g) x inter^log2(n) (a rule of thumb, said so)."""
     g, n = offer.gpu_count, nodes
-    measured = workload.dp_efficiency.get((g * n, n))
+    dp = workload.data_parallel or DataParallel()
+    measured = dp.efficiency.get((g * n, n))
     if measured is not None:
         up = (g * n * measured).quantize(Decimal("0.0001"))
-        return up, f"efficiency {measured} measured for {g * n} GPUs on {n} machine{'s' if n > 1 else ''} ({workload.dp_source})"
+        return up, f"efficiency {measured} measured for {g * n} GPUs on {n} machine{'s' if n > 1 else ''} ({dp.source})"
     if g * n == 1:
         return Decimal(1), "one GPU"
-    if workload.gradient_bytes is None:
-        intra = Decimal(str(float(workload.intra_node_eff_per_doubling) ** math.log2(g)))
-        inter = Decimal(str(float(workload.inter_node_speedup_per_doubling) ** math.log2(n)))
+    if dp.gradient_bytes is None:
+        intra = Decimal(str(float(dp.intra_node_eff_per_doubling) ** math.log2(g)))
+        inter = Decimal(str(float(dp.inter_node_speedup_per_doubling) ** math.log2(n)))
         up = (g * intra * inter).quantize(Decimal("0.0001"))
-        return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {workload.intra_node_eff_per_doubling}"
-                    f" per doubling of GPUs, {workload.inter_node_speedup_per_doubling}x per doubling of machines;"
+        return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {dp.intra_node_eff_per_doubling}"
+                    f" per doubling of GPUs, {dp.inter_node_speedup_per_doubling}x per doubling of machines;"
                     " not measured for this layout")
-    compute = workload.seconds_per_unit / speed_on_offer * workload.batch_per_gpu / workload.samples_per_unit
-    ar, why = allreduce_seconds(workload.gradient_bytes, g, n, offer, link)
-    exposed = max(ar - workload.overlap * compute, Decimal(0))
+    # workloads.py requires batch_per_gpu and samples_per_unit with gradient_bytes
+    assert dp.batch_per_gpu is not None and dp.samples_per_unit is not None
+    compute = workload.seconds_per_unit / speed_on_offer * dp.batch_per_gpu / dp.samples_per_unit
+    ar, why = allreduce_seconds(dp.gradient_bytes, g, n, offer, link)
+    exposed = max(ar - dp.overlap * compute, Decimal(0))
     up = (g * n * compute / (compute + exposed)).quantize(Decimal("0.0001"))
-    hidden = f", {workload.overlap} of compute overlapped" if workload.overlap else ""
-    return up, (f"per step {number_text(compute)} s compute ({workload.batch_per_gpu} per GPU) + {number_text(exposed)} s"
-                f" allreduce{hidden}: {why}; gradients {workload.gradient_bytes:,} bytes ({workload.comm_source})")
+    hidden = f", {dp.overlap} of compute overlapped" if dp.overlap else ""
+    return up, (f"per step {number_text(compute)} s compute ({dp.batch_per_gpu} per GPU) + {number_text(exposed)} s"
+                f" allreduce{hidden}: {why}; gradients {dp.gradient_bytes:,} bytes ({dp.comm_source})")
 
 
-def global_batch_warning(workload: Workload, gpus: int) -> str:
+def global_batch_warning(workload: Workload, gpus: int) -> Outcome | None:
     """A warning where data-parallel over `gpus` GPUs makes the global batch larger than validated."""
-    if workload.batch_per_gpu is None or workload.validated_global_batch is None:
-        return ""
-    batch = workload.batch_per_gpu * gpus
-    if batch <= workload.validated_global_batch:
-        return ""
-    return (f"global batch {batch:,} ({workload.batch_per_gpu} per GPU x {gpus} GPUs) is past the"
-            f" {workload.validated_global_batch:,} validated ({workload.comm_source}): accuracy may suffer;"
-            " tune the learning rate and batch size first")
+    dp = workload.data_parallel
+    if dp is None or dp.batch_per_gpu is None or dp.validated_global_batch is None:
+        return None
+    batch = dp.batch_per_gpu * gpus
+    if batch <= dp.validated_global_batch:
+        return None
+    return outcomes.of(Code.GLOBAL_BATCH, batch=batch, per_gpu=dp.batch_per_gpu, gpus=gpus,
+                       validated=dp.validated_global_batch, source=dp.comm_source)
 
 
 def ceil_s(x: Decimal) -> int:
@@ -398,8 +413,7 @@ def ceil_s(x: Decimal) -> int:
 
 def billed(seconds: int, offer: Offer) -> int:
     """Seconds billed for `seconds` of use: rounded up to the granularity, at least the minimum."""
-    g = max(1, offer.billing_granularity_s)
-    return max(-(-seconds // g) * g, offer.billing_minimum_s if seconds > 0 else 0)
+    return billing.billed_seconds(seconds, offer.billing_granularity_s, offer.billing_minimum_s)
 
 
 def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, int, int, list[str]]:
@@ -423,27 +437,49 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     return setup, capture, launch, notes
 
 
-def image_problem(offers: Sequence[Offer], setting: Setting) -> str:
+def image_problem(offers: Sequence[Offer], setting: Setting) -> Outcome | None:
     """Why a fleet cannot start from an image built on its first offer ("" where it can): the
     provider could not capture one in the as-of month, or the image cannot start the other
     offer's size (catalog/images.csv). No rule for the provider: capture assumed possible."""
     cat = setting.catalog
     first = offers[0]
-    rule = cat.image_rule(first.provider, setting.as_of_month or cat.snapshot) if hasattr(cat, "image_rule") else None
+    rule = cat.image_rule(first.provider, setting.as_of_month or cat.snapshot)
     if rule is None:
-        return ""
+        return None
     if not rule.capture:
-        return f"no image capture on {first.provider} as of {setting.as_of_month or cat.snapshot} ({rule.source})"
+        return outcomes.of(Code.IMAGE, why="no_capture", provider=first.provider,
+                           month=setting.as_of_month or cat.snapshot, source=rule.source)
     for o in offers[1:]:
         if rule.usable_by == "same-size" and o.name != first.name or rule.usable_by == "same-gpu" and o.gpu != first.gpu:
-            return (f"an image built on {first.name} ({first.gpu}) cannot start {o.name} ({o.gpu}): {first.provider}"
-                    f" images start the {rule.usable_by.replace('-', ' ')} only ({rule.notes or rule.source})")
-    return ""
+            return outcomes.of(Code.IMAGE, why="other_size", offer=first.name, gpu=first.gpu, other=o.name, other_gpu=o.gpu,
+                               provider=first.provider, usable_by=rule.usable_by, source=rule.notes or rule.source)
+    return None
 
 
 def builder_is_worker(offer: Offer, setting: Setting) -> bool:
     facts = setting.catalog.providers.get(offer.provider)
     return bool(facts.builder_is_worker) if facts else True
+
+
+class Machine(NamedTuple):
+    """One worker machine given to make_plan on its own."""
+
+    offer: Offer
+    jobs_s: int  # its busiest slot's jobs, job starts included
+    names: tuple[str, ...] = ()
+    job_starts_s: Decimal | int = 0  # of jobs_s, the fixed cost of its job starts
+
+
+class _Run(NamedTuple):
+    """Machines of a plan that are billed alike: one role, start and setup, in columns."""
+
+    offer: Offer
+    role: str  # "builder", "worker", "builder+worker"
+    start_s: int
+    setup_s: int
+    capture_s: int  # billed capture time
+    staging_s: int
+    loads: Loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,16 +496,16 @@ class Loads:
 
 
 def _columns(vm_loads) -> list[Loads]:
-    """Loads as given, and runs of single machines (offer, seconds, names[, job starts]) of one
+    """Loads as given, and runs of single machines (Machine, or a tuple of its fields) of one
     offer as one Loads."""
     out: list[Loads] = []
-    singles: list[tuple] = []
+    singles: list[Machine] = []
 
     def flush() -> None:
         if singles:
-            starts = [x[3] if len(x) > 3 else Decimal(0) for x in singles]
-            out.append(Loads(singles[0][0], [x[1] for x in singles], [1] * len(singles),
-                             [(tuple(x[2]),) for x in singles], starts if any(starts) else ()))
+            starts = [Decimal(x.job_starts_s) for x in singles]
+            out.append(Loads(singles[0].offer, [x.jobs_s for x in singles], [1] * len(singles),
+                             [(tuple(x.names),) for x in singles], starts if any(starts) else ()))
             singles.clear()
 
     for load in vm_loads:
@@ -477,9 +513,10 @@ def _columns(vm_loads) -> list[Loads]:
             flush()
             out.append(load)
         else:
-            if singles and singles[0][0] is not load[0]:
+            one = load if isinstance(load, Machine) else Machine(*load)
+            if singles and singles[0].offer is not one.offer:
                 flush()
-            singles.append(load)
+            singles.append(one)
     flush()
     return out
 
@@ -531,10 +568,7 @@ class _AllButFirst(Sequence):
 
 def billed_each(head: int, jobs_s: Sequence[int], offer: Offer) -> list[int]:
     """billed(head + j) for each j: in one pass, as plans of thousands of machines need it."""
-    g, least = max(1, offer.billing_granularity_s), offer.billing_minimum_s
-    if g == 1:
-        return [x if x >= least else (least if x > 0 else 0) for x in (head + j for j in jobs_s)]
-    return [max(-(-x // g) * g, least) if x > 0 else 0 for x in (head + j for j in jobs_s)]
+    return billing.billed_each(head, jobs_s, offer.billing_granularity_s, offer.billing_minimum_s)
 
 
 def make_plan(
@@ -543,10 +577,10 @@ def make_plan(
     fleet: Sequence[tuple[Offer, int]],
     setup_mode: str,
     per_gpu: int,
-    vm_loads: Sequence[Loads | tuple],
+    vm_loads: Sequence[Loads | Machine | tuple],
     notes: Sequence[str] = (),
     optimal: bool = True,
-    warnings: Sequence[str] = (),
+    warnings: Sequence[Outcome | None] = (),
 ) -> Plan:
     """Price one plan. vm_loads: the worker machines in fleet order, as Loads (machines in
     columns) or one machine at a time as (offer, seconds of its jobs, job names[, seconds of
@@ -557,78 +591,88 @@ def make_plan(
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
     bw = builder_is_worker(first, setting)
     staging = workload.staging_s
-    # (offer, role, start, setup, billed capture, staging, loads)
-    runs: list[tuple] = []
+    runs: list[_Run] = []
     if setup_mode == "image":
         start_workers = setup + capture + launch
         if bw:
-            head, rest = _first_apart(loads[0])
-            runs.append((head.offer, "builder+worker", 0, setup, capture, staging, head))
+            builder, rest = _first_apart(loads[0])
+            runs.append(_Run(builder.offer, "builder+worker", 0, setup, capture, staging, builder))
             loads = ([rest] if rest else []) + loads[1:]
         else:
-            runs.append((first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
-        runs.extend((g.offer, "worker", start_workers, 0, 0, staging, g) for g in loads)
+            runs.append(_Run(first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
+        runs.extend(_Run(g.offer, "worker", start_workers, 0, 0, staging, g) for g in loads)
     else:
         setups = {id(first): setup}
         for g in loads:
             if id(g.offer) not in setups:
                 setups[id(g.offer)] = provider_times(g.offer, workload, setting)[0]
-            runs.append((g.offer, "worker", 0, setups[id(g.offer)], 0, staging, g))
+            runs.append(_Run(g.offer, "worker", 0, setups[id(g.offer)], 0, staging, g))
 
     # a builder that is not a worker is released after capture: unbilled, but wall time
     wall = max(start + s + c + st + max(g.jobs_s) + (capture if role == "builder" else 0)
                for _, role, start, s, c, st, g in runs)
 
     keys = ("setup", "capture", "staging", "jobs", "job_starts", "idle_tail", "rounding")
-    seconds_at: dict[tuple[Decimal, int], list] = {}  # yen per seconds -> seconds per part (summed, priced once)
+    # yen per seconds -> seconds per part (summed, priced once)
+    seconds_at: dict[tuple[Decimal, int], dict[str, Decimal | int]] = {}
     machines: list[Machines] = []
     total_billed = 0
+    capped = Decimal(0)  # what daily / monthly caps take off billed seconds x price (<= 0)
     at_end = setting.release == "at-end"
-    for o, role, start, s, c, st, g in runs:
+    for o, role, start, s, c, st, g in runs:  # _Run
         head = s + c + st
         n = sum(g.counts)
         jobs = sum(map(operator.mul, g.jobs_s, g.counts))
-        starts = sum(map(operator.mul, g.job_starts_s, g.counts), Decimal(0)) if g.job_starts_s else 0
+        starts: Decimal | int = sum(map(operator.mul, g.job_starts_s, g.counts), Decimal(0)) if g.job_starts_s else 0
         # a monthly server the user rents already bills nothing more for this batch
         free = o.kind == "monthly" and is_yours(o, workload, setting)
         idle: Sequence[int] = ()
         if at_end and role != "builder":  # kept until the last one ends: each busy from its start to the end
             idle = [wall - start - head - j for j in g.jobs_s]
             busy = wall - start
+            held = [busy] * len(g.counts)
             each = [busy if free else billed(busy, o)] * len(g.counts)
             idle_total, busy_total = n * busy - n * head - jobs, n * busy
         else:
-            each = [head + j for j in g.jobs_s] if free else billed_each(head, g.jobs_s, o)
+            held = [head + j for j in g.jobs_s]
+            each = held if free else billed_each(head, g.jobs_s, o)
             idle_total, busy_total = 0, n * head + jobs
         billed_total = sum(map(operator.mul, each, g.counts))
-        price = rate(o, workload, setting)
+        t = terms(o, workload, setting)
+        price = (t.price_jpy, max(1, t.period_s))
+        costs: list[Decimal] = []
+        if t.capped:  # a day or a month costs at most its cap: cost is no longer billed seconds x price
+            costs = [billing.charge(x, t) for x in held]
+            capped += sum(map(operator.mul, costs, g.counts)) - billed_total * price[0] / price[1]
         acc = seconds_at.get(price)
         if acc is None:
-            acc = seconds_at[price] = [0] * len(keys)
-        acc[0] += s * n
-        acc[1] += c * n
-        acc[2] += st * n
-        acc[3] += jobs - starts
-        acc[4] += starts
-        acc[5] += idle_total
-        acc[6] += billed_total - busy_total
+            acc = seconds_at[price] = dict.fromkeys(keys, 0)
+        acc["setup"] += s * n
+        acc["capture"] += c * n
+        acc["staging"] += st * n
+        acc["jobs"] += jobs - starts
+        acc["job_starts"] += starts
+        acc["idle_tail"] += idle_total
+        acc["rounding"] += billed_total - busy_total
         total_billed += billed_total
-        machines.append(Machines(o, role, start, s, c, st, price, g.counts, g.jobs_s, each, idle, g.job_starts_s,
-                                 g.names))
-    parts = {k: sum((acc[i] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for i, k in enumerate(keys)}
+        machines.append(Machines(o, role, start, s, c, st, t, g.counts, g.jobs_s, each, idle, g.job_starts_s,
+                                 g.names, costs))
+    parts = {k: sum((acc[k] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for k in keys}
     workers = sum(sum(m.counts) for m in machines if m.role != "builder")
+    if capped:
+        parts["cap"] = capped
     parts["one_off"] = workload.staging_jpy * workers
     total = sum(parts.values(), Decimal(0))
 
     provider, region = first.provider, first.region
-    reasons, warnings = [], [w for w in warnings if w]
-    peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings)
+    reasons: list[Outcome] = []
+    warned: list[Outcome] = [w for w in warnings if w is not None]
+    peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warned)
     if setting.deadline_s is not None and wall > setting.deadline_s:
-        reasons.append(f"misses the deadline by {fmt.duration(wall - setting.deadline_s)} (wall {fmt.duration(wall)} >"
-                       f" {fmt.duration(setting.deadline_s)})")
+        reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
     no_image = image_problem([first], setting)
     if no_image and setup_mode == "scratch":
-        time_notes.append(f"{no_image}: every machine runs setup")
+        time_notes.append(f"{outcomes.render(no_image)}: every machine runs setup")
     if setup_mode == "image" and not bw:
         time_notes.append(f"{provider}: the builder is deleted after capture and is not a worker (deallocated during "
                           f"capture: not billed)")
@@ -638,8 +682,7 @@ def make_plan(
     spot = [o for o, _ in fleet if o.market == "spot"]
     for o in dict.fromkeys(spot):
         rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
-        warnings.append(f"spot ({o.name}): {rule}; an interrupted job is lost and runs again, which this estimate does"
-                        " not price (no sourced interruption rate): checkpoint long jobs, or plan on demand")
+        warned.append(outcomes.of(Code.SPOT, offer=o.name, rule=rule))
         time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
@@ -659,7 +702,7 @@ def make_plan(
     return Plan(
         provider=provider, region=region, fleet=tuple(fleet), setup=setup_mode, per_gpu=per_gpu,
         machines=tuple(machines), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
-        feasible=not reasons, reason="; ".join(reasons), warnings=tuple(warnings),
+        feasible=not reasons, excluded_by=tuple(reasons), warned_by=tuple(warned),
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
         recommendable=recommendable, note=note,
     )
@@ -674,26 +717,34 @@ def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:
 def month_price(offer: Offer, setting: Setting) -> Decimal:
     """A monthly offer's rent in yen for one billed month (its row's price after FX)."""
     fx = setting.catalog.fx.get(offer.currency)
+    assert offer.price is not None  # a monthly offer's row gives its rent
     return offer.price * (fx.jpy_per_unit if fx is not None else Decimal(1))
 
 
-def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, int]:
-    """Yen per so many billed seconds, as (yen, seconds): an hourly price per 3600 s; a monthly
-    rent per its billing period (the catalog row's month: a started month costs the whole rent,
-    not 720 h x rent / 730 h); nothing for a monthly server the user already rents (--owned)."""
+def terms(offer: Offer, workload: Workload, setting: Setting) -> billing.Terms:
+    """How a machine of the offer is billed for this batch (billing.terms_for): an hourly price
+    per 3600 s with its row's granularity, minimum and caps; a monthly rent per its billing period
+    (the catalog row's month: a started month costs the whole rent, not 720 h x rent / 730 h);
+    nothing for a monthly server the user already rents (--owned)."""
     if offer.kind == "monthly" and is_yours(offer, workload, setting):
-        return Decimal(0), 1
+        return billing.Terms(Decimal(0), 1)
     if offer.price_unit == "month" and offer.price is not None:
-        return month_price(offer, setting), max(1, offer.billing_granularity_s)
-    return offer.price_jpy_per_hour, 3600
+        return billing.terms_for(offer, month_price(offer, setting))
+    return billing.terms_for(offer)
+
+
+def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, int]:
+    """Yen per so many billed seconds, as (yen, seconds), before any daily or monthly cap."""
+    t = terms(offer, workload, setting)
+    return t.price_jpy, max(1, t.period_s)
 
 
 def infeasible_plan(workload: Workload, setting: Setting, offer: Offer, count: int, setup_mode: str, per_gpu: int,
-                    reason: str) -> Plan:
+                    reason: Outcome) -> Plan:
     """A shown-but-excluded candidate: no schedule, no cost."""
     return Plan(
         provider=offer.provider, region=offer.region, fleet=((offer, count),), setup=setup_mode, per_gpu=per_gpu,
-        machines=(), wall_s=0, billed_s=0, cost=Decimal(0), breakdown={}, feasible=False, reason=reason,
+        machines=(), wall_s=0, billed_s=0, cost=Decimal(0), breakdown={}, feasible=False, excluded_by=(reason,),
         assumptions=tuple(_price_notes(offer, setting)),
     )
 
@@ -715,20 +766,22 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
     user_total = setting.quotas.total.get(provider)
     user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family)
     if user_total is not None and peak > user_total:
-        reasons.append(f"needs {peak} vCPUs at once, over your {provider} quota of {user_total}")
+        reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=user_total))
     for fam, need in by_family.items():
         hit = setting.quotas.family_limit(provider, fam)
         if hit is not None and need > hit[1]:
-            reasons.append(f"needs {need} vCPUs of {fam}, over your quota {provider}:{hit[0]}={hit[1]}")
+            reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=hit[0],
+                                       limit=hit[1]))
     if not user_given and facts is not None:
-        how = f"; raise it: {facts.how_to_raise}" if facts.how_to_raise else ""
+        how = facts.how_to_raise or ""
         if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
-            warnings.append(f"needs {peak} vCPUs, over {provider}'s default {facts.quota_name} quota of "
-                            f"{facts.default_quota_vcpus}{how}")
+            warnings.append(outcomes.of(Code.DEFAULT_QUOTA, vcpus=peak, provider=provider, quota_name=facts.quota_name,
+                                        limit=facts.default_quota_vcpus, how_to_raise=how))
         for fam, need in by_family.items():
             default = facts.family_quota_vcpus.get(fam)
             if fam and default is not None and need > default and not (default == facts.default_quota_vcpus and peak > default):
-                warnings.append(f"needs {need} vCPUs of {fam}, over its default quota of {default}{how}")
+                warnings.append(outcomes.of(Code.DEFAULT_FAMILY_QUOTA, vcpus=need, family=fam, limit=default,
+                                            how_to_raise=how))
         if facts.default_quota_vcpus is not None or facts.family_quota_vcpus:
             notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} vCPUs total"
                          + "".join(f", {f} {v}" for f, v in facts.family_quota_vcpus.items() if f in by_family)
@@ -748,8 +801,9 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     minimum = f", minimum {fmt.duration(offer.billing_minimum_s)}" if has_minimum else ""
     if offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
-        notes = [f"{offer.name}: power {offer.power_watts} W x {facts.power_price_jpy_per_kwh} JPY/kWh = "
-                 f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({facts.source}); purchase {fmt.yen(offer.price)} ({offer.source})"]
+        kwh, where = (facts.power_price_jpy_per_kwh, facts.source) if facts else ("?", "no provider facts")
+        notes = [f"{offer.name}: power {offer.power_watts} W x {kwh} JPY/kWh = "
+                 f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({where}); purchase {fmt.yen(offer.price)} ({offer.source})"]
     else:
         unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
         notes = [f"{offer.name} {offer.region}: {unit} = {fmt.yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 
+from gpuplan.planning import outcomes
+from gpuplan.planning.billing import Terms
+from gpuplan.planning.outcomes import Outcome
 from gpuplan.planning.types import Offer
 
 
@@ -32,6 +35,41 @@ class Streams:
 
 
 @dataclass(frozen=True)
+class Packing:
+    """k jobs per GPU. efficiency: k -> measured per-stream efficiency (time alone / time packed)
+    on the reference GPU; None = measured not to fit. by_gpu: the same per other GPU key. A GPU
+    with neither is not packed (efficiency depends on the job and the GPU: report C, the H100
+    measurements). startup_factor divides the packed per-job speed (report C's 1.2). Fewer jobs
+    left on a GPU than k run at the efficiency for that count (1 alone)."""
+
+    efficiency: Mapping[int, Decimal | None] = field(default_factory=dict)
+    by_gpu: Mapping[str, Mapping[int, Decimal | None]] = field(default_factory=dict)
+    startup_factor: Decimal = Decimal("1.2")
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """Each job spans every GPU of the fleet. efficiency {(GPUs, nodes): efficiency} measured
+    (source says where) wins; else the communication model: per step, compute (batch_per_gpu of
+    samples_per_unit at the GPU's speed) + the ring allreduce of gradient_bytes over the offer's
+    links (catalog/links.csv) not hidden by `overlap` (the share of compute it can overlap); where
+    gradient_bytes is not given, intra_node_eff_per_doubling and inter_node_speedup_per_doubling
+    (a rule of thumb). validated_global_batch: past batch_per_gpu x GPUs above it, plans carry a
+    warning (comm_source says where the communication figures come from)."""
+
+    efficiency: Mapping[tuple[int, int], Decimal] = field(default_factory=dict)
+    source: str = ""
+    gradient_bytes: int | None = None
+    batch_per_gpu: int | None = None
+    samples_per_unit: Decimal | None = None
+    overlap: Decimal = Decimal(0)
+    validated_global_batch: int | None = None
+    comm_source: str = ""
+    intra_node_eff_per_doubling: Decimal = Decimal("0.985")
+    inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
+
+
+@dataclass(frozen=True)
 class Workload:
     """A batch of jobs and the measured facts about how they run.
 
@@ -48,18 +86,8 @@ class Workload:
     max_speed: the job cannot go faster than this factor (small inputs that cannot fill a GPU).
     colocation_slowdown: G jobs on G GPUs of one machine -> factor >= 1 on each job's time;
         colocation_default applies for any G > 1 not listed.
-    packing: k jobs per GPU -> measured per-stream efficiency (time alone / time packed) on the
-        reference GPU; None = measured not to fit. packing_by_gpu: the same per other GPU key.
-        A GPU with neither is not packed (efficiency depends on the job and the GPU: report C, the
-        H100 measurements). startup_factor divides the packed per-job speed (report C's 1.2).
-        Fewer jobs left on a GPU than k run at the efficiency for that count (1 alone).
-    parallel: "none" (one job per GPU slot) or "data" (each job spans every GPU of the fleet):
-        dp_efficiency {(GPUs, nodes): efficiency} measured (dp_source says where) wins; else the
-        communication model: per step, compute (batch_per_gpu of samples_per_unit at the GPU's
-        speed) + the ring allreduce of gradient_bytes over the offer's links (catalog/links.csv)
-        not hidden by `overlap` (the share of compute it can overlap); where gradient_bytes is
-        not given, intra_node_eff_per_doubling and inter_node_speedup_per_doubling (a rule of
-        thumb). validated_global_batch: past batch_per_gpu x GPUs above it, plans carry a warning.
+    packing: k jobs per GPU (Packing); used where k > 1 fits.
+    data_parallel: the data-parallel facts (DataParallel), or None: one job per GPU slot.
     streams: real-time streams (unit "frame"; seconds_per_unit = seconds per frame alone): a GPU
         takes the most streams k whose per-frame time (alone time / efficiency(k)) keeps up.
     staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
@@ -85,20 +113,8 @@ class Workload:
     colocation_slowdown: Mapping[int, Decimal] = field(default_factory=dict)
     colocation_default: Decimal = Decimal("1.10")
     colocation_source: str = "ESTIMATE (not measured for this workload)"
-    packing: Mapping[int, Decimal | None] = field(default_factory=dict)
-    packing_by_gpu: Mapping[str, Mapping[int, Decimal | None]] = field(default_factory=dict)
-    startup_factor: Decimal = Decimal("1.2")
-    parallel: str = "none"
-    intra_node_eff_per_doubling: Decimal = Decimal("0.985")
-    inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
-    dp_efficiency: Mapping[tuple[int, int], Decimal] = field(default_factory=dict)
-    dp_source: str = ""
-    gradient_bytes: int | None = None
-    batch_per_gpu: int | None = None
-    samples_per_unit: Decimal | None = None
-    overlap: Decimal = Decimal(0)
-    validated_global_batch: int | None = None
-    comm_source: str = ""
+    packing: Packing = field(default_factory=lambda: Packing())
+    data_parallel: DataParallel | None = None  # each job over every GPU of the fleet; None: one job per GPU slot
     streams: Streams | None = None
     staging_s: int = 0
     staging_jpy: Decimal = Decimal(0)
@@ -109,6 +125,11 @@ class Workload:
 
     def job_seconds(self, job: Job) -> Decimal:
         return job.units * self.seconds_per_unit
+
+    @property
+    def parallel(self) -> str:
+        """"data" (each job over every GPU of the fleet) or "none" (one job per GPU slot)."""
+        return "data" if self.data_parallel is not None else "none"
 
 
 @dataclass(slots=True)  # not frozen: built by the thousand (JSON, plots), 5x cheaper so
@@ -136,7 +157,8 @@ class Machines:
     only when someone looks at them). Kind i is counts[i] machines alike: each busy jobs_s[i]
     seconds (job_starts_s[i] of them job starts), billed billed_s[i], idle idle_s[i] after its
     jobs; names[i] holds each one's job names (a tuple per machine). Empty job_starts_s,
-    idle_s or names mean zeros / none."""
+    idle_s or names mean zeros / none. costs[i] is what one of them costs where its terms cap a
+    day or a month (cost is then not billed seconds x rate); empty: billed_s[i] x rate."""
 
     offer: Offer
     role: str  # "builder" (set up, captured, deleted), "worker", "builder+worker"
@@ -144,27 +166,40 @@ class Machines:
     setup_s: int
     capture_s: int  # billed capture time
     staging_s: int
-    rate: tuple[Decimal, int]  # yen per so many billed seconds
+    terms: Terms  # how each is billed (planning/billing.py)
     counts: Sequence[int]
     jobs_s: Sequence[int]
     billed_s: Sequence[int]
     idle_s: Sequence[int] = ()
     job_starts_s: Sequence[Decimal] = ()
     names: Sequence[tuple[tuple[str, ...], ...]] = ()
+    costs: Sequence[Decimal] = ()
+
+    @property
+    def rate(self) -> tuple[Decimal, int]:
+        """Yen per so many billed seconds (before any cap)."""
+        return self.terms.price_jpy, max(1, self.terms.period_s)
+
+    def cost_of(self, i: int) -> Decimal:
+        """What one machine of kind i costs (exact Decimal)."""
+        if self.costs:
+            return self.costs[i]
+        yen, per = self.rate
+        return self.billed_s[i] * yen / per
 
     def each(self) -> list[VmUse]:
         """Every machine on its own, in order."""
         out = []
-        yen, per = self.rate
         head = self.setup_s + self.capture_s + self.staging_s
         for i, n in enumerate(self.counts):
             jobs, billed = self.jobs_s[i], self.billed_s[i]
             idle = self.idle_s[i] if self.idle_s else 0
             starts = self.job_starts_s[i] if self.job_starts_s else Decimal(0)
             names = self.names[i] if self.names else ()
+            cost = self.cost_of(i)
             for k in range(n):
                 out.append(VmUse(self.offer, self.role, self.setup_s, self.capture_s, self.staging_s, jobs, idle,
-                                 billed, billed * yen / per, self.start_s + head + jobs + idle,
+                                 billed, cost, self.start_s + head + jobs + idle,
                                  names[k] if k < len(names) else (), starts))
         return out
 
@@ -184,13 +219,23 @@ class Plan:
     cost: Decimal  # exact sum of VM costs and one-off items
     breakdown: Mapping[str, Decimal]  # setup, capture, staging, jobs, job_starts, idle_tail, rounding, one_off: sums to cost
     feasible: bool
-    reason: str  # why excluded (infeasible), or "" 
-    warnings: tuple[str, ...] = ()
+    excluded_by: tuple[Outcome, ...] = ()  # why excluded (infeasible); empty where feasible
+    warned_by: tuple[Outcome, ...] = ()
     assumptions: tuple[str, ...] = ()
     optimal: bool = True  # the schedule is proven optimal (makespan)
     peak_vcpus: int = 0
     recommendable: bool = True  # False for owned hardware the user did not say they own, spot without --spot
     note: str = ""  # e.g. owned hardware's purchase price and break-even
+
+    @property
+    def reason(self) -> str:
+        """Why excluded, in words ("" where feasible): for people only, never for a decision."""
+        return outcomes.sentences(self.excluded_by)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The warnings in words: for people only."""
+        return tuple(outcomes.render(o) for o in self.warned_by)
 
     @cached_property
     def vms(self) -> tuple[VmUse, ...]:

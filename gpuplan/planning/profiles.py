@@ -197,7 +197,8 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     unknown = set(prov) - set(Provenance.__dataclass_fields__)
     if unknown:
         raise UsageError(f"{where}: unknown provenance field(s) {sorted(unknown)}")
-    provenance = Provenance(**{k: (bool(v) if k == "quick" else str(v)) for k, v in prov.items() if v is not None})
+    fields: dict[str, Any] = {k: (bool(v) if k == "quick" else str(v)) for k, v in prov.items() if v is not None}
+    provenance = Provenance(**fields)
 
     slowdown = {}
     for g, v in (data.get("colocation_slowdown") or {}).items():

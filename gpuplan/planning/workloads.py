@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuplan.errors import UsageError
-from gpuplan.planning.plan_types import Job, Streams, Workload
+from gpuplan.planning.plan_types import DataParallel, Job, Packing, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
 
@@ -195,6 +195,21 @@ def from_dict(data: Any, where: str) -> Workload:
                 raise UsageError(f"{where}: data_parallel.gradient_bytes needs data_parallel.{needed} too"
                                  " (a step's compute time comes from them)")
     overlap = _dec(where, "data_parallel.overlap", dp.get("overlap", 0))
+    data_parallel = DataParallel(
+        efficiency=MappingProxyType(dp_eff),
+        source=str(sc.get("source") or where) if dp_eff else "",
+        gradient_bytes=_whole(where, "data_parallel.gradient_bytes", dp.get("gradient_bytes")),
+        batch_per_gpu=_whole(where, "data_parallel.batch_per_gpu", dp.get("batch_per_gpu")),
+        samples_per_unit=_dec(where, "data_parallel.samples_per_unit", dp["samples_per_unit"], positive=True)
+        if dp.get("samples_per_unit") is not None else None,
+        overlap=overlap,
+        validated_global_batch=_whole(where, "data_parallel.validated_global_batch", dp.get("validated_global_batch")),
+        comm_source=str(dp.get("source") or where) if dp else "",
+        intra_node_eff_per_doubling=_ratio(where, "scaling.intra_node_eff_per_doubling",
+                                           sc.get("intra_node_eff_per_doubling", "0.985")),
+        inter_node_speedup_per_doubling=_ratio(where, "scaling.inter_node_speedup_per_doubling",
+                                               sc.get("inter_node_speedup_per_doubling", "1.5")),
+    )
     if overlap > 1:
         raise UsageError(f"{where}: data_parallel.overlap = {overlap} is above 1; it is the share of a step's compute"
                          " the allreduce can hide behind")
@@ -248,23 +263,8 @@ def from_dict(data: Any, where: str) -> Workload:
         colocation_slowdown=MappingProxyType(slowdown),
         colocation_default=default,
         colocation_source=str(col.get("source") or "ESTIMATE (not measured for this workload)"),
-        packing=MappingProxyType(packing),
-        packing_by_gpu=MappingProxyType(by_gpu),
-        startup_factor=startup,
-        parallel=parallel,
-        intra_node_eff_per_doubling=_ratio(where, "scaling.intra_node_eff_per_doubling",
-                                           sc.get("intra_node_eff_per_doubling", "0.985")),
-        inter_node_speedup_per_doubling=_ratio(where, "scaling.inter_node_speedup_per_doubling",
-                                               sc.get("inter_node_speedup_per_doubling", "1.5")),
-        dp_efficiency=MappingProxyType(dp_eff),
-        dp_source=str(sc.get("source") or where) if dp_eff else "",
-        gradient_bytes=_whole(where, "data_parallel.gradient_bytes", dp.get("gradient_bytes")),
-        batch_per_gpu=_whole(where, "data_parallel.batch_per_gpu", dp.get("batch_per_gpu")),
-        samples_per_unit=_dec(where, "data_parallel.samples_per_unit", dp["samples_per_unit"], positive=True)
-        if dp.get("samples_per_unit") is not None else None,
-        overlap=overlap,
-        validated_global_batch=_whole(where, "data_parallel.validated_global_batch", dp.get("validated_global_batch")),
-        comm_source=str(dp.get("source") or where) if dp else "",
+        packing=Packing(MappingProxyType(packing), MappingProxyType(by_gpu), startup),
+        data_parallel=data_parallel if parallel == "data" else None,
         streams=streams,
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0), most=MAX_YEN),
@@ -301,6 +301,7 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
         )
     source = f"{o['profile_source']} (file {profile_path})"
     kept = [name for name in o["unmeasured"]]
+    packing_changes: dict[str, Any] = {}
     changes: dict[str, Any] = {
         "seconds_per_unit": o["seconds_per_unit"],
         "reference_gpu": o["reference_gpu"],
@@ -315,7 +316,7 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
     if o["fixed_seconds_per_job"] is not None:
         changes["job_start_s"] = o["fixed_seconds_per_job"]
         changes["job_start_source"] = source
-        changes["startup_factor"] = Decimal(1)  # start-up is now counted per job start, not as report C's factor
+        packing_changes["startup_factor"] = Decimal(1)  # start-up is now counted per job start, not as report C's factor
     if o["memory_need_gib"] is not None:
         changes["memory_gib"] = o["memory_need_gib"]
         changes["memory_source"] = f"smallest cap at full speed, {source}"
@@ -331,14 +332,17 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
         packing: dict[int, Decimal | None] = {k: e for k, e in o["packing_efficiency"].items() if k <= o["max_per_gpu"]}
         packing.update({k: None for k in o["packing_no_fit"]})
         packing[1] = Decimal(1)
-        changes["packing"] = MappingProxyType(packing)
-    if o["reference_gpu"] != workload.reference_gpu and len(workload.packing) > 1:
+        packing_changes["efficiency"] = MappingProxyType(packing)
+    pk = workload.packing
+    if o["reference_gpu"] != workload.reference_gpu and len(pk.efficiency) > 1:
         # the workload's own packing figures were measured on its old reference GPU: they stay that GPU's
-        changes["packing_by_gpu"] = MappingProxyType({workload.reference_gpu: workload.packing, **workload.packing_by_gpu})
-        changes.setdefault("packing", MappingProxyType({1: Decimal(1)}))
-    if any(g > 1 for g, _ in o["dp_efficiency"]):
-        changes["dp_efficiency"] = MappingProxyType(dict(o["dp_efficiency"]))
-        changes["dp_source"] = source
+        packing_changes["by_gpu"] = MappingProxyType({workload.reference_gpu: pk.efficiency, **pk.by_gpu})
+        packing_changes.setdefault("efficiency", MappingProxyType({1: Decimal(1)}))
+    if packing_changes:
+        changes["packing"] = replace(pk, **packing_changes)
+    if any(g > 1 for g, _ in o["dp_efficiency"]) and workload.data_parallel is not None:
+        changes["data_parallel"] = replace(workload.data_parallel, efficiency=MappingProxyType(dict(o["dp_efficiency"])),
+                                           source=source)
     return replace(workload, **changes)
 
 

@@ -1,0 +1,202 @@
+"""Ranking and proof: the order plans are recommended in, the cost / wall-time frontier, whether
+some schedule of a candidate fleet could still beat the pick (and by how much at most), and the
+one line that says why the pick won or why nothing can be recommended.
+
+The estimate is `proven` when no schedule of any candidate could beat the pick by more than
+HiGHS's own relative tolerance (1e-4), and says by how much at most.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING
+
+from gpuplan.planning import fmt, model, outcomes
+from gpuplan.planning.model import Setting
+from gpuplan.planning.outcomes import Code
+from gpuplan.planning.plan_types import Plan
+from gpuplan.planning.units import format_duration
+
+if TYPE_CHECKING:
+    from gpuplan.planning.candidates import Candidate
+
+RELATIVE_GAP = Decimal("1e-4")  # HiGHS mip_rel_gap default: "optimal" means within this
+
+
+RULES = {  # how plans rank, the objective first; said in every why-line that a tie decides
+    "cost": "ties on cost break on wall time, then on fewer warnings, then on fewer machines (cost in whole yen, as shown)",
+    "time": "ties on wall time break on cost, then on fewer warnings, then on fewer machines (cost in whole yen, as shown)",
+}
+
+
+def rank_key(plan: Plan, objective: str):
+    """The order plans are recommended in (RULES): cost in whole yen (what is shown: a sen
+    cheaper never outranks hours faster) or wall time, then the other, then fewer warnings (a
+    plan over a default quota loses a tie to one within it), then fewer machines."""
+    if objective == "time":
+        return (plan.wall_s, plan.cost_jpy, len(plan.warned_by), plan.count)
+    return (plan.cost_jpy, plan.wall_s, len(plan.warned_by), plan.count)
+
+
+def whole_yen(amount: Decimal) -> int:
+    return int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def pick(plans: list[Plan], objective: str) -> tuple[Plan | None, list[Plan]]:
+    eligible = sorted((p for p in plans if p.feasible and p.recommendable), key=lambda p: rank_key(p, objective))
+    return (eligible[0] if eligible else None), eligible
+
+
+def could_beat(cand: Candidate, rec: Plan, objective: str, deadline_s: int | None) -> bool:
+    """Could some schedule of this candidate's fleet rank before the recommendation?"""
+    p = cand.plan
+    if not p.recommendable or (not p.feasible and not outcomes.only(p.excluded_by, Code.DEADLINE)):
+        return False
+    if deadline_s is not None and cand.wall_lb > deadline_s:
+        return False
+    yen = whole_yen(cand.cost_lb)
+    warned = len(p.warned_by)  # a fleet's warnings do not depend on its schedule
+    bound = (yen, cand.wall_lb, warned, p.count) if objective == "cost" else (cand.wall_lb, yen, warned, p.count)
+    return bound < rank_key(rec, objective)
+
+def could_join(cand: Candidate, front: list[Plan], deadline_s: int | None) -> bool:
+    """Could some schedule of this candidate's fleet join the cost / wall-time frontier (no
+    plan of it, its own aside, at most as dear and as long as its bounds)?"""
+    p = cand.plan
+    if not p.recommendable or (not p.feasible and not outcomes.only(p.excluded_by, Code.DEADLINE)):
+        return False
+    if deadline_s is not None and cand.wall_lb > deadline_s:
+        return False
+    i = bisect.bisect_right([q.cost for q in front], cand.cost_lb) - 1  # the quickest plan at most as dear
+    if i >= 0 and front[i] is p:
+        i -= 1
+    return i < 0 or front[i].wall_s > cand.wall_lb
+
+
+def gap(open_: list[Candidate], rec: Plan | None, objective: str, deadline_s: int | None) -> tuple[Decimal | int, bool]:
+    """How much better than the pick any schedule of any candidate could at most be (yen for
+    cost, seconds for time), and whether that is within the MILP solvers' own tolerance.
+
+    Why a tolerance: with per-second billing, fleets of one type differ in cost only by how each
+    machine's seconds round, a few yen on a large batch; proving which schedule rounds best is
+    as hard as the whole problem and worth nothing. HiGHS calls a MILP optimal at a relative gap
+    of 1e-4 (its mip_rel_gap default); the estimate is `proven` on the same terms, and says the gap."""
+    if rec is None:
+        return 0, False
+    cost = objective == "cost"
+    mine = rec.cost if cost else rec.wall_s
+    bounds = [c.cost_lb if cost else c.wall_lb for c in open_ if could_beat(c, rec, objective, deadline_s)]
+    gap = max(mine - min(bounds, default=mine), mine * 0)  # Decimal yen for cost, int seconds for time
+    return gap, gap <= RELATIVE_GAP * mine
+
+
+def pareto(plans: list[Plan]) -> list[Plan]:
+    out: list[Plan] = []
+    best_wall = None
+    for p in sorted(plans, key=lambda p: (p.cost, p.wall_s, p.count)):
+        if best_wall is None or p.wall_s < best_wall:
+            out.append(p)
+            best_wall = p.wall_s
+    return out
+
+
+def why(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[Plan], setting: Setting) -> str:
+    """One line: why the pick won, naming the rule that decided against each plan that tied with
+    it on the objective; or why nothing can be recommended."""
+    if rec is None:
+        return nothing_feasible(plans, objective, setting)
+    if objective == "time":
+        head = f"fastest feasible plan ({fmt.duration(rec.wall_s)} wall, {fmt.yen(rec.cost)})"
+        same = f"as fast ({fmt.duration(rec.wall_s)})"
+        lost = ("dearer", "as dear, but with more warnings", "as dear with as many warnings, but more machines")
+    else:
+        head = f"cheapest feasible plan ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)} wall)"
+        same = f"also {fmt.yen(rec.cost)}"
+        lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
+    mine = rank_key(rec, objective)
+    by_rule: dict[int, list[str]] = {}
+    for p in eligible:
+        theirs = rank_key(p, objective)
+        if p is rec or theirs[0] != mine[0]:
+            continue
+        rule = next((i for i in (1, 2, 3) if theirs[i] != mine[i]), 4)
+        label = f"{p.label} {'from an image' if p.setup == 'image' else 'from scratch'}"
+        by_rule.setdefault(rule, [])
+        if label not in by_rule[rule]:
+            by_rule[rule].append(label)
+    if not by_rule:
+        return head
+    parts = []
+    for rule in sorted(by_rule):
+        labels = by_rule[rule]
+        more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
+        why = lost[rule - 1] if rule < 4 else "equal on every rule, listed after it"
+        parts.append(f"{', '.join(labels[:3])}{more} ({why})")
+    return f"{head}; {same}: {'; '.join(parts)}: {RULES[objective]}"
+
+
+def nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> str:
+    """Why nothing can be recommended, naming what excludes the most promising plan: the best
+    ranked of those that were scheduled and then excluded (a deadline, a quota), saying by how
+    much; else the exclusion of the cheapest offer per GPU-hour."""
+    if any(p.feasible for p in plans):
+        return "no plan can be recommended: the only feasible ones use owned hardware; name it with --owned"
+    scheduled = sorted((p for p in plans if p.machines and p.recommendable), key=lambda p: rank_key(p, objective))
+    if scheduled:
+        best = scheduled[0]
+        how = "from an image" if best.setup == "image" else "from scratch"
+        which = "fastest" if objective == "time" else "cheapest"
+        first = outcomes.render(best.excluded_by[0])
+        text = f"no feasible plan: the {which}, {best.label} {how} ({fmt.yen(best.cost)}), {first}"
+        if setting.deadline_s is not None and best.excluded_by[0].code is Code.DEADLINE:
+            fastest = min(scheduled, key=lambda p: p.wall_s)
+            least = format_duration(-(-fastest.wall_s // 60) * 60)
+            if fastest is best:
+                text += f"; no plan is faster: give --deadline {least} or more"
+            else:
+                text += (f"; the fastest, {fastest.label} {'from an image' if fastest.setup == 'image' else 'from scratch'}"
+                         f" ({fmt.yen(fastest.cost)}), takes {fmt.duration(fastest.wall_s)}: give --deadline {least} or more")
+        return text
+    if not plans:
+        return "no feasible plan: no candidates"
+
+    def promise(p: Plan):
+        o = p.fleet[0][0]
+        return (o.price_jpy_per_hour is None, (o.price_jpy_per_hour or 0) / max(1, o.gpu_count))
+
+    best = min(plans, key=promise)
+    others = len({outcomes.shown(p.excluded_by[0]) for p in plans}) - 1  # kinds as they read
+    return (f"no feasible plan: the cheapest offer per GPU-hour, {best.fleet[0][0].name}, is excluded: {best.reason}"
+            + (f" (and {others} other reason{'s' if others > 1 else ''}; --all lists them)" if others else ""))
+
+
+def break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
+    """The note of an owned or monthly machine's plan, with its break-even against the best
+    hourly plan: batches to pay off a purchase; hours a month above which monthly rent wins."""
+    from dataclasses import replace
+
+    mine = plan.fleet[0][0]
+    if hourly is None:
+        return replace(plan, note=f"{plan.note}; no hourly plan to compare it with")
+    hours = Decimal(plan.wall_s) / 3600
+    if mine.kind == "monthly":
+        rent = model.month_price(mine, setting)
+        per_hour = hourly.cost / hours  # what the hourly plan costs per hour of this work on the monthly server
+        need = (rent / per_hour).quantize(Decimal(1), rounding=ROUND_CEILING)
+        month_h = mine.billing_granularity_s // 3600
+        line = (f"break-even: renting it at {fmt.yen(rent)} a month beats {hourly.label} ({fmt.yen(hourly.cost)} for this"
+                f" batch, {fmt.duration(plan.wall_s)} of work here) when it is busy more than {fmt.count(int(need))} h a month"
+                + (f" (more than the month's {month_h} h: never)" if need > month_h else ""))
+        return replace(plan, note=f"{plan.note}; {line}")
+    saving = hourly.cost - plan.cost
+    if saving <= 0:
+        line = (f"buying never pays off: the best hourly plan costs {fmt.yen(hourly.cost)} per batch, power alone "
+                f"{fmt.yen(plan.cost)}")
+    else:
+        batches = math.ceil((mine.price or Decimal(0)) / saving)
+        line = (f"buying pays off after {fmt.count(batches)} batches like this one "
+                f"(about {fmt.count(int(batches * hours))} hours of this work on it) against {fmt.yen(hourly.cost)} per batch"
+                f" for {hourly.label}")
+    return replace(plan, note=f"{plan.note}; {line}")

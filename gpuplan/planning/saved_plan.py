@@ -1,0 +1,181 @@
+"""The saved plan: what `gpuplan estimate --save` writes and `provision --plan` and `run --plan`
+read. One type, one writer (`dump`), one reader (`load`), a schema version in the file.
+
+Version 2 (this one) is the recommended plan's JSON (as `estimate --format json` lists it) with
+`schema_version`, the catalog snapshot and the workload. Version 1 files (no `schema_version`:
+written before it, or by hand; possibly wrapped as {"recommended": {...}}) load the same way;
+a file from a newer gpuplan is refused in one line saying how to make one this version reads.
+Each reader checks what it needs: provision a provider, size and count; run the figures it
+compares with (`prediction`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import UsageError
+
+SCHEMA_VERSION = 2
+FIX = "write it with `gpuplan estimate ... --save`"
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    """A recommended plan as a file holds it: each field as written, unchecked (a version-1 file
+    may lack any of them: they are then `missing`); target() and prediction() check what their
+    reader needs and say in one line what is wrong."""
+
+    path: Path
+    schema_version: int
+    provider: Any
+    instance_type: Any
+    region: Any
+    count: Any  # workers of the first (or only) offer type
+    setup: Any  # "scratch" | "image"
+    market: str  # "on-demand" | "spot"
+    wall_minutes: Any
+    cost_jpy: Any  # exact to the sen where known
+    machines: Any  # one object per machine (jobs_s, idle_tail_s, billed_s, cost_jpy, jobs)
+    workload: str = ""
+    snapshot: str = ""
+
+    def target(self) -> tuple[str, str, str | None, int, str]:
+        """What provision creates: (provider, instance type, region or None, count, setup), checked."""
+        from gpuplan.planning.units import parse_count
+
+        path = self.path
+        missing = [k for k in ("provider", "instance_type", "count") if getattr(self, k) is _MISSING]
+        if missing:
+            raise UsageError(f"plan file {path} lacks {', '.join(missing)}; {FIX}")
+        for key in ("provider", "instance_type", "region"):
+            value = getattr(self, key)
+            if key == "region" and value in (None, _MISSING):
+                continue
+            if not (isinstance(value, str) and value.strip()):
+                raise UsageError(f"plan file {path}: {key} must be a name, not {value!r}; {FIX}")
+        count = self.count
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise UsageError(f"plan file {path}: count must be a whole number of machines, not {count!r}; {FIX}")
+        try:
+            parse_count(str(count))
+        except UsageError as exc:
+            raise UsageError(f"plan file {path}: {exc}") from None
+        if self.setup not in (_MISSING, None, "scratch", "image"):
+            raise UsageError(f"plan file {path}: setup must be scratch or image, not {self.setup!r}; {FIX}")
+        region = None if self.region is _MISSING else self.region
+        return self.provider, self.instance_type, region, count, "scratch" if self.setup in (_MISSING, None) else self.setup
+
+    def prediction(self) -> dict:
+        """What the plan predicts for the part `gpuplan run` measures.
+
+        A run starts on machines that are already set up, so the prediction it is compared with is
+        the plan's jobs phase: wall = the longest machine's jobs_s; yen = each machine's cost times
+        the share of its billed time spent on jobs and idle tail (setup, capture and staging left
+        out). The whole plan's wall and yen are kept beside it. Returns {"wall_s", "yen", "basis",
+        "plan_wall_s", "plan_yen"} with Decimal figures, and where the plan lists its machines, the
+        "workload", "provider", "instance_type" and number of "jobs" it planned (for calibration)."""
+        path = self.path
+        try:
+            wall = _figure(self.wall_minutes) * 60 if self.wall_minutes not in (None, _MISSING) else None
+            yen = _figure(self.cost_jpy) if self.cost_jpy not in (None, _MISSING) else None
+            machines = [] if self.machines in (None, _MISSING) else self.machines
+            if not isinstance(machines, list) or not all(isinstance(m, dict) for m in machines):
+                raise ValueError("machines must be a list of objects")
+            if machines:
+                jobs_wall = Decimal(max(int(_figure(m["jobs_s"])) for m in machines))
+                jobs_yen = sum(
+                    (_figure(m["cost_jpy"]) * (int(_figure(m["jobs_s"])) + int(_figure(m.get("idle_tail_s") or 0)))
+                     / int(_figure(m["billed_s"])) for m in machines if int(_figure(m["billed_s"])) > 0),
+                    Decimal(0),
+                )
+                return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
+                        "plan_wall_s": wall, "plan_yen": yen, "workload": self.workload,
+                        "provider": _text(self.provider), "instance_type": _text(self.instance_type),
+                        "jobs": sum(len(m.get("jobs") or ()) for m in machines)}
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            why = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
+            raise UsageError(f"plan file {path}: unreadable figure ({why}); {FIX}") from None
+        if wall is None or yen is None:
+            raise UsageError(f"plan file {path} has no wall time or cost; {FIX}")
+        return {"wall_s": wall, "yen": yen, "basis": "the whole plan", "plan_wall_s": wall, "plan_yen": yen}
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "missing"
+
+
+_MISSING: Any = _Missing()
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _figure(value: Any) -> Decimal:
+    """A plan's number: finite, not negative, at most 10^15 (yen or seconds)."""
+    try:
+        d = Decimal(str(value))
+    except ArithmeticError:
+        d = Decimal("NaN")
+    if isinstance(value, bool) or not d.is_finite() or not 0 <= d <= 10**15:
+        raise ValueError(f"{value!r} is not a number from 0 to 10^15")
+    return d
+
+
+def data(est, plan_json: dict[str, Any]) -> dict[str, Any]:
+    """The file's content for the estimate's recommendation, given its JSON object (the CLI's
+    plan_dict: the same fields `estimate --format json` lists)."""
+    rec = est.recommended
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **plan_json,
+        "snapshot": est.snapshot,
+        "workload": est.workload.name,
+        "setup_mode": rec.setup,
+        "count": rec.fleet[0][1],  # workers of the first (or only) type; `fleet` lists a mix in full
+    }
+
+
+def dump(content: dict[str, Any], path: Path) -> None:
+    try:
+        Path(path).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the plan to {path} ({exc.strerror})") from None
+
+
+def load(path: Path) -> SavedPlan:
+    """The plan in `path`, of this schema version or an older one; one line where it is not one."""
+    from gpuplan.userfiles import read_text
+
+    try:
+        raw = json.loads(read_text(path, "plan file", FIX))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); {FIX}") from None
+    plan = raw.get("recommended", raw) if isinstance(raw, dict) else None
+    if not isinstance(plan, dict):
+        raise UsageError(f"plan file {path}: expected a JSON object with provider, instance_type and count; {FIX}")
+    version = plan.get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise UsageError(f"plan file {path}: schema_version must be a whole number, not {version!r}; {FIX}")
+    if version > SCHEMA_VERSION:
+        raise UsageError(f"plan file {path} has schema version {version}, newer than this gpuplan reads"
+                         f" ({SCHEMA_VERSION}); make a new one with `gpuplan estimate ... --save {path}`"
+                         " or upgrade gpuplan")
+    top = raw if isinstance(raw, dict) else {}
+
+    def get(key: str) -> Any:
+        return plan.get(key, _MISSING)
+
+    return SavedPlan(
+        path=Path(path), schema_version=version, provider=get("provider"), instance_type=get("instance_type"),
+        region=get("region"), count=get("count"), setup=plan.get("setup", plan.get("setup_mode", _MISSING)),
+        market="spot" if plan.get("market") == "spot" else "on-demand",
+        wall_minutes=get("wall_minutes"), cost_jpy=plan.get("cost_exact_jpy", plan.get("cost_jpy", _MISSING)),
+        machines=get("machines"), workload=_text(plan.get("workload", top.get("workload"))),
+        snapshot=_text(plan.get("snapshot", top.get("snapshot"))),
+    )

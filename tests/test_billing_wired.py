@@ -1,0 +1,133 @@
+"""One billing rule everywhere (issue 18 item 4): the plan, the cost ledger, `status` and `run`'s
+measured yen all charge through planning/billing.py. A Sakura node billed by the started hour
+(¥990/h) that is up for 10 minutes costs ¥990, not 10/60 of it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplan.operating import lifecycle, runner
+from gpuplan.operating.state import State
+from gpuplan.planning import billing, optimizer
+from gpuplan.planning.model import Setting
+from gpuplan.planning.plan_types import Job, Workload
+from support import planner as sp
+from support.sakura_fake import SakuraFake
+
+
+@pytest.fixture
+def fake(gpuplan_home, monkeypatch):
+    f = SakuraFake()
+    root = f.start()
+    for k, v in f.env(root).items():
+        monkeypatch.setenv(k, v)
+    cfg = gpuplan_home / "config"
+    cfg.mkdir(parents=True)
+    (cfg / "config.yaml").write_text(yaml.safe_dump(
+        {"owner": "billing-owner", "providers": {"sakura": {"poll_s": "0.005", "retries": "2"}}}))
+    yield f
+    f.stop()
+
+
+def test_a_sakura_node_up_ten_minutes_costs_990_in_status_and_in_runs_measured_yen(fake, cli, gpuplan_home, monkeypatch,
+                                                                                     tmp_path):
+    r = cli("provision", "--yes", "sakura:h100x1", "x1", "--name", "tenmin", "--no-bootstrap")
+    assert r.code == 0, r.err
+    real_now = lifecycle.now
+    monkeypatch.setattr(lifecycle, "now", lambda: real_now() + timedelta(minutes=10))
+    r = cli("status", "tenmin", "--format", "json")
+    assert r.code == 0, r.err
+    [cluster] = json.loads(r.out)
+    assert cluster["yen_so_far"] == 990  # the started hour, as Sakura bills it (was ¥165: 990 x 10/60)
+    monkeypatch.setenv("COLUMNS", "200")
+    r = cli("status", "tenmin")
+    assert "≈¥990 so far" in r.out
+
+    from gpuplan import paths
+
+    state = State(paths.state_db())
+    terms = state.ledger_terms("tenmin")
+    assert (terms.price_jpy, terms.granularity_s, terms.minimum_s) == (Decimal(990), 3600, 3600)
+    # `run` measures its wall time and charges every node by the ledger's terms, as it does after a batch
+    summary = runner.RunSummary("tenmin", (), 600.0, 1, Decimal(990), tmp_path, terms=terms)
+    assert summary.yen == Decimal(990)
+    cmp = runner.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(990)})
+    assert cmp.measured_yen == Decimal(990) and cmp.yen_error_pct == 0
+    r = cli("teardown", "--yes", "tenmin")
+    assert r.code == 0, r.err
+
+
+def test_an_old_ledger_is_migrated_and_keeps_the_rule_it_was_counted_by(tmp_path: Path):
+    db = tmp_path / "state.db"
+    State(db).close()
+    con = sqlite3.connect(db)  # a state file from before the ledger kept terms
+    con.executescript("""
+        DROP TABLE ledger;
+        CREATE TABLE ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, cluster TEXT NOT NULL, node TEXT NOT NULL,
+            provider TEXT NOT NULL, size TEXT NOT NULL, price_jpy_per_hour TEXT NOT NULL, started_at TEXT NOT NULL,
+            stopped_at TEXT);
+        INSERT INTO ledger (cluster, node, provider, size, price_jpy_per_hour, started_at, stopped_at)
+            VALUES ('old', 'old-0', 'sakura', 'x', '990', '2026-01-01T00:00:00+00:00', '2026-01-01T00:10:00+00:00');
+    """)
+    con.commit()
+    con.close()
+    state = State(db)
+    seconds, yen = state.ledger_seconds_and_yen("old")
+    assert seconds == 600 and yen == Decimal(165)  # by the second, as it was counted then
+    sakura = billing.Terms(Decimal(990), 3600, 3600, 3600)
+    state.ledger_start("new", "new-0", "sakura", "x", Decimal(990), sakura)
+    assert state.ledger_terms("new") == sakura
+    assert state.ledger_terms("old") == billing.Terms(Decimal(990))
+
+
+def test_a_capped_offer_costs_the_lesser_of_hours_and_its_day():
+    from dataclasses import replace
+
+    # Sakura VRT H100's terms (shared/notes/sakura-koukaryoku.md): ¥990/h, ¥23,100/day, ¥385,000/month
+    vrt = replace(sp.offer(name="vrt", gpu="V100", memory="80", price="990", granularity=3600, minimum=3600),
+                  daily_cap_jpy=Decimal(23100), monthly_cap_jpy=Decimal(385000))
+    cat = sp.catalog([vrt], {"azure": sp.facts(setup_min=0)})
+    w = Workload(name="t", description="", jobs=(Job("long", Decimal(30 * 3600)),), unit="second",
+                 seconds_per_unit=Decimal(1), reference_gpu="V100", speed={"V100": Decimal(1)})
+    est = optimizer.estimate(w, Setting(catalog=cat))
+    rec = est.recommended
+    # 30 h: one day at its cap (¥23,100) + 6 h at ¥990 = ¥29,040, not 30 x 990 = ¥29,700
+    assert rec.cost == Decimal(29040) and rec.billed_s == 30 * 3600
+    assert sum(rec.breakdown.values()) == rec.cost and rec.breakdown["cap"] == Decimal(-660)
+    assert [v.cost for v in rec.vms] == [Decimal(29040)]
+    assert est.proven
+
+
+@pytest.mark.sshd
+def test_run_charges_its_measured_wall_time_by_the_ledgers_terms(gpuplan_home, tmp_path):
+    """`gpuplan run` on a cluster whose nodes bill by the started hour (¥990/h, Sakura's terms):
+    a run of seconds costs each node its hour, as the invoice will say."""
+    from gpuplan import paths
+    from support.sshd import start_hosts, stop_hosts
+
+    hosts = start_hosts(1, tmp_path)
+    state = State(paths.state_db())
+    try:
+        state.add_cluster("hourly", "baremetal", "loopback", "loopback", 1, ssh_user="root", price_jpy_per_hour=Decimal(990))
+        state.save_ssh_key("hourly", hosts[0].client_key_path, "")
+        h = hosts[0]
+        state.add_node("hourly", "hourly-0", gpus=1)
+        state.update_node("hourly", "hourly-0", status="running", public_ip=h.host, private_ip=h.host, ssh_port=h.port,
+                          provider_id="bm-0")
+        state.pin_host_key(h.host, h.port, h.host_public_key, cluster="hourly", node="hourly-0")
+        state.set_cluster_status("hourly", "ready")
+        state.ledger_start("hourly", "hourly-0", "sakura", "24Core-240GB-H100x1", Decimal(990),
+                           billing.Terms(Decimal(990), 3600, 3600, 3600))
+        summary = runner.run_items(state, "hourly", ["a"], ["sh", "-c", "echo {item}"])
+        assert summary.jobs[0].status == "ok" and summary.wall_seconds < 600
+        assert summary.yen == Decimal(990)  # was 990 x seconds / 3600: well under a yen
+    finally:
+        state.close()
+        stop_hosts(hosts)
