@@ -63,10 +63,14 @@ def test_refresh_writes_a_dated_snapshot_with_each_sources_figure(sources, gpupl
     assert "/offers/v1.0/aws/AmazonEC2/20261120190512/us-east-1/index.csv" in g4.source
     assert cat.resolve("aws:p5.48xlarge", region="us-east-1").price == Decimal("55.04")  # not the capacity block
 
-    # Sakura per zone, matched by the DisplayName tail
-    h100 = cat.resolve("sakura:24Core-240GB-H100x1", region="is1b")
+    # Sakura per zone, matched by the DisplayName tail; Daily and Monthly are the caps (issue 22)
+    h100 = cat.resolve("sakura:24Core-240GB-H100x1", region="is1a")
     assert (h100.price, h100.currency) == (Decimal("990"), "JPY")
-    assert "/cloud/zone/is1b/api/cloud/1.1/public/price" in h100.source
+    assert (h100.daily_cap_jpy, h100.monthly_cap_jpy) == (Decimal(23100), Decimal(385000))
+    assert "/cloud/zone/is1a/api/cloud/1.1/public/price" in h100.source
+    # the price API lists an H100 class in is1b too; the VRT manual sells GPU plans in is1a only
+    assert [o.region for o in cat.find(provider="sakura") if o.name == "24Core-240GB-H100x1"] == ["is1a"]
+    assert cat.resolve("sakura:dok-h100-80gb").kind == "task"  # DOK rows are kept
 
     # the dated FX rate: the ECB cross rate, named
     usd = cat.fx["USD"]
@@ -95,8 +99,8 @@ def test_diff_names_changed_added_and_removed_rows_with_percent(sources):
     # the same USD price, only converted at the new rate
     p5 = by_key["aws:p5.48xlarge@us-east-1"]
     assert (p5.change, p5.before.price, p5.after.price, p5.percent) == ("fx", Decimal("55.04"), Decimal("55.04"), Decimal("-2.4"))
-    assert result.unchanged == 3  # the three Sakura rows
-    assert result.kept == 11  # 9 retired Azure rows and 2 owned machines
+    assert result.unchanged == 2  # the two Sakura VRT rows (is1a only since issue 22)
+    assert result.kept == 17  # 9 retired Azure rows, 2 owned machines, 3 DOK task plans, 3 PHY servers
 
 
 def test_azure_next_page_link_is_followed(sources):
@@ -123,7 +127,7 @@ def test_cli_refresh_prints_the_diff_table(sources, cli, gpuplan_home):
     assert "USD = ¥154.4425 (2026-11-20; ECB" in flat and "was ¥158.19 (2026-03-11)" in flat
     # 41 on-demand rows and the 27 spot rows carried over from 2026-11
     assert "68 offers keep their own price and move -2.4% in yen with the USD rate only" in flat
-    assert "17 changed, 1 added, 2 removed, 3 refreshed and unchanged, 11 kept as they were" in flat
+    assert "17 changed, 1 added, 2 removed, 2 refreshed and unchanged, 17 kept as they were" in flat
     assert _user_snapshots(gpuplan_home) == ["2026-11-23"]
 
 
@@ -155,7 +159,8 @@ def test_an_azure_500_stops_before_anything_is_written(sources, cli, gpuplan_hom
 
 def test_estimate_plans_on_the_refreshed_snapshot(sources, cli):
     assert cli("catalog", "refresh").code == 0
-    r = cli("estimate", "--videos", "4", "--format", "json")
+    # on AWS (priced in USD): since issue 22 a DOK task in yen is the cheapest of all providers
+    r = cli("estimate", "--videos", "4", "--format", "json", "--provider", "aws")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["snapshot"] == "2026-11-23"
@@ -172,7 +177,7 @@ def test_dry_run_shows_the_diff_and_writes_nothing(sources, cli, gpuplan_home):
     assert r.code == 0, r.err
     flat = " ".join(r.out.split())
     assert "dry run: nothing written" in flat
-    assert "0 changed, 0 added, 0 removed, 3 refreshed and unchanged" in flat
+    assert "0 changed, 0 added, 0 removed, 2 refreshed and unchanged" in flat  # VRT in is1a only (issue 22)
     assert _user_snapshots(gpuplan_home) == []  # not even a temporary folder is left
     assert catalog.load().snapshot == "2026-11"
 

@@ -19,8 +19,8 @@ _FORMATS = ("table", "json", "csv")
 _FIELDS = (
     "provider", "name", "aliases", "region", "gpu", "gpu_count", "gpu_memory_gib", "vcpus", "ram_gib",
     "price", "currency", "price_unit", "price_jpy_per_hour", "billing_granularity_s", "billing_minimum_s",
-    "quota_family", "available_from", "retired_on", "successor", "kind", "market", "power_watts", "status",
-    "source", "as_of", "notes",
+    "daily_cap_jpy", "monthly_cap_jpy", "tax", "quota_family", "available_from", "retired_on", "successor", "kind",
+    "market", "power_watts", "status", "source", "as_of", "notes",
 )
 
 
@@ -55,11 +55,15 @@ def _billing(o, short: bool = False) -> str:
         return "owned"
     if o.price_unit == "month":
         return "monthly"
+    caps = [f"{fmt.yen(c)}/{per}" for c, per in ((o.daily_cap_jpy, "day"), (o.monthly_cap_jpy, "month")) if c]
     if short:
         step = {3600: "hourly"}.get(g, f"{g}s")
-        return f"{step}, min {m}s" if m and m != g else step
-    step = {3600: "hourly"}.get(g, f"{g} s")
-    return f"{step} (min {m} s)" if m and m != g else step
+        step = f"{step}, min {m}s" if m and m != g else step
+        return f"{step}, caps {' '.join(caps)}" if caps else step
+    step = {3600: "hourly", 1: "per second"}.get(g, f"{g} s")
+    step = f"{step} (min {m} s)" if m and m != g else step
+    step += " per task" if o.kind == "task" else ""
+    return f"{step}, at most {' or '.join(caps)}" if caps else step
 
 
 catalog_app = typer.Typer(
@@ -238,7 +242,7 @@ def _refresh_report(result) -> None:
         out.print(f"{counts['fx']} offers keep their own price and move {span} in yen with the USD rate only")
     out.print(f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed, "
               f"{result.unchanged} refreshed and unchanged, {result.kept} kept as they were "
-              f"(other providers, owned or monthly hardware, retired sizes)")
+              f"(other providers, owned or monthly hardware, DOK tasks, retired sizes)")
     if result.path is None:
         out.print(f"dry run: nothing written (snapshot {result.snapshot} would hold {len(result.catalog.offers)} offers)")
     else:

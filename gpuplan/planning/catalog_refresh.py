@@ -13,7 +13,10 @@ Every source is public and needs no credentials:
   wanted instance type, so memory stays flat. OnDemand, Linux, shared tenancy, no
   pre-installed software, capacity status "Used", the plain RunInstances operation.
 - Sakura: `GET .../api/cloud/1.1/public/price` per zone the catalog knows; a plan matches by
-  the tail of its DisplayName ("高火力 VRT/24Core-240GB-H100x1").
+  the tail of its DisplayName ("高火力 VRT/24Core-240GB-H100x1"). Its Hourly figure is the price,
+  its Daily and Monthly figures the caps (Sakura bills the lesser of hourly + daily, and
+  monthly). A GPU plan is taken only in the zones the VRT manual sells it in (`VRT_GPU_ZONES`):
+  the price API also lists an H100 class in is1b that cannot be ordered there.
 - FX: the ECB euro foreign exchange reference rates (`ECB_URL`); USD/JPY is their cross rate
   (yen per euro / dollars per euro).
 
@@ -53,12 +56,14 @@ AWS_REGION_INDEX_URL = AWS_PRICING_ROOT + "/offers/v1.0/aws/AmazonEC2/current/re
 SAKURA_PRICE_URL = "https://secure.sakura.ad.jp/cloud/zone/{zone}/api/cloud/1.1/public/price"
 ECB_URL = "https://www.ecb.europa.eu/stats/eurofxref/eurofxref-daily.xml"
 PROVIDERS = ("azure", "aws", "sakura")
+VRT_GPU_ZONES = ("is1a",)  # Sakura 高火力 VRT manual: GPU plans in is1a only
 TIMEOUT_S = 60
 MAX_PAGES = 200  # Azure answers 100 items a page; a known region and ~20 sizes take one or two
 OFFER_FIELDS = (
     "provider", "name", "aliases", "region", "gpu", "gpu_count", "gpu_memory_gib", "vcpus", "ram_gib", "price",
     "currency", "price_unit", "billing_granularity_s", "billing_minimum_s", "quota_family", "available_from",
-    "retired_on", "successor", "kind", "power_watts", "source", "as_of", "notes",
+    "retired_on", "successor", "kind", "power_watts", "source", "as_of", "notes", "daily_cap_jpy", "monthly_cap_jpy",
+    "tax",
 )
 FX_FIELDS = ("date", "currency", "jpy_per_unit", "source", "notes")
 
@@ -73,6 +78,8 @@ class Quote:
     price: Decimal
     currency: str
     source: str  # the URL and what in its answer the price is
+    daily_cap: Decimal | None = None  # the most a day / a month costs, where the source caps them
+    monthly_cap: Decimal | None = None
 
     @property
     def key(self) -> str:
@@ -234,6 +241,9 @@ def _priced(row: Mapping[str, str], q: Quote, day: date) -> dict[str, str]:
     new["currency"] = q.currency
     new["source"] = q.source
     new["as_of"] = day.isoformat()
+    if q.daily_cap is not None or q.monthly_cap is not None:
+        new["daily_cap_jpy"] = _plain_decimal(q.daily_cap) if q.daily_cap is not None else ""
+        new["monthly_cap_jpy"] = _plain_decimal(q.monthly_cap) if q.monthly_cap is not None else ""
     earlier = f"{row['price'] or 'unpriced'} {row['currency']}/h as of {row['as_of'] or '?'}"
     old_notes = re.sub(r"^price not sourced; set it in your config(; )?", "", row.get("notes") or "")
     new["notes"] = f"price refreshed {day} (earlier: {earlier})" + (f"; {old_notes}" if old_notes else "")
@@ -526,10 +536,21 @@ def _sakura_quotes(fetcher: _Fetcher, names: Sequence[str], zones: Sequence[str]
                 continue
             if price.get("Zone") not in (None, "", zone):
                 continue
+            if zone not in VRT_GPU_ZONES and "gpu" in str(c.get("ServiceClassPath") or "").lower():
+                continue  # listed by the price API, not sold there (VRT manual)
             out.append(Quote("sakura", plan, zone, Decimal(str(price["Hourly"])), "JPY",
                              f"Sakura Cloud public price API {url} ({c.get('DisplayName')}, "
-                             f"{c.get('ServiceClassPath')}), retrieved {day}"))
+                             f"{c.get('ServiceClassPath')}: Hourly, Daily, Monthly), retrieved {day}",
+                             _cap(price.get("Daily")), _cap(price.get("Monthly"))))
     return out
+
+
+def _cap(value: Any) -> Decimal | None:
+    try:
+        d = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return d if d.is_finite() and d > 0 else None
 
 
 # ---------------------------------------------------------------------------------------------

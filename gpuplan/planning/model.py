@@ -396,6 +396,12 @@ def ceil_s(x: Decimal) -> int:
 # billing and the plan
 
 
+# Kinds planned as one machine: owned and rented servers are the one you have; a container task
+# service (kind "task", Sakura 高火力 DOK) runs one task per project at a time, the others wait,
+# so its plans are a serial queue on one task (or the slots of one multi-GPU task). (issue 22)
+ONE_MACHINE_KINDS = ("owned", "monthly", "task")
+
+
 def billed(seconds: int, offer: Offer) -> int:
     """Seconds billed for `seconds` of use: rounded up to the granularity, at least the minimum."""
     g = max(1, offer.billing_granularity_s)
@@ -410,6 +416,11 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     launch = facts.launch_s if facts else 0
     src = facts.source if facts else "no provider facts in the catalog: 0 assumed"
     notes = []
+    if offer.kind == "task":  # issue 22: nothing to set up, the image pull is wall time only (not billed)
+        pull = facts.task_start_s if facts else 0
+        notes.append(f"no setup on {offer.name} (a container task): its image pull and start, {fmt.duration(pull)},"
+                     f" is wall time, not billed ({src})")
+        return pull, 0, 0, notes
     measured = setting.measured_setup.get((offer.provider, offer.name))
     if workload.setup_s is not None:
         setup = workload.setup_s
@@ -585,6 +596,8 @@ def make_plan(
     total_billed = 0
     at_end = setting.release == "at-end"
     for o, role, start, s, c, st, g in runs:
+        if o.kind == "task":  # issue 22: the image pull is wall time, not billed
+            start, s = start + s, 0
         head = s + c + st
         n = sum(g.counts)
         jobs = sum(map(operator.mul, g.jobs_s, g.counts))

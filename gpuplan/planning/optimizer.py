@@ -719,7 +719,7 @@ class _Planner:
         if w.streams is not None:
             return self._streams(offer)
         plans: list[Plan] = []
-        owned = offer.kind in ("owned", "monthly")
+        owned = offer.kind in model.ONE_MACHINE_KINDS  # issue 22: a DOK task queue is one machine too
         nj = len(self.ref)
         for k in sorted(set(w.packing) | {1}):
             try:
@@ -824,10 +824,11 @@ class _Planner:
             return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, str(exc))]
         per_machine = offer.gpu_count * k
         n = _ceil_div(st.count, per_machine)
-        owned = offer.kind in ("owned", "monthly")
+        owned = offer.kind in model.ONE_MACHINE_KINDS  # issue 22: a DOK task queue is one machine too
         if owned and n > 1:
             return [model.infeasible_plan(w, s, offer, n, "scratch", k,
-                                          f"{st.count} streams need {n} machines of {per_machine} streams; you have one")]
+                                          f"{st.count} streams need {n} machines of {per_machine} streams; "
+                                          + ("one task runs at a time" if offer.kind == "task" else "you have one"))]
         loads = model.Loads(offer, [st.duration_s], [n],
                             [tuple(tuple(self.names[i * per_machine:(i + 1) * per_machine]) for i in range(n))])
         notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {fmt.duration(st.duration_s)}: every machine is"
@@ -840,7 +841,7 @@ class _Planner:
         w, s = self.w, self.s
         sp, why = model.speed(w, offer, s.catalog.gpus)
         link = s.catalog.link(offer) if hasattr(s.catalog, "link") else None
-        owned = offer.kind in ("owned", "monthly")
+        owned = offer.kind in model.ONE_MACHINE_KINDS  # issue 22: a DOK task queue is one machine too
         plans = []
         for n in ([1] if owned else [1, 2, 4, 8, 16]):
             try:
