@@ -412,6 +412,45 @@ def save_plan(est, path: Path) -> None:
         raise UsageError(f"cannot write the plan to {path} ({exc.strerror})") from None
 
 
+def _japan(cat, region: str | None, as_of: str | None, tax: bool):
+    """The catalog on the user's tax basis and in their preferred regions (config.yaml
+    `preferred_regions:`, unless --region names one), and the notes that say so; plus one line
+    when an exchange rate the offers use is older than 90 days."""
+    from datetime import date
+
+    from gpuplan import config
+    from gpuplan.planning import catalog
+
+    notes: dict[str, str] = {}
+    if tax:
+        unknown = sum(1 for o in cat.offers if o.tax == "unknown")
+        cat = catalog.with_tax(cat, "included")
+        notes["tax"] = ("tax: every yen figure includes Japan's 10 % consumption tax (prices listed without it x 1.1"
+                        + (f"; {unknown} offers whose source does not say are shown as listed" if unknown else "") + ")")
+    else:
+        notes["tax"] = ("tax: yen as each price is listed (Sakura's include 10 % consumption tax, AWS's and Azure's "
+                        "do not); --tax shows every figure including it")
+    preferred = [] if region else config.preferred_regions()
+    if preferred:
+        mine = catalog.in_regions(cat, preferred)
+        have = {o.region.lower() for o in mine.offers}
+        empty = [r for r in preferred if r.lower() not in have]
+        if not mine.offers:
+            raise UsageError(f"no offers in preferred_regions {', '.join(preferred)} (config.yaml) in catalog "
+                             f"{cat.snapshot}; add a region there or give --region")
+        notes["regions"] = (f"regions: only preferred_regions {', '.join(preferred)} (config.yaml; --region overrides)"
+                            + (f"; no offers in {', '.join(empty)}" if empty else ""))
+        cat = mine
+    stale = catalog.stale_fx(cat, None if as_of is None else cat.date)
+    if stale:
+        old = "; ".join(f"{r.currency} ¥{r.jpy_per_unit} is from {r.date}, "
+                        f"{((cat.date if as_of else date.today()) - date.fromisoformat(r.date)).days} days old"
+                        for r in stale)
+        notes["fx"] = (f"FX: {old} (over {catalog.FX_STALE_DAYS} days): run `gpuplan catalog refresh` for today's "
+                       "ECB rate, or set fx in prices.yaml")
+    return cat, notes
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def estimate(
@@ -431,6 +470,7 @@ def register(app: typer.Typer) -> None:
         release: Annotated[str, typer.Option(help="when-done (release each machine when its jobs end) or at-end.")] = "when-done",
         plot: Annotated[Optional[Path], typer.Option(help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
+        tax: Annotated[bool, typer.Option("--tax", help="Show every yen figure including Japan's 10 % consumption tax (prices listed without it x 1.1).")] = False,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
         from gpuplan.planning import catalog, optimizer, workloads
@@ -457,6 +497,7 @@ def register(app: typer.Typer) -> None:
         quotas = parse_quotas(quota or [])
         cat = catalog.load(as_of)
         check_quotas(quotas, cat)
+        cat, japan_notes = _japan(cat, region, as_of, tax)
         state = _user_state()
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
@@ -475,6 +516,10 @@ def register(app: typer.Typer) -> None:
 
             est = replace(est, extra={**est.extra, **{f"calibration {i + 1}": f"calibration: {line}"
                                                       for i, line in enumerate(calibrations)}})
+        if japan_notes:
+            from dataclasses import replace
+
+            est = replace(est, extra={**est.extra, **japan_notes})
         if save is not None and est.recommended is not None:
             save_plan(est, save)
         if plot is not None:

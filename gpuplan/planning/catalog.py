@@ -329,6 +329,14 @@ def with_tax(cat: Catalog, basis: str) -> Catalog:
     return dataclasses.replace(cat, offers=tuple(offers))
 
 
+def in_regions(cat: Catalog, regions: list[str]) -> Catalog:
+    """The catalog with only the offers in `regions` (case-insensitive); all of them for []."""
+    if not regions:
+        return cat
+    wanted = {r.lower() for r in regions}
+    return dataclasses.replace(cat, offers=tuple(o for o in cat.offers if o.region.lower() in wanted))
+
+
 def stale_fx(cat: Catalog, today: date | None = None) -> list[FxRate]:
     """The exchange rates an offer of `cat` is priced through that are older than FX_STALE_DAYS
     on `today` (default: the real today)."""

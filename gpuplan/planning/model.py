@@ -419,7 +419,8 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     if offer.kind == "task":  # issue 22: nothing to set up, the image pull is wall time only (not billed)
         pull = facts.task_start_s if facts else 0
         notes.append(f"no setup on {offer.name} (a container task): its image pull and start, {fmt.duration(pull)},"
-                     f" is wall time, not billed ({src})")
+                     f" is wall time, not billed (catalog {setting.catalog.snapshot} providers.csv task_start_minutes:"
+                     " an ESTIMATE where its notes say so)")
         return pull, 0, 0, notes
     measured = setting.measured_setup.get((offer.provider, offer.name))
     if workload.setup_s is not None:
@@ -771,7 +772,21 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
         fx = cat.fx[offer.currency]
         notes.append(f"FX {offer.currency} 1 = {fx.jpy_per_unit} JPY ({fx.date}, {fx.source})"
                      + (f"; {fx.notes}" if fx.notes else ""))
+    notes.append(_tax_and_caps(offer))  # issue 22
     return notes
+
+
+def _tax_and_caps(offer: Offer) -> str:
+    """How the offer's price stands to consumption tax, and its daily / monthly caps."""
+    tax = {"included": "includes Japan's 10 % consumption tax", "excluded": "excludes consumption tax",
+           }.get(offer.tax, "does not say whether it includes consumption tax")
+    line = f"{offer.name} {offer.region}: the price {tax}"
+    caps = [f"{fmt.yen(c)} a {per}" for c, per in ((offer.daily_cap_jpy, "day"), (offer.monthly_cap_jpy, "month")) if c]
+    if caps:
+        line += f"; billed at most {' and '.join(caps)} (the lesser of hourly + daily, and monthly)"
+    if offer.kind == "task":
+        line += "; billed per task, one task running at a time per project (the others wait)"
+    return line
 
 
 def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[str]:
