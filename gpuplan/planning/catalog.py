@@ -317,16 +317,16 @@ def with_tax(cat: Catalog, basis: str) -> Catalog:
             offers.append(o)
             continue
         factor = up if basis == "included" else 1 / up
-
-        def scaled(x: Decimal | None) -> Decimal | None:
-            return None if x is None else x * factor
-
         offers.append(dataclasses.replace(
-            o, price=scaled(o.price), price_jpy_per_hour=scaled(o.price_jpy_per_hour),
-            daily_cap_jpy=scaled(o.daily_cap_jpy), monthly_cap_jpy=scaled(o.monthly_cap_jpy), tax=basis,
+            o, price=_times(o.price, factor), price_jpy_per_hour=_times(o.price_jpy_per_hour, factor),
+            daily_cap_jpy=_times(o.daily_cap_jpy, factor), monthly_cap_jpy=_times(o.monthly_cap_jpy, factor), tax=basis,
             notes=f"{o.notes}; shown with 10 % consumption tax {basis} (listed {o.tax})" if o.notes
             else f"shown with 10 % consumption tax {basis} (listed {o.tax})"))
     return dataclasses.replace(cat, offers=tuple(offers))
+
+
+def _times(x: Decimal | None, factor: Decimal) -> Decimal | None:
+    return None if x is None else x * factor
 
 
 def in_regions(cat: Catalog, regions: list[str]) -> Catalog:
