@@ -316,7 +316,7 @@ def with_tax(cat: Catalog, basis: str) -> Catalog:
         if o.tax in ("unknown", basis):
             offers.append(o)
             continue
-        factor = up if basis == "included" else 1 / up
+        factor = (up, Decimal(1)) if basis == "included" else (Decimal(1), up)
         offers.append(dataclasses.replace(
             o, price=_times(o.price, factor), price_jpy_per_hour=_times(o.price_jpy_per_hour, factor),
             daily_cap_jpy=_times(o.daily_cap_jpy, factor), monthly_cap_jpy=_times(o.monthly_cap_jpy, factor), tax=basis,
@@ -325,8 +325,9 @@ def with_tax(cat: Catalog, basis: str) -> Catalog:
     return dataclasses.replace(cat, offers=tuple(offers))
 
 
-def _times(x: Decimal | None, factor: Decimal) -> Decimal | None:
-    return None if x is None else x * factor
+def _times(x: Decimal | None, factor: tuple[Decimal, Decimal]) -> Decimal | None:
+    """x times factor[0] / factor[1] (dividing by 1.1 exactly rather than multiplying by its inverse)."""
+    return None if x is None else x * factor[0] / factor[1]
 
 
 def in_regions(cat: Catalog, regions: list[str]) -> Catalog:
