@@ -276,6 +276,14 @@ class SakuraProvider(Provider):
     def check_credentials(self) -> None:
         self._credentials()
 
+    def api_key(self) -> tuple[str, str]:
+        """(token, secret): the one API key さくらのクラウド, 高火力 DOK and PHY share."""
+        return self._credentials()
+
+    def api_root(self) -> str:
+        """".../cloud/zone": the API root before the zone (SAKURACLOUD_API_ROOT_URL overrides it)."""
+        return (self._env.get(ENV_ROOT) or API_ROOT).rstrip("/")
+
     def _zone(self, region: str | None) -> str:
         return region or self.config.get("zone") or self._profile().get("Zone") or DEFAULT_ZONE
 
