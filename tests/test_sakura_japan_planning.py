@@ -53,9 +53,12 @@ def test_catalog_json_lists_dok_offers_billed_per_second_and_no_vrt_h100_in_is1b
     assert [o["region"] for o in vrt_h100] == ["is1a"]
     assert (vrt_h100[0]["daily_cap_jpy"], vrt_h100[0]["monthly_cap_jpy"], vrt_h100[0]["tax"]) == ("23100", "385000",
                                                                                                    "included")
-    phy = [o for o in offers if o["name"].startswith("phy-")]
-    assert phy and all(o["price"] is None and o["status"] == "price not sourced" for o in phy)
     assert all("third-party test fixture" not in o["source"] for o in offers)
+    # 高火力 PHY: servers claimed through their own provider, unpriced until the user sets a price
+    phy = json.loads(cli("catalog", "--provider", "sakura-phy", "--format", "json").out)["offers"]
+    assert {o["name"] for o in phy} == {"phy-h100x8", "phy-h200x8", "phy-b200x8"}
+    assert all(o["price"] is None and o["status"] == "price not sourced" and o["billing_minimum_s"] == 2 * 2592000
+               for o in phy)
 
 
 def test_700_hours_on_one_vrt_h100_bill_at_most_the_monthly_price_by_the_billing_rule():
@@ -182,3 +185,23 @@ def test_with_tax_excluded_takes_the_tax_out_of_sakuras_prices():
     assert (h100.price_jpy_per_hour, h100.monthly_cap_jpy, h100.tax) == (Decimal(900), Decimal(350000), "excluded")
     g4 = cat.resolve("aws:g4dn.xlarge", region="us-east-1")
     assert g4.tax == "excluded" and g4.price == Decimal("0.526")
+
+
+def test_a_phy_server_is_unpriced_until_the_user_sets_a_price_then_billed_two_months_at_least(cli, gpuplan_home):
+    r = cli("estimate", "--videos", "4", "--provider", "sakura-phy", "--format", "json")
+    assert r.code == 2 and "price not sourced" in r.out  # every PHY plan is excluded: no price
+    (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
+    (gpuplan_home / "config" / "prices.yaml").write_text(
+        "offers:\n  - {provider: sakura-phy, name: phy-h100x8, price: 3000000}\n", encoding="utf-8")
+    data = _estimate(cli, "--videos", "4", "--provider", "sakura-phy")
+    rec = data["recommended"]
+    assert rec["instance_type"] == "phy-h100x8" and rec["cost_jpy"] == 6_000_000  # the 2-month minimum contract
+
+
+def test_provision_refuses_a_dok_task_plan_and_honours_preferred_regions(cli, gpuplan_home):
+    r = cli("provision", "sakura:dok-h100-80gb", "x1", "--dry-run")
+    assert r.code == 2 and "高火力 DOK task plan" in r.err and "Traceback" not in r.err
+    _config(gpuplan_home, "preferred_regions: [ap-northeast-1, japaneast, is1a]\n")
+    r = cli("provision", "aws:g4dn.xlarge", "x2", "--dry-run")
+    assert r.code == 0, r.err
+    assert "ap-northeast-1" in r.out and "us-east-1" not in r.out

@@ -40,6 +40,26 @@ def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> 
     return catalog.load(as_of).resolve(target, region=region)
 
 
+def _preferred_region(target: str) -> str | None:
+    """The first of config `preferred_regions:` the size is offered in (None: the catalog's
+    default region). Issue 22."""
+    from gpuplan import config
+
+    preferred = config.preferred_regions()
+    if not preferred or target.startswith("baremetal:"):
+        return None
+    from gpuplan.planning import catalog
+
+    cat = catalog.load()
+    for r in preferred:
+        try:
+            cat.resolve(target, region=r)
+        except UsageError:
+            continue
+        return r
+    return None
+
+
 def _live(target: str, region: str | None) -> tuple[Offer, str]:
     """The offer to create for `target`: a retired size maps to its successor (and says so)."""
     offer = resolve_offer(target, region)
@@ -111,8 +131,12 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
     else:
         if not target:
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
+        region = region or _preferred_region(target)
         offer, mapped = _live(target, region)
         n = parse_count(count or "x1")
+    if offer.kind == "task":  # issue 22
+        raise UsageError(f"{offer.provider}:{offer.name} is a 高火力 DOK task plan: there is no machine to provision; "
+                         "submit container tasks with `gpuplan dok submit` (docs/sakura.md)")
     ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
     if name is not None:  # --name "" is a mistake, not a request for a generated name
         lifecycle.check_name(name)
