@@ -95,3 +95,42 @@ def test_a_rejected_key_is_auth_missing_and_an_unknown_task_a_provider_error(fak
         bad.tasks()
     with pytest.raises(ProviderError, match="HTTP 404"):
         client_for(fake, fake.root).task("no-such-task")
+
+
+# --- from the CLI -------------------------------------------------------------------------------
+
+@pytest.fixture
+def dok_env(fake, monkeypatch):
+    for k, v in fake.env(fake.root).items():
+        monkeypatch.setenv(k, v)
+    return fake
+
+
+def test_cli_submits_one_task_per_item_then_follows_cancels_and_fetches_artifacts(dok_env, cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    items = tmp_path / "clips.txt"
+    items.write_text("# clips\nclip-1.mp4\nclip-2.mp4\nclip-3.mp4\n")
+    r = cli("dok", "submit", "--image", "registry.example/me/colorize:1", "--items", str(items), "--plan", "h100-80gb",
+            "--env", "BUCKET=s3://b", "--run", "r1", "--", "python", "run.py", "{item}")
+    assert r.code == 0, r.err
+    assert "3 task(s) on h100-80gb" in r.out and "one task runs at a time per project" in r.out
+    commands = [body["containers"][0]["command"] for m, p, body in dok_env.requests if m == "POST"]
+    assert commands == [["python", "run.py", f"clip-{i}.mp4"] for i in (1, 2, 3)]
+    dok_env.advance()  # the first is done, the second runs
+    r = cli("dok", "status", "--run", "r1")
+    assert r.code == 0, r.err
+    assert r.out.count("done") == 1 and r.out.count("running") == 1 and r.out.count("waiting") == 1
+    r = cli("dok", "cancel", "--run", "r1")
+    assert r.code == 0, r.err and r.out.count("canceled") == 2
+    assert sorted(t["status"] for t in dok_env.tasks.values()) == ["canceled", "canceled", "done"]
+    r = cli("dok", "artifacts", "--run", "r1", "--out", str(tmp_path / "out"))
+    assert r.code == 0, r.err
+    assert "1 artifact(s) written" in r.out and (tmp_path / "out" / "r1-0.tar.gz").is_file()
+
+
+def test_cli_bad_plan_is_one_line_exit_2(dok_env, cli, tmp_path):
+    items = tmp_path / "i.txt"
+    items.write_text("a\n")
+    r = cli("dok", "submit", "--image", "img:1", "--items", str(items), "--plan", "a100", "--", "run", "{item}")
+    assert r.code == 2 and "unknown plan 'a100'" in r.err and "Traceback" not in r.err
+    assert dok_env.requests == []

@@ -142,3 +142,21 @@ def test_the_default_budget_is_the_accounts_300_an_hour(fake, tmp_path):
     with pytest.raises(ProviderError, match="300 API requests in the last hour"):
         phy.servers()
     assert fake.requests == []
+
+
+def test_cli_lists_the_accounts_servers_and_reinstalls_one_on_request(fake, cli, monkeypatch, gpuplan_home):
+    for k, v in fake.env(fake.root).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("COLUMNS", "200")
+    r = cli("phy", "list")
+    assert r.code == 0, r.err
+    assert "100000000001" in r.out and "phy-h100x8" in r.out and "phy-h200x8" in r.out
+    monkeypatch.setenv("GPUPLAN_PHY_PASSWORD", "s3cret-pass")
+    from gpuplan.providers import sakura_phy
+
+    monkeypatch.setattr(sakura_phy.SakuraPhyProvider, "_claims_of", lambda self, hosts: [None for _ in hosts])
+    r = cli("phy", "reinstall", "100000000002", "--os", "ubuntu2204", "--yes")
+    assert r.code == 0, r.err
+    assert fake.installs == [("100000000002", {"os_image_id": "ubuntu2204", "password": "s3cret-pass"})]
+    # the budget file lives in the gpuplan data dir
+    assert (gpuplan_home / "data" / "sakura-phy-requests.json").is_file()

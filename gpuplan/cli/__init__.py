@@ -49,11 +49,11 @@ def _root(
 def _register_commands() -> None:
     """Once per process: main() called again (tests run the CLI in-process) must not add every
     command a second time, which made each later call slower."""
-    from gpuplan.cli import catalog, check, estimate, jobs, lifecycle, remote
+    from gpuplan.cli import catalog, check, estimate, jobs, lifecycle, remote, sakura
 
     if app.registered_commands or app.registered_groups:
         return
-    for module in (estimate, catalog, check, lifecycle, remote, jobs):
+    for module in (estimate, catalog, check, lifecycle, remote, jobs, sakura):
         module.register(app)
 
 
