@@ -160,3 +160,31 @@ def test_cli_lists_the_accounts_servers_and_reinstalls_one_on_request(fake, cli,
     assert fake.installs == [("100000000002", {"os_image_id": "ubuntu2204", "password": "s3cret-pass"})]
     # the budget file lives in the gpuplan data dir
     assert (gpuplan_home / "data" / "sakura-phy-requests.json").is_file()
+
+
+@pytest.mark.sshd
+def test_cli_provision_claims_a_phy_server_and_teardown_releases_it(fake, cli, monkeypatch, gpuplan_home, tmp_path):
+    import yaml
+
+    from support.sshd import start_hosts, stop_hosts
+
+    hosts = start_hosts(1, tmp_path)
+    try:
+        h = hosts[0]
+        fake.servers.clear()
+        fake.add_server("100000000009", "gpu-z", "高火力 PHY H100 80GB x8", h.host)
+        for k, v in fake.env(fake.root).items():
+            monkeypatch.setenv(k, v)
+        (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
+        (gpuplan_home / "config" / "config.yaml").write_text(yaml.safe_dump({"providers": {"sakura-phy": {
+            "user": h.user, "key": str(h.client_key_path), "ssh_port": str(h.port),
+            "accept_host_keys": remote.fingerprint(h.host_public_key)}}}))
+        r = cli("provision", "sakura-phy:phy-h100x8", "x1", "--name", "bm", "--no-bootstrap", "--yes")
+        assert r.code == 0, r.err
+        assert '"gpuplan-cluster": "bm"' in (h.fake_root / "root/.gpuplan/claim").read_text()
+        r = cli("teardown", "bm", "--yes")
+        assert r.code == 0, r.err
+        assert not (h.fake_root / "root/.gpuplan").exists()
+        assert not any(m == "POST" for m, _ in fake.requests)  # nothing ordered, installed or powered
+    finally:
+        stop_hosts(hosts)
