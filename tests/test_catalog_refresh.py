@@ -19,6 +19,8 @@ ECB_USD_JPY = Decimal("154.4425")  # the recording's 162.35 JPY / 1.0512 USD per
 @pytest.fixture
 def sources(gpuplan_home, monkeypatch):
     fake = PriceSources()
+    for var in ("SAKURACLOUD_ACCESS_TOKEN", "SAKURACLOUD_ACCESS_TOKEN_SECRET"):  # DOK is asked only with a key
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(catalog_refresh, "new_session", fake.session)
     monkeypatch.setattr(catalog_refresh, "today", lambda: TODAY)
     return fake
@@ -213,3 +215,25 @@ def test_refresh_is_not_imported_by_planning(gpuplan_home):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "GPUPLAN_HOME": str(gpuplan_home)}).stdout
     assert out.strip().splitlines()[-1] == "False False"
+
+
+def test_dok_unit_prices_are_refreshed_with_the_api_key_and_kept_without_it(sources, cli, monkeypatch):
+    # without the key: the DOK rows stay, and the report says why
+    r = cli("catalog", "refresh", "--dry-run", "--provider", "sakura")
+    assert r.code == 0, r.err
+    assert "高火力 DOK rows kept as they were: its unit prices need the API key" in " ".join(r.out.split())
+    assert not any("managed-container" in u for u in sources.requests)
+    # with it: GET unit_prices (Basic auth), yen a second -> an hourly price
+    monkeypatch.setenv("SAKURACLOUD_ACCESS_TOKEN", "t")
+    monkeypatch.setenv("SAKURACLOUD_ACCESS_TOKEN_SECRET", "s")
+    result = catalog_refresh.refresh(["sakura"])
+    asked = [u for u in sources.requests if "unit_prices" in u]
+    assert asked and "year=2026&month=11&day=23" in asked[0]
+    h100 = result.catalog.resolve("sakura:dok-h100-80gb")
+    assert (h100.price, h100.price_jpy_per_hour, h100.kind) == (Decimal("936"), Decimal("936"), "task")
+    assert "managed-container/1.0/unit_prices/" in h100.source and "0.26 JPY a second" in h100.source
+    by_key = {c.key: c for c in result.changes}
+    assert by_key["sakura:dok-h100-80gb@is1a"].change == "changed"
+    assert by_key["sakura:dok-h100-80gb@is1a"].percent == Decimal("-7.1")  # 1,008 -> 936 yen an hour
+    assert result.catalog.resolve("sakura:dok-v100-32gb").price == Decimal("57.6")
+    assert result.notes == ()

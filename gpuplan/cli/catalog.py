@@ -243,6 +243,8 @@ def _refresh_report(result) -> None:
     out.print(f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed, "
               f"{result.unchanged} refreshed and unchanged, {result.kept} kept as they were "
               f"(other providers, owned or monthly hardware, DOK tasks, retired sizes)")
+    for note in result.notes:
+        out.print(note)
     if result.path is None:
         out.print(f"dry run: nothing written (snapshot {result.snapshot} would hold {len(result.catalog.offers)} offers)")
     else:
