@@ -18,9 +18,10 @@ shared/notes/sakura-koukaryoku.md):
 - one running task per project: the others wait (FAQ), which is why the planner plans a DOK
   queue as one machine.
 
-Not verified against the live API (no account): the task list's envelope (read here as
-`results` or `data`) and the task's `artifact` field ({"id": ...}) are assumed; logs stream
-over a WebSocket (`/tasks/{id}/containers/{i}/stream/`) that this client does not read.
+Not verified against the live API (no account): the task list's envelope is read as the one
+`unit_prices/` answers ({"meta": {page, page_size, count, total_pages}, "results": [...]}, as a
+public price collector parses it); the task's `artifact` field ({"id": ...}) is assumed; logs
+stream over a WebSocket (`/tasks/{id}/containers/{i}/stream/`) that this client does not read.
 """
 
 from __future__ import annotations
@@ -162,11 +163,15 @@ class DokClient:
         return _task(self._call("GET", f"tasks/{task_id}/"))
 
     def tasks(self, tag: str | None = None) -> list[DokTask]:
-        """Every task of the project (those carrying `tag` when given)."""
-        page = self._call("GET", "tasks/")
-        items = page.get("results") if "results" in page else page.get("data") or []
-        found = [_task(t) for t in items]
-        return [t for t in found if tag is None or tag in t.tags]
+        """Every task of the project (those carrying `tag` when given), page by page."""
+        found: list[DokTask] = []
+        page = 1
+        while True:
+            body = self._call("GET", f"tasks/?page={page}&page_size=100")
+            found += [_task(t) for t in body.get("results") or []]
+            if page >= int((body.get("meta") or {}).get("total_pages") or 1):
+                return [t for t in found if tag is None or tag in t.tags]
+            page += 1
 
     def cancel(self, task_id: str) -> DokTask:
         """Stop a waiting or running task; one already finished is left as it is."""

@@ -134,3 +134,10 @@ def test_cli_bad_plan_is_one_line_exit_2(dok_env, cli, tmp_path):
     r = cli("dok", "submit", "--image", "img:1", "--items", str(items), "--plan", "a100", "--", "run", "{item}")
     assert r.code == 2 and "unknown plan 'a100'" in r.err and "Traceback" not in r.err
     assert dok_env.requests == []
+
+
+def test_the_task_list_is_read_page_by_page(fake, dok):
+    for i in range(130):
+        dok.submit(f"t{i}", "img:1", "v100-32gb", tags=["gpuplan-run=big"])
+    assert len(dok.tasks("gpuplan-run=big")) == 130
+    assert [p for m, p, _ in fake.requests if m == "GET"] == ["tasks/", "tasks/"]

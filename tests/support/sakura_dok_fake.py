@@ -9,8 +9,8 @@
 - `POST /tasks/{id}/cancel/` cancels a waiting or running task (409 once it has finished);
 - `GET /artifacts/{id}/download/` answers {"url": ...}, a link this server also serves.
 
-Assumed where the notes do not say: the list envelope {"count", "next", "previous", "results"}
-and the task's "artifact": {"id": ...}. Unknown paths answer 404 and are recorded in `unknown`.
+Assumed where the notes do not say: the list envelope {"meta": {page, page_size, count,
+total_pages}, "results"} (as `unit_prices/` answers) and the task's "artifact": {"id": ...}. Unknown paths answer 404 and are recorded in `unknown`.
 
     fake = DokFake(); root = fake.start()   # set SAKURACLOUD_API_ROOT_URL=root
 """
@@ -24,6 +24,7 @@ import re
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 PLANS = ("v100-32gb", "h100-80gb", "h100-8gpu-80gb")
 _PATH = re.compile(r"^.*?/is1a/api/managed-container/1\.0/(?P<path>[^?]*)$")
@@ -126,20 +127,25 @@ class DokFake:
                     raise _Err(401, "認証に失敗しました (fake)")
                 body = json.loads(raw) if raw else None
                 self.requests.append((method, m["path"], body))
-                status, payload = self._route(method, m["path"], body)
+                query = {k: v[0] for k, v in parse_qs(raw_path.partition("?")[2]).items()}
+                status, payload = self._route(method, m["path"], body, query)
                 return status, payload, "application/json"
             except _Err as e:
                 return e.status, {"detail": e.detail}, "application/json"
             except ValueError:
                 return 400, {"detail": "fake: body is not JSON"}, "application/json"
 
-    def _route(self, method: str, path: str, body) -> tuple[int, object]:
+    def _route(self, method: str, path: str, body, query: dict) -> tuple[int, object]:
         parts = [p for p in path.split("/") if p]
         if parts == ["tasks"] and method == "POST":
             return 201, self._create(body or {})
         if parts == ["tasks"] and method == "GET":
             items = [self._out(t) for t in sorted(self.tasks.values(), key=lambda t: t["_order"])]
-            return 200, {"count": len(items), "next": None, "previous": None, "results": items}
+            size = int(query.get("page_size", 20))
+            page = int(query.get("page", 1))
+            pages = max(1, -(-len(items) // size))
+            return 200, {"meta": {"page": page, "page_size": size, "count": len(items), "total_pages": pages},
+                         "results": items[(page - 1) * size:page * size]}
         if len(parts) >= 2 and parts[0] == "tasks":
             task = self.tasks.get(parts[1])
             if task is None:
