@@ -428,8 +428,16 @@ def _japan(cat, region: str | None, as_of: str | None, tax: bool):
         notes["tax"] = ("tax: every yen figure includes Japan's 10 % consumption tax (prices listed without it x 1.1"
                         + (f"; {unknown} offers whose source does not say are shown as listed" if unknown else "") + ")")
     else:
-        notes["tax"] = ("tax: yen as each price is listed (Sakura's include 10 % consumption tax, AWS's and Azure's "
-                        "do not); --tax shows every figure including it")
+        bases: dict[str, set[str]] = {}
+        for o in cat.offers:
+            bases.setdefault(o.provider, set()).add(o.tax)
+        said = [f"{label} {', '.join(sorted(p for p, b in bases.items() if b == {basis}))}"
+                for basis, label in (("included", "including 10 % consumption tax:"), ("excluded", "without it:"),
+                                     ("unknown", "not stated:"))
+                if any(b == {basis} for b in bases.values())]
+        mixed = sorted(p for p, b in bases.items() if len(b) > 1)
+        said += [f"mixed: {', '.join(mixed)}"] if mixed else []
+        notes["tax"] = f"tax: yen as each price is listed ({'; '.join(said)}); --tax shows every figure including it"
     preferred = [] if region else config.preferred_regions()
     if preferred:
         mine = catalog.in_regions(cat, preferred)
