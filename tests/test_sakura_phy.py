@@ -182,6 +182,10 @@ def test_cli_provision_claims_a_phy_server_and_teardown_releases_it(fake, cli, m
         r = cli("provision", "sakura-phy:phy-h100x8", "x1", "--name", "bm", "--no-bootstrap", "--yes")
         assert r.code == 0, r.err
         assert '"gpuplan-cluster": "bm"' in (h.fake_root / "root/.gpuplan/claim").read_text()
+        # over SSH, as on any owned host (playbook files aimed at the loopback host's fake root)
+        r = cli("bootstrap", "bm", "--playbook", "cudnn", "--param", "root=$GPUPLAN_FAKE_ROOT")
+        assert r.code == 0, r.err
+        assert h.installed("cudnn9-cuda-12")
         r = cli("teardown", "bm", "--yes")
         assert r.code == 0, r.err
         assert not (h.fake_root / "root/.gpuplan").exists()
