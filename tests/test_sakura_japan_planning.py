@@ -205,3 +205,17 @@ def test_provision_refuses_a_dok_task_plan_and_honours_preferred_regions(cli, gp
     r = cli("provision", "aws:g4dn.xlarge", "x2", "--dry-run")
     assert r.code == 0, r.err
     assert "ap-northeast-1" in r.out and "us-east-1" not in r.out
+
+
+def test_the_fx_line_is_shown_even_when_no_plan_is_feasible(cli):
+    r = cli("estimate", "--videos", "4", "--deadline", "1m")
+    assert r.code == 2
+    assert len([line for line in r.out.splitlines() if "FX:" in line and "gpuplan catalog refresh" in line]) == 1
+
+
+def test_catalog_table_shows_the_caps_and_per_task_billing(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    r = cli("catalog", "--provider", "sakura")
+    assert r.code == 0, r.err
+    assert "at most ¥23,100/day or ¥385,000/month" in r.out
+    assert "per second (min 60 s) per task" in r.out

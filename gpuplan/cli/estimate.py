@@ -236,8 +236,9 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     """The lines after the table as (kind, text): kind "head", "line", "warning" or "assumption".
     Every note once: plans that share hardware share its note."""
     rec = est.recommended
-    if rec is None:
-        return [("head", f"No recommendation: {est.reason}")]
+    if rec is None:  # the FX age, tax basis and regions still said (issue 22)
+        return [("head", f"No recommendation: {est.reason}")] + [
+            ("line", f"note: {est.extra[k]}") for k in ("fx", "tax", "regions") if k in est.extra]
     out = [("head", f"Recommended: {rec.label} {rec.provider} {rec.region}, "
                     f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
                     f"{fmt.yen(rec.cost)}, wall {fmt.duration(rec.wall_s)}, billed {fmt.duration(rec.billed_s)}")]
