@@ -785,7 +785,9 @@ def _tax_and_caps(offer: Offer) -> str:
     if caps:
         line += f"; billed at most {' and '.join(caps)} (the lesser of hourly + daily, and monthly)"
     if offer.kind == "task":
-        line += "; billed per task, one task running at a time per project (the others wait)"
+        line += ("; billed per task, one task running at a time per project (the others wait); the queue is"
+                 f" planned as one span, so a job shorter than the {offer.billing_minimum_s} s minimum is counted at"
+                 " its own length")
     return line
 
 
