@@ -205,6 +205,13 @@ class SakuraProvider(Provider):
     default_ssh_user = "ubuntu"
     unsupported = {Feature.SPOT: "Sakura has no spot market; drop --spot"}
     opens_ssh_ingress = True  # the cluster's packet filter
+    # Said with the machines a provision shows (launch.dry_run_notes / launch.check).
+    create_notes = (
+        "network: a packet filter lets SSH in from your address only; a cluster of 2 or more nodes also gets a "
+        "switch, a private LAN (192.168.100.11, .12, ...) that torchrun and the batch engine use",
+        "scratch: the plan's local NVMe (H100: about 6.9 TiB) is mounted at /scratch and loses its contents "
+        "whenever a server powers off",
+    )
     not_ready_hint = " (booting: check the control panel)"
 
     def __init__(

@@ -41,6 +41,9 @@ def test_provision_status_teardown(fake, cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # rich truncates the address column at 80
     r = cli("provision", "--yes", "sakura:e2e-h100", "x4", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
     assert r.code == 0, r.err
+    said = " ".join((r.out + r.err).split())
+    assert "billed at most ¥23,100 a day and ¥385,000 a month per machine" in said
+    assert "mounted at /scratch and loses its contents whenever a server powers off" in said
     assert {k: len(v) for k, v in fake.user_resources("gpuplan-cluster=e2e").items()} == {
         "servers": 4, "disks": 4, "archives": 0, "switches": 1, "packet_filters": 1}
     # issue 22: SSH only from the configured source; the nodes on the cluster's private LAN

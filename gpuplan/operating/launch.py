@@ -167,7 +167,7 @@ def dry_run_notes(o: Order) -> list[str]:
     except UsageError as exc:
         return [f"note: {exc}"]
     prov.check_features(spot=o.request.spot, ttl_s=o.request.ttl_s)
-    return []
+    return list(getattr(prov, "create_notes", ()))  # what the provider makes besides machines (issue 22)
 
 
 def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple[Order, tuple[int, list[QuotaUsage]]]:
@@ -175,7 +175,8 @@ def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple
     Returns the order with its SSH source and (what the machines need, the quota tiers)."""
     lifecycle.resumable(state, o.request)
     quota = lifecycle.preflight(prov, o.request)
-    return replace(o, request=replace(o.request, ssh_cidr=lifecycle.ssh_source(prov, ssh_from))), quota
+    notes = o.notes + tuple(getattr(prov, "create_notes", ()))  # issue 22
+    return replace(o, request=replace(o.request, ssh_cidr=lifecycle.ssh_source(prov, ssh_from)), notes=notes), quota
 
 
 def provision(state: State, prov: Provider, o: Order, playbooks: list[str] | None = None, bootstrap: bool = True,
