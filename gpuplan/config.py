@@ -1,6 +1,7 @@
 """The user's config file, `<config_dir>/config.yaml`:
 
     owner: alice-laptop            # gpuplan-owner tag value (default: user-host-<installation id>)
+    preferred_regions: [ap-northeast-1, japaneast, is1a]   # estimate and provision stay in these
     providers:
       aws: {ami: ami-0123..., ssh_cidr: 203.0.113.5/32}   # SSH source (default: your address, detected)
       azure: {ssh_source: 203.0.113.5}
@@ -61,3 +62,16 @@ def legacy_owner() -> str:
 
 def tag_value(raw: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)[:63]
+
+
+def preferred_regions() -> list[str]:
+    """The regions (or zones) `preferred_regions:` in config.yaml names, in order; [] = any."""
+    raw = _load().get("preferred_regions")
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        raw = [r for r in re.split(r"[,\s]+", raw) if r]
+    if not isinstance(raw, list) or not all(isinstance(r, str) and r.strip() for r in raw):
+        raise UsageError(f"{paths.config_dir() / 'config.yaml'}: preferred_regions must be a list of region names, "
+                         "e.g. [ap-northeast-1, japaneast, is1a]")
+    return [r.strip() for r in raw]

@@ -10,9 +10,25 @@ sacloud/iaas-api-go calls (`zz_api_ops.go`, `zz_envelopes.go`):
 - bodies wrapped in an envelope keyed by the resource (`{"Server": {...}}`), GET parameters sent
   as JSON in the query string (`server?{"Filter":{"Tags":[...]}}`), 423/503 retried with backoff.
 
-GPU plans exist only in the Ishikari zones (is1a, is1b). A node is a server plus one disk copied
-from an Ubuntu archive; the disk and server carry the same tags, written as strings
-"gpuplan-cluster=<c>", "gpuplan-owner=<o>", "gpuplan-node=<n>". Captured images are archives.
+GPU plans (高火力 VRT) are sold in is1a only (the VRT manual; the price API also lists an H100
+class in is1b). A node is a server plus one disk copied from an Ubuntu archive; the disk and
+server carry the same tags, written as strings "gpuplan-cluster=<c>", "gpuplan-owner=<o>",
+"gpuplan-node=<n>". Captured images are archives.
+
+Network (issue 22). Every server's first NIC sits on the shared segment behind the cluster's
+packet filter, which admits SSH only from the caller (NodeSpec.ssh_cidr, else config ssh_cidr),
+replies to the server's own connections and ICMP, and drops the rest: Sakura filters are
+stateless, so replies are admitted by their ephemeral destination ports. A packet filter has no
+tags: its Description carries them ("gpuplan gpuplan-cluster=<c> ..."). A cluster of more than
+one node also gets a switch (a private LAN, tagged); each server's second NIC is on it at
+192.168.100.<11 + node number>/24 (configured by cloud-init, recorded as the NIC's
+UserIPAddress), reported as Instance.private_ip, so torchrun and the batch engine talk over the
+private LAN, not the public addresses (report B: over the public interface distributed training
+did not speed up at all). Teardown deletes servers, then the switch, then the packet filter.
+
+Scratch. The H100 plan has about 6.9 TiB of local NVMe that loses its contents when the server
+powers off. cloud-init formats it (when it holds no file system) and mounts it at /scratch on
+every boot; Instance.extra["scratch"] says so. Nothing there survives a power-off.
 
 TTL: Sakura has no native expiry. Each node's cloud-init user data (sent with the boot request)
 carries an absolute deadline; on every boot a `bootcmd` arms a systemd timer that powers the
@@ -23,8 +39,6 @@ archive) is still billed until `gpuplan teardown` deletes it.
 Host keys and SSH: the one-time host key rides in the boot request's cloud-init user data (the
 boot call's body, not a property of the server that GETs return; not verified against the live
 API), and gpuplan rotates it at the first login, so a copy read anywhere is worthless after that.
-No Sakura packet filter is created: SSH on the shared segment is guarded by sshd alone
-(public-key only, host key pinned), not by a source-address rule as on AWS and Azure.
 
 Quota: Sakura limits resources per account (サーバ数 and others), but no public API for reading
 those limits was verified. `quota()` reports a tier (counted in servers) only when config
@@ -56,8 +70,11 @@ ENV_TOKEN = "SAKURACLOUD_ACCESS_TOKEN"
 ENV_SECRET = "SAKURACLOUD_ACCESS_TOKEN_SECRET"
 ENV_ROOT = "SAKURACLOUD_API_ROOT_URL"
 ENV_PROFILE = "SAKURACLOUD_PROFILE"
-GPU_ZONES = ("is1a", "is1b")
+GPU_ZONES = ("is1a",)  # 高火力 VRT manual: GPU plans in is1a only
 DEFAULT_ZONE = "is1a"
+PRIVATE_NET = "192.168.100"  # the cluster switch's /24; node i is .(11 + i)
+SCRATCH = "/scratch"
+EPHEMERAL_PORTS = "32768-61000"  # Linux's default ip_local_port_range: where replies to the server arrive
 SSD_PLAN_ID = 4
 # Sizes the SSD disk plan offers (GB); a request is rounded up to the next one.
 DISK_SIZES_GB = (20, 40, 60, 80, 100, 250, 500, 750, 1024, 2048, 4096)
@@ -119,21 +136,61 @@ def tag_dict(tags: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-def cloud_init(spec: NodeSpec, name: str, host_key: HostKey | None, deadline_epoch: int | None) -> str:
-    """The #cloud-config sent with the boot request: pinned host key, login key, TTL timer."""
+def private_address(name: str, others: Sequence[str]) -> str:
+    """A node's address on the cluster switch: from its number ("demo-3" -> .14), else its place
+    among the cluster's names."""
+    m = re.search(r"(\d+)$", name)
+    i = int(m[1]) if m else sorted(set(others) | {name}).index(name)
+    if not 0 <= i <= 240:
+        raise UsageError(f"sakura: node {name!r}: at most 241 nodes share a cluster switch")
+    return f"{PRIVATE_NET}.{11 + i}"
+
+
+def packet_filter_rules(ssh_cidr: str) -> list[dict]:
+    """SSH from the caller only; replies to the server's own connections (stateless filter:
+    by their ephemeral destination ports), ICMP and fragments; nothing else."""
+    return [
+        {"Protocol": "tcp", "SourceNetwork": ssh_cidr, "DestinationPort": "22", "Action": "allow",
+         "Description": "SSH from gpuplan's caller"},
+        {"Protocol": "tcp", "DestinationPort": EPHEMERAL_PORTS, "Action": "allow",
+         "Description": "replies to the server's own TCP connections"},
+        {"Protocol": "udp", "DestinationPort": EPHEMERAL_PORTS, "Action": "allow",
+         "Description": "replies to the server's own UDP (DNS, NTP)"},
+        {"Protocol": "icmp", "Action": "allow", "Description": "ICMP"},
+        {"Protocol": "fragment", "Action": "allow", "Description": "fragments"},
+        {"Protocol": "ip", "Action": "deny", "Description": "everything else"},
+    ]
+
+
+def cloud_init(spec: NodeSpec, name: str, host_key: HostKey | None, deadline_epoch: int | None,
+               private_ip: str | None = None) -> str:
+    """The #cloud-config sent with the boot request: pinned host key, login key, TTL timer, the
+    private LAN address on the second NIC, and the local NVMe mounted at /scratch."""
     lines = ["#cloud-config", f"hostname: {name}"]
     if host_key is not None:
         lines += ["ssh_deletekeys: true", "ssh_keys:", "  ed25519_private: |"]
         lines += [f"    {ln}" for ln in host_key.private_openssh.strip().splitlines()]
         lines += [f"  ed25519_public: {host_key.public_openssh.strip()}"]
     lines += ["ssh_authorized_keys:", f"  - {spec.ssh_public_key.strip()}"]
+    if private_ip is not None:
+        netplan = ("network:\n  version: 2\n  ethernets:\n    eth1:\n"
+                   f"      addresses: [{private_ip}/24]\n")
+        lines += ["write_files:", "  - path: /etc/netplan/60-gpuplan-private.yaml", "    permissions: '0600'",
+                  f"    content: {json.dumps(netplan)}", "runcmd:", "  - [netplan, apply]"]
+    boot = []
     if deadline_epoch is not None:
-        script = (
+        boot.append(
             f"left=$(( {deadline_epoch} - $(date +%s) )); [ $left -lt 60 ] && left=60; "
             "systemd-run --on-active=${left}s --unit=gpuplan-ttl systemctl poweroff "
             "|| shutdown -h +$(( left / 60 ))"
         )
-        lines += ["bootcmd:", f"  - [sh, -c, {json.dumps(script)}]"]
+    # the local NVMe is blank after every power-off: a file system is made when it has none
+    boot.append(
+        "d=$(ls /dev/nvme*n1 2>/dev/null | head -n 1); [ -z \"$d\" ] && exit 0; "
+        f"mountpoint -q {SCRATCH} && exit 0; blkid \"$d\" >/dev/null || mkfs.ext4 -F -q \"$d\"; "
+        f"mkdir -p {SCRATCH} && mount \"$d\" {SCRATCH} && chmod 1777 {SCRATCH}"
+    )
+    lines += ["bootcmd:"] + [f"  - [sh, -c, {json.dumps(b)}]" for b in boot]
     return "\n".join(lines) + "\n"
 
 
@@ -147,6 +204,14 @@ class SakuraProvider(Provider):
     name = "sakura"
     default_ssh_user = "ubuntu"
     unsupported = {Feature.SPOT: "Sakura has no spot market; drop --spot"}
+    opens_ssh_ingress = True  # the cluster's packet filter
+    # Said with the machines a provision shows (launch.dry_run_notes / launch.check).
+    create_notes = (
+        "network: a packet filter lets SSH in from your address only; a cluster of 2 or more nodes also gets a "
+        "switch, a private LAN (192.168.100.11, .12, ...) that torchrun and the batch engine use",
+        "scratch: the plan's local NVMe (H100: about 6.9 TiB) is mounted at /scratch and loses its contents "
+        "whenever a server powers off",
+    )
     not_ready_hint = " (booting: check the control panel)"
 
     def __init__(
@@ -217,6 +282,14 @@ class SakuraProvider(Provider):
 
     def check_credentials(self) -> None:
         self._credentials()
+
+    def api_key(self) -> tuple[str, str]:
+        """(token, secret): the one API key さくらのクラウド, 高火力 DOK and PHY share."""
+        return self._credentials()
+
+    def api_root(self) -> str:
+        """".../cloud/zone": the API root before the zone (SAKURACLOUD_API_ROOT_URL overrides it)."""
+        return (self._env.get(ENV_ROOT) or API_ROOT).rstrip("/")
 
     def _zone(self, region: str | None) -> str:
         return region or self.config.get("zone") or self._profile().get("Zone") or DEFAULT_ZONE
@@ -365,33 +438,83 @@ class SakuraProvider(Provider):
         return inst.extra.get("disks") == "0" or inst.status == "stopped"
 
     def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
-        """Create the servers concurrently (server, disk from the archive, boot with cloud-init).
-        A server left half-made by an earlier run (no disk, or powered down) is completed
+        """Create the servers concurrently (server, disk from the archive, boot with cloud-init),
+        behind the cluster's packet filter, and on its switch when the cluster has more than one
+        node. A server left half-made by an earlier run (no disk, or powered down) is completed
         rather than duplicated. When any server fails the others still finish, then the first
         error is raised; everything made so far stays tagged."""
         zone = self._zone(spec.region)
         plan = self._plan(zone, spec.size)
         archive = self._archive(zone, spec.image)
         existing = {tag_dict(s.get("Tags")).get(TAG_NODE): s for s in self._servers(zone, {TAG_CLUSTER: spec.cluster})}
+        nodes = sorted((set(existing) - {None}) | set(names))
+        packet_filter = self._packet_filter(zone, spec)
+        switch = self._switch(zone, spec) if len(nodes) > 1 else None
         deadline = int(self._wall()) + spec.ttl_s if spec.ttl_s else None
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(names)))) as pool:
-            futures = [pool.submit(self._ensure_node, zone, spec, plan, archive, n, existing.get(n), deadline)
+            futures = [pool.submit(self._ensure_node, zone, spec, plan, archive, n, existing.get(n), deadline,
+                                   packet_filter, switch, private_address(n, nodes) if switch else None)
                        for n in names]
         errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
             raise errors[0]
         return [f.result() for f in futures]
 
+    # --- the cluster's network ----------------------------------------------------------
+
+    def ssh_cidr(self, spec: NodeSpec) -> str:
+        """Where SSH may come from: the spec's (gpuplan fills it), else config ssh_cidr."""
+        cidr = (spec.ssh_cidr or self.config.get("ssh_cidr", "")).strip()
+        if not cidr:
+            raise UsageError("no SSH source for the packet filter: set providers.sakura.ssh_cidr in config.yaml "
+                             "(e.g. 203.0.113.5/32) or pass --ssh-from CIDR")
+        return cidr if "/" in cidr else cidr + "/32"
+
+    def _packet_filter(self, zone: str, spec: NodeSpec) -> str:
+        """The cluster's packet filter (found by the tags in its Description, else created), with
+        today's rules: a filter from an earlier run whose SSH source moved is updated."""
+        rules = packet_filter_rules(self.ssh_cidr(spec))
+        name = f"gpuplan-{spec.cluster}"
+        mine = dict(spec.tags)
+        for pf in self._find(zone, "packetfilter", "PacketFilters", {"Filter": {"Name": name}}):
+            if mine.items() <= _description_tags(pf.get("Description")).items():
+                if [_rule(r) for r in pf.get("Expression") or []] != [_rule(r) for r in rules]:
+                    self._call("PUT", zone, f"packetfilter/{pf['ID']}", {"PacketFilter": {"Expression": rules}})
+                return str(pf["ID"])
+        made = self._call("POST", zone, "packetfilter", {"PacketFilter": {
+            "Name": name, "Description": "gpuplan " + " ".join(tag_strings(mine)), "Expression": rules}})
+        return str(made["PacketFilter"]["ID"])
+
+    def _switch(self, zone: str, spec: NodeSpec) -> str:
+        """The cluster's switch (its private LAN), found by tag, else created."""
+        mine = dict(spec.tags)
+        found = self._find(zone, "switch", "Switches", {"Filter": {"Tags": tag_strings(mine)}})
+        found = [w for w in found if mine.items() <= tag_dict(w.get("Tags")).items()]
+        if found:
+            return str(found[0]["ID"])
+        made = self._call("POST", zone, "switch", {"Switch": {
+            "Name": f"gpuplan-{spec.cluster}", "Description": f"gpuplan cluster {spec.cluster}: private LAN",
+            "Tags": tag_strings(mine)}})
+        return str(made["Switch"]["ID"])
+
     def _ensure_node(self, zone: str, spec: NodeSpec, plan: dict, archive: str, name: str,
-                     server: dict | None, deadline: int | None) -> Instance:
+                     server: dict | None, deadline: int | None, packet_filter: str | None = None,
+                     switch: str | None = None, private_ip: str | None = None) -> Instance:
         tags = tag_strings(tagging.for_node(spec.tags, name))
         if server is None:
             server = self._call("POST", zone, "server", {"Server": {
                 "Name": name, "HostName": name, "Description": f"gpuplan cluster {spec.cluster}",
                 "ServerPlan": {k: plan[k] for k in ("ID", "CPU", "MemoryMB", "GPU", "GPUModel") if k in plan},
-                "ConnectedSwitches": [{"Scope": "shared"}], "InterfaceDriver": "virtio", "Tags": tags,
+                "ConnectedSwitches": [{"Scope": "shared"}] + ([{"ID": switch}] if switch else []),
+                "InterfaceDriver": "virtio", "Tags": tags,
             }})["Server"]
         sid = str(server["ID"])
+        nics = server.get("Interfaces") or []
+        if packet_filter and nics and str((nics[0].get("PacketFilter") or {}).get("ID", "")) != packet_filter:
+            self._call("PUT", zone, f"interface/{nics[0]['ID']}/to/packetfilter/{packet_filter}")
+        private = next((n for n in nics[1:] if str((n.get("Switch") or {}).get("ID")) == switch), None) if switch else None
+        if private is not None and private.get("UserIPAddress") != private_ip:
+            self._call("PUT", zone, f"interface/{private['ID']}", {"Interface": {"UserIPAddress": private_ip}})
         disks = [str(d["ID"]) for d in server.get("Disks") or []]
         if not disks:
             size_mb = _disk_mb(int(self._num("disk_gb", spec.disk_gib)))
@@ -405,7 +528,8 @@ class SakuraProvider(Provider):
             self._wait(zone, f"disk/{did}", "Disk", lambda d: d.get("Availability") == "available",
                        f"disk of {name} to be copied from archive {archive}")
         if (server.get("Instance") or {}).get("Status", "down") == "down":
-            user_data = cloud_init(spec, name, spec.host_keys.get(name), deadline)
+            user_data = cloud_init(spec, name, spec.host_keys.get(name), deadline,
+                                   private_ip if private is not None else None)
             try:
                 self._call("PUT", zone, f"server/{sid}/power",
                            {"UserBootVariables": {"CloudInit": {"UserData": user_data}}})
@@ -473,23 +597,29 @@ class SakuraProvider(Provider):
         query = {"Filter": {"Tags": tag_strings(tags)}}
         out: list[Resource] = []
         for path, key, kind in (("server", "Servers", "instance"), ("disk", "Disks", "disk"),
-                                ("archive", "Archives", "image")):
+                                ("switch", "Switches", "switch"), ("archive", "Archives", "image")):
             q = {"Filter": {**query["Filter"], "Scope": "user"}} if kind == "image" else query
             for item in self._find(zone, path, key, q):
                 t = tag_dict(item.get("Tags"))
                 if tags.items() <= t.items():
                     name = t.get(TAG_NODE, item.get("Name", "")) if kind == "instance" else item.get("Name", "")
                     out.append(Resource(kind, str(item["ID"]), zone, t, name))
+        # packet filters have no tags: theirs are in the Description
+        for pf in self._find(zone, "packetfilter", "PacketFilters", {"Filter": {"Name": "gpuplan-"}}):
+            t = _description_tags(pf.get("Description"))
+            if t and tags.items() <= t.items():
+                out.append(Resource("packet-filter", str(pf["ID"]), zone, t, pf.get("Name", "")))
         return out
 
     def delete(self, region: str, resources: Sequence[Resource]) -> None:
-        """Servers first (hard power-off, then delete with their disks), then stray disks,
-        then archives. 404 counts as deleted."""
+        """Servers first (hard power-off, then delete with their disks), then stray disks, the
+        switch and the packet filter (which refuse while a server uses them), then archives.
+        404 counts as deleted."""
         zone = self._zone(region)
         by_kind: dict[str, list[Resource]] = {}
         for r in resources:
             by_kind.setdefault(r.kind, []).append(r)
-        unknown = set(by_kind) - {"instance", "disk", "image"}
+        unknown = set(by_kind) - {"instance", "disk", "switch", "packet-filter", "image"}
         if unknown:
             raise ProviderError(f"sakura: cannot delete resources of kind {', '.join(sorted(unknown))}")
         servers = by_kind.get("instance", [])
@@ -498,6 +628,10 @@ class SakuraProvider(Provider):
                 list(pool.map(lambda r: self._delete_server(zone, r.id), servers))
         for r in by_kind.get("disk", []):
             self._delete(zone, f"disk/{r.id}")
+        for r in by_kind.get("switch", []):
+            self._delete(zone, f"switch/{r.id}")
+        for r in by_kind.get("packet-filter", []):
+            self._delete(zone, f"packetfilter/{r.id}")
         for r in by_kind.get("image", []):
             self._delete(zone, f"archive/{r.id}")
 
@@ -541,5 +675,18 @@ def _address(server: dict) -> str | None:
 def _instance(server: dict, zone: str) -> Instance:
     status = {"up": "running", "down": "stopped"}.get((server.get("Instance") or {}).get("Status", ""), "pending")
     name = tag_dict(server.get("Tags")).get(TAG_NODE, server.get("Name", ""))
-    return Instance(str(server["ID"]), name, status, public_ip=_address(server),
-                    extra={"zone": zone, "disks": str(len(server.get("Disks") or []))})
+    private = next((n.get("UserIPAddress") for n in (server.get("Interfaces") or [])[1:] if n.get("UserIPAddress")), None)
+    return Instance(str(server["ID"]), name, status, public_ip=_address(server), private_ip=private,
+                    extra={"zone": zone, "disks": str(len(server.get("Disks") or [])),
+                           "scratch": f"{SCRATCH}: local NVMe where the plan has one, lost at power-off"})
+
+
+def _description_tags(description: str | None) -> dict[str, str]:
+    """The tags gpuplan writes into a packet filter's Description ("gpuplan k=v k=v")."""
+    words = (description or "").split()
+    return tag_dict(words[1:]) if words[:1] == ["gpuplan"] else {}
+
+
+def _rule(rule: Mapping) -> tuple:
+    """A packet filter rule as compared: the fields that decide what it lets through."""
+    return tuple(str(rule.get(k) or "") for k in ("Protocol", "SourceNetwork", "SourcePort", "DestinationPort", "Action"))

@@ -38,7 +38,7 @@ def fake(gpuplan_home, monkeypatch):
 
 def test_a_sakura_node_up_ten_minutes_costs_990_in_status_and_in_runs_measured_yen(fake, cli, gpuplan_home, monkeypatch,
                                                                                      tmp_path):
-    r = cli("provision", "--yes", "sakura:h100x1", "x1", "--name", "tenmin", "--no-bootstrap")
+    r = cli("provision", "--yes", "sakura:h100x1", "x1", "--name", "tenmin", "--no-bootstrap", "--ssh-from", "203.0.113.5/32")
     assert r.code == 0, r.err
     real_now = lifecycle.now
     monkeypatch.setattr(lifecycle, "now", lambda: real_now() + timedelta(minutes=10))

@@ -188,13 +188,21 @@ def test_aws_p5_uses_the_post_june_2025_price():
     assert p5.gpu == "H100 SXM" and p5.gpu_count == 8
 
 
-def test_sakura_vrt_prices_in_yen_from_secondary_source():
+def test_sakura_vrt_rows_as_sold_is1a_only_with_daily_and_monthly_caps_from_sakuras_price_api():
+    # issue 22: the manual places the GPU plans in is1a only (the old is1b H100 row is gone), the
+    # price API's Daily and Monthly figures are the caps, and the source is Sakura's own API
     cat = catalog.load("2026-11")
     h100 = cat.resolve("h100x1")
     assert (h100.provider, h100.region, h100.price_jpy_per_hour) == ("sakura", "is1a", Decimal(990))
-    assert cat.resolve("h100x1", region="is1b").region == "is1b"
-    assert "secondary source" in h100.notes
-    assert cat.resolve("sakura:4Core-56GB-V100x1").price_jpy_per_hour == Decimal(481)
+    assert (h100.daily_cap_jpy, h100.monthly_cap_jpy, h100.tax) == (Decimal(23100), Decimal(385000), "included")
+    with pytest.raises(UsageError, match="not offered in is1b"):
+        cat.resolve("h100x1", region="is1b")
+    assert "public/price" in h100.source and "third-party" not in h100.source
+    v100 = cat.resolve("sakura:4Core-56GB-V100x1")
+    assert (v100.price_jpy_per_hour, v100.daily_cap_jpy, v100.monthly_cap_jpy) == (Decimal(481), Decimal(11550),
+                                                                                     Decimal(231000))
+    assert v100.retired_on.isoformat() == "2027-03-31"
+    assert cat.offer_status(v100) == "active" and "sale ends 2027-03-31" in v100.notes
 
 
 def test_current_provider_facts():

@@ -19,6 +19,8 @@ ECB_USD_JPY = Decimal("154.4425")  # the recording's 162.35 JPY / 1.0512 USD per
 @pytest.fixture
 def sources(gpuplan_home, monkeypatch):
     fake = PriceSources()
+    for var in ("SAKURACLOUD_ACCESS_TOKEN", "SAKURACLOUD_ACCESS_TOKEN_SECRET"):  # DOK is asked only with a key
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(catalog_refresh, "new_session", fake.session)
     monkeypatch.setattr(catalog_refresh, "today", lambda: TODAY)
     return fake
@@ -63,10 +65,14 @@ def test_refresh_writes_a_dated_snapshot_with_each_sources_figure(sources, gpupl
     assert "/offers/v1.0/aws/AmazonEC2/20261120190512/us-east-1/index.csv" in g4.source
     assert cat.resolve("aws:p5.48xlarge", region="us-east-1").price == Decimal("55.04")  # not the capacity block
 
-    # Sakura per zone, matched by the DisplayName tail
-    h100 = cat.resolve("sakura:24Core-240GB-H100x1", region="is1b")
+    # Sakura per zone, matched by the DisplayName tail; Daily and Monthly are the caps (issue 22)
+    h100 = cat.resolve("sakura:24Core-240GB-H100x1", region="is1a")
     assert (h100.price, h100.currency) == (Decimal("990"), "JPY")
-    assert "/cloud/zone/is1b/api/cloud/1.1/public/price" in h100.source
+    assert (h100.daily_cap_jpy, h100.monthly_cap_jpy) == (Decimal(23100), Decimal(385000))
+    assert "/cloud/zone/is1a/api/cloud/1.1/public/price" in h100.source
+    # the price API lists an H100 class in is1b too; the VRT manual sells GPU plans in is1a only
+    assert [o.region for o in cat.find(provider="sakura") if o.name == "24Core-240GB-H100x1"] == ["is1a"]
+    assert cat.resolve("sakura:dok-h100-80gb").kind == "task"  # DOK rows are kept
 
     # the dated FX rate: the ECB cross rate, named
     usd = cat.fx["USD"]
@@ -95,8 +101,8 @@ def test_diff_names_changed_added_and_removed_rows_with_percent(sources):
     # the same USD price, only converted at the new rate
     p5 = by_key["aws:p5.48xlarge@us-east-1"]
     assert (p5.change, p5.before.price, p5.after.price, p5.percent) == ("fx", Decimal("55.04"), Decimal("55.04"), Decimal("-2.4"))
-    assert result.unchanged == 3  # the three Sakura rows
-    assert result.kept == 11  # 9 retired Azure rows and 2 owned machines
+    assert result.unchanged == 2  # the two Sakura VRT rows (is1a only since issue 22)
+    assert result.kept == 17  # 9 retired Azure rows, 2 owned machines, 3 DOK task plans, 3 PHY servers
 
 
 def test_azure_next_page_link_is_followed(sources):
@@ -123,7 +129,7 @@ def test_cli_refresh_prints_the_diff_table(sources, cli, gpuplan_home):
     assert "USD = ¥154.4425 (2026-11-20; ECB" in flat and "was ¥158.19 (2026-03-11)" in flat
     # 41 on-demand rows and the 27 spot rows carried over from 2026-11
     assert "68 offers keep their own price and move -2.4% in yen with the USD rate only" in flat
-    assert "17 changed, 1 added, 2 removed, 3 refreshed and unchanged, 11 kept as they were" in flat
+    assert "17 changed, 1 added, 2 removed, 2 refreshed and unchanged, 17 kept as they were" in flat
     assert _user_snapshots(gpuplan_home) == ["2026-11-23"]
 
 
@@ -155,7 +161,8 @@ def test_an_azure_500_stops_before_anything_is_written(sources, cli, gpuplan_hom
 
 def test_estimate_plans_on_the_refreshed_snapshot(sources, cli):
     assert cli("catalog", "refresh").code == 0
-    r = cli("estimate", "--videos", "4", "--format", "json")
+    # on AWS (priced in USD): since issue 22 a DOK task in yen is the cheapest of all providers
+    r = cli("estimate", "--videos", "4", "--format", "json", "--provider", "aws")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["snapshot"] == "2026-11-23"
@@ -172,7 +179,7 @@ def test_dry_run_shows_the_diff_and_writes_nothing(sources, cli, gpuplan_home):
     assert r.code == 0, r.err
     flat = " ".join(r.out.split())
     assert "dry run: nothing written" in flat
-    assert "0 changed, 0 added, 0 removed, 3 refreshed and unchanged" in flat
+    assert "0 changed, 0 added, 0 removed, 2 refreshed and unchanged" in flat  # VRT in is1a only (issue 22)
     assert _user_snapshots(gpuplan_home) == []  # not even a temporary folder is left
     assert catalog.load().snapshot == "2026-11"
 
@@ -208,3 +215,25 @@ def test_refresh_is_not_imported_by_planning(gpuplan_home):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "GPUPLAN_HOME": str(gpuplan_home)}).stdout
     assert out.strip().splitlines()[-1] == "False False"
+
+
+def test_dok_unit_prices_are_refreshed_with_the_api_key_and_kept_without_it(sources, cli, monkeypatch):
+    # without the key: the DOK rows stay, and the report says why
+    r = cli("catalog", "refresh", "--dry-run", "--provider", "sakura")
+    assert r.code == 0, r.err
+    assert "高火力 DOK rows kept as they were: its unit prices need the API key" in " ".join(r.out.split())
+    assert not any("managed-container" in u for u in sources.requests)
+    # with it: GET unit_prices (Basic auth), yen a second -> an hourly price
+    monkeypatch.setenv("SAKURACLOUD_ACCESS_TOKEN", "t")
+    monkeypatch.setenv("SAKURACLOUD_ACCESS_TOKEN_SECRET", "s")
+    result = catalog_refresh.refresh(["sakura"])
+    asked = [u for u in sources.requests if "unit_prices" in u]
+    assert asked and "year=2026&month=11&day=23" in asked[0]
+    h100 = result.catalog.resolve("sakura:dok-h100-80gb")
+    assert (h100.price, h100.price_jpy_per_hour, h100.kind) == (Decimal("936"), Decimal("936"), "task")
+    assert "managed-container/1.0/unit_prices/" in h100.source and "0.26 JPY a second" in h100.source
+    by_key = {c.key: c for c in result.changes}
+    assert by_key["sakura:dok-h100-80gb@is1a"].change == "changed"
+    assert by_key["sakura:dok-h100-80gb@is1a"].percent == Decimal("-7.1")  # 1,008 -> 936 yen an hour
+    assert result.catalog.resolve("sakura:dok-v100-32gb").price == Decimal("57.6")
+    assert result.notes == ()

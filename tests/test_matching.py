@@ -22,7 +22,7 @@ def cat():
     ("a10", ["A10"]),  # an exact name wins over the names it starts (A10G, A100 ...)
     ("1080ti", ["GTX 1080 Ti"]),
     ("titan x pascal", ["TITAN X (Pascal)"]),
-    ("b200", []),
+    ("mi300x", []),  # B200 is known since issue 22 (高火力 PHY)
 ])
 def test_gpu_names_forgive_case_and_suffixes(cat, typed, expected):
     assert cat.match_gpus(typed) == expected

@@ -45,8 +45,8 @@ def _case(name):
         extra, kw = {"quotas": Quotas(total={"azure": 20})}, {"provider": "azure"}
     elif name == "--workload yolo-fhd --spot":
         work, extra = workloads.load("yolo-fhd"), {"spot": True}
-    elif name == "--videos 8 --deadline 20m (nothing feasible)":
-        work, extra = workloads.videos(8), {"deadline_s": 20 * 60}
+    elif name == "--videos 8 --deadline 5m (nothing feasible)":
+        work, extra = workloads.videos(8), {"deadline_s": 5 * 60}
     elif name == "--videos 40 --as-of 2017-08 --deadline 4h":
         as_of, work, extra = "2017-08", workloads.videos(40), {"deadline_s": 4 * 3600}
     cat = catalog.load(as_of)
@@ -61,7 +61,7 @@ CASES = [
     "--videos 8 --deadline 3h --objective time",
     "--videos 4 --provider azure --quota azure=20",
     "--workload yolo-fhd --spot",
-    "--videos 8 --deadline 20m (nothing feasible)",
+    "--videos 8 --deadline 5m (nothing feasible)",
     "--videos 40 --as-of 2017-08 --deadline 4h",
 ]
 
@@ -114,7 +114,7 @@ def test_the_cases_exercise_the_decisions_that_used_to_read_words():
     late = _facts("--videos 40 --as-of 2017-08 --deadline 4h")
     assert any("deadline" in codes for *_, codes, _ in late["plans"])
     assert any("quota" in kinds for kinds in a["warning columns"])
-    none = _facts("--videos 8 --deadline 20m (nothing feasible)")
+    none = _facts("--videos 8 --deadline 5m (nothing feasible)")
     assert none["recommended"] is None
     # deadline misses fold where they read alike (to the minute shown), not to the exact second
     assert sum(n for _, n in none["folded"]) > 40

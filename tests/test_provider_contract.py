@@ -73,7 +73,8 @@ def _sakura(request) -> Stand:
     root = fake.start()
     request.addfinalizer(fake.stop)
     stand = Stand(provider_for(fake, root), "is1a", "高火力 VRT 24Core-240GB-H100x1", "ubuntu",
-                  lambda: sum(len(v) for v in fake.user_resources().values()), {Feature.SPOT}, lambda n: None)
+                  lambda: sum(len(v) for v in fake.user_resources().values()), {Feature.SPOT}, lambda n: None,
+                  {"ssh_cidr": "203.0.113.5/32"})
 
     def limit(n: int) -> None:
         stand.provider = provider_for(fake, root, config={"quota_servers": str(n)})

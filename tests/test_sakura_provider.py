@@ -31,11 +31,11 @@ def prov(fake):
     return provider_for(fake, fake.root)
 
 
-def spec(names=NAMES, size=H100, region="is1a", image=None, ttl_s=None, tags=TAGS):
+def spec(names=NAMES, size=H100, region="is1a", image=None, ttl_s=None, tags=TAGS, ssh_cidr="203.0.113.5/32"):
     keys = {n: HostKey(PRIVATE, f"ssh-ed25519 AAAAhost{n}") for n in names}
     return NodeSpec(cluster=tags.get("gpuplan-cluster", "x"), size=size, region=region, ssh_user="ubuntu",
                     ssh_public_key="ssh-ed25519 AAAAlogin gpuplan-demo", host_keys=keys, image=image,
-                    ttl_s=ttl_s, tags=tags)
+                    ttl_s=ttl_s, tags=tags, ssh_cidr=ssh_cidr)
 
 
 def owned(fake, tag="gpuplan-cluster=demo"):
@@ -51,7 +51,8 @@ def test_create_four_then_list_finds_four_servers_and_their_disks(fake, prov):
     assert [r.name for r in instances] == NAMES
     assert sorted(r.id for r in instances) == sorted(i.id for i in made)
     assert sorted(r.tags["gpuplan-node"] for r in disks) == NAMES
-    assert len(found) == 8
+    assert len(found) == 10  # 4 servers, 4 disks, the cluster's switch and packet filter
+    assert sorted(r.kind for r in found if r.kind not in ("instance", "disk")) == ["packet-filter", "switch"]
     for r in found:
         assert r.tags["gpuplan-owner"] == "tester" and r.region == "is1a"
     # what the fake holds: the H100 plan, tags as "k=v" strings, a 250 GB SSD (128 rounded up) from Ubuntu
@@ -88,7 +89,7 @@ def test_create_again_with_the_same_names_returns_the_same_servers_and_makes_not
     again = prov.create(spec(), NAMES)
     assert [i.id for i in again] == [i.id for i in first]
     assert (fake.count("POST", "server"), fake.count("POST", "disk"), fake.count("PUT", "server/")) == posts
-    assert owned(fake) == {"servers": 4, "disks": 4, "archives": 0}
+    assert owned(fake) == {"servers": 4, "disks": 4, "archives": 0, "switches": 1, "packet_filters": 1}
 
 
 def test_delete_twice_leaves_nothing_in_the_fake(fake, prov):
@@ -97,7 +98,7 @@ def test_delete_twice_leaves_nothing_in_the_fake(fake, prov):
     found = prov.list("is1a", {"gpuplan-cluster": "demo"})
     prov.delete("is1a", found)
     prov.delete("is1a", found)  # everything is 404 now: still no error
-    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0}
+    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0, "switches": 0, "packet_filters": 0}
     assert prov.list("is1a", {"gpuplan-cluster": "demo"}) == []
     # running servers were hard-stopped before deletion (the API refuses to delete a running one)
     assert fake.count("DELETE", "server/") >= 8
@@ -134,7 +135,7 @@ def test_capture_image_then_create_two_from_it(fake, prov):
     images = [r for r in prov.list("is1a", {"gpuplan-owner": "tester"}) if r.kind == "image"]
     assert [(r.id, r.name) for r in images] == [(image.id, "cuda-img")]
     prov.delete("is1a", prov.list("is1a", {"gpuplan-owner": "tester"}))
-    assert owned(fake, "gpuplan-owner=tester") == {"servers": 0, "disks": 0, "archives": 0}
+    assert owned(fake, "gpuplan-owner=tester") == {"servers": 0, "disks": 0, "archives": 0, "switches": 0, "packet_filters": 0}
 
 
 def test_third_of_four_creates_failing_raises_and_the_rest_are_found_and_removed(fake, prov):
@@ -144,9 +145,9 @@ def test_third_of_four_creates_failing_raises_and_the_rest_are_found_and_removed
     assert "HTTP 500" in str(exc.value) and "injected failure" in str(exc.value) and "\n" not in str(exc.value)
     found = prov.list("is1a", {"gpuplan-cluster": "demo"})
     assert len([r for r in found if r.kind == "instance"]) == 3
-    assert owned(fake) == {"servers": 3, "disks": 3, "archives": 0}
+    assert owned(fake) == {"servers": 3, "disks": 3, "archives": 0, "switches": 1, "packet_filters": 1}
     prov.delete("is1a", found)
-    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0}
+    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0, "switches": 0, "packet_filters": 0}
 
 
 def test_a_half_made_node_is_completed_on_the_next_create(fake):
@@ -154,11 +155,11 @@ def test_a_half_made_node_is_completed_on_the_next_create(fake):
     fake.fail_503(1, "POST", "disk")
     with pytest.raises(CapacityUnavailable):
         prov.create(spec(["demo-0", "demo-1"]), ["demo-0", "demo-1"])
-    assert owned(fake) == {"servers": 2, "disks": 1, "archives": 0}
+    assert owned(fake) == {"servers": 2, "disks": 1, "archives": 0, "switches": 1, "packet_filters": 1}
     made = prov.create(spec(["demo-0", "demo-1"]), ["demo-0", "demo-1"])
     assert fake.count("POST", "server") == 2  # no duplicate server
     ready = prov.wait_ready("is1a", [i.id for i in made])
-    assert owned(fake) == {"servers": 2, "disks": 2, "archives": 0}
+    assert owned(fake) == {"servers": 2, "disks": 2, "archives": 0, "switches": 1, "packet_filters": 1}
     assert all(i.public_ip for i in ready)
 
 
@@ -186,7 +187,7 @@ def test_account_limit_409_is_quota_exceeded_and_what_was_made_can_be_removed(fa
     found = prov.list("is1a", {"gpuplan-cluster": "demo"})
     assert len([r for r in found if r.kind == "instance"]) == 2
     prov.delete("is1a", found)
-    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0}
+    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0, "switches": 0, "packet_filters": 0}
 
 
 def test_configured_server_quota_blocks_preflight_naming_it_and_how_to_raise(fake):
@@ -198,7 +199,7 @@ def test_configured_server_quota_blocks_preflight_naming_it_and_how_to_raise(fak
     with pytest.raises(QuotaExceeded) as exc:
         lifecycle.preflight(prov, req)
     assert "'servers'" in str(exc.value) and "quota_servers" in str(exc.value) and "サーバ数" in str(exc.value)
-    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0}
+    assert owned(fake) == {"servers": 0, "disks": 0, "archives": 0, "switches": 0, "packet_filters": 0}
     lifecycle.preflight(prov, lifecycle.ProvisionRequest("sakura", H100, "is1a", 3, "demo", 1, None))
 
 
@@ -244,7 +245,7 @@ def test_unknown_size_lists_the_gpu_plans(fake, prov):
 
 
 def test_gpu_sizes_outside_ishikari_say_where_they_are(fake, prov):
-    with pytest.raises(UsageError, match="only in is1a, is1b"):
+    with pytest.raises(UsageError, match="only in is1a"):
         prov.create(spec(size="v100x1", region="tk1a"), ["demo-0"])
 
 
@@ -295,3 +296,68 @@ def test_disk_size_from_config_rounds_up_to_an_offered_size(fake):
     prov = provider_for(fake, fake.root, config={"disk_gb": "300"})
     made = prov.create(spec(["demo-0"]), ["demo-0"])
     assert fake.disks[fake.servers[made[0].id]["_disks"][0]]["SizeMB"] == 500 * 1024
+
+
+# --- issue 22: the cluster's network (packet filter, switch) and scratch ---------------------------
+
+def test_two_node_cluster_gets_a_switch_and_a_packet_filter_and_teardown_removes_both(fake, prov):
+    made = prov.create(spec(NAMES[:2]), NAMES[:2])
+    ready = {i.name: i for i in prov.wait_ready("is1a", [i.id for i in made])}
+    (switch,) = fake.switches.values()
+    (pf,) = fake.packet_filters.values()
+    assert "gpuplan-cluster=demo" in switch["Tags"] and "gpuplan-owner=tester" in switch["Tags"]
+    assert pf["Description"].split()[1:] == ["gpuplan-cluster=demo", "gpuplan-owner=tester"]
+    # SSH only from the caller, then replies and ICMP; everything else dropped
+    assert pf["Expression"][0] == {"Protocol": "tcp", "SourceNetwork": "203.0.113.5/32", "DestinationPort": "22",
+                                   "Action": "allow", "Description": "SSH from gpuplan's caller"}
+    assert pf["Expression"][-1]["Protocol"] == "ip" and pf["Expression"][-1]["Action"] == "deny"
+    assert not [r for r in pf["Expression"] if r.get("DestinationPort") == "22" and r.get("SourceNetwork") != "203.0.113.5/32"]
+    for inst in made:
+        shared, private = fake.nics(inst.id)
+        assert shared["Switch"] == {"Scope": "shared"} and shared["PacketFilter"]["ID"] == pf["ID"]
+        assert private["Switch"]["ID"] == switch["ID"] and private["PacketFilter"] is None
+    # the private LAN addresses are what torchrun and the batch engine use
+    assert (ready["demo-0"].private_ip, ready["demo-1"].private_ip) == ("192.168.100.11", "192.168.100.12")
+    user_data = yaml.safe_load(fake.boot_user_data[ready["demo-1"].id])
+    netplan = yaml.safe_load(user_data["write_files"][0]["content"])
+    assert netplan["network"]["ethernets"]["eth1"]["addresses"] == ["192.168.100.12/24"]
+    found = prov.list("is1a", {"gpuplan-cluster": "demo"})
+    assert sorted(r.kind for r in found) == ["disk", "disk", "instance", "instance", "packet-filter", "switch"]
+    # teardown's order: machines first, then the rest (the switch and filter refuse while servers use them)
+    prov.delete("is1a", [r for r in found if r.kind == "instance"])
+    prov.delete("is1a", [r for r in found if r.kind != "instance"])
+    assert fake.switches == {} and fake.packet_filters == {}
+    assert prov.list("is1a", {"gpuplan-cluster": "demo"}) == []
+
+
+def test_one_node_has_a_packet_filter_but_no_switch(fake, prov):
+    made = prov.create(spec(NAMES[:1]), NAMES[:1])
+    assert fake.switches == {} and len(fake.packet_filters) == 1
+    assert [n["Switch"] for n in fake.nics(made[0].id)] == [{"Scope": "shared"}]
+    assert prov.wait_ready("is1a", [made[0].id])[0].private_ip is None
+
+
+def test_no_ssh_source_refuses_before_anything_is_made(fake, prov):
+    with pytest.raises(UsageError, match="providers.sakura.ssh_cidr.*--ssh-from"):
+        prov.create(spec(ssh_cidr=None), NAMES)
+    assert fake.servers == {} and fake.packet_filters == {}
+    # config ssh_cidr is the fallback
+    provider_for(fake, fake.root, {"ssh_cidr": "198.51.100.7"}).create(spec(NAMES[:1], ssh_cidr=None), NAMES[:1])
+    (pf,) = fake.packet_filters.values()
+    assert pf["Expression"][0]["SourceNetwork"] == "198.51.100.7/32"
+
+
+def test_a_rerun_from_a_new_address_updates_the_filter_and_makes_nothing_twice(fake, prov):
+    prov.create(spec(NAMES[:2]), NAMES[:2])
+    prov.create(spec(NAMES[:2], ssh_cidr="198.51.100.9/32"), NAMES[:2])
+    (pf,) = fake.packet_filters.values()
+    assert pf["Expression"][0]["SourceNetwork"] == "198.51.100.9/32"
+    assert (len(fake.servers), len(fake.switches), fake.count("POST", "packetfilter")) == (2, 1, 1)
+
+
+def test_the_local_nvme_is_mounted_at_scratch_on_every_boot(fake, prov):
+    made = prov.create(spec(NAMES[:1]), NAMES[:1])
+    data = yaml.safe_load(fake.boot_user_data[made[0].id])
+    script = data["bootcmd"][-1][2]
+    assert "/dev/nvme*n1" in script and "mkfs.ext4" in script and "mount" in script and "/scratch" in script
+    assert "lost at power-off" in prov.wait_ready("is1a", [made[0].id])[0].extra["scratch"]

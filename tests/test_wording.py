@@ -86,7 +86,7 @@ def test_piped_catalog_is_one_line_per_offer(cli):
     rows = [line for line in r.out.splitlines() if line.startswith("azure:Standard_NC80adis_H100_v5")]
     assert len(rows) == 1 and "H100 NVL x2" in rows[0] and "¥2,208" in rows[0] and "eastus" in rows[0]
     data = json.loads(cli("catalog", "--format", "json").out)
-    offer_lines = [line for line in r.out.splitlines() if re.match(r"^[a-z]+:\S", line)]
+    offer_lines = [line for line in r.out.splitlines() if re.match(r"^[a-z-]+:\S", line)]
     assert len(offer_lines) == len(data["offers"])  # no row wrapped onto a second line
     assert not any(line != line.rstrip() for line in r.out.splitlines())
 

@@ -19,8 +19,8 @@ _FORMATS = ("table", "json", "csv")
 _FIELDS = (
     "provider", "name", "aliases", "region", "gpu", "gpu_count", "gpu_memory_gib", "vcpus", "ram_gib",
     "price", "currency", "price_unit", "price_jpy_per_hour", "billing_granularity_s", "billing_minimum_s",
-    "quota_family", "available_from", "retired_on", "successor", "kind", "market", "power_watts", "status",
-    "source", "as_of", "notes",
+    "daily_cap_jpy", "monthly_cap_jpy", "tax", "quota_family", "available_from", "retired_on", "successor", "kind",
+    "market", "power_watts", "status", "source", "as_of", "notes",
 )
 
 
@@ -67,11 +67,15 @@ def _billing(o, short: bool = False) -> str:
         return "owned"
     if o.price_unit == "month":
         return "monthly"
+    caps = [f"{fmt.yen(c)}/{per}" for c, per in ((o.daily_cap_jpy, "day"), (o.monthly_cap_jpy, "month")) if c]
     if short:
         step = {3600: "hourly"}.get(g, f"{g}s")
-        return f"{step}, min {m}s" if m and m != g else step
-    step = {3600: "hourly"}.get(g, f"{g} s")
-    return f"{step} (min {m} s)" if m and m != g else step
+        step = f"{step}, min {m}s" if m and m != g else step
+        return f"{step}, caps {' '.join(caps)}" if caps else step
+    step = {3600: "hourly", 1: "per second"}.get(g, f"{g} s")
+    step = f"{step} (min {m} s)" if m and m != g else step
+    step += " per task" if o.kind == "task" else ""
+    return f"{step}, at most {' or '.join(caps)}" if caps else step
 
 
 catalog_app = typer.Typer(
@@ -142,7 +146,7 @@ def _table(cat, offers, hidden: int) -> None:
     out = tables.console()
     narrow = out.is_terminal and out.width < 120
     columns = [Column("instance"), Column("region"), Column("GPU"), Column("vCPU", right=True),
-               Column("price", right=True), Column("¥/h", right=True), Column("billing"), Column("status", wrap=True),
+               Column("price", right=True), Column("¥/h", right=True), Column("billing", wrap=True), Column("status", wrap=True),
                Column("source", wrap=True)]
     keep = ("instance", "GPU", "¥/h", "status") if narrow else tuple(c.name for c in columns)
     sources: dict[str, int] = {}
@@ -245,7 +249,9 @@ def _refresh_report(result) -> None:
         out.print(f"{fmt.plural(counts['fx'], 'offer')} keep their own price and move {span} in yen with the USD rate only")
     out.print(f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed, "
               f"{result.unchanged} refreshed and unchanged, {result.kept} kept as they were "
-              f"(other providers, owned or monthly hardware, retired sizes)")
+              f"(other providers, owned or monthly hardware, DOK tasks, retired sizes)")
+    for note in result.notes:
+        out.print(note)
     if result.path is None:
         out.print(f"dry run: nothing written (snapshot {result.snapshot} would hold {len(result.catalog.offers)} offers)")
     else:

@@ -282,8 +282,9 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     """The lines after the table as (kind, text): kind "head", "line", "warning" or "assumption".
     Every note once: plans that share hardware share its note."""
     rec = est.recommended
-    if rec is None:
-        return [("head", f"No recommendation: {est.reason}")]
+    if rec is None:  # the FX age, tax basis and regions still said (issue 22)
+        return [("head", f"No recommendation: {est.reason}")] + [
+            ("line", f"note: {est.extra[k]}") for k in ("fx", "tax", "regions") if k in est.extra]
     out = [("head", f"Recommended: {rec.label} {rec.provider} {rec.region}, "
                     f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
                     f"{fmt.yen(rec.cost)}, wall {fmt.duration(rec.wall_s)}, billed {fmt.duration(rec.billed_s)}")]
@@ -464,6 +465,53 @@ def save_plan(est, path: Path) -> None:
     saved_plan.dump(saved_plan.data(est, plan_dict(est.recommended, est.workload.name)), path)
 
 
+def _japan(cat, region: str | None, as_of: str | None, tax: bool):
+    """The catalog on the user's tax basis and in their preferred regions (config.yaml
+    `preferred_regions:`, unless --region names one), and the notes that say so; plus one line
+    when an exchange rate the offers use is older than 90 days."""
+    from datetime import date
+
+    from gpuplan import config
+    from gpuplan.planning import catalog
+
+    notes: dict[str, str] = {}
+    if tax:
+        unknown = sum(1 for o in cat.offers if o.tax == "unknown")
+        cat = catalog.with_tax(cat, "included")
+        notes["tax"] = ("tax: every yen figure includes Japan's 10 % consumption tax (prices listed without it x 1.1"
+                        + (f"; {unknown} offers whose source does not say are shown as listed" if unknown else "") + ")")
+    else:
+        bases: dict[str, set[str]] = {}
+        for o in cat.offers:
+            bases.setdefault(o.provider, set()).add(o.tax)
+        said = [f"{label} {', '.join(sorted(p for p, b in bases.items() if b == {basis}))}"
+                for basis, label in (("included", "including 10 % consumption tax:"), ("excluded", "without it:"),
+                                     ("unknown", "not stated:"))
+                if any(b == {basis} for b in bases.values())]
+        mixed = sorted(p for p, b in bases.items() if len(b) > 1)
+        said += [f"mixed: {', '.join(mixed)}"] if mixed else []
+        notes["tax"] = f"tax: yen as each price is listed ({'; '.join(said)}); --tax shows every figure including it"
+    preferred = [] if region else config.preferred_regions()
+    if preferred:
+        mine = catalog.in_regions(cat, preferred)
+        have = {o.region.lower() for o in mine.offers}
+        empty = [r for r in preferred if r.lower() not in have]
+        if not mine.offers:
+            raise UsageError(f"no offers in preferred_regions {', '.join(preferred)} (config.yaml) in catalog "
+                             f"{cat.snapshot}; add a region there or give --region")
+        notes["regions"] = (f"regions: only preferred_regions {', '.join(preferred)} (config.yaml; --region overrides)"
+                            + (f"; no offers in {', '.join(empty)}" if empty else ""))
+        cat = mine
+    stale = catalog.stale_fx(cat, None if as_of is None else cat.date)
+    if stale:
+        old = "; ".join(f"{r.currency} ¥{r.jpy_per_unit} is from {r.date}, "
+                        f"{((cat.date if as_of else date.today()) - date.fromisoformat(r.date)).days} days old"
+                        for r in stale)
+        notes["fx"] = (f"FX: {old} (over {catalog.FX_STALE_DAYS} days): run `gpuplan catalog refresh` for today's "
+                       "ECB rate, or set fx in prices.yaml")
+    return cat, notes
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def estimate(
@@ -484,6 +532,7 @@ def register(app: typer.Typer) -> None:
         plot: Annotated[Optional[Path], typer.Option(metavar="FILE.svg|png", help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
         schedules: Annotated[bool, typer.Option("--schedules", help="With --format json, list every plan's machines with their jobs (by default only the recommendation's).")] = False,
+        tax: Annotated[bool, typer.Option("--tax", help="Show every yen figure including Japan's 10 % consumption tax (prices listed without it x 1.1).")] = False,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
         from gpuplan.planning import catalog, optimizer, workloads
@@ -515,6 +564,7 @@ def register(app: typer.Typer) -> None:
         if note:
             print(note, file=sys.stderr)
         check_quotas(quotas, cat)
+        cat, japan_notes = _japan(cat, region, as_of, tax)
         work = workloads.with_catalog_gpus(work, cat)
         state = _user_state()
         setting = Setting(
@@ -534,6 +584,10 @@ def register(app: typer.Typer) -> None:
 
             est = replace(est, extra={**est.extra, **{f"calibration {i + 1}": f"calibration: {line}"
                                                       for i, line in enumerate(calibrations)}})
+        if japan_notes:
+            from dataclasses import replace
+
+            est = replace(est, extra={**est.extra, **japan_notes})
         if save is not None and est.recommended is not None:
             save_plan(est, save)
             print(f"plan saved to {save}: `gpuplan provision --plan {save}` creates it", file=sys.stderr)

@@ -81,6 +81,9 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
         f"  {fmt.yen(per_hour)}/h per machine, {fmt.yen(total)}/h for the cluster "
         f"(catalog {offer.as_of or '?'}, {offer.source or 'no source'})",
     ]
+    caps = [f"{fmt.yen(c)} a {per}" for c, per in ((offer.daily_cap_jpy, "day"), (offer.monthly_cap_jpy, "month")) if c]
+    if caps:  # issue 22: Sakura VRT bills the lesser of hourly + daily, and monthly
+        lines.append(f"  billed at most {' and '.join(caps)} per machine (the lesser of hourly + daily, and monthly)")
     if quota is not None:
         need, tiers = quota
         lines += [f"  quota {t.name} ({t.description}): {_units(need, t.unit)} needed, {t.free} free "

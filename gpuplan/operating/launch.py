@@ -39,6 +39,26 @@ def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> 
     return catalog.load(as_of).resolve(target, region=region)
 
 
+def _preferred_region(target: str) -> str | None:
+    """The first of config `preferred_regions:` the size is offered in (None: the catalog's
+    default region). Issue 22."""
+    from gpuplan import config
+
+    preferred = config.preferred_regions()
+    if not preferred or target.startswith("baremetal:"):
+        return None
+    from gpuplan.planning import catalog
+
+    cat = catalog.load()
+    for r in preferred:
+        try:
+            cat.resolve(target, region=r)
+        except UsageError:
+            continue
+        return r
+    return None
+
+
 def _live(target: str, region: str | None) -> tuple[Offer, str]:
     """The offer to create for `target`: a retired size maps to its successor (and says so)."""
     offer = resolve_offer(target, region)
@@ -82,8 +102,12 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
     else:
         if not target:
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
+        region = region or _preferred_region(target)
         offer, mapped = _live(target, region)
         n = parse_count(count or "x1")
+    if offer.kind == "task":  # issue 22
+        raise UsageError(f"{offer.provider}:{offer.name} is a 高火力 DOK task plan: there is no machine to provision; "
+                         "submit container tasks with `gpuplan dok submit` (docs/sakura.md)")
     ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
     if name is not None:  # --name "" is a mistake, not a request for a generated name
         lifecycle.check_name(name)
@@ -114,7 +138,7 @@ def dry_run_notes(o: Order) -> list[str]:
     except UsageError as exc:
         return [f"note: {exc}"]
     prov.check_features(spot=o.request.spot, ttl_s=o.request.ttl_s)
-    return []
+    return list(getattr(prov, "create_notes", ()))  # what the provider makes besides machines (issue 22)
 
 
 def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple[Order, tuple[int, list[QuotaUsage]]]:
@@ -122,7 +146,8 @@ def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple
     Returns the order with its SSH source and (what the machines need, the quota tiers)."""
     lifecycle.resumable(state, o.request)
     quota = lifecycle.preflight(prov, o.request)
-    return replace(o, request=replace(o.request, ssh_cidr=lifecycle.ssh_source(prov, ssh_from))), quota
+    notes = o.notes + tuple(getattr(prov, "create_notes", ()))  # issue 22
+    return replace(o, request=replace(o.request, ssh_cidr=lifecycle.ssh_source(prov, ssh_from)), notes=notes), quota
 
 
 def provision(state: State, prov: Provider, o: Order, playbooks: list[str] | None = None, bootstrap: bool = True,

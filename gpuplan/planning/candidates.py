@@ -358,7 +358,7 @@ class Planner:
         if w.streams is not None:
             return self._streams(offer)
         plans: list[Plan] = []
-        owned = offer.kind in ("owned", "monthly")
+        owned = offer.kind in model.ONE_MACHINE_KINDS  # a DOK task queue is one machine too (issue 22)
         nj = len(self.ref)
         for k in sorted(set(w.packing.efficiency) | {1}):
             try:
@@ -464,10 +464,11 @@ class Planner:
             return [model.infeasible_plan(w, s, offer, 1, "scratch", 1, exc.outcome)]
         per_machine = offer.gpu_count * k
         n = _ceil_div(st.count, per_machine)
-        owned = offer.kind in ("owned", "monthly")
+        owned = offer.kind in model.ONE_MACHINE_KINDS  # a DOK task queue is one machine too (issue 22)
         if owned and n > 1:
             return [model.infeasible_plan(w, s, offer, n, "scratch", k, outcomes.of(
-                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=1))]
+                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=1,
+                task=offer.kind == "task"))]
         loads = model.Loads(offer, [st.duration_s], [n],
                             [tuple(tuple(self.names[i * per_machine:(i + 1) * per_machine]) for i in range(n))])
         notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {fmt.duration(st.duration_s)}: every machine is"
@@ -480,7 +481,7 @@ class Planner:
         w, s = self.w, self.s
         sp, why = model.speed(w, offer, s.catalog.gpus)
         link = s.catalog.link(offer)
-        owned = offer.kind in ("owned", "monthly")
+        owned = offer.kind in model.ONE_MACHINE_KINDS  # a DOK task queue is one machine too (issue 22)
         plans = []
         for n in ([1] if owned else [1, 2, 4, 8, 16]):
             try:

@@ -86,6 +86,7 @@ class ProviderFacts:
     power_price_jpy_per_kwh: Decimal | None
     source: str
     notes: str
+    task_start_s: int = 0  # a container task's image pull and start (kind "task" offers): wall time, not billed
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,59 @@ def load(as_of: str | None = None, prices_file: Path | None = None, *, user_pric
     return _apply_overrides(base, path, _read_yaml(path))
 
 
+CONSUMPTION_TAX = Decimal("0.10")  # Japan's standard consumption tax rate since 2019-10-01
+FX_STALE_DAYS = 90
+
+
+def with_tax(cat: Catalog, basis: str) -> Catalog:
+    """The catalog with every price on one tax basis: "included" adds Japan's 10 % consumption tax
+    to rows listed without it, "excluded" takes it out of rows listed with it, "as-listed" changes
+    nothing. Rows whose source does not say ("unknown") stay as listed and keep saying so."""
+    if basis == "as-listed":
+        return cat
+    if basis not in ("included", "excluded"):
+        raise UsageError(f"bad --tax {basis!r}: use included, excluded or as-listed")
+    up = 1 + CONSUMPTION_TAX
+    offers = []
+    for o in cat.offers:
+        if o.tax in ("unknown", basis):
+            offers.append(o)
+            continue
+        factor = (up, Decimal(1)) if basis == "included" else (Decimal(1), up)
+        offers.append(dataclasses.replace(
+            o, price=_times(o.price, factor), price_jpy_per_hour=_times(o.price_jpy_per_hour, factor),
+            daily_cap_jpy=_times(o.daily_cap_jpy, factor), monthly_cap_jpy=_times(o.monthly_cap_jpy, factor), tax=basis,
+            notes=f"{o.notes}; shown with 10 % consumption tax {basis} (listed {o.tax})" if o.notes
+            else f"shown with 10 % consumption tax {basis} (listed {o.tax})"))
+    return dataclasses.replace(cat, offers=tuple(offers))
+
+
+def _times(x: Decimal | None, factor: tuple[Decimal, Decimal]) -> Decimal | None:
+    """x times factor[0] / factor[1] (dividing by 1.1 exactly rather than multiplying by its inverse)."""
+    return None if x is None else x * factor[0] / factor[1]
+
+
+def in_regions(cat: Catalog, regions: list[str]) -> Catalog:
+    """The catalog with only the offers in `regions` (case-insensitive); all of them for []."""
+    if not regions:
+        return cat
+    wanted = {r.lower() for r in regions}
+    return dataclasses.replace(cat, offers=tuple(o for o in cat.offers if o.region.lower() in wanted))
+
+
+def stale_fx(cat: Catalog, today: date | None = None) -> list[FxRate]:
+    """The exchange rates an offer of `cat` is priced through that are older than FX_STALE_DAYS
+    on `today` (default: the real today)."""
+    day = today or date.today()
+    used = {o.currency for o in cat.offers if o.currency != "JPY"}
+    out = []
+    for code in sorted(used):
+        rate = cat.fx.get(code)
+        if rate is not None and rate.date and (day - date.fromisoformat(rate.date)).days > FX_STALE_DAYS:
+            out.append(rate)
+    return out
+
+
 def user_snapshots_dir() -> Path:
     """Where `gpuplan catalog refresh` writes its snapshots: <data dir>/snapshots."""
     from gpuplan import paths
@@ -463,7 +517,8 @@ def _bool(where: _Where, fieldname: str, value: Any) -> bool:
     raise where.bad(fieldname, value, "true or false")
 
 
-_KINDS = {"cloud": "hour", "monthly": "month", "owned": "purchase"}
+_KINDS = {"cloud": "hour", "monthly": "month", "owned": "purchase", "task": "hour"}
+TAX_BASES = ("included", "excluded", "unknown")
 
 
 def _market(where: _Where, value: Any) -> str:
@@ -481,7 +536,7 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
             raise UsageError(f"{where.label}: missing {required}")
     kind = str(row.get("kind") or "cloud").strip().lower()
     if kind not in _KINDS:
-        raise where.bad("kind", row.get("kind"), "cloud, monthly or owned")
+        raise where.bad("kind", row.get("kind"), "cloud, monthly, owned or task")
     unit = str(row.get("price_unit") or _KINDS[kind]).strip().lower()
     if unit not in _UNITS:
         raise where.bad("price_unit", row.get("price_unit"), "hour, month or purchase")
@@ -497,6 +552,12 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
     if not re.fullmatch(r"[A-Z]{3}", currency):
         raise where.bad("currency", row["currency"], "a 3-letter currency code such as JPY or USD")
     price = _dec(where, "price", row.get("price"))
+    caps = {k: _dec(where, k, row.get(k)) for k in ("daily_cap_jpy", "monthly_cap_jpy")}
+    if currency != "JPY" and any(v is not None for v in caps.values()):
+        raise UsageError(f"{where.label}: daily_cap_jpy / monthly_cap_jpy are yen: give the price in JPY too")
+    tax = str(row.get("tax") or "unknown").strip().lower()
+    if tax not in TAX_BASES:
+        raise where.bad("tax", row.get("tax"), "included, excluded or unknown (does the price include consumption tax?)")
     notes = str(row.get("notes") or "")
     if price is None and "price not sourced" not in notes:
         notes = "price not sourced; set it in your config" + (f"; {notes}" if notes else "")
@@ -526,6 +587,9 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
         source=str(row.get("source") or "").strip(),
         as_of=str(row.get("as_of") or "").strip(),
         notes=notes,
+        daily_cap_jpy=caps["daily_cap_jpy"],
+        monthly_cap_jpy=caps["monthly_cap_jpy"],
+        tax=tax,
     )
 
 
@@ -604,6 +668,7 @@ def _providers(folder, label: str) -> dict[str, ProviderFacts]:
             power_price_jpy_per_kwh=_dec(where, "power_price_jpy_per_kwh", row["power_price_jpy_per_kwh"]),
             source=row["source"],
             notes=row["notes"],
+            task_start_s=_int(where, "task_start_minutes", row.get("task_start_minutes"), default=0) * 60,
         )
     return out
 

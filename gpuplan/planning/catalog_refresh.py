@@ -13,7 +13,15 @@ Every source is public and needs no credentials:
   wanted instance type, so memory stays flat. OnDemand, Linux, shared tenancy, no
   pre-installed software, capacity status "Used", the plain RunInstances operation.
 - Sakura: `GET .../api/cloud/1.1/public/price` per zone the catalog knows; a plan matches by
-  the tail of its DisplayName ("高火力 VRT/24Core-240GB-H100x1").
+  the tail of its DisplayName ("高火力 VRT/24Core-240GB-H100x1"). Its Hourly figure is the price,
+  its Daily and Monthly figures the caps (Sakura bills the lesser of hourly + daily, and
+  monthly). A GPU plan is taken only in the zones the VRT manual sells it in (`VRT_GPU_ZONES`):
+  the price API also lists an H100 class in is1b that cannot be ordered there.
+- Sakura 高火力 DOK: `GET .../managed-container/1.0/unit_prices/?year=&month=&day=` (today's
+  unit price per plan, yen a second, paged by `meta`): the one source that needs credentials
+  (the さくらのクラウド API key in SAKURACLOUD_ACCESS_TOKEN / _SECRET); without them the DOK
+  rows are kept as they were and the report says why. An account-specific price
+  (`is_overridden`) is marked so in the row's source.
 - FX: the ECB euro foreign exchange reference rates (`ECB_URL`); USD/JPY is their cross rate
   (yen per euro / dollars per euro).
 
@@ -51,14 +59,17 @@ AZURE_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 AWS_PRICING_ROOT = "https://pricing.us-east-1.amazonaws.com"
 AWS_REGION_INDEX_URL = AWS_PRICING_ROOT + "/offers/v1.0/aws/AmazonEC2/current/region_index.json"
 SAKURA_PRICE_URL = "https://secure.sakura.ad.jp/cloud/zone/{zone}/api/cloud/1.1/public/price"
+DOK_UNIT_PRICES_URL = "https://secure.sakura.ad.jp/cloud/zone/is1a/api/managed-container/1.0/unit_prices/"
 ECB_URL = "https://www.ecb.europa.eu/stats/eurofxref/eurofxref-daily.xml"
 PROVIDERS = ("azure", "aws", "sakura")
+VRT_GPU_ZONES = ("is1a",)  # Sakura 高火力 VRT manual: GPU plans in is1a only
 TIMEOUT_S = 60
 MAX_PAGES = 200  # Azure answers 100 items a page; a known region and ~20 sizes take one or two
 OFFER_FIELDS = (
     "provider", "name", "aliases", "region", "gpu", "gpu_count", "gpu_memory_gib", "vcpus", "ram_gib", "price",
     "currency", "price_unit", "billing_granularity_s", "billing_minimum_s", "quota_family", "available_from",
-    "retired_on", "successor", "kind", "power_watts", "source", "as_of", "notes",
+    "retired_on", "successor", "kind", "power_watts", "source", "as_of", "notes", "daily_cap_jpy", "monthly_cap_jpy",
+    "tax",
 )
 FX_FIELDS = ("date", "currency", "jpy_per_unit", "source", "notes")
 
@@ -73,6 +84,8 @@ class Quote:
     price: Decimal
     currency: str
     source: str  # the URL and what in its answer the price is
+    daily_cap: Decimal | None = None  # the most a day / a month costs, where the source caps them
+    monthly_cap: Decimal | None = None
 
     @property
     def key(self) -> str:
@@ -102,6 +115,7 @@ class RefreshResult:
     unchanged: int  # refreshed rows whose price did not move
     kept: int  # rows copied as they were: other providers, owned/monthly hardware, retired sizes
     fetched: tuple[str, ...]  # every URL asked, in order
+    notes: tuple[str, ...] = ()  # what was not refreshed and why (DOK without an API key)
 
 
 def new_session():
@@ -137,20 +151,28 @@ def refresh(providers: Sequence[str] | None = None, out_dir: Path | None = None,
     session = session or new_session()
     fetcher = _Fetcher(session)
 
+    dok_key = _dok_key() if "sakura" in wanted else None
+    notes = []
+    if "sakura" in wanted and dok_key is None and any((r.get("kind") or "") == "task" for r in prev_rows):
+        notes.append("高火力 DOK rows kept as they were: its unit prices need the API key (set "
+                     "SAKURACLOUD_ACCESS_TOKEN and SAKURACLOUD_ACCESS_TOKEN_SECRET)")
     by_provider: dict[str, list[dict[str, str]]] = {p: [] for p in wanted}
     for row in prev_rows:
-        if _refreshable(row, wanted, day):
+        if _refreshable(row, wanted, day, tasks=dok_key is not None):
             by_provider[row["provider"]].append(row)
     quotes: list[Quote] = []
     for provider, rows in by_provider.items():
-        if not rows:
-            continue
-        names = sorted({r["name"] for r in rows})
-        regions = sorted({r["region"] for r in rows})
-        quotes.extend(_FETCHERS[provider](fetcher, names, regions, day))
+        machines = [r for r in rows if (r.get("kind") or "cloud") == "cloud"]
+        if machines:
+            names = sorted({r["name"] for r in machines})
+            regions = sorted({r["region"] for r in machines})
+            quotes.extend(_FETCHERS[provider](fetcher, names, regions, day))
+        tasks = [r for r in rows if r.get("kind") == "task"]
+        if tasks and dok_key is not None:
+            quotes.extend(_dok_quotes(fetcher, sorted({r["name"] for r in tasks}), day, dok_key))
     fx_row = _fetch_fx(fetcher, day)
 
-    new_rows, kept = _merge(prev_rows, quotes, wanted, day)
+    new_rows, kept = _merge(prev_rows, quotes, wanted, day, tasks=dok_key is not None)
     target = Path(out_dir).expanduser() if out_dir is not None else catalog.user_snapshots_dir()
     target.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target))
@@ -165,7 +187,7 @@ def refresh(providers: Sequence[str] | None = None, out_dir: Path | None = None,
         return RefreshResult(
             snapshot=name, previous=previous.snapshot, path=path, catalog=fresh,
             fx_before=previous.fx.get("USD"), fx_after=fresh.fx["USD"], changes=tuple(changes),
-            unchanged=unchanged, kept=kept, fetched=tuple(fetcher.fetched),
+            unchanged=unchanged, kept=kept, fetched=tuple(fetcher.fetched), notes=tuple(notes),
         )
     finally:
         if tmp.exists():
@@ -190,16 +212,18 @@ def _offer_rows(folder) -> list[dict[str, str]]:
     return [{k: v or "" for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
 
 
-def _refreshable(row: Mapping[str, str], wanted: Sequence[str], day: date) -> bool:
-    """A row refresh asks a source about: a cloud offer priced by the hour, not retired by `day`."""
+def _refreshable(row: Mapping[str, str], wanted: Sequence[str], day: date, tasks: bool = False) -> bool:
+    """A row refresh asks a source about: a cloud offer priced by the hour (or, with `tasks`, a
+    Sakura DOK task plan), not retired by `day`."""
     retired = row.get("retired_on") or ""
-    return (row["provider"] in wanted and (row.get("kind") or "cloud") == "cloud"
+    kinds = ("cloud", "task") if tasks and row["provider"] == "sakura" else ("cloud",)
+    return (row["provider"] in wanted and (row.get("kind") or "cloud") in kinds
             and (row.get("price_unit") or "hour") == "hour"
             and not (retired and date.fromisoformat(retired) <= day))
 
 
 def _merge(prev_rows: list[dict[str, str]], quotes: Iterable[Quote], wanted: Sequence[str],
-           day: date) -> tuple[list[dict[str, str]], int]:
+           day: date, tasks: bool = False) -> tuple[list[dict[str, str]], int]:
     """The new snapshot's rows, in the previous file's order (added rows after their template)."""
     by_key = {q.key: q for q in quotes}
     known = {f"{r['provider']}:{r['name']}@{r['region']}" for r in prev_rows}
@@ -207,7 +231,7 @@ def _merge(prev_rows: list[dict[str, str]], quotes: Iterable[Quote], wanted: Seq
     kept = 0
     templated: set[tuple[str, str]] = set()
     for row in prev_rows:
-        if not _refreshable(row, wanted, day):
+        if not _refreshable(row, wanted, day, tasks):
             out.append(dict(row))
             kept += 1
             continue
@@ -234,6 +258,9 @@ def _priced(row: Mapping[str, str], q: Quote, day: date) -> dict[str, str]:
     new["currency"] = q.currency
     new["source"] = q.source
     new["as_of"] = day.isoformat()
+    if q.daily_cap is not None or q.monthly_cap is not None:
+        new["daily_cap_jpy"] = _plain_decimal(q.daily_cap) if q.daily_cap is not None else ""
+        new["monthly_cap_jpy"] = _plain_decimal(q.monthly_cap) if q.monthly_cap is not None else ""
     earlier = f"{row['price'] or 'unpriced'} {row['currency']}/h as of {row['as_of'] or '?'}"
     old_notes = re.sub(r"^price not sourced; set it in your config(; )?", "", row.get("notes") or "")
     new["notes"] = f"price refreshed {day} (earlier: {earlier})" + (f"; {old_notes}" if old_notes else "")
@@ -316,13 +343,13 @@ class _Fetcher:
         self.session = session
         self.fetched: list[str] = []
 
-    def get(self, url: str, what: str, stream: bool = False):
+    def get(self, url: str, what: str, stream: bool = False, auth: tuple[str, str] | None = None):
         import requests
 
         self.fetched.append(url)
         host = urlsplit(url).netloc
         try:
-            response = self.session.get(url, timeout=TIMEOUT_S, stream=stream)
+            response = self.session.get(url, timeout=TIMEOUT_S, stream=stream, auth=auth)
         except requests.Timeout:
             raise _failed(f"{host} did not answer within {TIMEOUT_S} s ({what})") from None
         except requests.RequestException as exc:
@@ -332,8 +359,8 @@ class _Fetcher:
             raise _failed(f"{host} answered HTTP {response.status_code} ({what})")
         return response
 
-    def json(self, url: str, what: str) -> Any:
-        response = self.get(url, what)
+    def json(self, url: str, what: str, auth: tuple[str, str] | None = None) -> Any:
+        response = self.get(url, what, auth=auth)
         try:
             return json.loads(response.content.decode("utf-8-sig"), parse_float=Decimal)
         except (ValueError, UnicodeDecodeError):
@@ -526,10 +553,58 @@ def _sakura_quotes(fetcher: _Fetcher, names: Sequence[str], zones: Sequence[str]
                 continue
             if price.get("Zone") not in (None, "", zone):
                 continue
+            if zone not in VRT_GPU_ZONES and "gpu" in str(c.get("ServiceClassPath") or "").lower():
+                continue  # listed by the price API, not sold there (VRT manual)
             out.append(Quote("sakura", plan, zone, Decimal(str(price["Hourly"])), "JPY",
                              f"Sakura Cloud public price API {url} ({c.get('DisplayName')}, "
-                             f"{c.get('ServiceClassPath')}), retrieved {day}"))
+                             f"{c.get('ServiceClassPath')}: Hourly, Daily, Monthly), retrieved {day}",
+                             _cap(price.get("Daily")), _cap(price.get("Monthly"))))
     return out
+
+
+def _cap(value: Any) -> Decimal | None:
+    try:
+        d = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return d if d.is_finite() and d > 0 else None
+
+
+def _dok_key() -> tuple[str, str] | None:
+    token = os.environ.get("SAKURACLOUD_ACCESS_TOKEN", "")
+    secret = os.environ.get("SAKURACLOUD_ACCESS_TOKEN_SECRET", "")
+    return (token, secret) if token and secret else None
+
+
+def _dok_quotes(fetcher: _Fetcher, names: Sequence[str], day: date, key: tuple[str, str]) -> list[Quote]:
+    """Today's DOK unit price per plan (yen a second) as an hourly quote for row "dok-<plan>"."""
+    wanted = set(names)
+    out: list[Quote] = []
+    page = 1
+    while True:
+        url = f"{DOK_UNIT_PRICES_URL}?year={day.year}&month={day.month}&day={day.day}&page={page}&page_size=100"
+        body = fetcher.json(url, "Sakura 高火力 DOK unit prices", auth=key)
+        meta = body.get("meta") if isinstance(body, dict) else None
+        rows = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(meta, dict) or not isinstance(rows, list):
+            raise _malformed("secure.sakura.ad.jp", "DOK unit_prices without meta and results")
+        for row in rows:
+            if not isinstance(row, dict):
+                continue
+            name = f"dok-{row.get('plan')}"
+            try:
+                per_s = Decimal(str(row.get("price")))
+            except InvalidOperation:
+                raise _malformed("secure.sakura.ad.jp", f"DOK unit price {row.get('price')!r}") from None
+            if name not in wanted or not per_s.is_finite() or per_s <= 0:
+                continue
+            mine = ", your account's own price" if row.get("is_overridden") else ""
+            out.append(Quote("sakura", name, "is1a", per_s * 3600, "JPY",
+                             f"Sakura 高火力 DOK API GET {DOK_UNIT_PRICES_URL} (plan {row.get('plan')}: "
+                             f"{per_s} JPY a second{mine}), retrieved {day}"))
+        if page >= int(meta.get("total_pages") or 1):
+            return out
+        page += 1
 
 
 # ---------------------------------------------------------------------------------------------

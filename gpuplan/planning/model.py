@@ -411,6 +411,12 @@ def ceil_s(x: Decimal) -> int:
 # billing and the plan
 
 
+# Kinds planned as one machine: owned and rented servers are the one you have; a container task
+# service (kind "task", Sakura 高火力 DOK) runs one task per project at a time, the others wait,
+# so its plans are a serial queue on one task (or the slots of one multi-GPU task). (issue 22)
+ONE_MACHINE_KINDS = ("owned", "monthly", "task")
+
+
 def billed(seconds: int, offer: Offer) -> int:
     """Seconds billed for `seconds` of use: rounded up to the granularity, at least the minimum."""
     return billing.billed_seconds(seconds, offer.billing_granularity_s, offer.billing_minimum_s)
@@ -424,6 +430,12 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     launch = facts.launch_s if facts else 0
     src = facts.source if facts else "no provider facts in the catalog: 0 assumed"
     notes = []
+    if offer.kind == "task":  # issue 22: nothing to set up, the image pull is wall time only (not billed)
+        pull = facts.task_start_s if facts else 0
+        notes.append(f"no setup on {offer.name} (a container task): its image pull and start, {fmt.duration(pull)},"
+                     f" is wall time, not billed (catalog {setting.catalog.snapshot} providers.csv task_start_minutes:"
+                     " an ESTIMATE where its notes say so)")
+        return pull, 0, 0, notes
     measured = setting.measured_setup.get((offer.provider, offer.name))
     if workload.setup_s is not None:
         setup = workload.setup_s
@@ -620,6 +632,8 @@ def make_plan(
     capped = Decimal(0)  # what daily / monthly caps take off billed seconds x price (<= 0)
     at_end = setting.release == "at-end"
     for o, role, start, s, c, st, g in runs:  # _Run
+        if o.kind == "task":  # the image pull of a DOK task is wall time, not billed (issue 22)
+            start, s = start + s, 0
         head = s + c + st
         n = sum(g.counts)
         jobs = sum(map(operator.mul, g.jobs_s, g.counts))
@@ -812,7 +826,23 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
         fx = cat.fx[offer.currency]
         notes.append(f"FX {offer.currency} 1 = {fx.jpy_per_unit} JPY ({fx.date}, {fx.source})"
                      + (f"; {fx.notes}" if fx.notes else ""))
+    notes.append(_tax_and_caps(offer))  # issue 22
     return notes
+
+
+def _tax_and_caps(offer: Offer) -> str:
+    """How the offer's price stands to consumption tax, and its daily / monthly caps."""
+    tax = {"included": "includes Japan's 10 % consumption tax", "excluded": "excludes consumption tax",
+           }.get(offer.tax, "does not say whether it includes consumption tax")
+    line = f"{offer.name} {offer.region}: the price {tax}"
+    caps = [f"{fmt.yen(c)} a {per}" for c, per in ((offer.daily_cap_jpy, "day"), (offer.monthly_cap_jpy, "month")) if c]
+    if caps:
+        line += f"; billed at most {' and '.join(caps)} (the lesser of hourly + daily, and monthly)"
+    if offer.kind == "task":
+        line += ("; billed per task, one task running at a time per project (the others wait); the queue is"
+                 f" planned as one span, so a job shorter than the {offer.billing_minimum_s} s minimum is counted at"
+                 " its own length")
+    return line
 
 
 def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[str]:

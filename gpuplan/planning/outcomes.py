@@ -187,7 +187,8 @@ _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.PACKING: _packing,
     Code.REAL_TIME: _real_time,
     Code.FLEET_LIMIT: lambda f: (f"{f['streams']} streams need {f['machines']} machines of {f['per_machine']} streams;"
-                                 f" you have {'one' if f['have'] == 1 else f['have']}"),
+                                 + (" one task runs at a time" if f.get("task")
+                                    else f" you have {'one' if f['have'] == 1 else f['have']}")),
     Code.LINK: _link,
     Code.IMAGE: _image,
     Code.SPOT: _spot,

@@ -16,7 +16,8 @@ class Offer:
     """One rentable (or owned) machine shape at one provider and region, from one snapshot row.
 
     kind: "cloud" (billed by time), "monthly" (flat monthly rent), "owned" (bought up front,
-    then power). price is per `price_unit` ("hour", "month" or "purchase") in `currency`;
+    then power), "task" (a container task billed by time with nothing to set up, one running
+    at a time per project: Sakura 高火力 DOK). price is per `price_unit` ("hour", "month" or "purchase") in `currency`;
     None where no source gives one (then `notes` says so and plans on it are infeasible).
     price_jpy_per_hour is the hourly price in yen after FX (None where unknown).
     """
@@ -50,6 +51,9 @@ class Offer:
     # hourly + daily, and monthly"); None where the provider has none. See planning/billing.py.
     daily_cap_jpy: Decimal | None = None
     monthly_cap_jpy: Decimal | None = None
+    # Whether `price` includes Japan's 10 % consumption tax: "included", "excluded" or
+    # "unknown" (the source does not say); `gpuplan estimate --tax` puts every row on one basis.
+    tax: str = "unknown"
 
     @property
     def key(self) -> str:

@@ -27,6 +27,7 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "price_sources"
 _AWS_CSV = re.compile(r"^/offers/v1\.0/aws/AmazonEC2/(\d{14})/([a-z0-9-]+)/index\.csv$")
 _SAKURA = re.compile(r"^/cloud/zone/([a-z0-9]+)/api/cloud/1\.1/public/price$")
+_DOK_UNIT_PRICES = "/cloud/zone/is1a/api/managed-container/1.0/unit_prices/"
 
 
 class PriceSources(BaseAdapter):
@@ -54,6 +55,8 @@ class PriceSources(BaseAdapter):
             raise requests.exceptions.ReadTimeout(f"fake: {host} did not answer", request=request)
         if host in self.status:
             return self._answer(request, self.status[host], b'{"error": "fake failure"}')
+        if url.path == _DOK_UNIT_PRICES and not request.headers.get("Authorization", "").startswith("Basic "):
+            return self._answer(request, 401, b'{"detail": "fake: credentials required"}')
         body = self._route(host, url)
         if body is None:
             self.unknown.append(request.url)
@@ -80,6 +83,8 @@ class PriceSources(BaseAdapter):
             m = _SAKURA.match(path)
             if m:
                 return self._file(f"sakura_{m.group(1)}.json", "application/json; charset=UTF-8")
+            if path == _DOK_UNIT_PRICES:
+                return self._file("sakura_dok_unit_prices.json", "application/json")
         if host == "www.ecb.europa.eu" and path == "/stats/eurofxref/eurofxref-daily.xml":
             return self._file("ecb_eurofxref_daily.xml", "text/xml")
         return None

@@ -11,7 +11,14 @@ server is a 409 Conflict, deleting a running server is a 409, seeded plans inclu
     fake.fail_server_create_at = 3             # the 3rd POST server answers 500
     fake.fail_503(2, "POST", "server")         # the next 2 matching requests answer 503
     fake.server_limit = 2                      # POST server beyond 2 servers: 409 limit
-    fake.user_resources()                      # what is left (servers, disks, user archives)
+    fake.user_resources()                      # what is left (servers, disks, user archives,
+                                               # switches, packet filters)
+
+Switches and packet filters (issue 22) follow iaas-api-go's `switch`, `packetfilter` and
+`interface/{id}/to/packetfilter/{pf}` operations: a server created with
+`ConnectedSwitches: [{"Scope": "shared"}, {"ID": switch}]` gets a second NIC on the switch; a
+switch with servers connected, or a packet filter attached to a NIC, cannot be deleted (409).
+A packet filter holds at most 30 rules and has no tags (its Description carries them).
 """
 
 from __future__ import annotations
@@ -54,6 +61,8 @@ class SakuraFake:
         self.servers: dict[str, dict] = {}
         self.disks: dict[str, dict] = {}
         self.archives: dict[str, dict] = {}
+        self.switches: dict[str, dict] = {}
+        self.packet_filters: dict[str, dict] = {}
         self.disk_config: dict[str, dict] = {}
         self.boot_user_data: dict[str, str] = {}
         self._due: list[tuple[float, dict, str, str]] = []  # (when, resource, field path, value)
@@ -128,7 +137,15 @@ class SakuraFake:
 
             return {"servers": [s for s in self.servers.values() if pick(s)],
                     "disks": [d for d in self.disks.values() if pick(d)],
-                    "archives": [a for a in self.archives.values() if a["Scope"] == "user" and pick(a)]}
+                    "archives": [a for a in self.archives.values() if a["Scope"] == "user" and pick(a)],
+                    "switches": [w for w in self.switches.values() if pick(w)],
+                    "packet_filters": [f for f in self.packet_filters.values()
+                                       if tag is None or tag in f.get("Description", "").split()]}
+
+    def nics(self, server_id: str) -> list[dict]:
+        """The server's interfaces as the API shows them (shared segment first)."""
+        with self.lock:
+            return [dict(n) for n in self.servers[server_id]["Interfaces"]]
 
     def count(self, method: str, path_prefix: str) -> int:
         return sum(1 for m, _, p, _ in self.requests if m == method and p.startswith(path_prefix))
@@ -169,14 +186,20 @@ class SakuraFake:
 
     def _route(self, method: str, zone: str, path: str, params: dict, body: dict) -> dict:
         parts = path.split("/")
-        table = {"server": self.servers, "disk": self.disks, "archive": self.archives}
+        table = {"server": self.servers, "disk": self.disks, "archive": self.archives, "switch": self.switches,
+                 "packetfilter": self.packet_filters}
+        keys = {"server": "Servers", "disk": "Disks", "archive": "Archives", "switch": "Switches",
+                "packetfilter": "PacketFilters"}
+        envelope = {"server": "Server", "disk": "Disk", "archive": "Archive", "switch": "Switch",
+                    "packetfilter": "PacketFilter"}
         if method == "GET" and path == "product/server":
             return self._list(self.plans[zone], params, "ServerPlans")
+        if parts[0] == "interface" and len(parts) >= 2:
+            return self._interface(zone, method, parts, body)
         if len(parts) == 1 and parts[0] in table:
             if method == "GET":
-                key = {"server": "Servers", "disk": "Disks", "archive": "Archives"}[parts[0]]
                 return self._list([self._out(parts[0], r) for r in table[parts[0]].values()
-                                   if r["Zone"]["Name"] == zone], params, key)
+                                   if r["Zone"]["Name"] == zone], params, keys[parts[0]])
             if method == "POST":
                 return getattr(self, f"_create_{parts[0]}")(zone, body)
         if len(parts) == 2 and parts[0] in table:
@@ -184,7 +207,9 @@ class SakuraFake:
             if item is None or item["Zone"]["Name"] != zone:
                 raise SakuraError(404, "not_found", f"{parts[0]} {parts[1]} not found")
             if method == "GET":
-                return {parts[0].capitalize(): self._out(parts[0], item), "Success": True, "is_ok": True}
+                return {envelope[parts[0]]: self._out(parts[0], item), "Success": True, "is_ok": True}
+            if method == "PUT" and parts[0] == "packetfilter":
+                return self._update_packetfilter(item, body)
             if method == "DELETE":
                 getattr(self, f"_delete_{parts[0]}")(item, body)
                 return {"Success": True, "is_ok": True}
@@ -236,6 +261,9 @@ class SakuraFake:
 
     def _out(self, kind: str, r: dict) -> dict:
         out = {k: v for k, v in r.items() if not k.startswith("_")}
+        if kind == "switch":
+            out["ServerCount"] = sum(1 for s in self.servers.values()
+                                     for n in s["Interfaces"] if (n.get("Switch") or {}).get("ID") == r["ID"])
         if kind == "server":
             out["Disks"] = [{"ID": d, "Name": self.disks[d]["Name"], "Availability": self.disks[d]["Availability"]}
                             for d in r["_disks"] if d in self.disks]
@@ -263,13 +291,24 @@ class SakuraFake:
                          == (p["CPU"], p["MemoryMB"], p["GPU"]))), None)
         if plan is None:
             raise SakuraError(400, "bad_request", f"no server plan {want} in {zone}")
+        switches = s.get("ConnectedSwitches") or []
+        if not switches or switches[0] != {"Scope": "shared"}:
+            raise SakuraError(400, "bad_request", "fake: the first NIC must be on the shared segment")
+        nics = []
+        for sw in switches[1:]:
+            switch = self.switches.get(str(sw.get("ID", "")))
+            if switch is None or switch["Zone"]["Name"] != zone:
+                raise SakuraError(404, "not_found", f"switch {sw} not found in {zone}")
+            nics.append({"ID": str(next(self._ids)), "IPAddress": None, "UserIPAddress": None,
+                         "Switch": {"ID": switch["ID"], "Scope": "user"}, "PacketFilter": None})
         sid = str(next(self._ids))
         n = next(self._ips)
         server = {
             "ID": sid, "Name": s["Name"], "HostName": s.get("HostName", ""), "Description": s.get("Description", ""),
             "Tags": self._tags(s), "Availability": "available", "ServerPlan": dict(plan), "Zone": {"Name": zone},
             "Instance": {"Status": "down"}, "InterfaceDriver": s.get("InterfaceDriver", "virtio"),
-            "Interfaces": [{"ID": str(next(self._ids)), "IPAddress": f"203.0.113.{n}", "Switch": {"Scope": "shared"}}],
+            "Interfaces": [{"ID": str(next(self._ids)), "IPAddress": f"203.0.113.{n}", "Switch": {"Scope": "shared"},
+                            "PacketFilter": None}] + nics,
             "_disks": [],
         }
         self.servers[sid] = server
@@ -360,6 +399,74 @@ class SakuraFake:
         if server:
             server["_disks"].remove(disk["ID"])
         del self.disks[disk["ID"]]
+
+    def _create_switch(self, zone: str, body: dict) -> dict:
+        w = body.get("Switch") or {}
+        if not w.get("Name"):
+            raise SakuraError(400, "bad_request", "Switch.Name is required")
+        wid = str(next(self._ids))
+        switch = {"ID": wid, "Name": w["Name"], "Description": w.get("Description", ""), "Tags": self._tags(w),
+                  "Scope": "user", "Zone": {"Name": zone}}
+        self.switches[wid] = switch
+        return {"Switch": self._out("switch", switch), "Success": True, "is_ok": True}
+
+    def _delete_switch(self, switch: dict, body: dict) -> None:
+        if self._out("switch", switch)["ServerCount"]:
+            raise SakuraError(409, "conflict", "スイッチにサーバが接続されています (fake: servers still connected)")
+        del self.switches[switch["ID"]]
+
+    def _expression(self, body: dict) -> list[dict]:
+        rules = (body.get("PacketFilter") or {}).get("Expression") or []
+        if len(rules) > 30:
+            raise SakuraError(400, "bad_request", "a packet filter holds at most 30 rules")
+        for r in rules:
+            if r.get("Protocol") not in ("tcp", "udp", "icmp", "fragment", "ip") or r.get("Action") not in ("allow", "deny"):
+                raise SakuraError(400, "bad_request", f"bad packet filter rule {r}")
+        return [dict(r) for r in rules]
+
+    def _create_packetfilter(self, zone: str, body: dict) -> dict:
+        f = body.get("PacketFilter") or {}
+        if not f.get("Name"):
+            raise SakuraError(400, "bad_request", "PacketFilter.Name is required")
+        if "Tags" in f:
+            raise SakuraError(400, "bad_request", "fake: packet filters have no Tags")
+        fid = str(next(self._ids))
+        pf = {"ID": fid, "Name": f["Name"], "Description": f.get("Description", ""),
+              "Expression": self._expression(body), "Zone": {"Name": zone}}
+        self.packet_filters[fid] = pf
+        return {"PacketFilter": dict(pf), "Success": True, "is_ok": True}
+
+    def _update_packetfilter(self, pf: dict, body: dict) -> dict:
+        pf["Expression"] = self._expression(body)
+        return {"PacketFilter": dict(pf), "Success": True, "is_ok": True}
+
+    def _delete_packetfilter(self, pf: dict, body: dict) -> None:
+        if any((n.get("PacketFilter") or {}).get("ID") == pf["ID"] for s in self.servers.values() for n in s["Interfaces"]):
+            raise SakuraError(409, "conflict", "fake: the packet filter is connected to an interface")
+        del self.packet_filters[pf["ID"]]
+
+    def _interface(self, zone: str, method: str, parts: list[str], body: dict) -> dict:
+        nic = next((n for s in self.servers.values() if s["Zone"]["Name"] == zone for n in s["Interfaces"]
+                    if n["ID"] == parts[1]), None)
+        if nic is None:
+            raise SakuraError(404, "not_found", f"interface {parts[1]} not found")
+        if len(parts) == 2 and method == "PUT":
+            want = (body.get("Interface") or {})
+            if "UserIPAddress" in want:
+                if not (nic.get("Switch") or {}).get("ID"):
+                    raise SakuraError(400, "bad_request", "fake: UserIPAddress is for NICs on a switch")
+                nic["UserIPAddress"] = want["UserIPAddress"]
+            return {"Interface": dict(nic), "Success": True, "is_ok": True}
+        if len(parts) == 4 and parts[2:3] == ["to"] and parts[3] == "packetfilter":
+            raise SakuraError(404, "not_found", "fake: name the packet filter")
+        if len(parts) == 5 and parts[2] == "to" and parts[3] == "packetfilter" and method in ("PUT", "DELETE"):
+            pf = self.packet_filters.get(parts[4])
+            if pf is None or pf["Zone"]["Name"] != zone:
+                raise SakuraError(404, "not_found", f"packet filter {parts[4]} not found")
+            nic["PacketFilter"] = {"ID": pf["ID"], "Name": pf["Name"]} if method == "PUT" else None
+            return {"Success": True, "is_ok": True}
+        self.unknown.append(f"{method} {zone}/{'/'.join(parts)}")
+        raise SakuraError(404, "fake_unknown_path", f"fake: no route for {method} {'/'.join(parts)}")
 
     def _delete_archive(self, archive: dict, body: dict) -> None:
         if archive["Scope"] != "user":

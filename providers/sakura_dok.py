@@ -1,0 +1,225 @@
+"""Sakura 高火力 DOK: GPU container tasks billed per second, over its REST API.
+
+DOK has no machines to create, set up or tear down: a task runs one container image (the user's,
+from any Docker Registry HTTP API V2 registry, at most 30 GB, linux/amd64) on one plan, and ends.
+So this is a task client, not a `Provider`; the planner sees DOK offers as kind "task".
+
+The API (manual.sakura.ad.jp/koukaryoku-dok-api/spec.html, summarised in
+shared/notes/sakura-koukaryoku.md):
+
+- base `https://secure.sakura.ad.jp/cloud/zone/is1a/api/managed-container/1.0` (is1a only; the
+  part before `/is1a` follows SAKURACLOUD_API_ROOT_URL as for VRT), HTTP Basic auth with the same
+  API key as さくらのクラウド (SAKURACLOUD_ACCESS_TOKEN / _SECRET or the usacloud profile);
+- `POST /tasks/` {name, tags, execution_time_limit_sec (at least 600; default 20 days),
+  containers: [{image, registry, command, entrypoint, environment, plan, http, ssh}]};
+- `GET /tasks/{id}/` with status waiting, running, error, done, aborted or canceled;
+- `POST /tasks/{id}/cancel/`; `GET /artifacts/{id}/download/` answers a presigned URL of the
+  task's `SAKURA_ARTIFACT_DIR` as tar.gz (downloadable for 72 hours);
+- one running task per project: the others wait (FAQ), which is why the planner plans a DOK
+  queue as one machine.
+
+Not verified against the live API (no account): the task list's envelope is read as the one
+`unit_prices/` answers ({"meta": {page, page_size, count, total_pages}, "results": [...]}, as a
+public price collector parses it); the task's `artifact` field ({"id": ...}) is assumed; logs
+stream over a WebSocket (`/tasks/{id}/containers/{i}/stream/`) that this client does not read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuplan.errors import AuthMissing, ProviderError, UsageError
+
+PLANS = ("v100-32gb", "h100-80gb", "h100-8gpu-80gb")
+FINAL = ("done", "error", "aborted", "canceled")
+MIN_TIME_LIMIT_S = 600
+MAX_ENVIRONMENT_CHARS = 8192
+ZONE = "is1a"
+
+
+@dataclass(frozen=True)
+class DokTask:
+    """A task as the API reports it."""
+
+    id: str
+    name: str
+    status: str  # waiting | running | error | done | aborted | canceled
+    plan: str
+    tags: tuple[str, ...]
+    artifact_id: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL
+
+
+def _task(raw: Mapping) -> DokTask:
+    containers = raw.get("containers") or [{}]
+    artifact = raw.get("artifact") or {}
+    return DokTask(
+        id=str(raw["id"]), name=str(raw.get("name", "")), status=str(raw.get("status", "")),
+        plan=str(containers[0].get("plan", "")), tags=tuple(raw.get("tags") or ()),
+        artifact_id=str(artifact["id"]) if isinstance(artifact, Mapping) and artifact.get("id") else None,
+    )
+
+
+class DokClient:
+    """Submit, watch, cancel tasks and fetch their artifacts. Never prints."""
+
+    def __init__(self, config: Mapping[str, str] | None = None, *, env: Mapping[str, str] | None = None,
+                 home: Path | None = None, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, poll_s: float = 10.0, retries: int = 4,
+                 retry_base_s: float = 1.0) -> None:
+        from gpuplan.providers.sakura import SakuraProvider
+
+        self._vrt = SakuraProvider(config or {}, env=env, home=home)  # the key and the API root, shared
+        self.sleep, self.clock, self.poll_s = sleep, clock, poll_s
+        self.retries, self.retry_base_s = retries, retry_base_s
+        self._http = None
+
+    def check_credentials(self) -> None:
+        self._vrt.check_credentials()
+
+    def base_url(self) -> str:
+        return f"{self._vrt.api_root()}/{ZONE}/api/managed-container/1.0"
+
+    def _session(self):
+        if self._http is None:
+            import requests
+
+            s = requests.Session()
+            s.auth = self._vrt.api_key()
+            s.headers.update({"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "gpuplan"})
+            self._http = s
+        return self._http
+
+    def _call(self, method: str, path: str, body: Mapping | None = None) -> dict:
+        import requests
+
+        url = f"{self.base_url()}/{path}"
+        data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
+        for attempt in range(self.retries + 1):
+            try:
+                r = self._session().request(method, url, data=data, timeout=60)
+            except requests.RequestException as exc:
+                raise ProviderError(f"sakura DOK: cannot reach {self.base_url()} ({exc.__class__.__name__}); "
+                                    "check the network") from exc
+            if r.status_code in (429, 503) and attempt < self.retries:
+                self.sleep(min(self.retry_base_s * 2 ** attempt, 30.0))
+                continue
+            break
+        try:
+            payload = r.json() if r.content else {}
+        except ValueError:
+            payload = {}
+        if r.status_code < 300:
+            return payload if isinstance(payload, dict) else {"results": payload}
+        detail = (payload.get("detail") or payload.get("error_msg") or "") if isinstance(payload, dict) else ""
+        where = f"sakura DOK: {method} /{path.split('?')[0]} failed: HTTP {r.status_code}" + (f" {detail}" if detail else "")
+        if r.status_code in (401, 403):
+            raise AuthMissing(f"{where}; check the API key, that it may use 高火力 DOK, and that the DOK terms "
+                              "were accepted once (control panel)")
+        if r.status_code == 409:
+            raise _Conflict(where)
+        if r.status_code == 404:
+            raise _Gone(where)
+        raise ProviderError(where)
+
+    # --- tasks --------------------------------------------------------------------------
+
+    def submit(self, name: str, image: str, plan: str, command: Sequence[str] = (), *,
+               entrypoint: Sequence[str] = (), environment: Mapping[str, str] | None = None,
+               tags: Sequence[str] = (), time_limit_s: int | None = None, registry: str | None = None) -> DokTask:
+        """Queue one task. Bad input is refused before the API is asked."""
+        if plan not in PLANS:
+            raise UsageError(f"sakura DOK: unknown plan {plan!r}; plans: {', '.join(PLANS)}")
+        if not image.strip():
+            raise UsageError("sakura DOK: name the container image to run (e.g. registry.example/me/job:1)")
+        env = {str(k): str(v) for k, v in (environment or {}).items()}
+        reserved = sorted(k for k in env if k.startswith("SAKURA_"))
+        if reserved:
+            raise UsageError(f"sakura DOK: environment names starting SAKURA_ are DOK's own ({reserved[0]}); rename it")
+        size = sum(len(k) + len(v) for k, v in env.items())
+        if size >= MAX_ENVIRONMENT_CHARS:
+            raise UsageError(f"sakura DOK: the environment holds {size:,} characters; DOK takes fewer than "
+                             f"{MAX_ENVIRONMENT_CHARS:,}: pass large inputs through object storage")
+        if time_limit_s is not None and time_limit_s < MIN_TIME_LIMIT_S:
+            raise UsageError(f"sakura DOK: a time limit of {time_limit_s} s is under DOK's minimum of "
+                             f"{MIN_TIME_LIMIT_S} s")
+        body = {
+            "name": name, "tags": list(tags),
+            "containers": [{"image": image, "registry": registry, "command": list(command),
+                            "entrypoint": list(entrypoint), "environment": env, "plan": plan}],
+        }
+        if time_limit_s is not None:
+            body["execution_time_limit_sec"] = time_limit_s
+        return _task(self._call("POST", "tasks/", body))
+
+    def task(self, task_id: str) -> DokTask:
+        return _task(self._call("GET", f"tasks/{task_id}/"))
+
+    def tasks(self, tag: str | None = None) -> list[DokTask]:
+        """Every task of the project (those carrying `tag` when given), page by page."""
+        found: list[DokTask] = []
+        page = 1
+        while True:
+            body = self._call("GET", f"tasks/?page={page}&page_size=100")
+            found += [_task(t) for t in body.get("results") or []]
+            if page >= int((body.get("meta") or {}).get("total_pages") or 1):
+                return [t for t in found if tag is None or tag in t.tags]
+            page += 1
+
+    def cancel(self, task_id: str) -> DokTask:
+        """Stop a waiting or running task; one already finished is left as it is."""
+        try:
+            self._call("POST", f"tasks/{task_id}/cancel/")
+        except _Conflict:
+            pass
+        return self.task(task_id)
+
+    def wait(self, task_ids: Sequence[str], timeout_s: float) -> list[DokTask]:
+        """Poll until every task has finished (in the order given); raise after `timeout_s`."""
+        deadline = self.clock() + timeout_s
+        while True:
+            now = [self.task(t) for t in task_ids]
+            if all(t.finished for t in now):
+                return now
+            if self.clock() >= deadline:
+                left = ", ".join(f"{t.name} {t.status}" for t in now if not t.finished)
+                raise ProviderError(f"sakura DOK: tasks not finished after {timeout_s:.0f} s ({left}); "
+                                    "they keep running: cancel them or wait longer")
+            self.sleep(self.poll_s)
+
+    def download_artifact(self, task: DokTask, dest: Path) -> Path:
+        """Fetch the task's artifact (its SAKURA_ARTIFACT_DIR as tar.gz) into `dest`."""
+        if task.artifact_id is None:
+            raise UsageError(f"sakura DOK: task {task.name} ({task.status}) has no artifact"
+                             + ("" if task.finished else " yet: it has not finished"))
+        url = self._call("GET", f"artifacts/{task.artifact_id}/download/").get("url")
+        if not url:
+            raise ProviderError(f"sakura DOK: no download URL for the artifact of {task.name}")
+        import requests
+
+        try:
+            r = requests.get(url, timeout=600)
+        except requests.RequestException as exc:
+            raise ProviderError(f"sakura DOK: cannot download the artifact of {task.name} "
+                                f"({exc.__class__.__name__})") from exc
+        if r.status_code != 200:
+            raise ProviderError(f"sakura DOK: artifact download of {task.name} failed: HTTP {r.status_code} "
+                                "(links last 72 hours after the task ends)")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(r.content)
+        return dest
+
+
+class _Conflict(ProviderError):
+    """409: e.g. cancelling a task that has already finished."""
+
+
+class _Gone(ProviderError):
+    """404."""

@@ -1,0 +1,201 @@
+"""A stateful stand-in for the 高火力 DOK API (tasks, cancel, artifacts), over real HTTP on
+127.0.0.1, built from the published API shapes (shared/notes/sakura-koukaryoku.md):
+
+- `POST /tasks/` validates what the spec states: name and containers required, plan one of
+  v100-32gb / h100-80gb / h100-8gpu-80gb, command and entrypoint lists, environment under 8,192
+  characters and no SAKURA_ names, execution_time_limit_sec null or at least 600;
+- one running task per project: a new task waits while another runs; `advance()` ends the
+  running task (done, with an artifact) and starts the oldest waiting one, as time would;
+- `POST /tasks/{id}/cancel/` cancels a waiting or running task (409 once it has finished);
+- `GET /artifacts/{id}/download/` answers {"url": ...}, a link this server also serves.
+
+Assumed where the notes do not say: the list envelope {"meta": {page, page_size, count,
+total_pages}, "results"} (as `unit_prices/` answers) and the task's "artifact": {"id": ...}. Unknown paths answer 404 and are recorded in `unknown`.
+
+    fake = DokFake(); root = fake.start()   # set SAKURACLOUD_API_ROOT_URL=root
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
+
+PLANS = ("v100-32gb", "h100-80gb", "h100-8gpu-80gb")
+_PATH = re.compile(r"^.*?/is1a/api/managed-container/1\.0/(?P<path>[^?]*)$")
+
+
+class _Err(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class DokFake:
+    def __init__(self, token: str = "fake-token", secret: str = "fake-secret") -> None:
+        self.token, self.secret = token, secret
+        self.lock = threading.RLock()
+        self.tasks: dict[str, dict] = {}
+        self.artifacts: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str, object]] = []
+        self.unknown: list[str] = []
+        self._order = itertools.count()
+        self._httpd: ThreadingHTTPServer | None = None
+        self.base = ""
+
+    # --- control ------------------------------------------------------------------------
+
+    def start(self) -> str:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _handle(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, payload, ctype = fake.handle(self.command, self.path, self.headers.get("Authorization", ""), body)
+                data = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+        host, port = self._httpd.server_address[:2]
+        self.base = f"http://{host}:{port}"
+        return f"{self.base}/cloud/zone"
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def env(self, root: str) -> dict[str, str]:
+        return {"SAKURACLOUD_API_ROOT_URL": root, "SAKURACLOUD_ACCESS_TOKEN": self.token,
+                "SAKURACLOUD_ACCESS_TOKEN_SECRET": self.secret}
+
+    def running(self) -> list[dict]:
+        with self.lock:
+            return [t for t in self.tasks.values() if t["status"] == "running"]
+
+    def advance(self, status: str = "done") -> None:
+        """The running task ends (`status`; "done" leaves an artifact), the oldest waiting one starts."""
+        with self.lock:
+            for t in self.running():
+                t["status"] = status
+                if status == "done":
+                    aid = str(uuid.uuid4())
+                    self.artifacts[aid] = b"\x1f\x8b fake tar.gz of " + t["name"].encode()
+                    t["artifact"] = {"id": aid}
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if not self.running():
+            waiting = sorted((t for t in self.tasks.values() if t["status"] == "waiting"), key=lambda t: t["_order"])
+            if waiting:
+                waiting[0]["status"] = "running"
+
+    # --- dispatch -----------------------------------------------------------------------
+
+    def handle(self, method: str, raw_path: str, auth: str, raw: bytes) -> tuple[int, object, str]:
+        path = raw_path.partition("?")[0]
+        with self.lock:
+            try:
+                if path.startswith("/blob/"):
+                    data = self.artifacts.get(path.removeprefix("/blob/"))
+                    if data is None:
+                        raise _Err(404, "no such artifact")
+                    return 200, data, "application/gzip"
+                m = _PATH.match(path)
+                if not m:
+                    self.unknown.append(f"{method} {raw_path}")
+                    raise _Err(404, f"fake: no such path {path}")
+                want = "Basic " + base64.b64encode(f"{self.token}:{self.secret}".encode()).decode()
+                if auth != want:
+                    raise _Err(401, "認証に失敗しました (fake)")
+                body = json.loads(raw) if raw else None
+                self.requests.append((method, m["path"], body))
+                query = {k: v[0] for k, v in parse_qs(raw_path.partition("?")[2]).items()}
+                status, payload = self._route(method, m["path"], body, query)
+                return status, payload, "application/json"
+            except _Err as e:
+                return e.status, {"detail": e.detail}, "application/json"
+            except ValueError:
+                return 400, {"detail": "fake: body is not JSON"}, "application/json"
+
+    def _route(self, method: str, path: str, body, query: dict) -> tuple[int, object]:
+        parts = [p for p in path.split("/") if p]
+        if parts == ["tasks"] and method == "POST":
+            return 201, self._create(body or {})
+        if parts == ["tasks"] and method == "GET":
+            items = [self._out(t) for t in sorted(self.tasks.values(), key=lambda t: t["_order"])]
+            size = int(query.get("page_size", 20))
+            page = int(query.get("page", 1))
+            pages = max(1, -(-len(items) // size))
+            return 200, {"meta": {"page": page, "page_size": size, "count": len(items), "total_pages": pages},
+                         "results": items[(page - 1) * size:page * size]}
+        if len(parts) >= 2 and parts[0] == "tasks":
+            task = self.tasks.get(parts[1])
+            if task is None:
+                raise _Err(404, f"task {parts[1]} not found")
+            if len(parts) == 2 and method == "GET":
+                return 200, self._out(task)
+            if parts[2:] == ["cancel"] and method == "POST":
+                if task["status"] not in ("waiting", "running"):
+                    raise _Err(409, f"task is {task['status']}: nothing to cancel")
+                task["status"] = "canceled"
+                self._schedule()
+                return 200, self._out(task)
+        if len(parts) == 3 and parts[0] == "artifacts" and parts[2] == "download" and method == "GET":
+            if parts[1] not in self.artifacts:
+                raise _Err(404, "artifact not found")
+            return 200, {"url": f"{self.base}/blob/{parts[1]}"}
+        self.unknown.append(f"{method} {path}")
+        raise _Err(404, f"fake: no route for {method} {path}")
+
+    def _out(self, task: dict) -> dict:
+        return {k: v for k, v in task.items() if not k.startswith("_")}
+
+    def _create(self, body: dict) -> dict:
+        if not body.get("name") or not isinstance(body.get("containers"), list) or not body["containers"]:
+            raise _Err(400, "name and containers are required")
+        limit = body.get("execution_time_limit_sec", 1_728_000)
+        if limit is not None and (not isinstance(limit, int) or limit < 600):
+            raise _Err(400, "execution_time_limit_sec must be at least 600")
+        for c in body["containers"]:
+            if not c.get("image") or c.get("plan") not in PLANS:
+                raise _Err(400, f"container needs an image and a plan of {PLANS}")
+            if not isinstance(c.get("command"), list) or not isinstance(c.get("entrypoint"), list):
+                raise _Err(400, "command and entrypoint must be lists")
+            env = c.get("environment") or {}
+            if sum(len(k) + len(str(v)) for k, v in env.items()) >= 8192:
+                raise _Err(400, "environment is too long")
+            if any(k.startswith("SAKURA_") for k in env):
+                raise _Err(400, "SAKURA_ names are reserved")
+        tid = str(uuid.uuid4())
+        task = {"id": tid, "name": body["name"], "tags": list(body.get("tags") or []), "status": "waiting",
+                "containers": body["containers"], "execution_time_limit_sec": limit, "artifact": None,
+                "_order": next(self._order)}
+        self.tasks[tid] = task
+        self._schedule()
+        return self._out(task)
+
+
+def client_for(fake: DokFake, root: str, **kw):
+    from gpuplan.providers.sakura_dok import DokClient
+
+    kw.setdefault("poll_s", 0.001)
+    kw.setdefault("retry_base_s", 0.001)
+    return DokClient({}, env=fake.env(root), **kw)

@@ -1,0 +1,143 @@
+"""高火力 DOK tasks against the fake built from the published API (tests/support/sakura_dok_fake.py):
+submit, status, the one-running-task queue, cancel, artifacts, and bad input refused locally."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.errors import AuthMissing, ProviderError, UsageError
+from support.sakura_dok_fake import DokFake, client_for
+
+
+@pytest.fixture
+def fake():
+    f = DokFake()
+    f.root = f.start()
+    yield f
+    f.stop()
+    assert f.unknown == []
+
+
+@pytest.fixture
+def dok(fake):
+    return client_for(fake, fake.root)
+
+
+def test_submit_sends_the_spec_shape_and_the_task_waits_its_turn(fake, dok):
+    first = dok.submit("clip-1", "registry.example/me/colorize:1", "h100-80gb", ["python", "run.py", "clip-1"],
+                       environment={"INPUT": "s3://bucket/clip-1.mp4"}, tags=["gpuplan-run=r1"], time_limit_s=3600)
+    second = dok.submit("clip-2", "registry.example/me/colorize:1", "h100-80gb", ["python", "run.py", "clip-2"],
+                        tags=["gpuplan-run=r1"])
+    method, path, body = fake.requests[0]
+    assert (method, path) == ("POST", "tasks/")
+    assert body["containers"] == [{"image": "registry.example/me/colorize:1", "registry": None,
+                                   "command": ["python", "run.py", "clip-1"], "entrypoint": [],
+                                   "environment": {"INPUT": "s3://bucket/clip-1.mp4"}, "plan": "h100-80gb"}]
+    assert body["execution_time_limit_sec"] == 3600 and body["tags"] == ["gpuplan-run=r1"]
+    # one running task per project: the second waits
+    assert (dok.task(first.id).status, dok.task(second.id).status) == ("running", "waiting")
+    fake.advance()
+    assert (dok.task(first.id).status, dok.task(second.id).status) == ("done", "running")
+    assert [t.name for t in dok.tasks("gpuplan-run=r1")] == ["clip-1", "clip-2"]
+
+
+def test_wait_polls_until_every_task_has_finished(fake, dok):
+    ids = [dok.submit(f"j{i}", "img:1", "v100-32gb").id for i in range(3)]
+    calls = []
+
+    def tick(_s):
+        calls.append(1)
+        fake.advance()
+
+    dok.sleep = tick
+    done = dok.wait(ids, timeout_s=60)
+    assert [t.status for t in done] == ["done"] * 3 and len(calls) == 3
+
+
+def test_cancel_stops_a_waiting_or_running_task_and_leaves_a_finished_one(fake, dok):
+    a = dok.submit("a", "img:1", "h100-80gb")
+    b = dok.submit("b", "img:1", "h100-80gb")
+    assert dok.cancel(b.id).status == "canceled"  # waiting
+    assert dok.cancel(a.id).status == "canceled"  # running
+    c = dok.submit("c", "img:1", "h100-80gb")
+    assert dok.task(c.id).status == "running"  # the queue moved on
+    fake.advance()
+    assert dok.cancel(c.id).status == "done"  # 409 from the API: left as it is
+
+
+def test_artifact_of_a_done_task_is_downloaded(fake, dok, tmp_path):
+    t = dok.submit("clip", "img:1", "h100-80gb")
+    with pytest.raises(UsageError, match="has no artifact yet"):
+        dok.download_artifact(dok.task(t.id), tmp_path / "x.tar.gz")
+    fake.advance()
+    path = dok.download_artifact(dok.task(t.id), tmp_path / "out" / "clip.tar.gz")
+    assert path.read_bytes() == fake.artifacts[dok.task(t.id).artifact_id]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"plan": "a100"}, "unknown plan 'a100'"),
+    ({"environment": {"SAKURA_TASK_ID": "x"}}, "SAKURA_ are DOK's own"),
+    ({"environment": {"BIG": "x" * 9000}}, "fewer than 8,192"),
+    ({"time_limit_s": 60}, "under DOK's minimum of 600 s"),
+    ({"image": " "}, "name the container image"),
+])
+def test_bad_input_is_refused_before_the_api_is_asked(fake, dok, kwargs, message):
+    args = {"name": "x", "image": "img:1", "plan": "h100-80gb", **kwargs}
+    with pytest.raises(UsageError, match=message):
+        dok.submit(**args)
+    assert fake.requests == []
+
+
+def test_a_rejected_key_is_auth_missing_and_an_unknown_task_a_provider_error(fake):
+    bad = client_for(fake, fake.root)
+    bad._vrt._env = {**fake.env(fake.root), "SAKURACLOUD_ACCESS_TOKEN": "wrong"}
+    with pytest.raises(AuthMissing, match="may use 高火力 DOK"):
+        bad.tasks()
+    with pytest.raises(ProviderError, match="HTTP 404"):
+        client_for(fake, fake.root).task("no-such-task")
+
+
+# --- from the CLI -------------------------------------------------------------------------------
+
+@pytest.fixture
+def dok_env(fake, monkeypatch):
+    for k, v in fake.env(fake.root).items():
+        monkeypatch.setenv(k, v)
+    return fake
+
+
+def test_cli_submits_one_task_per_item_then_follows_cancels_and_fetches_artifacts(dok_env, cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    items = tmp_path / "clips.txt"
+    items.write_text("# clips\nclip-1.mp4\nclip-2.mp4\nclip-3.mp4\n")
+    r = cli("dok", "submit", "--image", "registry.example/me/colorize:1", "--items", str(items), "--plan", "h100-80gb",
+            "--env", "BUCKET=s3://b", "--run", "r1", "--", "python", "run.py", "{item}")
+    assert r.code == 0, r.err
+    assert "3 task(s) on h100-80gb" in r.out and "one task runs at a time per project" in r.out
+    commands = [body["containers"][0]["command"] for m, p, body in dok_env.requests if m == "POST"]
+    assert commands == [["python", "run.py", f"clip-{i}.mp4"] for i in (1, 2, 3)]
+    dok_env.advance()  # the first is done, the second runs
+    r = cli("dok", "status", "--run", "r1")
+    assert r.code == 0, r.err
+    assert r.out.count("done") == 1 and r.out.count("running") == 1 and r.out.count("waiting") == 1
+    r = cli("dok", "cancel", "--run", "r1")
+    assert r.code == 0, r.err and r.out.count("canceled") == 2
+    assert sorted(t["status"] for t in dok_env.tasks.values()) == ["canceled", "canceled", "done"]
+    r = cli("dok", "artifacts", "--run", "r1", "--out", str(tmp_path / "out"))
+    assert r.code == 0, r.err
+    assert "1 artifact(s) written" in r.out and (tmp_path / "out" / "r1-0.tar.gz").is_file()
+
+
+def test_cli_bad_plan_is_one_line_exit_2(dok_env, cli, tmp_path):
+    items = tmp_path / "i.txt"
+    items.write_text("a\n")
+    r = cli("dok", "submit", "--image", "img:1", "--items", str(items), "--plan", "a100", "--", "run", "{item}")
+    assert r.code == 2 and "unknown plan 'a100'" in r.err and "Traceback" not in r.err
+    assert dok_env.requests == []
+
+
+def test_the_task_list_is_read_page_by_page(fake, dok):
+    for i in range(130):
+        dok.submit(f"t{i}", "img:1", "v100-32gb", tags=["gpuplan-run=big"])
+    assert len(dok.tasks("gpuplan-run=big")) == 130
+    assert [p for m, p, _ in fake.requests if m == "GET"] == ["tasks/", "tasks/"]

@@ -1,0 +1,218 @@
+"""Issue 22 in the planner and the CLI: Sakura 高火力 as sold (DOK task plans, VRT caps), Japan's
+regions (`preferred_regions:`), consumption tax (`--tax`) and the age of the FX rate."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from decimal import Decimal
+
+from gpuplan.planning import billing, catalog, optimizer, workloads
+from gpuplan.planning.model import Setting
+
+FOUR_TEN_MINUTE_H100_JOBS = """
+name: ten-minutes
+unit: job
+seconds_per_unit: 600
+reference_gpu: H100 PCIe
+kind: cnn-train
+memory_gib: 20
+jobs:
+  - {name: job, count: 4, units: 1}
+colocation: {default: 1.0, source: "issue 22's comparison assumes no slowdown side by side"}
+parallel: none
+source: issue 22's worked comparison (four 10-minute H100 jobs)
+"""
+
+
+def _config(home, text: str) -> None:
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.yaml").write_text(text, encoding="utf-8")
+
+
+def _estimate(cli, *args):
+    r = cli("estimate", *args, "--format", "json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+# --- the catalog as Sakura sells it ----------------------------------------------------------------
+
+def test_catalog_json_lists_dok_offers_billed_per_second_and_no_vrt_h100_in_is1b(cli):
+    r = cli("catalog", "--provider", "sakura", "--format", "json")
+    assert r.code == 0, r.err
+    offers = json.loads(r.out)["offers"]
+    dok = {o["name"]: o for o in offers if o["kind"] == "task"}
+    assert set(dok) == {"dok-v100-32gb", "dok-h100-80gb", "dok-h100-8gpu-80gb"}
+    assert all(o["billing_granularity_s"] == 1 and o["region"] == "is1a" for o in dok.values())
+    assert (dok["dok-h100-80gb"]["billing_minimum_s"], dok["dok-h100-80gb"]["price_jpy_per_hour"]) == (60, "1008")
+    assert dok["dok-h100-8gpu-80gb"]["gpu_count"] == 8
+    vrt_h100 = [o for o in offers if o["name"] == "24Core-240GB-H100x1"]
+    assert [o["region"] for o in vrt_h100] == ["is1a"]
+    assert (vrt_h100[0]["daily_cap_jpy"], vrt_h100[0]["monthly_cap_jpy"], vrt_h100[0]["tax"]) == ("23100", "385000",
+                                                                                                   "included")
+    assert all("third-party test fixture" not in o["source"] for o in offers)
+    # 高火力 PHY: servers claimed through their own provider, unpriced until the user sets a price
+    phy = json.loads(cli("catalog", "--provider", "sakura-phy", "--format", "json").out)["offers"]
+    assert {o["name"] for o in phy} == {"phy-h100x8", "phy-h200x8", "phy-b200x8"}
+    assert all(o["price"] is None and o["status"] == "price not sourced" and o["billing_minimum_s"] == 2 * 2592000
+               for o in phy)
+
+
+def test_700_hours_on_one_vrt_h100_bill_at_most_the_monthly_price_by_the_billing_rule():
+    h100 = catalog.load("2026-11").resolve("sakura:h100x1")
+    terms = billing.terms_for(h100)
+    assert billing.charge(700 * 3600, terms) == Decimal(385000)  # not 700 x ¥990 = ¥693,000
+    assert billing.charge(20 * 3600, terms) == Decimal(19800)  # under a day: hourly
+    assert billing.charge(24 * 3600, terms) == Decimal(23100)  # a whole day: the day's price
+
+
+def test_a_700_hour_run_on_one_vrt_h100_is_planned_at_no_more_than_the_monthly_price_plus_setup():
+    cat = catalog.load("2026-11")
+    h100 = cat.resolve("sakura:h100x1")
+    work = workloads.parse(FOUR_TEN_MINUTE_H100_JOBS.replace("count: 4", "count: 1").replace(
+        "seconds_per_unit: 600", f"seconds_per_unit: {700 * 3600}"), "700 hours")
+    setting = Setting(catalog=cat)
+    est = optimizer.estimate(work, setting, provider="sakura", region="is1a", mixes=False)
+    plan = next(p for p in est.plans if p.feasible and p.fleet == ((h100, 1),))
+    setup_yen = Decimal(990) * cat.providers["sakura"].setup_s / 3600
+    assert plan.cost <= Decimal(385000) + setup_yen
+
+
+# --- DOK in the planner ------------------------------------------------------------------------------
+
+def test_dok_plans_are_one_serial_task_queue_or_eight_slots_of_one_8_gpu_task():
+    cat = catalog.load("2026-11")
+    work = workloads.parse(FOUR_TEN_MINUTE_H100_JOBS, "issue 22")
+    est = optimizer.estimate(work, Setting(catalog=cat), provider="sakura", mixes=False)
+    dok = [p for p in est.plans if p.feasible and p.fleet[0][0].kind == "task"]
+    # one running task per project: never two DOK tasks at once
+    assert dok and all(p.fleet[0][1] == 1 and len(p.fleet) == 1 for p in dok)
+    serial = next(p for p in dok if p.fleet[0][0].name == "dok-h100-80gb")
+    # 4 x 600 s one after another, billed per second at ¥0.28/s: ¥672; the 3-minute image pull is wall time only
+    assert (serial.billed_s, serial.cost) == (2400, Decimal(672))
+    assert serial.wall_s == 2400 + 180 and serial.breakdown["setup"] == 0
+    wide = next(p for p in dok if p.fleet[0][0].name == "dok-h100-8gpu-80gb")
+    # side by side in one 8-GPU task: 600 s at ¥0.83/s = ¥498
+    assert (wide.billed_s, wide.cost) == (600, Decimal(498))
+    vrt = next(p for p in est.plans if p.feasible and p.fleet == ((cat.resolve("sakura:h100x1"), 1),))
+    assert vrt.cost == Decimal(990)  # 20-minute setup + 40 minutes of jobs: one hour on one VRT H100
+    assert wide.cost < serial.cost < vrt.cost  # the issue's ¥498 < ¥672 < ¥990
+
+
+def test_estimate_shows_dok_beside_vrt_aws_and_azure(cli):
+    data = _estimate(cli, "--videos", "4", "--all")
+    seen = {(p["provider"], p["fleet"][0]["instance_type"]) for p in data["plans"] if p["feasible"]}
+    assert ("sakura", "dok-h100-80gb") in seen and ("sakura", "24Core-240GB-H100x1") in seen
+    assert any(p == "aws" for p, _ in seen) and any(p == "azure" for p, _ in seen)
+    dok = next(p for p in data["plans"] if p["instance_type"] == "dok-h100-80gb" and p["feasible"])
+    assert any("billed per task, one task running at a time per project" in a for a in dok["assumptions"])
+
+
+# --- Japan: preferred regions, tax, FX age -------------------------------------------------------------
+
+def test_preferred_regions_in_config_keep_the_estimate_among_them(cli, gpuplan_home):
+    _config(gpuplan_home, "preferred_regions: [ap-northeast-1, japaneast, is1a]\n")
+    data = _estimate(cli, "--videos", "4", "--all")
+    regions = {p["region"] for p in data["plans"]}
+    assert regions <= {"ap-northeast-1", "japaneast", "is1a"} and {"ap-northeast-1", "is1a"} <= regions
+    assert data["recommended"]["region"] in {"ap-northeast-1", "is1a"}
+    assert "japaneast" in data["notes"]["regions"] and "no offers in japaneast" in data["notes"]["regions"]
+    # --region overrides the preference
+    data = _estimate(cli, "--videos", "4", "--region", "us-east-1")
+    assert {p["region"] for p in data["plans"]} == {"us-east-1"} and "regions" not in data["notes"]
+
+
+def test_preferred_regions_must_be_a_list_of_names(cli, gpuplan_home):
+    _config(gpuplan_home, "preferred_regions: {a: 1}\n")
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 2 and "preferred_regions must be a list of region names" in r.err
+    assert "Traceback" not in r.err
+    _config(gpuplan_home, "preferred_regions: [nowhere-1]\n")
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 2 and "no offers in preferred_regions nowhere-1" in r.err
+
+
+def _by_plan(data):
+    return {(p["provider"], p["region"], p["label"] if "label" in p else p["instance_type"], p["count"], p["setup"],
+             p["per_gpu"]): p for p in data["plans"] if p["feasible"]}
+
+
+def test_tax_changes_every_yen_figure_by_its_rows_stated_basis(cli):
+    plain = _by_plan(_estimate(cli, "--videos", "4", "--all", "--schedules"))
+    taxed_doc = _estimate(cli, "--videos", "4", "--all", "--schedules", "--tax")
+    taxed = _by_plan(taxed_doc)
+    assert plain.keys() == taxed.keys()
+    checked = {"aws": 0, "azure": 0, "sakura": 0}
+    for key, before in plain.items():
+        after = taxed[key]
+        if key[0] == "baremetal":
+            continue
+        # AWS and Azure list prices without consumption tax: x 1.1; Sakura's include it: unchanged
+        factor = Decimal("1.1") if key[0] in ("aws", "azure") else Decimal(1)
+        for part, yen in before["breakdown"].items():
+            assert abs(Decimal(after["breakdown"][part]) - Decimal(yen) * factor) <= Decimal("0.01"), (key, part)
+        for m_before, m_after in zip(before["machines"], after["machines"]):
+            assert abs(Decimal(m_after["cost_jpy"]) - Decimal(m_before["cost_jpy"]) * factor) <= Decimal("0.01")
+        assert abs(Decimal(after["cost_exact_jpy"]) - Decimal(before["cost_exact_jpy"]) * factor) <= Decimal("0.01")
+        checked[key[0]] += 1
+    assert all(checked.values()), checked
+    assert "includes Japan's 10 % consumption tax" in taxed_doc["notes"]["tax"]
+
+
+def test_an_fx_rate_older_than_90_days_is_flagged_in_one_line_with_the_refresh_command(cli, gpuplan_home):
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0, r.err
+    lines = [line for line in r.out.splitlines() if "FX:" in line]
+    assert len(lines) == 1 and "2026-03-11" in lines[0] and "gpuplan catalog refresh" in lines[0]
+    # a rate of today is not flagged
+    (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
+    (gpuplan_home / "config" / "prices.yaml").write_text(
+        f"fx: {{USD: {{jpy_per_unit: 155, date: {date.today().isoformat()}, source: my bank}}}}\n")
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0, r.err and "FX:" not in r.out
+    assert "FX:" not in r.out
+    # planning as of 2017: the 2017 rate is as old as that catalog, not flagged
+    assert "FX:" not in cli("estimate", "--videos", "4", "--as-of", "2017-08").out
+
+
+def test_with_tax_excluded_takes_the_tax_out_of_sakuras_prices():
+    cat = catalog.with_tax(catalog.load("2026-11"), "excluded")
+    h100 = cat.resolve("sakura:h100x1")
+    assert (h100.price_jpy_per_hour, h100.monthly_cap_jpy, h100.tax) == (Decimal(900), Decimal(350000), "excluded")
+    g4 = cat.resolve("aws:g4dn.xlarge", region="us-east-1")
+    assert g4.tax == "excluded" and g4.price == Decimal("0.526")
+
+
+def test_a_phy_server_is_unpriced_until_the_user_sets_a_price_then_billed_two_months_at_least(cli, gpuplan_home):
+    r = cli("estimate", "--videos", "4", "--provider", "sakura-phy", "--format", "json")
+    assert r.code == 2 and "price not sourced" in r.out  # every PHY plan is excluded: no price
+    (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
+    (gpuplan_home / "config" / "prices.yaml").write_text(
+        "offers:\n  - {provider: sakura-phy, name: phy-h100x8, price: 3000000}\n", encoding="utf-8")
+    data = _estimate(cli, "--videos", "4", "--provider", "sakura-phy")
+    rec = data["recommended"]
+    assert rec["instance_type"] == "phy-h100x8" and rec["cost_jpy"] == 6_000_000  # the 2-month minimum contract
+
+
+def test_provision_refuses_a_dok_task_plan_and_honours_preferred_regions(cli, gpuplan_home):
+    r = cli("provision", "sakura:dok-h100-80gb", "x1", "--dry-run")
+    assert r.code == 2 and "高火力 DOK task plan" in r.err and "Traceback" not in r.err
+    _config(gpuplan_home, "preferred_regions: [ap-northeast-1, japaneast, is1a]\n")
+    r = cli("provision", "aws:g4dn.xlarge", "x2", "--dry-run")
+    assert r.code == 0, r.err
+    assert "ap-northeast-1" in r.out and "us-east-1" not in r.out
+
+
+def test_the_fx_line_is_shown_even_when_no_plan_is_feasible(cli):
+    r = cli("estimate", "--videos", "4", "--deadline", "1m")
+    assert r.code == 2
+    assert len([line for line in r.out.splitlines() if "FX:" in line and "gpuplan catalog refresh" in line]) == 1
+
+
+def test_catalog_table_shows_the_caps_and_per_task_billing(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    r = cli("catalog", "--provider", "sakura")
+    assert r.code == 0, r.err
+    assert "at most ¥23,100/day or ¥385,000/month" in r.out
+    assert "per second (min 60 s) per task" in r.out
