@@ -205,9 +205,20 @@ class Planner:
     def _cost_bound(self, plan: Plan, jobs_lb: Decimal) -> Decimal:
         """The least any schedule of the plan's fleet costs: its fixed part plus the jobs' cheapest
         time, or what billing makes certain, whichever is more. Where a daily or monthly cap
-        applies, seconds x price overstates the cost: only what billing makes certain is kept."""
+        applies, seconds x price overstates the cost; but holding one machine longer never costs
+        more than holding two for the same seconds (a cap only ever favours the longer hold:
+        charge(a + b) <= charge(a) + charge(b)), so the fleet costs at least one machine held
+        for all of its seconds: its fixed seconds and the jobs' cheapest machine-seconds
+        (`jobs_lb` is those at the offer's hourly price)."""
         if any(m.terms.capped for m in plan.machines):
-            return self._floor(plan)
+            terms = {m.terms for m in plan.machines}
+            if len(terms) != 1:
+                return self._floor(plan)
+            [t] = terms
+            hourly = plan.machines[0].offer.price_jpy_per_hour
+            fixed_s = sum(sum(m.counts) * (m.setup_s + m.capture_s + m.staging_s) for m in plan.machines)
+            jobs_s = int(jobs_lb * model.HOUR / hourly) if hourly else 0  # rounded down: still a bound
+            return max(billing.charge(fixed_s + jobs_s, t) + plan.breakdown.get("one_off", Decimal(0)), self._floor(plan))
         return max(self._fixed_cost(plan) + jobs_lb, self._floor(plan))
 
     @staticmethod
