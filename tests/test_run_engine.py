@@ -1,0 +1,192 @@
+"""`gpuplan run` on Ray for real: two loopback sshd hosts as the cluster's nodes, each running
+its own Ray node (own ports, temp dir, small object store) from one Ray venv built for the tests
+(tests/support/ray_env.py). The Ray cluster is started once for the module, by the engine itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from decimal import Decimal
+
+import pytest
+
+pytestmark = pytest.mark.sshd
+PRICE = Decimal("367.20")  # NC24 per hour, report A
+CLUSTER = "raydemo"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    from support.ray_env import free_port_range, ray_venv, stop_ray
+    from support.sshd import start_hosts, stop_hosts
+
+    venv = ray_venv()
+    home = tmp_path_factory.mktemp("ray-home")
+    hosts = start_hosts(2, home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPUPLAN_HOME", str(home / "gpuplan-home"))
+        mp.setenv("GPUPLAN_RAY_VENV", str(venv))
+        mp.setenv("GPUPLAN_RAY_PORT", str(free_port_range(2)))
+        mp.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
+        mp.setenv("GPUPLAN_POLL_S", "0.3")
+        from gpuplan import paths
+        from gpuplan.operating import engine
+        from gpuplan.operating.state import State
+
+        state = State(paths.state_db())
+        state.add_cluster(CLUSTER, "baremetal", "loopback", "Standard_NC24", 2, ssh_user="root", price_jpy_per_hour=PRICE)
+        state.save_ssh_key(CLUSTER, hosts[0].client_key_path, "")
+        for i, h in enumerate(hosts):
+            state.add_node(CLUSTER, f"{CLUSTER}-{i}", gpus=2)
+            state.update_node(CLUSTER, f"{CLUSTER}-{i}", status="running", public_ip=h.host, private_ip=h.host,
+                              ssh_port=h.port, provider_id=f"bm-{i}")
+            state.pin_host_key(h.host, h.port, h.host_public_key, cluster=CLUSTER, node=f"{CLUSTER}-{i}")
+        state.set_cluster_status(CLUSTER, "ready")
+        try:
+            engine.ensure_up(state, CLUSTER)
+            yield state, hosts, home
+        finally:
+            stop_ray(f"{CLUSTER}-")
+            state.close()
+            stop_hosts(hosts)
+
+
+def _cli(*args):
+    from support.cli import run_cli
+
+    return run_cli(*args)
+
+
+def _jobs(state=None) -> dict:
+    r = _cli("jobs", CLUSTER, "--format", "json")
+    assert r.code == 0, r.err
+    return {j["id"]: j for j in json.loads(r.out)}
+
+
+def _items(tmp_path, names) -> str:
+    f = tmp_path / "items.txt"
+    f.write_text("".join(f"{n}\n" for n in names))
+    return str(f)
+
+
+def _wait(what, timeout=90.0, every=0.5):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _submitted(out: str) -> str:
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
+
+
+def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
+    items = _items(tmp_path, [f"clip-{i}.mp4" for i in range(8)])
+    client = subprocess.Popen([sys.executable, "-c", "from gpuplan.cli import main; main()", "run", CLUSTER, "--items", items,
+                               "--", "sh", "-c", "sleep 3; echo done {item}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    time.sleep(4)
+    client.send_signal(signal.SIGKILL)
+    out, _ = client.communicate()
+    assert client.returncode == -signal.SIGKILL  # killed mid-batch: 8 items of 3 s on 4 slots take two rounds
+    job = _submitted(out.decode())
+    done = _wait(lambda: (j := _jobs()[job])["state"] in ("succeeded", "failed") and j)
+    assert (done["state"], done["succeeded"], done["total"]) == ("succeeded", 8, 8)
+    assert Decimal(done["yen"]) > 0 and done["wall_s"] >= 6
+
+
+def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
+    from support.ray_env import processes_running
+
+    items = _items(tmp_path, ["a", "b", "c"])
+    r = _cli("run", CLUSTER, "--items", items, "--detach", "--", "sh", "-c", "sleep 600; : {item}")
+    assert r.code == 0, r.err
+    job = _submitted(r.out)
+    assert f"gpuplan cancel {CLUSTER} {job}" in " ".join(r.out.split())
+    _wait(lambda: len(processes_running(["sleep", "600"])) == 3)
+    assert _jobs()[job]["running"] == 3
+    r = _cli("cancel", CLUSTER, job)
+    assert r.code == 0, r.err
+    assert "3 running item(s) stopped" in r.out
+    _wait(lambda: not processes_running(["sleep", "600"]), timeout=10)
+    assert _jobs()[job]["state"] == "cancelled"
+
+
+def test_resume_runs_only_what_did_not_succeed_and_bad_input_sets_no_node_aside(ray_cluster, tmp_path):
+    ran = tmp_path / "ran.txt"
+    fixed = tmp_path / "fixed"
+    items = _items(tmp_path, ["a", "bad-b", "c", "bad-d"])
+    script = f"echo {{item}} >> {ran}; case {{item}} in bad*) [ -e {fixed} ] || exit 3;; esac"
+    r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", script)
+    assert r.code == 5, r.err + r.out
+    job = _submitted(r.out)
+    first = _jobs()[job]
+    # each bad item failed on both nodes: bad input; neither node was set aside for it
+    assert (first["succeeded"], first["bad_input"], first["quarantined"]) == (2, 2, [])
+    assert sorted(ran.read_text().split()) == ["a", "bad-b", "bad-b", "bad-d", "bad-d", "c"]
+    fixed.touch()
+    ran.write_text("")
+    r = _cli("run", CLUSTER, "--resume", job)
+    assert r.code == 0, r.err + r.out
+    again = _jobs()[_submitted(r.out)]
+    assert (again["resumes"], again["total"], again["succeeded"]) == (job, 2, 2)
+    assert sorted(ran.read_text().split()) == ["bad-b", "bad-d"]
+
+
+def test_a_timed_out_item_has_its_processes_killed(ray_cluster, tmp_path):
+    from support.ray_env import processes_running
+
+    items = _items(tmp_path, ["slow"])
+    r = _cli("run", CLUSTER, "--items", items, "--timeout", "2", "--", "sh", "-c", "sleep 301 & sleep 302; : {item}")
+    assert r.code == 5, r.err + r.out
+    assert "timed out" in r.out
+    job = _jobs()[_submitted(r.out)]
+    assert job["timed_out"] == 1
+    assert not processes_running(["sleep", "301"]) and not processes_running(["sleep", "302"])
+
+
+def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluster, tmp_path):
+    state, hosts, _ = ray_cluster
+    (hosts[1].fake_root / "broken").touch()  # raydemo-1: every item dies at once (a broken driver, say)
+    try:
+        items = _items(tmp_path, [f"c{i}" for i in range(8)])
+        job = '[ ! -e "$GPUPLAN_FAKE_ROOT/broken" ] || exit 9; sleep 0.5; echo {item}'
+        r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", job)
+    finally:
+        (hosts[1].fake_root / "broken").unlink()
+    assert r.code == 0, r.err + r.out  # --retries 0, yet nothing lost
+    j = _jobs()[_submitted(r.out)]
+    assert j["succeeded"] == 8
+    assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"]
+    assert "failed there (exit 9) and then succeeded on other nodes" in j["quarantined"][0]["reason"]
+    assert "set aside raydemo-1" in " ".join(r.out.split())
+
+
+def test_items_run_in_the_plans_longest_first_order_with_k_per_gpu(ray_cluster, tmp_path):
+    state, _, _ = ray_cluster
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"workload": "w", "recommended": {
+        "provider": "baremetal", "instance_type": "Standard_NC24", "count": 2, "wall_minutes": 1, "cost_jpy": 1,
+        "machines": [{"jobs_s": 40, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["long", "short-1"]},
+                     {"jobs_s": 30, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["mid", "short-2"]}]}}))
+    items = _items(tmp_path, ["short-1", "short-2", "mid", "long"])
+    r = _cli("run", CLUSTER, "--items", items, "--plan", str(plan), "--per-gpu", "2", "--",
+             "sh", "-c", "echo item={item} gpu=$CUDA_VISIBLE_DEVICES share=$GPUPLAN_MEMORY_FRACTION")
+    assert r.code == 0, r.err + r.out
+    assert "order: the plan's (longest first; 4 of 4 items named in it)" in " ".join(r.out.split())
+    job = _submitted(r.out)
+    rows = state.job_items(job)
+    assert [it["item"] for it in rows] == ["long", "mid", "short-1", "short-2"]
+    starts = [it["started_at"] for it in rows]
+    assert starts == sorted(starts)  # handed out in that order
+    log = _cli("logs", CLUSTER, job, "long")
+    assert log.code == 0, log.err
+    assert "item=long gpu=" in log.out and "share=0.500000" in log.out
