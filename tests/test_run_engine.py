@@ -92,12 +92,13 @@ def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
     items = _items(tmp_path, [f"clip-{i}.mp4" for i in range(8)])
     client = subprocess.Popen([sys.executable, "-c", "from gpuplan.cli import main; main()", "run", CLUSTER, "--items", items,
                                "--", "sh", "-c", "sleep 3; echo done {item}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ), text=True)
+    job = _submitted(client.stdout.readline())  # printed (and flushed) once the batch is on the cluster
     time.sleep(4)
     client.send_signal(signal.SIGKILL)
-    out, _ = client.communicate()
+    client.communicate()
     assert client.returncode == -signal.SIGKILL  # killed mid-batch: 8 items of 3 s on 4 slots take two rounds
-    job = _submitted(out.decode())
+    assert _jobs()[job]["state"] == "running"
     done = _wait(lambda: (j := _jobs()[job])["state"] in ("succeeded", "failed") and j)
     assert (done["state"], done["succeeded"], done["total"]) == ("succeeded", 8, 8)
     assert Decimal(done["yen"]) > 0 and done["wall_s"] >= 6
@@ -170,23 +171,28 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
     assert "set aside raydemo-1" in " ".join(r.out.split())
 
 
-def test_items_run_in_the_plans_longest_first_order_with_k_per_gpu(ray_cluster, tmp_path):
+def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"workload": "w", "recommended": {
         "provider": "baremetal", "instance_type": "Standard_NC24", "count": 2, "wall_minutes": 1, "cost_jpy": 1,
-        "machines": [{"jobs_s": 40, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["long", "short-1"]},
-                     {"jobs_s": 30, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["mid", "short-2"]}]}}))
-    items = _items(tmp_path, ["short-1", "short-2", "mid", "long"])
-    r = _cli("run", CLUSTER, "--items", items, "--plan", str(plan), "--per-gpu", "2", "--",
+        "machines": [{"jobs_s": 40, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["l1", "l3", "s1", "s3"]},
+                     {"jobs_s": 30, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["l2", "l4", "s2", "s4"]}]}}))
+    items = _items(tmp_path, ["s4", "s3", "s2", "s1", "l4", "l3", "l2", "l1"])  # file order: shortest first
+    r = _cli("run", CLUSTER, "--items", items, "--plan", str(plan), "--", "sh", "-c", "sleep 1; : {item}")
+    assert r.code == 0, r.err + r.out
+    assert "order: the plan's (longest first; 8 of 8 items named in it)" in " ".join(r.out.split())
+    rows = state.job_items(_submitted(r.out))
+    assert [it["item"] for it in rows] == ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"]
+    # 4 slots: the four long items start first, the short ones only as slots free up
+    assert max(it["started_at"] for it in rows[:4]) < min(it["started_at"] for it in rows[4:])
+
+
+def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share(ray_cluster, tmp_path):
+    items = _items(tmp_path, ["x"])
+    r = _cli("run", CLUSTER, "--items", items, "--per-gpu", "2", "--",
              "sh", "-c", "echo item={item} gpu=$CUDA_VISIBLE_DEVICES share=$GPUPLAN_MEMORY_FRACTION")
     assert r.code == 0, r.err + r.out
-    assert "order: the plan's (longest first; 4 of 4 items named in it)" in " ".join(r.out.split())
-    job = _submitted(r.out)
-    rows = state.job_items(job)
-    assert [it["item"] for it in rows] == ["long", "mid", "short-1", "short-2"]
-    starts = [it["started_at"] for it in rows]
-    assert starts == sorted(starts)  # handed out in that order
-    log = _cli("logs", CLUSTER, job, "long")
+    log = _cli("logs", CLUSTER, _submitted(r.out), "x")
     assert log.code == 0, log.err
-    assert "item=long gpu=" in log.out and "share=0.500000" in log.out
+    assert "item=x gpu=0 share=0.500000" in log.out

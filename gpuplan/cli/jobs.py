@@ -173,6 +173,7 @@ def run(
                             options={"plan": str(plan) if plan else None}, resumes=resume, progress=progress)
     out = _console()
     out.print(f"job {job} submitted: {len(todo)} item(s); order: {order_note}", markup=False)
+    sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
     if detach:
         out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
                   f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
