@@ -107,3 +107,21 @@ def test_calibration_only_from_the_fleet_that_was_planned(cli, tmp_path):
     assert [(p["size"], p["jobs"], p["measured_s"]) for p in points] == [("Standard_NC6", 4, 9000.0), ("Standard_NC12", 4, 9000.0)]
     r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json")
     assert "calibrated by gpuplan run" not in r.out  # the next estimate is not skewed by the other fleet
+
+
+def test_the_run_engines_setup_is_in_the_plans_assumptions_and_counted_once_measured(cli):
+    from gpuplan.operating.state import State
+
+    def recommended():
+        r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json")
+        assert r.code == 0, r.err
+        return json.loads(r.out)["recommended"]
+
+    before = recommended()
+    assert any(a.startswith("run engine (Ray 2.60.0) install + start about 3 min per machine") and "not counted" in a
+               for a in before["assumptions"])
+    State.open_default().record_setup_time("azure", "Standard_NC6", "ray", 156)  # what bootstrap records for `ray`
+    after = recommended()
+    assert any(a.startswith("run engine (Ray 2.60.0) install + start 3 min on Standard_NC6: measured") for a in after["assumptions"])
+    assert after["wall_minutes"] == before["wall_minutes"] + 3  # 156 s install + 24 s start, on the first machine's setup
+    assert int(after["cost_jpy"]) > int(before["cost_jpy"])

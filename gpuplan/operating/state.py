@@ -639,6 +639,8 @@ class State:
         if playbook is not None:
             sql += " AND playbook=?"
             args += (playbook,)
+        else:  # the run engine's install is a step of its own, counted apart (planning.model)
+            sql += " AND playbook != 'ray'"
         rows = self._query(sql + " ORDER BY measured_at DESC, rowid DESC LIMIT 1", args)
         return (rows[0]["seconds"], parse_time(rows[0]["measured_at"])) if rows else None
 
