@@ -6,8 +6,9 @@ cluster, not in the client. It runs in Ray's own environment on the head (gpupla
 installed there): standard library, Ray and batch_rules only.
 
 The driver is the scheduler (which item next, on which node: batch_rules) and Ray is the
-executor: each attempt is a Ray task pinned to its node (node affinity), asking for 1/k of a
-GPU (`--per-gpu k`), which Ray gives it as CUDA_VISIBLE_DEVICES. The task runs the item's
+executor: every slot is a Ray actor pinned to its node (node affinity) holding 1/k of a GPU
+(`--per-gpu k`), which Ray gives it as CUDA_VISIBLE_DEVICES; each attempt is a call on a free
+slot of the node batch_rules chose. The task runs the item's
 command in its own process group, with the per-item timeout, and kills the whole group when
 the command ends or times out, so nothing of an item outlives its attempt.
 
@@ -91,6 +92,13 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     return {"node": node, "slot": slot, "start": start, "end": _now(), "exit": code, "timed_out": timed_out, "log": log}
 
 
+class SlotWorker:
+    """One GPU slot (1/k of a GPU with --per-gpu k) on one node: runs the items handed to it."""
+
+    def run(self, *args) -> dict:
+        return run_item(*args)
+
+
 def _kill_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -151,35 +159,41 @@ def main(spec_path: str) -> int:
         if name not in ids:
             batch.quarantine(name, "not in the Ray cluster (its Ray node is not running)")
             events.write(t="quarantine", node=name, reason=batch.out[name])
-    free = {n: max(1, g) * per_gpu for n, g in gpus.items()}
-    events.write(t="begin", at=_now(), slots=sum(free[n] for n in ids), nodes=sorted(ids))
-    task = ray.remote(run_item)
+    slot_class = ray.remote(SlotWorker)
+
+    def new_slot(node: str):
+        return slot_class.options(num_cpus=0, num_gpus=(1 / per_gpu) if gpus[node] else 0, max_restarts=0,
+                                  scheduling_strategy=NodeAffinitySchedulingStrategy(ids[node], soft=False)).remote()
+
+    # One actor per slot, made at once (Ray starts their worker processes in parallel); each
+    # call then goes straight to its worker, with no scheduling per item.
+    free = {n: [new_slot(n) for _ in range(max(1, gpus[n]) * per_gpu)] for n in ids}
+    events.write(t="begin", at=_now(), slots=sum(len(f) for f in free.values()), nodes=sorted(ids))
     fraction = f"{1 / per_gpu:.6f}" if per_gpu > 1 else ""
-    inflight: dict = {}  # ref -> (index, node, attempt)
+    inflight: dict = {}  # ref -> (index, node, attempt, actor)
 
     def set_aside(nodes: list[str]) -> None:
+        if not nodes:
+            return
         for node in nodes:
             events.write(t="quarantine", node=node, reason=batch.out[node])
-        for s in batch.items.values():
-            if s.status == rules.QUEUED and s.attempts and s.index in requeue_watch:
-                requeue_watch.discard(s.index)
-                events.write(t="requeue", i=s.index)
+        for index in sorted(requeue_watch):
+            if batch.items[index].status == rules.QUEUED:
+                requeue_watch.discard(index)
+                events.write(t="requeue", i=index)
 
     requeue_watch: set[int] = set()  # ended items a quarantine may queue again
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
         for node in batch.live_nodes():
-            while free[node] > 0:
+            while free.get(node):
                 index = batch.next_for(node)
                 if index is None:
                     break
                 s = batch.items[index]
-                shell = render(spec["command"], s.item)
-                options = {"num_cpus": 0, "num_gpus": (1 / per_gpu) if gpus[node] else 0, "max_retries": 0,
-                           "scheduling_strategy": NodeAffinitySchedulingStrategy(ids[node], soft=False)}
-                ref = task.options(**options).remote(job, index, s.item, s.attempts, shell, float(spec["timeout_s"]),
-                                                     fraction, spec.get("workdir") or "")
-                inflight[ref] = (index, node, s.attempts)
-                free[node] -= 1
+                actor = free[node].pop()
+                ref = actor.run.remote(job, index, s.item, s.attempts, render(spec["command"], s.item),
+                                       float(spec["timeout_s"]), fraction, spec.get("workdir") or "")
+                inflight[ref] = (index, node, s.attempts, actor)
                 events.write(t="start", i=index, node=node, attempt=s.attempts, at=_now())
         if batch.stuck() or not inflight:
             break
@@ -188,8 +202,7 @@ def main(spec_path: str) -> int:
             more, _ = ray.wait([r for r in inflight if r not in ready], num_returns=len(inflight) - len(ready), timeout=0)
             ready += more
         for ref in ready:
-            index, node, attempt = inflight.pop(ref)
-            free[node] += 1
+            index, node, attempt, actor = inflight.pop(ref)
             try:
                 r = ray.get(ref)
             except Exception as exc:  # the worker or its node died: no exit code to judge
@@ -198,7 +211,10 @@ def main(spec_path: str) -> int:
                 gone = batch.lost(index, node, node_gone=node not in alive, reason=reason)
                 events.write(t="lost", i=index, node=node, reason=reason)
                 set_aside(gone)
+                if node in alive and batch.live(node):
+                    free[node].append(new_slot(node))  # its worker died, the node did not: a fresh one
                 continue
+            free[node].append(actor)
             if r["exit"] == 0 and not r["timed_out"]:
                 gone = batch.succeeded(index, node)
                 status = rules.OK
