@@ -402,11 +402,12 @@ def cancel(
     if row["state"] in runner.JOB_STATES_OVER and row["state"] != "lost":
         _console().print(f"job {job} is already {row['state']}; nothing to stop", markup=False)
         return
-    killed = runner.cancel(state, job)
+    running = state.job_counts(job).get("running", 0)
+    runner.cancel(state, job)
     runner.record_finished(state, job)
     counts = state.job_counts(job)
-    _console().print(f"job {job} cancelled: {counts.get('ok', 0)} item(s) had succeeded; {killed} running item(s) stopped",
-                     markup=False)
+    _console().print(f"job {job} cancelled: {counts.get('ok', 0)} item(s) had succeeded; {running} running item(s) stopped"
+                     f" on every node", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -244,14 +244,18 @@ def poll(host: remote.Host, job: str, offset: int, conn: remote.Connection | Non
     return Poll(events, offset + len(whole.encode()), status.strip() == "alive")
 
 
-def cancel(eng: Engine, job: str) -> int:
-    """Stop the job's driver and kill the process group of every item it started, on every node.
-    Returns how many process groups were killed."""
+def cancel(eng: Engine, job: str, wait_s: float = 15) -> int:
+    """Stop the job: the driver hands out nothing more and ends (a `cancel` file it looks for
+    twice a second; `ray job stop` if it has not ended within wait_s), then the process group of
+    every item it started is killed on every node. Returns how many groups were still there."""
     d = _jobdir(job)
     lay = eng.layout
-    remote.run(eng.head.host, f"mkdir -p {d} && touch {d}/cancel; {_env(eng, eng.head)};"
-               f" {lay.ray()} job stop --address {lay.address()} --no-wait {shlex.quote(job)} >/dev/null 2>&1; true",
-               timeout=120)
+    wait = (f"mkdir -p {d} && touch {d}/cancel; for i in $(seq {int(wait_s * 5)}); do"
+            f" [ -f {d}/driver.pid ] && kill -0 $(cat {d}/driver.pid) 2>/dev/null || exit 0; sleep 0.2; done;"
+            f" {_env(eng, eng.head)}; {lay.ray()} job stop --address {lay.address()} --no-wait {shlex.quote(job)}"
+            " >/dev/null 2>&1;"
+            f" [ -f {d}/driver.pid ] && kill -9 $(cat {d}/driver.pid) 2>/dev/null; true")
+    remote.run(eng.head.host, wait, timeout=wait_s + 120)
     kill = (f"n=0; for round in 1 2; do for f in {d}/pids/*; do [ -f \"$f\" ] || continue; p=$(cat \"$f\");"
             " kill -TERM -- -$p 2>/dev/null && n=$((n+1)); sleep 0.2; kill -KILL -- -$p 2>/dev/null; rm -f \"$f\"; done;"
             " sleep 1; done; echo $n")

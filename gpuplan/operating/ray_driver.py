@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 
 SLOT_WAIT_S = 0.5
 NODE_WAIT_S = 60
+SLOTS_UP_S = 120
 
 
 def _now() -> str:
@@ -94,6 +95,9 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
 
 class SlotWorker:
     """One GPU slot (1/k of a GPU with --per-gpu k) on one node: runs the items handed to it."""
+
+    def ready(self) -> bool:
+        return True
 
     def run(self, *args) -> dict:
         return run_item(*args)
@@ -168,6 +172,10 @@ def main(spec_path: str) -> int:
     # One actor per slot, made at once (Ray starts their worker processes in parallel); each
     # call then goes straight to its worker, with no scheduling per item.
     free = {n: [new_slot(n) for _ in range(max(1, gpus[n]) * per_gpu)] for n in ids}
+    # Hand out nothing before the slots are up: an item given to a worker still starting would
+    # wait there while a slot that is up takes the items after it (the order would not hold).
+    ray.wait([a.ready.remote() for actors in free.values() for a in actors],
+             num_returns=sum(len(a) for a in free.values()), timeout=SLOTS_UP_S)
     events.write(t="begin", at=_now(), slots=sum(len(f) for f in free.values()), nodes=sorted(ids))
     fraction = f"{1 / per_gpu:.6f}" if per_gpu > 1 else ""
     inflight: dict = {}  # ref -> (index, node, attempt, actor)
@@ -227,8 +235,11 @@ def main(spec_path: str) -> int:
                          exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status)
             set_aside(gone)
     if cancelled or os.path.exists(f"{jobdir}/cancel"):
-        for ref in inflight:
-            ray.cancel(ref, force=True)
+        for actors in free.values():
+            for actor in actors:
+                ray.kill(actor)
+        for _index, _node, _attempt, actor in inflight.values():
+            ray.kill(actor)  # its item's process group is killed by `gpuplan cancel` on the node
         events.write(t="done", state="cancelled", at=_now())
         return 0
     for s in batch.items.values():
