@@ -189,10 +189,12 @@ def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     assert max(it["started_at"] for it in rows[:4]) < min(it["started_at"] for it in rows[4:])
 
 
-def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share(ray_cluster, tmp_path):
+def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ray_cluster, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "show.sh").write_text('echo "item=$1 gpu=$CUDA_VISIBLE_DEVICES share=$GPUPLAN_MEMORY_FRACTION"\n')
     items = _items(tmp_path, ["x"])
-    r = _cli("run", CLUSTER, "--items", items, "--per-gpu", "2", "--",
-             "sh", "-c", "echo item={item} gpu=$CUDA_VISIBLE_DEVICES share=$GPUPLAN_MEMORY_FRACTION")
+    r = _cli("run", CLUSTER, "--items", items, "--per-gpu", "2", "--workdir", str(code), "--", "sh", "show.sh", "{item}")
     assert r.code == 0, r.err + r.out
     log = _cli("logs", CLUSTER, _submitted(r.out), "x")
     assert log.code == 0, log.err

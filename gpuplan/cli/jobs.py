@@ -121,6 +121,7 @@ def run(
     master_port: Annotated[int, typer.Option("--master-port", help="torchrun rendezvous port on the first node.")] = 29500,
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds one item may run; then its processes are killed.")] = 24 * 3600,
     down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end).")] = False,
+    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.")] = None,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan."""
@@ -142,6 +143,10 @@ def run(
         raise UsageError("--down waits for the batch to end; it cannot go with --detach")
     if not command and not resume:
         raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
+    if workdir is not None and not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir}: no such folder; give the folder to copy to every node")
+    if workdir is not None and resume:
+        raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
     predicted = runner.read_plan(plan) if plan else None
     state = State.open_default()
     err = _console(stderr=True)
@@ -164,13 +169,16 @@ def run(
             _console().print(f"job {resume}: every item succeeded; nothing to resume")
             return
         command, opts = old["command"], old["options"]
+        node_workdir = opts.get("workdir") or ""
         per_gpu, retries, timeout = opts.get("per_gpu", per_gpu), opts.get("retries", retries), opts.get("timeout_s", timeout)
         order_note = f"job {resume}'s order, {len(todo)} item(s) that did not succeed"
     else:
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
+        node_workdir = ""
     with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
         job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
-                            options={"plan": str(plan) if plan else None}, resumes=resume, progress=progress)
+                            options={"plan": str(plan) if plan else None}, resumes=resume, workdir=node_workdir,
+                            local_workdir=workdir, progress=progress)
     out = _console()
     out.print(f"job {job} submitted: {len(todo)} item(s); order: {order_note}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows

@@ -222,6 +222,33 @@ def submit(eng: Engine, job: str, spec: dict) -> None:
             raise EngineError(f"{eng.head.name}: `ray job submit` failed (exit {r.exit_code}): {r.tail(6)}")
 
 
+def push_workdir(eng: Engine, job: str, local_dir: Path) -> str:
+    """Copy a local folder to every node (as SkyPilot's workdir) into the job's folder there;
+    returns its path on the nodes ("~/..."), where the items run."""
+    import tarfile
+    import tempfile
+
+    where = f"{JOBS_DIR}/{job}/workdir"
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = Path(tmp) / "workdir.tar.gz"
+        with tarfile.open(bundle, "w:gz") as tar:
+            tar.add(local_dir, arcname=".")
+
+        def push(host: remote.Host) -> None:
+            with remote.connect(host) as conn:
+                home = conn.run(f"mkdir -p $HOME/{where} && echo $HOME", timeout=60).stdout.strip()
+                conn.put(bundle, f"{home}/{JOBS_DIR}/{job}/workdir.tar.gz")
+                r = conn.run(f"tar xzf $HOME/{JOBS_DIR}/{job}/workdir.tar.gz -C $HOME/{where}"
+                             f" && rm $HOME/{JOBS_DIR}/{job}/workdir.tar.gz", timeout=600)
+                if not r.ok:
+                    raise EngineError(f"{host.name}: could not unpack the workdir: {r.tail(3)}")
+
+        errors = [str(o) for o in remote.run_many([n.host for n in eng.nodes], push) if isinstance(o, BaseException)]
+    if errors:
+        raise EngineError("; ".join(errors))
+    return f"~/{where}"
+
+
 @dataclass(frozen=True)
 class Poll:
     events: list[dict]

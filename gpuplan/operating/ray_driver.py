@@ -15,6 +15,7 @@ the command ends or times out, so nothing of an item outlives its attempt.
 Everything the client needs is appended, one JSON object per line, to events.jsonl in the job's
 directory on the head; the client reads it (over SSH, from where it stopped) whenever it looks:
   {"t": "begin", "at", "slots", "nodes"}
+  {"t": "ready", "at"}                            every slot's worker is up; items are handed out from now
   {"t": "start", "i", "node", "attempt", "at"}
   {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"}
   {"t": "lost", "i", "node", "reason"}            an attempt that died with its worker or node
@@ -171,12 +172,13 @@ def main(spec_path: str) -> int:
 
     # One actor per slot, made at once (Ray starts their worker processes in parallel); each
     # call then goes straight to its worker, with no scheduling per item.
+    events.write(t="begin", at=_now(), slots=sum(max(1, gpus[n]) * per_gpu for n in ids), nodes=sorted(ids))
     free = {n: [new_slot(n) for _ in range(max(1, gpus[n]) * per_gpu)] for n in ids}
     # Hand out nothing before the slots are up: an item given to a worker still starting would
     # wait there while a slot that is up takes the items after it (the order would not hold).
     ray.wait([a.ready.remote() for actors in free.values() for a in actors],
              num_returns=sum(len(a) for a in free.values()), timeout=SLOTS_UP_S)
-    events.write(t="begin", at=_now(), slots=sum(len(f) for f in free.values()), nodes=sorted(ids))
+    events.write(t="ready", at=_now())
     fraction = f"{1 / per_gpu:.6f}" if per_gpu > 1 else ""
     inflight: dict = {}  # ref -> (index, node, attempt, actor)
 

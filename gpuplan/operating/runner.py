@@ -286,8 +286,11 @@ def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[
 
 def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command: Sequence[str], *, per_gpu: int = 1,
            retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
-           workdir: str = "", progress: Callable[[str], None] = lambda _m: None) -> str:
-    """Start Ray where it is not running, submit the batch as a Ray Job, record it; returns the job id."""
+           workdir: str = "", local_workdir: Path | None = None,
+           progress: Callable[[str], None] = lambda _m: None) -> str:
+    """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
+    it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
+    returns the job id."""
     from gpuplan.operating import engine
 
     engine.check_items_command(command)
@@ -295,6 +298,9 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
         raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
     eng = engine.ensure_up(state, cluster, progress)
     job = f"{cluster}-{state.next_job_number(cluster)}"
+    if local_workdir is not None:
+        progress(f"copying {local_workdir} to {len(eng.nodes)} node(s)")
+        workdir = engine.push_workdir(eng, job, local_workdir)
     opts = {"per_gpu": per_gpu, "retries": retries, "timeout_s": timeout, "workdir": workdir, **(options or {})}
     spec = {"job": job, "items": [[i, it] for i, it in items], "command": list(command), "per_gpu": per_gpu,
             "retries": retries, "timeout_s": timeout, "nodes": {n.name: n.gpus for n in eng.nodes}, "workdir": workdir}
