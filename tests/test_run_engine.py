@@ -199,3 +199,24 @@ def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ra
     log = _cli("logs", CLUSTER, _submitted(r.out), "x")
     assert log.code == 0, log.err
     assert re.fullmatch(r"item=x gpu=[01] share=0\.500000\n", log.out)  # one of the node's two GPUs, half of it
+
+
+def test_the_dashboard_is_reached_through_ssh(ray_cluster):
+    import threading
+    import urllib.request
+
+    from gpuplan.operating import engine
+
+    state, _, _ = ray_cluster
+    eng = engine.engine_of(state, CLUSTER)
+    got, done = [], threading.Event()
+    t = threading.Thread(target=engine.serve_dashboard, args=(eng, 0, got.append, done.is_set), daemon=True)
+    t.start()
+    _wait(lambda: got, timeout=30, every=0.1)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{got[0]}/api/version", timeout=30) as resp:
+            version = json.loads(resp.read())
+    finally:
+        done.set()
+        t.join(5)
+    assert version["ray_version"] == "2.60.0"

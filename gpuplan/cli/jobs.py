@@ -418,9 +418,34 @@ def cancel(
                      f" on every node", markup=False)
 
 
+def dashboard(
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    port: Annotated[int, typer.Option("--port", help="Local port (0: any free one).")] = 8265,
+) -> None:
+    """Ray's dashboard of the cluster on http://127.0.0.1:PORT, through SSH, until Ctrl-C."""
+    from gpuplan.operating import engine
+    from gpuplan.operating.state import State
+
+    if not 0 <= port <= 65535:
+        raise UsageError(f"bad --port {port}: a TCP port from 0 to 65535")
+    state = State.open_default()
+    if state.cluster(cluster) is None:
+        raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    eng = engine.engine_of(state, cluster)
+    say = lambda p: (_console().print(f"Ray dashboard of {cluster}: http://127.0.0.1:{p} (Ctrl-C to stop)", markup=False),  # noqa: E731
+                     sys.stdout.flush())
+    try:
+        engine.serve_dashboard(eng, port, say, lambda: False)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); choose another --port") from None
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
 def register(app: typer.Typer) -> None:
     app.command("bench")(bench)
     app.command("run", context_settings={"allow_extra_args": False})(run)
     app.command("jobs")(jobs)
     app.command("logs")(logs)
     app.command("cancel")(cancel)
+    app.command("dashboard")(dashboard)

@@ -314,6 +314,47 @@ def stream(host: remote.Host, cmd: str, out: Callable[[str], None], until: Calla
             time.sleep(every_s)
 
 
+def serve_dashboard(eng: Engine, local_port: int, ready: Callable[[int], None], stop: Callable[[], bool]) -> None:
+    """Forward 127.0.0.1:local_port on this machine to Ray's dashboard on the head's loopback,
+    through one SSH connection, until stop() (Ray's ports stay closed to the outside)."""
+    import select
+    import socket
+    import threading
+
+    def pump(a, b) -> None:
+        try:
+            while True:
+                r, _, _ = select.select([a, b], [], [], 1.0)
+                for src in r:
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    (b if src is a else a).sendall(data)
+        except OSError:
+            return
+        finally:
+            a.close()
+            b.close()
+
+    with remote.connect(eng.head.host) as conn, socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", local_port))
+        server.listen(16)
+        server.settimeout(0.5)
+        ready(server.getsockname()[1])
+        while not stop():
+            try:
+                client, _ = server.accept()
+            except TimeoutError:
+                continue
+            try:
+                chan = conn.open_tunnel("127.0.0.1", eng.layout.dashboard_port())
+            except Exception:  # the dashboard is not up: drop this request, keep serving
+                client.close()
+                continue
+            threading.Thread(target=pump, args=(client, chan), daemon=True).start()
+
+
 def node_hosts(eng: Engine) -> dict[str, remote.Host]:
     return {n.name: n.host for n in eng.nodes}
 
