@@ -198,6 +198,13 @@ def _jobdir(job: str) -> str:
     return f"$HOME/{JOBS_DIR}/{job}"
 
 
+def driver_tag() -> str:
+    """Names the driver's code: slots kept from a batch run by other code are made again."""
+    import hashlib
+
+    return hashlib.sha256((HERE / "ray_driver.py").read_bytes()).hexdigest()[:10]
+
+
 def submit(eng: Engine, job: str, spec: dict) -> None:
     """Upload the driver and the batch's spec to the head and submit it as a Ray Job."""
     import tempfile

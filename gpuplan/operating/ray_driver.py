@@ -8,7 +8,8 @@ installed there): standard library, Ray and batch_rules only.
 The driver is the scheduler (which item next, on which node: batch_rules) and Ray is the
 executor: every slot is a Ray actor pinned to its node (node affinity) holding 1/k of a GPU
 (`--per-gpu k`), which Ray gives it as CUDA_VISIBLE_DEVICES; each attempt is a call on a free
-slot of the node batch_rules chose. The task runs the item's
+slot of the node batch_rules chose. The slots are detached named actors: the next batch with
+the same k (and the same driver code) finds them up instead of starting a worker per slot. The task runs the item's
 command in its own process group, with the per-item timeout, and kills the whole group when
 the command ends or times out, so nothing of an item outlives its attempt.
 
@@ -37,6 +38,7 @@ from datetime import datetime, timezone
 SLOT_WAIT_S = 0.5
 NODE_WAIT_S = 60
 SLOTS_UP_S = 120
+POOL_NAMESPACE = "gpuplan"
 
 
 def _now() -> str:
@@ -165,15 +167,32 @@ def main(spec_path: str) -> int:
             batch.quarantine(name, "not in the Ray cluster (its Ray node is not running)")
             events.write(t="quarantine", node=name, reason=batch.out[name])
     slot_class = ray.remote(SlotWorker)
+    tag = spec.get("code_tag", "")
 
-    def new_slot(node: str):
-        return slot_class.options(num_cpus=0, num_gpus=(1 / per_gpu) if gpus[node] else 0, max_restarts=0,
-                                  scheduling_strategy=NodeAffinitySchedulingStrategy(ids[node], soft=False)).remote()
+    def slot_name(node: str, i: int) -> str:
+        return f"slot-{node}-k{per_gpu}-{i}-{tag}"
 
-    # One actor per slot, made at once (Ray starts their worker processes in parallel); each
-    # call then goes straight to its worker, with no scheduling per item.
-    events.write(t="begin", at=_now(), slots=sum(max(1, gpus[n]) * per_gpu for n in ids), nodes=sorted(ids))
-    free = {n: [new_slot(n) for _ in range(max(1, gpus[n]) * per_gpu)] for n in ids}
+    def new_slot(node: str, i: int):
+        """The node's i-th slot: a detached actor kept for the next batches (starting a Ray worker
+        costs a second or more of CPU; a batch of short items should not pay it every time)."""
+        return slot_class.options(name=slot_name(node, i), namespace=POOL_NAMESPACE, lifetime="detached",
+                                  get_if_exists=True, num_cpus=0, num_gpus=(1 / per_gpu) if gpus[node] else 0,
+                                  max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ids[node], soft=False)
+                                  ).remote()
+
+    wanted = {slot_name(n, i) for n in ids for i in range(max(1, gpus[n]) * per_gpu)}
+    for a in ray.util.list_named_actors(all_namespaces=True):  # slots of another --per-gpu or driver version
+        if a["namespace"] == POOL_NAMESPACE and a["name"].startswith("slot-") and a["name"] not in wanted:
+            try:
+                ray.kill(ray.get_actor(a["name"], namespace=POOL_NAMESPACE))
+            except ValueError:
+                pass
+    events.write(t="begin", at=_now(), slots=len(wanted), nodes=sorted(ids))
+    free = {n: [new_slot(n, i) for i in range(max(1, gpus[n]) * per_gpu)] for n in ids}
+    slot_of = {}  # actor -> its index on its node, to make it again if its worker dies
+    for n in ids:
+        for i, actor in enumerate(free[n]):
+            slot_of[actor] = i
     # Hand out nothing before the slots are up: an item given to a worker still starting would
     # wait there while a slot that is up takes the items after it (the order would not hold).
     ray.wait([a.ready.remote() for actors in free.values() for a in actors],
@@ -222,7 +241,9 @@ def main(spec_path: str) -> int:
                 events.write(t="lost", i=index, node=node, reason=reason)
                 set_aside(gone)
                 if node in alive and batch.live(node):
-                    free[node].append(new_slot(node))  # its worker died, the node did not: a fresh one
+                    fresh = new_slot(node, slot_of[actor])  # its worker died, the node did not: a fresh one
+                    slot_of[fresh] = slot_of[actor]
+                    free[node].append(fresh)
                 continue
             free[node].append(actor)
             if r["exit"] == 0 and not r["timed_out"]:
@@ -237,11 +258,8 @@ def main(spec_path: str) -> int:
                          exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status)
             set_aside(gone)
     if cancelled or os.path.exists(f"{jobdir}/cancel"):
-        for actors in free.values():
-            for actor in actors:
-                ray.kill(actor)
-        for _index, _node, _attempt, actor in inflight.values():
-            ray.kill(actor)  # its item's process group is killed by `gpuplan cancel` on the node
+        # The slots stay for the next batch: `gpuplan cancel` kills the items' process groups, and
+        # the calls running them then return to nobody.
         events.write(t="done", state="cancelled", at=_now())
         return 0
     for s in batch.items.values():

@@ -303,7 +303,8 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
         workdir = engine.push_workdir(eng, job, local_workdir)
     opts = {"per_gpu": per_gpu, "retries": retries, "timeout_s": timeout, "workdir": workdir, **(options or {})}
     spec = {"job": job, "items": [[i, it] for i, it in items], "command": list(command), "per_gpu": per_gpu,
-            "retries": retries, "timeout_s": timeout, "nodes": {n.name: n.gpus for n in eng.nodes}, "workdir": workdir}
+            "retries": retries, "timeout_s": timeout, "nodes": {n.name: n.gpus for n in eng.nodes}, "workdir": workdir,
+            "code_tag": engine.driver_tag()}
     state.add_job(job, cluster, list(command), opts, items, len(eng.nodes), resumes)
     try:
         engine.submit(eng, job, spec)
