@@ -115,6 +115,8 @@ def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
     assert f"gpuplan cancel {CLUSTER} {job}" in " ".join(r.out.split())
     _wait(lambda: len(processes_running(["sleep", "600"])) == 3)
     assert _jobs()[job]["running"] == 3
+    status = _cli("status", CLUSTER)
+    assert status.code == 0 and f"batch {job} on {CLUSTER}: running, 0 of 3 item(s) done" in " ".join(status.out.split())
     r = _cli("cancel", CLUSTER, job)
     assert r.code == 0, r.err
     assert "3 running item(s) stopped" in r.out

@@ -332,10 +332,20 @@ def refresh(state: State, job: str, conn=None) -> dict:
         row = state.job(job)
         if not p.events or row["state"] in JOB_STATES_OVER:
             break
-    if row["state"] not in JOB_STATES_OVER and not p.driver_alive and row["state"] != "submitted":
-        state.set_job_state(job, "lost")
+    if row["state"] not in JOB_STATES_OVER and not p.driver_alive and (
+            row["state"] != "submitted" or job_age_s(row) > DRIVER_START_S):
+        state.set_job_state(job, "lost")  # `gpuplan logs CLUSTER JOB` shows the driver's own log
         row = state.job(job)
     return row
+
+
+DRIVER_START_S = 300  # a submitted driver that has not started by then never will
+
+
+def job_age_s(row: dict) -> float:
+    from gpuplan.operating.state import now, parse_time
+
+    return (now() - parse_time(row["submitted_at"])).total_seconds()
 
 
 def job_seconds(row: dict, at=None) -> float:
