@@ -93,3 +93,11 @@ def test_strikes(outcomes, out):
         b._queued = [q for q in b._queued if q != i]
         (b.succeeded(i, node) if what == "ok" else b.failed(i, node, 1))
     assert list(b.out) == out
+
+
+def test_two_attempts_lost_in_a_row_set_a_node_aside_before_the_engine_says_it_is_gone():
+    b = _batch(3, ["a", "b"])
+    assert b.next_for("a") == 0 and b.next_for("a") == 1
+    assert b.lost(0, "a", node_gone=False, reason="ActorDiedError") == []
+    assert b.lost(1, "a", node_gone=False, reason="ActorDiedError") == ["a"]
+    assert b.out["a"] == "lost: ActorDiedError" and [b.items[i].status for i in (0, 1)] == [rules.QUEUED] * 2

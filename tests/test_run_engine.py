@@ -222,3 +222,31 @@ def test_the_dashboard_is_reached_through_ssh(ray_cluster):
         done.set()
         t.join(5)
     assert version["ray_version"] == "2.60.0"
+
+
+def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster, tmp_path):
+    """Last on the module's cluster: raydemo-1's Ray (and everything under it) is killed, as a
+    host that disappears."""
+    import threading
+
+    from gpuplan.operating import engine
+    from support.ray_env import processes_running, stop_ray
+
+    items = _items(tmp_path, ["a", "b", "c", "d"])
+    lay = engine.layout()
+
+    def lose_node_1() -> None:
+        _wait(lambda: len(processes_running(["sleep", "6"])) == 4, timeout=60, every=0.1)
+        stop_ray(f"{CLUSTER}-{lay.base(1)}")
+
+    killer = threading.Thread(target=lose_node_1, daemon=True)
+    killer.start()
+    r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", "sleep 6; : {item}")
+    killer.join(1)
+    assert r.code == 0, r.err + r.out
+    j = _jobs()[_submitted(r.out)]
+    assert j["succeeded"] == 4
+    assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"] and j["quarantined"][0]["reason"].startswith("lost: ")
+
+    state, _, _ = ray_cluster
+    assert {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}

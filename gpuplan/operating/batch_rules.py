@@ -15,8 +15,9 @@ The rules:
 - A node is set aside (quarantined) when two different items failed there and then succeeded
   on another node, with no success on it in between: the node, not the input, is the problem.
   Its items move on, and items that had used up their retries there are queued again.
-- A node that disappears (the engine lost it) is set aside at once; its running items go back
-  on the queue without counting as failures.
+- A node that disappears (the engine lost it, or two attempts in a row died with their worker
+  there before the engine noticed) is set aside; its running items go back on the queue without
+  counting as failures.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 STRIKES_TO_QUARANTINE = 2
+LOST_IN_A_ROW = 2  # attempts whose worker died on a node the engine still lists: it is going, or gone
 
 OK, FAILED, BAD_INPUT, QUEUED, RUNNING = "ok", "failed", "bad input", "queued", "running"
 
@@ -50,6 +52,7 @@ class Batch:
     _strikes: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # node -> (item, exit) failed there, ok elsewhere
     _queued: list[int] = field(default_factory=list)
     _running: int = 0
+    _lost: dict[str, int] = field(default_factory=dict)  # node -> attempts lost there in a row
 
     @classmethod
     def of(cls, items: list[tuple[int, str]], nodes: list[str], retries: int = 0) -> Batch:
@@ -102,6 +105,7 @@ class Batch:
         s.status = OK
         self._running -= 1
         self._strikes[node] = []
+        self._lost[node] = 0
         gone = []
         for other, code in zip(s.failed_on, s.exits):
             if other != node and self.live(other):
@@ -116,6 +120,7 @@ class Batch:
         """The item's status after this failure: queued again, failed or bad input."""
         s = self.items[index]
         self._running -= 1
+        self._lost[node] = 0
         s.failed_on.append(node)
         s.exits.append(exit_code)
         s.status = self._after_failure(s)
@@ -138,7 +143,10 @@ class Batch:
         self._running -= 1
         s.status = QUEUED
         self._requeue(index)
-        return self.quarantine(node, f"lost: {reason}") if node_gone else []
+        self._lost[node] = self._lost.get(node, 0) + 1
+        if node_gone or self._lost[node] >= LOST_IN_A_ROW:
+            return self.quarantine(node, f"lost: {reason}")
+        return []
 
     def quarantine(self, node: str, reason: str) -> list[str]:
         """Set `node` aside; items whose failures there had ended them go back on the queue."""
