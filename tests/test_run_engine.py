@@ -89,10 +89,22 @@ def _submitted(out: str) -> str:
     return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
 
 
+def _plan(tmp_path, names, workload="w") -> str:
+    """A saved plan for this cluster's fleet (2 x Standard_NC24, baremetal), its jobs dealt over two machines."""
+    plan = tmp_path / "plan.json"
+    machines = [{"jobs_s": 40, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": list(names[k::2])} for k in (0, 1)]
+    plan.write_text(json.dumps({"workload": workload, "recommended": {
+        "provider": "baremetal", "instance_type": "Standard_NC24", "count": 2, "wall_minutes": 1, "cost_jpy": 1,
+        "machines": machines}}))
+    return str(plan)
+
+
 def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
-    items = _items(tmp_path, [f"clip-{i}.mp4" for i in range(8)])
+    state, _, _ = ray_cluster
+    names = [f"clip-{i}.mp4" for i in range(8)]
+    items = _items(tmp_path, names)
     client = subprocess.Popen([sys.executable, "-c", "from gpuplan.cli import main; main()", "run", CLUSTER, "--items", items,
-                               "--", "sh", "-c", "sleep 3; echo done {item}"],
+                               "--plan", _plan(tmp_path, names, "killed"), "--", "sh", "-c", "sleep 3; echo done {item}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ), text=True)
     job = _submitted(client.stdout.readline())  # printed (and flushed) once the batch is on the cluster
     time.sleep(4)
@@ -103,6 +115,8 @@ def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
     done = _wait(lambda: (j := _jobs()[job])["state"] in ("succeeded", "failed") and j)
     assert (done["state"], done["succeeded"], done["total"]) == ("succeeded", 8, 8)
     assert Decimal(done["yen"]) > 0 and done["wall_s"] >= 6
+    # nobody followed it to the end: the `jobs` that saw it end recorded the plan's calibration
+    assert [(c["jobs"], c["size"]) for c in state.calibrations("killed")] == [(8, "Standard_NC24")]
 
 
 def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
@@ -176,19 +190,17 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
 
 def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"workload": "w", "recommended": {
-        "provider": "baremetal", "instance_type": "Standard_NC24", "count": 2, "wall_minutes": 1, "cost_jpy": 1,
-        "machines": [{"jobs_s": 40, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["l1", "l3", "s1", "s3"]},
-                     {"jobs_s": 30, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": ["l2", "l4", "s2", "s4"]}]}}))
+    plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"])  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
     items = _items(tmp_path, ["s4", "s3", "s2", "s1", "l4", "l3", "l2", "l1"])  # file order: shortest first
-    r = _cli("run", CLUSTER, "--items", items, "--plan", str(plan), "--", "sh", "-c", "sleep 1; : {item}")
+    r = _cli("run", CLUSTER, "--items", items, "--plan", plan, "--", "sh", "-c", "sleep 1; : {item}")
     assert r.code == 0, r.err + r.out
-    assert "order: the plan's (longest first; 8 of 8 items named in it)" in " ".join(r.out.split())
+    out = " ".join(r.out.split())
+    assert "order: the plan's (longest first; 8 of 8 items named in it)" in out
     rows = state.job_items(_submitted(r.out))
     assert [it["item"] for it in rows] == ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"]
     # 4 slots: the four long items start first, the short ones only as slots free up
     assert max(it["started_at"] for it in rows[:4]) < min(it["started_at"] for it in rows[4:])
+    assert "calibration recorded" in out  # the whole batch, on the fleet the plan was for
 
 
 def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ray_cluster, tmp_path):

@@ -177,7 +177,7 @@ def run(
         node_workdir = ""
     with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
         job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
-                            options={"plan": str(plan) if plan else None}, resumes=resume, workdir=node_workdir,
+                            options={"plan": str(plan.resolve()) if plan else None}, resumes=resume, workdir=node_workdir,
                             local_workdir=workdir, progress=progress)
     out = _console()
     out.print(f"job {job} submitted: {len(todo)} item(s); order: {order_note}", markup=False)
@@ -320,6 +320,7 @@ def jobs(
                 row = runner.refresh(state, row["id"])
                 if row["state"] in runner.JOB_STATES_OVER:
                     runner.record_finished(state, row["id"])
+                    _calibrate_detached(state, row)
             except Exception as exc:  # an unreachable head: show what the state knows, say why
                 _console(stderr=True).print(f"{row['id']}: not refreshed ({type(exc).__name__}: {exc})", markup=False)
         counts = state.job_counts(row["id"])
@@ -344,6 +345,24 @@ def jobs(
                       (r["started_at"] or "-")[:19].replace("T", " "), fmt.duration(runner.job_seconds(r)),
                       fmt.yen(runner.job_yen(state, r)))
     _console().print(table)
+
+
+def _calibrate_detached(state, row: dict) -> None:
+    """A batch submitted with --plan that ended while nobody followed it: record (or not) its
+    calibration now, as `run` does at the end, and say so on stderr."""
+    from gpuplan.operating import runner
+
+    plan = (row["options"] or {}).get("plan")
+    if not plan or row["state"] != "succeeded":
+        return
+    try:
+        predicted = runner.read_plan(Path(plan))
+    except UsageError as exc:
+        _console(stderr=True).print(f"{row['id']}: not calibrated ({exc})", markup=False)
+        return
+    line = runner.calibrate(state, runner.job_summary(state, row["id"]), predicted)
+    if line:
+        _console(stderr=True).print(f"{row['id']}: {line}", markup=False)
 
 
 def _yen_text(value: Decimal | None) -> str | None:
