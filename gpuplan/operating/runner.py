@@ -466,7 +466,8 @@ def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: 
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         results = tuple(pool.map(node, range(len(targets))))
     wall = time.monotonic() - t0
-    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir)
+    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir, provider=row.provider,
+                      size=row.size)
 
 
 # --- measured vs predicted ----------------------------------------------------------------
