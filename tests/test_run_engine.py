@@ -236,6 +236,20 @@ def test_the_dashboard_is_reached_through_ssh(ray_cluster):
     assert version["ray_version"] == "2.60.0"
 
 
+def test_a_node_whose_host_key_changed_is_set_aside_and_the_others_run_its_items(ray_cluster, tmp_path):
+    state, hosts, _ = ray_cluster
+    hosts[1].restart(new_host_key=True)  # raydemo-1 was rebuilt: its pinned key no longer matches
+    try:
+        r = _cli("run", CLUSTER, "--items", _items(tmp_path, [f"k{i}" for i in range(4)]), "--", "sh", "-c", "echo {item}")
+    finally:
+        state.pin_host_key(hosts[1].host, hosts[1].port, hosts[1].host_public_key, cluster=CLUSTER, node=f"{CLUSTER}-1")
+    assert r.code == 0, r.err + r.out
+    j = _jobs()[_submitted(r.out)]
+    assert j["succeeded"] == 4 and {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
+    [q] = j["quarantined"]
+    assert q["node"] == f"{CLUSTER}-1" and q["reason"].startswith("host key refused: ") and "--accept-host-key" in q["reason"]
+
+
 def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster, tmp_path):
     """Last on the module's cluster: raydemo-1's Ray (and everything under it) is killed, as a
     host that disappears."""

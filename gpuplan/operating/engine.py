@@ -150,30 +150,55 @@ def stop_script(eng: Engine, node: Node) -> str:
             f"rm -rf {eng.layout.temp_dir(node.index)}; true")
 
 
-def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) -> Engine:
-    """Ray installed and running on every node of the cluster; returns the engine. Installs with
-    the `ray` playbook (skipped where the pinned version is there), then starts the head if it
-    is not running (restarting every node) and any worker that is not."""
+def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) -> tuple[Engine, dict[str, str]]:
+    """Ray installed and running on every node it can be: installs with the `ray` playbook
+    (skipped where the pinned version is there), then starts the head if it is not running
+    (restarting every node) and any worker that is not. Returns the engine and the nodes left
+    out, each with why (host key refused, unreachable, install or start failed): the batch sets
+    them aside and their items go to the others. The head must be usable."""
     from gpuplan.operating import playbook
 
     eng = engine_of(state, cluster)
-    playbook.bootstrap_cluster(state, cluster, ["ray"], {"ray_venv": eng.layout.venv, "ray_version": RAY_VERSION},
-                               progress=lambda m: progress(m) if "already done" not in m else None)
-    up = remote.run_many([n.host for n in eng.nodes], lambda h: remote.run(h, _running_check(eng, _node(eng, h)), timeout=30).ok)
-    running = {n.name for n, ok in zip(eng.nodes, up) if ok is True}
+    report = playbook.bootstrap_cluster(state, cluster, ["ray"], {"ray_venv": eng.layout.venv, "ray_version": RAY_VERSION},
+                                        progress=lambda m: progress(m) if "already done" not in m else None,
+                                        raise_on_failure=False)
+    out = {h.host: _why(h.error) for h in report.hosts if not h.ok}
+    up = remote.run_many([n.host for n in eng.nodes if n.name not in out],
+                         lambda h: remote.run(h, _running_check(eng, _node(eng, h)), timeout=30).ok)
+    running = set()
+    for n, ok in zip([n for n in eng.nodes if n.name not in out], up):
+        if isinstance(ok, BaseException):
+            out[n.name] = _why(str(ok), ok)
+        elif ok:
+            running.add(n.name)
+    if eng.head.name in out:
+        raise EngineError(f"the head node {eng.head.name} cannot run Ray: {out[eng.head.name]}")
     if eng.head.name not in running:
         running = set()
-        remote.run_many([n.host for n in eng.nodes[1:]], lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
+        remote.run_many([n.host for n in eng.nodes[1:] if n.name not in out],
+                        lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
         progress(f"starting Ray {RAY_VERSION} head on {eng.head.name}")
         _start(eng, eng.head)
-    todo = [n for n in eng.nodes[1:] if n.name not in running]
+    todo = [n for n in eng.nodes[1:] if n.name not in running and n.name not in out]
     if todo:
         progress(f"starting Ray on {', '.join(n.name for n in todo)}")
-        outcomes = remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h)))
-        errors = [str(o) for o in outcomes if isinstance(o, BaseException)]
-        if errors:
-            raise EngineError("; ".join(errors))
-    return eng
+        for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h)))):
+            if isinstance(o, BaseException):
+                out[n.name] = _why(str(o), o)
+    for name, why in out.items():
+        progress(f"{name} set aside: {why}")
+    return eng, out
+
+
+def _why(text: str | None, exc: BaseException | None = None) -> str:
+    """A node left out, in one line that starts with what kind of failure it was."""
+    kind = ("host key refused" if isinstance(exc, remote.HostKeyChanged) else "login refused"
+            if isinstance(exc, remote.LoginRefused) else "unreachable" if isinstance(exc, RemoteError) else "")
+    line = " ".join((text or "").split())
+    if not kind:
+        kind = ("host key refused" if "host key" in line and "changed" in line else "unreachable" if "cannot connect" in line
+                else "Ray could not be installed or started")
+    return f"{kind}: {line}"[:400]
 
 
 def _node(eng: Engine, host: remote.Host) -> Node:

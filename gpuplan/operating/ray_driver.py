@@ -154,17 +154,18 @@ def main(spec_path: str) -> int:
     ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
+    left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
     ids: dict[str, str] = {}
     deadline = time.monotonic() + NODE_WAIT_S
     while time.monotonic() < deadline:
-        ids = _ray_nodes(ray, list(gpus))
-        if len(ids) == len(gpus):
+        ids = {n: i for n, i in _ray_nodes(ray, list(gpus)).items() if n not in left_out}
+        if len(ids) + len(left_out) >= len(gpus):
             break
         time.sleep(1)
     batch = rules.Batch.of([(int(i), it) for i, it in spec["items"]], list(gpus), int(spec["retries"]))
     for name in gpus:
         if name not in ids:
-            batch.quarantine(name, "not in the Ray cluster (its Ray node is not running)")
+            batch.quarantine(name, left_out.get(name) or "not in the Ray cluster (its Ray node is not running)")
             events.write(t="quarantine", node=name, reason=batch.out[name])
     slot_class = ray.remote(SlotWorker)
     tag = spec.get("code_tag", "")

@@ -296,7 +296,7 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     engine.check_items_command(command)
     if state.cluster(cluster) is None:
         raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
-    eng = engine.ensure_up(state, cluster, progress)
+    eng, left_out = engine.ensure_up(state, cluster, progress)
     job = f"{cluster}-{state.next_job_number(cluster)}"
     if local_workdir is not None:
         progress(f"copying {local_workdir} to {len(eng.nodes)} node(s)")
@@ -304,7 +304,7 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     opts = {"per_gpu": per_gpu, "retries": retries, "timeout_s": timeout, "workdir": workdir, **(options or {})}
     spec = {"job": job, "items": [[i, it] for i, it in items], "command": list(command), "per_gpu": per_gpu,
             "retries": retries, "timeout_s": timeout, "nodes": {n.name: n.gpus for n in eng.nodes}, "workdir": workdir,
-            "code_tag": engine.driver_tag()}
+            "code_tag": engine.driver_tag(), "left_out": left_out}
     state.add_job(job, cluster, list(command), opts, items, len(eng.nodes), resumes)
     try:
         engine.submit(eng, job, spec)
