@@ -100,3 +100,6 @@ def test_every_readme_example_runs(world, cli, capfd):
     assert "job demo-2 cancelled" in ran["gpuplan cancel demo demo-2"]
     assert "job demo-3 submitted: 3 item(s)" in ran["gpuplan run demo --resume demo-2 --detach"]
     assert "nothing of it is left" in ran["gpuplan teardown demo --yes"]
+    from support.ray_env import tagged_pids
+
+    assert tagged_pids("demo-") == []  # the owned hosts outlive the teardown; the Ray it started there does not

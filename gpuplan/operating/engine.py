@@ -216,6 +216,16 @@ def stop(eng: Engine) -> None:
     remote.run_many([n.host for n in eng.nodes], lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
 
 
+def stop_all(state: State, cluster: str) -> None:
+    """Before a teardown: stop Ray and every process started under it on the nodes that can
+    still be reached (best effort: a cloud machine about to be deleted takes them with it)."""
+    try:
+        eng = engine_of(state, cluster)
+    except GpuplanError:  # no live node, no key, no pinned host key: nothing to reach
+        return
+    stop(eng)
+
+
 # --- jobs ---------------------------------------------------------------------------------
 
 
