@@ -276,3 +276,20 @@ def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster,
 
     state, _, _ = ray_cluster
     assert {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
+
+
+def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_path):
+    """Last of all: the module's cluster goes."""
+    from test_baremetal_provider import write_inventory
+
+    from gpuplan import paths
+    from support.ray_env import tagged_pids
+
+    state, hosts, _ = ray_cluster
+    paths.config_dir().mkdir(parents=True, exist_ok=True)
+    write_inventory(paths.config_dir() / "inventory.yaml", hosts)  # the owned hosts, as teardown reads them
+    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["last"]), "--down", "--", "sh", "-c", "echo {item}")
+    assert r.code == 0, r.err + r.out
+    assert "1 ok of 1 item(s)" in r.out and f"cluster {CLUSTER} torn down" in " ".join(r.out.split())
+    assert state.cluster(CLUSTER).status == "gone"
+    assert tagged_pids(f"{CLUSTER}-") == []  # Ray and everything under it stopped on the (owned) hosts
