@@ -210,8 +210,11 @@ def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ra
     items = _items(tmp_path, ["x"])
     r = _cli("run", CLUSTER, "--items", items, "--per-gpu", "2", "--workdir", str(code), "--", "sh", "show.sh", "{item}")
     assert r.code == 0, r.err + r.out
-    log = _cli("logs", CLUSTER, _submitted(r.out), "x")
+    job = _submitted(r.out)
+    log = _cli("logs", CLUSTER, job, "x")
     assert log.code == 0, log.err
+    driver = _cli("logs", CLUSTER, job)  # the driver's own log, through `ray job logs` on the head
+    assert driver.code == 0, driver.err
     assert re.fullmatch(r"item=x gpu=[01] share=0\.500000\n", log.out)  # one of the node's two GPUs, half of it
 
 
