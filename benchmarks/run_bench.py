@@ -101,8 +101,9 @@ def main() -> None:
     if not (VENV / "bin" / "ray").exists():
         raise SystemExit(f"no Ray venv at {VENV}: run scripts/test.sh first (it builds it)")
     tmp = Path(tempfile.mkdtemp(prefix="run-bench-"))
+    port = free_port_range(a.hosts)
     env = dict(os.environ, GPUPLAN_HOME=str(tmp / "home"), GPUPLAN_RAY_VENV=str(VENV),
-               GPUPLAN_RAY_PORT=str(free_port_range(a.hosts)), GPUPLAN_RAY_OBJECT_STORE_MB="80")
+               GPUPLAN_RAY_PORT=str(port), GPUPLAN_RAY_OBJECT_STORE_MB="80")
     os.environ.update(env)
     import pytest  # start_hosts skips through pytest when sshd is missing
 
@@ -142,7 +143,7 @@ def main() -> None:
                   f" {lines} output lines")
         state.close()
     finally:
-        stop_ray(f"{CLUSTER}-")
+        stop_ray(f"{CLUSTER}-", port, a.hosts)
         stop_hosts(hosts)
 
 

@@ -57,13 +57,14 @@ def world(moto_aws, gpuplan_home, tmp_path, monkeypatch):
     from support.ray_env import free_port_range, ray_venv, stop_ray
 
     monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
-    monkeypatch.setenv("GPUPLAN_RAY_PORT", str(free_port_range(2)))
+    port = free_port_range(2)
+    monkeypatch.setenv("GPUPLAN_RAY_PORT", str(port))
     monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
     monkeypatch.setenv("GPUPLAN_POLL_S", "0.3")
     try:
         yield tmp_path
     finally:
-        stop_ray("demo-")
+        stop_ray("demo-", port, 2)
         stop_hosts(hosts)
 
 

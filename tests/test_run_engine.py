@@ -32,7 +32,8 @@ def ray_cluster(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPUPLAN_HOME", str(home / "gpuplan-home"))
         mp.setenv("GPUPLAN_RAY_VENV", str(venv))
-        mp.setenv("GPUPLAN_RAY_PORT", str(free_port_range(2)))
+        port = free_port_range(2)
+        mp.setenv("GPUPLAN_RAY_PORT", str(port))
         mp.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
         mp.setenv("GPUPLAN_POLL_S", "0.3")
         from gpuplan import paths
@@ -52,7 +53,7 @@ def ray_cluster(tmp_path_factory):
             engine.ensure_up(state, CLUSTER)
             yield state, hosts, home
         finally:
-            stop_ray(f"{CLUSTER}-")
+            stop_ray(f"{CLUSTER}-", port, 2)
             state.close()
             stop_hosts(hosts)
 

@@ -65,12 +65,21 @@ def tagged_pids(tag_prefix: str) -> list[int]:
     return pids
 
 
-def stop_ray(tag_prefix: str) -> None:
+def stop_ray(tag_prefix: str, port: int | None = None, nodes: int = 0) -> None:
+    """Kill every process started under these Ray nodes; with the layout's port and node count,
+    remove their temp dirs (/tmp/gpuplan-ray-<port>) too."""
+    import shutil
+
+    from gpuplan.operating.engine import Layout
+
     for pid in tagged_pids(tag_prefix):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    if port is not None:
+        for i in range(nodes):
+            shutil.rmtree(Layout("", port).temp_dir(i), ignore_errors=True)
 
 
 def processes_running(argv: list[str]) -> list[int]:
