@@ -20,6 +20,12 @@ fi
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q torch==2.13.0 || \
     echo "scripts/test.sh: torch unavailable; reference-job tests will be skipped" >&2
 .venv/bin/pip install -q -e '.[test]'
+# Ray for the run-engine tests: the loopback "nodes" share one venv built once (tests/support/ray_env.py
+# names the place and version); the `ray` playbook skips its install where the pinned version is there.
+RAY_VENV="${GPUPLAN_TEST_RAY_VENV:-/tmp/gpuplan-test-ray-2.60.0}"
+"$RAY_VENV/bin/ray" --version 2>/dev/null | grep -qx "ray, version 2.60.0" || \
+    { python3 -m venv "$RAY_VENV" && "$RAY_VENV/bin/pip" install -q "ray[default]==2.60.0"; } || \
+    echo "scripts/test.sh: Ray could not be installed; the run-engine tests will be skipped" >&2
 # Lint first (config in pyproject.toml): a finding fails the run before any test starts.
 .venv/bin/ruff check .
 # Types: gpuplan/planning with no mypy errors, the rest within scripts/mypy-baseline.txt (which

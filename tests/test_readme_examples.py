@@ -70,9 +70,22 @@ def world(moto_aws, gpuplan_home, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "videos.txt").write_text("clip-a.mp4\nclip-b.mp4\nclip-c.mp4\n")
     hosts = start_hosts(2, tmp_path / "hosts")
-    write_inventory(gpuplan_home / "config" / "inventory.yaml", hosts)
-    yield tmp_path
-    stop_hosts(hosts)
+    inventory = write_inventory(gpuplan_home / "config" / "inventory.yaml", hosts)
+    # Ray binds to the nodes' private addresses: on these loopback hosts, that is loopback
+    inventory.write_text(re.sub(r"private_address: \S+", "private_address: 127.0.0.1", inventory.read_text()))
+    # `gpuplan run` starts Ray on the hosts: the tests' Ray venv, ports of its own, a small object store
+    from support.ray_env import free_port_range, ray_venv, stop_ray
+
+    monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
+    port = free_port_range(2)
+    monkeypatch.setenv("GPUPLAN_RAY_PORT", str(port))
+    monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.3")
+    try:
+        yield tmp_path
+    finally:
+        stop_ray("demo-", port, 2)
+        stop_hosts(hosts)
 
 
 def test_every_readme_example_runs(world, cli, capfd):
@@ -102,5 +115,12 @@ def test_every_readme_example_runs(world, cli, capfd):
         ran["gpuplan check aws --region ap-northeast-1"]
     assert "demo  2x baremetal:" in ran["gpuplan status"]
     assert "NVIDIA-SMI" in ran["gpuplan ssh demo -- nvidia-smi"] and "Tesla T4" in ran["gpuplan ssh demo -- nvidia-smi"]
-    assert "3 job" in " ".join(ran["gpuplan run demo --items videos.txt -- echo {item}"].split())
+    assert "3 ok of 3 item(s)" in " ".join(ran["gpuplan run demo --items videos.txt -- echo {item}"].split())
+    assert '"succeeded": 3' in ran["gpuplan jobs demo --format json"]
+    assert ran["gpuplan logs demo demo-1 clip-a.mp4"].strip() == "clip-a.mp4"
+    assert "job demo-2 cancelled" in ran["gpuplan cancel demo demo-2"]
+    assert "job demo-3 submitted: 3 item(s)" in ran["gpuplan run demo --resume demo-2 --detach"]
     assert "nothing of it is left" in ran["gpuplan teardown demo --yes"]
+    from support.ray_env import tagged_pids
+
+    assert tagged_pids("demo-") == []  # the owned hosts outlive the teardown; the Ray it started there does not

@@ -55,10 +55,12 @@ def test_read_items_skips_blanks_and_comments(tmp_path):
         "python train.py --video 'it'\"'\"'s.mp4'")
 
 
-def _summary(jobs: int, wall_s: float, tmp_path, status: str = "ok") -> runner.RunSummary:
+def _summary(jobs: int, wall_s: float, tmp_path, status: str = "ok", nodes: int | None = None,
+             size: str = "Standard_NC6") -> runner.RunSummary:
     results = tuple(runner.JobResult(f"video-{i}", f"v{i}.mp4", f"n{i}:gpu0", f"n{i}", status, 1, wall_s, tmp_path / "log")
                     for i in range(jobs))
-    return runner.RunSummary("demo", results, wall_s, jobs, Decimal("91.80"), tmp_path)
+    return runner.RunSummary("demo", results, wall_s, jobs if nodes is None else nodes, Decimal("91.80"), tmp_path,
+                             provider="azure", size=size)
 
 
 def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
@@ -83,3 +85,43 @@ def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
     note = " ".join(data["notes"].values())
     assert "predicted 2:00 h, measured 2:30 h (+25.0 %)" in note and "K80 now 0.8x K80 (was 1.0x)" in note
     assert any("calibrated by gpuplan run" in a for a in rec["assumptions"])
+
+
+def test_calibration_only_from_the_fleet_that_was_planned(cli, tmp_path):
+    """Report: a batch on a 4-host cluster recorded against a 1-host plan made the next estimate
+    say "T4 now 2.795x T4". Another fleet is kept as a per-GPU speed point, with the reason."""
+    from gpuplan.operating.state import State
+
+    path = tmp_path / "plan.json"
+    assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0
+    pred = runner.read_plan(path)
+    assert pred["fleet"] == [("Standard_NC6", 4)]
+    state = State.open_default()
+    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, nodes=1), pred)
+    assert line == ("not recorded as a calibration: the plan is for 4 x Standard_NC6 (azure), the batch ran on"
+                    " 1 x Standard_NC6 (azure); kept as a per-GPU speed point")
+    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, size="Standard_NC12"), pred)
+    assert "ran on 4 x Standard_NC12 (azure)" in line
+    assert state.calibrations("colorize-hd") == []
+    points = state.speed_points("colorize-hd")
+    assert [(p["size"], p["jobs"], p["measured_s"]) for p in points] == [("Standard_NC6", 4, 9000.0), ("Standard_NC12", 4, 9000.0)]
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json")
+    assert "calibrated by gpuplan run" not in r.out  # the next estimate is not skewed by the other fleet
+
+
+def test_the_run_engines_setup_is_in_the_plans_assumptions_and_counted_once_measured(cli):
+    from gpuplan.operating.state import State
+
+    def recommended():
+        r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json")
+        assert r.code == 0, r.err
+        return json.loads(r.out)["recommended"]
+
+    before = recommended()
+    assert any(a.startswith("run engine (Ray 2.60.0) install + start about 3 min per machine") and "not counted" in a
+               for a in before["assumptions"])
+    State.open_default().record_setup_time("azure", "Standard_NC6", "ray", 156)  # what bootstrap records for `ray`
+    after = recommended()
+    assert any(a.startswith("run engine (Ray 2.60.0) install + start 3 min on Standard_NC6: measured") for a in after["assumptions"])
+    assert after["wall_minutes"] == before["wall_minutes"] + 3  # 156 s install + 24 s start, on the first machine's setup
+    assert int(after["cost_jpy"]) > int(before["cost_jpy"])

@@ -87,6 +87,18 @@ def _measured_setup(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
     return out
 
 
+def _measured_engine(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
+    """Latest measured `ray` playbook seconds (the run engine's install) per offer."""
+    out = {}
+    if state is None:
+        return out
+    for o in cat.offers:
+        hit = state.setup_time(o.provider, o.name, "ray") if (o.provider, o.name) not in out else None
+        if hit is not None:
+            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {state.path}, {hit[1].date().isoformat()}")
+    return out
+
+
 def _calibrate(state, work, cat):
     """The workload with the speeds measured by `gpuplan run --plan` batches of it (state DB),
     and one line per calibration saying what was predicted, what was measured, what changed."""
@@ -569,7 +581,7 @@ def register(app: typer.Typer) -> None:
         state = _user_state()
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
-            release=release, measured_setup=_measured_setup(state, cat), owned=tuple(owned or ()), spot=spot,
+            release=release, measured_setup=_measured_setup(state, cat), measured_engine=_measured_engine(state, cat), owned=tuple(owned or ()), spot=spot,
         )
         if owned:
             known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}

@@ -1,9 +1,14 @@
-"""`gpuplan bench` (measure a reference job into a profile) and `gpuplan run` (fan jobs out
-over a cluster's GPUs, or launch one data-parallel job through torchrun)."""
+"""`gpuplan bench` (measure a reference job into a profile), `gpuplan run` (a batch of items on
+the cluster's engine, or one data-parallel job through torchrun) and the batch commands `jobs`,
+`logs` and `cancel`."""
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Optional
@@ -113,24 +118,27 @@ def _print_profile(profile, path: Path) -> None:
 
 def run(
     cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
-    command: Annotated[list[str], typer.Argument(help="After --: the command; {item} is replaced by each item.")],
+    command: Annotated[Optional[list[str]], typer.Argument(help="After --: the command; {item} is replaced by each item.")] = None,
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (# comments skipped).", metavar="FILE")] = None,
-    per_gpu: Annotated[int, typer.Option("--per-gpu", help="Jobs sharing each GPU at once.", metavar="N")] = 1,
-    retries: Annotated[int, typer.Option("--retries", help="Extra attempts for a failed job (on any free slot).", metavar="N")] = 0,
-    plan: Annotated[Optional[Path], typer.Option("--plan", help="The plan saved by `gpuplan estimate --save`, to compare measured time and yen with predicted.", metavar="FILE")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Run again only the items of this job that did not succeed.", metavar="JOB")] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Submit and return at once with the job id.")] = False,
+    per_gpu: Annotated[int, typer.Option("--per-gpu", help="Items sharing each GPU at once (1/k of a GPU each).", metavar="N")] = 1,
+    retries: Annotated[int, typer.Option("--retries", help="Extra attempts for a failed item (on any free slot).", metavar="N")] = 0,
+    plan: Annotated[Optional[Path], typer.Option("--plan", help="plan.json from `gpuplan estimate --save`: its order (longest first), and measured vs predicted.", metavar="FILE")] = None,
     torchrun: Annotated[bool, typer.Option("--torchrun", help="One data-parallel job over all nodes' GPUs through torchrun.")] = False,
     python: Annotated[str, typer.Option("--python", help="Python on the nodes, for --torchrun.", metavar="PATH")] = "python3",
-    master_port: Annotated[int, typer.Option("--master-port", help="The torchrun rendezvous port on the first node.", metavar="PORT")] = 29500,
-    timeout: Annotated[int, typer.Option("--timeout", help="Seconds one job may run.", metavar="SECONDS")] = 24 * 3600,
+    master_port: Annotated[int, typer.Option("--master-port", help="torchrun rendezvous port on the first node.", metavar="PORT")] = 29500,
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds one item may run; then its processes are killed.", metavar="SECONDS")] = 24 * 3600,
+    down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end).")] = False,
+    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.", metavar="DIR")] = None,
 ) -> None:
-    """Run jobs on every GPU slot of a cluster, fetch their logs, and compare time and yen with the plan."""
+    """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
+    does not stop it) and follow it; compare time and yen with the plan."""
     from gpuplan.operating import locks, runner
     from gpuplan.operating.state import State
-
-    if not command:
-        raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
     from gpuplan.planning.units import MAX_DURATION_S
 
+    command = list(command or [])
     if per_gpu < 1 or retries < 0 or timeout < 1:
         raise UsageError("--per-gpu and --timeout must be at least 1 and --retries at least 0")
     if per_gpu > runner.MAX_PER_GPU or retries > runner.MAX_RETRIES or timeout > MAX_DURATION_S:
@@ -138,52 +146,333 @@ def run(
                          f" --timeout at most {MAX_DURATION_S:,} s (366 days)")
     if not 1 <= master_port <= 65535:
         raise UsageError(f"bad --master-port {master_port}: a TCP port from 1 to 65535")
-    if torchrun == (items is not None):
-        raise UsageError("give --items FILE (one job per item) or --torchrun (one job over all GPUs), not both or neither")
+    if sum(bool(x) for x in (torchrun, items is not None, resume)) != 1:
+        raise UsageError("give --items FILE (one job per item), --resume JOB or --torchrun (one job over all GPUs): one of them")
+    if detach and down:
+        raise UsageError("--down waits for the batch to end; it cannot go with --detach")
+    if not command and not resume:
+        raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
+    if workdir is not None and not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir}: no such folder; give the folder to copy to every node")
+    if workdir is not None and resume:
+        raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
     predicted = runner.read_plan(plan) if plan else None
     state = State.open_default()
     err = _console(stderr=True)
     progress = _progress(err)
-    with locks.cluster(cluster):  # no teardown or bootstrap under running jobs
-        if torchrun:
+    if torchrun:
+        with locks.cluster(cluster):  # no teardown or bootstrap under the running job
             summary = runner.run_torchrun(state, cluster, command, python=python, master_port=master_port,
                                           timeout=timeout, progress=progress)
-        else:
-            summary = runner.run_items(state, cluster, runner.read_items(items), command, per_gpu=per_gpu,
-                                       retries=retries, timeout=timeout, progress=progress)
-    _print_summary(summary, predicted)
+        _finish(state, summary, predicted)
+        return
+    if resume:
+        old = _job_of(state, cluster, resume)
+        old = runner.refresh(state, resume)
+        if old["state"] not in runner.JOB_STATES_OVER:
+            raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel {cluster} {resume}` first")
+        if command and command != old["command"]:
+            raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
+        todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
+        if not todo:
+            _console().print(f"job {resume}: every item succeeded; nothing to resume")
+            return
+        command, opts = old["command"], old["options"]
+        node_workdir = opts.get("workdir") or ""
+        per_gpu, retries, timeout = opts.get("per_gpu", per_gpu), opts.get("retries", retries), opts.get("timeout_s", timeout)
+        order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
+    else:
+        todo, order_note = runner.run_order(runner.read_items(items), predicted)
+        node_workdir = ""
+    with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
+        job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
+                            options={"plan": str(plan.resolve()) if plan else None}, resumes=resume, workdir=node_workdir,
+                            local_workdir=workdir, progress=progress)
+    out = _console()
+    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')}; order: {order_note}", markup=False)
+    sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
+    if detach:
+        out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
+                  f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
+        return
+    _follow(state, cluster, job)
+    runner.record_finished(state, job)
+    _finish(state, runner.job_summary(state, job), predicted, job)
+    if down:
+        _down(state, cluster)
+
+
+def _job_of(state, cluster: str, job: str) -> dict:
+    row = state.job(job)
+    if row is None or row["cluster"] != cluster:
+        raise UsageError(f"no job {job!r} on cluster {cluster!r}; `gpuplan jobs {cluster}` lists them")
+    return row
+
+
+def _progress_line(state, row: dict) -> str:
+    from gpuplan.operating import runner
+
+    counts = state.job_counts(row["id"])
+    ok = counts.get("ok", 0)
+    failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out"))
+    running = counts.get("running", 0)
+    total = row["total"]
+    elapsed = runner.job_seconds(row)
+    left = total - ok - failed
+    eta = "-" if not ok or not left else fmt.duration(elapsed / (ok + failed) * left)
+    yen = runner.job_yen(state, row)
+    return (f"{row['id']} {row['state']}: {ok} done, {failed} failed, {running} running / {total};"
+            f" ETA {eta if left else '0 s'}; {fmt.yen(yen)} so far")
+
+
+def _follow(state, cluster: str, job: str) -> None:
+    """Print the batch's progress until it ends. Ctrl-C stops following, not the batch."""
+    from gpuplan.operating import engine, remote, runner
+
+    err = _console(stderr=True)
+    every = float(os.environ.get("GPUPLAN_POLL_S") or 1.0)
+    quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
+    last, last_at = "", 0.0
+    eng = engine.engine_of(state, cluster)
+    try:
+        with remote.connect(eng.head.host) as conn:
+            while True:
+                row = runner.refresh(state, job, conn)
+                line = _progress_line(state, row)
+                over = row["state"] in runner.JOB_STATES_OVER
+                if line != last and (over or time.monotonic() - last_at >= quiet_s):
+                    err.print(line, markup=False, highlight=False)
+                    last, last_at = line, time.monotonic()
+                if over:
+                    return
+                time.sleep(every)
+    except KeyboardInterrupt:
+        err.print(f"stopped following; job {job} goes on on the cluster: `gpuplan jobs {cluster}`,"
+                  f" `gpuplan cancel {cluster} {job}`", markup=False)
+        raise typer.Exit(130) from None
+
+
+def _finish(state, summary, predicted, job: str | None = None) -> None:
+    from gpuplan.operating import runner
+
+    _print_summary(summary, predicted, job)
     line = runner.calibrate(state, summary, predicted)
     if line:
-        _console().print(line)
+        _console().print(line, markup=False)
     if summary.failed:
-        raise runner.JobsFailed(f"{len(summary.failed)} of {len(summary.jobs)} job(s) failed after retries:"
-                                f" {', '.join(j.job for j in summary.failed[:5])}; logs in {summary.log_dir}")
+        where = f"`gpuplan logs {summary.cluster} {job} ITEM`" if job else str(summary.log_dir)
+        raise runner.JobsFailed(f"{len(summary.failed)} of {fmt.plural(len(summary.jobs), 'item')} failed:"
+                                f" {', '.join(j.item or j.job for j in summary.failed[:5])}; logs: {where}")
 
 
-def _print_summary(summary, predicted) -> None:
+def _print_summary(summary, predicted, job: str | None = None) -> None:
     from rich.table import Table
 
     from gpuplan.operating import runner
 
     con = _console()
-    table = Table("job", "slot", "status", "attempts", "seconds", "log")
+    counts: dict[str, int] = {}
     for j in summary.jobs:
-        table.add_row(j.job, j.slot, j.status, str(j.attempts), fmt.duration(j.seconds), str(j.log_path))
-    con.print(table)
+        counts[j.status] = counts.get(j.status, 0) + 1
+    con.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" of {fmt.plural(len(summary.jobs), 'item')}", markup=False)
+    failed = summary.failed
+    if failed:  # the items that need a look; the ones that succeeded are in `gpuplan jobs` and the state
+        table = Table("item", "status", "node", "attempts", "seconds")
+        for j in failed[:20]:
+            table.add_row(j.item or j.job, j.status, j.node, str(j.attempts), fmt.duration(j.seconds))
+        con.print(table)
+        if len(failed) > 20:
+            con.print(f"... and {len(failed) - 20} more: `gpuplan jobs {summary.cluster} --format json`", markup=False)
     for q in summary.quarantined:
-        con.print(f"quarantined {q.node}: {q.reason}", markup=False, soft_wrap=True)
+        con.print(f"set aside {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
     con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {fmt.yen(cmp.measured_yen)}"
-              f" ({fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h)")
+              f" ({fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h)", markup=False)
     if predicted is not None:
         con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
-                  f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}")
+                  f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}", markup=False)
 
 
 def _pct(value: Decimal | None) -> str:
     return "n/a" if value is None else f"{value:+.1f}%"
 
 
+def _down(state, cluster: str) -> None:
+    from gpuplan.operating import lifecycle
+
+    row = state.cluster(cluster)
+    report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), cluster,
+                                progress=lambda m: _console(stderr=True).print(f"… {m}", markup=False))
+    _console().print(f"--down: cluster {cluster} torn down ({len(report.deleted)} resource(s) deleted)", markup=False)
+
+
+def jobs(
+    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
+    format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster)."""
+    from rich.table import Table
+
+    from gpuplan.operating import runner
+    from gpuplan.operating.state import State
+
+    if format not in ("table", "json"):
+        raise UsageError(f"--format {format!r}: choose table or json")
+    state = State.open_default()
+    if state.cluster(cluster) is None:
+        raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    rows = []
+    for row in state.jobs(cluster):
+        if row["state"] not in runner.JOB_STATES_OVER:
+            try:
+                row = runner.refresh(state, row["id"])
+                if row["state"] in runner.JOB_STATES_OVER:
+                    runner.record_finished(state, row["id"])
+                    _calibrate_detached(state, row)
+            except Exception as exc:  # an unreachable head: show what the state knows, say why
+                _console(stderr=True).print(f"{row['id']}: not refreshed ({type(exc).__name__}: {exc})", markup=False)
+        counts = state.job_counts(row["id"])
+        rows.append((row, counts))
+    if format == "json":
+        out = [{"id": r["id"], "state": r["state"], "total": r["total"], "succeeded": c.get("ok", 0),
+                "failed": c.get("failed", 0), "bad_input": c.get("bad input", 0), "timed_out": c.get("timed out", 0),
+                "running": c.get("running", 0), "queued": c.get("queued", 0), "resumes": r["resumes"],
+                "submitted_at": r["submitted_at"], "started_at": r["started_at"], "ended_at": r["ended_at"],
+                "wall_s": round(runner.job_seconds(r), 3), "yen": _yen_text(runner.job_yen(state, r)),
+                "command": r["command"], "quarantined": state.job_quarantines(r["id"])} for r, c in rows]
+        sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+        return
+    if not rows:
+        _console().print(f"no jobs on {cluster}; start one with `gpuplan run {cluster} --items FILE -- CMD {{item}}`",
+                         markup=False)
+        return
+    table = Table("job", "state", "ok", "failed", "running", "total", "started", "wall", "yen")
+    for r, c in rows:
+        failed = c.get("failed", 0) + c.get("bad input", 0) + c.get("timed out", 0)
+        table.add_row(r["id"], r["state"], str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r["total"]),
+                      (r["started_at"] or "-")[:19].replace("T", " "), fmt.duration(runner.job_seconds(r)),
+                      fmt.yen(runner.job_yen(state, r)))
+    _console().print(table)
+
+
+def _calibrate_detached(state, row: dict) -> None:
+    """A batch submitted with --plan that ended while nobody followed it: record (or not) its
+    calibration now, as `run` does at the end, and say so on stderr."""
+    from gpuplan.operating import runner
+
+    plan = (row["options"] or {}).get("plan")
+    if not plan or row["state"] != "succeeded":
+        return
+    try:
+        predicted = runner.read_plan(Path(plan))
+    except UsageError as exc:
+        _console(stderr=True).print(f"{row['id']}: not calibrated ({exc})", markup=False)
+        return
+    line = runner.calibrate(state, runner.job_summary(state, row["id"]), predicted)
+    if line:
+        _console(stderr=True).print(f"{row['id']}: {line}", markup=False)
+
+
+def _yen_text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value.quantize(Decimal("0.01")))
+
+
+def logs(
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
+    item: Annotated[Optional[str], typer.Argument(help="The item (its text, or its line number from 0); without it, the driver's log.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the log grows, until the item ends.")] = False,
+) -> None:
+    """Print an item's log from the node it ran on (or the batch driver's log)."""
+    from gpuplan.operating import engine, runner
+    from gpuplan.operating.state import State
+
+    state = State.open_default()
+    _job_of(state, cluster, job)
+    eng = engine.engine_of(state, cluster)
+    if item is None:
+        sys.stdout.write(engine.driver_logs(eng, job))
+        return
+    runner.refresh(state, job)
+    it = state.job_item(job, item)
+    if it is None:
+        raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+    if not it["node"] or it["node"] not in engine.node_hosts(eng):
+        raise UsageError(f"item {item!r} of job {job} has not started yet ({it['status']})")
+    host = engine.node_hosts(eng)[it["node"]]
+    path = it["log_path"] or f"$HOME/{engine.JOBS_DIR}/{job}/logs/{it['idx']}.{it['attempts']}.log"
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    if not follow:
+        from gpuplan.operating import remote
+
+        r = remote.run(host, f"cat {path}", timeout=120)
+        if not r.ok:
+            raise UsageError(f"no log for item {item!r} on {it['node']}: {r.tail(2)}")
+        write(r.stdout)
+        return
+
+    def item_over() -> bool:
+        runner.refresh(state, job)
+        now = state.job_item(job, item)
+        return now["status"] not in ("running", "queued")
+
+    engine.stream(host, path, write, item_over)
+
+
+def cancel(
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
+) -> None:
+    """Stop a batch on every node: its driver, its tasks and every process its items started."""
+    from gpuplan.operating import runner
+    from gpuplan.operating.state import State
+
+    state = State.open_default()
+    _job_of(state, cluster, job)
+    row = runner.refresh(state, job)
+    if row["state"] in runner.JOB_STATES_OVER and row["state"] != "lost":
+        _console().print(f"job {job} is already {row['state']}; nothing to stop", markup=False)
+        return
+    running = state.job_counts(job).get("running", 0)
+    runner.cancel(state, job)
+    runner.record_finished(state, job)
+    counts = state.job_counts(job)
+    _console().print(f"job {job} cancelled: {fmt.plural(counts.get('ok', 0), 'item')} had succeeded; {fmt.plural(running, 'running item')} stopped"
+                     f" on every node", markup=False)
+
+
+def dashboard(
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    port: Annotated[int, typer.Option("--port", help="Local port (0: any free one).")] = 8265,
+) -> None:
+    """Ray's dashboard of the cluster on http://127.0.0.1:PORT, through SSH, until Ctrl-C."""
+    from gpuplan.operating import engine
+    from gpuplan.operating.state import State
+
+    if not 0 <= port <= 65535:
+        raise UsageError(f"bad --port {port}: a TCP port from 0 to 65535")
+    state = State.open_default()
+    if state.cluster(cluster) is None:
+        raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    eng = engine.engine_of(state, cluster)
+    say = lambda p: (_console().print(f"Ray dashboard of {cluster}: http://127.0.0.1:{p} (Ctrl-C to stop)", markup=False),  # noqa: E731
+                     sys.stdout.flush())
+    try:
+        engine.serve_dashboard(eng, port, say, lambda: False)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); choose another --port") from None
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
 def register(app: typer.Typer) -> None:
     app.command("bench")(bench)
     app.command("run", context_settings={"allow_extra_args": False})(run)
+    app.command("jobs")(jobs)
+    app.command("logs")(logs)
+    app.command("cancel")(cancel)
+    app.command("dashboard")(dashboard)

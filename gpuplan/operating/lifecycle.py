@@ -433,6 +433,11 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     report = TeardownReport(cluster)
+    if state.jobs(cluster):  # the run engine ran here: owned machines outlive the teardown, its Ray must not
+        from gpuplan.operating import engine
+
+        progress(f"stopping Ray and its batches on {cluster}")
+        engine.stop_all(state, cluster)
     state.set_cluster_status(cluster, "tearing-down")
     found = reconcile(state, prov, row)
     doomed = [r for r in found if r.kind != "image" or include_images]

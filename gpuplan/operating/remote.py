@@ -190,6 +190,10 @@ class Connection:
         chan.close()
         return Result(code, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - start)
 
+    def open_tunnel(self, address: str, port: int):
+        """A channel to address:port as seen from the host (SSH port forwarding; `gpuplan dashboard`)."""
+        return self._client.get_transport().open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0))
+
     def put(self, local: Path | str, remote: str, mode: int | None = None) -> None:
         with self._client.open_sftp() as sftp:
             sftp.put(str(local), remote)

@@ -1,40 +1,37 @@
-"""`gpuplan run`: fan jobs out over every GPU slot of a cluster, or launch one data-parallel job.
+"""`gpuplan run`: a batch of items on a cluster's engine, or one data-parallel job.
 
-Item mode: one job per item, a queue shared by all slots (node x GPU x --per-gpu), each job run
-over SSH as `CUDA_VISIBLE_DEVICES=<gpu> CMD` with its output in a log on the node, fetched back to
-`<state_dir>/runs/<cluster>/<job>.log`. A failed job goes back on the queue until it has had
-1 + retries attempts. A node that is the problem (host key refused, unreachable, or failing
-every job at once while they succeed elsewhere) is quarantined: its slots stop, and attempts
-that failed there do not count against a job's retries (`run_items`). Every job's outcome is
-recorded with `State.record_run`.
+Item mode: the batch is a Ray Job whose driver lives on the cluster's head node (engine.py,
+ray_driver.py, batch_rules.py): one task per item on a GPU slot (`--per-gpu k`: 1/k of a GPU
+each), in the plan's order (longest first), with retries, per-item timeouts that kill the
+item's process group, and nodes that fail items which then succeed elsewhere set aside. The
+client submits it and goes away or follows it; whenever it looks (`follow`, `refresh`) it
+reads what the driver recorded on the head and writes it into the state (jobs, job_items).
+The SSH fan-out that ran each item from a client thread is gone.
 
 torchrun mode: the same command on every node through `python -m torch.distributed.run` (the
 engine behind `torchrun`) with a static rendezvous on the first node's private address, node
-ranks 0..N-1 and one process per GPU.
+ranks 0..N-1 and one process per GPU, started over SSH (not yet through Ray).
 
-At the end: measured wall time and yen (nodes x the cluster's price x wall time), next to what a
-saved plan predicted.
+Measured yen: every node of the cluster billed for the batch's wall time under the one billing
+rule (gpuplan.planning.billing.charge), next to what a saved plan predicted.
 """
 
 from __future__ import annotations
 
-import queue
 import re
 import shlex
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import GpuplanError, NotFound, UsageError
-from gpuplan.planning import billing
-from gpuplan.planning.billing import Terms
 
 if TYPE_CHECKING:
     from gpuplan.operating.state import State
+    from gpuplan.planning.billing import Terms
 
 REMOTE_LOG_DIR = ".gpuplan/runs"  # relative to the SSH user's home on each node
 MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
@@ -58,17 +55,6 @@ class Target:
     host: Any  # gpuplan.operating.remote.Host
     private_ip: str
     gpus: int
-
-
-@dataclass(frozen=True)
-class Slot:
-    target: int  # index into the targets
-    gpu: int | None  # None on a CPU-only node: no CUDA_VISIBLE_DEVICES
-    k: int  # which of --per-gpu sharing that GPU
-
-    def label(self, targets: Sequence[Target]) -> str:
-        node = targets[self.target].node
-        return f"{node}:{'cpu' if self.gpu is None else self.gpu}" + (f"/{self.k}" if self.k else "")
 
 
 @dataclass(frozen=True)
@@ -100,6 +86,8 @@ class RunSummary:
     price_jpy_per_hour: Decimal | None
     log_dir: Path
     quarantined: tuple[Quarantine, ...] = ()
+    provider: str = ""  # the fleet it ran on (calibration checks it against the plan's)
+    size: str = ""
     terms: Terms | None = None  # how each node is billed (the cluster's ledger); None: its hourly price by the second
 
     @property
@@ -109,8 +97,17 @@ class RunSummary:
     @property
     def yen(self) -> Decimal | None:
         """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge)."""
-        terms = self.terms or (billing.per_second(self.price_jpy_per_hour) if self.price_jpy_per_hour is not None else None)
-        return billing.measured_yen(self.wall_seconds, self.nodes, terms)
+        return yen_for(self.terms, self.price_jpy_per_hour, self.nodes, self.wall_seconds)
+
+
+def yen_for(terms: Terms | None, price_jpy_per_hour: Decimal | None, nodes: int, seconds: float) -> Decimal | None:
+    """`nodes` machines held `seconds` each, billed by `terms` (the cluster's ledger: granularity,
+    minimum, caps); a cluster without recorded terms by its hourly price per second."""
+    from gpuplan.planning import billing
+
+    if terms is None and price_jpy_per_hour is not None:
+        terms = billing.per_second(price_jpy_per_hour)
+    return billing.measured_yen(seconds, nodes, terms)
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -210,277 +207,162 @@ def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
     return counts
 
 
-def make_slots(gpus_per_node: Sequence[int], per_gpu: int) -> list[Slot]:
-    """Round-robin over nodes first, so a short queue spreads over machines, not one machine's GPUs."""
-    per_node = [[Slot(t, g, k) for k in range(per_gpu) for g in (range(n) if n else [None])]
-                for t, n in enumerate(gpus_per_node)]
-    slots: list[Slot] = []
-    for i in range(max(len(s) for s in per_node)):
-        slots += [s[i] for s in per_node if i < len(s)]
-    return slots
+# --- item mode: a batch on the cluster's engine ---------------------------------------------
+
+JOB_STATES_OVER = ("succeeded", "failed", "cancelled", "lost")
 
 
-# --- item mode ----------------------------------------------------------------------------
+def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[int, str]], str]:
+    """The items as (index in the file, item) in the order they run, and where the order came
+    from. A plan lists each machine's jobs longest first; taking the first job of every machine,
+    then the second, and so on runs the batch longest first. Items the plan does not name run
+    after those it does, in file order; without a plan, file order."""
+    numbered = list(enumerate(items))
+    order = (predicted or {}).get("order") or []
+    if not order:
+        return numbered, "the items file's order"
+    rank = {name: r for r, name in enumerate(order)}
 
-FAST_FAILURE_S = 10.0  # a failed attempt shorter than this did no real work (a job that cannot start)
-UNREACHABLE_IN_A_ROW = 2  # failed connections (each already tried 4 times by remote.connect) before a node is out
+    def key(pair: tuple[int, str]) -> tuple[int, int]:
+        idx, item = pair
+        r = rank.get(item, rank.get(Path(item).name, rank.get(Path(item).stem)))
+        return (0, r) if r is not None else (1, idx)
 
-
-def _ssh_failure(exc: BaseException) -> str:
-    """Why an attempt could not start its job, as the start of a quarantine reason."""
-    from gpuplan.operating.remote import HostKeyChanged, LoginRefused
-
-    kind = ("host key refused" if isinstance(exc, HostKeyChanged) else "login refused" if isinstance(exc, LoginRefused)
-            else "unreachable")
-    return f"{kind}: {exc}"
-
-
-class _Pool:
-    """Which nodes of one run may still take jobs. Not thread-safe: the run calls it under its lock.
-
-    A node leaves the pool (is quarantined) when its host key is refused or it refuses our
-    login (at once: neither mends itself during a run), when it cannot be reached
-    UNREACHABLE_IN_A_ROW times in a row, or when its latest failures are two different jobs
-    that each failed in under FAST_FAILURE_S and in under half the time of the shortest job
-    that succeeded on another node (the command's own time, the SSH connection left out): the
-    jobs work elsewhere and die at once there. Jobs that fail slowly, or fail everywhere, are
-    the jobs' own failures and quarantine nothing.
-    """
-
-    def __init__(self, nodes: Sequence[str]) -> None:
-        self.nodes = list(nodes)
-        self.out: dict[str, str] = {}  # quarantined node -> why, in the order they left
-        self._unreachable = dict.fromkeys(self.nodes, 0)
-        self._fast_failures: dict[str, list[tuple[str, float, int]]] = {n: [] for n in self.nodes}  # job, s, exit
-        self._shortest_ok: dict[str, float] = {}
-
-    def live(self, node: str) -> bool:
-        return node not in self.out
-
-    def quarantine(self, node: str, reason: str) -> list[str]:
-        if node in self.out:
-            return []
-        self.out[node] = reason
-        return [node]
-
-    def could_not_start(self, node: str, exc: BaseException) -> list[str]:
-        """An attempt that never started its job on `node`. Returns the nodes that left the pool."""
-        from gpuplan.operating.remote import HostKeyChanged, LoginRefused
-
-        self._unreachable[node] += 1
-        if isinstance(exc, (HostKeyChanged, LoginRefused)) or self._unreachable[node] >= UNREACHABLE_IN_A_ROW:
-            return self.quarantine(node, _ssh_failure(exc))
-        return []
-
-    def failed(self, node: str, job: str, seconds: float, code: int) -> list[str]:
-        self._unreachable[node] = 0
-        if seconds < FAST_FAILURE_S:
-            self._fast_failures[node].append((job, seconds, code))
-        else:
-            self._fast_failures[node] = []
-        return self._judge([node])
-
-    def succeeded(self, node: str, seconds: float) -> list[str]:
-        self._unreachable[node] = 0
-        self._fast_failures[node] = []
-        self._shortest_ok[node] = min(seconds, self._shortest_ok.get(node, seconds))
-        return self._judge([n for n in self.nodes if n != node])
-
-    def _judge(self, nodes: Sequence[str]) -> list[str]:
-        left = []
-        for node in nodes:
-            failures = self._fast_failures[node]
-            elsewhere = [(s, n) for n, s in self._shortest_ok.items() if n != node and self.live(n)]
-            if not self.live(node) or len({job for job, _, _ in failures}) < 2 or not elsewhere:
-                continue
-            slowest = max(s for _, s, _ in failures)
-            shortest, other = min(elsewhere)
-            if 2 * slowest <= shortest:
-                codes = ", ".join(sorted({str(c) for _, _, c in failures}))
-                left += self.quarantine(node, f"{len(failures)} jobs in a row failed within {slowest:.1f} s (exit {codes})"
-                                              f" while jobs take {shortest:.1f} s or more on {other}")
-        return left
+    ordered = sorted(numbered, key=key)
+    matched = sum(1 for p in ordered if key(p)[0] == 0)
+    return ordered, f"the plan's (longest first; {matched} of {len(items)} items named in it)"
 
 
-@dataclass
-class _Job:
-    """One item's job while the run lasts (changed only under the run's lock)."""
+def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command: Sequence[str], *, per_gpu: int = 1,
+           retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
+           workdir: str = "", local_workdir: Path | None = None,
+           progress: Callable[[str], None] = lambda _m: None) -> str:
+    """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
+    it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
+    returns the job id."""
+    from gpuplan.operating import engine
 
-    name: str
-    item: str
-    failed_on: list[str] = field(default_factory=list)  # the node of each failed attempt that ran
-    attempts: int = 0  # every attempt, counted against --retries or not
-    last: tuple[str, str, float] = ("-", "-", 0.0)  # slot, node and seconds of the latest attempt
-    done: str = ""  # "" while queued or running, then "ok" or "failed" (a failure may be re-opened)
-
-
-def run_items(state: State, cluster: str, items: Sequence[str], command: Sequence[str], *, per_gpu: int = 1,
-              retries: int = 0, timeout: int = 86400, progress: Callable[[str], None] = lambda _m: None,
-              targets: Sequence[Target] | None = None) -> RunSummary:
-    """Run one job per item over every slot; returns when every job succeeded or used its attempts.
-
-    A node that fails in a way that is the node's fault (see `_Pool`) is quarantined: its slots
-    take no more jobs. The rule for --retries: a failed attempt counts against a job's retries
-    only while the node it failed on stays in the pool. An attempt that could not start its job
-    (no connection) never counts; when a node is quarantined, its failures stop counting, and
-    jobs that had used up their retries there go back on the queue for the healthy slots."""
-    from gpuplan import paths
-
-    if "{item}" not in " ".join(command):
-        raise UsageError("the command has no {item}: write where each item goes, e.g. -- python train.py {item}")
-    row = state.cluster(cluster)
-    if row is None:
+    engine.check_items_command(command)
+    if state.cluster(cluster) is None:
         raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
-    targets = list(targets) if targets is not None else cluster_targets(state, cluster)
-    pool = _Pool([t.node for t in targets])
-    gpus = []
-    for t in targets:
-        try:
-            gpus += detect_gpus([t])
-        except Exception as exc:  # cannot even count its GPUs: nothing would run there either
-            gpus.append(0)
-            pool.quarantine(t.node, f"{_ssh_failure(exc)} (while counting its GPUs)")
-            progress(f"{t.node} quarantined: {pool.out[t.node]}")
-    slots = make_slots(gpus, per_gpu)
-    log_dir = paths.state_dir() / "runs" / cluster
-    log_dir.mkdir(parents=True, exist_ok=True)
-    progress(f"{len(items)} job(s) over {len(slots)} slot(s) on {len(targets)} node(s)")
+    eng, left_out = engine.ensure_up(state, cluster, progress)
+    job = f"{cluster}-{state.next_job_number(cluster)}"
+    if local_workdir is not None:
+        progress(f"copying {local_workdir} to {len(eng.nodes)} node(s)")
+        workdir = engine.push_workdir(eng, job, local_workdir)
+    opts = {"per_gpu": per_gpu, "retries": retries, "timeout_s": timeout, "workdir": workdir, **(options or {})}
+    spec = {"job": job, "items": [[i, it] for i, it in items], "command": list(command), "per_gpu": per_gpu,
+            "retries": retries, "timeout_s": timeout, "nodes": {n.name: n.gpus for n in eng.nodes}, "workdir": workdir,
+            "code_tag": engine.driver_tag(), "left_out": left_out}
+    state.add_job(job, cluster, list(command), opts, items, len(eng.nodes), resumes)
+    try:
+        engine.submit(eng, job, spec)
+    except BaseException:
+        state.set_job_state(job, "lost")
+        raise
+    return job
 
-    jobs = [_Job(job_name(i, item), item) for i, item in enumerate(items)]
-    work: queue.Queue = queue.Queue()
-    for j in jobs:
-        work.put(j)
-    succeeded: dict[str, JobResult] = {}
-    lock = threading.Lock()
-    open_jobs = [len(jobs)]  # neither succeeded nor out of retries
 
-    def counted(j: _Job) -> int:
-        return sum(1 for node in j.failed_on if pool.live(node))
+def refresh(state: State, job: str, conn=None) -> dict:
+    """Read what the job's driver recorded since we last looked and write it into the state.
+    A driver that ended without saying how (killed, its head node gone) leaves the job "lost"."""
+    from gpuplan.operating import engine
 
-    def left(nodes: list[str]) -> None:
-        """Under the lock: say why each node left, and re-open the jobs that used up their retries there."""
-        for node in nodes:
-            progress(f"{node} quarantined: {pool.out[node]}")
-            for j in jobs:
-                if j.done == "failed" and node in j.failed_on and counted(j) <= retries:
-                    j.done = ""
-                    open_jobs[0] += 1
-                    work.put(j)
-                    progress(f"{j.name} goes back on the queue: its failure on {node} does not count")
+    row = state.job(job)
+    if row is None:
+        raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
+    if row["state"] in JOB_STATES_OVER:
+        return row
+    eng = engine.engine_of(state, row["cluster"])
+    while True:
+        p = engine.poll(eng.head.host, job, row["events_read"], conn)
+        if p.events or p.offset != row["events_read"]:
+            state.record_job_events(job, p.events, p.offset)
+        row = state.job(job)
+        if not p.events or row["state"] in JOB_STATES_OVER:
+            break
+    if row["state"] not in JOB_STATES_OVER and not p.driver_alive and (
+            row["state"] != "submitted" or job_age_s(row) > DRIVER_START_S):
+        state.set_job_state(job, "lost")  # `gpuplan logs CLUSTER JOB` shows the driver's own log
+        row = state.job(job)
+    return row
 
-    def one_attempt(slot: Slot, job: str, item: str, attempt: int) -> tuple[int, float, float, str]:
-        """Exit code, seconds in all (SSH connection included), seconds the command ran, log text."""
-        t = targets[slot.target]
-        remote_log = f"{REMOTE_LOG_DIR}/{cluster}/{job}.{attempt}.log"
-        env = f"CUDA_VISIBLE_DEVICES={slot.gpu} " if slot.gpu is not None else ""
-        if per_gpu > 1:  # the reference jobs take this as their fixed memory share (report C)
-            env += f"GPUPLAN_MEMORY_FRACTION={1 / per_gpu:.6f} "
-        cmd = (f"mkdir -p {REMOTE_LOG_DIR}/{cluster} && ( {env}GPUPLAN_ITEM={shlex.quote(item)}"
-               f" GPUPLAN_JOB={job} {render(command, item)} ) > {remote_log} 2>&1")
-        t0 = time.monotonic()
-        r = _ssh_run(t, cmd, timeout)
-        seconds = time.monotonic() - t0
-        fetched = log_dir / f"{job}.{attempt}.part"
-        try:
-            _ssh_get(t, remote_log, fetched)
-            text = fetched.read_text(errors="replace")
-            fetched.unlink()
-        except Exception as exc:  # the log is evidence, not the outcome: keep going without it
-            text = f"(log not fetched: {type(exc).__name__}: {exc})\n{r.stderr}"
-        return r.exit_code, seconds, r.seconds, text
 
-    def attempt_and_record(slot: Slot, label: str, j: _Job, attempt: int) -> None:
-        node = targets[slot.target].node
-        started = _now()
-        try:
-            code, seconds, ran, text = one_attempt(slot, j.name, j.item, attempt)
-            error = None
-        except Exception as exc:  # no connection, host key refused: the job did not start
-            code, seconds, ran, error = -1, 0.0, 0.0, exc
-            text = f"(the job did not start: {type(exc).__name__}: {exc})\n"
-        log_path = log_dir / f"{j.name}.log"
-        with open(log_path, "a") as fh:
-            fh.write(f"=== {j.name} attempt {attempt} on {label}: exit {code}, {seconds:.1f} s ===\n{text}")
-            if not text.endswith("\n"):
-                fh.write("\n")
-        with lock:
-            j.last = (label, node, seconds)
-            if error is not None:
-                gone = pool.could_not_start(node, error)
-                work.put(j)
-                progress(f"{j.name} did not start on {label} ({type(error).__name__}); back on the queue")
-            elif code == 0:
-                j.done = "ok"
-                open_jobs[0] -= 1
-                succeeded[j.name] = JobResult(j.name, j.item, label, node, "ok", attempt, seconds, log_path)
-                gone = pool.succeeded(node, ran)
-            else:
-                j.failed_on.append(node)
-                gone = pool.failed(node, j.name, ran, code)
-                if counted(j) <= retries:
-                    progress(f"{j.name} failed on {label} (exit {code}); retrying ({counted(j)}/{retries})")
-                    work.put(j)
-                else:
-                    j.done = "failed"
-                    open_jobs[0] -= 1
-                    progress(f"{j.name} failed on {label} (exit {code})")
-            left(gone)
-        if code == 0 and error is None:
-            state.record_run(cluster, j.name, node, label, "ok", attempt, seconds, str(log_path), started)
-            progress(f"{j.name} ok on {label} in {seconds:.1f} s")
+DRIVER_START_S = 300  # a submitted driver that has not started by then never will
 
-    def worker(slot: Slot) -> None:
-        node, label = targets[slot.target].node, slot.label(targets)
-        while True:
-            with lock:
-                if open_jobs[0] == 0 or not pool.live(node):
-                    return
-            try:
-                j = work.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            with lock:
-                if not pool.live(node):  # quarantined while this slot waited: leave the job to others
-                    work.put(j)
-                    return
-                j.attempts += 1
-                attempt = j.attempts
-            try:
-                attempt_and_record(slot, label, j, attempt)
-            except Exception as exc:  # bookkeeping failed (disk full, state locked): never leave the queue hanging
-                progress(f"{j.name}: could not record its outcome ({type(exc).__name__}: {exc})")
-                with lock:
-                    if j.done == "":
-                        j.done = "failed"
-                        open_jobs[0] -= 1
 
-    names = {f"{j.name}.log" for j in jobs}
-    for old in log_dir.glob("*.log"):
-        if old.name in names:
-            old.unlink()
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in slots]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wall = time.monotonic() - t0
+def job_age_s(row: dict) -> float:
+    from gpuplan.operating.state import now, parse_time
 
+    return (now() - parse_time(row["submitted_at"])).total_seconds()
+
+
+def job_seconds(row: dict, at=None) -> float:
+    """The batch's wall time: from its driver's start to its end (or `at`, or now)."""
+    from gpuplan.operating.state import now, parse_time
+
+    start = parse_time(row["started_at"])
+    if start is None:
+        return 0.0
+    end = parse_time(row["ended_at"]) or at or now()
+    return max(0.0, (end - start).total_seconds())
+
+
+def job_yen(state: State, row: dict, at=None) -> Decimal | None:
+    cluster = state.cluster(row["cluster"])
+    return yen_for(state.ledger_terms(row["cluster"]), cluster.price_jpy_per_hour if cluster else None, row["nodes"],
+                   job_seconds(row, at))
+
+
+def job_summary(state: State, job: str) -> RunSummary:
+    """A finished (or current) batch as a RunSummary: one JobResult per item, quarantined nodes, wall and yen."""
+    row = state.job(job)
+    cluster = state.cluster(row["cluster"])
     results = []
-    for j in jobs:  # failures are final only now: a quarantine could still re-open them
-        if j.name in succeeded:
-            results.append(succeeded[j.name])
-            continue
-        log_path = log_dir / f"{j.name}.log"
-        if j.attempts == 0:
-            with open(log_path, "a") as fh:
-                fh.write(f"=== {j.name} never ran: every node was quarantined ===\n")
-        label, node, seconds = j.last
-        results.append(JobResult(j.name, j.item, label, node, "failed", j.attempts, seconds, log_path))
-        state.record_run(cluster, j.name, node, label, "failed", j.attempts, seconds, str(log_path), _now())
-    quarantined = tuple(Quarantine(node, why) for node, why in pool.out.items())
-    return RunSummary(cluster, tuple(results), wall, len(targets), row.price_jpy_per_hour, log_dir, quarantined,
-                      state.ledger_terms(cluster))
+    for it in state.job_items(job):
+        status = "ok" if it["status"] == "ok" else ("timed out" if it["timed_out"] and it["status"] in ("failed", "bad input")
+                                                    else it["status"])
+        seconds = 0.0
+        if it["started_at"] and it["ended_at"]:
+            from gpuplan.operating.state import parse_time
+
+            seconds = (parse_time(it["ended_at"]) - parse_time(it["started_at"])).total_seconds()
+        results.append(JobResult(job_name(it["idx"], it["item"]), it["item"], it["slot"] or "-", it["node"] or "-", status,
+                                 it["attempts"], seconds, Path(it["log_path"] or "-")))
+    quarantined = tuple(Quarantine(q["node"], q["reason"]) for q in state.job_quarantines(job))
+    return RunSummary(row["cluster"], tuple(results), job_seconds(row), row["nodes"],
+                      cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
+                      cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row["cluster"]))
+
+
+def _jobs_dir() -> str:
+    from gpuplan.operating.engine import JOBS_DIR
+
+    return JOBS_DIR
+
+
+def record_finished(state: State, job: str) -> None:
+    """Each item's final outcome also as a `runs` row (what `estimate_vs_measured` reads)."""
+    from gpuplan.operating.state import parse_time
+
+    row = state.job(job)
+    for it in state.job_items(job, statuses=("ok", "failed", "bad input")):
+        started = parse_time(it["started_at"]) or parse_time(row["submitted_at"])
+        seconds = ((parse_time(it["ended_at"]) - started).total_seconds() if it["ended_at"] else 0.0)
+        state.record_run(row["cluster"], job_name(it["idx"], it["item"]), it["node"] or "-", it["slot"] or "-",
+                         "ok" if it["status"] == "ok" else "failed", it["attempts"], seconds, it["log_path"], started)
+
+
+def cancel(state: State, job: str) -> int:
+    """Stop the job on every node (driver, tasks, every item's process group); returns the groups killed."""
+    from gpuplan.operating import engine
+
+    row = refresh(state, job)
+    eng = engine.engine_of(state, row["cluster"])
+    killed = engine.cancel(eng, job)
+    refresh(state, job)
+    state.set_job_state(job, "cancelled")
+    return killed
 
 
 # --- torchrun mode ------------------------------------------------------------------------
@@ -534,8 +416,8 @@ def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: 
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         results = tuple(pool.map(node, range(len(targets))))
     wall = time.monotonic() - t0
-    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir,
-                      terms=state.ledger_terms(cluster))
+    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir, provider=row.provider,
+                      size=row.size, terms=state.ledger_terms(cluster))
 
 
 # --- measured vs predicted ----------------------------------------------------------------
@@ -553,8 +435,9 @@ class Comparison:
 
 def calibrate(state: State, summary: RunSummary, predicted: dict | None) -> str:
     """Record the run as a calibration of the plan's workload when it ran the plan's whole batch
-    without failures; `gpuplan estimate` then plans with the measured speed. Returns one line
-    saying what was recorded, or why not."""
+    without failures on the fleet the plan was for (same provider, machine types and counts);
+    `gpuplan estimate` then plans with the measured speed. On another fleet the measurement is
+    kept as a per-GPU speed point instead. Returns one line saying what was recorded, or why not."""
     if not predicted or not predicted.get("workload") or not predicted.get("jobs"):
         return ""
     if summary.failed:
@@ -562,10 +445,25 @@ def calibrate(state: State, summary: RunSummary, predicted: dict | None) -> str:
     if len(summary.jobs) != predicted["jobs"]:
         return (f"not recorded as a calibration: {len(summary.jobs)} job(s) ran, the plan has {predicted['jobs']}; "
                 "run the plan's whole batch to calibrate it")
+    planned = [(t, n) for t, n in predicted.get("fleet") or [(predicted["instance_type"], summary.nodes)] if n]
+    ran = [(summary.size, summary.nodes)]
+    if summary.provider != predicted["provider"] or sorted(planned) != ran:
+        def says(fleet, provider):
+            return " + ".join(f"{n} x {t}" for t, n in fleet) + f" ({provider or '?'})"
+
+        why = f"the plan is for {says(planned, predicted['provider'])}, the batch ran on {says(ran, summary.provider)}"
+        gpus = summary.nodes * max(1, _gpus_per_node(state, summary.cluster))
+        state.record_speed_point(predicted["workload"], summary.provider, summary.size, gpus, predicted["jobs"],
+                                 summary.wall_seconds, why, summary.cluster)
+        return f"not recorded as a calibration: {why}; kept as a per-GPU speed point"
     state.record_calibration(predicted["workload"], predicted["provider"], predicted["instance_type"],
                              predicted["jobs"], float(predicted["wall_s"]), summary.wall_seconds, summary.cluster)
     return (f"calibration recorded: `gpuplan estimate --workload {predicted['workload']}` now plans "
             f"{predicted['instance_type']} with the measured speed")
+
+
+def _gpus_per_node(state: State, cluster: str) -> int:
+    return max((n.gpus for n in state.nodes(cluster)), default=0)
 
 
 def compare(summary: RunSummary, predicted: dict | None) -> Comparison:

@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -139,6 +139,53 @@ CREATE TABLE IF NOT EXISTS calibrations (  -- a `gpuplan run --plan` batch: the 
     jobs INTEGER NOT NULL,
     predicted_s REAL NOT NULL,
     measured_s REAL NOT NULL,
+    cluster TEXT NOT NULL,
+    measured_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (     -- a batch run by the cluster's engine (a Ray Job on its head node)
+    id TEXT PRIMARY KEY,            -- "<cluster>-<n>": also the Ray submission id
+    cluster TEXT NOT NULL,
+    state TEXT NOT NULL,            -- submitted | running | succeeded | failed | cancelled | lost
+    command TEXT NOT NULL,          -- JSON list of words, {item} in them
+    options TEXT NOT NULL DEFAULT '{}',  -- JSON: per_gpu, retries, timeout_s, workdir, plan figures
+    total INTEGER NOT NULL,
+    nodes INTEGER NOT NULL,         -- the cluster's nodes when submitted (each billed while it runs)
+    resumes TEXT,                   -- the job whose unfinished items this one runs
+    events_read INTEGER NOT NULL DEFAULT 0,  -- bytes of the head's events.jsonl recorded so far
+    submitted_at TEXT NOT NULL,
+    started_at TEXT,
+    ended_at TEXT
+);
+CREATE TABLE IF NOT EXISTS job_items (
+    job TEXT NOT NULL,
+    idx INTEGER NOT NULL,           -- the item's place in the items file (0-based, comments skipped)
+    item TEXT NOT NULL,
+    position INTEGER NOT NULL,      -- its place in the run order (the plan's: longest first)
+    status TEXT NOT NULL,           -- queued | running | ok | failed | bad input
+    timed_out INTEGER NOT NULL DEFAULT 0,  -- its latest attempt was killed at --timeout
+    attempts INTEGER NOT NULL DEFAULT 0,
+    node TEXT,
+    slot TEXT,
+    started_at TEXT,
+    ended_at TEXT,
+    exit_code INTEGER,
+    log_path TEXT,                  -- on `node`
+    PRIMARY KEY (job, idx)
+);
+CREATE TABLE IF NOT EXISTS job_quarantines (
+    job TEXT NOT NULL,
+    node TEXT NOT NULL,
+    reason TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS speed_points (  -- a batch on a fleet other than the plan's: seconds per job per GPU
+    workload TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    size TEXT NOT NULL,
+    gpus INTEGER NOT NULL,
+    jobs INTEGER NOT NULL,
+    measured_s REAL NOT NULL,
+    seconds_per_job_per_gpu REAL NOT NULL,
+    why TEXT NOT NULL,              -- why it was not recorded as a calibration
     cluster TEXT NOT NULL,
     measured_at TEXT NOT NULL
 );
@@ -639,6 +686,8 @@ class State:
         if playbook is not None:
             sql += " AND playbook=?"
             args += (playbook,)
+        else:  # the run engine's install is a step of its own, counted apart (planning.model)
+            sql += " AND playbook != 'ray'"
         rows = self._query(sql + " ORDER BY measured_at DESC, rowid DESC LIMIT 1", args)
         return (rows[0]["seconds"], parse_time(rows[0]["measured_at"])) if rows else None
 
@@ -672,6 +721,109 @@ class State:
 
     def runs(self, cluster: str) -> list[dict]:
         return [dict(r) for r in self._query("SELECT * FROM runs WHERE cluster=? ORDER BY id", (cluster,))]
+
+    # --- batches run by the engine ----------------------------------------------------------
+
+    def add_job(self, job: str, cluster: str, command: list[str], options: dict, items: Sequence[tuple[int, str]],
+                nodes: int, resumes: str | None = None) -> None:
+        """A submitted batch and its items, `items` in run order as (index in the items file, item)."""
+        at = _iso()
+        with self._tx() as db:
+            db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at)"
+                       " VALUES (?,?,?,?,?,?,?,?,?)",
+                       (job, cluster, "submitted", json.dumps(command), json.dumps(options), len(items), nodes, resumes, at))
+            db.executemany("INSERT INTO job_items (job, idx, item, position, status) VALUES (?,?,?,?,?)",
+                           ((job, idx, item, pos, "queued") for pos, (idx, item) in enumerate(items)))
+
+    def next_job_number(self, cluster: str) -> int:
+        rows = self._query("SELECT id FROM jobs WHERE cluster=?", (cluster,))
+        numbers = [int(r["id"].rsplit("-", 1)[1]) for r in rows if r["id"].rsplit("-", 1)[-1].isdigit()]
+        return max(numbers, default=0) + 1
+
+    def job(self, job: str) -> dict | None:
+        rows = self._query("SELECT * FROM jobs WHERE id=?", (job,))
+        return _job(rows[0]) if rows else None
+
+    def jobs(self, cluster: str) -> list[dict]:
+        return [_job(r) for r in self._query("SELECT * FROM jobs WHERE cluster=? ORDER BY submitted_at, rowid", (cluster,))]
+
+    def set_job_state(self, job: str, state: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET state=?, ended_at=COALESCE(ended_at, ?) WHERE id=?", (state, _iso(), job))
+
+    def record_job_events(self, job: str, events: Sequence[dict], events_read: int) -> None:
+        """What the job's driver reported (ray_driver.py's events), applied in one transaction."""
+        with self._tx() as db:
+            for e in events:
+                kind = e.get("t")
+                if kind == "begin":
+                    db.execute("UPDATE jobs SET state='running', started_at=? WHERE id=? AND state='submitted'",
+                               (e["at"], job))
+                elif kind == "start":
+                    db.execute("UPDATE job_items SET status='running', attempts=?, node=?, started_at=?, ended_at=NULL,"
+                               " exit_code=NULL, timed_out=0 WHERE job=? AND idx=?",
+                               (e["attempt"], e["node"], e["at"], job, e["i"]))
+                elif kind == "end":
+                    db.execute("UPDATE job_items SET status=?, attempts=MAX(attempts, ?), node=?, slot=?, started_at=?,"
+                               " ended_at=?, exit_code=?, timed_out=?, log_path=? WHERE job=? AND idx=?",
+                               (e["status"], e["attempt"], e["node"], e["slot"], e["start"], e["end"], e["exit"],
+                                int(bool(e["timed_out"])), e["log"], job, e["i"]))
+                elif kind in ("lost", "requeue"):
+                    db.execute("UPDATE job_items SET status='queued' WHERE job=? AND idx=?", (job, e["i"]))
+                elif kind == "quarantine":
+                    db.execute("INSERT INTO job_quarantines (job, node, reason) VALUES (?,?,?)", (job, e["node"], e["reason"]))
+                elif kind == "done":
+                    db.execute("UPDATE jobs SET state=?, ended_at=? WHERE id=?", (e["state"], e["at"], job))
+            db.execute("UPDATE jobs SET events_read=? WHERE id=?", (events_read, job))
+
+    def job_counts(self, job: str) -> dict[str, int]:
+        """Items per status; a failed item whose latest attempt timed out counts as "timed out"."""
+        rows = self._query("SELECT CASE WHEN status IN ('failed', 'bad input') AND timed_out THEN 'timed out'"
+                           " ELSE status END AS s, COUNT(*) AS n FROM job_items WHERE job=? GROUP BY s", (job,))
+        return {r["s"]: r["n"] for r in rows}
+
+    def job_items(self, job: str, statuses: Sequence[str] | None = None, limit: int | None = None) -> list[dict]:
+        sql, args = "SELECT * FROM job_items WHERE job=?", (job,)
+        if statuses:
+            sql += f" AND status IN ({','.join('?' * len(statuses))})"
+            args += tuple(statuses)
+        sql += " ORDER BY position"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [dict(r) for r in self._query(sql, args)]
+
+    def job_item(self, job: str, item: str) -> dict | None:
+        """An item by its text or its index in the items file."""
+        rows = self._query("SELECT * FROM job_items WHERE job=? AND item=? ORDER BY idx LIMIT 1", (job, item))
+        if not rows and item.isdigit():
+            rows = self._query("SELECT * FROM job_items WHERE job=? AND idx=?", (job, int(item)))
+        return dict(rows[0]) if rows else None
+
+    def job_quarantines(self, job: str) -> list[dict]:
+        return [dict(r) for r in self._query("SELECT node, reason FROM job_quarantines WHERE job=? ORDER BY rowid", (job,))]
+
+    def job_wall_seconds(self, job: str) -> float | None:
+        """From the first item's start to the last item's end."""
+        r = self._query("SELECT MIN(started_at) AS a, MAX(ended_at) AS b FROM job_items WHERE job=? AND ended_at IS NOT NULL",
+                        (job,))
+        if not r or r[0]["a"] is None:
+            return None
+        return (parse_time(r[0]["b"]) - parse_time(r[0]["a"])).total_seconds()
+
+    def record_speed_point(self, workload: str, provider: str, size: str, gpus: int, jobs: int, measured_s: float,
+                           why: str, cluster: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO speed_points (workload, provider, size, gpus, jobs, measured_s, seconds_per_job_per_gpu, why,"
+                " cluster, measured_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (workload, provider, size, gpus, jobs, measured_s, measured_s * gpus / max(1, jobs), why, cluster, _iso()))
+
+    def speed_points(self, workload: str) -> list[dict]:
+        return [dict(r) for r in self._query("SELECT * FROM speed_points WHERE workload=? ORDER BY rowid", (workload,))]
+
+
+def _job(r: sqlite3.Row) -> dict:
+    return {**dict(r), "command": json.loads(r["command"]), "options": json.loads(r["options"])}
 
 
 def _cluster(r: sqlite3.Row) -> ClusterRow:

@@ -84,6 +84,8 @@ class Setting:
     deadline_s: int | None = None
     release: str = "when-done"  # or "at-end"
     measured_setup: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    # the `ray` playbook's measured seconds (run engine install) per (provider, machine type)
+    measured_engine: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     owned: tuple[str, ...] = ()
     spot: bool = False  # plan on the catalog's spot rows too (--spot): only then may a spot plan be recommended
 
@@ -422,6 +424,14 @@ def billed(seconds: int, offer: Offer) -> int:
     return billing.billed_seconds(seconds, offer.billing_granularity_s, offer.billing_minimum_s)
 
 
+# The run engine (`gpuplan run`): Ray installed into its own venv and started on every machine.
+# Measured on this project's 2-core test machine: `pip install ray[default]==2.60.0` into a fresh
+# venv 156 s; `ray start --head` 24 s, a worker joins in 9 s (docs/run-engine.md).
+ENGINE_RAY = "2.60.0"
+ENGINE_SETUP_S = 180
+ENGINE_START_S = 24
+
+
 def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, int, int, list[str]]:
     """(setup, capture, launch) seconds for the offer's provider, and where they came from."""
     facts = setting.catalog.providers.get(offer.provider)
@@ -445,6 +455,14 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
         notes.append(f"setup {fmt.duration(setup)} on {offer.name}: measured ({measured[1]})")
     else:
         notes.append(f"setup {fmt.duration(setup)} on {offer.provider}: catalog {setting.catalog.snapshot} ({src})")
+    engine = setting.measured_engine.get((offer.provider, offer.name))
+    if engine is not None and workload.setup_s is None:
+        setup += engine[0] + ENGINE_START_S
+        notes.append(f"run engine (Ray {ENGINE_RAY}) install + start {fmt.duration(engine[0] + ENGINE_START_S)} on"
+                     f" {offer.name}: measured ({engine[1]}), counted in setup")
+    elif workload.setup_s is None:
+        notes.append(f"run engine (Ray {ENGINE_RAY}) install + start about {fmt.duration(ENGINE_SETUP_S)} per machine"
+                     f" (docs/run-engine.md): not counted until `gpuplan run` measures it on {offer.name}")
     notes.append(f"image capture {fmt.duration(capture)}, launch from image {fmt.duration(launch)} on {offer.provider} ({src})")
     return setup, capture, launch, notes
 

@@ -42,6 +42,7 @@ class SavedPlan:
     machines: Any  # one object per machine (jobs_s, idle_tail_s, billed_s, cost_jpy, jobs)
     workload: str = ""
     snapshot: str = ""
+    fleet: Any = None  # [{"instance_type", "count", ...}] for every offer type of the plan
 
     def target(self) -> tuple[str, str, str | None, int, str]:
         """What provision creates: (provider, instance type, region or None, count, setup), checked."""
@@ -92,10 +93,17 @@ class SavedPlan:
                      / int(_figure(m["billed_s"])) for m in machines if int(_figure(m["billed_s"])) > 0),
                     Decimal(0),
                 )
+                # the plan's job order, machine by machine in turn: the longest first on each
+                lists = [list(m.get("jobs") or ()) for m in machines]
+                order = [str(q[k]) for k in range(max(map(len, lists), default=0)) for q in lists if k < len(q)]
+                fleet = self.fleet if isinstance(self.fleet, list) and self.fleet else [
+                    {"instance_type": _text(self.instance_type), "count": len(machines)}]
                 return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
                         "plan_wall_s": wall, "plan_yen": yen, "workload": self.workload,
                         "provider": _text(self.provider), "instance_type": _text(self.instance_type),
-                        "jobs": sum(len(m.get("jobs") or ()) for m in machines)}
+                        "jobs": sum(len(m.get("jobs") or ()) for m in machines), "order": order,
+                        "fleet": [(str(f.get("instance_type") or ""), int(f.get("count") or 0))
+                                  for f in fleet if isinstance(f, dict)]}
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             why = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
             raise UsageError(f"plan file {path}: unreadable figure ({why}); {FIX}") from None
@@ -176,6 +184,6 @@ def load(path: Path) -> SavedPlan:
         region=get("region"), count=get("count"), setup=plan.get("setup", plan.get("setup_mode", _MISSING)),
         market="spot" if plan.get("market") == "spot" else "on-demand",
         wall_minutes=get("wall_minutes"), cost_jpy=plan.get("cost_exact_jpy", plan.get("cost_jpy", _MISSING)),
-        machines=get("machines"), workload=_text(plan.get("workload", top.get("workload"))),
+        machines=get("machines"), fleet=plan.get("fleet"), workload=_text(plan.get("workload", top.get("workload"))),
         snapshot=_text(plan.get("snapshot", top.get("snapshot"))),
     )

@@ -1,0 +1,409 @@
+"""The run engine: Ray on the cluster, driven from the client over SSH only.
+
+`ensure_up` installs Ray on every node (the `ray` playbook: a pinned Ray in its own venv) and
+starts it: the head on node 0, the other nodes joining it over their private addresses. Ray's
+ports listen on the nodes' private addresses (the dashboard and its Jobs API on the head's
+loopback only) and are never opened to the outside: the client reaches the head through SSH.
+
+A batch is a Ray Job (`ray job submit --no-wait`, run on the head over SSH) whose driver
+(ray_driver.py, with batch_rules.py) lives on the head node, so killing the client, or its
+laptop sleeping, does not stop it. The driver appends what happens to events.jsonl in the
+job's folder on the head; `poll` reads it from where the state says it stopped.
+
+Each node's Ray uses its own range of ports (`Layout`): node i the 100 ports from
+port + 100 x i, and its own temp dir, so several nodes can share one machine (the tests'
+loopback hosts) as well as one each. Settings (environment): GPUPLAN_RAY_VENV (where nodes keep
+Ray; default ~/.gpuplan/ray-<version>), GPUPLAN_RAY_PORT (the head's port, default 6380, as
+SkyPilot's Ray: it keeps clear of a user's own Ray on 6379), GPUPLAN_RAY_OBJECT_STORE_MB
+(Ray's default where unset; gpuplan moves no data through it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuplan.errors import GpuplanError, RemoteError, UsageError
+from gpuplan.operating import remote
+
+if TYPE_CHECKING:
+    from gpuplan.operating.state import State
+
+RAY_VERSION = "2.60.0"
+DEFAULT_PORT = 6380
+PORTS_PER_NODE = 100
+JOBS_DIR = ".gpuplan/jobs"  # under the SSH user's home on every node
+START_TIMEOUT_S = 300
+HERE = Path(__file__).parent
+
+Progress = Callable[[str], None]
+
+
+class EngineError(RemoteError):
+    """Ray could not be started or reached on the cluster (exit 4, as other remote failures)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    venv: str  # on every node; "$HOME/..." expands there
+    port: int  # the head's GCS port
+    object_store_mb: int | None = None
+
+    def ray(self) -> str:
+        return f'"{self.venv}/bin/ray"'
+
+    def base(self, i: int) -> int:
+        return self.port + PORTS_PER_NODE * i
+
+    def dashboard_port(self) -> int:
+        return self.port + 8
+
+    def temp_dir(self, i: int) -> str:
+        return f"/tmp/gpuplan-ray-{self.base(i)}"  # short: Ray's socket paths must fit in 107 bytes
+
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port()}"
+
+
+def layout() -> Layout:
+    venv = os.environ.get("GPUPLAN_RAY_VENV") or f"$HOME/.gpuplan/ray-{RAY_VERSION}"
+    try:
+        port = int(os.environ.get("GPUPLAN_RAY_PORT") or DEFAULT_PORT)
+        store = int(os.environ["GPUPLAN_RAY_OBJECT_STORE_MB"]) if os.environ.get("GPUPLAN_RAY_OBJECT_STORE_MB") else None
+    except ValueError:
+        raise UsageError("GPUPLAN_RAY_PORT and GPUPLAN_RAY_OBJECT_STORE_MB must be whole numbers") from None
+    if not 1024 <= port <= 65535 - 50 * PORTS_PER_NODE:
+        raise UsageError(f"GPUPLAN_RAY_PORT {port}: choose a port from 1024 to {65535 - 50 * PORTS_PER_NODE}")
+    return Layout(venv, port, store)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    host: remote.Host
+    private_ip: str
+    gpus: int  # 0: count them on the node (nvidia-smi)
+    index: int
+
+
+@dataclass(frozen=True)
+class Engine:
+    cluster: str
+    nodes: tuple[Node, ...]
+    layout: Layout
+
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+
+def engine_of(state: State, cluster: str) -> Engine:
+    """The cluster's nodes in a fixed order (node 0 is the head), from the state."""
+    rows = {n.name: n for n in state.nodes(cluster)}
+    hosts = remote.cluster_hosts(state, cluster)
+    nodes = tuple(Node(h.name, h, rows[h.name].private_ip or h.address, rows[h.name].gpus, i)
+                  for i, h in enumerate(sorted(hosts, key=lambda h: h.name)))
+    return Engine(cluster, nodes, layout())
+
+
+def _env(eng: Engine, node: Node) -> str:
+    return (f"export RAY_USAGE_STATS_ENABLED=0 GPUPLAN_NODE={shlex.quote(node.name)}"
+            f" GPUPLAN_RAY_TAG={shlex.quote(eng.cluster)}-{eng.layout.base(node.index)}")
+
+
+def _start_script(eng: Engine, node: Node) -> str:
+    lay, b = eng.layout, eng.layout.base(node.index)
+    gpus = str(node.gpus) if node.gpus else "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+    args = [f"--node-ip-address {shlex.quote(node.private_ip)}", f"--temp-dir {lay.temp_dir(node.index)}",
+            f"--node-manager-port {b + 1}", f"--object-manager-port {b + 2}",
+            f"--dashboard-agent-listen-port {b + 3}", f"--dashboard-agent-grpc-port {b + 4}",
+            f"--metrics-export-port {b + 5}", f"--runtime-env-agent-port {b + 6}",
+            f"--min-worker-port {b + 20}", f"--max-worker-port {b + 99}",
+            "--num-gpus \"$gpus\"", f"--resources '{json.dumps({'gpuplan_node_' + node.name: 1})}'",
+            "--disable-usage-stats"]
+    if lay.object_store_mb:
+        args.append(f"--object-store-memory {lay.object_store_mb * 2**20}")
+    if node.index == 0:
+        args += ["--head", f"--port {lay.port}", f"--dashboard-port {lay.dashboard_port()}", "--dashboard-host 127.0.0.1",
+                 f"--ray-client-server-port {lay.port + 9}"]
+    else:
+        args.append(f"--address {shlex.quote(eng.head.private_ip)}:{lay.port}")
+    return f"{_env(eng, node)}\ngpus={gpus}\n{lay.ray()} start {' '.join(args)}\n"
+
+
+def _running_check(eng: Engine, node: Node) -> str:
+    """Exit 0 when this node's raylet (of this layout) is running."""
+    return f"pgrep -f -- '[r]aylet/raylet .*{eng.layout.temp_dir(node.index)}/' >/dev/null"
+
+
+def stop_script(eng: Engine, node: Node) -> str:
+    """Stop this node's Ray and everything started under it (its processes carry GPUPLAN_RAY_TAG)."""
+    tag = f"GPUPLAN_RAY_TAG={eng.cluster}-{eng.layout.base(node.index)}"
+    return ("for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; [ \"$p\" != $$ ] || continue; "
+            f"tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF {shlex.quote(tag)} && kill -9 \"$p\" 2>/dev/null; done; "
+            f"rm -rf {eng.layout.temp_dir(node.index)}; true")
+
+
+def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) -> tuple[Engine, dict[str, str]]:
+    """Ray installed and running on every node it can be: installs with the `ray` playbook
+    (skipped where the pinned version is there), then starts the head if it is not running
+    (restarting every node) and any worker that is not. Returns the engine and the nodes left
+    out, each with why (host key refused, unreachable, install or start failed): the batch sets
+    them aside and their items go to the others. The head must be usable."""
+    from gpuplan.operating import playbook
+
+    eng = engine_of(state, cluster)
+    report = playbook.bootstrap_cluster(state, cluster, ["ray"], {"ray_venv": eng.layout.venv, "ray_version": RAY_VERSION},
+                                        progress=lambda m: progress(m) if "already done" not in m else None,
+                                        raise_on_failure=False)
+    out = {h.host: _why(h.error) for h in report.hosts if not h.ok}
+    up = remote.run_many([n.host for n in eng.nodes if n.name not in out],
+                         lambda h: remote.run(h, _running_check(eng, _node(eng, h)), timeout=30).ok)
+    running = set()
+    for n, ok in zip([n for n in eng.nodes if n.name not in out], up):
+        if isinstance(ok, BaseException):
+            out[n.name] = _why(str(ok), ok)
+        elif ok:
+            running.add(n.name)
+    if eng.head.name in out:
+        raise EngineError(f"the head node {eng.head.name} cannot run Ray: {out[eng.head.name]}")
+    if eng.head.name not in running:
+        running = set()
+        remote.run_many([n.host for n in eng.nodes[1:] if n.name not in out],
+                        lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
+        progress(f"starting Ray {RAY_VERSION} head on {eng.head.name}")
+        _start(eng, eng.head)
+    todo = [n for n in eng.nodes[1:] if n.name not in running and n.name not in out]
+    if todo:
+        progress(f"starting Ray on {', '.join(n.name for n in todo)}")
+        for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h)))):
+            if isinstance(o, BaseException):
+                out[n.name] = _why(str(o), o)
+    for name, why in out.items():
+        progress(f"{name} set aside: {why}")
+    return eng, out
+
+
+def _why(text: str | None, exc: BaseException | None = None) -> str:
+    """A node left out, in one line that starts with what kind of failure it was."""
+    kind = ("host key refused" if isinstance(exc, remote.HostKeyChanged) else "login refused"
+            if isinstance(exc, remote.LoginRefused) else "unreachable" if isinstance(exc, RemoteError) else "")
+    line = " ".join((text or "").split())
+    if not kind:
+        kind = ("host key refused" if "host key" in line and "changed" in line else "unreachable" if "cannot connect" in line
+                else "Ray could not be installed or started")
+    return f"{kind}: {line}"[:400]
+
+
+def _node(eng: Engine, host: remote.Host) -> Node:
+    return next(n for n in eng.nodes if n.name == host.name)
+
+
+def _start(eng: Engine, node: Node) -> None:
+    r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
+    if not r.ok:
+        raise EngineError(f"{node.name}: `ray start` failed (exit {r.exit_code}): {r.tail(6)}")
+
+
+def stop(eng: Engine) -> None:
+    """Stop Ray on every node (teardown of an owned host, or tests)."""
+    remote.run_many([n.host for n in eng.nodes], lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
+
+
+def stop_all(state: State, cluster: str) -> None:
+    """Before a teardown: stop Ray and every process started under it on the nodes that can
+    still be reached (best effort: a cloud machine about to be deleted takes them with it)."""
+    try:
+        eng = engine_of(state, cluster)
+    except GpuplanError:  # no live node, no key, no pinned host key: nothing to reach
+        return
+    stop(eng)
+
+
+# --- jobs ---------------------------------------------------------------------------------
+
+
+def _jobdir(job: str) -> str:
+    return f"$HOME/{JOBS_DIR}/{job}"
+
+
+def driver_tag() -> str:
+    """Names the driver's code: slots kept from a batch run by other code are made again."""
+    import hashlib
+
+    return hashlib.sha256((HERE / "ray_driver.py").read_bytes()).hexdigest()[:10]
+
+
+def submit(eng: Engine, job: str, spec: dict) -> None:
+    """Upload the driver and the batch's spec to the head and submit it as a Ray Job."""
+    import tempfile
+
+    d = _jobdir(job)
+    with remote.connect(eng.head.host) as conn:
+        home = conn.run("mkdir -p " + d + " && echo $HOME", timeout=30)
+        if not home.ok:
+            raise EngineError(f"{eng.head.name}: cannot make the job's folder: {home.tail(3)}")
+        where = f"{home.stdout.strip()}/{JOBS_DIR}/{job}"
+        with tempfile.TemporaryDirectory() as tmp:
+            spec_path = Path(tmp) / "spec.json"
+            spec_path.write_text(json.dumps(spec))
+            conn.put(spec_path, f"{where}/spec.json")
+        conn.put(HERE / "ray_driver.py", f"{where}/ray_driver.py")
+        conn.put(HERE / "batch_rules.py", f"{where}/batch_rules.py")
+        lay = eng.layout
+        cmd = (f"{_env(eng, eng.head)}; cd {where} && {lay.ray()} job submit --address {lay.address()} --no-wait"
+               f" --submission-id {shlex.quote(job)} -- {lay.venv}/bin/python {where}/ray_driver.py {where}/spec.json")
+        r = conn.run(cmd, timeout=120)
+        if not r.ok:
+            raise EngineError(f"{eng.head.name}: `ray job submit` failed (exit {r.exit_code}): {r.tail(6)}")
+
+
+def push_workdir(eng: Engine, job: str, local_dir: Path) -> str:
+    """Copy a local folder to every node (as SkyPilot's workdir) into the job's folder there;
+    returns its path on the nodes ("~/..."), where the items run."""
+    import tarfile
+    import tempfile
+
+    where = f"{JOBS_DIR}/{job}/workdir"
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = Path(tmp) / "workdir.tar.gz"
+        with tarfile.open(bundle, "w:gz") as tar:
+            tar.add(local_dir, arcname=".")
+
+        def push(host: remote.Host) -> None:
+            with remote.connect(host) as conn:
+                home = conn.run(f"mkdir -p $HOME/{where} && echo $HOME", timeout=60).stdout.strip()
+                conn.put(bundle, f"{home}/{JOBS_DIR}/{job}/workdir.tar.gz")
+                r = conn.run(f"tar xzf $HOME/{JOBS_DIR}/{job}/workdir.tar.gz -C $HOME/{where}"
+                             f" && rm $HOME/{JOBS_DIR}/{job}/workdir.tar.gz", timeout=600)
+                if not r.ok:
+                    raise EngineError(f"{host.name}: could not unpack the workdir: {r.tail(3)}")
+
+        errors = [str(o) for o in remote.run_many([n.host for n in eng.nodes], push) if isinstance(o, BaseException)]
+    if errors:
+        raise EngineError("; ".join(errors))
+    return f"~/{where}"
+
+
+@dataclass(frozen=True)
+class Poll:
+    events: list[dict]
+    offset: int  # bytes of events.jsonl read, up to the last whole line
+    driver_alive: bool
+
+
+def poll(host: remote.Host, job: str, offset: int, conn: remote.Connection | None = None,
+         max_bytes: int = 8 * 2**20) -> Poll:
+    """The events the driver wrote after `offset` (at most max_bytes at a time), and whether it still runs."""
+    d = _jobdir(job)
+    cmd = (f"if [ -f {d}/driver.pid ] && kill -0 $(cat {d}/driver.pid) 2>/dev/null; then echo alive; else echo ended; fi;"
+           f" tail -c +{offset + 1} {d}/events.jsonl 2>/dev/null | head -c {max_bytes}")
+    r = conn.run(cmd, timeout=60) if conn else remote.run(host, cmd, timeout=60)
+    if r.exit_code != 0:
+        raise EngineError(f"{host.name}: cannot read the job's events: {r.tail(3)}")
+    status, _, body = r.stdout.partition("\n")
+    whole = body[: body.rfind("\n") + 1] if "\n" in body else ""
+    events = [json.loads(line) for line in whole.splitlines() if line.strip()]
+    return Poll(events, offset + len(whole.encode()), status.strip() == "alive")
+
+
+def cancel(eng: Engine, job: str, wait_s: float = 15) -> int:
+    """Stop the job: the driver hands out nothing more and ends (a `cancel` file it looks for
+    twice a second; `ray job stop` if it has not ended within wait_s), then the process group of
+    every item it started is killed on every node. Returns how many groups were still there."""
+    d = _jobdir(job)
+    lay = eng.layout
+    wait = (f"mkdir -p {d} && touch {d}/cancel; for i in $(seq {int(wait_s * 5)}); do"
+            f" [ -f {d}/driver.pid ] && kill -0 $(cat {d}/driver.pid) 2>/dev/null || exit 0; sleep 0.2; done;"
+            f" {_env(eng, eng.head)}; {lay.ray()} job stop --address {lay.address()} --no-wait {shlex.quote(job)}"
+            " >/dev/null 2>&1;"
+            f" [ -f {d}/driver.pid ] && kill -9 $(cat {d}/driver.pid) 2>/dev/null; true")
+    remote.run(eng.head.host, wait, timeout=wait_s + 120)
+    kill = (f"n=0; for round in 1 2; do for f in {d}/pids/*; do [ -f \"$f\" ] || continue; p=$(cat \"$f\");"
+            " kill -TERM -- -$p 2>/dev/null && n=$((n+1)); sleep 0.2; kill -KILL -- -$p 2>/dev/null; rm -f \"$f\"; done;"
+            " sleep 1; done; echo $n")
+    counts = remote.run_many([n.host for n in eng.nodes], lambda h: remote.run(h, kill, timeout=120))
+    return sum(int(c.stdout.strip() or 0) for c in counts if isinstance(c, remote.Result) and c.stdout.strip().isdigit())
+
+
+def driver_logs(eng: Engine, job: str) -> str:
+    lay = eng.layout
+    r = remote.run(eng.head.host, f"{_env(eng, eng.head)}; {lay.ray()} job logs --address {lay.address()} {shlex.quote(job)}",
+                   timeout=120)
+    return r.stdout + r.stderr
+
+
+def stream(host: remote.Host, cmd: str, out: Callable[[str], None], until: Callable[[], bool], every_s: float = 1.0) -> None:
+    """Print a log as it grows (`logs -f`): re-read the new bytes every second until `until()`."""
+    offset = 0
+    with remote.connect(host) as conn:
+        while True:
+            r = conn.run(f"tail -c +{offset + 1} {cmd}", timeout=60)
+            if r.stdout:
+                out(r.stdout)
+                offset += len(r.stdout.encode())
+            if until():
+                r = conn.run(f"tail -c +{offset + 1} {cmd}", timeout=60)
+                if r.stdout:
+                    out(r.stdout)
+                return
+            time.sleep(every_s)
+
+
+def serve_dashboard(eng: Engine, local_port: int, ready: Callable[[int], None], stop: Callable[[], bool]) -> None:
+    """Forward 127.0.0.1:local_port on this machine to Ray's dashboard on the head's loopback,
+    through one SSH connection, until stop() (Ray's ports stay closed to the outside)."""
+    import select
+    import socket
+    import threading
+
+    def pump(a, b) -> None:
+        try:
+            while True:
+                r, _, _ = select.select([a, b], [], [], 1.0)
+                for src in r:
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    (b if src is a else a).sendall(data)
+        except OSError:
+            return
+        finally:
+            a.close()
+            b.close()
+
+    with remote.connect(eng.head.host) as conn, socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", local_port))
+        server.listen(16)
+        server.settimeout(0.5)
+        ready(server.getsockname()[1])
+        while not stop():
+            try:
+                client, _ = server.accept()
+            except TimeoutError:
+                continue
+            try:
+                chan = conn.open_tunnel("127.0.0.1", eng.layout.dashboard_port())
+            except Exception:  # the dashboard is not up: drop this request, keep serving
+                client.close()
+                continue
+            threading.Thread(target=pump, args=(client, chan), daemon=True).start()
+
+
+def node_hosts(eng: Engine) -> dict[str, remote.Host]:
+    return {n.name: n.host for n in eng.nodes}
+
+
+def check_items_command(command: Sequence[str]) -> None:
+    if "{item}" not in " ".join(command):
+        raise UsageError("the command has no {item}: write where each item goes, e.g. -- python train.py {item}")
+
+
+__all__ = ["Engine", "EngineError", "GpuplanError", "ensure_up", "submit", "poll", "cancel"]

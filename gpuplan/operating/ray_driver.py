@@ -1,0 +1,277 @@
+"""The driver of one gpuplan batch: a Ray Job on the cluster's head node.
+
+gpuplan uploads this file, batch_rules.py and the batch's spec.json to the head and submits
+`python ray_driver.py spec.json` with `ray job submit --no-wait`, so the batch lives on the
+cluster, not in the client. It runs in Ray's own environment on the head (gpuplan is not
+installed there): standard library, Ray and batch_rules only.
+
+The driver is the scheduler (which item next, on which node: batch_rules) and Ray is the
+executor: every slot is a Ray actor pinned to its node (node affinity) holding 1/k of a GPU
+(`--per-gpu k`), which Ray gives it as CUDA_VISIBLE_DEVICES; each attempt is a call on a free
+slot of the node batch_rules chose. The slots are detached named actors: the next batch with
+the same k (and the same driver code) finds them up instead of starting a worker per slot. The task runs the item's
+command in its own process group, with the per-item timeout, and kills the whole group when
+the command ends or times out, so nothing of an item outlives its attempt.
+
+Everything the client needs is appended, one JSON object per line, to events.jsonl in the job's
+directory on the head; the client reads it (over SSH, from where it stopped) whenever it looks:
+  {"t": "begin", "at", "slots", "nodes"}
+  {"t": "ready", "at"}                            every slot's worker is up; items are handed out from now
+  {"t": "start", "i", "node", "attempt", "at"}
+  {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"}
+  {"t": "lost", "i", "node", "reason"}            an attempt that died with its worker or node
+  {"t": "quarantine", "node", "reason"}
+  {"t": "requeue", "i"}                           an ended item queued again (its node was set aside)
+  {"t": "done", "state", "at"}                    succeeded | failed | cancelled
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+
+SLOT_WAIT_S = 0.5
+NODE_WAIT_S = 60
+SLOTS_UP_S = 120
+POOL_NAMESPACE = "gpuplan"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def render(command: list[str], item: str) -> str:
+    return shlex.join([word.replace("{item}", item) for word in command])
+
+
+def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,
+             workdir: str) -> dict:
+    """One attempt of one item, on the node Ray placed it on (runs in a Ray worker)."""
+    import subprocess
+
+    import ray
+
+    home = os.path.expanduser(f"~/.gpuplan/jobs/{job}")
+    os.makedirs(f"{home}/logs", exist_ok=True)
+    os.makedirs(f"{home}/pids", exist_ok=True)
+    log = f"{home}/logs/{index}.{attempt}.log"
+    env = dict(os.environ, GPUPLAN_ITEM=item, GPUPLAN_JOB=job, GPUPLAN_ATTEMPT=str(attempt))
+    if memory_fraction:  # the reference jobs take this as their fixed GPU memory share
+        env["GPUPLAN_MEMORY_FRACTION"] = memory_fraction
+    gpus = [str(g) for g in ray.get_gpu_ids()]
+    node = os.environ.get("GPUPLAN_NODE", "?")
+    cwd = os.path.expanduser(workdir) if workdir else home
+    start = _now()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(["bash", "-c", shell], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True)
+    pid_file = f"{home}/pids/{index}.{attempt}"
+    with open(pid_file, "w") as fh:  # `gpuplan cancel` kills this process group on every node
+        fh.write(f"{proc.pid}\n")
+    timed_out = False
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc.pid, signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+        with open(log, "a") as fh:
+            fh.write(f"\n[gpuplan: timed out after {timeout_s:g} s; its processes were killed]\n")
+    finally:
+        _kill_group(proc.pid, signal.SIGKILL)  # what the command left running in the background
+        try:
+            os.unlink(pid_file)
+        except OSError:
+            pass
+    slot = f"{node}:{','.join(gpus) if gpus else 'cpu'}"
+    return {"node": node, "slot": slot, "start": start, "end": _now(), "exit": code, "timed_out": timed_out, "log": log}
+
+
+class SlotWorker:
+    """One GPU slot (1/k of a GPU with --per-gpu k) on one node: runs the items handed to it."""
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, *args) -> dict:
+        return run_item(*args)
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Events:
+    def __init__(self, path: str) -> None:
+        self._fh = open(path, "a")
+
+    def write(self, **event) -> None:
+        self._fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+
+def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
+    """gpuplan node name -> Ray node id, for the nodes alive now (each carries a resource gpuplan_node_<name>)."""
+    found = {}
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        for key in n.get("Resources", {}):
+            if key.startswith("gpuplan_node_") and key[len("gpuplan_node_"):] in names:
+                found[key[len("gpuplan_node_"):]] = n["NodeID"]
+    return found
+
+
+def main(spec_path: str) -> int:
+    import batch_rules as rules
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    with open(spec_path) as fh:
+        spec = json.load(fh)
+    job, jobdir = spec["job"], os.path.dirname(os.path.abspath(spec_path))
+    with open(f"{jobdir}/driver.pid", "w") as fh:
+        fh.write(f"{os.getpid()}\n")
+    events = Events(f"{jobdir}/events.jsonl")
+    cancelled = []
+
+    def on_term(_sig, _frame):
+        cancelled.append(True)
+
+    signal.signal(signal.SIGTERM, on_term)
+    ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
+    gpus = {n: int(g) for n, g in spec["nodes"].items()}
+    per_gpu = int(spec["per_gpu"])
+    left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
+    ids: dict[str, str] = {}
+    deadline = time.monotonic() + NODE_WAIT_S
+    while time.monotonic() < deadline:
+        ids = {n: i for n, i in _ray_nodes(ray, list(gpus)).items() if n not in left_out}
+        if len(ids) + len(left_out) >= len(gpus):
+            break
+        time.sleep(1)
+    batch = rules.Batch.of([(int(i), it) for i, it in spec["items"]], list(gpus), int(spec["retries"]))
+    for name in gpus:
+        if name not in ids:
+            batch.quarantine(name, left_out.get(name) or "not in the Ray cluster (its Ray node is not running)")
+            events.write(t="quarantine", node=name, reason=batch.out[name])
+    slot_class = ray.remote(SlotWorker)
+    tag = spec.get("code_tag", "")
+
+    def slot_name(node: str, i: int) -> str:
+        return f"slot-{node}-k{per_gpu}-{i}-{tag}"
+
+    def new_slot(node: str, i: int):
+        """The node's i-th slot: a detached actor kept for the next batches (starting a Ray worker
+        costs a second or more of CPU; a batch of short items should not pay it every time)."""
+        return slot_class.options(name=slot_name(node, i), namespace=POOL_NAMESPACE, lifetime="detached",
+                                  get_if_exists=True, num_cpus=0, num_gpus=(1 / per_gpu) if gpus[node] else 0,
+                                  max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ids[node], soft=False)
+                                  ).remote()
+
+    wanted = {slot_name(n, i) for n in ids for i in range(max(1, gpus[n]) * per_gpu)}
+    for a in ray.util.list_named_actors(all_namespaces=True):  # slots of another --per-gpu or driver version
+        if a["namespace"] == POOL_NAMESPACE and a["name"].startswith("slot-") and a["name"] not in wanted:
+            try:
+                ray.kill(ray.get_actor(a["name"], namespace=POOL_NAMESPACE))
+            except ValueError:
+                pass
+    events.write(t="begin", at=_now(), slots=len(wanted), nodes=sorted(ids))
+    free = {n: [new_slot(n, i) for i in range(max(1, gpus[n]) * per_gpu)] for n in ids}
+    slot_of = {}  # actor -> its index on its node, to make it again if its worker dies
+    for n in ids:
+        for i, actor in enumerate(free[n]):
+            slot_of[actor] = i
+    # Hand out nothing before the slots are up: an item given to a worker still starting would
+    # wait there while a slot that is up takes the items after it (the order would not hold).
+    ray.wait([a.ready.remote() for actors in free.values() for a in actors],
+             num_returns=sum(len(a) for a in free.values()), timeout=SLOTS_UP_S)
+    events.write(t="ready", at=_now())
+    fraction = f"{1 / per_gpu:.6f}" if per_gpu > 1 else ""
+    inflight: dict = {}  # ref -> (index, node, attempt, actor)
+
+    def set_aside(nodes: list[str]) -> None:
+        if not nodes:
+            return
+        for node in nodes:
+            events.write(t="quarantine", node=node, reason=batch.out[node])
+        for index in sorted(requeue_watch):
+            if batch.items[index].status == rules.QUEUED:
+                requeue_watch.discard(index)
+                events.write(t="requeue", i=index)
+
+    requeue_watch: set[int] = set()  # ended items a quarantine may queue again
+    while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
+        for node in batch.live_nodes():
+            while free.get(node):
+                index = batch.next_for(node)
+                if index is None:
+                    break
+                s = batch.items[index]
+                actor = free[node].pop()
+                ref = actor.run.remote(job, index, s.item, s.attempts, render(spec["command"], s.item),
+                                       float(spec["timeout_s"]), fraction, spec.get("workdir") or "")
+                inflight[ref] = (index, node, s.attempts, actor)
+                events.write(t="start", i=index, node=node, attempt=s.attempts, at=_now())
+        if batch.stuck() or not inflight:
+            break
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=SLOT_WAIT_S)
+        if ready:
+            more, _ = ray.wait([r for r in inflight if r not in ready], num_returns=len(inflight) - len(ready), timeout=0)
+            ready += more
+        for ref in ready:
+            index, node, attempt, actor = inflight.pop(ref)
+            try:
+                r = ray.get(ref)
+            except Exception as exc:  # the worker or its node died: no exit code to judge
+                alive = _ray_nodes(ray, [node])
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                gone = batch.lost(index, node, node_gone=node not in alive, reason=reason)
+                events.write(t="lost", i=index, node=node, reason=reason)
+                set_aside(gone)
+                if node in alive and batch.live(node):
+                    fresh = new_slot(node, slot_of[actor])  # its worker died, the node did not: a fresh one
+                    slot_of[fresh] = slot_of[actor]
+                    free[node].append(fresh)
+                continue
+            free[node].append(actor)
+            if r["exit"] == 0 and not r["timed_out"]:
+                gone = batch.succeeded(index, node)
+                status = rules.OK
+            else:
+                status = batch.failed(index, node, r["exit"] if not r["timed_out"] else 124)
+                if status != rules.QUEUED:
+                    requeue_watch.add(index)
+                gone = []
+            events.write(t="end", i=index, node=node, slot=r["slot"], attempt=attempt, start=r["start"], end=r["end"],
+                         exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status)
+            set_aside(gone)
+    if cancelled or os.path.exists(f"{jobdir}/cancel"):
+        # The slots stay for the next batch: `gpuplan cancel` kills the items' process groups, and
+        # the calls running them then return to nobody.
+        events.write(t="done", state="cancelled", at=_now())
+        return 0
+    for s in batch.items.values():
+        if s.status == rules.QUEUED:
+            events.write(t="end", i=s.index, node="-", slot="-", attempt=s.attempts, start=None, end=None, exit=None,
+                         timed_out=False, log=None, status=rules.FAILED, reason="every node was set aside")
+            s.status = rules.FAILED
+    failed = any(s.status != rules.OK for s in batch.items.values())
+    events.write(t="done", state="failed" if failed else "succeeded", at=_now())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,97 @@
+"""Ray for the run-engine tests: one venv on this machine that every loopback "node" uses.
+
+scripts/test.sh builds it (`pip install ray[default]==<RAY_VERSION>` into VENV); a test that
+needs it calls `ray_venv()`, which skips with the reason when it is missing. Each test cluster's
+Ray nodes get their own ports (a free range per cluster) and temp dirs (engine.Layout), and a
+small object store; `stop_ray(tag)` kills by pid every process started under that cluster's Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+from pathlib import Path
+
+from gpuplan.operating.engine import PORTS_PER_NODE, RAY_VERSION
+
+VENV = Path(os.environ.get("GPUPLAN_TEST_RAY_VENV") or f"/tmp/gpuplan-test-ray-{RAY_VERSION}")
+
+
+def ray_venv() -> Path:
+    import subprocess
+
+    import pytest
+
+    ray = VENV / "bin" / "ray"
+    try:
+        out = subprocess.run([str(ray), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    if f"ray, version {RAY_VERSION}" not in out:
+        pytest.skip(f"Ray {RAY_VERSION} for the tests is not installed at {VENV}: scripts/test.sh builds it"
+                    f" (python3 -m venv {VENV} && {VENV}/bin/pip install 'ray[default]=={RAY_VERSION}')")
+    return VENV
+
+
+def free_port_range(nodes: int) -> int:
+    """A base port whose PORTS_PER_NODE x nodes ports are all free on loopback now."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - PORTS_PER_NODE * nodes, 100)
+        try:
+            for p in range(base, base + PORTS_PER_NODE * nodes):
+                with socket.socket() as s:
+                    s.bind(("0.0.0.0", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free range of ports for Ray")
+
+
+def tagged_pids(tag_prefix: str) -> list[int]:
+    """Processes whose environment has GPUPLAN_RAY_TAG starting with `tag_prefix`."""
+    want = f"GPUPLAN_RAY_TAG={tag_prefix}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(v.startswith(want) for v in env.split(b"\0")):
+            pids.append(int(d.name))
+    return pids
+
+
+def stop_ray(tag_prefix: str, port: int | None = None, nodes: int = 0) -> None:
+    """Kill every process started under these Ray nodes; with the layout's port and node count,
+    remove their temp dirs (/tmp/gpuplan-ray-<port>) too."""
+    import shutil
+
+    from gpuplan.operating.engine import Layout
+
+    for pid in tagged_pids(tag_prefix):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if port is not None:
+        for i in range(nodes):
+            shutil.rmtree(Layout("", port).temp_dir(i), ignore_errors=True)
+
+
+def processes_running(argv: list[str]) -> list[int]:
+    """Pids whose command line is exactly `argv` (zombies left out)."""
+    want = "\0".join(argv).encode() + b"\0"
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if (d / "cmdline").read_bytes() == want and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,299 @@
+"""`gpuplan run` on Ray for real: two loopback sshd hosts as the cluster's nodes, each running
+its own Ray node (own ports, temp dir, small object store) from one Ray venv built for the tests
+(tests/support/ray_env.py). The Ray cluster is started once for the module, by the engine itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from decimal import Decimal
+
+import pytest
+
+pytestmark = pytest.mark.sshd
+PRICE = Decimal("367.20")  # NC24 per hour, report A
+CLUSTER = "raydemo"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    from support.ray_env import free_port_range, ray_venv, stop_ray
+    from support.sshd import start_hosts, stop_hosts
+
+    venv = ray_venv()
+    home = tmp_path_factory.mktemp("ray-home")
+    hosts = start_hosts(2, home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPUPLAN_HOME", str(home / "gpuplan-home"))
+        mp.setenv("GPUPLAN_RAY_VENV", str(venv))
+        port = free_port_range(2)
+        mp.setenv("GPUPLAN_RAY_PORT", str(port))
+        mp.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
+        mp.setenv("GPUPLAN_POLL_S", "0.3")
+        from gpuplan import paths
+        from gpuplan.operating import engine
+        from gpuplan.operating.state import State
+
+        state = State(paths.state_db())
+        state.add_cluster(CLUSTER, "baremetal", "loopback", "Standard_NC24", 2, ssh_user="root", price_jpy_per_hour=PRICE)
+        state.save_ssh_key(CLUSTER, hosts[0].client_key_path, "")
+        for i, h in enumerate(hosts):
+            state.add_node(CLUSTER, f"{CLUSTER}-{i}", gpus=2)
+            state.update_node(CLUSTER, f"{CLUSTER}-{i}", status="running", public_ip=h.host, private_ip=h.host,
+                              ssh_port=h.port, provider_id=f"bm-{i}")
+            state.pin_host_key(h.host, h.port, h.host_public_key, cluster=CLUSTER, node=f"{CLUSTER}-{i}")
+        state.set_cluster_status(CLUSTER, "ready")
+        try:
+            engine.ensure_up(state, CLUSTER)
+            yield state, hosts, home
+        finally:
+            stop_ray(f"{CLUSTER}-", port, 2)
+            state.close()
+            stop_hosts(hosts)
+
+
+def _cli(*args):
+    from support.cli import run_cli
+
+    return run_cli(*args)
+
+
+def _jobs(state=None) -> dict:
+    r = _cli("jobs", CLUSTER, "--format", "json")
+    assert r.code == 0, r.err
+    return {j["id"]: j for j in json.loads(r.out)}
+
+
+def _items(tmp_path, names) -> str:
+    f = tmp_path / "items.txt"
+    f.write_text("".join(f"{n}\n" for n in names))
+    return str(f)
+
+
+def _wait(what, timeout=90.0, every=0.5):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _submitted(out: str) -> str:
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
+
+
+def _plan(tmp_path, names, workload="w") -> str:
+    """A saved plan for this cluster's fleet (2 x Standard_NC24, baremetal), its jobs dealt over two machines."""
+    plan = tmp_path / "plan.json"
+    machines = [{"jobs_s": 40, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": list(names[k::2])} for k in (0, 1)]
+    plan.write_text(json.dumps({"workload": workload, "recommended": {
+        "provider": "baremetal", "instance_type": "Standard_NC24", "count": 2, "wall_minutes": 1, "cost_jpy": 1,
+        "machines": machines}}))
+    return str(plan)
+
+
+def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
+    state, _, _ = ray_cluster
+    names = [f"clip-{i}.mp4" for i in range(8)]
+    items = _items(tmp_path, names)
+    client = subprocess.Popen([sys.executable, "-c", "from gpuplan.cli import main; main()", "run", CLUSTER, "--items", items,
+                               "--plan", _plan(tmp_path, names, "killed"), "--", "sh", "-c", "sleep 3; echo done {item}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ), text=True)
+    job = _submitted(client.stdout.readline())  # printed (and flushed) once the batch is on the cluster
+    time.sleep(4)
+    client.send_signal(signal.SIGKILL)
+    client.communicate()
+    assert client.returncode == -signal.SIGKILL  # killed mid-batch: 8 items of 3 s on 4 slots take two rounds
+    assert _jobs()[job]["state"] == "running"
+    done = _wait(lambda: (j := _jobs()[job])["state"] in ("succeeded", "failed") and j)
+    assert (done["state"], done["succeeded"], done["total"]) == ("succeeded", 8, 8)
+    assert Decimal(done["yen"]) > 0 and done["wall_s"] >= 6
+    # nobody followed it to the end: the `jobs` that saw it end recorded the plan's calibration
+    assert [(c["jobs"], c["size"]) for c in state.calibrations("killed")] == [(8, "Standard_NC24")]
+
+
+def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
+    from support.ray_env import processes_running
+
+    items = _items(tmp_path, ["a", "b", "c"])
+    r = _cli("run", CLUSTER, "--items", items, "--detach", "--", "sh", "-c", "sleep 600; : {item}")
+    assert r.code == 0, r.err
+    job = _submitted(r.out)
+    assert f"gpuplan cancel {CLUSTER} {job}" in " ".join(r.out.split())
+    _wait(lambda: len(processes_running(["sleep", "600"])) == 3)
+    assert _jobs()[job]["running"] == 3
+    status = _cli("status", CLUSTER)
+    assert status.code == 0 and f"batch {job} on {CLUSTER}: running, 0 of 3 item(s) done" in " ".join(status.out.split())
+    r = _cli("cancel", CLUSTER, job)
+    assert r.code == 0, r.err
+    assert "3 running item(s) stopped" in r.out
+    _wait(lambda: not processes_running(["sleep", "600"]), timeout=10)
+    assert _jobs()[job]["state"] == "cancelled"
+
+
+def test_resume_runs_only_what_did_not_succeed_and_bad_input_sets_no_node_aside(ray_cluster, tmp_path):
+    ran = tmp_path / "ran.txt"
+    fixed = tmp_path / "fixed"
+    items = _items(tmp_path, ["a", "bad-b", "c", "bad-d"])
+    script = f"echo {{item}} >> {ran}; case {{item}} in bad*) [ -e {fixed} ] || exit 3;; esac"
+    r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", script)
+    assert r.code == 5, r.err + r.out
+    job = _submitted(r.out)
+    first = _jobs()[job]
+    # each bad item failed on both nodes: bad input; neither node was set aside for it
+    assert (first["succeeded"], first["bad_input"], first["quarantined"]) == (2, 2, [])
+    assert sorted(ran.read_text().split()) == ["a", "bad-b", "bad-b", "bad-d", "bad-d", "c"]
+    fixed.touch()
+    ran.write_text("")
+    r = _cli("run", CLUSTER, "--resume", job)
+    assert r.code == 0, r.err + r.out
+    again = _jobs()[_submitted(r.out)]
+    assert (again["resumes"], again["total"], again["succeeded"]) == (job, 2, 2)
+    assert sorted(ran.read_text().split()) == ["bad-b", "bad-d"]
+
+
+def test_a_timed_out_item_has_its_processes_killed(ray_cluster, tmp_path):
+    from support.ray_env import processes_running
+
+    items = _items(tmp_path, ["slow"])
+    r = _cli("run", CLUSTER, "--items", items, "--timeout", "2", "--", "sh", "-c", "sleep 301 & sleep 302; : {item}")
+    assert r.code == 5, r.err + r.out
+    assert "timed out" in r.out
+    job = _jobs()[_submitted(r.out)]
+    assert job["timed_out"] == 1
+    assert not processes_running(["sleep", "301"]) and not processes_running(["sleep", "302"])
+
+
+def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluster, tmp_path):
+    state, hosts, _ = ray_cluster
+    (hosts[1].fake_root / "broken").touch()  # raydemo-1: every item dies at once (a broken driver, say)
+    try:
+        items = _items(tmp_path, [f"c{i}" for i in range(8)])
+        job = '[ ! -e "$GPUPLAN_FAKE_ROOT/broken" ] || exit 9; sleep 0.5; echo {item}'
+        r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", job)
+    finally:
+        (hosts[1].fake_root / "broken").unlink()
+    assert r.code == 0, r.err + r.out  # --retries 0, yet nothing lost
+    j = _jobs()[_submitted(r.out)]
+    assert j["succeeded"] == 8
+    assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"]
+    assert "failed there (exit 9) and then succeeded on other nodes" in j["quarantined"][0]["reason"]
+    assert "set aside raydemo-1" in " ".join(r.out.split())
+
+
+def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
+    state, _, _ = ray_cluster
+    plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"])  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
+    items = _items(tmp_path, ["s4", "s3", "s2", "s1", "l4", "l3", "l2", "l1"])  # file order: shortest first
+    r = _cli("run", CLUSTER, "--items", items, "--plan", plan, "--", "sh", "-c", "sleep 1; : {item}")
+    assert r.code == 0, r.err + r.out
+    out = " ".join(r.out.split())
+    assert "order: the plan's (longest first; 8 of 8 items named in it)" in out
+    rows = state.job_items(_submitted(r.out))
+    assert [it["item"] for it in rows] == ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"]
+    # 4 slots: the four long items start first, the short ones only as slots free up
+    assert max(it["started_at"] for it in rows[:4]) < min(it["started_at"] for it in rows[4:])
+    assert "calibration recorded" in out  # the whole batch, on the fleet the plan was for
+
+
+def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ray_cluster, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "show.sh").write_text('echo "item=$1 gpu=$CUDA_VISIBLE_DEVICES share=$GPUPLAN_MEMORY_FRACTION"\n')
+    items = _items(tmp_path, ["x"])
+    r = _cli("run", CLUSTER, "--items", items, "--per-gpu", "2", "--workdir", str(code), "--", "sh", "show.sh", "{item}")
+    assert r.code == 0, r.err + r.out
+    job = _submitted(r.out)
+    log = _cli("logs", CLUSTER, job, "x")
+    assert log.code == 0, log.err
+    driver = _cli("logs", CLUSTER, job)  # the driver's own log, through `ray job logs` on the head
+    assert driver.code == 0, driver.err
+    assert re.fullmatch(r"item=x gpu=[01] share=0\.500000\n", log.out)  # one of the node's two GPUs, half of it
+
+
+def test_the_dashboard_is_reached_through_ssh(ray_cluster):
+    import threading
+    import urllib.request
+
+    from gpuplan.operating import engine
+
+    state, _, _ = ray_cluster
+    eng = engine.engine_of(state, CLUSTER)
+    got, done = [], threading.Event()
+    t = threading.Thread(target=engine.serve_dashboard, args=(eng, 0, got.append, done.is_set), daemon=True)
+    t.start()
+    _wait(lambda: got, timeout=30, every=0.1)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{got[0]}/api/version", timeout=30) as resp:
+            version = json.loads(resp.read())
+    finally:
+        done.set()
+        t.join(5)
+    assert version["ray_version"] == "2.60.0"
+
+
+def test_a_node_whose_host_key_changed_is_set_aside_and_the_others_run_its_items(ray_cluster, tmp_path):
+    state, hosts, _ = ray_cluster
+    hosts[1].restart(new_host_key=True)  # raydemo-1 was rebuilt: its pinned key no longer matches
+    try:
+        r = _cli("run", CLUSTER, "--items", _items(tmp_path, [f"k{i}" for i in range(4)]), "--", "sh", "-c", "echo {item}")
+    finally:
+        state.pin_host_key(hosts[1].host, hosts[1].port, hosts[1].host_public_key, cluster=CLUSTER, node=f"{CLUSTER}-1")
+    assert r.code == 0, r.err + r.out
+    j = _jobs()[_submitted(r.out)]
+    assert j["succeeded"] == 4 and {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
+    [q] = j["quarantined"]
+    assert q["node"] == f"{CLUSTER}-1" and q["reason"].startswith("host key refused: ") and "--accept-host-key" in q["reason"]
+
+
+def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster, tmp_path):
+    """Last on the module's cluster: raydemo-1's Ray (and everything under it) is killed, as a
+    host that disappears."""
+    import threading
+
+    from gpuplan.operating import engine
+    from support.ray_env import processes_running, stop_ray
+
+    items = _items(tmp_path, ["a", "b", "c", "d"])
+    lay = engine.layout()
+
+    def lose_node_1() -> None:
+        _wait(lambda: len(processes_running(["sleep", "6"])) == 4, timeout=60, every=0.1)
+        stop_ray(f"{CLUSTER}-{lay.base(1)}")
+
+    killer = threading.Thread(target=lose_node_1, daemon=True)
+    killer.start()
+    r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", "sleep 6; : {item}")
+    killer.join(1)
+    assert r.code == 0, r.err + r.out
+    j = _jobs()[_submitted(r.out)]
+    assert j["succeeded"] == 4
+    assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"] and j["quarantined"][0]["reason"].startswith("lost: ")
+
+    state, _, _ = ray_cluster
+    assert {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
+
+
+def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_path):
+    """Last of all: the module's cluster goes."""
+    from test_baremetal_provider import write_inventory
+
+    from gpuplan import paths
+    from support.ray_env import tagged_pids
+
+    state, hosts, _ = ray_cluster
+    paths.config_dir().mkdir(parents=True, exist_ok=True)
+    write_inventory(paths.config_dir() / "inventory.yaml", hosts)  # the owned hosts, as teardown reads them
+    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["last"]), "--down", "--", "sh", "-c", "echo {item}")
+    assert r.code == 0, r.err + r.out
+    assert "1 ok of 1 item(s)" in r.out and f"cluster {CLUSTER} torn down" in " ".join(r.out.split())
+    assert state.cluster(CLUSTER).status == "gone"
+    assert tagged_pids(f"{CLUSTER}-") == []  # Ray and everything under it stopped on the (owned) hosts
