@@ -105,29 +105,29 @@ def test_a_capped_offer_costs_the_lesser_of_hours_and_its_day():
     assert est.proven
 
 
-@pytest.mark.sshd
-def test_run_charges_its_measured_wall_time_by_the_ledgers_terms(gpuplan_home, tmp_path):
-    """`gpuplan run` on a cluster whose nodes bill by the started hour (¥990/h, Sakura's terms):
-    a run of seconds costs each node its hour, as the invoice will say."""
+def test_run_charges_its_measured_wall_time_by_the_ledgers_terms(gpuplan_home):
+    """`gpuplan run`'s measured yen for a batch on a cluster whose node bills by the started hour
+    (¥990/h, Sakura's terms): a batch of seconds costs the node its hour, as the invoice will say.
+    The batch is recorded as the engine's driver reports it (begin, one item, done), so this is
+    the figure `run`, `jobs` and the run summary print."""
     from gpuplan import paths
-    from support.sshd import start_hosts, stop_hosts
 
-    hosts = start_hosts(1, tmp_path)
     state = State(paths.state_db())
     try:
-        state.add_cluster("hourly", "baremetal", "loopback", "loopback", 1, ssh_user="root", price_jpy_per_hour=Decimal(990))
-        state.save_ssh_key("hourly", hosts[0].client_key_path, "")
-        h = hosts[0]
-        state.add_node("hourly", "hourly-0", gpus=1)
-        state.update_node("hourly", "hourly-0", status="running", public_ip=h.host, private_ip=h.host, ssh_port=h.port,
-                          provider_id="bm-0")
-        state.pin_host_key(h.host, h.port, h.host_public_key, cluster="hourly", node="hourly-0")
-        state.set_cluster_status("hourly", "ready")
+        state.add_cluster("hourly", "sakura", "is1a", "24Core-240GB-H100x1", 1, ssh_user="root",
+                          price_jpy_per_hour=Decimal(990))
         state.ledger_start("hourly", "hourly-0", "sakura", "24Core-240GB-H100x1", Decimal(990),
                            billing.Terms(Decimal(990), 3600, 3600, 3600))
-        summary = runner.run_items(state, "hourly", ["a"], ["sh", "-c", "echo {item}"])
-        assert summary.jobs[0].status == "ok" and summary.wall_seconds < 600
-        assert summary.yen == Decimal(990)  # was 990 x seconds / 3600: well under a yen
+        state.add_job("hourly-1", "hourly", ["echo", "{item}"], {}, [(0, "a")], nodes=1)
+        state.record_job_events("hourly-1", [
+            {"t": "begin", "at": "2026-11-24T06:00:00+00:00"},
+            {"t": "end", "i": 0, "status": "ok", "attempt": 1, "node": "hourly-0", "slot": "hourly-0:0",
+             "start": "2026-11-24T06:00:01+00:00", "end": "2026-11-24T06:00:07+00:00", "exit": 0, "timed_out": False,
+             "log": "-"},
+            {"t": "done", "state": "succeeded", "at": "2026-11-24T06:00:08+00:00"}], 3)
+        summary = runner.job_summary(state, "hourly-1")
+        assert summary.jobs[0].status == "ok" and summary.wall_seconds == 8
+        assert summary.yen == Decimal(990)  # was 990 x 8 / 3600 = ¥2.2: no provider bills that
+        assert runner.job_yen(state, state.job("hourly-1")) == Decimal(990)
     finally:
         state.close()
-        stop_hosts(hosts)

@@ -5,7 +5,6 @@ tests/test_run_engine.py; the queue's rules: tests/test_batch_rules.py."""
 from __future__ import annotations
 
 import json
-import math
 import socket
 import sys
 from decimal import Decimal
