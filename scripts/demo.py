@@ -34,9 +34,11 @@ def write_inventory(path: Path, hosts) -> None:
     """The inventory format of docs/inventory.md, for the loopback hosts."""
     import yaml
 
-    entries = [{"name": h.name, "address": h.host, "port": h.port, "private_address": f"192.168.0.{i + 1}",
+    # the private address is the host's own loopback one: `gpuplan run` starts Ray bound to it, and
+    # these hosts share this machine (each Ray node gets its own ports from GPUPLAN_RAY_PORT up)
+    entries = [{"name": h.name, "address": h.host, "port": h.port, "private_address": h.host,
                 "gpus": {"model": "Tesla T4", "count": 1}, "group": "t4", "host_key": h.host_public_key}
-               for i, h in enumerate(hosts)]
+               for h in hosts]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({"defaults": {"user": "root", "key": str(hosts[0].client_key_path)},
                                     "hosts": entries}, sort_keys=False))

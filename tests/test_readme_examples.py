@@ -115,7 +115,7 @@ def test_every_readme_example_runs(world, cli, capfd):
         ran["gpuplan check aws --region ap-northeast-1"]
     assert "demo  2x baremetal:" in ran["gpuplan status"]
     assert "NVIDIA-SMI" in ran["gpuplan ssh demo -- nvidia-smi"] and "Tesla T4" in ran["gpuplan ssh demo -- nvidia-smi"]
-    assert "3 ok of 3 item(s)" in " ".join(ran["gpuplan run demo --items videos.txt -- echo {item}"].split())
+    assert "3 ok of 3 items" in " ".join(ran["gpuplan run demo --items videos.txt -- echo {item}"].split())
     assert '"succeeded": 3' in ran["gpuplan jobs demo --format json"]
     assert ran["gpuplan logs demo demo-1 clip-a.mp4"].strip() == "clip-a.mp4"
     assert "job demo-2 cancelled" in ran["gpuplan cancel demo demo-2"]

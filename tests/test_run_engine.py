@@ -131,10 +131,10 @@ def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
     _wait(lambda: len(processes_running(["sleep", "600"])) == 3)
     assert _jobs()[job]["running"] == 3
     status = _cli("status", CLUSTER)
-    assert status.code == 0 and f"batch {job} on {CLUSTER}: running, 0 of 3 item(s) done" in " ".join(status.out.split())
+    assert status.code == 0 and f"batch {job} on {CLUSTER}: running, 0 of 3 items done" in " ".join(status.out.split())
     r = _cli("cancel", CLUSTER, job)
     assert r.code == 0, r.err
-    assert "3 running item(s) stopped" in r.out
+    assert "3 running items stopped" in r.out
     _wait(lambda: not processes_running(["sleep", "600"]), timeout=10)
     assert _jobs()[job]["state"] == "cancelled"
 
@@ -294,6 +294,6 @@ def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_pa
     write_inventory(paths.config_dir() / "inventory.yaml", hosts)  # the owned hosts, as teardown reads them
     r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["last"]), "--down", "--", "sh", "-c", "echo {item}")
     assert r.code == 0, r.err + r.out
-    assert "1 ok of 1 item(s)" in r.out and f"cluster {CLUSTER} torn down" in " ".join(r.out.split())
+    assert "1 ok of 1 item" in r.out and f"cluster {CLUSTER} torn down" in " ".join(r.out.split())
     assert state.cluster(CLUSTER).status == "gone"
     assert tagged_pids(f"{CLUSTER}-") == []  # Ray and everything under it stopped on the (owned) hosts

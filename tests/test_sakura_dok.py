@@ -113,7 +113,7 @@ def test_cli_submits_one_task_per_item_then_follows_cancels_and_fetches_artifact
     r = cli("dok", "submit", "--image", "registry.example/me/colorize:1", "--items", str(items), "--plan", "h100-80gb",
             "--env", "BUCKET=s3://b", "--run", "r1", "--", "python", "run.py", "{item}")
     assert r.code == 0, r.err
-    assert "3 task(s) on h100-80gb" in r.out and "one task runs at a time per project" in r.out
+    assert "3 tasks on h100-80gb" in r.out and "one task runs at a time per project" in r.out
     commands = [body["containers"][0]["command"] for m, p, body in dok_env.requests if m == "POST"]
     assert commands == [["python", "run.py", f"clip-{i}.mp4"] for i in (1, 2, 3)]
     dok_env.advance()  # the first is done, the second runs
@@ -125,7 +125,7 @@ def test_cli_submits_one_task_per_item_then_follows_cancels_and_fetches_artifact
     assert sorted(t["status"] for t in dok_env.tasks.values()) == ["canceled", "canceled", "done"]
     r = cli("dok", "artifacts", "--run", "r1", "--out", str(tmp_path / "out"))
     assert r.code == 0, r.err
-    assert "1 artifact(s) written" in r.out and (tmp_path / "out" / "r1-0.tar.gz").is_file()
+    assert "1 artifact written" in r.out and (tmp_path / "out" / "r1-0.tar.gz").is_file()
 
 
 def test_cli_bad_plan_is_one_line_exit_2(dok_env, cli, tmp_path):

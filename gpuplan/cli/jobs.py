@@ -303,7 +303,7 @@ def _down(state, cluster: str) -> None:
     row = state.cluster(cluster)
     report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), cluster,
                                 progress=lambda m: _console(stderr=True).print(f"… {m}", markup=False))
-    _console().print(f"--down: cluster {cluster} torn down ({len(report.deleted)} resource(s) deleted)", markup=False)
+    _console().print(f"--down: cluster {cluster} torn down ({fmt.plural(len(report.deleted), 'resource')} deleted)", markup=False)
 
 
 def jobs(

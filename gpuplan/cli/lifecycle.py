@@ -211,7 +211,7 @@ def status(
             for j in state.jobs(s.cluster.name):
                 if j["state"] in ("submitted", "running"):
                     ok = state.job_counts(j["id"]).get("ok", 0)
-                    _out_console().print(f"batch {j['id']} on {s.cluster.name}: {j['state']}, {ok} of {j['total']} item(s)"
+                    _out_console().print(f"batch {j['id']} on {s.cluster.name}: {j['state']}, {ok} of {fmt.plural(j['total'], 'item')}"
                                          f" done when last looked at; `gpuplan jobs {s.cluster.name}` for now", markup=False)
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
 
 dok_app = typer.Typer(help="高火力 DOK: run container tasks billed per second (one runs at a time per project).",
                       no_args_is_help=True)
@@ -73,7 +74,7 @@ def dok_submit(
         task = dok.submit(f"{name}-{i}", image, plan, [part.replace("{item}", item) for part in command],
                           environment=environment, tags=[f"{RUN_TAG}={name}"], time_limit_s=limit_s, registry=registry)
         rows.append((item, task.id, task.status))
-    _table(f"dok run {name}: {len(rows)} task(s) on {plan}", ("item", "task", "status"), rows)
+    _table(f"dok run {name}: {fmt.plural(len(rows), 'task')} on {plan}", ("item", "task", "status"), rows)
     print(f"one task runs at a time per project (the others wait); `gpuplan dok status --run {name}` follows them")
 
 
@@ -114,7 +115,7 @@ def dok_artifacts(
     tasks = dok.tasks(f"{RUN_TAG}={run}")
     got = [dok.download_artifact(t, out / f"{t.name}.tar.gz") for t in tasks if t.artifact_id]
     waiting = sum(1 for t in tasks if not t.finished)
-    print(f"{len(got)} artifact(s) written to {out}" + (f"; {waiting} task(s) not finished yet" if waiting else ""))
+    print(f"{fmt.plural(len(got), 'artifact')} written to {out}" + (f"; {fmt.plural(waiting, 'task')} not finished yet" if waiting else ""))
 
 
 def _phy():

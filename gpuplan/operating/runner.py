@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import GpuplanError, NotFound, UsageError
+from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
     from gpuplan.operating.state import State
@@ -248,7 +249,7 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     eng, left_out = engine.ensure_up(state, cluster, progress)
     job = f"{cluster}-{state.next_job_number(cluster)}"
     if local_workdir is not None:
-        progress(f"copying {local_workdir} to {len(eng.nodes)} node(s)")
+        progress(f"copying {local_workdir} to {fmt.plural(len(eng.nodes), 'node')}")
         workdir = engine.push_workdir(eng, job, local_workdir)
     opts = {"per_gpu": per_gpu, "retries": retries, "timeout_s": timeout, "workdir": workdir, **(options or {})}
     spec = {"job": job, "items": [[i, it] for i, it in items], "command": list(command), "per_gpu": per_gpu,
@@ -385,7 +386,7 @@ def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: 
     log_dir = paths.state_dir() / "runs" / cluster
     log_dir.mkdir(parents=True, exist_ok=True)
     master = targets[0].private_ip
-    progress(f"torchrun over {len(targets)} node(s), rendezvous {master}:{master_port}")
+    progress(f"torchrun over {fmt.plural(len(targets), 'node')}, rendezvous {master}:{master_port}")
 
     def node(rank: int) -> JobResult:
         t = targets[rank]
@@ -443,7 +444,7 @@ def calibrate(state: State, summary: RunSummary, predicted: dict | None) -> str:
     if summary.failed:
         return "not recorded as a calibration: some jobs failed"
     if len(summary.jobs) != predicted["jobs"]:
-        return (f"not recorded as a calibration: {len(summary.jobs)} job(s) ran, the plan has {predicted['jobs']}; "
+        return (f"not recorded as a calibration: {fmt.plural(len(summary.jobs), 'job')} ran, the plan has {predicted['jobs']}; "
                 "run the plan's whole batch to calibrate it")
     planned = [(t, n) for t, n in predicted.get("fleet") or [(predicted["instance_type"], summary.nodes)] if n]
     ran = [(summary.size, summary.nodes)]
