@@ -119,7 +119,7 @@ def test_every_readme_example_runs(world, cli, capfd):
     assert '"succeeded": 3' in ran["gpuplan jobs demo --format json"]
     assert ran["gpuplan logs demo demo-1 clip-a.mp4"].strip() == "clip-a.mp4"
     assert "job demo-2 cancelled" in ran["gpuplan cancel demo demo-2"]
-    assert "job demo-3 submitted: 3 item(s)" in ran["gpuplan run demo --resume demo-2 --detach"]
+    assert "job demo-3 submitted: 3 items" in ran["gpuplan run demo --resume demo-2 --detach"]
     assert "nothing of it is left" in ran["gpuplan teardown demo --yes"]
     from support.ray_env import tagged_pids
 
