@@ -39,6 +39,32 @@ def parse_quotas(values: list[str]):
     return Quotas(total=total, family=family)
 
 
+def parse_slack(text: str) -> Decimal:
+    """--cost-slack: "3%", "3" or "0.5 %" -> Decimal("0.03"); 0 to 100 %."""
+    raw = text.strip().removesuffix("%").strip()
+    try:
+        value = Decimal(raw)
+    except ArithmeticError:
+        value = Decimal(-1)
+    if not value.is_finite() or not 0 <= value <= 100:
+        raise UsageError(f"bad --cost-slack {text!r}: give a percentage from 0 to 100, such as 3%")
+    return value / 100
+
+
+def parse_budget(text: str | None) -> Decimal | None:
+    """--budget: "5000", "¥5,000" or "5000 JPY" -> Decimal yen (more than 0)."""
+    if text is None:
+        return None
+    raw = text.strip().removeprefix("¥").removesuffix("JPY").replace(",", "").strip()
+    try:
+        value = Decimal(raw)
+    except ArithmeticError:
+        value = Decimal(0)
+    if not value.is_finite() or value <= 0:
+        raise UsageError(f"bad --budget {text!r}: give the most yen the batch may cost, such as 5000 or ¥5,000")
+    return value
+
+
 def check_quotas(quotas, cat) -> None:
     """Every --quota names a provider (and quota family) of the catalog: a typo would otherwise
     be a quota that silently limits nothing."""
@@ -291,6 +317,8 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     out.append(("line", f"breakdown: {parts} (total {fmt.yen(rec.cost, 2)} → {fmt.yen(rec.cost)})" if parts
                 else "breakdown: nothing more to pay for this batch (hardware you already have)"))
     out.append(("line", f"why: {est.reason}"))
+    if est.faster:
+        out.append(("line", f"faster: {est.faster}"))
     out.append(("line", f"optimal: {_proof(est)}"))
     notes = [f"note: {line}" for key, line in est.extra.items() if show_all or key != "skipped_mixes"]  # routine: --all, JSON
     notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible]
@@ -421,6 +449,7 @@ def write_json(est, out, schedules: bool = False) -> None:
         "jobs": len(est.workload.jobs),
         "recommended": _SLOT,
         "reason": est.reason,
+        "faster": est.faster,
         "plans": _SLOT,
         "pareto": _SLOT,
         "recommendation_proven_optimal": est.proven,
@@ -473,7 +502,9 @@ def register(app: typer.Typer) -> None:
         provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers.")] = None,
         region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region's offers.")] = None,
         deadline: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The latest acceptable wall time, such as 90m, 3h, 1h30m or 2d.")] = None,
-        objective: Annotated[str, typer.Option(metavar="cost|time", help="What to minimise: cost (the default) or wall time.")] = "cost",
+        objective: Annotated[str, typer.Option(metavar="balanced|cost|time", help="How to pick: balanced (the default: the fastest plan within --cost-slack of the cheapest), cost (strictly the cheapest) or time (the fastest).")] = "balanced",
+        cost_slack: Annotated[str, typer.Option("--cost-slack", metavar="PERCENT", help="With the balanced pick: how much dearer than the cheapest a faster plan may be, such as 3% (the default) or 0.")] = "3%",
+        budget: Annotated[Optional[str], typer.Option(metavar="YEN", help="Pick the fastest plan costing at most this many yen, such as 5000 or ¥5,000.")] = None,
         quota: Annotated[Optional[list[str]], typer.Option(metavar="PROVIDER=VCPUS", help="A vCPU quota to plan within: azure=20 for the whole provider, azure:NC=24 for one family; repeat for several.")] = None,
         out_format: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
         save: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
@@ -528,7 +559,8 @@ def register(app: typer.Typer) -> None:
                     raise UsageError(f"--owned {name!r} is not an owned offer (nor a monthly-rented one) in catalog"
                                      f" {cat.snapshot}; those are: {', '.join(sorted(known)) or 'none'}")
         work, calibrations = _calibrate(state, work, cat)
-        est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective)
+        est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective,
+                                 cost_slack=parse_slack(cost_slack), budget=parse_budget(budget))
         if calibrations:
             from dataclasses import replace
 

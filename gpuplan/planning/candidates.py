@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from gpuplan.planning import billing, fmt, model, outcomes
+from gpuplan.planning.units import MAX_MACHINES
 from gpuplan.planning.model import Infeasible, Setting
 from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Plan, Workload
@@ -376,6 +377,8 @@ class Planner:
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:
                         extra.append(_ceil_div(total, room * slots))
+            if nmax >= MAX_MACHINES:  # the largest fleet provision makes, its image builder included
+                extra.append(MAX_MACHINES - 1)
             modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0 and not model.image_problem([offer], s)
             for n in _counts(nmax, extra):
                 busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))

@@ -51,6 +51,7 @@ from gpuplan.planning import billing, fmt, outcomes
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
+from gpuplan.planning.units import MAX_MACHINES
 
 if TYPE_CHECKING:
     from gpuplan.planning.catalog import Catalog
@@ -670,6 +671,9 @@ def make_plan(
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warned)
     if setting.deadline_s is not None and wall > setting.deadline_s:
         reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
+    started = sum(sum(m.counts) for m in machines)
+    if started > MAX_MACHINES and all(o.kind == "cloud" for o, _ in fleet):
+        reasons.append(outcomes.of(Code.PROVISION_LIMIT, machines=started, limit=MAX_MACHINES))
     no_image = image_problem([first], setting)
     if no_image and setup_mode == "scratch":
         time_notes.append(f"{outcomes.render(no_image)}: every machine runs setup")

@@ -35,6 +35,7 @@ class Code(str, Enum):
     PACKING = "packing"  # k jobs per GPU cannot be planned (see figure "why")
     REAL_TIME = "real_time"  # one stream alone cannot keep up
     FLEET_LIMIT = "fleet_limit"  # needs more machines than the one owned
+    PROVISION_LIMIT = "provision_limit"  # more machines than `provision` makes in one cluster
     LINK = "link"  # no sourced link figure for data-parallel
     IMAGE = "image"  # no image can start this fleet
     SPOT = "spot"  # warning: interruptible capacity
@@ -188,6 +189,8 @@ _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.REAL_TIME: _real_time,
     Code.FLEET_LIMIT: lambda f: (f"{f['streams']} streams need {f['machines']} machines of {f['per_machine']} streams;"
                                  f" you have {'one' if f['have'] == 1 else f['have']}"),
+    Code.PROVISION_LIMIT: lambda f: (f"{f['machines']:,} machines: `gpuplan provision` makes at most {f['limit']:,}"
+                                     " per cluster"),
     Code.LINK: _link,
     Code.IMAGE: _image,
     Code.SPOT: _spot,
