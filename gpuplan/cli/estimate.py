@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpuplan.errors import UsageError
-from gpuplan.planning import fmt, outcomes
+from gpuplan.planning import fmt
 from gpuplan.planning.outcomes import Code
 
 _FORMATS = ("table", "json", "csv")
@@ -245,32 +245,37 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str,
 
 
 def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
-    """The best two per offer, the best three mixes, the frontier, and each kind of exclusion once."""
+    """Every plan with --all. Else the short view: the pick, the cost / wall-time frontier, the
+    best plan of each provider, the plans the why and faster lines name; the excluded plans are
+    folded into one line per reason (_excluded_line)."""
     alike: dict[int, int] = {}
     if show_all:
         return list(est.plans), alike
-    seen: dict[Any, int] = {}
-    reasons: set[tuple] = set()
-    first_of: dict[tuple, object] = {}
-    pareto = {id(p) for p in est.pareto}
-    out = []
+    from gpuplan.planning import ranking
+
+    eligible = [p for p in est.plans if p.feasible and p.recommendable]
+    keep = {id(p) for p in est.pareto}
+    best_of: dict[str, Any] = {}
+    for p in eligible:  # est.plans is in rank order
+        best_of.setdefault(p.provider, p)
+    keep.update(id(p) for p in best_of.values())
+    named = [est.recommended, ranking.faster_plan(est.recommended, eligible),
+             min(eligible, key=lambda p: ranking.rank_key(p, "cost"), default=None)]
+    keep.update(id(p) for p in named if p is not None)
+    return [p for p in est.plans if id(p) in keep], alike
+
+
+def _excluded_line(est) -> str:
+    """The excluded plans folded: "52 plans excluded: packing 20, image 6, retired 8; --all lists them"."""
+    counts: dict[str, int] = {}
     for p in est.plans:
-        if p.feasible:
-            # fleets of one offer type: the best 2 per size (on demand and spot apart); mixed fleets: the best 3
-            key = (p.fleet[0][0].name, p.fleet[0][0].market) if len(p.fleet) == 1 else "mix"
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] <= (2 if len(p.fleet) == 1 else 3) or p is est.recommended or id(p) in pareto:
-                out.append(p)
-        else:
-            kind = tuple(outcomes.shown(x).without("offer") for x in p.excluded_by)  # read alike but for the offer's name
-            if kind not in reasons:
-                reasons.add(kind)
-                out.append(p)
-                alike[id(p)] = 0
-                first_of[kind] = p
-            else:
-                alike[id(first_of[kind])] += 1
-    return out, alike
+        if not p.feasible and p.excluded_by:
+            word = p.excluded_by[0].code.value.replace("_", " ")
+            counts[word] = counts.get(word, 0) + 1
+    if not counts:
+        return ""
+    parts = ", ".join(f"{word} {n}" for word, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    return f"{fmt.plural(sum(counts.values()), 'plan')} excluded: {parts}; --all lists them with their reasons"
 
 
 _HEADER = ("", "fleet", "where", "setup", "wall", "billed", "yen", "feasible / why excluded")
@@ -321,13 +326,26 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
         out.append(("line", f"faster: {est.faster}"))
     out.append(("line", f"optimal: {_proof(est)}"))
     notes = [f"note: {line}" for key, line in est.extra.items() if show_all or key != "skipped_mixes"]  # routine: --all, JSON
-    notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible]
+    shown = {id(p) for p in _visible(est, show_all)[0]}
+    notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible and id(p) in shown]
     out.extend(("line", line) for line in dict.fromkeys(notes))
     out.extend(("warning", w) for w in dict.fromkeys(rec.warnings))
+    raise_it = {w.get("provider"): w.get("how_to_raise") for w in rec.warned_by if w.code in _QUOTA_CODES}
+    out.extend(("line", f"to raise a quota on {prov}: {how}") for prov, how in raise_it.items() if how)
+    if not show_all:
+        excluded = _excluded_line(est)
+        if excluded:
+            out.append(("line", excluded))
     out.append(("line", "→ recommended, · on the cost / wall-time Pareto frontier"
                 + ("" if show_all else "; --all lists every candidate")))
-    out.append(("head", "Assumptions:"))
-    out.extend(("assumption", line) for line in dict.fromkeys(est.assumptions))
+    assumptions = list(dict.fromkeys(est.assumptions))
+    if show_all:
+        out.append(("head", "Assumptions:"))
+        out.extend(("assumption", line) for line in assumptions)
+    else:  # the speeds the pick rests on, then how many more lines --all shows
+        speeds = [line for line in assumptions if line.startswith("speed on ")]
+        out.append(("head", f"Assumptions ({len(assumptions)}; --all lists every one):"))
+        out.extend(("assumption", line) for line in speeds)
     return out
 
 
@@ -349,7 +367,7 @@ def _render_table(est, show_all: bool) -> None:
     summary = _summary(est, show_all)
     console = Console(highlight=False)  # on a terminal every line is wrapped to its width
     if not console.is_terminal:
-        sys.stdout.write(_plain(title, rows, summary))
+        sys.stdout.write(_plain(title, rows, summary, None if show_all else SHORT_WIDTH))
         return
     from rich import box
     from rich.markup import escape
@@ -381,18 +399,28 @@ def _render_table(est, show_all: bool) -> None:
             console.print(("  - " if kind == "assumption" else "  ") + escape(text))
 
 
-def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str]]) -> str:
+SHORT_WIDTH = 160  # the default view's lines fit a screen; --all prints every line whole
+
+
+def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str]], width: int | None = None) -> str:
+    import textwrap
+
     from gpuplan.cli import tables
 
     columns = [tables.Column(h, right=h in _RIGHT) for h in _HEADER]
     out = [tables.plain(columns, [list(r) for r in rows], title).rstrip("\n")]
     for kind, text in summary:
         prefix = {"head": "", "warning": "  warning: ", "assumption": "  - "}.get(kind, "  ")
-        out.append((prefix + text).rstrip())
+        line = (prefix + text).rstrip()
+        if width is None or len(line) <= width:
+            out.append(line)
+        else:
+            out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
     return "\n".join(out) + "\n"
 
 
-_WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.SPOT: "spot",
+_QUOTA_CODES = (Code.DEFAULT_QUOTA, Code.DEFAULT_FAMILY_QUOTA, Code.QUOTA_UNKNOWN)
+_WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.QUOTA_UNKNOWN: "quota", Code.SPOT: "spot",
                  Code.GLOBAL_BATCH: "global batch"}
 
 

@@ -21,12 +21,12 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from gpuplan.planning import billing, fmt, model, outcomes
-from gpuplan.planning.units import MAX_MACHINES
 from gpuplan.planning.model import Infeasible, Setting
 from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Plan, Workload
 from gpuplan.planning.scheduling import Schedule, longest_first, schedule, solve_exactly
 from gpuplan.planning.types import Offer
+from gpuplan.planning.units import MAX_MACHINES
 
 LPT, SWAPS, EXACT = 0, 1, 2  # how hard a candidate's schedule is sought: greedy, improved, exactly solved
 

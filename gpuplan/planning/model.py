@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from gpuplan.planning.catalog import Catalog
 
 HOUR = Decimal(3600)
+# quota codes as providers name them (catalog providers.csv notes: AWS Service Quotas codes)
+QUOTA_NAMES = {"L-DB2E81BA": "Running On-Demand G and VT instances", "L-417A185B": "Running On-Demand P instances"}
 
 
 @dataclass(frozen=True)
@@ -688,6 +690,7 @@ def make_plan(
         rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
         warned.append(outcomes.of(Code.SPOT, offer=o.name, rule=rule))
         time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
+    warned.sort(key=lambda w: w.code is Code.QUOTA_UNKNOWN)  # what is known first
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
     if spot and not setting.spot:
@@ -785,11 +788,23 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
             default = facts.family_quota_vcpus.get(fam)
             if fam and default is not None and need > default and not (default == facts.default_quota_vcpus and peak > default):
                 warnings.append(outcomes.of(Code.DEFAULT_FAMILY_QUOTA, vcpus=need, family=fam, limit=default,
-                                            how_to_raise=how))
+                                            how_to_raise=how, provider=provider))
         if facts.default_quota_vcpus is not None or facts.family_quota_vcpus:
             notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} vCPUs total"
                          + "".join(f", {f} {v}" for f, v in facts.family_quota_vcpus.items() if f in by_family)
                          + f" ({facts.source})")
+    if (facts is not None and user_total is None and facts.default_quota_vcpus is None and facts.quota_name != "none"
+            and all(o.kind == "cloud" for o, _ in fleet)):
+        for fam, need in by_family.items():  # no limit known for this family: say what it needs
+            if facts.family_quota_vcpus.get(fam) is not None or setting.quotas.family_limit(provider, fam) is not None:
+                continue
+            if facts.quota_name == "servers":  # a server count, not vCPUs (Sakura)
+                need, unit = sum(n for o, n in fleet if o.quota_family == fam), "servers"
+            else:
+                unit = "vCPUs"
+            warnings.append(outcomes.of(Code.QUOTA_UNKNOWN, provider=provider, family=fam or facts.quota_name,
+                                        name=QUOTA_NAMES.get(fam, ""), need=need, unit=unit,
+                                        how_to_raise=facts.how_to_raise or ""))
     return peak, notes
 
 

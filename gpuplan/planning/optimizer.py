@@ -111,8 +111,10 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
         _seek(planner, plans, choice, EXACT, deadline=planner.exact_until)
         rec, eligible = ranking.choose(plans, choice)
     open_ = [c for c in planner.candidates if not c.plan.optimal]
-    proof = "time" if choice.objective == "balanced" else choice.base  # the default pick is the fastest under a cap
-    gap, proven = ranking.gap(open_, rec, proof, setting.deadline_s, ranking.cost_cap(rec, eligible, choice))
+    if choice.objective == "balanced":  # the pick rests on the cheapest (its cost sets the cap): prove that one
+        gap, proven = ranking.gap(open_, eligible[0] if eligible else None, "cost", setting.deadline_s)
+    else:
+        gap, proven = ranking.gap(open_, rec, choice.base, setting.deadline_s, ranking.cost_cap(rec, eligible, choice))
 
     reason = ranking.why(rec, eligible, choice, plans, setting)
     faster = ranking.faster_for_more(rec, eligible)

@@ -26,6 +26,7 @@ class Code(str, Enum):
     FAMILY_QUOTA = "family_quota"  # over the user's quota of one family (--quota azure:NC=24)
     DEFAULT_QUOTA = "default_quota"  # warning: over the provider's default total quota
     DEFAULT_FAMILY_QUOTA = "default_family_quota"  # warning: over a family's default quota
+    QUOTA_UNKNOWN = "quota_unknown"  # warning: needs quota of a family whose limit is not known
     RETIRED = "retired"
     UNPRICED = "unpriced"
     PRICED_LATER = "priced_later"  # the price row is younger than the as-of month
@@ -107,13 +108,19 @@ def _deadline(f: Mapping[str, Any]) -> str:
 
 
 def _default_quota(f: Mapping[str, Any]) -> str:
-    how = f"; raise it: {f['how_to_raise']}" if f.get("how_to_raise") else ""
-    return f"needs {f['vcpus']} vCPUs, over {f['provider']}'s default {f['quota_name']} quota of {f['limit']}{how}"
+    return (f"needs {f['vcpus']} vCPUs, over {f['provider']}'s default {f['quota_name']} quota of {f['limit']}:"
+            f" `gpuplan check {f['provider']}` reads yours")
 
 
 def _default_family_quota(f: Mapping[str, Any]) -> str:
-    how = f"; raise it: {f['how_to_raise']}" if f.get("how_to_raise") else ""
-    return f"needs {f['vcpus']} vCPUs of {f['family']}, over its default quota of {f['limit']}{how}"
+    return (f"needs {f['vcpus']} vCPUs of {f['family']}, over its default quota of {f['limit']}:"
+            f" `gpuplan check {f.get('provider', '')}` reads yours").replace("check `", "check PROVIDER`")
+
+
+def _quota_unknown(f: Mapping[str, Any]) -> str:
+    name = f" ({f['name']})" if f.get("name") else ""
+    return (f"needs {f['need']} {f['unit']} of {f['provider']} {f['family']}{name}; your quota is unknown:"
+            f" `gpuplan check {f['provider']}` reads it")
 
 
 def _retired(f: Mapping[str, Any]) -> str:
@@ -177,6 +184,7 @@ _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
                                   f" {f['provider']}:{f['given_family']}={f['limit']}"),
     Code.DEFAULT_QUOTA: _default_quota,
     Code.DEFAULT_FAMILY_QUOTA: _default_family_quota,
+    Code.QUOTA_UNKNOWN: _quota_unknown,
     Code.RETIRED: _retired,
     Code.UNPRICED: lambda f: f"{f['what']} not sourced for {f['offer']}; set it in prices.yaml",
     Code.PRICED_LATER: lambda f: f"{f['offer']} priced {f['priced']}, after the as-of month {f['month']}",

@@ -61,8 +61,17 @@ def rank_key(plan: Plan, objective: str):
     cheaper never outranks hours faster) or wall time, then the other, then fewer warnings (a
     plan over a default quota loses a tie to one within it), then fewer machines."""
     if objective == "time":
-        return (plan.wall_s, plan.cost_jpy, len(plan.warned_by), plan.count)
-    return (plan.cost_jpy, plan.wall_s, len(plan.warned_by), plan.count)
+        return (plan.wall_s, plan.cost_jpy, warning_weight(plan), plan.count)
+    return (plan.cost_jpy, plan.wall_s, warning_weight(plan), plan.count)
+
+
+KNOWN_OVER = (Code.DEFAULT_QUOTA, Code.DEFAULT_FAMILY_QUOTA)
+
+
+def warning_weight(plan: Plan) -> int:
+    """Warnings counted for a tie: over a known quota counts twice, so that a plan that certainly
+    needs an increase loses to one whose quota is only unknown."""
+    return sum(2 if w.code in KNOWN_OVER else 1 for w in plan.warned_by)
 
 
 def whole_yen(amount: Decimal) -> int:
@@ -102,15 +111,20 @@ def cost_cap(rec: Plan | None, eligible: list[Plan], choice: Choice) -> Decimal 
     return max(cheapest * (1 + choice.cost_slack), rec.cost * (1 + TRADE_COST))
 
 
+def faster_plan(rec: Plan | None, eligible: list[Plan]) -> Plan | None:
+    """The cheapest plan finishing at least a quarter sooner than the pick for at most 10 % more."""
+    if rec is None:
+        return None
+    sooner = [p for p in eligible if 4 * p.wall_s <= 3 * rec.wall_s and p.cost <= rec.cost * (1 + FASTER_SHARE)]
+    return min(sooner, key=lambda q: rank_key(q, "cost")) if sooner else None
+
+
 def faster_for_more(rec: Plan | None, eligible: list[Plan]) -> str:
     """One line naming a plan that finishes at least a quarter sooner than the pick for a little
     more (at most 10 % dearer), the cheapest such; "" where there is none."""
-    if rec is None:
+    p = faster_plan(rec, eligible)
+    if rec is None or p is None:
         return ""
-    sooner = [p for p in eligible if 4 * p.wall_s <= 3 * rec.wall_s and p.cost <= rec.cost * (1 + FASTER_SHARE)]
-    if not sooner:
-        return ""
-    p = min(sooner, key=lambda q: rank_key(q, "cost"))
     more = p.cost - rec.cost
     share = f"{more / rec.cost * 100:.1f} %" if rec.cost else "-"
     how = f"for +{fmt.yen(more)} ({share})" if more > 0 else f"for {fmt.yen(-more)} less"
@@ -129,7 +143,7 @@ def could_beat(cand: Candidate, rec: Plan, objective: str, deadline_s: int | Non
     if cap is not None and cand.cost_lb > cap:
         return False
     yen = whole_yen(cand.cost_lb)
-    warned = len(p.warned_by)  # a fleet's warnings do not depend on its schedule
+    warned = warning_weight(p)  # a fleet's warnings do not depend on its schedule
     bound = (yen, cand.wall_lb, warned, p.count) if objective == "cost" else (cand.wall_lb, yen, warned, p.count)
     return bound < rank_key(rec, objective)
 
@@ -168,7 +182,8 @@ def gap(open_: list[Candidate], rec: Plan | None, objective: str, deadline_s: in
 def pareto(plans: list[Plan]) -> list[Plan]:
     out: list[Plan] = []
     best_wall = None
-    for p in sorted(plans, key=lambda p: (p.cost, p.wall_s, p.count)):
+    # in whole yen, as shown: a plan a few sen dearer and slower than another is not on it
+    for p in sorted(plans, key=lambda p: (p.cost_jpy, p.wall_s, p.cost, p.count)):
         if best_wall is None or p.wall_s < best_wall:
             out.append(p)
             best_wall = p.wall_s

@@ -1,0 +1,93 @@
+"""Quota as an input and the short default view (issue 19): a plan says in one short line the
+quota it needs where the limit is unknown or over a known default, how to raise it once at the
+end; a known quota (--quota) bounds the pick; `estimate` fits a screen, --all lists every row."""
+
+from __future__ import annotations
+
+import json
+
+
+def _json(cli, *args):
+    r = cli("estimate", *args, "--format", "json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def _quota_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("  warning: needs ")]
+
+
+def test_the_pick_states_the_aws_quota_it_needs_once_in_a_short_line(cli):
+    r = cli("estimate", "--videos", "40", "--deadline", "6h")
+    assert r.code == 0, r.err
+    rec = _json(cli, "--videos", "40", "--deadline", "6h")["recommended"]
+    assert rec["provider"] == "aws"
+    unknown = [w for w in rec["warned_by"] if w["code"] == "quota_unknown"]
+    assert unknown == [{"code": "quota_unknown", "provider": "aws", "family": "L-DB2E81BA",
+                        "name": "Running On-Demand G and VT instances", "need": rec["peak_vcpus"], "unit": "vCPUs",
+                        "how_to_raise": unknown[0]["how_to_raise"]}]
+    line = (f"  warning: needs {rec['peak_vcpus']} vCPUs of aws L-DB2E81BA (Running On-Demand G and VT instances);"
+            " your quota is unknown: `gpuplan check aws` reads it")
+    assert r.out.count(line) == 1
+    assert all(len(q) <= 240 for q in _quota_lines(r.out))
+    raise_lines = [x for x in r.out.splitlines() if x.startswith("  to raise a quota on aws: ")]
+    assert len(raise_lines) == 1 and "--quota-code L-DB2E81BA" in raise_lines[0]
+
+
+def test_azure_quota_lines_are_short_and_said_once(cli):
+    r = cli("estimate", "--workload", "yolo-fhd", "--spot")
+    assert r.code == 0, r.err
+    lines = _quota_lines(r.out)
+    assert lines and all(len(q) <= 240 for q in lines) and len(lines) == len(set(lines))
+    assert "over its default quota of 0: `gpuplan check azure` reads yours" in r.out
+    assert sum(x.startswith("  to raise a quota on azure: ") for x in r.out.splitlines()) == 1
+    assert "raise it:" not in r.out  # the how-to is no longer in every plan's line
+
+
+def test_a_known_quota_bounds_the_pick_and_drops_the_unknown_line(cli):
+    data = _json(cli, "--videos", "40", "--quota", "aws:L-DB2E81BA=64")
+    rec = data["recommended"]
+    assert rec["provider"] != "aws" or rec["peak_vcpus"] <= 64
+    assert not [w for w in rec["warned_by"] if w["code"] == "quota_unknown" and w["provider"] == "aws"]
+    aws = [p for p in data["plans"] if p["provider"] == "aws" and p["machine_groups"]]
+    over = [p for p in aws if p["instance_type"].startswith("g") and p["peak_vcpus"] > 64]
+    assert over and all(not p["feasible"] and "family_quota" in [x["code"] for x in p["excluded_by"]] for p in over)
+    # the P family's quota is still unknown: its plans say so
+    p5 = [p for p in aws if p["instance_type"].startswith("p5") and p["feasible"]]
+    assert p5 and all(any(w["code"] == "quota_unknown" and w["family"] == "L-417A185B" for w in p["warned_by"])
+                      for p in p5)
+
+
+def test_a_tie_prefers_an_unknown_quota_to_one_known_to_need_an_increase(cli):
+    # one video: g4dn.xlarge (AWS, quota unknown) and NC4as_T4_v3 (Azure, default family quota 0) tie
+    rec = _json(cli, "--videos", "1")["recommended"]
+    assert rec["instance_type"] == "g4dn.xlarge"
+
+
+def test_estimate_videos_4_fits_a_screen_and_all_lists_every_row(cli):
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 160, (len(lines), max(map(len, lines)))
+    rows = [x for x in lines if x[:1] in ("→", "·", " ") and ("yes" in x or "no:" in x) and "¥" in x]
+    # every provider's best plan, the pick and the plans the why and faster lines name are on screen
+    for provider in ("aws", "azure", "sakura"):
+        assert any(f" {provider} " in x for x in rows), provider
+    data = _json(cli, "--videos", "4")
+    faster = data["faster"]
+    assert faster.startswith("for +¥13 (5.9 %), 4x g5.xlarge aws us-east-1 finishes in 47 min")
+    assert any(x.startswith("·  4x g5.xlarge ") and " 47 min " in x for x in rows)
+    # the excluded plans folded into one line per reason
+    excluded = [x for x in lines if " plans excluded: " in x]
+    assert len(excluded) == 1 and "retired 9" in excluded[0] and "no:" not in r.out
+    assert "Assumptions (" in r.out and "speed on A10G" in r.out
+    everything = cli("estimate", "--videos", "4", "--all").out.splitlines()
+    assert len(everything) > 100 and any("no: Standard_NC6 retired on 2023-09-06" in x for x in everything)
+
+
+def test_frontier_marks_are_on_rows_no_shown_row_dominates(cli):
+    data = _json(cli, "--videos", "4")
+    front = data["pareto"]
+    for p in front:  # in whole yen as shown: no other frontier plan is as cheap and as fast
+        assert not [q for q in front if q is not p and q["cost_jpy"] <= p["cost_jpy"]
+                    and q["wall_minutes"] <= p["wall_minutes"]]
