@@ -81,6 +81,13 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
         f"  {fmt.yen(per_hour)}/h per machine, {fmt.yen(total)}/h for the cluster "
         f"(catalog {offer.as_of or '?'}, {offer.source or 'no source'})",
     ]
+    for other, part in zip(getattr(o, "more", ()), req.more):  # a mixed fleet: its other sizes, same cluster
+        price = other.price_jpy_per_hour
+        lines += [
+            f"  and {part.count}x {other.provider}:{other.name}: GPUs {other.gpu} x{other.gpu_count} per machine,"
+            f" {other.vcpus * part.count} vCPUs in all, {fmt.yen(price)}/h per machine"
+            f" ({fmt.yen(price * part.count if price is not None else None)}/h)",
+        ]
     if quota is not None:
         need, tiers = quota
         lines += [f"  quota {t.name} ({t.description}): {_units(need, t.unit)} needed, {t.free} free "

@@ -28,6 +28,7 @@ class Order:
     from_image: bool = False  # a saved plan says setup: image, for more than one machine
     mapped: str = ""  # "X was retired ...; using its successor Y instead", or ""
     notes: tuple[str, ...] = ()  # spot price and rule, image setup: shown with the machines
+    more: tuple[Offer, ...] = ()  # a mixed fleet's other sizes, in the order of request.more
 
 
 def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> Offer:
@@ -69,6 +70,22 @@ def read_plan(path: Path) -> tuple[str, str, str | None, int, str, str]:
     return (*saved.target(), saved.market)
 
 
+def _more(path: Path, provider: str, region: str | None, name: str, spot: bool, ttl_s: int | None,
+          image: str | None) -> tuple[list[lifecycle.ProvisionRequest], list[Offer], list[str]]:
+    """A mixed plan's other sizes as requests of the same cluster, their offers and mapped lines."""
+    reqs, offers, mapped = [], [], []
+    for size, n in saved_plan.load(path).more():
+        offer, line = _live(f"{provider}:{size}", region)
+        if spot and offer.kind == "cloud":
+            offer, _ = _spot_priced(offer)
+        reqs.append(lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot,
+                                                 region=region))
+        offers.append(offer)
+        if line:
+            mapped.append(line)
+    return reqs, offers, mapped
+
+
 def order(target: str | None, count: str | None, *, plan: Path | None = None, region: str | None = None,
           name: str | None = None, image: str | None = None, ttl: str | None = None, spot: bool = False) -> Order:
     """What `gpuplan provision` would create, from a size and count or a saved plan."""
@@ -92,10 +109,16 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
         offer, line = _spot_priced(offer)
         notes.append(line)
     req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
-    from_image = setup == "image" and not image and n > 1
+    more_offers: list[Offer] = []
+    if plan is not None:
+        more, more_offers, lines = _more(plan, offer.provider, req.region, req.name, spot, ttl_s, image)
+        if more:
+            req = replace(req, more=tuple(more))
+            mapped = "; ".join(x for x in (mapped, *lines) if x)
+    from_image = setup == "image" and not image and n > 1 and not req.more  # the planner mixes only from scratch
     if from_image:
         notes.append(IMAGE_NOTE)
-    return Order(offer, req, from_image, mapped, tuple(notes))
+    return Order(offer, req, from_image, mapped, tuple(notes), tuple(more_offers))
 
 
 def image_order(target: str, region: str | None, name: str | None) -> tuple[Order, str]:
