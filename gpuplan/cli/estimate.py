@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpuplan.errors import UsageError
-from gpuplan.planning import fmt
+from gpuplan.planning import fmt, outcomes
 from gpuplan.planning.outcomes import Code
 
 _FORMATS = ("table", "json", "csv")
@@ -251,6 +251,8 @@ def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
     alike: dict[int, int] = {}
     if show_all:
         return list(est.plans), alike
+    if est.recommended is None:
+        return _folded(est, alike)
     from gpuplan.planning import ranking
 
     eligible = [p for p in est.plans if p.feasible and p.recommendable]
@@ -263,6 +265,31 @@ def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
              min(eligible, key=lambda p: ranking.rank_key(p, "cost"), default=None)]
     keep.update(id(p) for p in named if p is not None)
     return [p for p in est.plans if id(p) in keep], alike
+
+
+def _folded(est, alike: dict[int, int]) -> tuple[list, dict[int, int]]:
+    """Where nothing can be recommended the excluded plans are the answer: the best two per
+    offer, the best three mixes, and each kind of exclusion once (`alike` counts the rest)."""
+    seen: dict[Any, int] = {}
+    reasons: set[tuple] = set()
+    first_of: dict[tuple, object] = {}
+    out = []
+    for p in est.plans:
+        if p.feasible:
+            key = (p.fleet[0][0].name, p.fleet[0][0].market) if len(p.fleet) == 1 else "mix"
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] <= (2 if len(p.fleet) == 1 else 3):
+                out.append(p)
+        else:
+            kind = tuple(outcomes.shown(x).without("offer") for x in p.excluded_by)  # read alike but for the offer's name
+            if kind not in reasons:
+                reasons.add(kind)
+                out.append(p)
+                alike[id(p)] = 0
+                first_of[kind] = p
+            else:
+                alike[id(first_of[kind])] += 1
+    return out, alike
 
 
 def _excluded_line(est) -> str:
@@ -342,8 +369,8 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     if show_all:
         out.append(("head", "Assumptions:"))
         out.extend(("assumption", line) for line in assumptions)
-    else:  # the speeds the pick rests on, then how many more lines --all shows
-        speeds = [line for line in assumptions if line.startswith("speed on ")]
+    else:  # the workload and the speeds the pick rests on; --all shows the rest
+        speeds = [line for line in assumptions if line.startswith(("workload ", "speed on "))]
         out.append(("head", f"Assumptions ({len(assumptions)}; --all lists every one):"))
         out.extend(("assumption", line) for line in speeds)
     return out
