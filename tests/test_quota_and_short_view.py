@@ -91,3 +91,27 @@ def test_frontier_marks_are_on_rows_no_shown_row_dominates(cli):
     for p in front:  # in whole yen as shown: no other frontier plan is as cheap and as fast
         assert not [q for q in front if q is not p and q["cost_jpy"] <= p["cost_jpy"]
                     and q["wall_minutes"] <= p["wall_minutes"]]
+
+
+def test_quotas_read_by_check_are_stored_with_their_date_and_bound_every_estimate(moto_aws, gpuplan_home, cli):
+    import yaml
+
+    cfg = gpuplan_home / "config"
+    cfg.mkdir(parents=True)
+    # moto's Service Quotas does not know EC2: the provider takes the limit from config, as `check` shows
+    (cfg / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": {"quota_vcpus": "64"}}}))
+    r = cli("check", "aws", "--format", "json")
+    assert r.code == 0, r.err
+    data = _json(cli, "--videos", "40", "--deadline", "6h")
+    rec = data["recommended"]
+    assert not (rec["provider"] == "aws" and rec["region"] == "us-east-1" and rec["peak_vcpus"] > 64)
+    east = [p for p in data["plans"] if p["provider"] == "aws" and p["region"] == "us-east-1" and p["machine_groups"]]
+    over = [p for p in east if p["peak_vcpus"] > 64]
+    assert over and all(not p["feasible"] for p in over)
+    read = [x for p in over for x in p["excluded_by"] if x["code"] == "family_quota"]
+    assert read and all(x["limit"] == 64 and x["read_at"][:4].isdigit() for x in read)
+    assert "(read by gpuplan check on " in over[0]["reason"]
+    # known there: no "unknown" line for us-east-1; another region's quota is still unknown
+    assert not [w for p in east for w in p["warned_by"] if w["code"] == "quota_unknown"]
+    tokyo = [p for p in data["plans"] if p["provider"] == "aws" and p["region"] == "ap-northeast-1" and p["feasible"]]
+    assert tokyo and all(any(w["code"] == "quota_unknown" for w in p["warned_by"]) for p in tokyo)

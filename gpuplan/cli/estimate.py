@@ -603,6 +603,11 @@ def register(app: typer.Typer) -> None:
         check_quotas(quotas, cat)
         work = workloads.with_catalog_gpus(work, cat)
         state = _user_state()
+        if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)
+            from dataclasses import replace as with_fields
+
+            quotas = with_fields(quotas, read={(q["provider"], q["region"], q["name"]): (int(q["limit"]), q["read_at"])
+                                               for q in state.quotas()})
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
             release=release, measured_setup=_measured_setup(state, cat), owned=tuple(owned or ()), spot=spot,

@@ -67,6 +67,9 @@ class Quotas:
 
     total: Mapping[str, int] = field(default_factory=dict)
     family: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # read by `gpuplan check` in one region: (provider, region, tier name) -> (vCPUs, date read);
+    # tier "cores" is Azure's Total Regional vCPUs, other names are the catalog's quota families
+    read: Mapping[tuple[str, str, str], tuple[int, str]] = field(default_factory=dict)
 
     def family_limit(self, provider: str, quota_family: str) -> tuple[str, int] | None:
         qf = quota_family.lower()
@@ -770,15 +773,23 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
     if setup_mode == "image" and bw is False:
         peak = max(peak, first.vcpus)
     notes: list[str] = []
+    region = first.region
+    read = {name: v for (p, r, name), v in setting.quotas.read.items() if p == provider and r == region}
     user_total = setting.quotas.total.get(provider)
-    user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family)
+    user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family) or bool(read)
     if user_total is not None and peak > user_total:
         reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=user_total))
+    elif user_total is None and "cores" in read and peak > read["cores"][0]:
+        reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=read["cores"][0],
+                                   read_at=read["cores"][1]))
     for fam, need in by_family.items():
         hit = setting.quotas.family_limit(provider, fam)
         if hit is not None and need > hit[1]:
             reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=hit[0],
                                        limit=hit[1]))
+        elif hit is None and fam in read and need > read[fam][0]:
+            reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=fam,
+                                       limit=read[fam][0], read_at=read[fam][1]))
     if not user_given and facts is not None:
         how = facts.how_to_raise or ""
         if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
@@ -796,7 +807,8 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
     if (facts is not None and user_total is None and facts.default_quota_vcpus is None and facts.quota_name != "none"
             and all(o.kind == "cloud" for o, _ in fleet)):
         for fam, need in by_family.items():  # no limit known for this family: say what it needs
-            if facts.family_quota_vcpus.get(fam) is not None or setting.quotas.family_limit(provider, fam) is not None:
+            if (facts.family_quota_vcpus.get(fam) is not None or setting.quotas.family_limit(provider, fam) is not None
+                    or fam in read):
                 continue
             if facts.quota_name == "servers":  # a server count, not vCPUs (Sakura)
                 need, unit = sum(n for o, n in fleet if o.quota_family == fam), "servers"

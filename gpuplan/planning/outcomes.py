@@ -179,9 +179,11 @@ def _global_batch(f: Mapping[str, Any]) -> str:
 
 _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.DEADLINE: _deadline,
-    Code.QUOTA: lambda f: f"needs {f['vcpus']} vCPUs at once, over your {f['provider']} quota of {f['limit']}",
+    Code.QUOTA: lambda f: (f"needs {f['vcpus']} vCPUs at once, over your {f['provider']} quota of {f['limit']}"
+                           + (f" (read by gpuplan check on {f['read_at'][:10]})" if f.get("read_at") else "")),
     Code.FAMILY_QUOTA: lambda f: (f"needs {f['vcpus']} vCPUs of {f['family']}, over your quota"
-                                  f" {f['provider']}:{f['given_family']}={f['limit']}"),
+                                  f" {f['provider']}:{f['given_family']}={f['limit']}"
+                                  + (f" (read by gpuplan check on {f['read_at'][:10]})" if f.get("read_at") else "")),
     Code.DEFAULT_QUOTA: _default_quota,
     Code.DEFAULT_FAMILY_QUOTA: _default_family_quota,
     Code.QUOTA_UNKNOWN: _quota_unknown,
