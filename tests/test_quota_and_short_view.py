@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def _json(cli, *args):
     r = cli("estimate", *args, "--format", "json")
@@ -115,3 +117,22 @@ def test_quotas_read_by_check_are_stored_with_their_date_and_bound_every_estimat
     assert not [w for p in east for w in p["warned_by"] if w["code"] == "quota_unknown"]
     tokyo = [p for p in data["plans"] if p["provider"] == "aws" and p["region"] == "ap-northeast-1" and p["feasible"]]
     assert tokyo and all(any(w["code"] == "quota_unknown" for w in p["warned_by"]) for p in tokyo)
+
+
+@pytest.mark.parametrize("args", [("--videos", "4", "--as-of", "2017-08", "--objective", "cost"), ("--videos", "4"),
+                                  ("--videos", "1", "--objective", "cost"), ("--videos", "40", "--deadline", "6h")])
+def test_every_plan_the_why_line_names_is_on_screen(cli, args):
+    import re
+
+    r = cli("estimate", *args)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    why = " ".join(line.strip() for line in lines[lines.index(next(x for x in lines if x.startswith("  why: "))):]
+                   if not line.startswith(("  optimal:",)))  # the why line, wrapped or not
+    why = why.split("optimal:")[0]
+    rows = [x for x in lines if re.match(r"^[→· ]  \S", x) and " yes" in x]
+    for fleet, setup in re.findall(r"((?:\d+x [\w.-]+(?: \+ )?)+) from (an image|scratch)", why):
+        mode = "image" if setup == "an image" else "scratch"
+        assert any(re.match(rf"^[→· ]  {re.escape(fleet)} +\S+ \S+ +{mode} ", x) for x in rows), (fleet, mode)
+    for fleet in re.findall(r"over the cheapest, ((?:\d+x [\w.-]+(?: \+ )?)+) \(", why):
+        assert any(re.match(rf"^[→· ]  {re.escape(fleet)} ", x) for x in rows), fleet

@@ -261,8 +261,7 @@ def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
     for p in eligible:  # est.plans is in rank order
         best_of.setdefault(p.provider, p)
     keep.update(id(p) for p in best_of.values())
-    named = [est.recommended, ranking.faster_plan(est.recommended, eligible),
-             min(eligible, key=lambda p: ranking.rank_key(p, "cost"), default=None)]
+    named = [est.recommended, ranking.faster_plan(est.recommended, eligible), *est.named]
     keep.update(id(p) for p in named if p is not None)
     return [p for p in est.plans if id(p) in keep], alike
 

@@ -133,7 +133,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     return Estimate(
         snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
         reason=reason, assumptions=rec.assumptions if rec else (), solver_seconds=time.perf_counter() - started,
-        proven=proven, gap=gap, extra=extra, faster=faster,
+        proven=proven, gap=gap, extra=extra, faster=faster, named=tuple(ranking.named(rec, eligible, choice)),
     )
 
 

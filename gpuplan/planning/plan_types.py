@@ -278,3 +278,4 @@ class Estimate:
     gap: Decimal | int = 0  # at most this much better is possible: yen (objective cost) or seconds (time)
     extra: Mapping[str, str] = field(default_factory=dict)
     faster: str = ""  # one line: a plan that finishes sooner for a little more than the pick ("" where none)
+    named: tuple[Plan, ...] = ()  # the plans the reason names (the cheapest, the ties it lists)

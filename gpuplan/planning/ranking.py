@@ -219,22 +219,43 @@ def why(rec: Plan | None, eligible: list[Plan], choice: Choice, plans: list[Plan
     return f"{head}; {same}: {ties}: {RULES[objective]}" if ties else head
 
 
-def _ties(rec: Plan, eligible: list[Plan], objective: str, lost: tuple[str, ...], tied) -> str:
-    """The plans `tied` with the pick, grouped by the rule of the rank key that decided against them."""
+def tied_groups(rec: Plan, eligible: list[Plan], objective: str, tied) -> dict[int, list[tuple[str, Plan]]]:
+    """The plans `tied` with the pick, by the rule of the rank key that decided against them:
+    rule -> (label, first plan of that label) in rank order."""
     mine = rank_key(rec, objective)
-    by_rule: dict[int, list[str]] = {}
+    by_rule: dict[int, list[tuple[str, Plan]]] = {}
     for p in eligible:
         theirs = rank_key(p, objective)
         if p is rec or not tied(p):
             continue
         rule = next((i for i in (1, 2, 3) if theirs[i] != mine[i]), 4)
         label = f"{p.label} {'from an image' if p.setup == 'image' else 'from scratch'}"
-        by_rule.setdefault(rule, [])
-        if label not in by_rule[rule]:
-            by_rule[rule].append(label)
+        group = by_rule.setdefault(rule, [])
+        if label not in (x for x, _ in group):
+            group.append((label, p))
+    return by_rule
+
+
+def named(rec: Plan | None, eligible: list[Plan], choice: Choice) -> list[Plan]:
+    """Every plan the why line names (the cheapest, the ties it lists): the short view shows them."""
+    if rec is None or not eligible:
+        return []
+    out = [min(eligible, key=lambda p: rank_key(p, "cost"))]
+    if choice.budget is not None:
+        return out
+    if choice.objective == "balanced":
+        groups = tied_groups(rec, eligible, "cost", lambda p: p.cost_jpy == rec.cost_jpy and p.wall_s == rec.wall_s)
+    else:
+        first = rank_key(rec, choice.base)[0]
+        groups = tied_groups(rec, eligible, choice.base, lambda p: rank_key(p, choice.base)[0] == first)
+    return out + [p for group in groups.values() for _, p in group[:3]]
+
+
+def _ties(rec: Plan, eligible: list[Plan], objective: str, lost: tuple[str, ...], tied) -> str:
+    """The plans `tied` with the pick, grouped by the rule of the rank key that decided against them."""
     parts = []
-    for rule in sorted(by_rule):
-        labels = by_rule[rule]
+    for rule, group in sorted(tied_groups(rec, eligible, objective, tied).items()):
+        labels = [label for label, _ in group]
         more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
         why = lost[rule - 1] if rule < 4 else "equal on every rule, listed after it"
         parts.append(f"{', '.join(labels[:3])}{more} ({why})")
