@@ -368,8 +368,8 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     if show_all:
         out.append(("head", "Assumptions:"))
         out.extend(("assumption", line) for line in assumptions)
-    else:  # the workload and the speeds the pick rests on; --all shows the rest
-        speeds = [line for line in assumptions if line.startswith(("workload ", "speed on "))]
+    else:  # the workload, the speeds and the exchange rate the pick rests on; --all shows the rest
+        speeds = [line for line in assumptions if line.startswith(("workload ", "speed on ", "FX "))]
         out.append(("head", f"Assumptions ({len(assumptions)}; --all lists every one):"))
         out.extend(("assumption", line) for line in speeds)
     return out
