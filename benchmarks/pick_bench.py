@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python benchmarks/pick_bench.py
 Prints, per case, the cheapest plan (--objective cost) and the default pick (the fastest within
---cost-slack 3 % of the cheapest, then 2 % more where that halves the wall and saves 2 h): fleet,
+--cost-slack 3 % of the cheapest, or the cheapest within 5 % of its wall; then 2 % more where that
+halves the wall and saves 2 h): fleet,
 yen, wall; what the pick costs more and how much sooner it finishes; the largest fleet it
 starts; whether any feasible plan at most 2 % dearer than the pick finishes in half its wall
 time and 2 h sooner (it must be none); and the estimate's own time.

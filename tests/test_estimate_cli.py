@@ -40,7 +40,7 @@ def test_golden_example_json(cli):
     assert (two["cost_jpy"], two["wall_minutes"]) == (826, 300)
     # issue 19: the default pick states its rule (the fastest within 3 % of the cheapest: the cheapest here);
     # --objective cost states how ties on cost break
-    assert data["reason"].startswith("the cheapest (¥826, 3:00 h), none within 3 % faster; rule: the fastest within 3 %")
+    assert data["reason"].startswith("the cheapest (¥826, 3:00 h); rule: fastest within 3 % of the cheapest")
     strict = _json(cli, "--videos", "4", "--as-of", "2017-08", "--objective", "cost")["reason"]
     assert "ties on cost break on wall time, then on fewer warnings, then on fewer machines" in strict
     assert "1x Standard_NC6 from scratch" in strict and "2x Standard_NC6 from an image" in strict
@@ -63,7 +63,7 @@ def test_golden_example_table(cli):
     assert "3:30 h" in nc24_row and "¥1,285" in nc24_row and "warning: quota" in nc24_row
     assert "Recommended: 4x Standard_NC6 azure westus2, from an image: ¥826, wall 3:00 h, billed 9:00 h" in r.out
     assert "breakdown: setup ¥91.80, jobs ¥734.40 (total ¥826.20 → ¥826)" in r.out
-    assert "why: the cheapest (¥826, 3:00 h), none within 3 % faster; rule: the fastest within 3 %" in r.out
+    assert "why: the cheapest (¥826, 3:00 h); rule: fastest within 3 % of the cheapest" in r.out
     # the short view (issue 19) lists the assumptions with --all
     r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--all")
     assert "Assumptions:" in r.out and "setup 60 min on azure" in r.out

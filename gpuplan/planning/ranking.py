@@ -30,13 +30,14 @@ OBJECTIVES = ("balanced", "cost", "time")
 DEFAULT_SLACK = Decimal("0.03")  # the default pick: the fastest plan within 3 % of the cheapest
 TRADE_COST = Decimal("0.02")  # then a plan at most 2 % dearer is taken where it halves the wall time
 TRADE_SAVES_S = 7200  # and finishes at least 2 h sooner
+WALL_SLACK_PCT = 5  # within the cost slack, a plan this much slower than the fastest is as good, if cheaper
 FASTER_SHARE = Decimal("0.10")  # "for +¥N, a faster plan": only where it is at most 10 % dearer
 
 
 @dataclass(frozen=True)
 class Choice:
     """How the pick is made. objective "balanced" (the default): the fastest plan costing at most
-    cost_slack more than the cheapest, then, while one exists, a plan at most 2 % dearer that
+    cost_slack more than the cheapest (or the cheapest of those within 5 % of its wall time), then, while one exists, a plan at most 2 % dearer that
     finishes in half the wall time and at least 2 h sooner; "cost": strictly the cheapest; "time":
     the fastest. budget (yen): only plans costing at most it, the fastest of them."""
 
@@ -92,7 +93,11 @@ def choose(plans: list[Plan], choice: Choice) -> tuple[Plan | None, list[Plan]]:
         within = [p for p in eligible if p.cost <= choice.budget]
         return (within[0] if within else None), eligible
     limit = rec.cost * (1 + choice.cost_slack)
-    best = min((p for p in eligible if p.cost <= limit), key=lambda p: rank_key(p, "time"))
+    near = [p for p in eligible if p.cost <= limit]
+    fastest = min(near, key=lambda p: rank_key(p, "time"))
+    # minutes are not worth yen: the cheapest of those within 5 % of the fastest's wall time
+    best = min((p for p in near if p.wall_s * 100 <= fastest.wall_s * (100 + WALL_SLACK_PCT)),
+               key=lambda p: rank_key(p, "cost"))
     while True:
         better = [q for q in eligible if q.cost <= best.cost * (1 + TRADE_COST) and 2 * q.wall_s <= best.wall_s
                   and best.wall_s - q.wall_s >= TRADE_SAVES_S]
@@ -266,13 +271,12 @@ def balanced_why(rec: Plan, eligible: list[Plan], choice: Choice) -> str:
     """The default rule in words, with the figures that applied it."""
     cheapest = min(eligible, key=lambda p: rank_key(p, "cost"))
     slack = f"{choice.cost_slack * 100:f}".rstrip("0").rstrip(".")
-    rule = f"rule: the fastest within {slack} % of the cheapest (--cost-slack); --objective cost: the cheapest"
+    rule = f"rule: fastest within {slack} % of the cheapest, or cheaper within 5 % of its wall; --objective cost: cheapest"
     lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
     ties = _ties(rec, eligible, "cost", lost, lambda p: p.cost_jpy == rec.cost_jpy and p.wall_s == rec.wall_s)
     ties = f"; also {fmt.yen(rec.cost)} and {fmt.duration(rec.wall_s)}: {ties}" if ties else ""
     if rec is cheapest or (rec.cost_jpy == cheapest.cost_jpy and rec.wall_s <= cheapest.wall_s):
-        return (f"the cheapest ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}), none within {slack} % faster{ties};"
-                f" {rule}")
+        return f"the cheapest ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}){ties}; {rule}"
     if rec.cost > cheapest.cost * (1 + choice.cost_slack):
         rule += "; 2 % more again where that halves the wall time and saves 2 h"
     more = rec.cost - cheapest.cost
