@@ -37,9 +37,10 @@ FASTER_SHARE = Decimal("0.10")  # "for +¥N, a faster plan": only where it is at
 @dataclass(frozen=True)
 class Choice:
     """How the pick is made. objective "balanced" (the default): the fastest plan costing at most
-    cost_slack more than the cheapest (or the cheapest of those within 5 % of its wall time), then, while one exists, a plan at most 2 % dearer that
-    finishes in half the wall time and at least 2 h sooner; "cost": strictly the cheapest; "time":
-    the fastest. budget (yen): only plans costing at most it, the fastest of them."""
+    cost_slack more than the cheapest (or the cheapest of those within 5 % of its wall time),
+    then, while one exists, a plan at most 2 % dearer that finishes in half the wall time and at
+    least 2 h sooner; "cost": strictly the cheapest; "time": the fastest. budget (yen): only
+    plans costing at most it, the fastest of them."""
 
     objective: str = "balanced"
     cost_slack: Decimal = DEFAULT_SLACK
