@@ -203,7 +203,7 @@ def why(rec: Plan | None, eligible: list[Plan], choice: Choice, plans: list[Plan
     objective = choice.base
     if rec is None:
         if choice.budget is not None and eligible:
-            cheapest = eligible and min(eligible, key=lambda p: rank_key(p, "cost"))
+            cheapest = min(eligible, key=lambda p: rank_key(p, "cost"))
             return (f"no plan within the budget {fmt.yen(choice.budget)}: the cheapest, {cheapest.label}"
                     f" {cheapest.provider} {cheapest.region}, costs {fmt.yen(cheapest.cost)}; give --budget"
                     f" {cheapest.cost_jpy} or more")
