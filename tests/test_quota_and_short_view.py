@@ -136,3 +136,20 @@ def test_every_plan_the_why_line_names_is_on_screen(cli, args):
         assert any(re.match(rf"^[→· ]  {re.escape(fleet)} +\S+ \S+ +{mode} ", x) for x in rows), (fleet, mode)
     for fleet in re.findall(r"over the cheapest, ((?:\d+x [\w.-]+(?: \+ )?)+) \(", why):
         assert any(re.match(rf"^[→· ]  {re.escape(fleet)} ", x) for x in rows), fleet
+
+
+def test_a_pick_on_the_generic_speed_table_names_the_measurement_that_would_settle_it(cli, tmp_path):
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())  # the line may wrap
+    assert ("speed: A10G from the generic cnn-train table, not measured for colorize-hd (field report A: such a figure"
+            " put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: `gpuplan provision aws:g5.xlarge x1"
+            " --name bench`, `gpuplan bench colorize --cluster bench --out g5-xlarge.yaml`, then `--profile"
+            " g5-xlarge.yaml`") in text
+    # report A's pick runs on the reference GPU the workload was timed on: nothing to settle
+    assert "speed: " not in cli("estimate", "--videos", "4", "--as-of", "2017-08").out
+    # a workload bench cannot run: time one job on that GPU
+    f = tmp_path / "w.yaml"
+    f.write_text("name: mine\nreference_gpu: T4\njobs:\n  - {count: 3, minutes: 30}\n")
+    out = " ".join(cli("estimate", "--workload", str(f), "--provider", "aws").out.split())
+    assert "not measured for mine" in out and "time one job on one A10G and give it as `speed:` in the workload" in out

@@ -351,6 +351,9 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     if est.faster:
         out.append(("line", f"faster: {est.faster}"))
     out.append(("line", f"optimal: {_proof(est)}"))
+    speed = _speed_line(est)
+    if speed:
+        out.append(("line", speed))
     notes = [f"note: {line}" for key, line in est.extra.items() if show_all or key != "skipped_mixes"]  # routine: --all, JSON
     shown = {id(p) for p in _visible(est, show_all)[0]}
     notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible and id(p) in shown]
@@ -373,6 +376,25 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
         out.append(("head", f"Assumptions ({len(assumptions)}; --all lists every one):"))
         out.extend(("assumption", line) for line in speeds)
     return out
+
+
+def _speed_line(est) -> str:
+    """Where the pick's speed is the generic table's, not measured for this workload: which GPU,
+    what such figures have been off by, and the measurement that would settle it."""
+    from gpuplan.planning import workloads
+
+    w, rec = est.workload, est.recommended
+    generic = [o for o, _ in rec.fleet if o.gpu not in w.speed and o.gpu != w.reference_gpu]
+    if not generic or w.streams is not None:
+        return ""
+    o = generic[0]
+    job = workloads.bench_job(w.name)
+    slug = o.name.lower().replace(".", "-").replace("_", "-")
+    how = (f"`gpuplan provision {o.provider}:{o.name} x1 --name bench`, `gpuplan bench {job} --cluster bench --out"
+           f" {slug}.yaml`, then `--profile {slug}.yaml`" if job else
+           f"time one job on one {o.gpu} and give it as `speed:` in the workload")
+    return (f"speed: {o.gpu} from the generic {w.kind} table, not measured for {w.name} (field report A: such a figure"
+            f" put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: {how}")
 
 
 def work_size(work) -> str:
