@@ -122,3 +122,17 @@ def test_no_pick_needs_more_machines_than_provision_makes(cli, videos):
     over = [row for row in rows if int(row["count"]) > 1000]
     assert over and all(row["feasible"] == "false" and "provision_limit" in row["codes"].split() for row in over)
     assert "machines: `gpuplan provision` makes at most 1,000 per cluster" in over[0]["reason"]
+
+
+def test_owned_machines_are_planned_several_at_once(cli):
+    # four owned boxes: a four-box plan (main planned at most one owned machine)
+    data = _estimate(cli, "--videos", "4", "--owned", "onprem-1080ti=4")
+    rec = data["recommended"]
+    assert (rec["instance_type"], rec["count"], rec["wall_minutes"]) == ("gtx1080ti-workstation", 4, 120)
+    one = _estimate(cli, "--videos", "4", "--owned", "onprem-1080ti")["recommended"]
+    assert (one["instance_type"], one["count"], one["wall_minutes"]) == ("gtx1080ti-workstation", 1, 480)
+    owned = [p for p in data["plans"] if p["instance_type"] == "gtx1080ti-workstation" and p["feasible"]]
+    assert max(p["count"] for p in owned) == 4
+    for bad in ("onprem-1080ti=0", "onprem-1080ti=many", "=3"):
+        r = cli("estimate", "--videos", "4", "--owned", bad)
+        assert r.code == 2 and f"bad --owned {bad!r}" in r.err and "Traceback" not in r.err

@@ -39,6 +39,26 @@ def parse_quotas(values: list[str]):
     return Quotas(total=total, family=family)
 
 
+def parse_owned(values: list[str]) -> tuple[list[str], dict[str, int]]:
+    """--owned NAME or NAME=N (you have N of them): the names, and the counts by lower-case name."""
+    from gpuplan.planning.units import parse_count
+
+    names, counts = [], {}
+    for text in values:
+        name, sep, num = text.partition("=")
+        name = name.strip()
+        if not name:
+            raise UsageError(f"bad --owned {text!r}: name the offer, as onprem-1080ti or onprem-1080ti=4")
+        if sep:
+            try:
+                counts[name.lower()] = parse_count(num.strip())
+            except UsageError:
+                raise UsageError(f"bad --owned {text!r}: after = give how many you have, 1 to 1,000"
+                                 " (onprem-1080ti=4)") from None
+        names.append(name)
+    return names, counts
+
+
 def parse_slack(text: str) -> Decimal:
     """--cost-slack: "3%", "3" or "0.5 %" -> Decimal("0.03"); 0 to 100 %."""
     raw = text.strip().removesuffix("%").strip()
@@ -585,7 +605,7 @@ def register(app: typer.Typer) -> None:
         out_format: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
         save: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
         profile: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
-        owned: Annotated[Optional[list[str]], typer.Option(metavar="OFFER", help="Hardware you already own or rent by the month (offer name); it may then be recommended.")] = None,
+        owned: Annotated[Optional[list[str]], typer.Option(metavar="OFFER[=N]", help="Hardware you already own or rent by the month (offer name; =N: you have N of them, planned at once); it may then be recommended.")] = None,
         show_all: Annotated[bool, typer.Option("--all", help="List every candidate plan.")] = False,
         release: Annotated[str, typer.Option(metavar="when-done|at-end", help="Release each machine when its own jobs end (when-done), or every machine when the last job ends (at-end).")] = "when-done",
         plot: Annotated[Optional[Path], typer.Option(metavar="FILE.svg|png", help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
@@ -623,6 +643,7 @@ def register(app: typer.Typer) -> None:
             print(note, file=sys.stderr)
         check_quotas(quotas, cat)
         work = workloads.with_catalog_gpus(work, cat)
+        owned, owned_count = parse_owned(owned or [])
         state = _user_state()
         if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)
             from dataclasses import replace as with_fields
@@ -631,7 +652,8 @@ def register(app: typer.Typer) -> None:
                                                for q in state.quotas()})
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
-            release=release, measured_setup=_measured_setup(state, cat), owned=tuple(owned or ()), spot=spot,
+            release=release, measured_setup=_measured_setup(state, cat), owned=tuple(owned), owned_count=owned_count,
+            spot=spot,
         )
         if owned:
             known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}

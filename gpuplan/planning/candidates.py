@@ -368,7 +368,7 @@ class Planner:
                 plans.append(model.infeasible_plan(w, s, offer, 1, "scratch", k, exc.outcome))
                 continue
             slots = offer.gpu_count * k
-            nmax = 1 if owned else -(-nj // slots)
+            nmax = min(model.owned_machines(offer, s), -(-nj // slots)) if owned else -(-nj // slots)
             extra = []
             if s.deadline_s is not None:
                 factor, _ = model.job_factor(w, offer, s.catalog.gpus, k, min(offer.gpu_count, _ceil_div(nj, k)))
@@ -468,9 +468,10 @@ class Planner:
         per_machine = offer.gpu_count * k
         n = _ceil_div(st.count, per_machine)
         owned = offer.kind in ("owned", "monthly")
-        if owned and n > 1:
+        have = model.owned_machines(offer, s)
+        if owned and n > have:
             return [model.infeasible_plan(w, s, offer, n, "scratch", k, outcomes.of(
-                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=1))]
+                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=have))]
         loads = model.Loads(offer, [st.duration_s], [n],
                             [tuple(tuple(self.names[i * per_machine:(i + 1) * per_machine]) for i in range(n))])
         notes = [why, f"{st.count} streams x {model.number_text(st.fps)} fps for {fmt.duration(st.duration_s)}: every machine is"
@@ -485,7 +486,8 @@ class Planner:
         link = s.catalog.link(offer)
         owned = offer.kind in ("owned", "monthly")
         plans = []
-        for n in ([1] if owned else [1, 2, 4, 8, 16]):
+        have = model.owned_machines(offer, s)
+        for n in ([n for n in (1, 2, 4, 8, 16) if n <= have] if owned else [1, 2, 4, 8, 16]):
             try:
                 up, why_up = model.dp_speedup(w, offer, n, sp, link)
             except Infeasible as exc:

@@ -91,6 +91,7 @@ class Setting:
     release: str = "when-done"  # or "at-end"
     measured_setup: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     owned: tuple[str, ...] = ()
+    owned_count: Mapping[str, int] = field(default_factory=dict)  # owned name (lower case) -> machines you have
     spot: bool = False  # plan on the catalog's spot rows too (--spot): only then may a spot plan be recommended
 
 
@@ -722,6 +723,12 @@ def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:
     """Did the user say they have this machine (--owned, or the workload's owned list)?"""
     mine = {n.lower() for n in setting.owned + workload.owned}
     return offer.name.lower() in mine or any(a.lower() in mine for a in offer.aliases)
+
+
+def owned_machines(offer: Offer, setting: Setting) -> int:
+    """How many machines of an owned (or monthly) offer there are to plan on: as said with
+    `--owned NAME=N`, else one."""
+    return max((setting.owned_count.get(n.lower(), 1) for n in (offer.name, *offer.aliases)), default=1)
 
 
 def month_price(offer: Offer, setting: Setting) -> Decimal:
