@@ -379,8 +379,13 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible and id(p) in shown]
     out.extend(("line", line) for line in dict.fromkeys(notes))
     out.extend(("warning", w) for w in dict.fromkeys(rec.warnings))
-    raise_it = {w.get("provider"): w.get("how_to_raise") for w in rec.warned_by if w.code in _QUOTA_CODES}
-    out.extend(("line", f"to raise a quota on {prov}: {how}") for prov, how in raise_it.items() if how)
+    raise_it: dict[str, str] = {}
+    for w in rec.warned_by:  # the provider's how-to, its blanks filled with what this plan needs
+        if w.code in _QUOTA_CODES and w.get("how_to_raise") and w.get("provider") not in raise_it:
+            need = w.get("vcpus", w.get("need"))
+            raise_it[w.get("provider")] = (w.get("how_to_raise").replace("<vCPUs>", str(need))
+                                           .replace("<region>", rec.region).replace("<family>", w.get("family", "<family>")))
+    out.extend(("line", f"to raise a quota on {prov}: {how}") for prov, how in raise_it.items())
     if not show_all:
         excluded = _excluded_line(est)
         if excluded:

@@ -280,8 +280,9 @@ def balanced_why(rec: Plan, eligible: list[Plan], choice: Choice) -> str:
         return f"the cheapest ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}){ties}; {rule}"
     if rec.cost > cheapest.cost * (1 + choice.cost_slack):
         rule += "; 2 % more again where that halves the wall time and saves 2 h"
-    more = rec.cost - cheapest.cost
-    return (f"+{fmt.yen(more)} ({more / cheapest.cost * 100:.1f} %) over the cheapest, {cheapest.label}"
+    more = Decimal(rec.cost_jpy - cheapest.cost_jpy)  # in whole yen, as both are shown
+    share = more / cheapest.cost * 100 if cheapest.cost else Decimal(0)
+    return (f"+{fmt.yen(more)} ({share:.1f} %) over the cheapest, {cheapest.label}"
             f" ({fmt.yen(cheapest.cost)}, {fmt.duration(cheapest.wall_s)}){ties}; {rule}")
 
 
