@@ -26,6 +26,7 @@ from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Plan, Workload
 from gpuplan.planning.scheduling import Schedule, longest_first, schedule, solve_exactly
 from gpuplan.planning.types import Offer
+from gpuplan.planning.units import MAX_MACHINES
 
 LPT, SWAPS, EXACT = 0, 1, 2  # how hard a candidate's schedule is sought: greedy, improved, exactly solved
 
@@ -378,7 +379,7 @@ class Planner:
                 plans.append(model.infeasible_plan(w, s, offer, 1, "scratch", k, exc.outcome))
                 continue
             slots = offer.gpu_count * k
-            nmax = 1 if owned else -(-nj // slots)
+            nmax = min(model.owned_machines(offer, s), -(-nj // slots)) if owned else -(-nj // slots)
             extra = []
             if s.deadline_s is not None:
                 factor, _ = model.job_factor(w, offer, s.catalog.gpus, k, min(offer.gpu_count, _ceil_div(nj, k)))
@@ -387,6 +388,8 @@ class Planner:
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:
                         extra.append(_ceil_div(total, room * slots))
+            if nmax >= MAX_MACHINES:  # the largest fleet provision makes, its image builder included
+                extra.append(MAX_MACHINES - 1)
             modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0 and not model.image_problem([offer], s)
             for n in _counts(nmax, extra):
                 busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))
@@ -476,9 +479,10 @@ class Planner:
         per_machine = offer.gpu_count * k
         n = _ceil_div(st.count, per_machine)
         owned = offer.kind in model.ONE_MACHINE_KINDS  # a DOK task queue is one machine too (issue 22)
-        if owned and n > 1:
+        have = model.owned_machines(offer, s) if offer.kind in ("owned", "monthly") else 1
+        if owned and n > have:
             return [model.infeasible_plan(w, s, offer, n, "scratch", k, outcomes.of(
-                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=1,
+                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=have,
                 task=offer.kind == "task"))]
         loads = model.Loads(offer, [st.duration_s], [n],
                             [tuple(tuple(self.names[i * per_machine:(i + 1) * per_machine]) for i in range(n))])
@@ -494,7 +498,8 @@ class Planner:
         link = s.catalog.link(offer)
         owned = offer.kind in model.ONE_MACHINE_KINDS  # a DOK task queue is one machine too (issue 22)
         plans = []
-        for n in ([1] if owned else [1, 2, 4, 8, 16]):
+        have = model.owned_machines(offer, s)
+        for n in ([n for n in (1, 2, 4, 8, 16) if n <= have] if owned else [1, 2, 4, 8, 16]):
             try:
                 up, why_up = model.dp_speedup(w, offer, n, sp, link)
             except Infeasible as exc:

@@ -51,11 +51,14 @@ from gpuplan.planning import billing, fmt, outcomes
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
+from gpuplan.planning.units import MAX_MACHINES
 
 if TYPE_CHECKING:
     from gpuplan.planning.catalog import Catalog
 
 HOUR = Decimal(3600)
+# quota codes as providers name them (catalog providers.csv notes: AWS Service Quotas codes)
+QUOTA_NAMES = {"L-DB2E81BA": "Running On-Demand G and VT instances", "L-417A185B": "Running On-Demand P instances"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class Quotas:
 
     total: Mapping[str, int] = field(default_factory=dict)
     family: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # read by `gpuplan check` in one region: (provider, region, tier name) -> (vCPUs, date read);
+    # tier "cores" is Azure's Total Regional vCPUs, other names are the catalog's quota families
+    read: Mapping[tuple[str, str, str], tuple[int, str]] = field(default_factory=dict)
 
     def family_limit(self, provider: str, quota_family: str) -> tuple[str, int] | None:
         qf = quota_family.lower()
@@ -87,6 +93,7 @@ class Setting:
     # the `ray` playbook's measured seconds (run engine install) per (provider, machine type)
     measured_engine: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     owned: tuple[str, ...] = ()
+    owned_count: Mapping[str, int] = field(default_factory=dict)  # owned name (lower case) -> machines you have
     spot: bool = False  # plan on the catalog's spot rows too (--spot): only then may a spot plan be recommended
 
 
@@ -702,6 +709,9 @@ def make_plan(
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warned)
     if setting.deadline_s is not None and wall > setting.deadline_s:
         reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
+    started = sum(sum(m.counts) for m in machines)
+    if started > MAX_MACHINES and all(o.kind == "cloud" for o, _ in fleet):
+        reasons.append(outcomes.of(Code.PROVISION_LIMIT, machines=started, limit=MAX_MACHINES))
     no_image = image_problem([first], setting)
     if no_image and setup_mode == "scratch":
         time_notes.append(f"{outcomes.render(no_image)}: every machine runs setup")
@@ -716,6 +726,7 @@ def make_plan(
         rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
         warned.append(outcomes.of(Code.SPOT, offer=o.name, rule=rule))
         time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
+    warned.sort(key=lambda w: w.code is Code.QUOTA_UNKNOWN)  # what is known first
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
     if spot and not setting.spot:
@@ -744,6 +755,12 @@ def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:
     """Did the user say they have this machine (--owned, or the workload's owned list)?"""
     mine = {n.lower() for n in setting.owned + workload.owned}
     return offer.name.lower() in mine or any(a.lower() in mine for a in offer.aliases)
+
+
+def owned_machines(offer: Offer, setting: Setting) -> int:
+    """How many machines of an owned (or monthly) offer there are to plan on: as said with
+    `--owned NAME=N`, else one."""
+    return max((setting.owned_count.get(n.lower(), 1) for n in (offer.name, *offer.aliases)), default=1)
 
 
 def month_price(offer: Offer, setting: Setting) -> Decimal:
@@ -795,15 +812,23 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
     if setup_mode == "image" and bw is False:
         peak = max(peak, first.vcpus)
     notes: list[str] = []
+    region = first.region
+    read = {name: v for (p, r, name), v in setting.quotas.read.items() if p == provider and r == region}
     user_total = setting.quotas.total.get(provider)
-    user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family)
+    user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family) or bool(read)
     if user_total is not None and peak > user_total:
         reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=user_total))
+    elif user_total is None and "cores" in read and peak > read["cores"][0]:
+        reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=read["cores"][0],
+                                   read_at=read["cores"][1]))
     for fam, need in by_family.items():
         hit = setting.quotas.family_limit(provider, fam)
         if hit is not None and need > hit[1]:
             reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=hit[0],
                                        limit=hit[1]))
+        elif hit is None and fam in read and need > read[fam][0]:
+            reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=fam,
+                                       limit=read[fam][0], read_at=read[fam][1]))
     if not user_given and facts is not None:
         how = facts.how_to_raise or ""
         if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
@@ -813,11 +838,24 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
             default = facts.family_quota_vcpus.get(fam)
             if fam and default is not None and need > default and not (default == facts.default_quota_vcpus and peak > default):
                 warnings.append(outcomes.of(Code.DEFAULT_FAMILY_QUOTA, vcpus=need, family=fam, limit=default,
-                                            how_to_raise=how))
+                                            how_to_raise=how, provider=provider))
         if facts.default_quota_vcpus is not None or facts.family_quota_vcpus:
             notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} vCPUs total"
                          + "".join(f", {f} {v}" for f, v in facts.family_quota_vcpus.items() if f in by_family)
                          + f" ({facts.source})")
+    if (facts is not None and user_total is None and facts.default_quota_vcpus is None and facts.quota_name != "none"
+            and all(o.kind == "cloud" for o, _ in fleet)):
+        for fam, need in by_family.items():  # no limit known for this family: say what it needs
+            if (facts.family_quota_vcpus.get(fam) is not None or setting.quotas.family_limit(provider, fam) is not None
+                    or fam in read):
+                continue
+            if facts.quota_name == "servers":  # a server count, not vCPUs (Sakura)
+                need, unit = sum(n for o, n in fleet if o.quota_family == fam), "servers"
+            else:
+                unit = "vCPUs"
+            warnings.append(outcomes.of(Code.QUOTA_UNKNOWN, provider=provider, family=fam or facts.quota_name,
+                                        name=QUOTA_NAMES.get(fam, ""), need=need, unit=unit,
+                                        how_to_raise=facts.how_to_raise or ""))
     return peak, notes
 
 

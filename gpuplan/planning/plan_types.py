@@ -277,3 +277,5 @@ class Estimate:
     proven: bool = True  # no schedule of any candidate fleet beats the recommendation by more than the gap
     gap: Decimal | int = 0  # at most this much better is possible: yen (objective cost) or seconds (time)
     extra: Mapping[str, str] = field(default_factory=dict)
+    faster: str = ""  # one line: a plan that finishes sooner for a little more than the pick ("" where none)
+    named: tuple[Plan, ...] = ()  # the plans the reason names (the cheapest, the ties it lists)
