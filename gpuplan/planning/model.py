@@ -333,29 +333,49 @@ GBIT = Decimal(10) ** 9
 
 
 def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Offer, link) -> tuple[Decimal, str]:
-    """One step's ring allreduce of `grad_bytes`: each of p participants sends 2L(p-1)/p bytes.
+    """One step's allreduce of `grad_bytes` = L, from the link's measured figures.
 
     Over several machines, one process per machine talks on the network (hierarchical, report
-    B: p = machines) and the link's effective share counts the whole allreduce, the reduce and
-    broadcast inside each machine included (as report B measured it). On one machine of g > 1
-    GPUs: a ring over its GPU link. Raises Infeasible where the catalog has no such figure."""
+    B: p = machines): a ring in which each sends 2L(p-1)/p bytes at the link's point-to-point
+    bandwidth (line rate x its measured share). Where the link names an in-node pass bandwidth
+    (a host-staged collective, report B), every machine also passes L through it: NCCL reduce and
+    broadcast inside the machine (when it has several GPUs) and a device-to-host and a host-to-
+    device copy around the network exchange; a single machine of such a link pays those passes
+    too (the same communicator, report B). Otherwise, on one machine of g > 1 GPUs: a ring over
+    its GPU link. Raises Infeasible where the catalog has no such figure."""
     g, n = gpus_per_node, nodes
+    passes_gbps = link.in_node_pass_gbps if link is not None else None
+    parts: list[str] = []
+    seconds = Decimal(0)
     if n > 1:
         if link is None or link.inter_node_gbps is None:
             raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="machines"))
         p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
         over = f"{n} machines"
-    elif g > 1:
+    elif g > 1 and passes_gbps is None:
         if link is None or link.intra_node_gbps is None:
             raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="gpus"))
         p, gbps, eff, what = g, link.intra_node_gbps, link.intra_node_effective, link.intra_node_link
         over = f"{g} GPUs of one machine"
+    elif g > 1:
+        p = 1
     else:
         return Decimal(0), "one GPU: no allreduce"
-    volume = Decimal(2 * grad_bytes * (p - 1)) / p
-    seconds = volume * 8 / (gbps * GBIT * eff)
-    return seconds, (f"ring allreduce over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB per step at {gbps} Gbit/s"
-                     f" x {eff} effective ({what}; {link.source}) = {number_text(seconds)} s")
+    if p > 1:
+        volume = Decimal(2 * grad_bytes * (p - 1)) / p
+        ring = volume * 8 / (gbps * GBIT * eff)
+        seconds += ring
+        parts.append(f"ring over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB at {gbps} Gbit/s x {eff}"
+                     f" ({what}) = {number_text(ring)} s")
+    if passes_gbps is not None:
+        # NCCL reduce + broadcast inside the machine where it has several GPUs; the two host copies
+        # wherever the exchange is staged through host memory (one machine of this link included)
+        passes = (2 if g > 1 else 0) + 2
+        staged = Decimal(passes * grad_bytes * 8) / (passes_gbps * GBIT)
+        seconds += staged
+        named = "reduce, device-to-host, host-to-device, broadcast" if g > 1 else "device-to-host, host-to-device"
+        parts.append(f"{passes} in-node passes of L ({named}) at {passes_gbps} Gbit/s = {number_text(staged)} s")
+    return seconds, " + ".join(parts) + f" ({link.source})"
 
 
 def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Decimal, link=None) -> tuple[Decimal, str]:
