@@ -142,6 +142,62 @@ def test_report_c_three_clips_two_per_gpu_the_third_runs_alone_at_full_speed():
     assert any("fewer left run at the efficiency for their count" in a for a in two.assumptions)
 
 
+def _yolo_clips(count: int, frames: int = 1000, memory_gib: str | None = None):
+    """The built-in yolo-fhd (report C's 0.147591 s per frame alone, its efficiencies and start-up
+    factor) over `count` clips of `frames` frames. Report C's F is not given: both its times imply
+    about 990 frames (440 / 3 / 0.147591; 307 x 0.57 / 1.2 / 0.147591), so 1,000 is used."""
+    from dataclasses import replace
+
+    from gpuplan.planning.plan_types import Job
+
+    work = workloads.load("yolo-fhd")
+    jobs = tuple(Job(f"clip{i + 1}", Decimal(frames)) for i in range(count))
+    return replace(work, jobs=jobs, **({"memory_gib": Decimal(memory_gib)} if memory_gib else {}))
+
+
+def test_report_c_307_s_packed_and_440_s_one_by_one_come_from_its_figures():
+    o, cat = _gtx1080()
+    work = workloads.load("yolo-fhd")
+    assert (work.unit, work.seconds_per_unit, work.reference_gpu) == ("frame", Decimal("0.147591"), "GTX 1080")
+    # one recorded hour at 30 fps: 108,000 frames x 0.147591 s = 15,939.8 s = 265.7 min alone (not 40 min)
+    assert work.job_seconds(work.jobs[0]) == Decimal("15939.828")
+    # three clips at 25 % each (2.0 GiB + 0.3 GiB context: three fit the 8 GiB card)
+    plans = optimizer.estimate(_yolo_clips(3, memory_gib="2.3"), Setting(catalog=cat), mixes=False).plans
+    three = next(p for p in plans if p.per_gpu == 3 and p.count == 1)
+    alone = next(p for p in plans if p.per_gpu == 1 and p.count == 1)
+    # packed: 0.147591 / 0.57 x 1,000 x 1.2 = 310.7 -> 311 s (report C: about 307 s)
+    assert three.feasible and three.wall_s == 311 and _near(three.wall_s, 307, "0.02")
+    # one after another: 0.147591 x 3 x 1,000 = 442.8 -> 443 s (report C: about 440 s); packing wins by 30 %
+    assert alone.wall_s == 443 and _near(alone.wall_s, 440, "0.01")
+    two = next(p for p in plans if p.per_gpu == 2 and p.count == 1)
+    # two packed (0.147591 / 0.7155 x 1.2 = 0.2475 s per frame each) for 247.5 s, the third alone 147.6 s
+    assert two.wall_s == 396
+
+
+def test_report_c_three_streams_at_30_percent_do_not_start():
+    o, cat = _gtx1080()
+    plans = optimizer.estimate(_yolo_clips(3), Setting(catalog=cat), mixes=False).plans
+    three = next(p for p in plans if p.per_gpu == 3)
+    # 3 x 2.7 GiB (30 % of the card + context) = 8.1 GiB > 8 GiB: refused, as report C found; two fit
+    assert not three.feasible and three.excluded_by[0].code is Code.PACKING
+    assert three.excluded_by[0].get("why") == "memory"
+    assert any(p.feasible and p.per_gpu == 2 for p in plans)
+
+
+def test_report_c_real_time_still_needs_work():
+    import yaml
+
+    data = yaml.safe_load((workloads._root() / "yolo-fhd.yaml").read_text())
+    data.pop("jobs")
+    data["streams"] = {"count": 8, "fps": 30, "hours": 1}
+    o, cat = _gtx1080()
+    est = optimizer.estimate(workloads.from_dict(data, "yolo-fhd as live cameras"), Setting(catalog=cat))
+    # report C: one hour of video within one hour "still needs work": 0.147591 s per frame, 30 fps needs 0.0333 s
+    assert est.recommended is None
+    assert est.plans[0].reason == ("real time out of reach on a GTX 1080: one stream alone takes 147.591 ms per frame,"
+                                   " 30 fps needs at most 33.333 ms: 4.43x too slow")
+
+
 def test_packing_on_a_gpu_it_was_not_measured_on_is_not_planned():
     t4 = sp.offer(name="t4", gpu="T4", memory="16", price="3600", granularity=1, minimum=0)
     cat = sp.catalog([t4], {"azure": sp.facts(setup_min=0)})
