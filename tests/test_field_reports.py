@@ -43,7 +43,7 @@ def test_report_b_allreduce_times_come_out_of_the_model(report_b):
     assert _near(two, "0.15", "0.01")
     # 4 nodes: 153.343 MB = 0.1344 s + 0.0606 s = 0.1950 s: the report's ~0.22 s, 11 % under (the check)
     assert _near(four, "0.22", "0.12") and four < Decimal("0.22")
-    assert "ring over 2 machines: 2L(p-1)/p = 102.228 MB at 10 Gbit/s x 0.9127 (10GbE private network) = 0.09 s" in why
+    assert "ring allreduce over 2 machines: 2L(p-1)/p = 102.228 MB at 10 Gbit/s x 0.9127 (10GbE private network) = 0.09 s" in why
     assert "4 in-node passes of L (reduce, device-to-host, host-to-device, broadcast) at 54 Gbit/s = 0.061 s" in why
 
 
@@ -367,3 +367,41 @@ def test_new_workload_fields_are_checked_in_one_line(extra, message):
         data.pop("jobs")
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         workloads.from_dict(data, "w.yaml")
+
+
+# --- report A: co-location per machine and period ---------------------------------------------------
+
+def _four_gpu_jobs(seconds, slowdown):
+    from gpuplan.planning.plan_types import Job, Workload
+
+    return Workload(name="t", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="K80",
+                    speed={"K80": Decimal(1)}, colocation_slowdown={g: Decimal(f) for g, f in slowdown.items()},
+                    colocation_default=Decimal("1.25"), colocation_source="test",
+                    jobs=tuple(Job(f"j{i}", Decimal(s)) for i, s in enumerate(seconds)))
+
+
+def _one_machine_plan(work, gpus=4, count=1):
+    o = sp.offer(name="nc24", gpu="K80", gpus=gpus, memory="12", price="3600", granularity=1, minimum=0)
+    cat = sp.catalog([o], {"azure": sp.facts(setup_min=0)})
+    plans = optimizer.estimate(work, Setting(catalog=cat), mixes=False).plans
+    return next(p for p in plans if p.count == count and p.per_gpu == 1 and p.feasible)
+
+
+def test_report_a_a_job_left_alone_after_a_colocated_group_runs_at_full_speed():
+    # five 2 h jobs on one 4-GPU machine: four together at 1.25x (150 min, report A), then the fifth alone: 120 min
+    plan = _one_machine_plan(_four_gpu_jobs([7200] * 5, {4: "1.25"}))
+    assert plan.wall_s == 9000 + 7200  # the old per-fleet factor slowed the fifth too: 2 x 9000 = 18,000 s
+    assert any(a.startswith("co-location slowdown per machine and period: while m jobs share a machine") for a in
+               plan.assumptions)
+
+
+def test_the_slowdown_follows_how_many_jobs_share_the_machine_while_they_do():
+    # 1 h, 2 h, 2 h on 4 GPUs: 3 share (1.2x) until the 1 h job ends at 4,320 s; the two left share (1.1x)
+    # for their last hour of work: 3,960 s (the old per-fleet rule: 2 h x 1.2 = 8,640 s)
+    plan = _one_machine_plan(_four_gpu_jobs([3600, 7200, 7200], {2: "1.1", 3: "1.2", 4: "1.25"}))
+    assert plan.wall_s == 4320 + 3960
+    # the report A worked example is unchanged: four videos on one NC24, 150 min, ¥1,285
+    cat = catalog.load("2017-08")
+    est = optimizer.estimate(workloads.videos(4), Setting(catalog=cat), provider="azure")
+    nc24 = next(p for p in est.plans if p.label == "1x Standard_NC24" and p.feasible)
+    assert (nc24.wall_s, nc24.cost_jpy, est.recommended.cost_jpy) == (210 * 60, 1285, 826)

@@ -15,7 +15,7 @@ work is one schedule per slot count, not per offer. Machines alike are kept as c
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -278,19 +278,25 @@ class Planner:
         self.slots[key] = Cached(sched, out)
         return out
 
-    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int) -> Alike:
+    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int, every_slot: bool = False) -> Alike:
         """The schedule's slots grouped onto n machines, each taking the longest slots left
         (which minimises the sum of machine maxima for these slots), in runs of alike machines,
         as columns: what decides a machine's load (without job starts its longest slot's ticks;
         with them, the (ticks, starts) of its slots), how many, each one's job names (read only
-        when someone looks). Done once per schedule and machine size, then priced per offer."""
-        key = (n * slots, slots, start)
+        when someone looks). Done once per schedule and machine size, then priced per offer.
+        every_slot: each machine's kind is all its slots' (ticks, starts), longest first (its
+        co-location depends on how many are busy when)."""
+        key = (n * slots, slots, start, every_slot)
         have = self.alike.get(key)
         if have is not None and have.schedule is sched:
             return have.value
         order, by_slot, parts = self._slots_of(sched, start)
         each: list
-        if parts is None:  # without job starts a machine's load is its longest slot's ticks
+        if every_slot:
+            loads = sched.loads
+            each = [tuple((parts[0][m], parts[1][m]) if parts else (loads[m], 0) for m in order[v * slots:(v + 1) * slots])
+                    for v in range(n)]
+        elif parts is None:  # without job starts a machine's load is its longest slot's ticks
             loads = sched.loads
             each = [loads[order[v * slots]] for v in range(n)]
         else:
@@ -327,13 +333,22 @@ class Planner:
         self.packed[key] = Cached(sched, out)
         return out
 
-    def _machine_loads(self, offer: Offer, factor: Decimal, alike: Alike) -> model.Loads:
+    def _machine_loads(self, offer: Offer, factor: Decimal, alike: Alike,
+                       rates: Mapping[int, Decimal] | None = None) -> model.Loads:
         kinds, counts, names = alike
         key = (id(kinds), factor)  # scratch and image plans of one fleet (and offers alike) share them
         have = self.priced.get(key)
         if have is not None and have.kinds is kinds:
             return model.Loads(offer, have.jobs_s, counts, names, have.job_starts_s)
-        if not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
+        if rates is not None:  # all slots of each machine, slowed while several are busy
+            jobs, starts = [], []
+            for kind in kinds:
+                slots = [(st * self.start_s, factor * t * self.tick) for t, st in kind if t or st]
+                jobs.append(model.ceil_s(model.colocated_end(slots, rates)))
+                starts.append(max((st for t, st in kind), default=0) * self.start_s)
+            if not self.start_s:
+                starts = []
+        elif not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
             ratio = self.ratios.get(factor)
             if ratio is None:
                 ratio = self.ratios[factor] = (factor * self.tick).as_integer_ratio()
@@ -377,35 +392,44 @@ class Planner:
                     if room > 0:
                         extra.append(_ceil_div(total, room * slots))
             modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0 and not model.image_problem([offer], s)
+            rates = model.colocation_rates(w, offer.gpu_count) if k == 1 else None
             for n in _counts(nmax, extra):
                 busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))
-                factor, notes = model.job_factor(w, offer, s.catalog.gpus, k, busy)
+                factor, notes = model.job_factor(w, offer, s.catalog.gpus, k, 1 if rates else busy)
+                if rates:  # the slowdown per machine and period, not one factor for the fleet
+                    notes = [notes[0], model.colocation_note(w, offer.gpu_count), *notes[2:]]
                 for mode in ("scratch", "image") if (modes_ok and n >= 2) else ("scratch",):
-                    cand = self._single_candidate(offer, n, k, slots, factor, notes, mode, LPT)
+                    cand = self._single_candidate(offer, n, k, slots, factor, notes, mode, LPT, rates)
                     self.candidates.append(cand)
                     plans.append(cand.plan)
         return plans
 
-    def _single_candidate(self, offer, n, k, slots, factor, notes, mode, effort) -> Candidate:
+    def _single_candidate(self, offer, n, k, slots, factor, notes, mode, effort, rates=None) -> Candidate:
         if k > 1:
             return self._packed_candidate(offer, n, k, slots, factor, notes, mode)
         start = self._start_ticks(factor)
         sched = self._slot_schedule(n * slots, effort, start)
-        loads = self._machine_loads(offer, factor, self._alike_machines(sched, n, slots, start))
+        alike = self._alike_machines(sched, n, slots, start, every_slot=rates is not None)
+        loads = self._machine_loads(offer, factor, alike, rates)
         makespan_s = max(loads.jobs_s)
         bound_s = self._seconds(factor, sched.lower_bound)
+        if rates is not None:  # nor can any schedule beat the work at a machine's best throughput
+            best = max(m * r for m, r in rates.items())
+            bound_s = max(bound_s, model.ceil_s(factor * self.total_ticks * self.tick / (n * best)))
         # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
         whole = start * factor * self.tick == self.start_s
-        optimal = sched.optimal and (whole or makespan_s <= bound_s)
+        optimal = sched.optimal and ((whole and rates is None) or makespan_s <= bound_s)
         how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
         plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
         jobs_lb = (_hourly(offer) * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
                    / (slots * model.HOUR))
 
         def redo(harder: int) -> Candidate:
-            return self._single_candidate(offer, n, k, slots, factor, notes, mode, harder)
+            return self._single_candidate(offer, n, k, slots, factor, notes, mode, harder, rates)
 
-        done = optimal or sched.method == "milp"
+        # under co-location a proven slot schedule is all the planner can seek; the plan says how far
+        # it may be from its bound
+        done = optimal or sched.method == "milp" or (rates is not None and sched.optimal)
         cost_lb = self._cost_bound(plan, jobs_lb)
         return Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s,
                           EXACT if done else effort, None if done else redo)

@@ -136,6 +136,40 @@ def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
     return f, f"co-location slowdown {f}x for {gpus_busy} jobs on one machine (default; {workload.colocation_source})"
 
 
+def colocation_rates(workload: Workload, gpus: int) -> dict[int, Decimal] | None:
+    """Per-job speed (1 = alone) while m = 1..gpus jobs run on one machine's GPUs: 1 / the
+    co-location slowdown for m; None where no count slows (a one-GPU machine, or factors of 1)."""
+    rates = {m: 1 / colocation(workload, m)[0] for m in range(1, gpus + 1)}
+    return rates if any(r != 1 for r in rates.values()) else None
+
+
+def colocation_note(workload: Workload, gpus: int) -> str:
+    """One line on the slowdown per machine and period."""
+    figures = ", ".join(f"{m} jobs {colocation(workload, m)[0]}x" for m in range(2, gpus + 1))
+    return (f"co-location slowdown per machine and period: while m jobs share a machine each takes m's factor"
+            f" ({figures}; {workload.colocation_source}); a job alone on it runs at full speed")
+
+
+def colocated_end(slots: Sequence[tuple[Decimal, Decimal]], rates: Mapping[int, Decimal]) -> Decimal:
+    """One machine whose busy GPUs each run (fixed seconds, then work seconds at full speed): while
+    m of them are still busy, work progresses at rates[m]; fixed time (job starts) is wall time.
+    Returns when the last GPU finishes."""
+    state = [[f, w] for f, w in slots if f or w]
+    now = Decimal(0)
+    tiny = Decimal("1e-9")
+    while state:
+        rate = rates[len(state)]
+        step = min(f if f > tiny else w / rate for f, w in state)
+        now += step
+        for s in state:
+            if s[0] > tiny:
+                s[0] -= step
+            else:
+                s[1] -= step * rate
+        state = [s for s in state if s[0] > tiny or s[1] > tiny]
+    return now
+
+
 def packing_table(workload: Workload, offer: Offer) -> tuple[Mapping[int, Decimal | None] | None, str]:
     """The packing efficiencies measured for the offer's GPU, and on which GPU; None where none were."""
     pk = workload.packing
@@ -365,7 +399,7 @@ def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Of
         volume = Decimal(2 * grad_bytes * (p - 1)) / p
         ring = volume * 8 / (gbps * GBIT * eff)
         seconds += ring
-        parts.append(f"ring over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB at {gbps} Gbit/s x {eff}"
+        parts.append(f"ring allreduce over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB at {gbps} Gbit/s x {eff}"
                      f" ({what}) = {number_text(ring)} s")
     if passes_gbps is not None:
         # NCCL reduce + broadcast inside the machine where it has several GPUs; the two host copies
