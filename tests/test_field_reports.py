@@ -405,3 +405,18 @@ def test_the_slowdown_follows_how_many_jobs_share_the_machine_while_they_do():
     est = optimizer.estimate(workloads.videos(4), Setting(catalog=cat), provider="azure")
     nc24 = next(p for p in est.plans if p.label == "1x Standard_NC24" and p.feasible)
     assert (nc24.wall_s, nc24.cost_jpy, est.recommended.cost_jpy) == (210 * 60, 1285, 826)
+
+
+def test_an_up_to_link_is_planned_at_its_sustained_baseline():
+    cat = catalog.load("2026-11")
+    work = workloads.load("resnet50")
+    g5 = cat.resolve("aws:g5.xlarge", region="us-east-1")
+    link = cat.link(g5)
+    assert (link.inter_node_gbps, link.inter_node_baseline_gbps) == (Decimal(10), Decimal("2.5"))
+    seconds, why = model.allreduce_seconds(work.data_parallel.gradient_bytes, 1, 16, g5, link)
+    # 16 machines: 2L x 15/16 = 191.678 MB at 2.5 Gbit/s x 0.6 = 1.022 s (at the 10 Gbit/s burst it would be 0.256 s)
+    assert seconds == Decimal("1.02228384")
+    assert "'up to' 10 Gbit/s is a burst, its sustained baseline is used" in why and "5 to 60 minutes" in why
+    # a link sold at a sustained rate keeps it
+    g5_12 = cat.resolve("aws:g5.12xlarge", region="us-east-1")
+    assert cat.link(g5_12).inter_node_baseline_gbps is None

@@ -385,6 +385,9 @@ def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Of
         if link is None or link.inter_node_gbps is None:
             raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="machines"))
         p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
+        if link.inter_node_baseline_gbps is not None:  # a burst lasts minutes; a training step runs for hours
+            what = f"{what}: 'up to' {gbps} Gbit/s is a burst, its sustained baseline is used"
+            gbps = link.inter_node_baseline_gbps
         over = f"{n} machines"
     elif g > 1 and passes_gbps is None:
         if link is None or link.intra_node_gbps is None:
