@@ -420,3 +420,22 @@ def test_an_up_to_link_is_planned_at_its_sustained_baseline():
     # a link sold at a sustained rate keeps it
     g5_12 = cat.resolve("aws:g5.12xlarge", region="us-east-1")
     assert cat.link(g5_12).inter_node_baseline_gbps is None
+
+
+def test_the_builder_of_a_synchronous_job_is_billed_until_the_workers_have_launched():
+    from gpuplan.planning.plan_types import DataParallel, Job, Workload
+
+    o = sp.offer(name="v100x1", provider="aws", gpu="V100", memory="16", price="3600", granularity=1, minimum=0)
+    cat = sp.catalog([o], {"aws": sp.facts("aws", setup_min=60, capture_min=10, launch_min=5, builder_is_worker=True)})
+    work = Workload(name="dp", description="", unit="second", seconds_per_unit=Decimal(1), reference_gpu="V100",
+                    speed={"V100": Decimal(1)}, jobs=(Job("train", Decimal(36000)),),
+                    data_parallel=DataParallel(efficiency={(2, 2): Decimal("0.9")}, source="test"))
+    plan = next(p for p in optimizer.estimate(work, Setting(catalog=cat), mixes=False).plans
+                if p.count == 2 and p.setup == "image")
+    builder = next(m for m in plan.machines if m.role == "builder+worker")
+    worker = next(m for m in plan.machines if m.role == "worker")
+    # the job takes 36,000 / (2 x 0.9) = 20,000 s on both machines, which start it together at 75 min
+    assert worker.start_s == 75 * 60 and builder.capture_s == 15 * 60  # capture 10 min + 5 min waiting for the launch
+    assert plan.wall_s == 75 * 60 + 20000
+    assert plan.billed_s == (75 * 60 + 20000) + 20000  # the builder is held from 0 to the end, the worker from its launch
+    assert any("the builder waits 5 min for the workers to launch" in a for a in plan.assumptions)

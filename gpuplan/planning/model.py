@@ -653,7 +653,13 @@ def make_plan(
         start_workers = setup + capture + launch
         if bw:
             builder, rest = _first_apart(loads[0])
-            runs.append(_Run(builder.offer, "builder+worker", 0, setup, capture, staging, builder))
+            # a synchronous (data-parallel) job starts on every machine at once: the builder is held,
+            # and billed, until the workers have launched (counted with its capture)
+            wait = launch if workload.data_parallel is not None and (rest or len(loads) > 1) else 0
+            runs.append(_Run(builder.offer, "builder+worker", 0, setup, capture + wait, staging, builder))
+            if wait:
+                time_notes.append(f"the builder waits {fmt.duration(wait)} for the workers to launch before the"
+                                  " synchronous job starts: held and billed (with its capture)")
             loads = ([rest] if rest else []) + loads[1:]
         else:
             runs.append(_Run(first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
