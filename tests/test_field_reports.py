@@ -439,3 +439,45 @@ def test_the_builder_of_a_synchronous_job_is_billed_until_the_workers_have_launc
     assert plan.wall_s == 75 * 60 + 20000
     assert plan.billed_s == (75 * 60 + 20000) + 20000  # the builder is held from 0 to the end, the worker from its launch
     assert any("the builder waits 5 min for the workers to launch" in a for a in plan.assumptions)
+
+
+# --- sharded training memory --------------------------------------------------------------------------
+
+def _full_finetune_7b(stage):
+    # 7e9 parameters, bf16 weights and gradients (2 bytes each), Adam in fp32 (master copy, m, v: 12 bytes):
+    # 13.04 + 13.04 + 78.23 GiB, plus 8 GiB of activations per GPU
+    return workloads.from_dict({
+        "name": "ft7b", "unit": "step", "seconds_per_unit": 1, "reference_gpu": "V100", "jobs": [{"units": 1000}],
+        "parallel": "data",
+        "data_parallel": {"memory": {"parameters_gib": 13.04, "gradients_gib": 13.04, "optimizer_gib": 78.23,
+                                     "activations_gib": 8, "zero_stage": stage, "source": "test: 2 + 2 + 12 bytes"}},
+    }, "ft7b.yaml")
+
+
+def test_a_7b_full_fine_tune_does_not_fit_one_48_gb_gpu_and_fits_eight_sharded():
+    one = sp.offer(name="one48", gpu="V100", memory="48", price="3600", granularity=1, minimum=0)
+    eight = sp.offer(name="eight48", gpu="V100", gpus=8, memory="48", price="28800", granularity=1, minimum=0)
+    cat = sp.catalog([one, eight], {"azure": sp.facts(setup_min=0, quota=1000)})
+    est = optimizer.estimate(_full_finetune_7b(3), Setting(catalog=cat))
+    alone = next(p for p in est.plans if p.fleet[0][0].name == "one48" and p.count == 1)
+    # one GPU: nothing to split over, 13.04 + 13.04 + 78.23 + 8 = 112.31 GiB
+    assert not alone.feasible and alone.excluded_by[0].code is Code.MEMORY
+    assert alone.reason == "a job needs 112.31 GiB, more than the 48 GiB of a V100"
+    node = next(p for p in est.plans if p.fleet[0][0].name == "eight48" and p.count == 1)
+    # ZeRO-3 over 8 GPUs: 104.31 / 8 + 8 = 21.04 GiB per GPU
+    assert node.feasible
+    assert any(a.startswith("memory need 21.039 GiB per GPU: parameters 13.04, gradients 13.04, optimizer state 78.23,"
+                            " activations 8 GiB; optimizer state, gradients, parameters split over 8 GPUs (ZeRO stage 3)")
+               for a in node.assumptions)
+    rec = est.recommended
+    assert rec is not None and (rec.fleet[0][0].name, rec.count) != ("one48", 1)
+    # without sharding (stage 0) no GPU of these holds it
+    plain = optimizer.estimate(_full_finetune_7b(0), Setting(catalog=cat))
+    assert plain.recommended is None and all(p.excluded_by[0].code is Code.MEMORY for p in plain.plans)
+
+
+def test_sharded_memory_fields_are_checked_in_one_line():
+    from gpuplan.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"data_parallel.memory.zero_stage = 4: give 0, 1, 2 or 3"):
+        _full_finetune_7b(4)

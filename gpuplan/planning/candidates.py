@@ -507,7 +507,11 @@ class Planner:
         owned = offer.kind in ("owned", "monthly")
         plans = []
         for n in ([1] if owned else [1, 2, 4, 8, 16]):
+            sharded = model.sharded_need(w, n * offer.gpu_count)
             try:
+                if sharded is not None and sharded[0] > offer.gpu_memory_gib:
+                    raise Infeasible(outcomes.of(Code.MEMORY, need_gib=sharded[0], gpu_memory_gib=offer.gpu_memory_gib,
+                                                 gpu=offer.gpu))
                 up, why_up = model.dp_speedup(w, offer, n, sp, link)
             except Infeasible as exc:
                 plans.append(model.infeasible_plan(w, s, offer, n, "scratch", 1, exc.outcome))
@@ -517,6 +521,8 @@ class Planner:
             loads = [model.Machine(offer, jobs_s, tuple(self.names), starts)] * n
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
                      f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
+            if sharded is not None:
+                notes.append(sharded[1])
             batch = model.global_batch_warning(w, n * offer.gpu_count)
             modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
                                              and not model.image_problem([offer], s)) else ("scratch",)

@@ -307,7 +307,8 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
         raise Infeasible(outcomes.of(Code.PRICED_LATER, offer=offer.name, priced=offer.as_of, month=month))
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
         raise Infeasible(outcomes.of(Code.NOT_AVAILABLE, offer=offer.name, available_from=offer.available_from.isoformat()))
-    if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
+    sharded = workload.data_parallel is not None and workload.data_parallel.memory is not None
+    if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib and not sharded:
         raise Infeasible(outcomes.of(Code.MEMORY, need_gib=workload.memory_gib, gpu_memory_gib=offer.gpu_memory_gib,
                                      gpu=offer.gpu))
     # where a workload gives no need, the offer's own memory bounds it: nothing more to check
@@ -446,6 +447,26 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
     hidden = f", {dp.overlap} of compute overlapped" if dp.overlap else ""
     return up, (f"per step {number_text(compute)} s compute ({dp.batch_per_gpu} per GPU) + {number_text(exposed)} s"
                 f" allreduce{hidden}: {why}; gradients {dp.gradient_bytes:,} bytes ({dp.comm_source})")
+
+
+def sharded_need(workload: Workload, gpus: int) -> tuple[Decimal, str] | None:
+    """GPU memory per GPU of a data-parallel job whose memory is given in parts, over `gpus`
+    GPUs (the parts its ZeRO / FSDP stage splits are divided by the sharding degree), and one line
+    saying how; None where the workload gives no parts."""
+    dp = workload.data_parallel
+    m = dp.memory if dp is not None else None
+    if m is None:
+        return None
+    d = m.degree or gpus
+    split = {"optimizer state": m.stage >= 1, "gradients": m.stage >= 2, "parameters": m.stage >= 3}
+    parts = {"parameters": m.parameters_gib, "gradients": m.gradients_gib, "optimizer state": m.optimizer_gib}
+    need = m.activations_gib + sum((v / d if split[k] else v for k, v in parts.items()), Decimal(0))
+    sharded = [k for k, on in split.items() if on]
+    how = (f"{', '.join(sharded)} split over {d} GPUs (ZeRO stage {m.stage})" if sharded and d > 1
+           else f"nothing split (ZeRO stage {m.stage}{', one GPU' if sharded else ''})")
+    return need, (f"memory need {number_text(need)} GiB per GPU: parameters {number_text(m.parameters_gib)}, gradients"
+                  f" {number_text(m.gradients_gib)}, optimizer state {number_text(m.optimizer_gib)}, activations"
+                  f" {number_text(m.activations_gib)} GiB; {how} ({m.source})")
 
 
 def global_batch_warning(workload: Workload, gpus: int) -> Outcome | None:

@@ -48,6 +48,22 @@ class Packing:
 
 
 @dataclass(frozen=True)
+class ShardedMemory:
+    """A data-parallel job's GPU memory in parts (GiB, unsharded, per replica): parameters,
+    gradients, optimizer state and activations. stage says what is split over the GPUs (ZeRO
+    stages; FSDP full sharding is 3): 0 nothing, 1 the optimizer state, 2 and the gradients, 3 and
+    the parameters; `degree` GPUs share each split part (None: every GPU of the plan)."""
+
+    parameters_gib: Decimal
+    gradients_gib: Decimal
+    optimizer_gib: Decimal
+    activations_gib: Decimal
+    stage: int = 0
+    degree: int | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class DataParallel:
     """Each job spans every GPU of the fleet. efficiency {(GPUs, nodes): efficiency} measured
     (source says where) wins; else the communication model: per step, compute (batch_per_gpu of
@@ -67,6 +83,7 @@ class DataParallel:
     comm_source: str = ""
     intra_node_eff_per_doubling: Decimal = Decimal("0.985")
     inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
+    memory: ShardedMemory | None = None  # the memory need per GPU follows from the GPUs sharing it
 
 
 @dataclass(frozen=True)
