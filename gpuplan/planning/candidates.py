@@ -148,7 +148,7 @@ class Planner:
         self.names = [j.name for j in workload.jobs]
         self.start_s = workload.job_start_s  # fixed cost at every job start (seconds, any GPU)
         self.identical: dict[tuple[int, int], Schedule] = {}  # (slots, start ticks) -> schedule of the reference jobs
-        self.alike: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, start ticks) -> Alike
+        self.alike: dict[tuple[int, int, int, bool], Cached] = {}  # (slots, per machine, start ticks, every slot) -> Alike
         self.packed: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, GPUs) -> [PackedMachine]
         self.slots: dict[tuple[int, int], Cached] = {}  # (slots, start ticks) -> SlotFacts
         self.priced: dict[tuple[int, Decimal], Priced] = {}  # (id of the machines' kinds, factor) -> their seconds
