@@ -481,3 +481,22 @@ def test_sharded_memory_fields_are_checked_in_one_line():
 
     with pytest.raises(UsageError, match=r"data_parallel.memory.zero_stage = 4: give 0, 1, 2 or 3"):
         _full_finetune_7b(4)
+
+
+# --- the feed limit ------------------------------------------------------------------------------
+
+def test_a_job_runs_no_faster_than_the_machines_vcpus_feed_it(cli, tmp_path):
+    import json
+
+    f = tmp_path / "fed.yaml"
+    # 1 s per epoch alone on a V100; its input pipeline takes 16 CPU s per epoch
+    f.write_text("name: fed\nunit: epoch\nseconds_per_unit: 1\nreference_gpu: V100\njobs:\n  - {units: 3600}\n"
+                 "feed: {cpu_seconds_per_unit: 16, source: measured here}\n")
+    r = cli("estimate", "--workload", str(f), "--provider", "aws", "--region", "us-east-1", "--all", "--format", "json")
+    assert r.code == 0, r.err
+    plans = {p["instance_type"]: p for p in json.loads(r.out)["plans"] if p["count"] == 1 and p["feasible"]}
+    # p3.2xlarge: 8 vCPUs for one V100 feed 0.5 epochs/s, the V100 does 1: 3,600 epochs take 7,200 s, not 3,600
+    p3 = plans["p3.2xlarge"]
+    assert p3["machine_groups"][0]["jobs_s_max"] == 7200
+    assert any(a.startswith("speed on V100: 0.5x V100 (feed-bound: 8 vCPUs per GPU at 16 CPU s per epoch feed 0.5"
+                            " epochs/s, less than the GPU's 1 (measured here)") for a in p3["assumptions"])

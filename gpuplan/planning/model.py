@@ -123,6 +123,16 @@ def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str
                f"for {workload.name}")
     if workload.max_speed is not None and s > workload.max_speed:
         s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
+    cpu = workload.feed_cpu_seconds_per_unit
+    if cpu is not None and offer.vcpus > 0:
+        # every GPU busy: each job's input pipeline gets vCPUs / GPUs of the machine
+        share = Decimal(offer.vcpus) / offer.gpu_count
+        fed = workload.seconds_per_unit * share / cpu  # the speed (x reference) those vCPUs can feed
+        if fed < s:
+            why = (f"feed-bound: {number_text(share)} vCPUs per GPU at {number_text(cpu)} CPU s per {workload.unit}"
+                   f" feed {number_text(share / cpu)} {workload.unit}s/s, less than the GPU's"
+                   f" {number_text(s / workload.seconds_per_unit)} ({workload.feed_source}); the GPU alone: {why}")
+            s = fed
     return s, why
 
 

@@ -105,6 +105,8 @@ class Workload:
         colocation_default applies for any G > 1 not listed.
     packing: k jobs per GPU (Packing); used where k > 1 fits.
     data_parallel: the data-parallel facts (DataParallel), or None: one job per GPU slot.
+    feed_cpu_seconds_per_unit: CPU seconds the input pipeline spends per unit: a job runs no faster
+        than its share of the machine's vCPUs (vCPUs / GPUs) feeds it (feed_source says where).
     streams: real-time streams (unit "frame"; seconds_per_unit = seconds per frame alone): a GPU
         takes the most streams k whose per-frame time (alone time / efficiency(k)) keeps up.
     staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
@@ -133,6 +135,8 @@ class Workload:
     packing: Packing = field(default_factory=lambda: Packing())
     data_parallel: DataParallel | None = None  # each job over every GPU of the fleet; None: one job per GPU slot
     streams: Streams | None = None
+    feed_cpu_seconds_per_unit: Decimal | None = None  # CPU seconds to feed one unit (decode, augment); None: not limited
+    feed_source: str = ""
     staging_s: int = 0
     staging_jpy: Decimal = Decimal(0)
     setup_s: int | None = None

@@ -33,7 +33,7 @@ _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
-    "memory_peak_gib", "job_start", "data_parallel", "streams",
+    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed",
 }
 
 
@@ -220,6 +220,10 @@ def from_dict(data: Any, where: str) -> Workload:
     _only(where, "job_start", js, {"seconds", "source"})
     job_start_s = _dec(where, "job_start.seconds", js["seconds"]) if js.get("seconds") is not None else Decimal(0)
 
+    fd = _map(where, "feed", data.get("feed"))
+    _only(where, "feed", fd, {"cpu_seconds_per_unit", "source"})
+    feed_cpu = (_dec(where, "feed.cpu_seconds_per_unit", fd["cpu_seconds_per_unit"], positive=True)
+                if fd.get("cpu_seconds_per_unit") is not None else None)
     st = _map(where, "staging", data.get("staging"))
     _only(where, "staging", st, {"minutes", "size_gb", "bandwidth_mbps", "jpy"})
     staging_s = 0
@@ -267,6 +271,8 @@ def from_dict(data: Any, where: str) -> Workload:
         colocation_source=str(col.get("source") or "ESTIMATE (not measured for this workload)"),
         packing=Packing(MappingProxyType(packing), MappingProxyType(by_gpu), startup),
         data_parallel=data_parallel if parallel == "data" else None,
+        feed_cpu_seconds_per_unit=feed_cpu,
+        feed_source=str(fd.get("source") or where) if feed_cpu is not None else "",
         streams=streams,
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0), most=MAX_YEN),
