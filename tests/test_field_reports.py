@@ -500,3 +500,19 @@ def test_a_job_runs_no_faster_than_the_machines_vcpus_feed_it(cli, tmp_path):
     assert p3["machine_groups"][0]["jobs_s_max"] == 7200
     assert any(a.startswith("speed on V100: 0.5x V100 (feed-bound: 8 vCPUs per GPU at 16 CPU s per epoch feed 0.5"
                             " epochs/s, less than the GPU's 1 (measured here)") for a in p3["assumptions"])
+
+
+def test_a_mixed_fleet_slows_each_machine_for_the_jobs_it_runs_at_the_time():
+    work = _four_gpu_jobs([3600, 7200, 7200, 7200], {2: "1.1", 3: "1.2", 4: "1.25"})
+    four = sp.offer(name="four", gpu="K80", gpus=4, memory="12", price="3600", granularity=1, minimum=0)
+    one = sp.offer(name="one", gpu="K80", gpus=1, memory="12", price="1000", granularity=1, minimum=0)
+    cat = sp.catalog([four, one], {"azure": sp.facts(setup_min=0, quota=1000)})
+    plans = optimizer.estimate(work, Setting(catalog=cat)).plans
+    alone = next(p for p in plans if p.label == "1x four")
+    # all four on one machine: 4 share (1.25x) until the 1 h job ends at 4,500 s, then 3 (1.2x) for 1 h: 8,820 s
+    assert alone.wall_s == 4500 + 4320
+    mix = next(p for p in plans if p.label == "1x one + 1x four" and p.setup == "scratch")
+    four_vm = next(v for v in mix.vms if v.offer.name == "four")
+    # 2 h + 2 h + 1 h on the 4-GPU machine: 3 share until 4,320 s, then 2 (1.1x) for the hour left: 8,280 s
+    assert (sorted(four_vm.jobs), four_vm.jobs_s) == (["j0", "j2", "j3"], 4320 + 3960)
+    assert mix.wall_s == 8280

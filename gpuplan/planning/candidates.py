@@ -545,8 +545,9 @@ class Planner:
                 if na * a.gpu_count + nb * b.gpu_count > max(nj, a.gpu_count + b.gpu_count):
                     continue
                 per_vm = -(-nj // (na + nb))
-                fa, notes_a = model.job_factor(w, a, s.catalog.gpus, 1, min(a.gpu_count, per_vm))
-                fb, notes_b = model.job_factor(w, b, s.catalog.gpus, 1, min(b.gpu_count, per_vm))
+                rates = {id(o): model.colocation_rates(w, o.gpu_count) for o in (a, b)}
+                fa, notes_a = self._mix_factor(a, per_vm, rates[id(a)])
+                fb, notes_b = self._mix_factor(b, per_vm, rates[id(b)])
                 slots = [fa] * (na * a.gpu_count) + [fb] * (nb * b.gpu_count)
                 # fluid bound: the fleet's slots together do total_ref of reference work, a job start
                 # counted as at least start / (slowest factor) of it; no job is shorter than on its
@@ -570,14 +571,23 @@ class Planner:
                     if beaten or late:
                         self.skipped_mixes += 1
                         continue
-                    plan = self._pair_plan(a, na, fa, b, nb, fb, mode, bound_s, notes_a + notes_b)
+                    plan = self._pair_plan(a, na, fa, b, nb, fb, mode, bound_s, notes_a + notes_b, rates)
                     if plan is None:
                         continue
                     self.candidates.append(Candidate(plan, cost_lb, wall_lb))
                     plans.append(plan)
         return plans
 
-    def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes) -> Plan | None:
+    def _mix_factor(self, offer: Offer, per_vm: int, rates) -> tuple[Decimal, list[str]]:
+        """A mixed fleet's job factor on the offer: without co-location where it is counted per
+        machine and period (rates), else for the jobs each machine would hold."""
+        factor, notes = model.job_factor(self.w, offer, self.s.catalog.gpus, 1,
+                                         1 if rates else min(offer.gpu_count, per_vm))
+        if rates:
+            notes = [notes[0], model.colocation_note(self.w, offer.gpu_count), *notes[2:]]
+        return factor, notes
+
+    def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes, rates=None) -> Plan | None:
         # schedule on milliseconds of each slot type; the plan's loads are then exact seconds
         start_ms = self.start_s * 1000
         p = [[model.ceil_s(f * t * self.tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
@@ -592,10 +602,15 @@ class Planner:
         loads = []
         for o, mine, names in self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign):
             busiest = mine[0]  # longest first
-            loads.append(model.Machine(o, loads_s[busiest], names, starts[busiest] * self.start_s))
+            busy_s = loads_s[busiest]
+            r = (rates or {}).get(id(o))
+            if r is not None and loads_s[busiest]:  # slowed while several of its GPUs are busy
+                busy_s = model.ceil_s(model.colocated_end(
+                    [(starts[m] * self.start_s, factors[m] * per_slot[m] * self.tick) for m in mine], r))
+            loads.append(model.Machine(o, busy_s, names, starts[busiest] * self.start_s))
         if any(m.jobs_s == 0 for m in loads):
             return None  # a machine with nothing to do: the same plan without it is listed already
-        makespan_s = max(loads_s)
+        makespan_s = max(m.jobs_s for m in loads)
         optimal = makespan_s <= bound_s
         how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
         return model.make_plan(self.w, self.s, [(a, na), (b, nb)], mode, 1, loads, list(notes) + [how], optimal)
