@@ -38,8 +38,12 @@ def test_golden_example_json(cli):
     two = _plan(data, "Standard_NC6", 2, "image")
     assert (one["cost_jpy"], one["wall_minutes"]) == (826, 540)
     assert (two["cost_jpy"], two["wall_minutes"]) == (826, 300)
-    assert "ties on cost break on wall time, then on fewer warnings, then on fewer machines" in data["reason"]
-    assert "1x Standard_NC6 from scratch" in data["reason"] and "2x Standard_NC6 from an image" in data["reason"]
+    # issue 19: the default pick states its rule (the fastest within 3 % of the cheapest: the cheapest here);
+    # --objective cost states how ties on cost break
+    assert data["reason"].startswith("the cheapest (¥826, 3:00 h); rule: fastest within 3 % of the cheapest")
+    strict = _json(cli, "--videos", "4", "--as-of", "2017-08", "--objective", "cost")["reason"]
+    assert "ties on cost break on wall time, then on fewer warnings, then on fewer machines" in strict
+    assert "1x Standard_NC6 from scratch" in strict and "2x Standard_NC6 from an image" in strict
     assumptions = "\n".join(rec["assumptions"])
     for needed in ("91.80 JPY/hour", "setup 60 min on azure", "image capture 0 s", "billed per minute",
                    "builder is deleted after capture", "released when their own jobs end"):
@@ -54,11 +58,14 @@ def test_golden_example_table(cli):
     rec_row = next(line for line in lines if "→" in line and "Standard_NC6" in line)
     # 180 min and 210 min: durations of two hours and more read h:mm
     assert "4x Standard_NC6" in rec_row and "image" in rec_row and "3:00 h" in rec_row and "¥826" in rec_row
-    nc24_row = next(line for line in lines if "1x Standard_NC24 " in line and "scratch" in line)
+    every = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--all").out.splitlines()  # the short view: --all
+    nc24_row = next(line for line in every if "1x Standard_NC24 " in line and "scratch" in line)
     assert "3:30 h" in nc24_row and "¥1,285" in nc24_row and "warning: quota" in nc24_row
     assert "Recommended: 4x Standard_NC6 azure westus2, from an image: ¥826, wall 3:00 h, billed 9:00 h" in r.out
     assert "breakdown: setup ¥91.80, jobs ¥734.40 (total ¥826.20 → ¥826)" in r.out
-    assert "ties on cost break on wall time" in r.out
+    assert "why: the cheapest (¥826, 3:00 h); rule: fastest within 3 % of the cheapest" in r.out
+    # the short view (issue 19) lists the assumptions with --all
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--all")
     assert "Assumptions:" in r.out and "setup 60 min on azure" in r.out
     assert "priced 2017-12, after the as-of month 2017-08" in r.out  # Koukaryoku rows are shown, excluded
 

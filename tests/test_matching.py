@@ -22,7 +22,9 @@ def cat():
     ("a10", ["A10"]),  # an exact name wins over the names it starts (A10G, A100 ...)
     ("1080ti", ["GTX 1080 Ti"]),
     ("titan x pascal", ["TITAN X (Pascal)"]),
-    ("mi300x", []),  # B200 is known since issue 22 (高火力 PHY)
+    ("b200", ["B200"]),  # issue 22 (高火力 PHY) and issue 19 added the B200 row
+    ("l40", ["L40"]),  # issue 19; an exact name wins over L40S
+    ("mi300x", []),
 ])
 def test_gpu_names_forgive_case_and_suffixes(cat, typed, expected):
     assert cat.match_gpus(typed) == expected

@@ -42,6 +42,9 @@ def test_a_2017_plan_on_nc6_provisions_the_successor(cli, tmp_path):
     assert "using its successor azure:Standard_NC4as_T4_v3" in r.err
     count = json.loads(plan.read_text())["count"]
     assert f": {count}x azure:Standard_NC4as_T4_v3 in " in r.out
+    # issue 19: its yen and wall re-estimated on today's catalog, beside the saved ones, before asking
+    assert (f"re-estimated on today's catalog, as its offer was retired since it was saved: {count}x"
+            " Standard_NC4as_T4_v3 now ¥282, wall 82 min (saved: ¥826, wall 3:00 h)") in r.err
 
 
 def test_image_build_of_a_retired_size_maps_before_it_asks(cli):

@@ -25,6 +25,7 @@ def check_command(
     if region and len(names) != 1:
         raise UsageError("--region applies to one provider: name it, e.g. `gpuplan check aws --region ap-northeast-1`")
     results = checks.check(names, region, catalog.load())
+    _store(results)
     if fmt == "json":
         print(json.dumps([_as_dict(r) for r in results], indent=2, ensure_ascii=False))
     else:
@@ -33,6 +34,20 @@ def check_command(
     # Named providers must all be ready; with none named, one ready provider is enough to work.
     if failed and (names or len(failed) == len(results)):
         raise typer.Exit(2)
+
+
+def _store(results) -> None:
+    """Keep each vCPU quota read, with its date, for every later `gpuplan estimate` to plan within."""
+    readable = [(r, q) for r in results if r.credentials == "found" for q in r.quotas
+                if not q.error and q.limit is not None and q.unit == "vCPUs"]
+    if not readable:
+        return
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    state = State(paths.state_db())
+    for r, q in readable:
+        state.save_quota(r.provider, r.region, q.name, int(q.limit), q.unit)
 
 
 def _as_dict(r) -> dict:

@@ -39,6 +39,52 @@ def parse_quotas(values: list[str]):
     return Quotas(total=total, family=family)
 
 
+def parse_owned(values: list[str]) -> tuple[list[str], dict[str, int]]:
+    """--owned NAME or NAME=N (you have N of them): the names, and the counts by lower-case name."""
+    from gpuplan.planning.units import parse_count
+
+    names, counts = [], {}
+    for text in values:
+        name, sep, num = text.partition("=")
+        name = name.strip()
+        if not name:
+            raise UsageError(f"bad --owned {text!r}: name the offer, as onprem-1080ti or onprem-1080ti=4")
+        if sep:
+            try:
+                counts[name.lower()] = parse_count(num.strip())
+            except UsageError:
+                raise UsageError(f"bad --owned {text!r}: after = give how many you have, 1 to 1,000"
+                                 " (onprem-1080ti=4)") from None
+        names.append(name)
+    return names, counts
+
+
+def parse_slack(text: str) -> Decimal:
+    """--cost-slack: "3%", "3" or "0.5 %" -> Decimal("0.03"); 0 to 100 %."""
+    raw = text.strip().removesuffix("%").strip()
+    try:
+        value = Decimal(raw)
+    except ArithmeticError:
+        value = Decimal(-1)
+    if not value.is_finite() or not 0 <= value <= 100:
+        raise UsageError(f"bad --cost-slack {text!r}: give a percentage from 0 to 100, such as 3%")
+    return value / 100
+
+
+def parse_budget(text: str | None) -> Decimal | None:
+    """--budget: "5000", "¥5,000" or "5000 JPY" -> Decimal yen (more than 0)."""
+    if text is None:
+        return None
+    raw = text.strip().removeprefix("¥").removesuffix("JPY").replace(",", "").strip()
+    try:
+        value = Decimal(raw)
+    except ArithmeticError:
+        value = Decimal(0)
+    if not value.is_finite() or value <= 0:
+        raise UsageError(f"bad --budget {text!r}: give the most yen the batch may cost, such as 5000 or ¥5,000")
+    return value
+
+
 def check_quotas(quotas, cat) -> None:
     """Every --quota names a provider (and quota family) of the catalog: a typo would otherwise
     be a quota that silently limits nothing."""
@@ -231,21 +277,39 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str,
 
 
 def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
-    """The best two per offer, the best three mixes, the frontier, and each kind of exclusion once."""
+    """Every plan with --all. Else the short view: the pick, the cost / wall-time frontier, the
+    best plan of each provider, the plans the why and faster lines name; the excluded plans are
+    folded into one line per reason (_excluded_line)."""
     alike: dict[int, int] = {}
     if show_all:
         return list(est.plans), alike
+    if est.recommended is None:
+        return _folded(est, alike)
+    from gpuplan.planning import ranking
+
+    eligible = [p for p in est.plans if p.feasible and p.recommendable]
+    keep = {id(p) for p in est.pareto}
+    best_of: dict[str, Any] = {}
+    for p in eligible:  # est.plans is in rank order
+        best_of.setdefault(p.provider, p)
+    keep.update(id(p) for p in best_of.values())
+    named = [est.recommended, ranking.faster_plan(est.recommended, eligible), *est.named]
+    keep.update(id(p) for p in named if p is not None)
+    return [p for p in est.plans if id(p) in keep], alike
+
+
+def _folded(est, alike: dict[int, int]) -> tuple[list, dict[int, int]]:
+    """Where nothing can be recommended the excluded plans are the answer: the best two per
+    offer, the best three mixes, and each kind of exclusion once (`alike` counts the rest)."""
     seen: dict[Any, int] = {}
     reasons: set[tuple] = set()
     first_of: dict[tuple, object] = {}
-    pareto = {id(p) for p in est.pareto}
     out = []
     for p in est.plans:
         if p.feasible:
-            # fleets of one offer type: the best 2 per size (on demand and spot apart); mixed fleets: the best 3
             key = (p.fleet[0][0].name, p.fleet[0][0].market) if len(p.fleet) == 1 else "mix"
             seen[key] = seen.get(key, 0) + 1
-            if seen[key] <= (2 if len(p.fleet) == 1 else 3) or p is est.recommended or id(p) in pareto:
+            if seen[key] <= (2 if len(p.fleet) == 1 else 3):
                 out.append(p)
         else:
             kind = tuple(outcomes.shown(x).without("offer") for x in p.excluded_by)  # read alike but for the offer's name
@@ -257,6 +321,19 @@ def _visible(est, show_all: bool) -> tuple[list, dict[int, int]]:
             else:
                 alike[id(first_of[kind])] += 1
     return out, alike
+
+
+def _excluded_line(est) -> str:
+    """The excluded plans folded: "52 plans excluded: packing 20, image 6, retired 8; --all lists them"."""
+    counts: dict[str, int] = {}
+    for p in est.plans:
+        if not p.feasible and p.excluded_by:
+            word = p.excluded_by[0].code.value.replace("_", " ")
+            counts[word] = counts.get(word, 0) + 1
+    if not counts:
+        return ""
+    parts = ", ".join(f"{word} {n}" for word, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    return f"{fmt.plural(sum(counts.values()), 'plan')} excluded: {parts}; --all lists them with their reasons"
 
 
 _HEADER = ("", "fleet", "where", "setup", "wall", "billed", "yen", "feasible / why excluded")
@@ -304,16 +381,58 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     out.append(("line", f"breakdown: {parts} (total {fmt.yen(rec.cost, 2)} → {fmt.yen(rec.cost)})" if parts
                 else "breakdown: nothing more to pay for this batch (hardware you already have)"))
     out.append(("line", f"why: {est.reason}"))
+    if est.faster:
+        out.append(("line", f"faster: {est.faster}"))
     out.append(("line", f"optimal: {_proof(est)}"))
+    speed = _speed_line(est)
+    if speed:
+        out.append(("line", speed))
     notes = [f"note: {line}" for key, line in est.extra.items() if show_all or key != "skipped_mixes"]  # routine: --all, JSON
-    notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible]
+    shown = {id(p) for p in _visible(est, show_all)[0]}
+    notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible and id(p) in shown]
     out.extend(("line", line) for line in dict.fromkeys(notes))
     out.extend(("warning", w) for w in dict.fromkeys(rec.warnings))
+    raise_it: dict[str, str] = {}
+    for w in rec.warned_by:  # the provider's how-to, its blanks filled with what this plan needs
+        if w.code in _QUOTA_CODES and w.get("how_to_raise") and w.get("provider") not in raise_it:
+            need = w.get("vcpus", w.get("need"))
+            raise_it[w.get("provider")] = (w.get("how_to_raise").replace("<vCPUs>", str(need))
+                                           .replace("<region>", rec.region).replace("<family>", w.get("family", "<family>")))
+    out.extend(("line", f"to raise a quota on {prov}: {how}") for prov, how in raise_it.items())
+    if not show_all:
+        excluded = _excluded_line(est)
+        if excluded:
+            out.append(("line", excluded))
     out.append(("line", "→ recommended, · on the cost / wall-time Pareto frontier"
                 + ("" if show_all else "; --all lists every candidate")))
-    out.append(("head", "Assumptions:"))
-    out.extend(("assumption", line) for line in dict.fromkeys(est.assumptions))
+    assumptions = list(dict.fromkeys(est.assumptions))
+    if show_all:
+        out.append(("head", "Assumptions:"))
+        out.extend(("assumption", line) for line in assumptions)
+    else:  # the workload, the speeds and the exchange rate the pick rests on; --all shows the rest
+        speeds = [line for line in assumptions if line.startswith(("workload ", "speed on ", "FX "))]
+        out.append(("head", f"Assumptions ({len(assumptions)}; --all lists every one):"))
+        out.extend(("assumption", line) for line in speeds)
     return out
+
+
+def _speed_line(est) -> str:
+    """Where the pick's speed is the generic table's, not measured for this workload: which GPU,
+    what such figures have been off by, and the measurement that would settle it."""
+    from gpuplan.planning import workloads
+
+    w, rec = est.workload, est.recommended
+    generic = [o for o, _ in rec.fleet if o.gpu not in w.speed and o.gpu != w.reference_gpu]
+    if not generic or w.streams is not None:
+        return ""
+    o = generic[0]
+    job = workloads.bench_job(w.name)
+    slug = o.name.lower().replace(".", "-").replace("_", "-")
+    how = (f"`gpuplan provision {o.provider}:{o.name} x1 --name bench`, `gpuplan bench {job} --cluster bench --out"
+           f" {slug}.yaml`, then `--profile {slug}.yaml`" if job else
+           f"time one job on one {o.gpu} and give it as `speed:` in the workload")
+    return (f"speed: {o.gpu} from the generic {w.kind} table, not measured for {w.name} (field report A: such a figure"
+            f" put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: {how}")
 
 
 def work_size(work) -> str:
@@ -334,7 +453,7 @@ def _render_table(est, show_all: bool) -> None:
     summary = _summary(est, show_all)
     console = Console(highlight=False)  # on a terminal every line is wrapped to its width
     if not console.is_terminal:
-        sys.stdout.write(_plain(title, rows, summary))
+        sys.stdout.write(_plain(title, rows, summary, None if show_all else SHORT_WIDTH))
         return
     from rich import box
     from rich.markup import escape
@@ -366,18 +485,28 @@ def _render_table(est, show_all: bool) -> None:
             console.print(("  - " if kind == "assumption" else "  ") + escape(text))
 
 
-def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str]]) -> str:
+SHORT_WIDTH = 160  # the default view's lines fit a screen; --all prints every line whole
+
+
+def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str]], width: int | None = None) -> str:
+    import textwrap
+
     from gpuplan.cli import tables
 
     columns = [tables.Column(h, right=h in _RIGHT) for h in _HEADER]
     out = [tables.plain(columns, [list(r) for r in rows], title).rstrip("\n")]
     for kind, text in summary:
         prefix = {"head": "", "warning": "  warning: ", "assumption": "  - "}.get(kind, "  ")
-        out.append((prefix + text).rstrip())
+        line = (prefix + text).rstrip()
+        if width is None or len(line) <= width:
+            out.append(line)
+        else:
+            out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
     return "\n".join(out) + "\n"
 
 
-_WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.SPOT: "spot",
+_QUOTA_CODES = (Code.DEFAULT_QUOTA, Code.DEFAULT_FAMILY_QUOTA, Code.QUOTA_UNKNOWN)
+_WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.QUOTA_UNKNOWN: "quota", Code.SPOT: "spot",
                  Code.GLOBAL_BATCH: "global batch"}
 
 
@@ -434,6 +563,7 @@ def write_json(est, out, schedules: bool = False) -> None:
         "jobs": len(est.workload.jobs),
         "recommended": _SLOT,
         "reason": est.reason,
+        "faster": est.faster,
         "plans": _SLOT,
         "pareto": _SLOT,
         "recommendation_proven_optimal": est.proven,
@@ -533,12 +663,14 @@ def register(app: typer.Typer) -> None:
         provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers.")] = None,
         region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region's offers.")] = None,
         deadline: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The latest acceptable wall time, such as 90m, 3h, 1h30m or 2d.")] = None,
-        objective: Annotated[str, typer.Option(metavar="cost|time", help="What to minimise: cost (the default) or wall time.")] = "cost",
+        objective: Annotated[str, typer.Option(metavar="balanced|cost|time", help="How to pick: balanced (the default: the fastest plan within --cost-slack of the cheapest), cost (strictly the cheapest) or time (the fastest).")] = "balanced",
+        cost_slack: Annotated[str, typer.Option("--cost-slack", metavar="PERCENT", help="With the balanced pick: how much dearer than the cheapest a faster plan may be, such as 3% (the default) or 0.")] = "3%",
+        budget: Annotated[Optional[str], typer.Option(metavar="YEN", help="Pick the fastest plan costing at most this many yen, such as 5000 or ¥5,000.")] = None,
         quota: Annotated[Optional[list[str]], typer.Option(metavar="PROVIDER=VCPUS", help="A vCPU quota to plan within: azure=20 for the whole provider, azure:NC=24 for one family; repeat for several.")] = None,
         out_format: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
         save: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
         profile: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
-        owned: Annotated[Optional[list[str]], typer.Option(metavar="OFFER", help="Hardware you already own or rent by the month (offer name); it may then be recommended.")] = None,
+        owned: Annotated[Optional[list[str]], typer.Option(metavar="OFFER[=N]", help="Hardware you already own or rent by the month (offer name; =N: you have N of them, planned at once); it may then be recommended.")] = None,
         show_all: Annotated[bool, typer.Option("--all", help="List every candidate plan.")] = False,
         release: Annotated[str, typer.Option(metavar="when-done|at-end", help="Release each machine when its own jobs end (when-done), or every machine when the last job ends (at-end).")] = "when-done",
         plot: Annotated[Optional[Path], typer.Option(metavar="FILE.svg|png", help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
@@ -578,10 +710,17 @@ def register(app: typer.Typer) -> None:
         check_quotas(quotas, cat)
         cat, japan_notes = _japan(cat, region, as_of, tax)
         work = workloads.with_catalog_gpus(work, cat)
+        owned, owned_count = parse_owned(owned or [])
         state = _user_state()
+        if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)
+            from dataclasses import replace as with_fields
+
+            quotas = with_fields(quotas, read={(q["provider"], q["region"], q["name"]): (int(q["limit"]), q["read_at"])
+                                               for q in state.quotas()})
         setting = Setting(
             catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
-            release=release, measured_setup=_measured_setup(state, cat), measured_engine=_measured_engine(state, cat), owned=tuple(owned or ()), spot=spot,
+            release=release, measured_setup=_measured_setup(state, cat), measured_engine=_measured_engine(state, cat),
+            owned=tuple(owned), owned_count=owned_count, spot=spot,
         )
         if owned:
             known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}
@@ -590,7 +729,8 @@ def register(app: typer.Typer) -> None:
                     raise UsageError(f"--owned {name!r} is not an owned offer (nor a monthly-rented one) in catalog"
                                      f" {cat.snapshot}; those are: {', '.join(sorted(known)) or 'none'}")
         work, calibrations = _calibrate(state, work, cat)
-        est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective)
+        est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective,
+                                 cost_slack=parse_slack(cost_slack), budget=parse_budget(budget))
         if calibrations:
             from dataclasses import replace
 

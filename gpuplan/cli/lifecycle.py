@@ -84,6 +84,13 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
     caps = [f"{fmt.yen(c)} a {per}" for c, per in ((offer.daily_cap_jpy, "day"), (offer.monthly_cap_jpy, "month")) if c]
     if caps:  # issue 22: Sakura VRT bills the lesser of hourly + daily, and monthly
         lines.append(f"  billed at most {' and '.join(caps)} per machine (the lesser of hourly + daily, and monthly)")
+    for other, part in zip(getattr(o, "more", ()), req.more):  # a mixed fleet: its other sizes, same cluster
+        price = other.price_jpy_per_hour
+        lines += [
+            f"  and {part.count}x {other.provider}:{other.name}: GPUs {other.gpu} x{other.gpu_count} per machine,"
+            f" {other.vcpus * part.count} vCPUs in all, {fmt.yen(price)}/h per machine"
+            f" ({fmt.yen(price * part.count if price is not None else None)}/h)",
+        ]
     if quota is not None:
         need, tiers = quota
         lines += [f"  quota {t.name} ({t.description}): {_units(need, t.unit)} needed, {t.free} free "

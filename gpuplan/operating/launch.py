@@ -28,6 +28,7 @@ class Order:
     from_image: bool = False  # a saved plan says setup: image, for more than one machine
     mapped: str = ""  # "X was retired ...; using its successor Y instead", or ""
     notes: tuple[str, ...] = ()  # spot price and rule, image setup: shown with the machines
+    more: tuple[Offer, ...] = ()  # a mixed fleet's other sizes, in the order of request.more
 
 
 def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> Offer:
@@ -89,6 +90,72 @@ def read_plan(path: Path) -> tuple[str, str, str | None, int, str, str]:
     return (*saved.target(), saved.market)
 
 
+def _more(path: Path, provider: str, region: str | None, name: str, spot: bool, ttl_s: int | None,
+          image: str | None) -> tuple[list[lifecycle.ProvisionRequest], list[Offer], list[str]]:
+    """A mixed plan's other sizes as requests of the same cluster, their offers and mapped lines."""
+    reqs, offers, mapped = [], [], []
+    for size, n in saved_plan.load(path).more():
+        offer, line = _live(f"{provider}:{size}", region)
+        if spot and offer.kind == "cloud":
+            offer, _ = _spot_priced(offer)
+        reqs.append(lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot,
+                                                 region=region))
+        offers.append(offer)
+        if line:
+            mapped.append(line)
+    return reqs, offers, mapped
+
+
+def replanned(path: Path, offer: Offer, count: int, setup: str, mapped: bool) -> str:
+    """Where the plan's offer changed since it was saved (retired for a successor, re-priced),
+    one line with its yen and wall re-estimated on today's catalog beside the saved ones; ""
+    where nothing changed. The workload is rebuilt where the plan names a built-in one."""
+    from decimal import Decimal
+
+    from gpuplan.planning import catalog, optimizer, workloads
+    from gpuplan.planning.billing import terms_for
+    from gpuplan.planning.model import Setting
+
+    saved = saved_plan.load(path)
+    fleet = saved.fleet if isinstance(saved.fleet, list) and saved.fleet else [{}]
+    old = ((fleet[0] or {}).get("billing") or {}).get("price_jpy") if isinstance(fleet[0], dict) else None
+    try:
+        repriced = old is not None and Decimal(str(old)) != terms_for(offer).price_jpy
+    except (ArithmeticError, ValueError):
+        repriced = False
+    if not (mapped or repriced):
+        return ""
+    machines = saved.machines if isinstance(saved.machines, list) else []
+    jobs = sum(len(m.get("jobs") or ()) for m in machines if isinstance(m, dict))
+    work = None
+    if saved.workload == "colorize-hd" and jobs:
+        work = workloads.videos(jobs)
+    elif saved.workload in workloads.builtin_names():
+        work = workloads.load(saved.workload)
+    was = f"saved: {fmt.yen(_number(saved.cost_jpy))}, wall {fmt.duration(_number(saved.wall_minutes) * 60)}"
+    why = "its offer was retired since it was saved" if mapped else "its price changed since it was saved"
+    if work is None:
+        return f"{why} ({was}): re-estimate it with `gpuplan estimate ... --save` before relying on its figures"
+    est = optimizer.estimate(work, Setting(catalog=catalog.load()), provider=offer.provider, region=offer.region,
+                             mixes=False)
+    same = next((p for p in est.plans if p.feasible and p.fleet[0][0].name == offer.name and len(p.fleet) == 1
+                 and p.count == count and p.setup == setup and p.per_gpu == 1), None)
+    if same is None:
+        return f"{why} ({was}): re-estimate it with `gpuplan estimate ... --save` before relying on its figures"
+    return (f"re-estimated on today's catalog, as {why}: {count}x {offer.name} now {fmt.yen(same.cost)},"
+            f" wall {fmt.duration(same.wall_s)} ({was})")
+
+
+def _number(value):
+    """A saved figure as Decimal (0 where unreadable: shown, never decided on)."""
+    from decimal import Decimal
+
+    try:
+        return Decimal(str(value))
+    except ArithmeticError:
+        return Decimal(0)
+
+
 def order(target: str | None, count: str | None, *, plan: Path | None = None, region: str | None = None,
           name: str | None = None, image: str | None = None, ttl: str | None = None, spot: bool = False) -> Order:
     """What `gpuplan provision` would create, from a size and count or a saved plan."""
@@ -116,10 +183,20 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
         offer, line = _spot_priced(offer)
         notes.append(line)
     req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
-    from_image = setup == "image" and not image and n > 1
+    more_offers: list[Offer] = []
+    if plan is not None:
+        more, more_offers, lines = _more(plan, offer.provider, req.region, req.name, spot, ttl_s, image)
+        if more:
+            req = replace(req, more=tuple(more))
+            mapped = "; ".join(x for x in (mapped, *lines) if x)
+    from_image = setup == "image" and not image and n > 1 and not req.more  # the planner mixes only from scratch
     if from_image:
         notes.append(IMAGE_NOTE)
-    return Order(offer, req, from_image, mapped, tuple(notes))
+    if plan is not None and not req.more:
+        line = replanned(plan, offer, n, setup, bool(mapped))
+        if line:
+            mapped = f"{mapped}\n{line}" if mapped else line
+    return Order(offer, req, from_image, mapped, tuple(notes), tuple(more_offers))
 
 
 def image_order(target: str, region: str | None, name: str | None) -> tuple[Order, str]:

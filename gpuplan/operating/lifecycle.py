@@ -63,6 +63,17 @@ class ProvisionRequest:
     ssh_cidr: str | None = None  # None: from config, else detected (see ssh_source)
     vcpus: int | None = None  # per machine, from the catalog row (None: the provider's own figure)
     billing: Terms | None = None  # how each machine is billed (the ledger charges by it); None: per second
+    more: tuple[ProvisionRequest, ...] = ()  # a mixed fleet's other sizes: one cluster, machines numbered on
+
+    @property
+    def parts(self) -> tuple[ProvisionRequest, ...]:
+        """Each size of the cluster with its own count (one part unless the fleet is mixed)."""
+        return (self, *self.more)
+
+    @property
+    def total(self) -> int:
+        """Machines of every size."""
+        return sum(p.count for p in self.parts)
 
 
 def new_cluster_name() -> str:
@@ -211,8 +222,23 @@ def preflight(prov: Provider, req: ProvisionRequest) -> tuple[int, list[QuotaUsa
     prov.check_credentials()
     prov.check_features(spot=req.spot, ttl_s=req.ttl_s)
     have = prov.machines(req.region, req.name)
-    shortfall = [n for n in node_names(req.name, req.count) if n not in have]
-    return prov.check_quota(req.region, req.size, len(shortfall), spot=req.spot, vcpus=req.vcpus)
+    need, tiers = 0, []
+    for part, names in split_names(req):
+        shortfall = [n for n in names if n not in have]
+        got, seen = prov.check_quota(part.region, part.size, len(shortfall), spot=part.spot, vcpus=part.vcpus)
+        need += got
+        tiers += [t for t in seen if t not in tiers]
+    return need, tiers
+
+
+def split_names(req: ProvisionRequest) -> list[tuple[ProvisionRequest, list[str]]]:
+    """Each part of the cluster with the names of its machines: the first size first, numbered on."""
+    names = node_names(req.name, req.total)
+    out, at = [], 0
+    for part in req.parts:
+        out.append((part, names[at:at + part.count]))
+        at += part.count
+    return out
 
 
 def node_names(cluster: str, count: int) -> list[str]:
@@ -242,7 +268,7 @@ def resumable(state: State, req: ProvisionRequest) -> ClusterRow | None:
     if existing is None or existing.status == "gone":
         return None
     same = (existing.provider, existing.size, existing.region, existing.count) == (
-        req.provider, req.size, req.region, req.count)
+        req.provider, req.size, req.region, req.total)
     if not same or existing.status == "ready":
         raise UsageError(
             f"cluster {req.name!r} already exists ({existing.count}x {existing.size}, {existing.status}); "
@@ -264,33 +290,41 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
     if not existing:
         if state.cluster(req.name):  # a gone cluster of this name: its rows make way
             state.forget_cluster(req.name)
+        parts = [{"size": p.size, "count": p.count, "gpus_per_node": p.gpus_per_node} for p in req.parts]
         state.add_cluster(
-            req.name, req.provider, req.region, req.size, req.count, image=req.image, ssh_user=prov.default_ssh_user,
+            req.name, req.provider, req.region, req.size, req.total, image=req.image, ssh_user=prov.default_ssh_user,
             ttl_expires_at=ttl_expires, price_jpy_per_hour=req.price_jpy_per_hour,
-            spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner},
+            spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner,
+                  **({"parts": parts} if req.more else {})},
         )
-    names = node_names(req.name, req.count)
+    names = node_names(req.name, req.total)
     try:
         _, public_key = keys.cluster_login_key(state, req.name)
         host_keys = {n: keys.node_host_key(req.name, n) for n in names} if prov.injects_host_keys else {}
-        for n in names:
-            state.add_node(req.name, n, gpus=req.gpus_per_node)
-        spec = NodeSpec(
-            cluster=req.name, size=req.size, region=req.region, ssh_user=prov.default_ssh_user,
-            ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
-            tags={TAG_CLUSTER: req.name, TAG_OWNER: tag_owner, TAG_CREATED: str(int(time.time()))},
-            ssh_cidr=ssh_cidr, vcpus=req.vcpus,
-        )
-        progress(f"creating {req.count}x {req.size} in {req.provider}/{req.region}")
-        for n in names:
-            state.update_node(req.name, n, status="creating")
-        with state.journaled("create-nodes", ",".join(names), req.name, f"{req.provider}:{req.size}@{req.region}"):
-            instances = prov.create(spec, names)
-        _record_instances(state, req, instances)
-        progress(f"waiting for {len(instances)} machines to answer")
+        for part, part_names in split_names(req):
+            for n in part_names:
+                state.add_node(req.name, n, gpus=part.gpus_per_node)
+        made = []
+        for part, part_names in split_names(req):  # a mixed fleet: one create per size, one cluster
+            spec = NodeSpec(
+                cluster=req.name, size=part.size, region=req.region, ssh_user=prov.default_ssh_user,
+                ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
+                tags={TAG_CLUSTER: req.name, TAG_OWNER: tag_owner, TAG_CREATED: str(int(time.time()))},
+                ssh_cidr=ssh_cidr, vcpus=part.vcpus,
+            )
+            progress(f"creating {part.count}x {part.size} in {req.provider}/{req.region}")
+            for n in part_names:
+                state.update_node(req.name, n, status="creating")
+            with state.journaled("create-nodes", ",".join(part_names), req.name,
+                                 f"{req.provider}:{part.size}@{req.region}"):
+                instances = prov.create(spec, part_names)
+            _record_instances(state, part, instances)
+            made.append((part, instances))
+        progress(f"waiting for {sum(len(i) for _, i in made)} machines to answer")
         with state.journaled("wait-ready", ",".join(names), req.name):
-            ready = prov.wait_ready(req.region, [i.id for i in instances])
-        _record_instances(state, req, ready, host_keys=host_keys, running=True)
+            for part, instances in made:
+                ready = prov.wait_ready(req.region, [i.id for i in instances])
+                _record_instances(state, part, ready, host_keys=host_keys, running=True)
         state.set_cluster_status(req.name, "ready")
     except Exception as exc:
         # A cloud error, or one of our own past the create (a full disk while recording what
@@ -312,7 +346,7 @@ def _after_failed_create(
         found = reconcile(state, prov, state.cluster(req.name))
         made = sum(1 for r in found if r.kind == "instance")
         if keep:
-            exc.args = (f"{exc} ({made} of {req.count} machines were created and kept; "
+            exc.args = (f"{exc} ({made} of {req.total} machines were created and kept; "
                         f"rerun the same provision to resume or `gpuplan teardown {req.name}` to remove them)",)
             return
         progress(f"create failed; removing the {made} machine(s) it made")

@@ -620,6 +620,21 @@ class State:
             lines.append(f"{where} {r['key']}")
         return lines
 
+    # --- quotas read by `gpuplan check` (kept in meta: one row per provider, region and tier) ----
+
+    def save_quota(self, provider: str, region: str, name: str, limit: int, unit: str) -> None:
+        value = json.dumps({"provider": provider, "region": region, "name": name, "limit": limit, "unit": unit,
+                            "read_at": _iso()})
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                       (f"quota:{provider}:{region}:{name}", value))
+
+    def quotas(self) -> list[dict]:
+        """Every quota `gpuplan check` read: provider, region, name, limit, unit, read_at (ISO)."""
+        with self._tx() as db:
+            rows = db.execute("SELECT value FROM meta WHERE key LIKE 'quota:%' ORDER BY key").fetchall()
+        return [json.loads(r["value"]) for r in rows]
+
     # --- cost ledger ---------------------------------------------------------------------
 
     def ledger_start(self, cluster: str, node: str, provider: str, size: str, price_jpy_per_hour: Decimal,

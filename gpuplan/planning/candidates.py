@@ -15,7 +15,7 @@ work is one schedule per slot count, not per offer. Machines alike are kept as c
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -26,6 +26,7 @@ from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Plan, Workload
 from gpuplan.planning.scheduling import Schedule, longest_first, schedule, solve_exactly
 from gpuplan.planning.types import Offer
+from gpuplan.planning.units import MAX_MACHINES
 
 LPT, SWAPS, EXACT = 0, 1, 2  # how hard a candidate's schedule is sought: greedy, improved, exactly solved
 
@@ -148,7 +149,7 @@ class Planner:
         self.names = [j.name for j in workload.jobs]
         self.start_s = workload.job_start_s  # fixed cost at every job start (seconds, any GPU)
         self.identical: dict[tuple[int, int], Schedule] = {}  # (slots, start ticks) -> schedule of the reference jobs
-        self.alike: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, start ticks) -> Alike
+        self.alike: dict[tuple[int, int, int, bool], Cached] = {}  # (slots, per machine, start ticks, every slot) -> Alike
         self.packed: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, GPUs) -> [PackedMachine]
         self.slots: dict[tuple[int, int], Cached] = {}  # (slots, start ticks) -> SlotFacts
         self.priced: dict[tuple[int, Decimal], Priced] = {}  # (id of the machines' kinds, factor) -> their seconds
@@ -289,19 +290,25 @@ class Planner:
         self.slots[key] = Cached(sched, out)
         return out
 
-    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int) -> Alike:
+    def _alike_machines(self, sched: Schedule, n: int, slots: int, start: int, every_slot: bool = False) -> Alike:
         """The schedule's slots grouped onto n machines, each taking the longest slots left
         (which minimises the sum of machine maxima for these slots), in runs of alike machines,
         as columns: what decides a machine's load (without job starts its longest slot's ticks;
         with them, the (ticks, starts) of its slots), how many, each one's job names (read only
-        when someone looks). Done once per schedule and machine size, then priced per offer."""
-        key = (n * slots, slots, start)
+        when someone looks). Done once per schedule and machine size, then priced per offer.
+        every_slot: each machine's kind is all its slots' (ticks, starts), longest first (its
+        co-location depends on how many are busy when)."""
+        key = (n * slots, slots, start, every_slot)
         have = self.alike.get(key)
         if have is not None and have.schedule is sched:
             return have.value
         order, by_slot, parts = self._slots_of(sched, start)
         each: list
-        if parts is None:  # without job starts a machine's load is its longest slot's ticks
+        if every_slot:
+            loads = sched.loads
+            each = [tuple((parts[0][m], parts[1][m]) if parts else (loads[m], 0) for m in order[v * slots:(v + 1) * slots])
+                    for v in range(n)]
+        elif parts is None:  # without job starts a machine's load is its longest slot's ticks
             loads = sched.loads
             each = [loads[order[v * slots]] for v in range(n)]
         else:
@@ -338,13 +345,22 @@ class Planner:
         self.packed[key] = Cached(sched, out)
         return out
 
-    def _machine_loads(self, offer: Offer, factor: Decimal, alike: Alike) -> model.Loads:
+    def _machine_loads(self, offer: Offer, factor: Decimal, alike: Alike,
+                       rates: Mapping[int, Decimal] | None = None) -> model.Loads:
         kinds, counts, names = alike
         key = (id(kinds), factor)  # scratch and image plans of one fleet (and offers alike) share them
         have = self.priced.get(key)
         if have is not None and have.kinds is kinds:
             return model.Loads(offer, have.jobs_s, counts, names, have.job_starts_s)
-        if not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
+        if rates is not None:  # all slots of each machine, slowed while several are busy
+            jobs, starts = [], []
+            for kind in kinds:
+                slots = [(st * self.start_s, factor * t * self.tick) for t, st in kind if t or st]
+                jobs.append(model.ceil_s(model.colocated_end(slots, rates)))
+                starts.append(max((st for t, st in kind), default=0) * self.start_s)
+            if not self.start_s:
+                starts = []
+        elif not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
             ratio = self.ratios.get(factor)
             if ratio is None:
                 ratio = self.ratios[factor] = (factor * self.tick).as_integer_ratio()
@@ -378,7 +394,7 @@ class Planner:
                 plans.append(model.infeasible_plan(w, s, offer, 1, "scratch", k, exc.outcome))
                 continue
             slots = offer.gpu_count * k
-            nmax = 1 if owned else -(-nj // slots)
+            nmax = min(model.owned_machines(offer, s), -(-nj // slots)) if owned else -(-nj // slots)
             extra = []
             if s.deadline_s is not None:
                 factor, _ = model.job_factor(w, offer, s.catalog.gpus, k, min(offer.gpu_count, _ceil_div(nj, k)))
@@ -387,36 +403,47 @@ class Planner:
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:
                         extra.append(_ceil_div(total, room * slots))
+            if nmax >= MAX_MACHINES:  # the largest fleet provision makes, its image builder included
+                extra.append(MAX_MACHINES - 1)
             modes_ok = not owned and model.provider_times(offer, w, s)[0] > 0 and not model.image_problem([offer], s)
+            rates = model.colocation_rates(w, offer.gpu_count) if k == 1 else None
             for n in _counts(nmax, extra):
                 busy = min(offer.gpu_count, _ceil_div(_ceil_div(nj, n), k))
-                factor, notes = model.job_factor(w, offer, s.catalog.gpus, k, busy)
+                factor, notes = model.job_factor(w, offer, s.catalog.gpus, k, 1 if rates else busy)
+                if rates:  # the slowdown per machine and period, not one factor for the fleet
+                    notes = [notes[0], model.colocation_note(w, offer.gpu_count), *notes[2:]]
                 for mode in ("scratch", "image") if (modes_ok and n >= 2) else ("scratch",):
-                    cand = self._single_candidate(offer, n, k, slots, factor, notes, mode, LPT)
+                    cand = self._single_candidate(offer, n, k, slots, factor, notes, mode, LPT, rates)
                     self.candidates.append(cand)
                     plans.append(cand.plan)
         return plans
 
-    def _single_candidate(self, offer, n, k, slots, factor, notes, mode, effort) -> Candidate:
+    def _single_candidate(self, offer, n, k, slots, factor, notes, mode, effort, rates=None) -> Candidate:
         if k > 1:
             return self._packed_candidate(offer, n, k, slots, factor, notes, mode)
         start = self._start_ticks(factor)
         sched = self._slot_schedule(n * slots, effort, start)
-        loads = self._machine_loads(offer, factor, self._alike_machines(sched, n, slots, start))
+        alike = self._alike_machines(sched, n, slots, start, every_slot=rates is not None)
+        loads = self._machine_loads(offer, factor, alike, rates)
         makespan_s = max(loads.jobs_s)
         bound_s = self._seconds(factor, sched.lower_bound)
+        if rates is not None:  # nor can any schedule beat the work at a machine's best throughput
+            best = max(m * r for m, r in rates.items())
+            bound_s = max(bound_s, model.ceil_s(factor * self.total_ticks * self.tick / (n * best)))
         # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
         whole = start * factor * self.tick == self.start_s
-        optimal = sched.optimal and (whole or makespan_s <= bound_s)
+        optimal = sched.optimal and ((whole and rates is None) or makespan_s <= bound_s)
         how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
         plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
         jobs_lb = (_hourly(offer) * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
                    / (slots * model.HOUR))
 
         def redo(harder: int) -> Candidate:
-            return self._single_candidate(offer, n, k, slots, factor, notes, mode, harder)
+            return self._single_candidate(offer, n, k, slots, factor, notes, mode, harder, rates)
 
-        done = optimal or sched.method == "milp"
+        # under co-location a proven slot schedule is all the planner can seek; the plan says how far
+        # it may be from its bound
+        done = optimal or sched.method == "milp" or (rates is not None and sched.optimal)
         cost_lb = self._cost_bound(plan, jobs_lb)
         return Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s,
                           EXACT if done else effort, None if done else redo)
@@ -476,9 +503,10 @@ class Planner:
         per_machine = offer.gpu_count * k
         n = _ceil_div(st.count, per_machine)
         owned = offer.kind in model.ONE_MACHINE_KINDS  # a DOK task queue is one machine too (issue 22)
-        if owned and n > 1:
+        have = model.owned_machines(offer, s) if offer.kind in ("owned", "monthly") else 1
+        if owned and n > have:
             return [model.infeasible_plan(w, s, offer, n, "scratch", k, outcomes.of(
-                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=1,
+                Code.FLEET_LIMIT, streams=st.count, machines=n, per_machine=per_machine, have=have,
                 task=offer.kind == "task"))]
         loads = model.Loads(offer, [st.duration_s], [n],
                             [tuple(tuple(self.names[i * per_machine:(i + 1) * per_machine]) for i in range(n))])
@@ -494,8 +522,13 @@ class Planner:
         link = s.catalog.link(offer)
         owned = offer.kind in model.ONE_MACHINE_KINDS  # a DOK task queue is one machine too (issue 22)
         plans = []
-        for n in ([1] if owned else [1, 2, 4, 8, 16]):
+        have = model.owned_machines(offer, s)
+        for n in ([n for n in (1, 2, 4, 8, 16) if n <= have] if owned else [1, 2, 4, 8, 16]):
+            sharded = model.sharded_need(w, n * offer.gpu_count)
             try:
+                if sharded is not None and sharded[0] > offer.gpu_memory_gib:
+                    raise Infeasible(outcomes.of(Code.MEMORY, need_gib=sharded[0], gpu_memory_gib=offer.gpu_memory_gib,
+                                                 gpu=offer.gpu))
                 up, why_up = model.dp_speedup(w, offer, n, sp, link)
             except Infeasible as exc:
                 plans.append(model.infeasible_plan(w, s, offer, n, "scratch", 1, exc.outcome))
@@ -505,6 +538,8 @@ class Planner:
             loads = [model.Machine(offer, jobs_s, tuple(self.names), starts)] * n
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
                      f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
+            if sharded is not None:
+                notes.append(sharded[1])
             batch = model.global_batch_warning(w, n * offer.gpu_count)
             modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
                                              and not model.image_problem([offer], s)) else ("scratch",)
@@ -527,8 +562,9 @@ class Planner:
                 if na * a.gpu_count + nb * b.gpu_count > max(nj, a.gpu_count + b.gpu_count):
                     continue
                 per_vm = -(-nj // (na + nb))
-                fa, notes_a = model.job_factor(w, a, s.catalog.gpus, 1, min(a.gpu_count, per_vm))
-                fb, notes_b = model.job_factor(w, b, s.catalog.gpus, 1, min(b.gpu_count, per_vm))
+                rates = {id(o): model.colocation_rates(w, o.gpu_count) for o in (a, b)}
+                fa, notes_a = self._mix_factor(a, per_vm, rates[id(a)])
+                fb, notes_b = self._mix_factor(b, per_vm, rates[id(b)])
                 slots = [fa] * (na * a.gpu_count) + [fb] * (nb * b.gpu_count)
                 # fluid bound: the fleet's slots together do total_ref of reference work, a job start
                 # counted as at least start / (slowest factor) of it; no job is shorter than on its
@@ -552,14 +588,23 @@ class Planner:
                     if beaten or late:
                         self.skipped_mixes += 1
                         continue
-                    plan = self._pair_plan(a, na, fa, b, nb, fb, mode, bound_s, notes_a + notes_b)
+                    plan = self._pair_plan(a, na, fa, b, nb, fb, mode, bound_s, notes_a + notes_b, rates)
                     if plan is None:
                         continue
                     self.candidates.append(Candidate(plan, cost_lb, wall_lb))
                     plans.append(plan)
         return plans
 
-    def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes) -> Plan | None:
+    def _mix_factor(self, offer: Offer, per_vm: int, rates) -> tuple[Decimal, list[str]]:
+        """A mixed fleet's job factor on the offer: without co-location where it is counted per
+        machine and period (rates), else for the jobs each machine would hold."""
+        factor, notes = model.job_factor(self.w, offer, self.s.catalog.gpus, 1,
+                                         1 if rates else min(offer.gpu_count, per_vm))
+        if rates:
+            notes = [notes[0], model.colocation_note(self.w, offer.gpu_count), *notes[2:]]
+        return factor, notes
+
+    def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes, rates=None) -> Plan | None:
         # schedule on milliseconds of each slot type; the plan's loads are then exact seconds
         start_ms = self.start_s * 1000
         p = [[model.ceil_s(f * t * self.tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
@@ -574,10 +619,15 @@ class Planner:
         loads = []
         for o, mine, names in self._vm_loads([(a, na, a.gpu_count), (b, nb, b.gpu_count)], loads_s, sched.assign):
             busiest = mine[0]  # longest first
-            loads.append(model.Machine(o, loads_s[busiest], names, starts[busiest] * self.start_s))
+            busy_s = loads_s[busiest]
+            r = (rates or {}).get(id(o))
+            if r is not None and loads_s[busiest]:  # slowed while several of its GPUs are busy
+                busy_s = model.ceil_s(model.colocated_end(
+                    [(starts[m] * self.start_s, factors[m] * per_slot[m] * self.tick) for m in mine], r))
+            loads.append(model.Machine(o, busy_s, names, starts[busiest] * self.start_s))
         if any(m.jobs_s == 0 for m in loads):
             return None  # a machine with nothing to do: the same plan without it is listed already
-        makespan_s = max(loads_s)
+        makespan_s = max(m.jobs_s for m in loads)
         optimal = makespan_s <= bound_s
         how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
         return model.make_plan(self.w, self.s, [(a, na), (b, nb)], mode, 1, loads, list(notes) + [how], optimal)

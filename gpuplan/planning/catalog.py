@@ -107,6 +107,11 @@ class Link:
     source: str
     as_of: str
     notes: str
+    # each in-node pass of the gradients around a host-staged allreduce (NCCL reduce and broadcast
+    # inside the machine, device-to-host and host-to-device copies), Gbit/s; None: no such passes
+    in_node_pass_gbps: Decimal | None = None
+    # where inter_node_gbps is an "up to" (burst) figure: the sustained baseline, Gbit/s
+    inter_node_baseline_gbps: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -697,8 +702,9 @@ def _links() -> Mapping[tuple[str, str], Link]:
     out = {}
     for line, row in _rows("links.csv"):
         where = _Where(f"catalog/links.csv line {line}")
-        values = {k: _dec(where, k, row[k]) for k in ("intra_node_gbps", "intra_node_effective",
-                                                       "inter_node_gbps", "inter_node_effective")}
+        values = {k: _dec(where, k, row.get(k, "")) for k in ("intra_node_gbps", "intra_node_effective",
+                                                               "inter_node_gbps", "inter_node_effective",
+                                                               "in_node_pass_gbps", "inter_node_baseline_gbps")}
         for k in ("intra_node_effective", "inter_node_effective"):
             share = values[k]
             if share is not None and not 0 < share <= 1:

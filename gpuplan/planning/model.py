@@ -51,11 +51,14 @@ from gpuplan.planning import billing, fmt, outcomes
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
+from gpuplan.planning.units import MAX_MACHINES
 
 if TYPE_CHECKING:
     from gpuplan.planning.catalog import Catalog
 
 HOUR = Decimal(3600)
+# quota codes as providers name them (catalog providers.csv notes: AWS Service Quotas codes)
+QUOTA_NAMES = {"L-DB2E81BA": "Running On-Demand G and VT instances", "L-417A185B": "Running On-Demand P instances"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class Quotas:
 
     total: Mapping[str, int] = field(default_factory=dict)
     family: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # read by `gpuplan check` in one region: (provider, region, tier name) -> (vCPUs, date read);
+    # tier "cores" is Azure's Total Regional vCPUs, other names are the catalog's quota families
+    read: Mapping[tuple[str, str, str], tuple[int, str]] = field(default_factory=dict)
 
     def family_limit(self, provider: str, quota_family: str) -> tuple[str, int] | None:
         qf = quota_family.lower()
@@ -87,6 +93,7 @@ class Setting:
     # the `ray` playbook's measured seconds (run engine install) per (provider, machine type)
     measured_engine: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     owned: tuple[str, ...] = ()
+    owned_count: Mapping[str, int] = field(default_factory=dict)  # owned name (lower case) -> machines you have
     spot: bool = False  # plan on the catalog's spot rows too (--spot): only then may a spot plan be recommended
 
 
@@ -125,6 +132,16 @@ def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str
                f"for {workload.name}")
     if workload.max_speed is not None and s > workload.max_speed:
         s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
+    cpu = workload.feed_cpu_seconds_per_unit
+    if cpu is not None and offer.vcpus > 0:
+        # every GPU busy: each job's input pipeline gets vCPUs / GPUs of the machine
+        share = Decimal(offer.vcpus) / offer.gpu_count
+        fed = workload.seconds_per_unit * share / cpu  # the speed (x reference) those vCPUs can feed
+        if fed < s:
+            why = (f"feed-bound: {number_text(share)} vCPUs per GPU at {number_text(cpu)} CPU s per {workload.unit}"
+                   f" feed {number_text(share / cpu)} {workload.unit}s/s, less than the GPU's"
+                   f" {number_text(s / workload.seconds_per_unit)} ({workload.feed_source}); the GPU alone: {why}")
+            s = fed
     return s, why
 
 
@@ -136,6 +153,40 @@ def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
         return f, f"co-location slowdown {f}x for {gpus_busy} jobs on one machine ({workload.colocation_source})"
     f = workload.colocation_default
     return f, f"co-location slowdown {f}x for {gpus_busy} jobs on one machine (default; {workload.colocation_source})"
+
+
+def colocation_rates(workload: Workload, gpus: int) -> dict[int, Decimal] | None:
+    """Per-job speed (1 = alone) while m = 1..gpus jobs run on one machine's GPUs: 1 / the
+    co-location slowdown for m; None where no count slows (a one-GPU machine, or factors of 1)."""
+    rates = {m: 1 / colocation(workload, m)[0] for m in range(1, gpus + 1)}
+    return rates if any(r != 1 for r in rates.values()) else None
+
+
+def colocation_note(workload: Workload, gpus: int) -> str:
+    """One line on the slowdown per machine and period."""
+    figures = ", ".join(f"{m} jobs {colocation(workload, m)[0]}x" for m in range(2, gpus + 1))
+    return (f"co-location slowdown per machine and period: while m jobs share a machine each takes m's factor"
+            f" ({figures}; {workload.colocation_source}); a job alone on it runs at full speed")
+
+
+def colocated_end(slots: Sequence[tuple[Decimal, Decimal]], rates: Mapping[int, Decimal]) -> Decimal:
+    """One machine whose busy GPUs each run (fixed seconds, then work seconds at full speed): while
+    m of them are still busy, work progresses at rates[m]; fixed time (job starts) is wall time.
+    Returns when the last GPU finishes."""
+    state = [[f, w] for f, w in slots if f or w]
+    now = Decimal(0)
+    tiny = Decimal("1e-9")
+    while state:
+        rate = rates[len(state)]
+        step = min(f if f > tiny else w / rate for f, w in state)
+        now += step
+        for s in state:
+            if s[0] > tiny:
+                s[0] -= step
+            else:
+                s[1] -= step * rate
+        state = [s for s in state if s[0] > tiny or s[1] > tiny]
+    return now
 
 
 def packing_table(workload: Workload, offer: Offer) -> tuple[Mapping[int, Decimal | None] | None, str]:
@@ -275,7 +326,8 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
         raise Infeasible(outcomes.of(Code.PRICED_LATER, offer=offer.name, priced=offer.as_of, month=month))
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
         raise Infeasible(outcomes.of(Code.NOT_AVAILABLE, offer=offer.name, available_from=offer.available_from.isoformat()))
-    if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib:
+    sharded = workload.data_parallel is not None and workload.data_parallel.memory is not None
+    if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib and not sharded:
         raise Infeasible(outcomes.of(Code.MEMORY, need_gib=workload.memory_gib, gpu_memory_gib=offer.gpu_memory_gib,
                                      gpu=offer.gpu))
     # where a workload gives no need, the offer's own memory bounds it: nothing more to check
@@ -335,29 +387,52 @@ GBIT = Decimal(10) ** 9
 
 
 def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Offer, link) -> tuple[Decimal, str]:
-    """One step's ring allreduce of `grad_bytes`: each of p participants sends 2L(p-1)/p bytes.
+    """One step's allreduce of `grad_bytes` = L, from the link's measured figures.
 
     Over several machines, one process per machine talks on the network (hierarchical, report
-    B: p = machines) and the link's effective share counts the whole allreduce, the reduce and
-    broadcast inside each machine included (as report B measured it). On one machine of g > 1
-    GPUs: a ring over its GPU link. Raises Infeasible where the catalog has no such figure."""
+    B: p = machines): a ring in which each sends 2L(p-1)/p bytes at the link's point-to-point
+    bandwidth (line rate x its measured share). Where the link names an in-node pass bandwidth
+    (a host-staged collective, report B), every machine also passes L through it: NCCL reduce and
+    broadcast inside the machine (when it has several GPUs) and a device-to-host and a host-to-
+    device copy around the network exchange; a single machine of such a link pays those passes
+    too (the same communicator, report B). Otherwise, on one machine of g > 1 GPUs: a ring over
+    its GPU link. Raises Infeasible where the catalog has no such figure."""
     g, n = gpus_per_node, nodes
+    passes_gbps = link.in_node_pass_gbps if link is not None else None
+    parts: list[str] = []
+    seconds = Decimal(0)
     if n > 1:
         if link is None or link.inter_node_gbps is None:
             raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="machines"))
         p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
+        if link.inter_node_baseline_gbps is not None:  # a burst lasts minutes; a training step runs for hours
+            what = f"{what}: 'up to' {gbps} Gbit/s is a burst, its sustained baseline is used"
+            gbps = link.inter_node_baseline_gbps
         over = f"{n} machines"
-    elif g > 1:
+    elif g > 1 and passes_gbps is None:
         if link is None or link.intra_node_gbps is None:
             raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="gpus"))
         p, gbps, eff, what = g, link.intra_node_gbps, link.intra_node_effective, link.intra_node_link
         over = f"{g} GPUs of one machine"
+    elif g > 1:
+        p = 1
     else:
         return Decimal(0), "one GPU: no allreduce"
-    volume = Decimal(2 * grad_bytes * (p - 1)) / p
-    seconds = volume * 8 / (gbps * GBIT * eff)
-    return seconds, (f"ring allreduce over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB per step at {gbps} Gbit/s"
-                     f" x {eff} effective ({what}; {link.source}) = {number_text(seconds)} s")
+    if p > 1:
+        volume = Decimal(2 * grad_bytes * (p - 1)) / p
+        ring = volume * 8 / (gbps * GBIT * eff)
+        seconds += ring
+        parts.append(f"ring allreduce over {over}: 2L(p-1)/p = {number_text(volume / 10**6)} MB at {gbps} Gbit/s x {eff}"
+                     f" ({what}) = {number_text(ring)} s")
+    if passes_gbps is not None:
+        # NCCL reduce + broadcast inside the machine where it has several GPUs; the two host copies
+        # wherever the exchange is staged through host memory (one machine of this link included)
+        passes = (2 if g > 1 else 0) + 2
+        staged = Decimal(passes * grad_bytes * 8) / (passes_gbps * GBIT)
+        seconds += staged
+        named = "reduce, device-to-host, host-to-device, broadcast" if g > 1 else "device-to-host, host-to-device"
+        parts.append(f"{passes} in-node passes of L ({named}) at {passes_gbps} Gbit/s = {number_text(staged)} s")
+    return seconds, " + ".join(parts) + f" ({link.source})"
 
 
 def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Decimal, link=None) -> tuple[Decimal, str]:
@@ -391,6 +466,26 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
     hidden = f", {dp.overlap} of compute overlapped" if dp.overlap else ""
     return up, (f"per step {number_text(compute)} s compute ({dp.batch_per_gpu} per GPU) + {number_text(exposed)} s"
                 f" allreduce{hidden}: {why}; gradients {dp.gradient_bytes:,} bytes ({dp.comm_source})")
+
+
+def sharded_need(workload: Workload, gpus: int) -> tuple[Decimal, str] | None:
+    """GPU memory per GPU of a data-parallel job whose memory is given in parts, over `gpus`
+    GPUs (the parts its ZeRO / FSDP stage splits are divided by the sharding degree), and one line
+    saying how; None where the workload gives no parts."""
+    dp = workload.data_parallel
+    m = dp.memory if dp is not None else None
+    if m is None:
+        return None
+    d = m.degree or gpus
+    split = {"optimizer state": m.stage >= 1, "gradients": m.stage >= 2, "parameters": m.stage >= 3}
+    parts = {"parameters": m.parameters_gib, "gradients": m.gradients_gib, "optimizer state": m.optimizer_gib}
+    need = m.activations_gib + sum((v / d if split[k] else v for k, v in parts.items()), Decimal(0))
+    sharded = [k for k, on in split.items() if on]
+    how = (f"{', '.join(sharded)} split over {d} GPUs (ZeRO stage {m.stage})" if sharded and d > 1
+           else f"nothing split (ZeRO stage {m.stage}{', one GPU' if sharded else ''})")
+    return need, (f"memory need {number_text(need)} GiB per GPU: parameters {number_text(m.parameters_gib)}, gradients"
+                  f" {number_text(m.gradients_gib)}, optimizer state {number_text(m.optimizer_gib)}, activations"
+                  f" {number_text(m.activations_gib)} GiB; {how} ({m.source})")
 
 
 def global_batch_warning(workload: Workload, gpus: int) -> Outcome | None:
@@ -626,7 +721,13 @@ def make_plan(
         start_workers = setup + capture + launch
         if bw:
             builder, rest = _first_apart(loads[0])
-            runs.append(_Run(builder.offer, "builder+worker", 0, setup, capture, staging, builder))
+            # a synchronous (data-parallel) job starts on every machine at once: the builder is held,
+            # and billed, until the workers have launched (counted with its capture)
+            wait = launch if workload.data_parallel is not None and (rest or len(loads) > 1) else 0
+            runs.append(_Run(builder.offer, "builder+worker", 0, setup, capture + wait, staging, builder))
+            if wait:
+                time_notes.append(f"the builder waits {fmt.duration(wait)} for the workers to launch before the"
+                                  " synchronous job starts: held and billed (with its capture)")
             loads = ([rest] if rest else []) + loads[1:]
         else:
             runs.append(_Run(first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
@@ -702,6 +803,9 @@ def make_plan(
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warned)
     if setting.deadline_s is not None and wall > setting.deadline_s:
         reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
+    started = sum(sum(m.counts) for m in machines)
+    if started > MAX_MACHINES and all(o.kind == "cloud" for o, _ in fleet):
+        reasons.append(outcomes.of(Code.PROVISION_LIMIT, machines=started, limit=MAX_MACHINES))
     no_image = image_problem([first], setting)
     if no_image and setup_mode == "scratch":
         time_notes.append(f"{outcomes.render(no_image)}: every machine runs setup")
@@ -716,6 +820,7 @@ def make_plan(
         rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
         warned.append(outcomes.of(Code.SPOT, offer=o.name, rule=rule))
         time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
+    warned.sort(key=lambda w: w.code is Code.QUOTA_UNKNOWN)  # what is known first
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
     if spot and not setting.spot:
@@ -744,6 +849,12 @@ def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:
     """Did the user say they have this machine (--owned, or the workload's owned list)?"""
     mine = {n.lower() for n in setting.owned + workload.owned}
     return offer.name.lower() in mine or any(a.lower() in mine for a in offer.aliases)
+
+
+def owned_machines(offer: Offer, setting: Setting) -> int:
+    """How many machines of an owned (or monthly) offer there are to plan on: as said with
+    `--owned NAME=N`, else one."""
+    return max((setting.owned_count.get(n.lower(), 1) for n in (offer.name, *offer.aliases)), default=1)
 
 
 def month_price(offer: Offer, setting: Setting) -> Decimal:
@@ -795,15 +906,23 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
     if setup_mode == "image" and bw is False:
         peak = max(peak, first.vcpus)
     notes: list[str] = []
+    region = first.region
+    read = {name: v for (p, r, name), v in setting.quotas.read.items() if p == provider and r == region}
     user_total = setting.quotas.total.get(provider)
-    user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family)
+    user_given = user_total is not None or any(p == provider for p, _ in setting.quotas.family) or bool(read)
     if user_total is not None and peak > user_total:
         reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=user_total))
+    elif user_total is None and "cores" in read and peak > read["cores"][0]:
+        reasons.append(outcomes.of(Code.QUOTA, vcpus=peak, provider=provider, limit=read["cores"][0],
+                                   read_at=read["cores"][1]))
     for fam, need in by_family.items():
         hit = setting.quotas.family_limit(provider, fam)
         if hit is not None and need > hit[1]:
             reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=hit[0],
                                        limit=hit[1]))
+        elif hit is None and fam in read and need > read[fam][0]:
+            reasons.append(outcomes.of(Code.FAMILY_QUOTA, vcpus=need, family=fam, provider=provider, given_family=fam,
+                                       limit=read[fam][0], read_at=read[fam][1]))
     if not user_given and facts is not None:
         how = facts.how_to_raise or ""
         if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
@@ -813,11 +932,24 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
             default = facts.family_quota_vcpus.get(fam)
             if fam and default is not None and need > default and not (default == facts.default_quota_vcpus and peak > default):
                 warnings.append(outcomes.of(Code.DEFAULT_FAMILY_QUOTA, vcpus=need, family=fam, limit=default,
-                                            how_to_raise=how))
+                                            how_to_raise=how, provider=provider))
         if facts.default_quota_vcpus is not None or facts.family_quota_vcpus:
             notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} vCPUs total"
                          + "".join(f", {f} {v}" for f, v in facts.family_quota_vcpus.items() if f in by_family)
                          + f" ({facts.source})")
+    if (facts is not None and user_total is None and facts.default_quota_vcpus is None and facts.quota_name != "none"
+            and all(o.kind == "cloud" for o, _ in fleet)):
+        for fam, need in by_family.items():  # no limit known for this family: say what it needs
+            if (facts.family_quota_vcpus.get(fam) is not None or setting.quotas.family_limit(provider, fam) is not None
+                    or fam in read):
+                continue
+            if facts.quota_name == "servers":  # a server count, not vCPUs (Sakura)
+                need, unit = sum(n for o, n in fleet if o.quota_family == fam), "servers"
+            else:
+                unit = "vCPUs"
+            warnings.append(outcomes.of(Code.QUOTA_UNKNOWN, provider=provider, family=fam or facts.quota_name,
+                                        name=QUOTA_NAMES.get(fam, ""), need=need, unit=unit,
+                                        how_to_raise=facts.how_to_raise or ""))
     return peak, notes
 
 

@@ -50,6 +50,7 @@ plan already listed are not scheduled at all: they could be neither picked nor o
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 
 from gpuplan.planning import ranking
 from gpuplan.planning.candidates import EXACT, SWAPS, Planner
@@ -61,7 +62,8 @@ EXACT_PHASE_S = 0.6  # and exact solving adds at most this much: each solve is l
 
 
 def estimate(workload: Workload, setting: Setting, provider: str | None = None, region: str | None = None,
-             objective: str = "cost", mixes: bool = True) -> Estimate:
+             objective: str = "balanced", mixes: bool = True, cost_slack: Decimal = ranking.DEFAULT_SLACK,
+             budget: Decimal | None = None) -> Estimate:
     """Every candidate plan, the cost/wall-time Pareto frontier and the recommendation.
 
     Schedules are first found by the fast heuristics (proven optimal where they meet a lower
@@ -70,8 +72,9 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     fleet could beat the recommendation."""
     from gpuplan.errors import UsageError
 
-    if objective not in ("cost", "time"):
-        raise UsageError(f"bad --objective {objective!r}: use cost or time")
+    if objective not in ranking.OBJECTIVES:
+        raise UsageError(f"bad --objective {objective!r}: use balanced, cost or time")
+    choice = ranking.Choice(objective, cost_slack, budget)
     started = time.perf_counter()
     cat = setting.catalog
     offers = cat.find(provider=provider, region=region, spot=setting.spot)
@@ -83,14 +86,14 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     for offer in offers:
         plans.extend(planner.single(offer))
 
-    _seek(planner, plans, objective, SWAPS)  # before the mixes: their pruning compares with these plans
+    _seek(planner, plans, choice, SWAPS)  # before the mixes: their pruning compares with these plans
     if mixes and workload.parallel == "none" and workload.streams is None and len(workload.jobs) > 1:
         best_per_offer: dict[tuple[str, str], dict[str, tuple]] = {}
         for p in plans:
             if p.feasible and p.recommendable and p.per_gpu == 1 and p.fleet[0][0].kind == "cloud":
                 o = p.fleet[0][0]
                 group = best_per_offer.setdefault((o.provider, o.region), {})
-                key = ranking.rank_key(p, objective)
+                key = ranking.rank_key(p, choice.base)
                 if o.key not in group or key < group[o.key][0]:
                     group[o.key] = (key, o)
         singles = list(plans)
@@ -100,24 +103,28 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
                 for j in range(i + 1, len(top)):
                     plans.extend(planner.pair(top[i], top[j], singles))
 
-    _seek(planner, plans, objective, SWAPS)
-    rec, eligible = ranking.pick(plans, objective)
+    _seek(planner, plans, choice, SWAPS)
+    rec, eligible = ranking.choose(plans, choice)
     now = time.perf_counter()
     if rec is not None and now - started <= EXACT_BUDGET_S:
         planner.exact_until = min(started + EXACT_BUDGET_S, now + EXACT_PHASE_S)
-        _seek(planner, plans, objective, EXACT, deadline=planner.exact_until)
-        rec, eligible = ranking.pick(plans, objective)
+        _seek(planner, plans, choice, EXACT, deadline=planner.exact_until)
+        rec, eligible = ranking.choose(plans, choice)
     open_ = [c for c in planner.candidates if not c.plan.optimal]
-    gap, proven = ranking.gap(open_, rec, objective, setting.deadline_s)
+    if choice.objective == "balanced":  # the pick rests on the cheapest (its cost sets the cap): prove that one
+        gap, proven = ranking.gap(open_, eligible[0] if eligible else None, "cost", setting.deadline_s)
+    else:
+        gap, proven = ranking.gap(open_, rec, choice.base, setting.deadline_s, ranking.cost_cap(rec, eligible, choice))
 
-    reason = ranking.why(rec, eligible, objective, plans, setting)
+    reason = ranking.why(rec, eligible, choice, plans, setting)
+    faster = ranking.faster_for_more(rec, eligible)
     hourly = next((p for p in eligible if all(o.kind == "cloud" for o, _ in p.fleet)), None)
     plans = [ranking.break_even(p, hourly, setting) if p.fleet[0][0].kind in ("owned", "monthly") and p.feasible else p
              for p in plans]
-    rec, eligible = ranking.pick(plans, objective)  # the same pick, now carrying its note
+    rec, eligible = ranking.choose(plans, choice)  # the same pick, now carrying its note
     feasible = [p for p in plans if p.feasible]
     pareto = ranking.pareto([p for p in feasible if p.recommendable])
-    ordered = sorted(feasible, key=lambda p: (not p.recommendable, ranking.rank_key(p, objective)))
+    ordered = sorted(feasible, key=lambda p: (not p.recommendable, ranking.rank_key(p, choice.base)))
     ordered += [p for p in plans if not p.feasible]
     extra = {}
     if planner.skipped_mixes:
@@ -126,11 +133,12 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     return Estimate(
         snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
         reason=reason, assumptions=rec.assumptions if rec else (), solver_seconds=time.perf_counter() - started,
-        proven=proven, gap=gap, extra=extra,
+        proven=proven, gap=gap, extra=extra, faster=faster, named=tuple(ranking.named(rec, eligible, choice)),
     )
 
 
-def _seek(planner: Planner, plans: list[Plan], objective: str, effort: int, deadline: float | None = None) -> None:
+def _seek(planner: Planner, plans: list[Plan], choice: ranking.Choice, effort: int,
+          deadline: float | None = None) -> None:
     """Seek harder schedules (SWAPS: improved; EXACT: solved exactly) for the candidates that
     could change the answer, until none is left: with SWAPS, those that could be picked or join
     the cost / wall-time frontier; with EXACT, those that could be picked. Every candidate was
@@ -138,10 +146,12 @@ def _seek(planner: Planner, plans: list[Plan], objective: str, effort: int, dead
     most of the work, and most candidates are beaten by their bounds alone. `plans` is updated
     in place; EXACT stops starting new solves past `deadline` (time.perf_counter())."""
     while True:
-        rec, eligible = ranking.pick(plans, objective)
+        rec, eligible = ranking.choose(plans, choice)
         front = ranking.pareto(eligible)
+        cap = ranking.cost_cap(rec, eligible, choice)
+        order = "time" if choice.objective == "balanced" else choice.base  # under the cap, the fastest wins
         todo = [c for c in planner.candidates if c.effort < effort and c.redo is not None and not c.plan.optimal
-                and ((rec is not None and ranking.could_beat(c, rec, objective, planner.s.deadline_s))
+                and ((rec is not None and ranking.could_beat(c, rec, order, planner.s.deadline_s, cap))
                      or (effort == SWAPS and ranking.could_join(c, front, planner.s.deadline_s)))]
         if not todo or (deadline is not None and time.perf_counter() > deadline):
             return

@@ -26,6 +26,7 @@ class Code(str, Enum):
     FAMILY_QUOTA = "family_quota"  # over the user's quota of one family (--quota azure:NC=24)
     DEFAULT_QUOTA = "default_quota"  # warning: over the provider's default total quota
     DEFAULT_FAMILY_QUOTA = "default_family_quota"  # warning: over a family's default quota
+    QUOTA_UNKNOWN = "quota_unknown"  # warning: needs quota of a family whose limit is not known
     RETIRED = "retired"
     UNPRICED = "unpriced"
     PRICED_LATER = "priced_later"  # the price row is younger than the as-of month
@@ -35,6 +36,7 @@ class Code(str, Enum):
     PACKING = "packing"  # k jobs per GPU cannot be planned (see figure "why")
     REAL_TIME = "real_time"  # one stream alone cannot keep up
     FLEET_LIMIT = "fleet_limit"  # needs more machines than the one owned
+    PROVISION_LIMIT = "provision_limit"  # more machines than `provision` makes in one cluster
     LINK = "link"  # no sourced link figure for data-parallel
     IMAGE = "image"  # no image can start this fleet
     SPOT = "spot"  # warning: interruptible capacity
@@ -106,13 +108,19 @@ def _deadline(f: Mapping[str, Any]) -> str:
 
 
 def _default_quota(f: Mapping[str, Any]) -> str:
-    how = f"; raise it: {f['how_to_raise']}" if f.get("how_to_raise") else ""
-    return f"needs {f['vcpus']} vCPUs, over {f['provider']}'s default {f['quota_name']} quota of {f['limit']}{how}"
+    return (f"needs {f['vcpus']} vCPUs, over {f['provider']}'s default {f['quota_name']} quota of {f['limit']}:"
+            f" `gpuplan check {f['provider']}` reads yours")
 
 
 def _default_family_quota(f: Mapping[str, Any]) -> str:
-    how = f"; raise it: {f['how_to_raise']}" if f.get("how_to_raise") else ""
-    return f"needs {f['vcpus']} vCPUs of {f['family']}, over its default quota of {f['limit']}{how}"
+    return (f"needs {f['vcpus']} vCPUs of {f['family']}, over its default quota of {f['limit']}:"
+            f" `gpuplan check {f.get('provider', '')}` reads yours").replace("check `", "check PROVIDER`")
+
+
+def _quota_unknown(f: Mapping[str, Any]) -> str:
+    name = f" ({f['name']})" if f.get("name") else ""
+    return (f"needs {f['need']} {f['unit']} of {f['provider']} {f['family']}{name}; your quota is unknown:"
+            f" `gpuplan check {f['provider']}` reads it")
 
 
 def _retired(f: Mapping[str, Any]) -> str:
@@ -171,11 +179,14 @@ def _global_batch(f: Mapping[str, Any]) -> str:
 
 _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.DEADLINE: _deadline,
-    Code.QUOTA: lambda f: f"needs {f['vcpus']} vCPUs at once, over your {f['provider']} quota of {f['limit']}",
+    Code.QUOTA: lambda f: (f"needs {f['vcpus']} vCPUs at once, over your {f['provider']} quota of {f['limit']}"
+                           + (f" (read by gpuplan check on {f['read_at'][:10]})" if f.get("read_at") else "")),
     Code.FAMILY_QUOTA: lambda f: (f"needs {f['vcpus']} vCPUs of {f['family']}, over your quota"
-                                  f" {f['provider']}:{f['given_family']}={f['limit']}"),
+                                  f" {f['provider']}:{f['given_family']}={f['limit']}"
+                                  + (f" (read by gpuplan check on {f['read_at'][:10]})" if f.get("read_at") else "")),
     Code.DEFAULT_QUOTA: _default_quota,
     Code.DEFAULT_FAMILY_QUOTA: _default_family_quota,
+    Code.QUOTA_UNKNOWN: _quota_unknown,
     Code.RETIRED: _retired,
     Code.UNPRICED: lambda f: f"{f['what']} not sourced for {f['offer']}; set it in prices.yaml",
     Code.PRICED_LATER: lambda f: f"{f['offer']} priced {f['priced']}, after the as-of month {f['month']}",
@@ -189,6 +200,8 @@ _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.FLEET_LIMIT: lambda f: (f"{f['streams']} streams need {f['machines']} machines of {f['per_machine']} streams;"
                                  + (" one task runs at a time" if f.get("task")
                                     else f" you have {'one' if f['have'] == 1 else f['have']}")),
+    Code.PROVISION_LIMIT: lambda f: (f"{f['machines']:,} machines: `gpuplan provision` makes at most {f['limit']:,}"
+                                     " per cluster"),
     Code.LINK: _link,
     Code.IMAGE: _image,
     Code.SPOT: _spot,

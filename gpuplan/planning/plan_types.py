@@ -48,6 +48,22 @@ class Packing:
 
 
 @dataclass(frozen=True)
+class ShardedMemory:
+    """A data-parallel job's GPU memory in parts (GiB, unsharded, per replica): parameters,
+    gradients, optimizer state and activations. stage says what is split over the GPUs (ZeRO
+    stages; FSDP full sharding is 3): 0 nothing, 1 the optimizer state, 2 and the gradients, 3 and
+    the parameters; `degree` GPUs share each split part (None: every GPU of the plan)."""
+
+    parameters_gib: Decimal
+    gradients_gib: Decimal
+    optimizer_gib: Decimal
+    activations_gib: Decimal
+    stage: int = 0
+    degree: int | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class DataParallel:
     """Each job spans every GPU of the fleet. efficiency {(GPUs, nodes): efficiency} measured
     (source says where) wins; else the communication model: per step, compute (batch_per_gpu of
@@ -67,6 +83,7 @@ class DataParallel:
     comm_source: str = ""
     intra_node_eff_per_doubling: Decimal = Decimal("0.985")
     inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
+    memory: ShardedMemory | None = None  # the memory need per GPU follows from the GPUs sharing it
 
 
 @dataclass(frozen=True)
@@ -88,6 +105,8 @@ class Workload:
         colocation_default applies for any G > 1 not listed.
     packing: k jobs per GPU (Packing); used where k > 1 fits.
     data_parallel: the data-parallel facts (DataParallel), or None: one job per GPU slot.
+    feed_cpu_seconds_per_unit: CPU seconds the input pipeline spends per unit: a job runs no faster
+        than its share of the machine's vCPUs (vCPUs / GPUs) feeds it (feed_source says where).
     streams: real-time streams (unit "frame"; seconds_per_unit = seconds per frame alone): a GPU
         takes the most streams k whose per-frame time (alone time / efficiency(k)) keeps up.
     staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
@@ -116,6 +135,8 @@ class Workload:
     packing: Packing = field(default_factory=lambda: Packing())
     data_parallel: DataParallel | None = None  # each job over every GPU of the fleet; None: one job per GPU slot
     streams: Streams | None = None
+    feed_cpu_seconds_per_unit: Decimal | None = None  # CPU seconds to feed one unit (decode, augment); None: not limited
+    feed_source: str = ""
     staging_s: int = 0
     staging_jpy: Decimal = Decimal(0)
     setup_s: int | None = None
@@ -277,3 +298,5 @@ class Estimate:
     proven: bool = True  # no schedule of any candidate fleet beats the recommendation by more than the gap
     gap: Decimal | int = 0  # at most this much better is possible: yen (objective cost) or seconds (time)
     extra: Mapping[str, str] = field(default_factory=dict)
+    faster: str = ""  # one line: a plan that finishes sooner for a little more than the pick ("" where none)
+    named: tuple[Plan, ...] = ()  # the plans the reason names (the cheapest, the ties it lists)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,32 @@ if TYPE_CHECKING:
 RELATIVE_GAP = Decimal("1e-4")  # HiGHS mip_rel_gap default: "optimal" means within this
 
 
+OBJECTIVES = ("balanced", "cost", "time")
+DEFAULT_SLACK = Decimal("0.03")  # the default pick: the fastest plan within 3 % of the cheapest
+TRADE_COST = Decimal("0.02")  # then a plan at most 2 % dearer is taken where it halves the wall time
+TRADE_SAVES_S = 7200  # and finishes at least 2 h sooner
+WALL_SLACK_PCT = 5  # within the cost slack, a plan this much slower than the fastest is as good, if cheaper
+FASTER_SHARE = Decimal("0.10")  # "for +¥N, a faster plan": only where it is at most 10 % dearer
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How the pick is made. objective "balanced" (the default): the fastest plan costing at most
+    cost_slack more than the cheapest (or the cheapest of those within 5 % of its wall time),
+    then, while one exists, a plan at most 2 % dearer that finishes in half the wall time and at
+    least 2 h sooner; "cost": strictly the cheapest; "time": the fastest. budget (yen): only
+    plans costing at most it, the fastest of them."""
+
+    objective: str = "balanced"
+    cost_slack: Decimal = DEFAULT_SLACK
+    budget: Decimal | None = None
+
+    @property
+    def base(self) -> str:
+        """The order of the rank key (RULES) that ranks plans under this choice."""
+        return "time" if self.objective == "time" or self.budget is not None else "cost"
+
+
 RULES = {  # how plans rank, the objective first; said in every why-line that a tie decides
     "cost": "ties on cost break on wall time, then on fewer warnings, then on fewer machines (cost in whole yen, as shown)",
     "time": "ties on wall time break on cost, then on fewer warnings, then on fewer machines (cost in whole yen, as shown)",
@@ -36,8 +63,17 @@ def rank_key(plan: Plan, objective: str):
     cheaper never outranks hours faster) or wall time, then the other, then fewer warnings (a
     plan over a default quota loses a tie to one within it), then fewer machines."""
     if objective == "time":
-        return (plan.wall_s, plan.cost_jpy, len(plan.warned_by), plan.count)
-    return (plan.cost_jpy, plan.wall_s, len(plan.warned_by), plan.count)
+        return (plan.wall_s, plan.cost_jpy, warning_weight(plan), plan.count)
+    return (plan.cost_jpy, plan.wall_s, warning_weight(plan), plan.count)
+
+
+KNOWN_OVER = (Code.DEFAULT_QUOTA, Code.DEFAULT_FAMILY_QUOTA)
+
+
+def warning_weight(plan: Plan) -> int:
+    """Warnings counted for a tie: over a known quota counts twice, so that a plan that certainly
+    needs an increase loses to one whose quota is only unknown."""
+    return sum(2 if w.code in KNOWN_OVER else 1 for w in plan.warned_by)
 
 
 def whole_yen(amount: Decimal) -> int:
@@ -49,15 +85,71 @@ def pick(plans: list[Plan], objective: str) -> tuple[Plan | None, list[Plan]]:
     return (eligible[0] if eligible else None), eligible
 
 
-def could_beat(cand: Candidate, rec: Plan, objective: str, deadline_s: int | None) -> bool:
-    """Could some schedule of this candidate's fleet rank before the recommendation?"""
+def choose(plans: list[Plan], choice: Choice) -> tuple[Plan | None, list[Plan]]:
+    """The pick under `choice` (see Choice), and every eligible plan in the base order."""
+    rec, eligible = pick(plans, choice.base)
+    if rec is None or (choice.objective != "balanced" and choice.budget is None):
+        return rec, eligible
+    if choice.budget is not None:
+        within = [p for p in eligible if p.cost <= choice.budget]
+        return (within[0] if within else None), eligible
+    limit = rec.cost * (1 + choice.cost_slack)
+    near = [p for p in eligible if p.cost <= limit]
+    fastest = min(near, key=lambda p: rank_key(p, "time"))
+    # minutes are not worth yen: the cheapest of those within 5 % of the fastest's wall time
+    best = min((p for p in near if p.wall_s * 100 <= fastest.wall_s * (100 + WALL_SLACK_PCT)),
+               key=lambda p: rank_key(p, "cost"))
+    while True:
+        better = [q for q in eligible if q.cost <= best.cost * (1 + TRADE_COST) and 2 * q.wall_s <= best.wall_s
+                  and best.wall_s - q.wall_s >= TRADE_SAVES_S]
+        if not better:
+            return best, eligible
+        best = min(better, key=lambda p: rank_key(p, "time"))
+
+
+def cost_cap(rec: Plan | None, eligible: list[Plan], choice: Choice) -> Decimal | None:
+    """The most a plan may cost and still be picked under `choice` (None: no cap)."""
+    if choice.budget is not None:
+        return choice.budget
+    if choice.objective != "balanced" or rec is None or not eligible:
+        return None
+    cheapest = min(p.cost for p in eligible)
+    return max(cheapest * (1 + choice.cost_slack), rec.cost * (1 + TRADE_COST))
+
+
+def faster_plan(rec: Plan | None, eligible: list[Plan]) -> Plan | None:
+    """The cheapest plan finishing at least a quarter sooner than the pick for at most 10 % more."""
+    if rec is None:
+        return None
+    sooner = [p for p in eligible if 4 * p.wall_s <= 3 * rec.wall_s and p.cost <= rec.cost * (1 + FASTER_SHARE)]
+    return min(sooner, key=lambda q: rank_key(q, "cost")) if sooner else None
+
+
+def faster_for_more(rec: Plan | None, eligible: list[Plan]) -> str:
+    """One line naming a plan that finishes at least a quarter sooner than the pick for a little
+    more (at most 10 % dearer), the cheapest such; "" where there is none."""
+    p = faster_plan(rec, eligible)
+    if rec is None or p is None:
+        return ""
+    more = p.cost - rec.cost
+    share = f"{more / rec.cost * 100:.1f} %" if rec.cost else "-"
+    how = f"for +{fmt.yen(more)} ({share})" if more > 0 else f"for {fmt.yen(-more)} less"
+    return (f"{how}, {p.label} {p.provider} {p.region} finishes in {fmt.duration(p.wall_s)} instead of"
+            f" {fmt.duration(rec.wall_s)}")
+
+
+def could_beat(cand: Candidate, rec: Plan, objective: str, deadline_s: int | None, cap: Decimal | None = None) -> bool:
+    """Could some schedule of this candidate's fleet rank before the recommendation (and cost at
+    most `cap`, where one is given)?"""
     p = cand.plan
     if not p.recommendable or (not p.feasible and not outcomes.only(p.excluded_by, Code.DEADLINE)):
         return False
     if deadline_s is not None and cand.wall_lb > deadline_s:
         return False
+    if cap is not None and cand.cost_lb > cap:
+        return False
     yen = whole_yen(cand.cost_lb)
-    warned = len(p.warned_by)  # a fleet's warnings do not depend on its schedule
+    warned = warning_weight(p)  # a fleet's warnings do not depend on its schedule
     bound = (yen, cand.wall_lb, warned, p.count) if objective == "cost" else (cand.wall_lb, yen, warned, p.count)
     return bound < rank_key(rec, objective)
 
@@ -75,7 +167,8 @@ def could_join(cand: Candidate, front: list[Plan], deadline_s: int | None) -> bo
     return i < 0 or front[i].wall_s > cand.wall_lb
 
 
-def gap(open_: list[Candidate], rec: Plan | None, objective: str, deadline_s: int | None) -> tuple[Decimal | int, bool]:
+def gap(open_: list[Candidate], rec: Plan | None, objective: str, deadline_s: int | None,
+        cap: Decimal | None = None) -> tuple[Decimal | int, bool]:
     """How much better than the pick any schedule of any candidate could at most be (yen for
     cost, seconds for time), and whether that is within the MILP solvers' own tolerance.
 
@@ -87,7 +180,7 @@ def gap(open_: list[Candidate], rec: Plan | None, objective: str, deadline_s: in
         return 0, False
     cost = objective == "cost"
     mine = rec.cost if cost else rec.wall_s
-    bounds = [c.cost_lb if cost else c.wall_lb for c in open_ if could_beat(c, rec, objective, deadline_s)]
+    bounds = [c.cost_lb if cost else c.wall_lb for c in open_ if could_beat(c, rec, objective, deadline_s, cap)]
     gap = max(mine - min(bounds, default=mine), mine * 0)  # Decimal yen for cost, int seconds for time
     return gap, gap <= RELATIVE_GAP * mine
 
@@ -95,18 +188,31 @@ def gap(open_: list[Candidate], rec: Plan | None, objective: str, deadline_s: in
 def pareto(plans: list[Plan]) -> list[Plan]:
     out: list[Plan] = []
     best_wall = None
-    for p in sorted(plans, key=lambda p: (p.cost, p.wall_s, p.count)):
+    # in whole yen, as shown: a plan a few sen dearer and slower than another is not on it
+    for p in sorted(plans, key=lambda p: (p.cost_jpy, p.wall_s, p.cost, p.count)):
         if best_wall is None or p.wall_s < best_wall:
             out.append(p)
             best_wall = p.wall_s
     return out
 
 
-def why(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[Plan], setting: Setting) -> str:
-    """One line: why the pick won, naming the rule that decided against each plan that tied with
-    it on the objective; or why nothing can be recommended."""
+def why(rec: Plan | None, eligible: list[Plan], choice: Choice, plans: list[Plan], setting: Setting) -> str:
+    """One line: why the pick won, stating the rule of the choice; for the strict objectives,
+    naming the rule that decided against each plan that tied with it; or why nothing can be
+    recommended."""
+    objective = choice.base
     if rec is None:
+        if choice.budget is not None and eligible:
+            cheapest = min(eligible, key=lambda p: rank_key(p, "cost"))
+            return (f"no plan within the budget {fmt.yen(choice.budget)}: the cheapest, {cheapest.label}"
+                    f" {cheapest.provider} {cheapest.region}, costs {fmt.yen(cheapest.cost)}; give --budget"
+                    f" {cheapest.cost_jpy} or more")
         return nothing_feasible(plans, objective, setting)
+    if choice.budget is not None:
+        return (f"fastest plan within the budget {fmt.yen(choice.budget)} ({fmt.duration(rec.wall_s)} wall,"
+                f" {fmt.yen(rec.cost)})")
+    if choice.objective == "balanced":
+        return balanced_why(rec, eligible, choice)
     if objective == "time":
         head = f"fastest feasible plan ({fmt.duration(rec.wall_s)} wall, {fmt.yen(rec.cost)})"
         same = f"as fast ({fmt.duration(rec.wall_s)})"
@@ -115,26 +221,69 @@ def why(rec: Plan | None, eligible: list[Plan], objective: str, plans: list[Plan
         head = f"cheapest feasible plan ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)} wall)"
         same = f"also {fmt.yen(rec.cost)}"
         lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
+    ties = _ties(rec, eligible, objective, lost, lambda p: rank_key(p, objective)[0] == rank_key(rec, objective)[0])
+    return f"{head}; {same}: {ties}: {RULES[objective]}" if ties else head
+
+
+def tied_groups(rec: Plan, eligible: list[Plan], objective: str, tied) -> dict[int, list[tuple[str, Plan]]]:
+    """The plans `tied` with the pick, by the rule of the rank key that decided against them:
+    rule -> (label, first plan of that label) in rank order."""
     mine = rank_key(rec, objective)
-    by_rule: dict[int, list[str]] = {}
+    by_rule: dict[int, list[tuple[str, Plan]]] = {}
     for p in eligible:
         theirs = rank_key(p, objective)
-        if p is rec or theirs[0] != mine[0]:
+        if p is rec or not tied(p):
             continue
         rule = next((i for i in (1, 2, 3) if theirs[i] != mine[i]), 4)
         label = f"{p.label} {'from an image' if p.setup == 'image' else 'from scratch'}"
-        by_rule.setdefault(rule, [])
-        if label not in by_rule[rule]:
-            by_rule[rule].append(label)
-    if not by_rule:
-        return head
+        group = by_rule.setdefault(rule, [])
+        if label not in (x for x, _ in group):
+            group.append((label, p))
+    return by_rule
+
+
+def named(rec: Plan | None, eligible: list[Plan], choice: Choice) -> list[Plan]:
+    """Every plan the why line names (the cheapest, the ties it lists): the short view shows them."""
+    if rec is None or not eligible:
+        return []
+    out = [min(eligible, key=lambda p: rank_key(p, "cost"))]
+    if choice.budget is not None:
+        return out
+    if choice.objective == "balanced":
+        groups = tied_groups(rec, eligible, "cost", lambda p: p.cost_jpy == rec.cost_jpy and p.wall_s == rec.wall_s)
+    else:
+        first = rank_key(rec, choice.base)[0]
+        groups = tied_groups(rec, eligible, choice.base, lambda p: rank_key(p, choice.base)[0] == first)
+    return out + [p for group in groups.values() for _, p in group[:3]]
+
+
+def _ties(rec: Plan, eligible: list[Plan], objective: str, lost: tuple[str, ...], tied) -> str:
+    """The plans `tied` with the pick, grouped by the rule of the rank key that decided against them."""
     parts = []
-    for rule in sorted(by_rule):
-        labels = by_rule[rule]
+    for rule, group in sorted(tied_groups(rec, eligible, objective, tied).items()):
+        labels = [label for label, _ in group]
         more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
         why = lost[rule - 1] if rule < 4 else "equal on every rule, listed after it"
         parts.append(f"{', '.join(labels[:3])}{more} ({why})")
-    return f"{head}; {same}: {'; '.join(parts)}: {RULES[objective]}"
+    return "; ".join(parts)
+
+
+def balanced_why(rec: Plan, eligible: list[Plan], choice: Choice) -> str:
+    """The default rule in words, with the figures that applied it."""
+    cheapest = min(eligible, key=lambda p: rank_key(p, "cost"))
+    slack = f"{choice.cost_slack * 100:f}".rstrip("0").rstrip(".")
+    rule = f"rule: fastest within {slack} % of the cheapest, or cheaper within 5 % of its wall; --objective cost: cheapest"
+    lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
+    ties = _ties(rec, eligible, "cost", lost, lambda p: p.cost_jpy == rec.cost_jpy and p.wall_s == rec.wall_s)
+    ties = f"; also {fmt.yen(rec.cost)} and {fmt.duration(rec.wall_s)}: {ties}" if ties else ""
+    if rec is cheapest or (rec.cost_jpy == cheapest.cost_jpy and rec.wall_s <= cheapest.wall_s):
+        return f"the cheapest ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}){ties}; {rule}"
+    if rec.cost > cheapest.cost * (1 + choice.cost_slack):
+        rule += "; 2 % more again where that halves the wall time and saves 2 h"
+    more = Decimal(rec.cost_jpy - cheapest.cost_jpy)  # in whole yen, as both are shown
+    share = more / cheapest.cost * 100 if cheapest.cost else Decimal(0)
+    return (f"+{fmt.yen(more)} ({share:.1f} %) over the cheapest, {cheapest.label}"
+            f" ({fmt.yen(cheapest.cost)}, {fmt.duration(cheapest.wall_s)}){ties}; {rule}")
 
 
 def nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> str:

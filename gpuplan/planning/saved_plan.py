@@ -42,7 +42,22 @@ class SavedPlan:
     machines: Any  # one object per machine (jobs_s, idle_tail_s, billed_s, cost_jpy, jobs)
     workload: str = ""
     snapshot: str = ""
-    fleet: Any = None  # [{"instance_type", "count", ...}] for every offer type of the plan
+    fleet: Any = None  # [{"instance_type", "count", ...}] for every offer type (a mixed fleet lists two)
+
+    def more(self) -> list[tuple[str, int]]:
+        """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
+        if not isinstance(self.fleet, list) or len(self.fleet) < 2:
+            return []
+        out = []
+        for part in self.fleet[1:]:
+            size = part.get("instance_type") if isinstance(part, dict) else None
+            count = part.get("count") if isinstance(part, dict) else None
+            if not (isinstance(size, str) and size.strip()) or isinstance(count, bool) or not isinstance(count, int) \
+                    or count < 1:
+                raise UsageError(f"plan file {self.path}: each fleet entry needs an instance_type and a count of"
+                                 f" machines, not {part!r}; {FIX}")
+            out.append((size, count))
+        return out
 
     def target(self) -> tuple[str, str, str | None, int, str]:
         """What provision creates: (provider, instance type, region or None, count, setup), checked."""

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuplan.errors import UsageError
-from gpuplan.planning.plan_types import DataParallel, Job, Packing, Streams, Workload
+from gpuplan.planning.plan_types import DataParallel, Job, Packing, ShardedMemory, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
 
@@ -33,7 +33,7 @@ _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
-    "memory_peak_gib", "job_start", "data_parallel", "streams",
+    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed",
 }
 
 
@@ -188,7 +188,8 @@ def from_dict(data: Any, where: str) -> Workload:
 
     dp = _map(where, "data_parallel", data.get("data_parallel"))
     _only(where, "data_parallel", dp, {"gradient_bytes", "batch_per_gpu", "samples_per_unit", "overlap",
-                                       "validated_global_batch", "source"})
+                                       "validated_global_batch", "source", "memory"})
+    sharded = _sharded(where, dp.get("memory"))
     if dp.get("gradient_bytes") is not None:
         for needed in ("batch_per_gpu", "samples_per_unit"):
             if dp.get(needed) is None:
@@ -209,6 +210,7 @@ def from_dict(data: Any, where: str) -> Workload:
                                            sc.get("intra_node_eff_per_doubling", "0.985")),
         inter_node_speedup_per_doubling=_ratio(where, "scaling.inter_node_speedup_per_doubling",
                                                sc.get("inter_node_speedup_per_doubling", "1.5")),
+        memory=sharded,
     )
     if overlap > 1:
         raise UsageError(f"{where}: data_parallel.overlap = {overlap} is above 1; it is the share of a step's compute"
@@ -218,6 +220,10 @@ def from_dict(data: Any, where: str) -> Workload:
     _only(where, "job_start", js, {"seconds", "source"})
     job_start_s = _dec(where, "job_start.seconds", js["seconds"]) if js.get("seconds") is not None else Decimal(0)
 
+    fd = _map(where, "feed", data.get("feed"))
+    _only(where, "feed", fd, {"cpu_seconds_per_unit", "source"})
+    feed_cpu = (_dec(where, "feed.cpu_seconds_per_unit", fd["cpu_seconds_per_unit"], positive=True)
+                if fd.get("cpu_seconds_per_unit") is not None else None)
     st = _map(where, "staging", data.get("staging"))
     _only(where, "staging", st, {"minutes", "size_gb", "bandwidth_mbps", "jpy"})
     staging_s = 0
@@ -265,6 +271,8 @@ def from_dict(data: Any, where: str) -> Workload:
         colocation_source=str(col.get("source") or "ESTIMATE (not measured for this workload)"),
         packing=Packing(MappingProxyType(packing), MappingProxyType(by_gpu), startup),
         data_parallel=data_parallel if parallel == "data" else None,
+        feed_cpu_seconds_per_unit=feed_cpu,
+        feed_source=str(fd.get("source") or where) if feed_cpu is not None else "",
         streams=streams,
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0), most=MAX_YEN),
@@ -407,6 +415,28 @@ def _streams(where: str, data: dict) -> Streams | None:
                   most=Decimal(MAX_SETUP_SECONDS) / {"minutes": 60, "hours": 3600, "days": 86400}[given[0]])
     seconds = int((length * {"minutes": 60, "hours": 3600, "days": 86400}[given[0]]).to_integral_value(rounding=ROUND_CEILING))
     return Streams(count, _dec(where, "streams.fps", st["fps"], positive=True, most=1000), seconds)
+
+
+def _sharded(where: str, raw: Any) -> ShardedMemory | None:
+    """data_parallel.memory: the parts of a replica's memory and what is sharded."""
+    if raw is None:
+        return None
+    m = _map(where, "data_parallel.memory", raw)
+    _only(where, "data_parallel.memory", m, {"parameters_gib", "gradients_gib", "optimizer_gib", "activations_gib",
+                                             "zero_stage", "degree", "source"})
+    if m.get("parameters_gib") is None:
+        raise UsageError(f"{where}: data_parallel.memory needs parameters_gib (the model's weights, GiB)")
+    params = _dec(where, "data_parallel.memory.parameters_gib", m["parameters_gib"], positive=True)
+    stage = m.get("zero_stage", 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise UsageError(f"{where}: data_parallel.memory.zero_stage = {stage!r}: give 0, 1, 2 or 3 (FSDP full sharding is 3)")
+    degree = _whole(where, "data_parallel.memory.degree", m.get("degree"))
+    return ShardedMemory(
+        parameters_gib=params,
+        gradients_gib=_dec(where, "data_parallel.memory.gradients_gib", m.get("gradients_gib", params)),
+        optimizer_gib=_dec(where, "data_parallel.memory.optimizer_gib", m.get("optimizer_gib", 0)),
+        activations_gib=_dec(where, "data_parallel.memory.activations_gib", m.get("activations_gib", 0)),
+        stage=stage, degree=degree, source=str(m.get("source") or where))
 
 
 def _packing(where: str, name: str, raw: Any) -> dict[int, Decimal | None]:
