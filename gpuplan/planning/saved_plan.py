@@ -111,7 +111,7 @@ class SavedPlan:
                 # the plan's job order, machine by machine in turn: the longest first on each
                 lists = [list(m.get("jobs") or ()) for m in machines]
                 order = [str(q[k]) for k in range(max(map(len, lists), default=0)) for q in lists if k < len(q)]
-                fleet = self.fleet if isinstance(self.fleet, list) and self.fleet else [
+                fleet: list[Any] = self.fleet if isinstance(self.fleet, list) and self.fleet else [
                     {"instance_type": _text(self.instance_type), "count": len(machines)}]
                 return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
                         "plan_wall_s": wall, "plan_yen": yen, "workload": self.workload,
