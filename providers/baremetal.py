@@ -245,12 +245,12 @@ class BaremetalProvider(Provider):
             how_to_raise="add hosts to the inventory, or `gpuplan teardown` a cluster that holds some",
         )]
 
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
-        """Hosts whose claim names this cluster (unreachable ones are not counted)."""
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
+        """Hosts whose claim carries this cluster's identity (unreachable ones are not counted)."""
         hosts = self.inventory()
         out: dict[str, Instance] = {}
         for h, c in zip(hosts, self._claims_of(hosts)):
-            if isinstance(c, dict) and c.get("tags", {}).get(TAG_CLUSTER) == cluster and c["tags"].get(TAG_NODE):
+            if isinstance(c, dict) and tagging.carries(c.get("tags", {}), match) and c["tags"].get(TAG_NODE):
                 node = c["tags"][TAG_NODE]
                 out[node] = self._instance(self._host(h, node), h, None)
         return out

@@ -49,7 +49,7 @@ from urllib.parse import quote
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_NODE
+from gpuplan.operating.tags import TAG_INSTALLATION, TAG_NODE
 
 API_ROOT = "https://secure.sakura.ad.jp/cloud/zone"
 ENV_TOKEN = "SAKURACLOUD_ACCESS_TOKEN"
@@ -356,9 +356,9 @@ class SakuraProvider(Provider):
         found = self._find(zone, "server", "Servers", {"Filter": {"Tags": tag_strings(tags)}})
         return [s for s in found if tags.items() <= tag_dict(s.get("Tags")).items()]
 
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
         zone = self._zone(region)
-        return {i.name: i for i in (_instance(s, zone) for s in self._servers(zone, {TAG_CLUSTER: cluster}))}
+        return {i.name: i for i in (_instance(s, zone) for s in self._servers(zone, match))}
 
     def unfinished(self, inst: Instance) -> bool:
         """No disk yet, or powered down (never booted, or stopped): launch() completes and boots it."""
@@ -372,7 +372,7 @@ class SakuraProvider(Provider):
         zone = self._zone(spec.region)
         plan = self._plan(zone, spec.size)
         archive = self._archive(zone, spec.image)
-        existing = {tag_dict(s.get("Tags")).get(TAG_NODE): s for s in self._servers(zone, {TAG_CLUSTER: spec.cluster})}
+        existing = {tag_dict(s.get("Tags")).get(TAG_NODE): s for s in self._servers(zone, tagging.identity(spec.tags))}
         deadline = int(self._wall()) + spec.ttl_s if spec.ttl_s else None
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(names)))) as pool:
             futures = [pool.submit(self._ensure_node, zone, spec, plan, archive, n, existing.get(n), deadline)
@@ -385,9 +385,12 @@ class SakuraProvider(Provider):
     def _ensure_node(self, zone: str, spec: NodeSpec, plan: dict, archive: str, name: str,
                      server: dict | None, deadline: int | None) -> Instance:
         tags = tag_strings(tagging.for_node(spec.tags, name))
+        # Names carry the installation, as on AWS and Azure: two homes' `demo-0` stay apart.
+        installation = spec.tags.get(TAG_INSTALLATION)
+        label = f"{name}-{installation}" if installation else name
         if server is None:
             server = self._call("POST", zone, "server", {"Server": {
-                "Name": name, "HostName": name, "Description": f"gpuplan cluster {spec.cluster}",
+                "Name": label, "HostName": name, "Description": f"gpuplan cluster {spec.cluster}",
                 "ServerPlan": {k: plan[k] for k in ("ID", "CPU", "MemoryMB", "GPU", "GPUModel") if k in plan},
                 "ConnectedSwitches": [{"Scope": "shared"}], "InterfaceDriver": "virtio", "Tags": tags,
             }})["Server"]
@@ -396,7 +399,7 @@ class SakuraProvider(Provider):
         if not disks:
             size_mb = _disk_mb(int(self._num("disk_gb", spec.disk_gib)))
             disk = self._call("POST", zone, "disk", {
-                "Disk": {"Name": f"{name}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": size_mb, "Connection": "virtio",
+                "Disk": {"Name": f"{label}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": size_mb, "Connection": "virtio",
                          "SourceArchive": {"ID": archive}, "Server": {"ID": sid}, "Tags": tags},
                 "Config": {"SSHKeys": [{"PublicKey": spec.ssh_public_key}], "DisablePWAuth": True, "HostName": name},
             })["Disk"]

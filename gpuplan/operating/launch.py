@@ -150,7 +150,7 @@ def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple
     """Before the question: a resumable name, credentials, features and quota, the SSH source.
     Returns the order with its SSH source and (what the machines need, the quota tiers)."""
     lifecycle.resumable(state, o.request)
-    quota = lifecycle.preflight(prov, o.request)
+    quota = lifecycle.preflight(prov, o.request, lifecycle.cluster_identity(state, o.request.name))
     return replace(o, request=replace(o.request, ssh_cidr=lifecycle.ssh_source(prov, ssh_from))), quota
 
 

@@ -28,9 +28,10 @@ from gpuplan import config
 from gpuplan.errors import Busy, GpuplanError, NotFound, RetiredType, UsageError
 from gpuplan.operating import keys, locks
 from gpuplan.operating import provider as providers
+from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
 from gpuplan.operating.state import ClusterRow, NodeRow, State, now
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
 from gpuplan.planning.types import Offer
 
 if TYPE_CHECKING:
@@ -192,15 +193,28 @@ def _cidr(raw: str, where: str) -> str:
 # --- provision ---------------------------------------------------------------------------
 
 
-def preflight(prov: Provider, req: ProvisionRequest) -> tuple[int, list[QuotaUsage]]:
+def preflight(prov: Provider, req: ProvisionRequest, identity: dict[str, str] | None = None
+              ) -> tuple[int, list[QuotaUsage]]:
     """Credentials, features, then quota for the machines still to be made: raise before
     anything is created. Returns what they need and the quota tiers checked (for the
-    confirmation). The provider's create checks the same rule again on what it finds by tag."""
+    confirmation). The provider's create checks the same rule again on what it finds by tag.
+    `identity`: the cluster's tags (tags.identity); by default this installation's."""
     prov.check_credentials()
     prov.check_features(spot=req.spot, ttl_s=req.ttl_s)
-    have = prov.machines(req.region, req.name)
+    have = prov.machines(req.region, identity or {TAG_CLUSTER: req.name})
     shortfall = [n for n in node_names(req.name, req.count) if n not in have]
     return prov.check_quota(req.region, req.size, len(shortfall), spot=req.spot, vcpus=req.vcpus)
+
+
+def cluster_identity(state: State, name: str) -> dict[str, str]:
+    """The tags every lookup of cluster `name` matches (tags.identity): what its state row
+    recorded, or for a new cluster this installation's owner and id. A cluster made before
+    installations were tagged keeps matching without that tag."""
+    existing = state.cluster(name)
+    if existing is not None and existing.status != "gone":
+        return tagging.identity({TAG_CLUSTER: name, TAG_OWNER: existing.spec.get("owner") or owner(state),
+                                 TAG_INSTALLATION: existing.spec.get("installation") or ""})
+    return {TAG_CLUSTER: name, TAG_OWNER: owner(state), TAG_INSTALLATION: state.installation_id()}
 
 
 def node_names(cluster: str, count: int) -> list[str]:
@@ -243,11 +257,12 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
     existing = resumable(state, req)
     if existing:
         progress(f"resuming cluster {req.name}")
-    preflight(prov, req)
+    identity = cluster_identity(state, req.name)
+    tag_owner, installation = identity[TAG_OWNER], identity.get(TAG_INSTALLATION)
+    preflight(prov, req, identity)
     image_id = resolve_image(state, req)
     ssh_cidr = req.ssh_cidr or ssh_source(prov)
 
-    tag_owner = (existing.spec.get("owner") if existing else None) or owner(state)
     ttl_expires = now() + timedelta(seconds=req.ttl_s) if req.ttl_s else None
     if not existing:
         if state.cluster(req.name):  # a gone cluster of this name: its rows make way
@@ -255,7 +270,8 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
         state.add_cluster(
             req.name, req.provider, req.region, req.size, req.count, image=req.image, ssh_user=prov.default_ssh_user,
             ttl_expires_at=ttl_expires, price_jpy_per_hour=req.price_jpy_per_hour,
-            spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner},
+            spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner,
+                  "installation": installation},
         )
     names = node_names(req.name, req.count)
     try:
@@ -266,7 +282,7 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
         spec = NodeSpec(
             cluster=req.name, size=req.size, region=req.region, ssh_user=prov.default_ssh_user,
             ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
-            tags={TAG_CLUSTER: req.name, TAG_OWNER: tag_owner, TAG_CREATED: str(int(time.time()))},
+            tags={**identity, TAG_CREATED: str(int(time.time()))},
             ssh_cidr=ssh_cidr, vcpus=req.vcpus,
         )
         progress(f"creating {req.count}x {req.size} in {req.provider}/{req.region}")
@@ -347,10 +363,10 @@ def resolve_image(state: State, req: ProvisionRequest) -> str | None:
 
 
 def cluster_tags(cluster: ClusterRow) -> dict[str, str]:
-    """The tags that find this cluster's resources: its name and, where recorded, its owner (a
-    cluster of the same name made by another installation is not ours)."""
-    owner_tag = cluster.spec.get("owner")
-    return {TAG_CLUSTER: cluster.name, **({TAG_OWNER: owner_tag} if owner_tag else {})}
+    """The tags that find this cluster's resources: its name and, where recorded, its owner and
+    installation (a cluster of the same name made by another installation is not ours)."""
+    return tagging.identity({TAG_CLUSTER: cluster.name, TAG_OWNER: cluster.spec.get("owner") or "",
+                             TAG_INSTALLATION: cluster.spec.get("installation") or ""})
 
 
 def reconcile(state: State, prov: Provider, cluster: ClusterRow) -> list[Resource]:
