@@ -292,7 +292,7 @@ class AzureProvider(Provider):
 
     def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
         group = cluster_group(match)
-        if self._foreign_group(group, match) is not None:
+        if self._foreign_group(group, match) != "":  # absent, or another cluster's
             return {}
         return {node: self._instance(vm) for node, vm in self._vms_by_node(group).items()
                 if tagging.carries(vm.tags or {}, match)}

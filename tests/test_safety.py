@@ -232,7 +232,8 @@ def checkip(monkeypatch):
 
 
 def ssh_ranges(moto, cluster: str) -> list[str]:
-    [group] = moto.ec2().describe_security_groups(GroupNames=[f"gpuplan-{cluster}"])["SecurityGroups"]
+    [group] = moto.ec2().describe_security_groups(
+        Filters=[{"Name": "tag:gpuplan-cluster", "Values": [cluster]}])["SecurityGroups"]
     return [r["CidrIp"] for p in group["IpPermissions"] if p.get("FromPort") == 22 for r in p["IpRanges"]]
 
 

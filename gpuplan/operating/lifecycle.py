@@ -495,12 +495,15 @@ def sweep_owners(state: State, legacy: bool = False) -> list[str]:
 
 def sweep_find(
     state: State, prov: Provider, regions: Sequence[str], owners: Sequence[str], include_images: bool = False,
-    grace_s: int = GRACE_S,
+    grace_s: int = GRACE_S, take: Sequence[str] = (),
 ) -> SweepPlan:
     """Resources tagged with one of `owners` that no live cluster (or image) in the state knows.
     A cluster's resources younger than `grace_s` (by their gpuplan-created tag) are spared as a
-    group: the youngest decides, so half of a cluster still being made is never taken."""
+    group: the youngest decides, so half of a cluster still being made is never taken.
+    Resources another installation made (a shared owner) are spared unless their cluster is
+    named in `take`."""
     _trust_pins(state, prov)
+    mine = state.installation_id()
     known = {c.name for c in state.clusters()}
     known_images = {i.provider_id for i in state.images() if i.provider == prov.name}
     found: dict[str, Resource] = {}
@@ -517,7 +520,14 @@ def sweep_find(
     strays: list[Resource] = []
     spared: list[tuple[Resource, str]] = []
     t = int(time.time())
-    for members in groups.values():
+    for group, members in groups.items():
+        other = next((r.tags[TAG_INSTALLATION] for r in members if r.tags.get(TAG_INSTALLATION, mine) != mine), None)
+        name = group.partition(":")[2]
+        if other and name not in take:
+            why = (f"made by another installation ({other}) under the shared owner; "
+                   f"`gpuplan teardown --sweep --force {name}` takes it")
+            spared += [(r, why) for r in members]
+            continue
         stamps = [c for c in map(_created, members) if c is not None]
         age = t - max(stamps) if stamps else None
         if age is not None and age < grace_s:
