@@ -176,10 +176,15 @@ def ssh_source(prov: Provider, asked: str | None = None) -> str | None:
             text = answer.read(100).decode(errors="replace").strip()
     except Exception as exc:  # URLError, timeouts, TLS errors: all mean "not detected"
         raise UsageError(f"cannot find your public address for the SSH rule ({url}: {exc}); {how}") from None
-    try:
-        return _cidr(text, url)
-    except UsageError:
-        raise UsageError(f"cannot find your public address for the SSH rule ({url} answered {text[:40]!r}); {how}") from None
+    try:  # one address only: an answer like "0.0.0.0/0" must never open SSH to everyone
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise UsageError(f"cannot find your public address for the SSH rule ({url} answered {text[:40]!r}, not one "
+                         f"address); {how}") from None
+    if address.is_unspecified or address.is_multicast:
+        raise UsageError(f"cannot find your public address for the SSH rule ({url} answered {text[:40]!r}, not a "
+                         f"host's address); {how}")
+    return str(ipaddress.ip_network(address))
 
 
 def _cidr(raw: str, where: str) -> str:
