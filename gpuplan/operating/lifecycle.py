@@ -305,7 +305,7 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
         # A cloud error, or one of our own past the create (a full disk while recording what
         # was made): either way the machines are tagged and the create journaled.
         error = exc if isinstance(exc, GpuplanError) else GpuplanError(f"{type(exc).__name__}: {exc}")
-        _after_failed_create(state, prov, req, error, progress, keep)
+        _after_failed_create(state, prov, req, error, progress, keep, identity)
         if error is exc:
             raise
         raise error from exc
@@ -314,22 +314,59 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
 
 
 def _after_failed_create(
-    state: State, prov: Provider, req: ProvisionRequest, exc: GpuplanError, progress: Progress, keep: bool
+    state: State, prov: Provider, req: ProvisionRequest, exc: GpuplanError, progress: Progress, keep: bool,
+    identity: dict[str, str] | None = None,
 ) -> None:
-    try:
-        state.set_cluster_status(req.name, "failed")
-        found = reconcile(state, prov, state.cluster(req.name))
-        made = sum(1 for r in found if r.kind == "instance")
-        if keep:
+    """After a failed create: keep what was made (`keep`), or remove it. The cloud is rolled
+    back before anything is written, since the failure may be the state's own (a full disk):
+    machines that bill must not wait on a state write."""
+    if keep:
+        try:
+            state.set_cluster_status(req.name, "failed")
+            made = sum(1 for r in reconcile(state, prov, state.cluster(req.name)) if r.kind == "instance")
             exc.args = (f"{exc} ({made} of {req.count} machines were created and kept; "
                         f"rerun the same provision to resume or `gpuplan teardown {req.name}` to remove them)",)
-            return
-        progress(f"create failed; removing the {made} machine(s) it made")
-        teardown(state, prov, req.name, progress=progress)
+        except Exception as record_exc:  # noqa: BLE001 - whatever it was, the user's next step is the same
+            exc.args = (f"{exc}; recording it also failed ({record_exc}): run `gpuplan teardown {req.name}` to remove "
+                        "what was made",)
+        return
+    progress("create failed; removing what it made")
+    try:
+        made = _roll_back(state, prov, req.name, req.region, identity or {TAG_CLUSTER: req.name})
+    except Exception as cloud_exc:  # noqa: BLE001
+        exc.args = (f"{exc}; removing what was made also failed ({cloud_exc}): run `gpuplan teardown {req.name}` "
+                    "to remove it",)
+        return
+    try:
+        state.set_cluster_status(req.name, "failed")
+        teardown(state, prov, req.name, progress=progress)  # finds nothing left; records that
         exc.args = (f"{exc} (nothing was left running: the {made} machine(s) created were removed)",)
-    except Exception as cleanup_exc:  # noqa: BLE001 - whatever it was, the user's next step is the same
-        exc.args = (f"{exc}; cleanup also failed ({cleanup_exc}): run `gpuplan teardown {req.name}` to remove "
-                    "what was made",)
+    except Exception as record_exc:  # noqa: BLE001
+        exc.args = (f"{exc}; the {made} machine(s) created were removed from {prov.name} first, but the state could "
+                    f"not record it ({record_exc}): free some space, then run `gpuplan teardown {req.name}` to tidy "
+                    "the state",)
+
+
+def _roll_back(state: State, prov: Provider, cluster: str, region: str, identity: dict[str, str]) -> int:
+    """Delete everything but images carrying the cluster's identity, machines first, straight
+    from the cloud's own listing. Journaled where the state can still be written, deleted
+    either way. Returns how many machines there were."""
+    found = [r for r in prov.list(region, identity) if r.kind != "image"]
+    machines = [r for r in found if r.kind == "instance"]
+    for op, batch in (("delete-instances", machines), ("delete-resources", [r for r in found if r.kind != "instance"])):
+        if not batch:
+            continue
+        try:
+            entry = state.journal_intent(op, ",".join(r.id for r in batch)[:2000], cluster, f"{len(batch)} resources")
+        except Exception:  # noqa: BLE001 - a full disk must not keep machines billing
+            entry = None
+        prov.delete(region, batch)
+        if entry is not None:
+            try:
+                state.journal_outcome(entry, True)
+            except Exception:  # noqa: BLE001
+                pass
+    return len(machines)
 
 
 def _record_instances(
