@@ -12,6 +12,11 @@ exactly as shared as the state: two commands on one state (one GPUPLAN_HOME) exc
 other; two homes with two states share no clusters and no locks. Like SQLite itself, it needs
 the state directory on a local file system.
 
+A lock file can be deleted while held (a tmp cleaner, an `rm -rf`): the next command would then
+create a new file and lock that. So a lock is also an abstract Unix socket bound under a name
+made from the lock file's path (Linux), which no file deletion can remove and the kernel frees
+with its process; and a flock is only trusted once the path still names the inode locked.
+
 The holder writes who it is (pid, host, command, since) into the file, so a refused command
 can say what to wait for. Locks are re-entrant within one thread: provision's rollback tears
 down under the lock provision already holds.
