@@ -66,13 +66,13 @@ def _spot_priced(offer: Offer) -> tuple[Offer, str]:
 def read_plan(path: Path) -> dict:
     """The plan saved by `gpuplan estimate --save`, checked: provider, instance_type and
     region (if there) are names, count a whole number of machines, setup scratch or image."""
-    from gpuplan.userfiles import read_text
+    from gpuplan.userfiles import load_json, read_text
 
     fix = "write it with `gpuplan estimate ... --save`"
     try:
-        plan = json.loads(read_text(path, "plan file", fix))
+        plan = load_json(read_text(path, "plan file", fix))
     except json.JSONDecodeError as exc:
-        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); {fix}") from None
+        raise UsageError(f"plan file {path} is not valid JSON ({exc.msg}, line {exc.lineno}); {fix}") from None
     if isinstance(plan, dict) and "recommended" in plan:
         plan = plan["recommended"]
     if not isinstance(plan, dict):

@@ -175,7 +175,9 @@ def load(name_or_path: str) -> Playbook:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise UsageError(f"{origin}: not valid YAML ({exc.__class__.__name__}); fix the file") from None
+        from gpuplan.userfiles import yaml_problem
+
+        raise UsageError(f"{origin}: not valid YAML ({yaml_problem(exc)}); fix the file") from None
     return parse(data, origin)
 
 

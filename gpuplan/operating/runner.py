@@ -139,14 +139,14 @@ def read_plan(path: Path) -> dict:
     out). The whole plan's wall and yen are kept beside it. Returns {"wall_s", "yen", "basis",
     "plan_wall_s", "plan_yen"} with Decimal figures, and where the plan lists its machines, the
     "workload", "provider", "instance_type" and number of "jobs" it planned (for calibration)."""
-    from gpuplan.userfiles import read_text
+    from gpuplan.userfiles import load_json, read_text
 
     text = read_text(path, "plan file", f"write one with `gpuplan estimate ... --save {path}`")
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"plan file {path} is not valid JSON (line {exc.lineno}); write it with `gpuplan estimate --save`") from None
+        raise UsageError(f"plan file {path} is not valid JSON ({exc.msg}, line {exc.lineno}); write it with "
+                         "`gpuplan estimate --save`") from None
     plan = data.get("recommended", data) if isinstance(data, dict) else None
     if not isinstance(plan, dict):
         raise UsageError(f"plan file {path}: expected a JSON object; write it with `gpuplan estimate --save`")
