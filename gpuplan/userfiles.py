@@ -40,27 +40,34 @@ def check_plain(value: str, what: str) -> str:
     return value
 
 
+def expand(path: str | os.PathLike, what: str = "path") -> Path:
+    """`path` with a leading ~ or ~user expanded; a user that does not exist is a UsageError
+    (Path.expanduser raises RuntimeError), and so is a control character."""
+    check_plain(os.fspath(path), what)
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise UsageError(f"{what} {os.fspath(path)}: no such user's home folder; give the full path") from None
+
+
 def read_text(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX_BYTES) -> str:
     """The UTF-8 text of `path` (a leading byte-order mark dropped). `what` names the file in
     messages ("items file"); `fix` says what to do about it ("write one item per line"). Only a
     regular file is read: a named pipe or a device would block the read forever."""
-    check_plain(os.fspath(path), f"{what} path")
-    try:
-        p = Path(path).expanduser()
-    except RuntimeError:  # "~nosuchuser/..."
-        raise UsageError(f"{what} {os.fspath(path)}: no such user's home folder; give the full path") from None
+    p = expand(path, what)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise UsageError(f"{what} {p} not found; {fix}") from None
     except OSError as exc:
         raise UsageError(f"{what} {p}: cannot read it ({exc.strerror or exc}); {fix}") from None
-    with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
         if stat.S_ISDIR(mode):
             raise UsageError(f"{what} {p} is a directory, not a file; {fix}")
-        if not stat.S_ISREG(mode):
-            raise UsageError(f"{what} {p} is not a regular file (a named pipe, a device or a socket); {fix}")
+        raise UsageError(f"{what} {p} is not a regular file (a named pipe, a device or a socket); {fix}")
+    with os.fdopen(fd, "rb") as fh:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:
@@ -153,43 +160,59 @@ def _strict_loader():
     return Strict
 
 
+class _Refused:
+    """A value load_json refuses, kept until the key it belongs to is known (for the message)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
 def load_json(text: str):
     """JSON text as plain data, refusing what json.loads lets through: nesting deeper than
     MAX_DEPTH (checked before parsing), duplicate keys (json.loads keeps the last), NaN and
-    Infinity, integers past MAX_DIGITS digits. Raises json.JSONDecodeError, its `msg` saying why."""
+    Infinity, integers past MAX_DIGITS digits. Raises json.JSONDecodeError, its `msg` saying
+    why (naming the key where there is one)."""
     import json
 
     without_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
-    depth = deepest = 0
+    depth = 0
     for m in re.finditer(r"[\[\]{}]", without_strings):
         depth += 1 if m.group() in "[{" else -1
         if depth > MAX_DEPTH:
             raise json.JSONDecodeError(f"nested more than {MAX_DEPTH} levels deep", text, m.start())
-        deepest = max(deepest, depth)
 
     def pairs(items):
         out: dict = {}
         for k, v in items:
             if k in out:
                 raise json.JSONDecodeError(f"duplicate key {printable(k)!r}", text, 0)
+            _no_refused(v, text, printable(k))
             out[k] = v
         return out
 
-    def constant(name):
-        raise json.JSONDecodeError(f"{name} is not a finite number", text, 0)
+    def integer(digits: str):
+        n = len(digits.lstrip("-"))
+        return _Refused(f"has {n} digits (at most {MAX_DIGITS})") if n > MAX_DIGITS else int(digits)
 
-    def integer(digits):
-        if len(digits.lstrip("-")) > MAX_DIGITS:
-            raise json.JSONDecodeError(f"a number of {len(digits.lstrip('-'))} digits (at most {MAX_DIGITS})", text, 0)
-        return int(digits)
-
-    def number(literal):
+    def number(literal: str):
         value = float(literal)
-        if not math.isfinite(value):
-            raise json.JSONDecodeError(f"{literal} is not a finite number", text, 0)
-        return value
+        return value if math.isfinite(value) else _Refused(f"is {literal}, not a finite number")
 
-    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_int=integer, parse_float=number)
+    data = json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=number,
+                      parse_constant=lambda name: _Refused(f"is {name.lower()}, not a finite number"))
+    _no_refused(data, text, "a value")
+    return data
+
+
+def _no_refused(data, text: str, where: str) -> None:
+    """Raise for a refused value, itself or in a list (objects check their own values)."""
+    import json
+
+    if isinstance(data, _Refused):
+        raise json.JSONDecodeError(f"{where} {data.why}", text, 0)
+    if isinstance(data, list):
+        for item in data:
+            _no_refused(item, text, where)
 
 
 def _size(n: int) -> str:

@@ -65,7 +65,7 @@ def _norm(text: str) -> str:
 def load_inventory(path: Path) -> list[InventoryHost]:
     import yaml
 
-    from gpuplan.userfiles import load_yaml, read_text, yaml_problem
+    from gpuplan.userfiles import expand, load_yaml, read_text, yaml_problem
 
     if not path.is_file():
         raise UsageError(f"bare-metal inventory {path} not found; write one (see `gpuplan` docs: hosts with name, address, "
@@ -98,7 +98,7 @@ def load_inventory(path: Path) -> list[InventoryHost]:
             raise UsageError(f"{where}: port and gpus.count must be whole numbers") from None
         key = entry.get("key")
         if key:
-            key_path = Path(str(key)).expanduser()
+            key_path = expand(str(key), f"{where}: key")
             key = str(key_path if key_path.is_absolute() else (path.parent / key_path))
         host_key = str(entry["host_key"]).strip() if entry.get("host_key") else None
         if host_key:
@@ -133,7 +133,9 @@ class BaremetalProvider(Provider):
 
     def inventory_path(self) -> Path:
         if self.config.get("inventory"):
-            return Path(self.config["inventory"]).expanduser()
+            from gpuplan.userfiles import expand
+
+            return expand(self.config["inventory"], "providers.baremetal.inventory")
         from gpuplan import paths
 
         return paths.config_dir() / "inventory.yaml"

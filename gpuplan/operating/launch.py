@@ -33,6 +33,11 @@ class Order:
 
 def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> Offer:
     """A catalog offer; owned hosts (`baremetal:<group or GPU>`) come from the user's inventory."""
+    from gpuplan.userfiles import check_plain
+
+    check_plain(target, "instance type")
+    if region is not None:
+        check_plain(region, "--region")
     if target.startswith("baremetal:"):
         return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1])
     from gpuplan.planning import catalog

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -149,6 +151,9 @@ def _refuse_unusable(path: Path) -> None:
         return
     if not path.is_file():
         raise UsageError(f"state database {path} is not a file; {advice}")
+    if not os.access(path, os.R_OK | os.W_OK) or not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"state database {path} (or its folder) is read-only for you; gpuplan records every cloud "
+                         "call there before making it: make both writable (chmod u+w), then run this again")
     db = None
     try:
         db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
@@ -247,6 +252,32 @@ class JournalRow:
     detail: str
 
 
+_INSTALLATION = re.compile(r"[0-9a-f]{12}")
+
+
+def _side_file(path: Path, what: str, max_bytes: int) -> str:
+    """The text of a small file the state keeps beside its database ("" when absent): a
+    directory, a pipe, binary or oversized content there is one UsageError line."""
+    advice = f"move {path} aside (mv {path} {path}.bad), then run this again"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise UsageError(f"cannot read the {what} file {path} ({exc.strerror}); {advice}") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"the {what} file {path} is not a regular file; {advice}")
+    try:
+        data = path.read_bytes()[: max_bytes + 1]
+        if len(data) > max_bytes or b"\0" in data:
+            raise ValueError
+        return data.decode("ascii")
+    except OSError as exc:
+        raise UsageError(f"cannot read the {what} file {path} ({exc.strerror}); {advice}") from None
+    except ValueError:
+        raise UsageError(f"the {what} file {path} is damaged (not a short text line); {advice}") from None
+
+
 class State:
     """A handle on the SQLite file. Safe to share between threads: each method is one
     transaction under one lock; WAL mode lets several processes read while one writes."""
@@ -312,11 +343,14 @@ class State:
         side = self.path.parent / "installation-id"
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE key='installation_id'").fetchone()
-            try:
-                from_file = side.read_text().strip()
-            except FileNotFoundError:
-                from_file = ""
-            value = from_file or (row["value"] if row else "") or secrets.token_hex(6)
+            from_file = _side_file(side, "installation id", 200).strip()
+            in_db = row["value"] if row else ""
+            for value, where in ((from_file, side), (in_db, f"{self.path} (meta table)")):
+                if value and not _INSTALLATION.fullmatch(value):
+                    raise UsageError(f"the installation id in {where} is damaged ({value[:20]!r}); the cloud resources "
+                                     "of this installation are tagged with it: restore it from a backup, or move the "
+                                     "file aside to start a new installation")
+            value = from_file or in_db or secrets.token_hex(6)
             if row is None or row["value"] != value:
                 db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('installation_id', ?)", (value,))
             if from_file != value:

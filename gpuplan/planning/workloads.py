@@ -48,7 +48,9 @@ def load(name_or_file: str) -> Workload:
     if text in builtin_names():
         entry = _root() / f"{text}.yaml"
         return parse(entry.read_text(encoding="utf-8"), f"built-in workload {text}")
-    path = Path(text).expanduser()
+    from gpuplan.userfiles import expand
+
+    path = expand(text, "workload file")
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         if not path.exists():
             raise UsageError(f"workload file {path} not found; give a built-in name ({', '.join(builtin_names())}) or a YAML "
