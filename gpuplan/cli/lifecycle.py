@@ -142,30 +142,30 @@ def _print_lines(console, lines: list[str]) -> None:
 
 
 def _print_status(out, statuses) -> None:
-    from rich.table import Table
+    """One header line per cluster, then its nodes in aligned columns. Laid out here and
+    printed in one call: a rich Table per cluster took 15 s for 1,000 clusters."""
+    from rich.markup import escape
 
     if not statuses:
         out.print("no clusters; `gpuplan provision nc6 x4` creates one")
         return
+    lines: list[str] = []
     for s in statuses:
         c = s.cluster
         ttl = f", released in {fmt.duration(max(0, s.ttl_left_s))}" if s.ttl_left_s is not None else ""
-        out.print(
-            f"[bold]{c.name}[/bold]  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  "
-            f"up {fmt.duration(s.uptime_s)}  ≈{fmt.yen(s.yen_so_far)} so far "
-            f"({fmt.yen(c.price_jpy_per_hour)}/h per machine){ttl}"
-        )
-        # Addresses are what a user copies from here: never truncate them (ids are in --format json).
-        table = Table(show_edge=False, box=None, padding=(0, 2))
-        table.add_column("node", overflow="fold")
-        table.add_column("status")
-        table.add_column("ssh address", no_wrap=True)
-        table.add_column("private", no_wrap=True)
-        table.add_column("GPUs", justify="right")
+        lines.append(escape(f"{c.name}  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  "
+                            f"up {fmt.duration(s.uptime_s)}  ≈{fmt.yen(s.yen_so_far)} so far "
+                            f"({fmt.yen(c.price_jpy_per_hour)}/h per machine){ttl}").replace(c.name, f"[bold]{c.name}[/bold]", 1))
+        # Addresses are what a user copies from here: never truncated (ids are in --format json).
+        rows = [("node", "status", "ssh address", "private", "GPUs")]
         for nd in s.nodes:
             address = f"{nd.public_ip or nd.private_ip}:{nd.ssh_port}" if (nd.public_ip or nd.private_ip) else "-"
-            table.add_row(nd.name, nd.status, address, nd.private_ip or "-", str(nd.gpus))
-        out.print(table)
+            rows.append((nd.name, nd.status, address, nd.private_ip or "-", str(nd.gpus)))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        for r in rows:
+            cells = [r[i].ljust(widths[i]) for i in range(4)] + [r[4].rjust(widths[4])]
+            lines.append(escape("  " + "    ".join(cells)))
+    out.print("\n".join(lines), soft_wrap=True)
 
 
 def status(

@@ -445,10 +445,13 @@ def status(state: State, cluster: str | None = None) -> list[ClusterStatus]:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     out = []
     t = now()
+    totals = state.ledger_totals(t, cluster)
+    nodes = state.nodes_by_cluster() if cluster is None else {cluster: state.nodes(cluster)}
     for c in rows:
-        seconds, yen = state.ledger_seconds_and_yen(c.name, t)
+        seconds, yen = totals.get(c.name, (0, Decimal(0)))
         ttl_left = int((c.ttl_expires_at - t).total_seconds()) if c.ttl_expires_at else None
-        out.append(ClusterStatus(c, state.nodes(c.name), int((t - c.created_at).total_seconds()), seconds, yen, ttl_left))
+        out.append(ClusterStatus(c, nodes.get(c.name, []), int((t - c.created_at).total_seconds()), seconds, yen,
+                                 ttl_left))
     return out
 
 

@@ -134,6 +134,10 @@ CREATE TABLE IF NOT EXISTS calibrations (  -- a `gpuplan run --plan` batch: the 
     cluster TEXT NOT NULL,
     measured_at TEXT NOT NULL
 );
+-- status reads each cluster's ledger and nodes: without these, 1,000 clusters and 40,000
+-- ledger rows took 7 s of table scans (benchmarks/status_bench.py)
+CREATE INDEX IF NOT EXISTS ledger_by_cluster ON ledger (cluster);
+CREATE INDEX IF NOT EXISTS journal_by_cluster ON journal (cluster);
 """
 
 
@@ -191,6 +195,18 @@ def _iso(t: datetime | None = None) -> str:
 
 def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
+
+
+def _node(r) -> NodeRow:
+    return NodeRow(r["cluster"], r["name"], r["provider_id"], r["status"], r["public_ip"], r["private_ip"],
+                   r["ssh_port"], r["gpus"], parse_time(r["created_at"]))
+
+
+def _ledger_row(r, at: datetime) -> tuple[int, Decimal]:
+    """One ledger row's machine-seconds up to `at` and their yen."""
+    stop = parse_time(r["stopped_at"]) or at
+    s = max(0, int((stop - parse_time(r["started_at"])).total_seconds()))
+    return s, Decimal(r["price_jpy_per_hour"]) * s / 3600
 
 
 @dataclass(frozen=True)
@@ -485,14 +501,14 @@ class State:
 
     def nodes(self, cluster: str, include_deleted: bool = False) -> list[NodeRow]:
         sql = "SELECT * FROM nodes WHERE cluster=?" + ("" if include_deleted else " AND status != 'deleted'")
-        rows = self._query(sql + " ORDER BY created_at, name", (cluster,))
-        return [
-            NodeRow(
-                r["cluster"], r["name"], r["provider_id"], r["status"], r["public_ip"], r["private_ip"],
-                r["ssh_port"], r["gpus"], parse_time(r["created_at"]),
-            )
-            for r in rows
-        ]
+        return [_node(r) for r in self._query(sql + " ORDER BY created_at, name", (cluster,))]
+
+    def nodes_by_cluster(self) -> dict[str, list[NodeRow]]:
+        """Every cluster's nodes (not deleted) in one query, as nodes() orders them."""
+        out: dict[str, list[NodeRow]] = {}
+        for r in self._query("SELECT * FROM nodes WHERE status != 'deleted' ORDER BY cluster, created_at, name"):
+            out.setdefault(r["cluster"], []).append(_node(r))
+        return out
 
     # --- images --------------------------------------------------------------------------
 
@@ -600,15 +616,19 @@ class State:
 
     def ledger_seconds_and_yen(self, cluster: str, at: datetime | None = None) -> tuple[int, Decimal]:
         """Machine-seconds so far and their cost in yen (unrounded Decimal), up to `at`."""
+        return self.ledger_totals(at, cluster).get(cluster, (0, Decimal(0)))
+
+    def ledger_totals(self, at: datetime | None = None, cluster: str | None = None) -> dict[str, tuple[int, Decimal]]:
+        """ledger_seconds_and_yen for every cluster (or one) in one query: `status` of 1,000
+        clusters asked 1,000 times."""
         at = at or now()
-        seconds = 0
-        yen = Decimal(0)
-        for r in self._query("SELECT * FROM ledger WHERE cluster=?", (cluster,)):
-            stop = parse_time(r["stopped_at"]) or at
-            s = max(0, int((stop - parse_time(r["started_at"])).total_seconds()))
-            seconds += s
-            yen += Decimal(r["price_jpy_per_hour"]) * s / 3600
-        return seconds, yen
+        sql, args = ("SELECT * FROM ledger", ()) if cluster is None else ("SELECT * FROM ledger WHERE cluster=?", (cluster,))
+        out: dict[str, tuple[int, Decimal]] = {}
+        for r in self._query(sql, args):
+            s, yen = _ledger_row(r, at)
+            seconds, total = out.get(r["cluster"], (0, Decimal(0)))
+            out[r["cluster"]] = (seconds + s, total + yen)
+        return out
 
     # --- measured setup times and job runs ----------------------------------------------
 
