@@ -57,7 +57,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
@@ -221,6 +221,10 @@ class AwsProvider(Provider):
                 "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
             )
 
+    def verify_credentials(self, region: str) -> None:
+        with self._aws("check the credentials (sts get-caller-identity)", region=region):
+            self.client("sts", region).get_caller_identity()
+
     @staticmethod
     def _require_sdk() -> None:
         try:
@@ -268,10 +272,15 @@ class AwsProvider(Provider):
                 "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
             ) from exc
         except EndpointConnectionError as exc:
-            raise ProviderError(f"cannot reach AWS to {what} ({exc}); check the network, region and AWS_ENDPOINT_URL") from exc
+            why = unreachable(exc) or _one_line(exc)
+            raise ProviderError(f"cannot reach AWS to {what}: {why} (region {region or '?'}, AWS_ENDPOINT_URL if set)"
+                                ) from exc
         except WaiterError as exc:
             raise ProviderError(f"AWS did not finish to {what}: {_one_line(exc)}") from exc
         except BotoCoreError as exc:
+            why = unreachable(exc)
+            if why:
+                raise ProviderError(f"cannot reach AWS to {what}: {why}") from exc
             raise ProviderError(f"AWS failed to {what}: {_one_line(exc)}") from exc
 
     def _client_error(self, exc, what: str, size: str, region: str) -> GpuplanError:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
@@ -181,6 +181,7 @@ class AzureProvider(Provider):
             credential = self._credential
             if credential is None:
                 credential = DefaultAzureCredential()
+            self._token_source = credential
             sub = self._subscription()
             self._clients = (
                 ResourceManagementClient(credential, sub, **self._client_kwargs),
@@ -188,6 +189,11 @@ class AzureProvider(Provider):
                 ComputeManagementClient(credential, sub, **self._client_kwargs),
             )
         return self._clients
+
+    def verify_credentials(self, region: str) -> None:
+        self._sdk()
+        with self._arm("get a token for Azure Resource Manager", region=region):
+            self._token_source.get_token("https://management.azure.com/.default")
 
     @contextmanager
     def _arm(self, what: str, size: str = "", region: str = ""):
@@ -199,6 +205,9 @@ class AzureProvider(Provider):
         except GpuplanError:
             raise
         except ClientAuthenticationError as exc:
+            why = unreachable(exc)  # a credential that could not reach Entra ID is not a refused one
+            if why:
+                raise ProviderError(f"cannot reach Azure to {what}: {why}") from exc
             raise AuthMissing(
                 f"Azure refused the credentials while trying to {what} ({_first_line(exc)}); "
                 "run `az login` or check AZURE_CLIENT_ID / AZURE_TENANT_ID / AZURE_CLIENT_SECRET"
@@ -206,7 +215,7 @@ class AzureProvider(Provider):
         except HttpResponseError as exc:
             raise self._http_error(exc, what, size, region) from exc
         except ServiceRequestError as exc:
-            raise ProviderError(f"cannot reach Azure to {what} ({_first_line(exc)}); check the network and retry") from exc
+            raise ProviderError(f"cannot reach Azure to {what}: {unreachable(exc) or _first_line(exc)}") from exc
         except AzureError as exc:
             raise ProviderError(f"Azure failed to {what}: {_first_line(exc)}") from exc
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError
+from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError, unreachable
 from gpuplan.operating import remote
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
@@ -239,12 +239,14 @@ class BaremetalProvider(Provider):
             if isinstance(c, UsageError):  # an unconfirmed host key: the user must act
                 raise c
         used = sum(1 for c in claims if c is not None)
-        down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
+        down = [f"{h.name} ({unreachable(c) or 'no answer'})" for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
         note = f"; unreachable (counted as used): {', '.join(down)}" if down else ""
         return [QuotaUsage(
             name=f"hosts:{size}", description=f"free bare-metal hosts matching {size!r} in {self.inventory_path()}{note}",
             limit=len(hosts), used=used, unit="hosts",
-            how_to_raise="add hosts to the inventory, or `gpuplan teardown` a cluster that holds some",
+            how_to_raise=("bring the unreachable hosts back (see above), add hosts to the inventory, or "
+                          "`gpuplan teardown` a cluster that holds some") if down else
+                         "add hosts to the inventory, or `gpuplan teardown` a cluster that holds some",
         )]
 
     def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
@@ -347,12 +349,20 @@ class BaremetalProvider(Provider):
         return out
 
     def list(self, region: str, tags: Mapping[str, str]) -> list[Resource]:
+        """Claims carrying `tags`. A host that cannot be reached fails a cluster's listing (its
+        teardown cannot be sure), but a sweep's (no cluster tag) goes on without it: the host is
+        named in `unreachable` and its claim, if any, stays."""
         hosts = self.inventory()
         claims = self._claims_of(hosts)
         found = []
+        self.unreachable = []
         for h, c in zip(hosts, claims):
             if isinstance(c, BaseException):
-                raise ProviderError(f"cannot read the claim on bare-metal host {h.name}: {c}; "
+                why = unreachable(c) or str(c)
+                if TAG_CLUSTER not in tags:
+                    self.unreachable.append(f"bare-metal host {h.name} ({h.address}): {why}")
+                    continue
+                raise ProviderError(f"cannot read the claim on bare-metal host {h.name}: {why}; "
                                     "bring it back or remove it from the inventory, then retry")
             if c is None:
                 continue

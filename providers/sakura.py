@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
 from gpuplan.operating.tags import TAG_INSTALLATION, TAG_NODE
@@ -218,6 +218,9 @@ class SakuraProvider(Provider):
     def check_credentials(self) -> None:
         self._credentials()
 
+    def verify_credentials(self, region: str) -> None:
+        self._call("GET", self._zone(region), "product/server")
+
     def _zone(self, region: str | None) -> str:
         return region or self.config.get("zone") or self._profile().get("Zone") or DEFAULT_ZONE
 
@@ -251,8 +254,8 @@ class SakuraProvider(Provider):
                 r = self._session().request(method, url, data=data, timeout=60)
             except requests.RequestException as exc:
                 raise ProviderError(
-                    f"sakura: cannot reach {self._url(zone, '')} ({exc.__class__.__name__}); "
-                    f"check the network or {ENV_ROOT}"
+                    f"sakura: cannot reach {self._url(zone, '')}: {unreachable(exc) or exc.__class__.__name__} "
+                    f"({ENV_ROOT} if set)"
                 ) from exc
             if r.status_code in _RETRY_STATUS and attempt < self.retries:
                 self.sleep(min(self.retry_base_s * 2**attempt, 30.0))

@@ -44,6 +44,10 @@ def _root(
 ) -> None:
     global _debug
     _debug = debug or bool(os.environ.get("GPUPLAN_DEBUG"))
+    if _debug:
+        import logging
+
+        logging.getLogger().addHandler(logging.StreamHandler())
 
 
 def _register_commands() -> None:
@@ -81,9 +85,21 @@ def _survive_narrow_encodings() -> None:
             pass
 
 
+def _quiet_libraries() -> None:
+    """SDK and paramiko log records (an unreachable host's traceback, 32 lines of Azure retry
+    log) reach stderr through logging's last-resort handler; gpuplan says what went wrong in
+    its own one line instead. --debug shows them again."""
+    import logging
+
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
+
+
 def main(argv: list[str] | None = None) -> None:
     _register_commands()
     _survive_narrow_encodings()
+    _quiet_libraries()
     try:
         code = app(args=argv, prog_name="gpuplan", standalone_mode=False)
         if isinstance(code, int) and code:  # typer.Exit(code), --help and `gpuplan ssh` exit codes

@@ -305,6 +305,7 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
         where = f"sweep {pname} ({', '.join(regions) or 'no regions'})"
         for r, why in found.spared:
             out.print(f"  kept {_resource_line(r)}: {why}")
+        _print_lines(out, [f"  not reached: {u}; anything of it is left as it is" for u in found.unreachable])
         if dry_run or not found.strays:
             out.print(f"{where}: would delete {len(found.strays)} stray resource(s)" if dry_run
                       else f"{where}: no stray resources")

@@ -523,6 +523,7 @@ class SweepPlan:
 
     strays: list[Resource]
     spared: list[tuple[Resource, str]]
+    unreachable: list[str] = field(default_factory=list)  # what could not be listed, with why
 
 
 @dataclass(frozen=True)
@@ -552,11 +553,13 @@ def sweep_find(
     known = {c.name for c in state.clusters()}
     known_images = {i.provider_id for i in state.images() if i.provider == prov.name}
     found: dict[str, Resource] = {}
+    unreached: list[str] = []
     for region in regions:
         for tag in owners:
             with state.journaled("sweep-list", f"{prov.name}/{region}", None, tag):
                 for r in prov.list(region, {TAG_OWNER: tag}):
                     found.setdefault(r.id, r)
+            unreached = [u for u in getattr(prov, "unreachable", []) if u not in unreached] + unreached
     groups: dict[str, list[Resource]] = {}
     for r in found.values():
         if (r.kind == "image" and include_images and r.id not in known_images) or (
@@ -580,7 +583,7 @@ def sweep_find(
             spared += [(r, why) for r in members]
         else:
             strays += members
-    return SweepPlan(strays, spared)
+    return SweepPlan(strays, spared, unreached)
 
 
 def sweep_delete(state: State, prov: Provider, strays: Sequence[Resource], progress: Progress = _quiet) -> SweepResult:

@@ -249,6 +249,12 @@ class Provider(ABC):
         """Raise AuthMissing naming the exact variable/file when credentials are absent.
         No network call, no side effect."""
 
+    def verify_credentials(self, region: str) -> None:
+        """One authenticated, read-only call (`gpuplan check`): AuthMissing when the cloud
+        refuses the credentials, ProviderError saying why when it cannot be reached (DNS,
+        refused, timed out). Providers without remote credentials leave it as it is."""
+        return None
+
     @abstractmethod
     def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
         """Every quota tier that a new machine of `size` in `region` counts against (the
