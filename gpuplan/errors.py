@@ -87,6 +87,9 @@ def unreachable(exc: BaseException) -> str | None:
             return "the network is unreachable from here; check the connection"
         stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
         stack.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+        errors = getattr(e, "errors", None)  # paramiko's NoValidConnectionsError: address -> socket error
+        if isinstance(errors, dict):
+            stack.extend(v for v in errors.values() if isinstance(v, BaseException))
         for attr in ("reason", "original_error", "inner_exception", "exc"):
             inner = getattr(e, attr, None)
             if isinstance(inner, BaseException):
