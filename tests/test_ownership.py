@@ -154,3 +154,28 @@ def test_sakura_two_installations_same_cluster_name(sakura, tmp_path, monkeypatc
 
     two_homes_one_name(homes, "sakura:e2e-h100", running, both_made)
     assert all(not v for v in sakura.user_resources().values())
+
+
+def test_a_shared_owner_is_said_and_another_installations_cluster_is_spared(moto_aws, tmp_path, monkeypatch, cli):
+    """Two homes with the same `owner:`: B's forced sweep says the owner is shared and keeps A's
+    live cluster; only `--sweep --force demo` (naming it) takes it."""
+    from support.aws_moto import REGION
+
+    homes = Homes(tmp_path, monkeypatch, cli, {"owner": "team", "providers": {"aws": {
+        "ami": moto_aws.ami, "quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}}})
+    ec2 = moto_aws.ec2()
+
+    def running() -> int:
+        return sum(1 for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+                   if i["State"]["Name"] in ("pending", "running"))
+
+    homes.a("provision", "--yes", "aws:g4dn.xlarge", "x2", "--name", "demo", "--no-bootstrap")
+    sweep = ("teardown", "--yes", "--sweep", "--force", "--provider", "aws", "--region", REGION)
+    r = homes.b(*sweep)
+    assert "owner 'team' is shared" in r.out
+    assert "made by another installation" in r.out and "--sweep --force demo" in r.out
+    assert running() == 2
+    r = homes.b(*sweep[:2], "demo", *sweep[2:])
+    assert "deleted" in r.out
+    assert running() == 0
+    assert moto_aws.held() == {}
