@@ -38,7 +38,7 @@ from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, Usag
 from gpuplan.operating import remote
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_NODE
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
 
 CLAIM_DIR = ".gpuplan"  # relative to the login user's home
 REGION = "local"
@@ -403,6 +403,11 @@ class BaremetalProvider(Provider):
         # Only touch a claim that is still this cluster's (the host may have been released and re-claimed).
         guard = (f"[ -f {CLAIM_DIR}/claim ] || exit 0\n"
                  f"grep -q '\"{TAG_CLUSTER}\": \"{cluster}\"' {CLAIM_DIR}/claim || exit 0\n")
+        # ... and of this owner and installation: another home's cluster of the same name may hold it
+        for tag in (TAG_OWNER, TAG_INSTALLATION):
+            value = r.tags.get(tag, "")
+            if re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+                guard += f"grep -q '\"{tag}\": \"{value}\"' {CLAIM_DIR}/claim || exit 0\n"
         if kind == "instance":
             script = guard + (
                 f"login_key=$(sed -n 's/.*\"login_key\": \"\\([^\"]*\\)\".*/\\1/p' {CLAIM_DIR}/claim)\n"

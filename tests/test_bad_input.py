@@ -193,6 +193,8 @@ CASES = [
     ("as-of-fullwidth-digits", {}, ["estimate", "--videos", "4", "--as-of", "２０１７-08"], "--as-of"),
     ("as-of-arabic-indic-digits", {}, ["estimate", "--videos", "4", "--as-of", "٢٠١٧-٠٨"], "--as-of"),
     ("ttl-fullwidth-digits", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "４h", *DRY], "--ttl"),
+    ("workload-name-escape-codes", {"w.yaml": _workload(name='"\\e[2Jx"')}, ["estimate", "--workload", "{tmp}/w.yaml"],
+     "control character"),
     ("path-tilde-unknown-user", {}, ["estimate", "--workload", "~nosuchuser-gpuplan/w.yaml"], "w.yaml"),
     ("path-with-newline", {}, ["estimate", "--workload", "{tmp}/w\n.yaml"], "control character"),
     ("region-with-newline", {}, ["provision", "aws:g4dn.xlarge", "x1", "--region", "us-east-1\nx", *DRY], "region"),
