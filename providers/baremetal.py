@@ -58,6 +58,9 @@ class InventoryHost:
     host_key: str | None = None
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]{0,252}")
+
+
 def _norm(text: str) -> str:
     return re.sub(r"[\s_-]+", "", text).lower()
 
@@ -65,7 +68,7 @@ def _norm(text: str) -> str:
 def load_inventory(path: Path) -> list[InventoryHost]:
     import yaml
 
-    from gpuplan.userfiles import expand, load_yaml, read_text, yaml_problem
+    from gpuplan.userfiles import expand, load_yaml, printable, read_text, yaml_problem
 
     if not path.is_file():
         raise UsageError(f"bare-metal inventory {path} not found; write one (see `gpuplan` docs: hosts with name, address, "
@@ -96,6 +99,16 @@ def load_inventory(path: Path) -> list[InventoryHost]:
             port, count = int(entry.get("port", 22)), int(gpus.get("count", 1))
         except (TypeError, ValueError):
             raise UsageError(f"{where}: port and gpus.count must be whole numbers") from None
+        if not 1 <= port <= 65535:
+            raise UsageError(f"{where}: port {port} is not a TCP port (1-65535)")
+        if not 1 <= count <= 64:
+            raise UsageError(f"{where}: gpus.count {count} must be 1 to 64")
+        # what reaches an ssh command line or a known_hosts line: never an option, never two lines
+        for field_name, value in (("name", name), ("address", str(entry["address"])), ("user", str(entry.get("user", "ubuntu"))),
+                                  ("private_address", str(entry.get("private_address") or "x"))):
+            if not _PLAIN.fullmatch(value):
+                raise UsageError(f"{where}: {field_name} {printable(value)!r} must be letters, digits and . _ : - "
+                                 "(not starting with -)")
         key = entry.get("key")
         if key:
             key_path = expand(str(key), f"{where}: key")

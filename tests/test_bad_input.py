@@ -23,6 +23,9 @@ PLAN = {"provider": "aws", "instance_type": "g4dn.xlarge", "count": 2}
 # about 300 bytes that a plain YAML loader expands to 9**9 items (past 4 GB)
 ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{','.join('*' + chr(97 + i) for _ in range(9))}]\n" for i in range(8))
+INVENTORY = "hosts:\n- {name: h1, address: 127.0.0.1, HOST, group: t4}\n"  # HOST: port and gpus
+T4 = "gpus: {model: T4, count: 1}"
+INV_CONFIG = "providers:\n  baremetal: {inventory: {tmp}/inv.yaml}\n"
 FIFO = object()  # a named pipe: reading it would block forever
 
 
@@ -195,6 +198,17 @@ CASES = [
     ("ttl-fullwidth-digits", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "４h", *DRY], "--ttl"),
     ("workload-name-escape-codes", {"w.yaml": _workload(name='"\\e[2Jx"')}, ["estimate", "--workload", "{tmp}/w.yaml"],
      "control character"),
+    ("plan-market-lottery", {"p.json": _plan(market="lottery")}, ["provision", "--plan", "{tmp}/p.json", *DRY], "market"),
+    ("ttl-1s", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "1s", *DRY], "--ttl"),
+    *[(f"inventory-{what}", {"inv.yaml": INVENTORY.replace("HOST", host), "{home}/config/config.yaml": INV_CONFIG},
+       ["provision", "baremetal:t4", "x1", *DRY], culprit)
+      for what, host, culprit in [("port-70000", f"port: 70000, {T4}", "port"), ("port-negative", f"port: -1, {T4}", "port"),
+                                  ("gpus-negative", "gpus: {model: T4, count: -3}", "gpus.count"),
+                                  ("gpus-zero", "gpus: {model: T4, count: 0}", "gpus.count"),
+                                  ("user-option", f"{T4}, user: '-oProxyCommand=touch x'", "user")]],
+    ("inventory-address-newline", {"inv.yaml": "hosts:\n- {name: h1, address: \"10.0.0.1\\nx\", gpus: {model: T4}}\n",
+                                   "{home}/config/config.yaml": INV_CONFIG}, ["provision", "baremetal:t4", "x1", *DRY],
+     "address"),
     ("path-tilde-unknown-user", {}, ["estimate", "--workload", "~nosuchuser-gpuplan/w.yaml"], "w.yaml"),
     ("path-with-newline", {}, ["estimate", "--workload", "{tmp}/w\n.yaml"], "control character"),
     ("region-with-newline", {}, ["provision", "aws:g4dn.xlarge", "x1", "--region", "us-east-1\nx", *DRY], "region"),

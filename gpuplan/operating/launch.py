@@ -31,6 +31,9 @@ class Order:
     notes: tuple[str, ...] = ()  # spot price and rule, image setup: shown with the machines
 
 
+MIN_TTL_S = 10 * 60
+
+
 def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> Offer:
     """A catalog offer; owned hosts (`baremetal:<group or GPU>`) come from the user's inventory."""
     from gpuplan.userfiles import check_plain
@@ -98,6 +101,8 @@ def read_plan(path: Path) -> dict:
         raise UsageError(f"plan file {path}: {exc}") from None
     if plan.get("setup") not in (None, "scratch", "image"):
         raise UsageError(f"plan file {path}: setup must be scratch or image, not {plan['setup']!r}; {fix}")
+    if plan.get("market") not in (None, "on-demand", "spot"):
+        raise UsageError(f"plan file {path}: market must be on-demand or spot, not {plan['market']!r}; {fix}")
     return plan
 
 
@@ -119,6 +124,9 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
         offer, mapped = _live(target, region)
         n = parse_count(count or "x1")
     ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
+    if ttl_s is not None and ttl_s < MIN_TTL_S:
+        raise UsageError(f"bad --ttl {ttl!r}: at least {MIN_TTL_S // 60}m (machines take minutes to start and set "
+                         "up; a shorter TTL stops them before they are of use)")
     if name is not None:  # --name "" is a mistake, not a request for a generated name
         lifecycle.check_name(name)
     notes = []
