@@ -250,7 +250,13 @@ class AwsProvider(Provider):
                 retries = {"total_max_attempts": 1} if service == "service-quotas" else {"max_attempts": 5}
                 cfg = Config(retries={**retries, "mode": "standard"},
                              max_pool_connections=max(10, self.max_workers * 2), user_agent_extra="gpuplan")
-                self._clients[key] = session.client(service, region_name=region, config=cfg)
+                from botocore.exceptions import InvalidRegionError
+
+                try:
+                    self._clients[key] = session.client(service, region_name=region, config=cfg)
+                except InvalidRegionError:
+                    raise UsageError(f"bad AWS region {region!r}: use a region name such as us-east-1 or "
+                                     "ap-northeast-1") from None
             return self._clients[key]
 
     def _ec2(self, region: str):

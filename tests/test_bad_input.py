@@ -259,6 +259,15 @@ def test_bad_input_is_one_line_and_exit_2(files, argv, culprit, cli, tmp_path, g
     _check_one_line(r, culprit)
 
 
+def test_a_malformed_region_reaching_botocore_is_one_line(cli, gpuplan_home, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    _check_one_line(cli("teardown", "--sweep", "--dry-run", "--provider", "aws", "--region", "us east!"),
+                    "bad AWS region")
+
+
 def _truncated(path) -> None:
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE t (x)")
