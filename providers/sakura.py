@@ -12,7 +12,9 @@ sacloud/iaas-api-go calls (`zz_api_ops.go`, `zz_envelopes.go`):
 
 GPU plans exist only in the Ishikari zones (is1a, is1b). A node is a server plus one disk copied
 from an Ubuntu archive; the disk and server carry the same tags, written as strings
-"gpuplan-cluster=<c>", "gpuplan-owner=<o>", "gpuplan-node=<n>". Captured images are archives.
+"gpuplan-cluster=<c>", "gpuplan-owner=<o>", "gpuplan-installation=<i>", "gpuplan-node=<n>", and
+servers are found by all of cluster, owner and installation; server and disk names carry the
+installation (`demo-0-<i>`), as two homes' `demo-0` may share an account. Captured images are archives.
 
 TTL: Sakura has no native expiry. Each node's cloud-init user data (sent with the boot request)
 carries an absolute deadline; on every boot a `bootcmd` arms a systemd timer that powers the
