@@ -283,7 +283,7 @@ class BaremetalProvider(Provider):
                 raise c
         free = [h for h, c in zip(hosts, claims) if c is None]
         if len(free) < len(names):
-            down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
+            down = [f"{h.name}: {unreachable(c) or 'no answer'}" for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
             raise CapacityUnavailable(
                 f"{len(names)} more bare-metal host(s) matching {spec.size!r} needed but {len(free)} are free"
                 + (f" ({', '.join(down)} unreachable)" if down else "")
