@@ -16,6 +16,12 @@ two installations (two GPUPLAN_HOMEs, no `owner:` configured). Each cycle is one
   sweep-during   a sweep (--force) in the same home while a provision runs
   sweep-other    a sweep (--force --legacy-owner) from the second home while a provision runs
   down-during    a teardown of the cluster while its provision runs (waits for the lock)
+  same-name      both homes provision the same cluster name at once, then tear down one after
+                 the other: each state knows exactly its own machines, and A's teardown leaves B's
+  lock-deleted   the same provision twice, the cluster's lock file deleted while the first holds it
+  shared-owner   both homes share `owner:`; a forced sweep from B while A's cluster runs spares it
+  full-disk      every state write fails right after the create (a full disk): the cloud is rolled
+                 back first (nothing left running), then a teardown with space again tidies the state
 
 Checks: after a provision that exits 0, the state says ready and its nodes' ids are exactly the
 instances moto runs for that cluster (N of them); after a teardown that exits 0, the state says
@@ -44,7 +50,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 REGION = "us-east-1"
 SIZE = "g4dn.xlarge"
 SCENARIOS = ["plain", "kill-provision", "kill-teardown", "fail-create", "fail-teardown", "twice",
-             "sweep-during", "sweep-other", "down-during"]
+             "sweep-during", "sweep-other", "down-during", "same-name", "lock-deleted", "shared-owner", "full-disk"]
 PROVISION_POINTS = ["before:create-nodes", "after:create-nodes", "before:wait-ready", "after:wait-ready"]
 TEARDOWN_POINTS = ["after:list", "before:delete-instances", "after:delete-instances", "before:delete-resources",
                    "after:delete-resources", "before:verify-gone"]
@@ -89,12 +95,12 @@ class Chaos:
         self.report = Report()
         self.n = 0
 
-    def configure(self, home: Path, max_workers: int) -> None:
+    def configure(self, home: Path, max_workers: int, owner: str | None = None) -> None:
         import yaml
 
-        (home / "config" / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": {
-            "ami": self.moto.ami, "quota_vcpus": "4096", "ssh_cidr": "198.51.100.7", "poll_s": "0.01",
-            "max_workers": str(max_workers)}}}))
+        (home / "config" / "config.yaml").write_text(yaml.safe_dump({**({"owner": owner} if owner else {}), "providers": {
+            "aws": {"ami": self.moto.ami, "quota_vcpus": "4096", "ssh_cidr": "198.51.100.7", "poll_s": "0.01",
+                    "max_workers": str(max_workers)}}}))
 
     # --- running gpuplan ----------------------------------------------------------------
 
@@ -113,19 +119,27 @@ class Chaos:
 
     # --- what the cloud and the state say ----------------------------------------------
 
-    def instances(self, cluster: str) -> list[str]:
+    def installation(self, home: int) -> str | None:
+        side = self.homes[home] / "state" / "installation-id"
+        return side.read_text().strip() if side.exists() else None
+
+    def instances(self, cluster: str, home: int | None = None) -> list[str]:
         """The cluster's instances moto has not terminated (paged: moto answers 100 reservations
-        a page, and terminated ones pile up over the cycles)."""
-        pages = self.moto.ec2().get_paginator("describe_instances").paginate(Filters=[
+        a page, and terminated ones pile up over the cycles); with `home`, only that home's."""
+        mine = [{"Name": "tag:gpuplan-installation", "Values": [self.installation(home) or "-"]}] if home is not None else []
+        pages = self.moto.ec2().get_paginator("describe_instances").paginate(Filters=mine + [
             {"Name": "tag:gpuplan-cluster", "Values": [cluster]},
             {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}])
         return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
-    def cluster_resources(self, cluster: str) -> list[str]:
-        """What moto holds tagged with this cluster, read directly (not through gpuplan's listing)."""
+    def cluster_resources(self, cluster: str, home: int | None = None) -> list[str]:
+        """What moto holds tagged with this cluster (with `home`: made by that home), read
+        directly (not through gpuplan's listing)."""
         ec2 = self.moto.ec2()
         flt = [{"Name": "tag:gpuplan-cluster", "Values": [cluster]}]
-        return ([f"instance {i}" for i in self.instances(cluster)]
+        if home is not None:
+            flt.append({"Name": "tag:gpuplan-installation", "Values": [self.installation(home) or "-"]})
+        return ([f"instance {i}" for i in self.instances(cluster, home)]
                 + [f"volume {v['VolumeId']}" for v in ec2.describe_volumes(Filters=flt)["Volumes"]]
                 + [f"security-group {g['GroupId']}" for g in ec2.describe_security_groups(Filters=flt)["SecurityGroups"]]
                 + [f"key-pair {k['KeyName']}" for k in ec2.describe_key_pairs(Filters=flt)["KeyPairs"]])
@@ -165,7 +179,7 @@ class Chaos:
 
     def check_ready(self, cluster: str, count: int, home: int = 0) -> None:
         row, nodes = self.state_of(cluster, home)
-        cloud = sorted(self.instances(cluster))
+        cloud = sorted(self.instances(cluster, home))
         known = sorted(n.provider_id for n in nodes if n.provider_id)
         if row is None or row.status != "ready":
             self.disagree(f"{cluster}: provision exited 0 but the state says {row.status if row else 'nothing'}")
@@ -174,7 +188,7 @@ class Chaos:
 
     def check_gone(self, cluster: str, home: int = 0) -> None:
         row, _ = self.state_of(cluster, home)
-        left = self.cluster_resources(cluster)
+        left = self.cluster_resources(cluster, home)
         if row is not None and row.status != "gone":
             self.disagree(f"{cluster}: teardown exited 0 but the state says {row.status}")
         if left:
@@ -297,6 +311,65 @@ class Chaos:
         else:
             self.teardown_ok(name)
 
+    def scenario_same_name(self, name: str, count: int) -> None:
+        other = self.rng.randint(1, 3)
+        procs = [self.start(*self.provision_args(name, n), home=h) for h, n in ((0, count), (1, other))]
+        results = [(p.returncode, (o + e).strip()) for p in procs for o, e in [p.communicate(timeout=600)]]
+        for h, (code, out) in enumerate(results):
+            self.expect(f"provision {name} from home {h} (same name in both)", code, out, (0,))
+        if [c for c, _ in results] != [0, 0]:
+            return
+        self.check_ready(name, count, home=0)
+        self.check_ready(name, other, home=1)
+        first = self.rng.choice([0, 1])
+        self.teardown_ok(name, home=first)
+        left = self.instances(name)
+        if sorted(left) != sorted(self.instances(name, 1 - first)) or len(left) != (other if first == 0 else count):
+            self.disagree(f"{name}: home {first}'s teardown left {len(left)} machines, not the other home's")
+        self.teardown_ok(name, home=1 - first)
+
+    def scenario_lock_deleted(self, name: str, count: int) -> None:
+        first = self.start(*self.provision_args(name, count))
+        deadline = time.monotonic() + 120
+        while not self.instances(name) and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for lock in (self.homes[0] / "state" / "locks").glob("*.lock"):
+            lock.unlink(missing_ok=True)  # a tmp cleaner
+        code, out = self.run(*self.provision_args(name, count))
+        fout, ferr = first.communicate(timeout=600)
+        codes = sorted([first.returncode, code])
+        if codes != [0, 2]:
+            self.expect(f"provision {name} twice, lock file deleted", first.returncode, (fout + ferr).strip(), ())
+            self.expect(f"second provision {name} after the lock file went", code, out, ())
+        if len(self.instances(name)) != count:
+            self.disagree(f"{name}: lock file deleted under a provision, moto runs {len(self.instances(name))} "
+                          f"(want {count})")
+        if 0 in codes:
+            self.check_ready(name, count)
+        self.teardown_ok(name)
+
+    def scenario_shared_owner(self, name: str, count: int) -> None:
+        for h in (0, 1):
+            self.configure(self.homes[h], max_workers=4, owner="chaos-shared")
+        try:
+            if not self.provision_ok(name, count):
+                return
+            code, out = self.run("teardown", "--yes", "--sweep", "--force", "--provider", "aws", "--region", REGION,
+                                 home=1)
+            self.expect("forced sweep from home 1 under a shared owner", code, out, (0,))
+            self.check_ready(name, count)  # spared: another installation's live cluster
+            self.teardown_ok(name)
+        finally:
+            for h in (0, 1):
+                self.configure(self.homes[h], max_workers=4)
+
+    def scenario_full_disk(self, name: str, count: int) -> None:
+        code, out = self.run(*self.provision_args(name, count), CHAOS_DISK_FULL="after-create")
+        self.expect(f"provision {name} with a full disk after the create", code, out, (1,))
+        if self.instances(name):
+            self.disagree(f"{name}: full disk after the create, moto still runs {self.instances(name)}")
+        self.teardown_ok(name)
+
     # --- after every cycle --------------------------------------------------------------
 
     def finish(self) -> None:
@@ -319,10 +392,11 @@ class Chaos:
                 self.configure(home, max_workers=4)
 
 
-def run(cycles: int, seed: int, minutes: float | None = None, log=print) -> Report:
+def run(cycles: int, seed: int, minutes: float | None = None, log=print,
+        scenarios: list[str] | None = None) -> Report:
     """Run `cycles` cycles (or until `minutes` have passed) against the shared moto server of
-    tests/support/aws_moto.py; scenarios in a seeded random order that covers every kind before
-    repeating one."""
+    tests/support/aws_moto.py; scenarios (all, or those named) in a seeded random order that
+    covers every kind before repeating one."""
     import logging
 
     from support import aws_moto
@@ -338,7 +412,8 @@ def run(cycles: int, seed: int, minutes: float | None = None, log=print) -> Repo
             if minutes is not None and time.monotonic() - started > minutes * 60:
                 break
             if not order:
-                order = rng.sample(SCENARIOS, len(SCENARIOS))
+                kinds = scenarios or SCENARIOS
+                order = rng.sample(kinds, len(kinds))
             chaos.cycle(order.pop())
             if (i + 1) % 25 == 0:
                 log(f"... {chaos.report.line()} after {time.monotonic() - started:.0f} s")
@@ -346,7 +421,31 @@ def run(cycles: int, seed: int, minutes: float | None = None, log=print) -> Repo
 
 
 def child(argv: list[str]) -> None:
-    """One gpuplan command; CHAOS_FAIL="Operation:n:Code" makes its n-th such AWS call fail."""
+    """One gpuplan command; CHAOS_FAIL="Operation:n:Code" makes its n-th such AWS call fail;
+    CHAOS_DISK_FULL=after-create makes every state write fail once the machines exist."""
+    if os.environ.get("CHAOS_DISK_FULL"):
+        import sqlite3
+
+        from gpuplan.operating import provider as registry
+        from gpuplan.operating.state import State
+        from gpuplan.providers.aws import AwsProvider
+
+        full: list[bool] = []
+        real_tx = State._tx
+
+        def tx(self):
+            if full:
+                raise sqlite3.OperationalError("database or disk is full")
+            return real_tx(self)
+
+        class Filling(AwsProvider):
+            def create(self, spec, names):
+                made = super().create(spec, names)
+                full.append(True)
+                return made
+
+        State._tx = tx
+        registry.override("aws", Filling)
     spec = os.environ.get("CHAOS_FAIL")
     if spec:
         operation, nth, code = spec.split(":")
@@ -374,11 +473,12 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=None, help="stop after this long even if cycles remain")
+    ap.add_argument("--scenario", action="append", choices=SCENARIOS, help="only these scenarios (repeat)")
     args = ap.parse_args()
     # this process reads moto directly (the checks); the gpuplan processes get the same values
     os.environ.update(AWS_ACCESS_KEY_ID="chaos", AWS_SECRET_ACCESS_KEY="chaos", AWS_DEFAULT_REGION=REGION)
     started = time.monotonic()
-    report = run(args.cycles, args.seed, args.minutes)
+    report = run(args.cycles, args.seed, args.minutes, scenarios=args.scenario)
     for line in report.leaks + report.disagreements + report.unexpected:
         print(line)
     print(f"{report.line()} in {time.monotonic() - started:.0f} s (seed {args.seed})")

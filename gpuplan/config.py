@@ -25,13 +25,13 @@ def _load() -> dict[str, Any]:
         return {}
     import yaml
 
-    from gpuplan.userfiles import load_yaml, read_text
+    from gpuplan.userfiles import load_yaml, read_text, yaml_problem
 
     text = read_text(path, "config file", "fix or remove it (README: Providers and credentials)")
     try:
         data = load_yaml(text) or {}
     except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix or remove the file") from exc
+        raise UsageError(f"{path}: not valid YAML ({yaml_problem(exc)}); fix or remove the file") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping at the top level")
     return data

@@ -54,3 +54,44 @@ class Busy(GpuplanError):
     """Another gpuplan command holds the lock of this cluster, image or sweep; nothing was done."""
 
     exit_code = 6
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """Why a network call never got an answer, in words, from the exception or what caused it
+    (any SDK: botocore, azure-core, requests, paramiko, plain sockets): "cannot resolve HOST
+    (DNS)", "connection refused", "timed out"; None when it was not a network failure (an answer
+    came back, e.g. refused credentials). Lets every provider and SSH say which one it was,
+    instead of blaming the credentials or a cluster for a DNS failure."""
+    import socket
+
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        name = type(e).__name__
+        text = str(e)
+        if isinstance(e, socket.gaierror) or name in ("NameResolutionError",) or (
+                "Name or service not known" in text or "nodename nor servname" in text
+                or "Temporary failure in name resolution" in text or "getaddrinfo failed" in text):
+            return "cannot resolve the host name (DNS); check the network connection and DNS"
+        if isinstance(e, ConnectionRefusedError) or "Connection refused" in text or "[Errno 111]" in text:
+            return "the connection was refused (nothing listens there); check the address, port and any proxy"
+        if isinstance(e, (TimeoutError, socket.timeout)) or name in ("ConnectTimeoutError", "ConnectTimeout",
+                                                                      "ReadTimeout", "ReadTimeoutError") or (
+                "timed out" in text.lower()):
+            return "the connection timed out; check the network, a firewall or proxy"
+        if isinstance(e, OSError) and getattr(e, "errno", None) in (101, 113):  # network / host unreachable
+            return "the network is unreachable from here; check the connection"
+        stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+        stack.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+        errors = getattr(e, "errors", None)  # paramiko's NoValidConnectionsError: address -> socket error
+        if isinstance(errors, dict):
+            stack.extend(v for v in errors.values() if isinstance(v, BaseException))
+        for attr in ("reason", "original_error", "inner_exception", "exc"):
+            inner = getattr(e, attr, None)
+            if isinstance(inner, BaseException):
+                stack.append(inner)
+    return None

@@ -8,7 +8,11 @@ from pathlib import Path
 
 def home() -> Path | None:
     value = os.environ.get("GPUPLAN_HOME")
-    return Path(value).expanduser() if value else None
+    if not value:
+        return None
+    from gpuplan.userfiles import expand
+
+    return expand(value, "GPUPLAN_HOME")
 
 
 def config_dir() -> Path:

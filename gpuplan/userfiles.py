@@ -1,13 +1,18 @@
 """Reading the text files a user hands gpuplan: workloads, items, plans, profiles, playbooks,
 prices, config and inventories.
 
-Every way such a file can be unusable (missing, a directory, unreadable, binary, too large)
-becomes one UsageError line that names the file and says what to do; nothing else is raised.
+Every way such a file can be unusable (missing, a directory, a named pipe, unreadable, binary,
+too large) becomes one UsageError line that names the file and says what to do; nothing else is
+raised. load_yaml and load_json refuse what a hostile file could do to a plain parser (aliases,
+deep nesting, duplicate keys, non-finite or endless numbers).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import stat
 from pathlib import Path
 
 from gpuplan.errors import UsageError
@@ -15,19 +20,58 @@ from gpuplan.errors import UsageError
 MAX_BYTES = 16 * 2**20  # far above any hand-written file; stops a wrong path (a video, a disk image) early
 
 
+MAX_DEPTH = 64  # nesting of lists and mappings; hand-written files use a handful
+MAX_DIGITS = 30  # an integer longer than this is a typo (or an attack), never a count or a price
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (newlines, terminal escape codes) shown as \\xNN escapes:
+    what gpuplan prints of a name, path or region a user gave is one line and cannot drive the
+    terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def check_plain(value: str, what: str) -> str:
+    """Refuse a name, path or region holding a control character (a newline makes a two-line
+    message, an escape code drives the terminal)."""
+    if _CONTROL.search(value):
+        raise UsageError(f"{what} {printable(value)!r} contains a control character; type it again without one")
+    return value
+
+
+def expand(path: str | os.PathLike, what: str = "path") -> Path:
+    """`path` with a leading ~ or ~user expanded; a user that does not exist is a UsageError
+    (Path.expanduser raises RuntimeError), and so is a control character."""
+    check_plain(os.fspath(path), what)
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise UsageError(f"{what} {os.fspath(path)}: no such user's home folder; give the full path") from None
+
+
 def read_text(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX_BYTES) -> str:
     """The UTF-8 text of `path` (a leading byte-order mark dropped). `what` names the file in
-    messages ("items file"); `fix` says what to do about it ("write one item per line")."""
-    p = Path(path).expanduser()
+    messages ("items file"); `fix` says what to do about it ("write one item per line"). Only a
+    regular file is read: a named pipe or a device would block the read forever."""
+    p = expand(path, what)
     try:
-        with open(p, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise UsageError(f"{what} {p} not found; {fix}") from None
-    except IsADirectoryError:
-        raise UsageError(f"{what} {p} is a directory, not a file; {fix}") from None
     except OSError as exc:
         raise UsageError(f"{what} {p}: cannot read it ({exc.strerror or exc}); {fix}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"{what} {p} is a directory, not a file; {fix}")
+        raise UsageError(f"{what} {p} is not a regular file (a named pipe, a device or a socket); {fix}")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as exc:
+            raise UsageError(f"{what} {p}: cannot read it ({exc.strerror or exc}); {fix}") from None
     if len(data) > max_bytes:
         raise UsageError(f"{what} {p} is larger than {_size(max_bytes)}, the most gpuplan reads for it; {fix}")
     if b"\0" in data:
@@ -41,10 +85,134 @@ def read_text(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX
 def load_yaml(text: str):
     """YAML text as plain data (safe: no Python objects), parsed by libyaml's C parser where
     PyYAML was built with it (about 10x faster on a 20,000-job workload), else by PyYAML's own.
-    Raises yaml.YAMLError as yaml.safe_load does."""
+
+    Stricter than yaml.safe_load: its events are read first (libyaml's parser keeps its own
+    stack, so 100 KB of `[` cannot overflow the C stack as composing them would), refusing
+    aliases (a 364-byte file can expand past 4 GB) and nesting deeper than MAX_DEPTH; then
+    duplicate keys, non-finite numbers and integers past MAX_DIGITS digits are refused. Raises
+    yaml.YAMLError (yaml.MarkedYAMLError with a `problem` for these refusals)."""
     import yaml
 
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    loader = _strict_loader()
+    depth = 0
+    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.MarkedYAMLError(problem=f"alias *{event.anchor} (aliases are not accepted; write the value out)",
+                                       problem_mark=event.start_mark)
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise yaml.MarkedYAMLError(problem=f"nested more than {MAX_DEPTH} levels deep",
+                                           problem_mark=event.start_mark)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    return yaml.load(text, Loader=loader)
+
+
+def yaml_problem(exc) -> str:
+    """What is wrong, in words, from a yaml.YAMLError: its problem and line where it has them."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    return f"{problem}, line {mark.line + 1}" if mark is not None else problem
+
+
+_LOADER = None
+
+
+def _strict_loader():
+    global _LOADER
+    if _LOADER is not None:
+        return _LOADER
+    import yaml
+    from yaml.constructor import ConstructorError
+
+    class Strict(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the plain constructor says so
+                    break
+                if duplicate:
+                    raise ConstructorError(None, None, f"duplicate key {printable(str(key))!r}", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_yaml_int(self, node):
+            digits = sum(c.isdigit() for c in str(node.value))
+            if digits > MAX_DIGITS:
+                raise ConstructorError(None, None, f"a number of {digits} digits (at most {MAX_DIGITS})",
+                                       node.start_mark)
+            return super().construct_yaml_int(node)
+
+        def construct_yaml_float(self, node):
+            value = super().construct_yaml_float(node)
+            if not math.isfinite(value):
+                raise ConstructorError(None, None, f"{printable(str(node.value))!r} is not a finite number",
+                                       node.start_mark)
+            return value
+
+    Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_yaml_int)
+    Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_yaml_float)
+    _LOADER = Strict
+    return Strict
+
+
+class _Refused:
+    """A value load_json refuses, kept until the key it belongs to is known (for the message)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def load_json(text: str):
+    """JSON text as plain data, refusing what json.loads lets through: nesting deeper than
+    MAX_DEPTH (checked before parsing), duplicate keys (json.loads keeps the last), NaN and
+    Infinity, integers past MAX_DIGITS digits. Raises json.JSONDecodeError, its `msg` saying
+    why (naming the key where there is one)."""
+    import json
+
+    without_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
+    depth = 0
+    for m in re.finditer(r"[\[\]{}]", without_strings):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise json.JSONDecodeError(f"nested more than {MAX_DEPTH} levels deep", text, m.start())
+
+    def pairs(items):
+        out: dict = {}
+        for k, v in items:
+            if k in out:
+                raise json.JSONDecodeError(f"duplicate key {printable(k)!r}", text, 0)
+            _no_refused(v, text, printable(k))
+            out[k] = v
+        return out
+
+    def integer(digits: str):
+        n = len(digits.lstrip("-"))
+        return _Refused(f"has {n} digits (at most {MAX_DIGITS})") if n > MAX_DIGITS else int(digits)
+
+    def number(literal: str):
+        value = float(literal)
+        return value if math.isfinite(value) else _Refused(f"is {literal}, not a finite number")
+
+    data = json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=number,
+                      parse_constant=lambda name: _Refused(f"is {name.lower()}, not a finite number"))
+    _no_refused(data, text, "a value")
+    return data
+
+
+def _no_refused(data, text: str, where: str) -> None:
+    """Raise for a refused value, itself or in a list (objects check their own values)."""
+    import json
+
+    if isinstance(data, _Refused):
+        raise json.JSONDecodeError(f"{where} {data.why}", text, 0)
+    if isinstance(data, list):
+        for item in data:
+            _no_refused(item, text, where)
 
 
 def _size(n: int) -> str:

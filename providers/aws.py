@@ -7,7 +7,8 @@ client at an emulator. On an EC2 host with an instance role set config `credenti
 (the credentials check never calls the metadata service).
 
 Layout. Per cluster `demo`, in the default VPC (or config `subnet_id`'s VPC): key pair
-`gpuplan-demo` (the cluster's login key, imported), security group `gpuplan-demo` (SSH 22 from
+`gpuplan-demo-<installation>` (the cluster's login key, imported), security group
+`gpuplan-demo-<installation>` (names are unique per account, so they carry the installation; SSH 22 from
 NodeSpec.ssh_cidr, the caller's address unless asked otherwise; all traffic between the
 cluster's own nodes, which MPI needs), and one instance per node whose root EBS volume is
 tagged like the instance and deleted with it. Everything carries the NodeSpec tags; instances
@@ -56,7 +57,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
@@ -220,6 +221,10 @@ class AwsProvider(Provider):
                 "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
             )
 
+    def verify_credentials(self, region: str) -> None:
+        with self._aws("check the credentials (sts get-caller-identity)", region=region):
+            self.client("sts", region).get_caller_identity()
+
     @staticmethod
     def _require_sdk() -> None:
         try:
@@ -245,7 +250,13 @@ class AwsProvider(Provider):
                 retries = {"total_max_attempts": 1} if service == "service-quotas" else {"max_attempts": 5}
                 cfg = Config(retries={**retries, "mode": "standard"},
                              max_pool_connections=max(10, self.max_workers * 2), user_agent_extra="gpuplan")
-                self._clients[key] = session.client(service, region_name=region, config=cfg)
+                from botocore.exceptions import InvalidRegionError
+
+                try:
+                    self._clients[key] = session.client(service, region_name=region, config=cfg)
+                except InvalidRegionError:
+                    raise UsageError(f"bad AWS region {region!r}: use a region name such as us-east-1 or "
+                                     "ap-northeast-1") from None
             return self._clients[key]
 
     def _ec2(self, region: str):
@@ -267,10 +278,15 @@ class AwsProvider(Provider):
                 "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
             ) from exc
         except EndpointConnectionError as exc:
-            raise ProviderError(f"cannot reach AWS to {what} ({exc}); check the network, region and AWS_ENDPOINT_URL") from exc
+            why = unreachable(exc) or _one_line(exc)
+            raise ProviderError(f"cannot reach AWS to {what}: {why} (region {region or '?'}, AWS_ENDPOINT_URL if set)"
+                                ) from exc
         except WaiterError as exc:
             raise ProviderError(f"AWS did not finish to {what}: {_one_line(exc)}") from exc
         except BotoCoreError as exc:
+            why = unreachable(exc)
+            if why:
+                raise ProviderError(f"cannot reach AWS to {what}: {why}") from exc
             raise ProviderError(f"AWS failed to {what}: {_one_line(exc)}") from exc
 
     def _client_error(self, exc, what: str, size: str, region: str) -> GpuplanError:
@@ -396,8 +412,8 @@ class AwsProvider(Provider):
 
     # --- create --------------------------------------------------------------------------
 
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
-        return {node: self._instance(i) for node, i in self._instances_by_node(region, cluster).items()}
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
+        return {node: self._instance(i) for node, i in self._instances_by_node(region, match).items()}
 
     def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
         """The cluster's key pair and security group, then one instance per name, concurrently.
@@ -427,11 +443,11 @@ class AwsProvider(Provider):
             raise exc
         return [self._instance(launched[n]) for n in names]
 
-    def _instances_by_node(self, region: str, cluster: str) -> dict:
+    def _instances_by_node(self, region: str, match: Mapping[str, str]) -> dict:
         out: dict = {}
-        with self._aws(f"list the instances of cluster {cluster}", region=region):
+        with self._aws(f"list the instances of cluster {match[TAG_CLUSTER]}", region=region):
             pages = self._ec2(region).get_paginator("describe_instances").paginate(Filters=[
-                {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+                *({"Name": f"tag:{k}", "Values": [v]} for k, v in match.items()),
                 {"Name": "instance-state-name", "Values": LIVE_STATES},
             ])
             for page in pages:
@@ -469,11 +485,12 @@ class AwsProvider(Provider):
         return img["ImageId"], root, size
 
     def _key_pair(self, spec: NodeSpec) -> str:
-        """Import the cluster's login key. A key pair only seeds authorized_keys at launch, so an
-        existing one of that name is replaced (the state may hold a newer key after a loss)."""
+        """Import the cluster's login key as `gpuplan-<cluster>-<installation>`. A key pair only
+        seeds authorized_keys at launch, so an existing one of that name is replaced (the state
+        may hold a newer key after a loss), but only when it carries this cluster's identity."""
         from botocore.exceptions import ClientError
 
-        ec2, name = self._ec2(spec.region), f"gpuplan-{spec.cluster}"
+        ec2, name = self._ec2(spec.region), tagging.account_name(spec.tags)
         args = dict(KeyName=name, PublicKeyMaterial=spec.ssh_public_key.encode(),
                     TagSpecifications=[{"ResourceType": "key-pair", "Tags": _tag_list(spec.tags)}])
         with self._aws(f"import key pair {name}", region=spec.region):
@@ -482,6 +499,11 @@ class AwsProvider(Provider):
             except ClientError as exc:
                 if _code(exc) != "InvalidKeyPair.Duplicate":
                     raise
+                found = _unless_unknown("InvalidKeyPair", ec2.describe_key_pairs, "KeyPairs", KeyNames=[name])
+                why = tagging.foreign(_tags(found[0].get("Tags")) if found else {}, tagging.identity(spec.tags))
+                if why:
+                    raise UsageError(f"AWS key pair {name} in {spec.region} belongs to another cluster ({why}); "
+                                     "pick another --name") from None
                 ec2.delete_key_pair(KeyName=name)
                 ec2.import_key_pair(**args)
         return name
@@ -499,7 +521,7 @@ class AwsProvider(Provider):
         rule it lacks (a run killed between creating the group and authorizing it)."""
         from botocore.exceptions import ClientError
 
-        ec2, region, name = self._ec2(spec.region), spec.region, f"gpuplan-{spec.cluster}"
+        ec2, region, name = self._ec2(spec.region), spec.region, tagging.account_name(spec.tags)
         cidr = self.ssh_cidr(spec)
         with self._aws(f"create security group {name}", region=region):
             vpc = self._vpc(region)
@@ -517,6 +539,10 @@ class AwsProvider(Provider):
                 groups = ec2.describe_security_groups(Filters=flt)["SecurityGroups"]
             group = groups[0]
             group_id = group["GroupId"]
+            why = tagging.foreign(_tags(group.get("Tags")), tagging.identity(spec.tags))
+            if why:
+                raise UsageError(f"AWS security group {name} in {region} belongs to another cluster ({why}); "
+                                 "pick another --name")
             have = group.get("IpPermissions") or []
             wanted = [
                 ({"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
@@ -525,6 +551,17 @@ class AwsProvider(Provider):
                 ({"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "within the cluster"}]},
                  any(pair.get("GroupId") == group_id for p in have for pair in p.get("UserIdGroupPairs", []))),
             ]
+            # A resumed provision admits exactly what was asked: SSH rules of an earlier run
+            # (a killed provision with another --ssh-from) go.
+            stale = [{"IpProtocol": p.get("IpProtocol", "tcp"), "FromPort": 22, "ToPort": 22,
+                      **({"IpRanges": [{"CidrIp": r["CidrIp"]} for r in others]} if others else {}),
+                      **({"Ipv6Ranges": [{"CidrIpv6": r["CidrIpv6"]} for r in p.get("Ipv6Ranges", [])]}
+                         if p.get("Ipv6Ranges") else {})}
+                     for p in have if p.get("FromPort") == 22
+                     for others in [[r for r in p.get("IpRanges", []) if r.get("CidrIp") != cidr]]
+                     if others or p.get("Ipv6Ranges")]
+            if stale:
+                ec2.revoke_security_group_ingress(GroupId=group_id, IpPermissions=stale)
             for permission, present in wanted:
                 if present:
                     continue

@@ -1,8 +1,10 @@
 """Azure: VMs through Azure Resource Manager, one resource group per cluster.
 
-Layout. Cluster `demo` lives in resource group `gpuplan-demo` (tagged gpuplan-cluster and
-gpuplan-owner): one VNet/subnet, one NSG that lets in SSH only (from NodeSpec.ssh_cidr, the
-caller's address unless asked otherwise), and per node a Standard static public IP, a NIC and a VM whose OS disk
+Layout. Cluster `demo` lives in resource group `gpuplan-demo-<installation>` (group names are
+unique per subscription, so they carry the installation; tagged gpuplan-cluster, gpuplan-owner
+and gpuplan-installation; a group of that name with other tags is never adopted or re-tagged):
+one VNet/subnet, one NSG that lets in SSH only (from NodeSpec.ssh_cidr, the caller's address
+unless asked otherwise), and per node a Standard static public IP, a NIC and a VM whose OS disk
 and NIC carry deleteOption=Delete. Deleting the cluster deletes the resource group. Images live
 in `gpuplan-images-<region>`, tagged gpuplan-image/gpuplan-owner but not gpuplan-cluster, so a
 cluster teardown keeps them.
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
@@ -61,8 +63,9 @@ KINDS = {
 DELETE_ORDER = ["schedule", "instance", "nic", "public-ip", "disk", "snapshot", "security-group", "network", "image"]
 
 
-def cluster_group(cluster: str) -> str:
-    return f"gpuplan-{cluster}"
+def cluster_group(tags: Mapping[str, str]) -> str:
+    """The cluster's resource group: "gpuplan-<cluster>-<installation>" (tags.account_name)."""
+    return tagging.account_name(tags)
 
 
 def image_group(region: str) -> str:
@@ -178,6 +181,7 @@ class AzureProvider(Provider):
             credential = self._credential
             if credential is None:
                 credential = DefaultAzureCredential()
+            self._token_source = credential
             sub = self._subscription()
             self._clients = (
                 ResourceManagementClient(credential, sub, **self._client_kwargs),
@@ -185,6 +189,11 @@ class AzureProvider(Provider):
                 ComputeManagementClient(credential, sub, **self._client_kwargs),
             )
         return self._clients
+
+    def verify_credentials(self, region: str) -> None:
+        self._sdk()
+        with self._arm("get a token for Azure Resource Manager", region=region):
+            self._token_source.get_token("https://management.azure.com/.default")
 
     @contextmanager
     def _arm(self, what: str, size: str = "", region: str = ""):
@@ -196,6 +205,9 @@ class AzureProvider(Provider):
         except GpuplanError:
             raise
         except ClientAuthenticationError as exc:
+            why = unreachable(exc)  # a credential that could not reach Entra ID is not a refused one
+            if why:
+                raise ProviderError(f"cannot reach Azure to {what}: {why}") from exc
             raise AuthMissing(
                 f"Azure refused the credentials while trying to {what} ({_first_line(exc)}); "
                 "run `az login` or check AZURE_CLIENT_ID / AZURE_TENANT_ID / AZURE_CLIENT_SECRET"
@@ -203,7 +215,7 @@ class AzureProvider(Provider):
         except HttpResponseError as exc:
             raise self._http_error(exc, what, size, region) from exc
         except ServiceRequestError as exc:
-            raise ProviderError(f"cannot reach Azure to {what} ({_first_line(exc)}); check the network and retry") from exc
+            raise ProviderError(f"cannot reach Azure to {what}: {unreachable(exc) or _first_line(exc)}") from exc
         except AzureError as exc:
             raise ProviderError(f"Azure failed to {what}: {_first_line(exc)}") from exc
 
@@ -287,8 +299,24 @@ class AzureProvider(Provider):
 
     # --- create --------------------------------------------------------------------------
 
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
-        return {node: self._instance(vm) for node, vm in self._vms_by_node(cluster_group(cluster)).items()}
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
+        group = cluster_group(match)
+        if self._foreign_group(group, match) != "":  # absent, or another cluster's
+            return {}
+        return {node: self._instance(vm) for node, vm in self._vms_by_node(group).items()
+                if tagging.carries(vm.tags or {}, match)}
+
+    def _foreign_group(self, group: str, match: Mapping[str, str]) -> str | None:
+        """Why resource group `group` is not this cluster's ("" when it is; None when absent)."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        res, _, _ = self._sdk()
+        with self._arm(f"read resource group {group}"):
+            try:
+                found = res.resource_groups.get(group)
+            except ResourceNotFoundError:
+                return None
+        return tagging.foreign(dict(found.tags or {}), match)
 
     def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
         """The cluster's resource group and network, then one VM per name, all VM pollers
@@ -297,11 +325,15 @@ class AzureProvider(Provider):
         from azure.mgmt.resource.resources.models import ResourceGroup
 
         res, _, _ = self._sdk()
-        region, group = spec.region, cluster_group(spec.cluster)
+        region, group = spec.region, cluster_group(spec.tags)
         sku = self._sku(region, spec.size)
         image = self._image_reference(spec.image)
-        with self._arm(f"create resource group {group}", spec.size, region):
-            res.resource_groups.create_or_update(group, ResourceGroup(location=region, tags=dict(spec.tags)))
+        why = self._foreign_group(group, tagging.identity(spec.tags))
+        if why:  # never rewrite another cluster's owner tag
+            raise UsageError(f"Azure resource group {group} belongs to another cluster ({why}); pick another --name")
+        if why is None:
+            with self._arm(f"create resource group {group}", spec.size, region):
+                res.resource_groups.create_or_update(group, ResourceGroup(location=region, tags=dict(spec.tags)))
         subnet_id, nsg_id = self._network(spec, group)
         self._create_vms(spec, group, names, sku, image, subnet_id, nsg_id)
         vms = self._vms_by_node(group)
@@ -360,6 +392,11 @@ class AzureProvider(Provider):
             try:
                 nsg = net.network_security_groups.get(group, NSG)
             except ResourceNotFoundError:
+                nsg = None
+            rules = [] if nsg is None else list(nsg.security_rules or [])
+            # A resumed provision admits exactly what was asked: a rule an earlier run left
+            # with another source is replaced (the NSG is put whole, with this one rule).
+            if nsg is None or [(r.name, r.source_address_prefix) for r in rules] != [("ssh", prefix)]:
                 rule = nm.SecurityRule(
                     name="ssh", description="SSH from gpuplan's caller", priority=1000, direction="Inbound",
                     access="Allow", protocol="Tcp",

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError
+from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError, unreachable
 from gpuplan.operating import remote
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_NODE
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
 
 CLAIM_DIR = ".gpuplan"  # relative to the login user's home
 REGION = "local"
@@ -58,6 +58,9 @@ class InventoryHost:
     host_key: str | None = None
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]{0,252}")
+
+
 def _norm(text: str) -> str:
     return re.sub(r"[\s_-]+", "", text).lower()
 
@@ -65,15 +68,15 @@ def _norm(text: str) -> str:
 def load_inventory(path: Path) -> list[InventoryHost]:
     import yaml
 
-    from gpuplan.userfiles import read_text
+    from gpuplan.userfiles import expand, load_yaml, printable, read_text, yaml_problem
 
     if not path.is_file():
         raise UsageError(f"bare-metal inventory {path} not found; write one (see `gpuplan` docs: hosts with name, address, "
                          "user, key, gpus) or set providers.baremetal.inventory in config.yaml")
     try:
-        data = yaml.safe_load(read_text(path, "bare-metal inventory", "fix the file (hosts with name, address, gpus)")) or {}
+        data = load_yaml(read_text(path, "bare-metal inventory", "fix the file (hosts with name, address, gpus)")) or {}
     except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix the file") from None
+        raise UsageError(f"{path}: not valid YAML ({yaml_problem(exc)}); fix the file") from None
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
         raise UsageError(f"{path}: expected `hosts:` with a list of hosts")
     defaults = data.get("defaults") or {}
@@ -96,9 +99,19 @@ def load_inventory(path: Path) -> list[InventoryHost]:
             port, count = int(entry.get("port", 22)), int(gpus.get("count", 1))
         except (TypeError, ValueError):
             raise UsageError(f"{where}: port and gpus.count must be whole numbers") from None
+        if not 1 <= port <= 65535:
+            raise UsageError(f"{where}: port {port} is not a TCP port (1-65535)")
+        if not 1 <= count <= 64:
+            raise UsageError(f"{where}: gpus.count {count} must be 1 to 64")
+        # what reaches an ssh command line or a known_hosts line: never an option, never two lines
+        for field_name, value in (("name", name), ("address", str(entry["address"])), ("user", str(entry.get("user", "ubuntu"))),
+                                  ("private_address", str(entry.get("private_address") or "x"))):
+            if not _PLAIN.fullmatch(value):
+                raise UsageError(f"{where}: {field_name} {printable(value)!r} must be letters, digits and . _ : - "
+                                 "(not starting with -)")
         key = entry.get("key")
         if key:
-            key_path = Path(str(key)).expanduser()
+            key_path = expand(str(key), f"{where}: key")
             key = str(key_path if key_path.is_absolute() else (path.parent / key_path))
         host_key = str(entry["host_key"]).strip() if entry.get("host_key") else None
         if host_key:
@@ -133,7 +146,9 @@ class BaremetalProvider(Provider):
 
     def inventory_path(self) -> Path:
         if self.config.get("inventory"):
-            return Path(self.config["inventory"]).expanduser()
+            from gpuplan.userfiles import expand
+
+            return expand(self.config["inventory"], "providers.baremetal.inventory")
         from gpuplan import paths
 
         return paths.config_dir() / "inventory.yaml"
@@ -237,20 +252,22 @@ class BaremetalProvider(Provider):
             if isinstance(c, UsageError):  # an unconfirmed host key: the user must act
                 raise c
         used = sum(1 for c in claims if c is not None)
-        down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
+        down = [f"{h.name} ({unreachable(c) or 'no answer'})" for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
         note = f"; unreachable (counted as used): {', '.join(down)}" if down else ""
         return [QuotaUsage(
             name=f"hosts:{size}", description=f"free bare-metal hosts matching {size!r} in {self.inventory_path()}{note}",
             limit=len(hosts), used=used, unit="hosts",
-            how_to_raise="add hosts to the inventory, or `gpuplan teardown` a cluster that holds some",
+            how_to_raise=("bring the unreachable hosts back (see above), add hosts to the inventory, or "
+                          "`gpuplan teardown` a cluster that holds some") if down else
+                         "add hosts to the inventory, or `gpuplan teardown` a cluster that holds some",
         )]
 
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
-        """Hosts whose claim names this cluster (unreachable ones are not counted)."""
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
+        """Hosts whose claim carries this cluster's identity (unreachable ones are not counted)."""
         hosts = self.inventory()
         out: dict[str, Instance] = {}
         for h, c in zip(hosts, self._claims_of(hosts)):
-            if isinstance(c, dict) and c.get("tags", {}).get(TAG_CLUSTER) == cluster and c["tags"].get(TAG_NODE):
+            if isinstance(c, dict) and tagging.carries(c.get("tags", {}), match) and c["tags"].get(TAG_NODE):
                 node = c["tags"][TAG_NODE]
                 out[node] = self._instance(self._host(h, node), h, None)
         return out
@@ -266,7 +283,7 @@ class BaremetalProvider(Provider):
                 raise c
         free = [h for h, c in zip(hosts, claims) if c is None]
         if len(free) < len(names):
-            down = [h.name for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
+            down = [f"{h.name}: {unreachable(c) or 'no answer'}" for h, c in zip(hosts, claims) if isinstance(c, BaseException)]
             raise CapacityUnavailable(
                 f"{len(names)} more bare-metal host(s) matching {spec.size!r} needed but {len(free)} are free"
                 + (f" ({', '.join(down)} unreachable)" if down else "")
@@ -345,12 +362,20 @@ class BaremetalProvider(Provider):
         return out
 
     def list(self, region: str, tags: Mapping[str, str]) -> list[Resource]:
+        """Claims carrying `tags`. A host that cannot be reached fails a cluster's listing (its
+        teardown cannot be sure), but a sweep's (no cluster tag) goes on without it: the host is
+        named in `unreachable` and its claim, if any, stays."""
         hosts = self.inventory()
         claims = self._claims_of(hosts)
         found = []
+        self.unreachable = []
         for h, c in zip(hosts, claims):
             if isinstance(c, BaseException):
-                raise ProviderError(f"cannot read the claim on bare-metal host {h.name}: {c}; "
+                why = unreachable(c) or str(c)
+                if TAG_CLUSTER not in tags:
+                    self.unreachable.append(f"bare-metal host {h.name} ({h.address}): {why}")
+                    continue
+                raise ProviderError(f"cannot read the claim on bare-metal host {h.name}: {why}; "
                                     "bring it back or remove it from the inventory, then retry")
             if c is None:
                 continue
@@ -391,6 +416,11 @@ class BaremetalProvider(Provider):
         # Only touch a claim that is still this cluster's (the host may have been released and re-claimed).
         guard = (f"[ -f {CLAIM_DIR}/claim ] || exit 0\n"
                  f"grep -q '\"{TAG_CLUSTER}\": \"{cluster}\"' {CLAIM_DIR}/claim || exit 0\n")
+        # ... and of this owner and installation: another home's cluster of the same name may hold it
+        for tag in (TAG_OWNER, TAG_INSTALLATION):
+            value = r.tags.get(tag, "")
+            if re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+                guard += f"grep -q '\"{tag}\": \"{value}\"' {CLAIM_DIR}/claim || exit 0\n"
         if kind == "instance":
             script = guard + (
                 f"login_key=$(sed -n 's/.*\"login_key\": \"\\([^\"]*\\)\".*/\\1/p' {CLAIM_DIR}/claim)\n"

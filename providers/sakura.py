@@ -13,7 +13,9 @@ sacloud/iaas-api-go calls (`zz_api_ops.go`, `zz_envelopes.go`):
 GPU plans (高火力 VRT) are sold in is1a only (the VRT manual; the price API also lists an H100
 class in is1b). A node is a server plus one disk copied from an Ubuntu archive; the disk and
 server carry the same tags, written as strings "gpuplan-cluster=<c>", "gpuplan-owner=<o>",
-"gpuplan-node=<n>". Captured images are archives.
+"gpuplan-installation=<i>", "gpuplan-node=<n>", and servers are found by all of cluster, owner and
+installation; server and disk names carry the installation (`demo-0-<i>`), as two homes' `demo-0`
+may share an account. Captured images are archives.
 
 Network (issue 22). Every server's first NIC sits on the shared segment behind the cluster's
 packet filter, which admits SSH only from the caller (NodeSpec.ssh_cidr, else config ssh_cidr),
@@ -60,10 +62,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_NODE
+from gpuplan.operating.tags import TAG_INSTALLATION, TAG_NODE
 
 API_ROOT = "https://secure.sakura.ad.jp/cloud/zone"
 ENV_TOKEN = "SAKURACLOUD_ACCESS_TOKEN"
@@ -291,6 +293,9 @@ class SakuraProvider(Provider):
         """".../cloud/zone": the API root before the zone (SAKURACLOUD_API_ROOT_URL overrides it)."""
         return (self._env.get(ENV_ROOT) or API_ROOT).rstrip("/")
 
+    def verify_credentials(self, region: str) -> None:
+        self._call("GET", self._zone(region), "product/server")
+
     def _zone(self, region: str | None) -> str:
         return region or self.config.get("zone") or self._profile().get("Zone") or DEFAULT_ZONE
 
@@ -324,8 +329,8 @@ class SakuraProvider(Provider):
                 r = self._session().request(method, url, data=data, timeout=60)
             except requests.RequestException as exc:
                 raise ProviderError(
-                    f"sakura: cannot reach {self._url(zone, '')} ({exc.__class__.__name__}); "
-                    f"check the network or {ENV_ROOT}"
+                    f"sakura: cannot reach {self._url(zone, '')}: {unreachable(exc) or exc.__class__.__name__} "
+                    f"({ENV_ROOT} if set)"
                 ) from exc
             if r.status_code in _RETRY_STATUS and attempt < self.retries:
                 self.sleep(min(self.retry_base_s * 2**attempt, 30.0))
@@ -429,9 +434,9 @@ class SakuraProvider(Provider):
         found = self._find(zone, "server", "Servers", {"Filter": {"Tags": tag_strings(tags)}})
         return [s for s in found if tags.items() <= tag_dict(s.get("Tags")).items()]
 
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
         zone = self._zone(region)
-        return {i.name: i for i in (_instance(s, zone) for s in self._servers(zone, {TAG_CLUSTER: cluster}))}
+        return {i.name: i for i in (_instance(s, zone) for s in self._servers(zone, match))}
 
     def unfinished(self, inst: Instance) -> bool:
         """No disk yet, or powered down (never booted, or stopped): launch() completes and boots it."""
@@ -446,7 +451,7 @@ class SakuraProvider(Provider):
         zone = self._zone(spec.region)
         plan = self._plan(zone, spec.size)
         archive = self._archive(zone, spec.image)
-        existing = {tag_dict(s.get("Tags")).get(TAG_NODE): s for s in self._servers(zone, {TAG_CLUSTER: spec.cluster})}
+        existing = {tag_dict(s.get("Tags")).get(TAG_NODE): s for s in self._servers(zone, tagging.identity(spec.tags))}
         nodes = sorted((set(existing) - {None}) | set(names))
         packet_filter = self._packet_filter(zone, spec)
         switch = self._switch(zone, spec) if len(nodes) > 1 else None
@@ -474,10 +479,11 @@ class SakuraProvider(Provider):
         """The cluster's packet filter (found by the tags in its Description, else created), with
         today's rules: a filter from an earlier run whose SSH source moved is updated."""
         rules = packet_filter_rules(self.ssh_cidr(spec))
-        name = f"gpuplan-{spec.cluster}"
+        name = tagging.account_name(spec.tags)
         mine = dict(spec.tags)
+        whose = tagging.identity(spec.tags)  # a resumed provision finds it whatever its creation time
         for pf in self._find(zone, "packetfilter", "PacketFilters", {"Filter": {"Name": name}}):
-            if mine.items() <= _description_tags(pf.get("Description")).items():
+            if whose.items() <= _description_tags(pf.get("Description")).items():
                 if [_rule(r) for r in pf.get("Expression") or []] != [_rule(r) for r in rules]:
                     self._call("PUT", zone, f"packetfilter/{pf['ID']}", {"PacketFilter": {"Expression": rules}})
                 return str(pf["ID"])
@@ -487,13 +493,13 @@ class SakuraProvider(Provider):
 
     def _switch(self, zone: str, spec: NodeSpec) -> str:
         """The cluster's switch (its private LAN), found by tag, else created."""
-        mine = dict(spec.tags)
-        found = self._find(zone, "switch", "Switches", {"Filter": {"Tags": tag_strings(mine)}})
-        found = [w for w in found if mine.items() <= tag_dict(w.get("Tags")).items()]
+        mine, whose = dict(spec.tags), tagging.identity(spec.tags)
+        found = self._find(zone, "switch", "Switches", {"Filter": {"Tags": tag_strings(whose)}})
+        found = [w for w in found if whose.items() <= tag_dict(w.get("Tags")).items()]
         if found:
             return str(found[0]["ID"])
         made = self._call("POST", zone, "switch", {"Switch": {
-            "Name": f"gpuplan-{spec.cluster}", "Description": f"gpuplan cluster {spec.cluster}: private LAN",
+            "Name": tagging.account_name(spec.tags), "Description": f"gpuplan cluster {spec.cluster}: private LAN",
             "Tags": tag_strings(mine)}})
         return str(made["Switch"]["ID"])
 
@@ -501,9 +507,12 @@ class SakuraProvider(Provider):
                      server: dict | None, deadline: int | None, packet_filter: str | None = None,
                      switch: str | None = None, private_ip: str | None = None) -> Instance:
         tags = tag_strings(tagging.for_node(spec.tags, name))
+        # Names carry the installation, as on AWS and Azure: two homes' `demo-0` stay apart.
+        installation = spec.tags.get(TAG_INSTALLATION)
+        label = f"{name}-{installation}" if installation else name
         if server is None:
             server = self._call("POST", zone, "server", {"Server": {
-                "Name": name, "HostName": name, "Description": f"gpuplan cluster {spec.cluster}",
+                "Name": label, "HostName": name, "Description": f"gpuplan cluster {spec.cluster}",
                 "ServerPlan": {k: plan[k] for k in ("ID", "CPU", "MemoryMB", "GPU", "GPUModel") if k in plan},
                 "ConnectedSwitches": [{"Scope": "shared"}] + ([{"ID": switch}] if switch else []),
                 "InterfaceDriver": "virtio", "Tags": tags,
@@ -519,7 +528,7 @@ class SakuraProvider(Provider):
         if not disks:
             size_mb = _disk_mb(int(self._num("disk_gb", spec.disk_gib)))
             disk = self._call("POST", zone, "disk", {
-                "Disk": {"Name": f"{name}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": size_mb, "Connection": "virtio",
+                "Disk": {"Name": f"{label}-disk", "Plan": {"ID": SSD_PLAN_ID}, "SizeMB": size_mb, "Connection": "virtio",
                          "SourceArchive": {"ID": archive}, "Server": {"ID": sid}, "Tags": tags},
                 "Config": {"SSHKeys": [{"PublicKey": spec.ssh_public_key}], "DisablePWAuth": True, "HostName": name},
             })["Disk"]

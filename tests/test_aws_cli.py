@@ -42,7 +42,10 @@ def test_provision_status_teardown(aws, cli):
     assert sorted(t["gpuplan-node"] for t in tags) == ["e2e-0", "e2e-1", "e2e-2", "e2e-3"]
     assert all(t["gpuplan-owner"] == OWNER and t["gpuplan-cluster"] == "e2e" for t in tags)
     assert {i["InstanceType"] for i in live} == {"g4dn.xlarge"}
-    [group] = ec2.describe_security_groups(GroupNames=["gpuplan-e2e"])["SecurityGroups"]
+    # named per installation: two homes' clusters `e2e` in one account get two groups
+    [group] = ec2.describe_security_groups(
+        Filters=[{"Name": "tag:gpuplan-cluster", "Values": ["e2e"]}])["SecurityGroups"]
+    assert group["GroupName"].startswith("gpuplan-e2e-")
     assert "198.51.100.7/32" in [rng["CidrIp"] for p in group["IpPermissions"] for rng in p.get("IpRanges", [])]
 
     addresses = {i["PublicIpAddress"] for i in live}

@@ -9,6 +9,7 @@ test's tmp_path, `{home}` its GPUPLAN_HOME.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +20,13 @@ BINARY = bytes(range(256)) * 8  # NUL bytes and everything else
 LATIN1 = "name: café\n".encode("latin-1")  # text, but not UTF-8
 WORKLOAD = "name: x\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n  - {units: 10}\n"
 PLAN = {"provider": "aws", "instance_type": "g4dn.xlarge", "count": 2}
+# about 300 bytes that a plain YAML loader expands to 9**9 items (past 4 GB)
+ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{','.join('*' + chr(97 + i) for _ in range(9))}]\n" for i in range(8))
+INVENTORY = "hosts:\n- {name: h1, address: 127.0.0.1, HOST, group: t4}\n"  # HOST: port and gpus
+T4 = "gpus: {model: T4, count: 1}"
+INV_CONFIG = "providers:\n  baremetal: {inventory: {tmp}/inv.yaml}\n"
+FIFO = object()  # a named pipe: reading it would block forever
 
 
 def _workload(**fields) -> str:
@@ -136,6 +144,82 @@ CASES = [
     ("quota-empty-family", {}, ["estimate", "--videos", "4", "--quota", "azure:=24"], "--quota"),
     ("master-port-70000", {}, ["run", "demo", "--torchrun", "--master-port", "70000", "--", "python", "x.py"],
      "--master-port"),
+    # --- hostile files (issue 21) ----------------------------------------------------------------
+    ("config-alias-bomb", {"{home}/config/config.yaml": ALIAS_BOMB}, ["provision", "baremetal:t4", "x1", *DRY],
+     "alias"),
+    ("workload-alias", {"w.yaml": "name: &n x\nseconds_per_unit: 1\nreference_gpu: K80\njobs: [{units: 10, name: *n}]\n"},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "alias"),
+    ("prices-alias", {"{home}/config/prices.yaml": "offers: &o []\nfx: *o\n"}, ["catalog"], "alias"),
+    ("workload-deep-brackets", {"w.yaml": "[" * 100_000}, ["estimate", "--workload", "{tmp}/w.yaml"], "nested"),
+    ("workload-deep-dashes", {"w.yaml": "- " * 50_000 + "x\n"}, ["estimate", "--workload", "{tmp}/w.yaml"], "nested"),
+    ("config-deep-braces", {"{home}/config/config.yaml": "a: " + "{b: " * 30_000}, ["provision", "baremetal:t4", "x1",
+                                                                                     *DRY], "nested"),
+    ("inventory-deep", {"inv.yaml": "[" * 100_000, "{home}/config/config.yaml": "providers:\n  baremetal: {inventory: {tmp}/inv.yaml}\n"},
+     ["provision", "baremetal:t4", "x1", *DRY], "nested"),
+    ("plan-deep", {"p.json": "[" * 100_000}, ["provision", "--plan", "{tmp}/p.json", *DRY], "nested"),
+    ("profile-json-deep", {"p.json": "{\"a\": " * 50_000}, ["estimate", "--videos", "4", "--profile", "{tmp}/p.json"],
+     "nested"),
+    ("run-plan-deep", {**ITEMS, "p.json": "[" * 100_000}, RUN + ["--plan", "{tmp}/p.json", "--", "echo", "{item}"],
+     "nested"),
+    ("playbook-deep", {"pb.yaml": "[" * 100_000}, ["bootstrap", "demo", "--dry-run", "-p", "{tmp}/pb.yaml"], "nested"),
+    ("workload-fifo", {"w.yaml": FIFO}, ["estimate", "--workload", "{tmp}/w.yaml"], "not a regular file"),
+    ("items-fifo", {"items.txt": FIFO}, RUN + ["--", "echo", "{item}"], "not a regular file"),
+    ("plan-fifo", {"plan.json": FIFO}, ["provision", "--plan", "{tmp}/plan.json", *DRY], "not a regular file"),
+    ("config-fifo", {"{home}/config/config.yaml": FIFO}, ["provision", "baremetal:t4", "x1", *DRY], "config file"),
+    ("prices-fifo", {"{home}/config/prices.yaml": FIFO}, ["catalog"], "prices file"),
+    ("profile-fifo", {"p.yaml": FIFO}, ["estimate", "--videos", "4", "--profile", "{tmp}/p.yaml"], "profile"),
+    ("workload-duplicate-key", {"w.yaml": WORKLOAD + "name: y\n"}, ["estimate", "--workload", "{tmp}/w.yaml"],
+     "duplicate key 'name'"),
+    ("config-duplicate-key", {"{home}/config/config.yaml": "owner: a\nowner: b\n"},
+     ["provision", "baremetal:t4", "x1", *DRY], "duplicate key 'owner'"),
+    ("prices-duplicate-key", {"{home}/config/prices.yaml": "offers: []\noffers: []\n"}, ["catalog"], "duplicate key"),
+    ("plan-duplicate-key", {"p.json": '{"provider": "aws", "instance_type": "g4dn.xlarge", "count": 2, "count": 9}'},
+     ["provision", "--plan", "{tmp}/p.json", *DRY], "duplicate key 'count'"),
+    ("plan-count-4300-digits", {"p.json": '{"provider": "aws", "instance_type": "g4dn.xlarge", "count": ' + "9" * 4300 + "}"},
+     ["provision", "--plan", "{tmp}/p.json", *DRY], "digits"),
+    ("plan-count-infinity", {"p.json": '{"provider": "aws", "instance_type": "g4dn.xlarge", "count": Infinity}'},
+     ["provision", "--plan", "{tmp}/p.json", *DRY], "finite"),
+    ("workload-nan", {"w.yaml": _workload(seconds_per_unit=".nan")}, ["estimate", "--workload", "{tmp}/w.yaml"],
+     "finite"),
+    ("workload-4300-digits", {"w.yaml": _workload(seconds_per_unit="9" * 4300)},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "digits"),
+    ("prices-inf", {"{home}/config/prices.yaml": "offers:\n- {provider: aws, name: g4dn.xlarge, price: .inf}\n"},
+     ["catalog"], "finite"),
+    ("profile-json-nan", {"p.json": '{"gpu": "T4", "seconds_per_unit": NaN}'},
+     ["estimate", "--videos", "4", "--profile", "{tmp}/p.json"], "finite"),
+    ("config-quota-vcpus-inf", {"{home}/config/config.yaml": "providers:\n  aws: {quota_vcpus: .inf}\n"},
+     ["provision", "baremetal:t4", "x1", *DRY], "finite"),
+    ("quota-nan", {}, ["estimate", "--videos", "4", "--quota", "azure=nan"], "--quota"),
+    ("quota-inf", {}, ["estimate", "--videos", "4", "--quota", "azure=1e999"], "--quota"),
+    ("quota-4300-digits", {}, ["estimate", "--videos", "4", "--quota", "azure=" + "9" * 4300], "--quota"),
+    ("quota-fullwidth-digits", {}, ["estimate", "--videos", "4", "--quota", "azure=２０"], "--quota"),
+    ("as-of-fullwidth-digits", {}, ["estimate", "--videos", "4", "--as-of", "２０１７-08"], "--as-of"),
+    ("as-of-arabic-indic-digits", {}, ["estimate", "--videos", "4", "--as-of", "٢٠١٧-٠٨"], "--as-of"),
+    ("ttl-fullwidth-digits", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "４h", *DRY], "--ttl"),
+    ("workload-name-escape-codes", {"w.yaml": _workload(name='"\\e[2Jx"')}, ["estimate", "--workload", "{tmp}/w.yaml"],
+     "control character"),
+    ("plan-market-lottery", {"p.json": _plan(market="lottery")}, ["provision", "--plan", "{tmp}/p.json", *DRY], "market"),
+    ("ttl-1s", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "1s", *DRY], "--ttl"),
+    *[(f"inventory-{what}", {"inv.yaml": INVENTORY.replace("HOST", host), "{home}/config/config.yaml": INV_CONFIG},
+       ["provision", "baremetal:t4", "x1", *DRY], culprit)
+      for what, host, culprit in [("port-70000", f"port: 70000, {T4}", "port"), ("port-negative", f"port: -1, {T4}", "port"),
+                                  ("gpus-negative", "gpus: {model: T4, count: -3}", "gpus.count"),
+                                  ("gpus-zero", "gpus: {model: T4, count: 0}", "gpus.count"),
+                                  ("user-option", f"{T4}, user: '-oProxyCommand=touch x'", "user")]],
+    ("inventory-address-newline", {"inv.yaml": "hosts:\n- {name: h1, address: \"10.0.0.1\\nx\", gpus: {model: T4}}\n",
+                                   "{home}/config/config.yaml": INV_CONFIG}, ["provision", "baremetal:t4", "x1", *DRY],
+     "address"),
+    ("path-tilde-unknown-user", {}, ["estimate", "--workload", "~nosuchuser-gpuplan/w.yaml"], "w.yaml"),
+    ("path-with-newline", {}, ["estimate", "--workload", "{tmp}/w\n.yaml"], "control character"),
+    ("region-with-newline", {}, ["provision", "aws:g4dn.xlarge", "x1", "--region", "us-east-1\nx", *DRY], "region"),
+    ("region-with-escape", {}, ["provision", "aws:g4dn.xlarge", "x1", "--region", "\x1b[31mus-east-1", *DRY], "region"),
+    ("name-with-escape", {}, ["provision", "aws:g4dn.xlarge", "x1", "--name", "\x1b[2Jdemo", *DRY], "cluster name"),
+    ("installation-id-directory", {"{home}/state/installation-id/": None}, ["teardown", "--sweep", "--dry-run"],
+     "installation-id"),
+    ("installation-id-binary", {"{home}/state/installation-id": BINARY}, ["teardown", "--sweep", "--dry-run"],
+     "installation-id"),
+    ("installation-id-not-an-id", {"{home}/state/installation-id": "../../etc\n"}, ["teardown", "--sweep", "--dry-run"],
+     "installation-id"),
     # --- typer's own usage errors: one line as well -------------------------------------------
     ("videos-not-a-number", {}, ["estimate", "--videos", "abc"], "--videos"),
     ("unknown-option", {}, ["estimate", "--nosuch"], "--nosuch"),
@@ -152,8 +236,11 @@ def _write(files: dict, tmp_path, home) -> None:
             path.mkdir(parents=True)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
+        if content is FIFO:
+            os.mkfifo(path)
+            continue
         if isinstance(content, str):
-            content = content.replace("{tmp}", str(tmp_path)).encode()
+            content = content.replace("{tmp}", str(tmp_path)).replace("{home}", str(home)).encode()
         path.write_bytes(content)
 
 
@@ -170,6 +257,15 @@ def test_bad_input_is_one_line_and_exit_2(files, argv, culprit, cli, tmp_path, g
     _write(files, tmp_path, gpuplan_home)
     r = cli(*[a.replace("{tmp}", str(tmp_path)) for a in argv])
     _check_one_line(r, culprit)
+
+
+def test_a_malformed_region_reaching_botocore_is_one_line(cli, gpuplan_home, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    _check_one_line(cli("teardown", "--sweep", "--dry-run", "--provider", "aws", "--region", "us east!"),
+                    "bad AWS region")
 
 
 def _truncated(path) -> None:
@@ -216,6 +312,31 @@ def test_a_damaged_state_db_is_named_and_left_as_it_is(damage, argv, cli, gpupla
 def test_a_state_db_path_that_is_a_directory_is_refused(cli, gpuplan_home):
     (gpuplan_home / "state" / "state.db").mkdir(parents=True)
     _check_one_line(cli("status"), "is not a file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write any file")
+def test_a_read_only_state_db_is_one_line(cli, gpuplan_home):
+    assert cli("status").code == 0  # makes the database
+    db = gpuplan_home / "state" / "state.db"
+    db.chmod(0o400)
+    _check_one_line(cli("teardown", "--sweep", "--dry-run"), "read-only")
+
+
+@pytest.mark.parametrize("argv, code", [(["estimate", "--videos", "4"], 0), (["estimate", "--videos", "abc"], 2),
+                                        (["estimate", "--workload", "/nonexistent/w.yaml"], 2)])
+def test_an_ascii_only_terminal_gets_no_unexpected_error(argv, code, gpuplan_home):
+    """PYTHONIOENCODING=ascii: yen signs and ellipses are replaced, never a UnicodeEncodeError."""
+    import os as _os
+
+    env = {**_os.environ, "PYTHONIOENCODING": "ascii", "GPUPLAN_HOME": str(gpuplan_home)}
+    done = subprocess.run([sys.executable, "-m", "gpuplan", *argv], capture_output=True, text=True, timeout=120,
+                          env=env, errors="replace")
+    assert done.returncode == code, done.stderr
+    assert "unexpected error" not in done.stderr and "Traceback" not in done.stderr
+    if code:
+        assert len(done.stderr.strip().splitlines()) == 1
+    else:
+        assert "?" in done.stdout  # the yen sign, replaced
 
 
 def test_a_gpuplan_home_that_is_a_file_is_named(cli, tmp_path, monkeypatch):

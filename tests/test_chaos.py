@@ -18,3 +18,14 @@ def test_a_few_chaos_cycles_leak_nothing_and_agree(moto_aws):  # noqa: F811
     assert report.leaks == [], lines
     assert report.disagreements == [], lines
     assert report.unexpected == [], lines
+
+
+def test_the_issue_21_scenarios_leak_nothing_and_agree(moto_aws):  # noqa: F811
+    """Same cluster name from two installations, a deleted lock file, a shared owner, a full disk."""
+    lines: list[str] = []
+    kinds = ["same-name", "lock-deleted", "shared-owner", "full-disk"]
+    report = chaos.run(cycles=4, seed=21, log=lines.append, scenarios=kinds)
+    assert report.cycles == 4 and sorted(report.by_scenario) == sorted(kinds)
+    assert report.leaks == [], lines
+    assert report.disagreements == [], lines
+    assert report.unexpected == [], lines

@@ -76,7 +76,9 @@ def test_teardown_killed_half_way_is_finished_by_the_next_teardown(aws, gpuplan_
     assert gpuplan_killed_at("after:delete-instances", "teardown", "--yes", "half") == -signal.SIGKILL
     held = aws.held()
     assert "instances" not in held  # the meter stopped first
-    assert held["security-groups"] == ["gpuplan-half"] and held["key-pairs"] == ["gpuplan-half"]
+    # named gpuplan-<cluster>-<installation> (unique per account)
+    [group], [key] = held["security-groups"], held["key-pairs"]
+    assert group.startswith("gpuplan-half-") and key == group
     ops, cluster, _ = journal(gpuplan_home, "half")
     assert ops[-1] == ("delete-instances", "intent") and cluster.status == "tearing-down"
 

@@ -214,3 +214,27 @@ def test_a_feature_it_lacks_is_refused_in_one_line_before_anything_is_made(stand
     text = str(refused.value)
     assert text.startswith(f"{stand.provider.name} does not offer ") and "\n" not in text
     assert stand.held() == before
+
+
+def test_one_cluster_name_from_two_installations_stays_apart(stand):
+    """Each installation's create, machines() and list() see only its own machines, and
+    deleting one's leaves the other's running."""
+    from gpuplan.operating.tags import TAG_INSTALLATION
+
+    def spec(installation: str):
+        s = stand.spec("same")
+        return NodeSpec(**{**s.__dict__, "tags": {**s.tags, TAG_INSTALLATION: installation}})
+
+    ids = {}
+    for inst in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
+        made = stand.provider.create(spec(inst), ["same-0"])
+        ids[inst] = made[0].id
+        match = {TAG_CLUSTER: "same", TAG_OWNER: OWNER, TAG_INSTALLATION: inst}
+        assert {n: i.id for n, i in stand.provider.machines(stand.region, match).items()} == {"same-0": made[0].id}
+    assert ids["aaaaaaaaaaaa"] != ids["bbbbbbbbbbbb"]  # B made its own, not adopting A's
+    mine = stand.provider.list(stand.region, {TAG_CLUSTER: "same", TAG_INSTALLATION: "aaaaaaaaaaaa"})
+    stand.provider.delete(stand.region, mine)
+    left = stand.provider.machines(stand.region, {TAG_CLUSTER: "same", TAG_OWNER: OWNER,
+                                                  TAG_INSTALLATION: "bbbbbbbbbbbb"})
+    assert [i.id for i in left.values()] == [ids["bbbbbbbbbbbb"]]
+    stand.provider.delete(stand.region, stand.provider.list(stand.region, {TAG_CLUSTER: "same"}))

@@ -87,3 +87,18 @@ def test_ssh_runs_a_command_with_pinned_keys(cli, demo, hosts, capfd):
     r = cli("ssh", "demo", "demo-0", "--", "touch", "$GPUPLAN_FAKE_ROOT/ran")
     assert r.code == 255 and "REMOTE HOST IDENTIFICATION HAS CHANGED" in capfd.readouterr().err
     assert not (hosts[0].fake_root / "ran").exists()
+
+
+def test_ssh_trusts_the_pinned_key_alone_unless_asked_for_the_users_config(demo):
+    """No ssh config of the user's (a `Host *` block could turn checking off or rewrite the
+    host) and no system-wide known hosts (a key there for the address would be accepted too)."""
+    from gpuplan.cli.remote import ssh_argv
+
+    argv, _ = ssh_argv(demo, "demo", "demo-0", ["true"])
+    assert argv[argv.index("-F") + 1] == "/dev/null"
+    options = [argv[i + 1] for i, a in enumerate(argv) if a == "-o"]
+    assert "GlobalKnownHostsFile=/dev/null" in options and "StrictHostKeyChecking=yes" in options
+    known = next(o for o in options if o.startswith("UserKnownHostsFile="))
+    assert known.split("=", 1)[1] != "/dev/null"  # gpuplan's own pinned keys
+    argv, _ = ssh_argv(demo, "demo", "demo-0", ["true"], user_config=True)
+    assert "-F" not in argv and "GlobalKnownHostsFile=/dev/null" in argv

@@ -232,7 +232,8 @@ def checkip(monkeypatch):
 
 
 def ssh_ranges(moto, cluster: str) -> list[str]:
-    [group] = moto.ec2().describe_security_groups(GroupNames=[f"gpuplan-{cluster}"])["SecurityGroups"]
+    [group] = moto.ec2().describe_security_groups(
+        Filters=[{"Name": "tag:gpuplan-cluster", "Values": [cluster]}])["SecurityGroups"]
     return [r["CidrIp"] for p in group["IpPermissions"] if p.get("FromPort") == 22 for r in p["IpRanges"]]
 
 
@@ -359,9 +360,12 @@ def test_a_full_disk_after_the_create_says_how_to_finish_and_teardown_does(aws, 
         registry.override("aws", None)
     [error] = [line for line in r.err.splitlines() if "error" in line]  # after the --yes summary
     assert r.code == 1 and "Traceback" not in r.err
-    assert error.startswith("gpuplan: error: OperationalError: database or disk is full; cleanup also failed")
-    assert error.endswith("run `gpuplan teardown full` to remove what was made")
-    assert len(live_instances(aws, "full")) == 2
+    # the cloud is rolled back first (no state write stands in its way), then it says so
+    assert error.startswith("gpuplan: error: OperationalError: database or disk is full; the 2 machine(s) created "
+                            "were removed from aws first, but the state could not record it")
+    assert error.endswith("run `gpuplan teardown full` to tidy the state")
+    assert len(live_instances(aws, "full")) == 0
+    assert aws.held() == {}
     disk_full.clear()  # space freed
     state = State(gpuplan_home / "state" / "state.db")
     assert [(j.op, j.phase) for j in state.journal("full")][0] == ("create-nodes", "intent")  # journaled before

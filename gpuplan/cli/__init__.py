@@ -44,6 +44,10 @@ def _root(
 ) -> None:
     global _debug
     _debug = debug or bool(os.environ.get("GPUPLAN_DEBUG"))
+    if _debug:
+        import logging
+
+        logging.getLogger().addHandler(logging.StreamHandler())
 
 
 _command = None
@@ -73,8 +77,36 @@ def _click_exception() -> type[Exception]:
     return ClickException
 
 
+def _plain(text: str) -> str:
+    from gpuplan.userfiles import printable
+
+    return printable(text)
+
+
+def _survive_narrow_encodings() -> None:
+    """Under PYTHONIOENCODING=ascii (or a C locale) yen signs and ellipses are replaced, not fatal."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="replace")
+        except (AttributeError, ValueError):  # not a TextIOWrapper (tests capture into StringIO)
+            pass
+
+
+def _quiet_libraries() -> None:
+    """SDK and paramiko log records (an unreachable host's traceback, 32 lines of Azure retry
+    log) reach stderr through logging's last-resort handler; gpuplan says what went wrong in
+    its own one line instead. --debug shows them again."""
+    import logging
+
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
+
+
 def main(argv: list[str] | None = None) -> None:
     command = _register_commands()
+    _survive_narrow_encodings()
+    _quiet_libraries()
     try:
         code = command.main(args=argv, prog_name="gpuplan", standalone_mode=False)
         if isinstance(code, int) and code:  # typer.Exit(code), --help and `gpuplan ssh` exit codes
@@ -84,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(exc.exit_code)
         ctx = getattr(exc, "ctx", None)
         where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
-        print(f"gpuplan: error: {' '.join(exc.format_message().split()).rstrip('.')}{where}", file=sys.stderr)
+        print(f"gpuplan: error: {_plain(' '.join(exc.format_message().split()).rstrip('.'))}{where}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except typer.Abort:
         print("gpuplan: aborted", file=sys.stderr)
@@ -94,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        print(f"gpuplan: error: {exc}", file=sys.stderr)
+        print(f"gpuplan: error: {_plain(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("gpuplan: interrupted; run `gpuplan teardown` to remove anything half-created", file=sys.stderr)
@@ -103,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         if _debug:
             raise
         print(
-            f"gpuplan: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+            f"gpuplan: unexpected error: {type(exc).__name__}: {_plain(str(exc))} (rerun with --debug for the traceback)",
             file=sys.stderr,
         )
         sys.exit(1)

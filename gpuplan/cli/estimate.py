@@ -27,7 +27,7 @@ def parse_quotas(values: list[str]):
     for text in values:
         key, sep, num = text.partition("=")
         n = num.strip()
-        if not sep or not key.strip() or not n.isdecimal():
+        if not sep or not key.strip() or not (n.isascii() and n.isdecimal()) or len(n) > 9:
             raise UsageError(f"bad --quota {text!r}: write PROVIDER=VCPUS (azure=20) or PROVIDER:FAMILY=VCPUS (azure:NC=24)")
         prov, colon, fam = key.strip().partition(":")
         if colon and not fam.strip():

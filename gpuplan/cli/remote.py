@@ -123,9 +123,13 @@ def _known_hosts_file(state) -> str:
     return str(path)
 
 
-def ssh_argv(state, cluster: str, node: str | None, command: list[str]) -> tuple[list[str], bool]:
+def ssh_argv(state, cluster: str, node: str | None, command: list[str], user_config: bool = False
+             ) -> tuple[list[str], bool]:
     """The system ssh command line for a node (the cluster's key, pinned host keys only), and
-    whether it runs a command (rather than a login shell)."""
+    whether it runs a command (rather than a login shell). The user's ssh config and the
+    system's known hosts are left out (-F /dev/null, GlobalKnownHostsFile=/dev/null): a Host *
+    block there could switch host key checking off or point at another key. `user_config`
+    reads the user's config (jump hosts, proxies); the pinned key still decides."""
     row = state.cluster(cluster)
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
@@ -148,7 +152,8 @@ def ssh_argv(state, cluster: str, node: str | None, command: list[str]) -> tuple
 
     remote.rotate_injected_host_keys(state, [remote.Host(target.name, address, target.ssh_port, row.ssh_user, key[0],
                                                          None, cluster)])
-    argv = ["ssh", "-i", str(key[0]), "-o", f"UserKnownHostsFile={_known_hosts_file(state)}",
+    argv = ["ssh", *([] if user_config else ["-F", "/dev/null"]), "-i", str(key[0]),
+            "-o", f"UserKnownHostsFile={_known_hosts_file(state)}", "-o", "GlobalKnownHostsFile=/dev/null",
             "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
             "-p", str(target.ssh_port), f"{row.ssh_user}@{address}", *command]
     return argv, bool(command)
@@ -158,11 +163,12 @@ def ssh(
     cluster: Annotated[str, typer.Argument(help="Cluster name.")],
     node: Annotated[Optional[str], typer.Argument(help="Node name (default: the first node).")] = None,
     command: Annotated[Optional[list[str]], typer.Argument(help="Command to run after `--` (default: a login shell).")] = None,
+    ssh_config: Annotated[bool, typer.Option("--ssh-config", help="Also read your ~/.ssh/config (jump hosts, proxies); the pinned host key still decides.")] = False,
 ) -> None:
     """Log in to a node (or run one command) with the system ssh, checking the pinned host key."""
     from gpuplan.operating.state import State
 
-    argv, runs_command = ssh_argv(State.open_default(), cluster, node, list(command or []))
+    argv, runs_command = ssh_argv(State.open_default(), cluster, node, list(command or []), user_config=ssh_config)
     sys.stdout.flush()
     sys.stderr.flush()
     if runs_command:  # keep our process so the exit code comes back as ours

@@ -84,6 +84,9 @@ def check_provider(name: str, region: str | None, catalog: Catalog) -> ProviderC
         prov = lifecycle.get_provider(name)
         where = _region(name, prov, region, catalog)
         prov.check_credentials()
+        # one authenticated call: refused credentials or an unreachable cloud are said once,
+        # here, instead of once per quota call below
+        prov.verify_credentials(where)
     except ImportError as exc:  # an SDK the provider imports lazily is missing
         return ProviderCheck(name, where, f"{exc.name} is not installed: pip install 'gpuplan[{name}]'")
     except GpuplanError as exc:

@@ -31,8 +31,16 @@ class Order:
     more: tuple[Offer, ...] = ()  # a mixed fleet's other sizes, in the order of request.more
 
 
+MIN_TTL_S = 10 * 60
+
+
 def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> Offer:
     """A catalog offer; owned hosts (`baremetal:<group or GPU>`) come from the user's inventory."""
+    from gpuplan.userfiles import check_plain
+
+    check_plain(target, "instance type")
+    if region is not None:
+        check_plain(region, "--region")
     if target.startswith("baremetal:"):
         return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1])
     from gpuplan.planning import catalog
@@ -176,6 +184,9 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
         raise UsageError(f"{offer.provider}:{offer.name} is a 高火力 DOK task plan: there is no machine to provision; "
                          "submit container tasks with `gpuplan dok submit` (docs/sakura.md)")
     ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
+    if ttl_s is not None and ttl_s < MIN_TTL_S:
+        raise UsageError(f"bad --ttl {ttl!r}: at least {MIN_TTL_S // 60}m (machines take minutes to start and set "
+                         "up; a shorter TTL stops them before they are of use)")
     if name is not None:  # --name "" is a mistake, not a request for a generated name
         lifecycle.check_name(name)
     notes = []
@@ -222,7 +233,7 @@ def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple
     """Before the question: a resumable name, credentials, features and quota, the SSH source.
     Returns the order with its SSH source and (what the machines need, the quota tiers)."""
     lifecycle.resumable(state, o.request)
-    quota = lifecycle.preflight(prov, o.request)
+    quota = lifecycle.preflight(prov, o.request, lifecycle.cluster_identity(state, o.request.name))
     notes = o.notes + tuple(getattr(prov, "create_notes", ()))  # issue 22
     return replace(o, request=replace(o.request, ssh_cidr=lifecycle.ssh_source(prov, ssh_from)), notes=notes), quota
 

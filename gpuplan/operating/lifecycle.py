@@ -28,9 +28,10 @@ from gpuplan import config
 from gpuplan.errors import Busy, GpuplanError, NotFound, RetiredType, UsageError
 from gpuplan.operating import keys, locks
 from gpuplan.operating import provider as providers
+from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
 from gpuplan.operating.state import ClusterRow, NodeRow, State, now
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
 from gpuplan.planning.billing import Terms, terms_for
 from gpuplan.planning.types import Offer
 
@@ -198,10 +199,15 @@ def ssh_source(prov: Provider, asked: str | None = None) -> str | None:
             text = answer.read(100).decode(errors="replace").strip()
     except Exception as exc:  # URLError, timeouts, TLS errors: all mean "not detected"
         raise UsageError(f"cannot find your public address for the SSH rule ({url}: {exc}); {how}") from None
-    try:
-        return _cidr(text, url)
-    except UsageError:
-        raise UsageError(f"cannot find your public address for the SSH rule ({url} answered {text[:40]!r}); {how}") from None
+    try:  # one address only: an answer like "0.0.0.0/0" must never open SSH to everyone
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise UsageError(f"cannot find your public address for the SSH rule ({url} answered {text[:40]!r}, not one "
+                         f"address); {how}") from None
+    if address.is_unspecified or address.is_multicast:
+        raise UsageError(f"cannot find your public address for the SSH rule ({url} answered {text[:40]!r}, not a "
+                         f"host's address); {how}")
+    return str(ipaddress.ip_network(address))
 
 
 def _cidr(raw: str, where: str) -> str:
@@ -215,13 +221,15 @@ def _cidr(raw: str, where: str) -> str:
 # --- provision ---------------------------------------------------------------------------
 
 
-def preflight(prov: Provider, req: ProvisionRequest) -> tuple[int, list[QuotaUsage]]:
+def preflight(prov: Provider, req: ProvisionRequest, identity: dict[str, str] | None = None
+              ) -> tuple[int, list[QuotaUsage]]:
     """Credentials, features, then quota for the machines still to be made: raise before
     anything is created. Returns what they need and the quota tiers checked (for the
-    confirmation). The provider's create checks the same rule again on what it finds by tag."""
+    confirmation). The provider's create checks the same rule again on what it finds by tag.
+    `identity`: the cluster's tags (tags.identity); by default this installation's."""
     prov.check_credentials()
     prov.check_features(spot=req.spot, ttl_s=req.ttl_s)
-    have = prov.machines(req.region, req.name)
+    have = prov.machines(req.region, identity or {TAG_CLUSTER: req.name})
     need, tiers = 0, []
     for part, names in split_names(req):
         shortfall = [n for n in names if n not in have]
@@ -239,6 +247,17 @@ def split_names(req: ProvisionRequest) -> list[tuple[ProvisionRequest, list[str]
         out.append((part, names[at:at + part.count]))
         at += part.count
     return out
+
+
+def cluster_identity(state: State, name: str) -> dict[str, str]:
+    """The tags every lookup of cluster `name` matches (tags.identity): what its state row
+    recorded, or for a new cluster this installation's owner and id. A cluster made before
+    installations were tagged keeps matching without that tag."""
+    existing = state.cluster(name)
+    if existing is not None and existing.status != "gone":
+        return tagging.identity({TAG_CLUSTER: name, TAG_OWNER: existing.spec.get("owner") or owner(state),
+                                 TAG_INSTALLATION: existing.spec.get("installation") or ""})
+    return {TAG_CLUSTER: name, TAG_OWNER: owner(state), TAG_INSTALLATION: state.installation_id()}
 
 
 def node_names(cluster: str, count: int) -> list[str]:
@@ -281,11 +300,12 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
     existing = resumable(state, req)
     if existing:
         progress(f"resuming cluster {req.name}")
-    preflight(prov, req)
+    identity = cluster_identity(state, req.name)
+    tag_owner, installation = identity[TAG_OWNER], identity.get(TAG_INSTALLATION)
+    preflight(prov, req, identity)
     image_id = resolve_image(state, req)
     ssh_cidr = req.ssh_cidr or ssh_source(prov)
 
-    tag_owner = (existing.spec.get("owner") if existing else None) or owner(state)
     ttl_expires = now() + timedelta(seconds=req.ttl_s) if req.ttl_s else None
     if not existing:
         if state.cluster(req.name):  # a gone cluster of this name: its rows make way
@@ -295,7 +315,7 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
             req.name, req.provider, req.region, req.size, req.total, image=req.image, ssh_user=prov.default_ssh_user,
             ttl_expires_at=ttl_expires, price_jpy_per_hour=req.price_jpy_per_hour,
             spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner,
-                  **({"parts": parts} if req.more else {})},
+                  "installation": installation, **({"parts": parts} if req.more else {})},
         )
     names = node_names(req.name, req.total)
     try:
@@ -309,7 +329,7 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
             spec = NodeSpec(
                 cluster=req.name, size=part.size, region=req.region, ssh_user=prov.default_ssh_user,
                 ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
-                tags={TAG_CLUSTER: req.name, TAG_OWNER: tag_owner, TAG_CREATED: str(int(time.time()))},
+                tags={**identity, TAG_CREATED: str(int(time.time()))},
                 ssh_cidr=ssh_cidr, vcpus=part.vcpus,
             )
             progress(f"creating {part.count}x {part.size} in {req.provider}/{req.region}")
@@ -330,7 +350,7 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
         # A cloud error, or one of our own past the create (a full disk while recording what
         # was made): either way the machines are tagged and the create journaled.
         error = exc if isinstance(exc, GpuplanError) else GpuplanError(f"{type(exc).__name__}: {exc}")
-        _after_failed_create(state, prov, req, error, progress, keep)
+        _after_failed_create(state, prov, req, error, progress, keep, identity)
         if error is exc:
             raise
         raise error from exc
@@ -339,22 +359,59 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
 
 
 def _after_failed_create(
-    state: State, prov: Provider, req: ProvisionRequest, exc: GpuplanError, progress: Progress, keep: bool
+    state: State, prov: Provider, req: ProvisionRequest, exc: GpuplanError, progress: Progress, keep: bool,
+    identity: dict[str, str] | None = None,
 ) -> None:
-    try:
-        state.set_cluster_status(req.name, "failed")
-        found = reconcile(state, prov, state.cluster(req.name))
-        made = sum(1 for r in found if r.kind == "instance")
-        if keep:
+    """After a failed create: keep what was made (`keep`), or remove it. The cloud is rolled
+    back before anything is written, since the failure may be the state's own (a full disk):
+    machines that bill must not wait on a state write."""
+    if keep:
+        try:
+            state.set_cluster_status(req.name, "failed")
+            made = sum(1 for r in reconcile(state, prov, state.cluster(req.name)) if r.kind == "instance")
             exc.args = (f"{exc} ({made} of {req.total} machines were created and kept; "
                         f"rerun the same provision to resume or `gpuplan teardown {req.name}` to remove them)",)
-            return
-        progress(f"create failed; removing the {made} machine(s) it made")
-        teardown(state, prov, req.name, progress=progress)
-        exc.args = (f"{exc} (nothing was left running: the {made} machine(s) created were removed)",)
-    except Exception as cleanup_exc:  # noqa: BLE001 - whatever it was, the user's next step is the same
-        exc.args = (f"{exc}; cleanup also failed ({cleanup_exc}): run `gpuplan teardown {req.name}` to remove "
-                    "what was made",)
+        except Exception as record_exc:  # noqa: BLE001 - whatever it was, the user's next step is the same
+            exc.args = (f"{exc}; recording it also failed ({record_exc}): run `gpuplan teardown {req.name}` to remove "
+                        "what was made",)
+        return
+    progress("create failed; removing what it made")
+    try:
+        made = _roll_back(state, prov, req.name, req.region, identity or {TAG_CLUSTER: req.name})
+    except Exception as cloud_exc:  # noqa: BLE001
+        exc.args = (f"{exc}; removing what was made also failed ({cloud_exc}): run `gpuplan teardown {req.name}` "
+                    "to remove it",)
+        return
+    try:
+        state.set_cluster_status(req.name, "failed")
+        teardown(state, prov, req.name, progress=progress)  # finds nothing left; records that
+        exc.args = (f"{exc} (nothing was left running: the {made} machines created were removed)",)
+    except Exception as record_exc:  # noqa: BLE001
+        exc.args = (f"{exc}; the {made} machines created were removed from {prov.name} first, but the state could "
+                    f"not record it ({record_exc}): free some space, then run `gpuplan teardown {req.name}` to tidy "
+                    "the state",)
+
+
+def _roll_back(state: State, prov: Provider, cluster: str, region: str, identity: dict[str, str]) -> int:
+    """Delete everything but images carrying the cluster's identity, machines first, straight
+    from the cloud's own listing. Journaled where the state can still be written, deleted
+    either way. Returns how many machines there were."""
+    found = [r for r in prov.list(region, identity) if r.kind != "image"]
+    machines = [r for r in found if r.kind == "instance"]
+    for op, batch in (("delete-instances", machines), ("delete-resources", [r for r in found if r.kind != "instance"])):
+        if not batch:
+            continue
+        try:
+            entry = state.journal_intent(op, ",".join(r.id for r in batch)[:2000], cluster, f"{len(batch)} resources")
+        except Exception:  # noqa: BLE001 - a full disk must not keep machines billing
+            entry = None
+        prov.delete(region, batch)
+        if entry is not None:
+            try:
+                state.journal_outcome(entry, True)
+            except Exception:  # noqa: BLE001
+                pass
+    return len(machines)
 
 
 def _record_instances(
@@ -394,10 +451,10 @@ def resolve_image(state: State, req: ProvisionRequest) -> str | None:
 
 
 def cluster_tags(cluster: ClusterRow) -> dict[str, str]:
-    """The tags that find this cluster's resources: its name and, where recorded, its owner (a
-    cluster of the same name made by another installation is not ours)."""
-    owner_tag = cluster.spec.get("owner")
-    return {TAG_CLUSTER: cluster.name, **({TAG_OWNER: owner_tag} if owner_tag else {})}
+    """The tags that find this cluster's resources: its name and, where recorded, its owner and
+    installation (a cluster of the same name made by another installation is not ours)."""
+    return tagging.identity({TAG_CLUSTER: cluster.name, TAG_OWNER: cluster.spec.get("owner") or "",
+                             TAG_INSTALLATION: cluster.spec.get("installation") or ""})
 
 
 def reconcile(state: State, prov: Provider, cluster: ClusterRow) -> list[Resource]:
@@ -434,10 +491,13 @@ def status(state: State, cluster: str | None = None) -> list[ClusterStatus]:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     out = []
     t = now()
+    totals = state.ledger_totals(t, cluster)
+    nodes = state.nodes_by_cluster() if cluster is None else {cluster: state.nodes(cluster)}
     for c in rows:
-        seconds, yen = state.ledger_seconds_and_yen(c.name, t)
+        seconds, yen = totals.get(c.name, (0, Decimal(0)))
         ttl_left = int((c.ttl_expires_at - t).total_seconds()) if c.ttl_expires_at else None
-        out.append(ClusterStatus(c, state.nodes(c.name), int((t - c.created_at).total_seconds()), seconds, yen, ttl_left))
+        out.append(ClusterStatus(c, nodes.get(c.name, []), int((t - c.created_at).total_seconds()), seconds, yen,
+                                 ttl_left))
     return out
 
 
@@ -514,6 +574,7 @@ class SweepPlan:
 
     strays: list[Resource]
     spared: list[tuple[Resource, str]]
+    unreachable: list[str] = field(default_factory=list)  # what could not be listed, with why
 
 
 @dataclass(frozen=True)
@@ -531,20 +592,25 @@ def sweep_owners(state: State, legacy: bool = False) -> list[str]:
 
 def sweep_find(
     state: State, prov: Provider, regions: Sequence[str], owners: Sequence[str], include_images: bool = False,
-    grace_s: int = GRACE_S,
+    grace_s: int = GRACE_S, take: Sequence[str] = (),
 ) -> SweepPlan:
     """Resources tagged with one of `owners` that no live cluster (or image) in the state knows.
     A cluster's resources younger than `grace_s` (by their gpuplan-created tag) are spared as a
-    group: the youngest decides, so half of a cluster still being made is never taken."""
+    group: the youngest decides, so half of a cluster still being made is never taken.
+    Resources another installation made (a shared owner) are spared unless their cluster is
+    named in `take`."""
     _trust_pins(state, prov)
+    mine = state.installation_id()
     known = {c.name for c in state.clusters()}
     known_images = {i.provider_id for i in state.images() if i.provider == prov.name}
     found: dict[str, Resource] = {}
+    unreached: list[str] = []
     for region in regions:
         for tag in owners:
             with state.journaled("sweep-list", f"{prov.name}/{region}", None, tag):
                 for r in prov.list(region, {TAG_OWNER: tag}):
                     found.setdefault(r.id, r)
+            unreached = [u for u in getattr(prov, "unreachable", []) if u not in unreached] + unreached
     groups: dict[str, list[Resource]] = {}
     for r in found.values():
         if (r.kind == "image" and include_images and r.id not in known_images) or (
@@ -553,7 +619,14 @@ def sweep_find(
     strays: list[Resource] = []
     spared: list[tuple[Resource, str]] = []
     t = int(time.time())
-    for members in groups.values():
+    for group, members in groups.items():
+        other = next((r.tags[TAG_INSTALLATION] for r in members if r.tags.get(TAG_INSTALLATION, mine) != mine), None)
+        name = group.partition(":")[2]
+        if other and name not in take:
+            why = (f"made by another installation ({other}) under the shared owner; "
+                   f"`gpuplan teardown --sweep --force {name}` takes it")
+            spared += [(r, why) for r in members]
+            continue
         stamps = [c for c in map(_created, members) if c is not None]
         age = t - max(stamps) if stamps else None
         if age is not None and age < grace_s:
@@ -561,7 +634,7 @@ def sweep_find(
             spared += [(r, why) for r in members]
         else:
             strays += members
-    return SweepPlan(strays, spared)
+    return SweepPlan(strays, spared, unreached)
 
 
 def sweep_delete(state: State, prov: Provider, strays: Sequence[Resource], progress: Progress = _quiet) -> SweepResult:

@@ -12,6 +12,11 @@ exactly as shared as the state: two commands on one state (one GPUPLAN_HOME) exc
 other; two homes with two states share no clusters and no locks. Like SQLite itself, it needs
 the state directory on a local file system.
 
+A lock file can be deleted while held (a tmp cleaner, an `rm -rf`): the next command would then
+create a new file and lock that. So a lock is also an abstract Unix socket bound under a name
+made from the lock file's path (Linux), which no file deletion can remove and the kernel frees
+with its process; and a flock is only trusted once the path still names the inode locked.
+
 The holder writes who it is (pid, host, command, since) into the file, so a refused command
 can say what to wait for. Locks are re-entrant within one thread: provision's rollback tears
 down under the lock provision already holds.
@@ -19,12 +24,15 @@ down under the lock provision already holds.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import shlex
 import socket
+import stat
 import sys
 import threading
 import time
@@ -34,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gpuplan import paths
-from gpuplan.errors import Busy
+from gpuplan.errors import Busy, UsageError
 
 WAIT_S = 10.0  # how long a second command waits before it refuses; GPUPLAN_LOCK_WAIT overrides
 _POLL_S = 0.1
@@ -83,14 +91,87 @@ def _command() -> str:
 
 def holder(name: str) -> str:
     """Who holds (or last held) lock `name`, in words."""
+    path = _path(name)
     try:
-        info = json.loads(_path(name).read_text() or "{}")
+        info = json.loads(path.read_text() or "{}") if stat.S_ISREG(os.stat(path).st_mode) else {}
     except (OSError, ValueError):
         info = {}
     if not info:
         return "another gpuplan command"
     return (f"`{info.get('command', 'gpuplan')}` (pid {info.get('pid', '?')} on {info.get('host', '?')}, "
             f"since {info.get('since', '?')})")
+
+
+def _open(name: str) -> int:
+    """The lock file's descriptor, refusing anything but a regular file (a named pipe there
+    would block the open forever)."""
+    path = _path(name)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise UsageError(f"cannot open the lock file {path} ({exc.strerror}); move it aside, then run this again") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"the lock file {path} is not a regular file; move it aside, then run this again")
+    return fd
+
+
+def _locked(name: str, what: str, deadline: float) -> tuple[int, socket.socket | None]:
+    """The flock on the file `name`'s path names now, plus the lock's abstract socket.
+
+    A file unlinked (a tmp cleaner, an `rm -rf`) or replaced while we waited for or took its
+    flock locks nothing anyone else will open, so the path is checked after the flock (same
+    inode as the descriptor) and the lock taken again on the new file if not. And since a
+    holder's file can be unlinked at any time after, the lock is also an abstract Unix socket
+    bound under a name made from the lock's path: no file to delete, released by the kernel
+    when the holder dies, kill -9 included (Linux only; elsewhere the flock alone)."""
+    while True:
+        fd = _open(name)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = _still_named(fd, _path(name))
+                sock = _bind(name) if taken else None
+                if taken and sock is not _BUSY:
+                    return fd, sock
+            except BlockingIOError:
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        if time.monotonic() >= deadline:
+            raise Busy(f"{what} is busy: {holder(name)} holds its lock; "
+                       "wait for it to finish (or stop that process), then run this again")
+        time.sleep(_POLL_S)
+
+
+_BUSY = object()
+
+
+def _bind(name: str):
+    """The lock's abstract socket (None where the system has none), or _BUSY when another
+    process or thread holds it."""
+    key = hashlib.sha256(str(_path(name).resolve()).encode()).hexdigest()[:40]
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except (AttributeError, OSError):
+        return None
+    try:
+        sock.bind(f"\0gpuplan-lock-{key}")
+    except OSError as exc:
+        sock.close()
+        return _BUSY if exc.errno == errno.EADDRINUSE else None
+    return sock
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    try:
+        now_named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now_named.st_dev, now_named.st_ino) == (held.st_dev, held.st_ino)
 
 
 @contextmanager
@@ -114,19 +195,8 @@ def hold(name: str, what: str, wait_s: float | None = None) -> Iterator[None]:
                 _held[name] = (tid, depth - 1)
         return
 
-    path = _path(name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd, sock = _locked(name, what, time.monotonic() + _wait_s(wait_s))
     try:
-        deadline = time.monotonic() + _wait_s(wait_s)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise Busy(f"{what} is busy: {holder(name)} holds its lock; "
-                               "wait for it to finish (or stop that process), then run this again") from None
-                time.sleep(_POLL_S)
         since = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": _command(),
@@ -140,4 +210,6 @@ def hold(name: str, what: str, wait_s: float | None = None) -> Iterator[None]:
                 _held.pop(name, None)
             os.ftruncate(fd, 0)
     finally:
+        if sock is not None:
+            sock.close()
         os.close(fd)  # closing the descriptor releases the flock

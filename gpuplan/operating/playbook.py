@@ -161,9 +161,9 @@ def load(name_or_path: str) -> Playbook:
     from gpuplan.userfiles import load_yaml
 
     if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-        from gpuplan.userfiles import read_text
+        from gpuplan.userfiles import expand, read_text
 
-        path = Path(name_or_path).expanduser()
+        path = expand(name_or_path, "playbook file")
         if not path.is_file():
             raise NotFound(f"playbook file {path} not found")
         text, origin = read_text(path, "playbook file", "see docs/playbooks.md for the format"), str(path)
@@ -175,7 +175,9 @@ def load(name_or_path: str) -> Playbook:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise UsageError(f"{origin}: not valid YAML ({exc.__class__.__name__}); fix the file") from None
+        from gpuplan.userfiles import yaml_problem
+
+        raise UsageError(f"{origin}: not valid YAML ({yaml_problem(exc)}); fix the file") from None
     return parse(data, origin)
 
 

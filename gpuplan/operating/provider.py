@@ -205,7 +205,7 @@ class Provider(ABC):
         partial failure the machines that were made stay tagged for teardown.
         """
         self.check_features(spot=spec.spot, ttl_s=spec.ttl_s)
-        have = {n: i for n, i in self.machines(spec.region, spec.cluster).items() if n in names}
+        have = {n: i for n, i in self.machines(spec.region, tagging.identity(spec.tags)).items() if n in names}
         missing = [n for n in names if n not in have]
         if missing:  # what exists already counts in the quota's `used`
             self.check_quota(spec.region, spec.size, len(missing), spot=spec.spot, vcpus=spec.vcpus)
@@ -249,6 +249,12 @@ class Provider(ABC):
         """Raise AuthMissing naming the exact variable/file when credentials are absent.
         No network call, no side effect."""
 
+    def verify_credentials(self, region: str) -> None:
+        """One authenticated, read-only call (`gpuplan check`): AuthMissing when the cloud
+        refuses the credentials, ProviderError saying why when it cannot be reached (DNS,
+        refused, timed out). Providers without remote credentials leave it as it is."""
+        return None
+
     @abstractmethod
     def quota(self, region: str, size: str, spot: bool = False) -> list[QuotaUsage]:
         """Every quota tier that a new machine of `size` in `region` counts against (the
@@ -260,8 +266,10 @@ class Provider(ABC):
         return None
 
     @abstractmethod
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
-        """The cluster's machines found by its tag (not terminated), keyed by node name."""
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
+        """The cluster's machines (not terminated) carrying every tag of `match` (its identity:
+        cluster, owner, installation; see tags.identity), keyed by node name. A machine with the
+        cluster's name but another owner or installation is not the cluster's."""
 
     @abstractmethod
     def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:

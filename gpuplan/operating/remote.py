@@ -254,7 +254,10 @@ def connect(host: Host, timeout: float = 15, attempts: int = 4, backoff: float =
             last = exc
             if attempt + 1 < attempts:
                 time.sleep(backoff * (2**attempt))
-    raise RemoteError(f"{host.name} ({host.where}): cannot connect after {attempts} tries: {last}")
+    from gpuplan.errors import unreachable
+
+    why = (unreachable(last) if last is not None else None) or str(last)
+    raise RemoteError(f"{host.name} ({host.where}): cannot connect after {attempts} tries: {why}") from last
 
 
 def run(host: Host, cmd: str, timeout: float = 600, sudo: bool = False, stdin: str | None = None) -> Result:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -189,6 +191,10 @@ CREATE TABLE IF NOT EXISTS speed_points (  -- a batch on a fleet other than the 
     cluster TEXT NOT NULL,
     measured_at TEXT NOT NULL
 );
+-- status reads each cluster's ledger and nodes: without these, 1,000 clusters and 40,000
+-- ledger rows took 7 s of table scans (benchmarks/status_bench.py)
+CREATE INDEX IF NOT EXISTS ledger_by_cluster ON ledger (cluster);
+CREATE INDEX IF NOT EXISTS journal_by_cluster ON journal (cluster);
 """
 
 
@@ -206,6 +212,9 @@ def _refuse_unusable(path: Path) -> None:
         return
     if not path.is_file():
         raise UsageError(f"state database {path} is not a file; {advice}")
+    if not os.access(path, os.R_OK | os.W_OK) or not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"state database {path} (or its folder) is read-only for you; gpuplan records every cloud "
+                         "call there before making it: make both writable (chmod u+w), then run this again")
     db = None
     try:
         db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
@@ -261,6 +270,19 @@ def _iso(t: datetime | None = None) -> str:
 
 def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
+
+
+def _node(r) -> NodeRow:
+    return NodeRow(r["cluster"], r["name"], r["provider_id"], r["status"], r["public_ip"], r["private_ip"],
+                   r["ssh_port"], r["gpus"], parse_time(r["created_at"]))
+
+
+def _ledger_row(r, at: datetime) -> tuple[int, Decimal]:
+    """One ledger row's machine-seconds up to `at` and what they are billed in yen (billing.charge
+    by the row's terms: a started hour of an hourly machine is a whole hour; exact Decimal)."""
+    stop = parse_time(r["stopped_at"]) or at
+    s = max(0, int((stop - parse_time(r["started_at"])).total_seconds()))
+    return s, billing.charge(s, _terms(r))
 
 
 @dataclass(frozen=True)
@@ -320,6 +342,32 @@ class JournalRow:
     target: str
     phase: str
     detail: str
+
+
+_INSTALLATION = re.compile(r"[0-9a-f]{12}")
+
+
+def _side_file(path: Path, what: str, max_bytes: int) -> str:
+    """The text of a small file the state keeps beside its database ("" when absent): a
+    directory, a pipe, binary or oversized content there is one UsageError line."""
+    advice = f"move {path} aside (mv {path} {path}.bad), then run this again"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise UsageError(f"cannot read the {what} file {path} ({exc.strerror}); {advice}") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"the {what} file {path} is not a regular file; {advice}")
+    try:
+        data = path.read_bytes()[: max_bytes + 1]
+        if len(data) > max_bytes or b"\0" in data:
+            raise ValueError
+        return data.decode("ascii")
+    except OSError as exc:
+        raise UsageError(f"cannot read the {what} file {path} ({exc.strerror}); {advice}") from None
+    except ValueError:
+        raise UsageError(f"the {what} file {path} is damaged (not a short text line); {advice}") from None
 
 
 class State:
@@ -387,11 +435,14 @@ class State:
         side = self.path.parent / "installation-id"
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE key='installation_id'").fetchone()
-            try:
-                from_file = side.read_text().strip()
-            except FileNotFoundError:
-                from_file = ""
-            value = from_file or (row["value"] if row else "") or secrets.token_hex(6)
+            from_file = _side_file(side, "installation id", 200).strip()
+            in_db = row["value"] if row else ""
+            for value, where in ((from_file, side), (in_db, f"{self.path} (meta table)")):
+                if value and not _INSTALLATION.fullmatch(value):
+                    raise UsageError(f"the installation id in {where} is damaged ({value[:20]!r}); the cloud resources "
+                                     "of this installation are tagged with it: restore it from a backup, or move the "
+                                     "file aside to start a new installation")
+            value = from_file or in_db or secrets.token_hex(6)
             if row is None or row["value"] != value:
                 db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('installation_id', ?)", (value,))
             if from_file != value:
@@ -526,14 +577,14 @@ class State:
 
     def nodes(self, cluster: str, include_deleted: bool = False) -> list[NodeRow]:
         sql = "SELECT * FROM nodes WHERE cluster=?" + ("" if include_deleted else " AND status != 'deleted'")
-        rows = self._query(sql + " ORDER BY created_at, name", (cluster,))
-        return [
-            NodeRow(
-                r["cluster"], r["name"], r["provider_id"], r["status"], r["public_ip"], r["private_ip"],
-                r["ssh_port"], r["gpus"], parse_time(r["created_at"]),
-            )
-            for r in rows
-        ]
+        return [_node(r) for r in self._query(sql + " ORDER BY created_at, name", (cluster,))]
+
+    def nodes_by_cluster(self) -> dict[str, list[NodeRow]]:
+        """Every cluster's nodes (not deleted) in one query, as nodes() orders them."""
+        out: dict[str, list[NodeRow]] = {}
+        for r in self._query("SELECT * FROM nodes WHERE status != 'deleted' ORDER BY cluster, created_at, name"):
+            out.setdefault(r["cluster"], []).append(_node(r))
+        return out
 
     # --- images --------------------------------------------------------------------------
 
@@ -661,16 +712,20 @@ class State:
 
     def ledger_seconds_and_yen(self, cluster: str, at: datetime | None = None) -> tuple[int, Decimal]:
         """Machine-seconds so far and what they are billed in yen (billing.charge by each row's
-        terms: a started hour of an hourly machine is a whole hour; exact Decimal), up to `at`."""
+        terms), up to `at`."""
+        return self.ledger_totals(at, cluster).get(cluster, (0, Decimal(0)))
+
+    def ledger_totals(self, at: datetime | None = None, cluster: str | None = None) -> dict[str, tuple[int, Decimal]]:
+        """ledger_seconds_and_yen for every cluster (or one) in one query: `status` of 1,000
+        clusters asked 1,000 times."""
         at = at or now()
-        seconds = 0
-        yen = Decimal(0)
-        for r in self._query("SELECT * FROM ledger WHERE cluster=?", (cluster,)):
-            stop = parse_time(r["stopped_at"]) or at
-            s = max(0, int((stop - parse_time(r["started_at"])).total_seconds()))
-            seconds += s
-            yen += billing.charge(s, _terms(r))
-        return seconds, yen
+        sql, args = ("SELECT * FROM ledger", ()) if cluster is None else ("SELECT * FROM ledger WHERE cluster=?", (cluster,))
+        out: dict[str, tuple[int, Decimal]] = {}
+        for r in self._query(sql, args):
+            s, yen = _ledger_row(r, at)
+            seconds, total = out.get(r["cluster"], (0, Decimal(0)))
+            out[r["cluster"]] = (seconds + s, total + yen)
+        return out
 
     def ledger_rows(self) -> list[dict]:
         """Every ledger row (one machine held from started_at to stopped_at, or still held),

@@ -46,7 +46,7 @@ from gpuplan.planning.types import Offer
 
 HOURS_PER_MONTH = Decimal(730)  # 8760 / 12: the hourly equivalent of a month's rent
 PRICES_ENV = "GPUPLAN_PRICES"
-_SNAPSHOT_RE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")  # shipped YYYY-MM, refreshed YYYY-MM-DD
+_SNAPSHOT_RE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$", re.ASCII)  # shipped YYYY-MM, refreshed YYYY-MM-DD
 
 
 @dataclass(frozen=True)
@@ -798,10 +798,14 @@ def _spot_offers(folder, label: str, offers: list[Offer]) -> list[Offer]:
 
 def _prices_path(prices_file: Path | None) -> tuple[Path | None, bool]:
     if prices_file is not None:
-        return Path(prices_file).expanduser(), True
+        from gpuplan.userfiles import expand
+
+        return expand(prices_file, "prices file"), True
     env = os.environ.get(PRICES_ENV)
     if env:
-        return Path(env).expanduser(), True
+        from gpuplan.userfiles import expand
+
+        return expand(env, PRICES_ENV), True
     from gpuplan import paths
 
     return paths.config_dir() / "prices.yaml", False

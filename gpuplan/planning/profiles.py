@@ -172,13 +172,18 @@ def load_profile(path: str | Path) -> Profile:
     text = read_text(path, "profile", "run `gpuplan bench WORKLOAD --local` or give a profile file (docs/profiles.md)")
     try:
         if path.suffix == ".json":
-            data = json.loads(text)
+            from gpuplan.userfiles import load_json
+
+            data = load_json(text)
         else:
             from gpuplan.userfiles import load_yaml
 
             data = load_yaml(text)
     except (ValueError, Exception) as exc:  # yaml.YAMLError or json.JSONDecodeError
-        raise UsageError(f"profile {path}: not valid {path.suffix.lstrip('.') or 'YAML'} ({type(exc).__name__})") from exc
+        from gpuplan.userfiles import yaml_problem
+
+        problem = exc.msg if isinstance(exc, json.JSONDecodeError) else yaml_problem(exc)
+        raise UsageError(f"profile {path}: not valid {path.suffix.lstrip('.') or 'YAML'} ({problem})") from None
     return profile_from_dict(data, str(path))
 
 

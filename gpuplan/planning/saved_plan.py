@@ -173,15 +173,17 @@ def dump(content: dict[str, Any], path: Path) -> None:
 
 def load(path: Path) -> SavedPlan:
     """The plan in `path`, of this schema version or an older one; one line where it is not one."""
-    from gpuplan.userfiles import read_text
+    from gpuplan.userfiles import load_json, read_text
 
-    try:
-        raw = json.loads(read_text(path, "plan file", FIX))
+    try:  # load_json: no duplicate keys, NaN or runaway nesting (what json.loads lets through)
+        raw = load_json(read_text(path, "plan file", FIX))
     except json.JSONDecodeError as exc:
-        raise UsageError(f"plan file {path} is not valid JSON (line {exc.lineno}); {FIX}") from None
+        raise UsageError(f"plan file {path} is not valid JSON ({exc.msg}, line {exc.lineno}); {FIX}") from None
     plan = raw.get("recommended", raw) if isinstance(raw, dict) else None
     if not isinstance(plan, dict):
         raise UsageError(f"plan file {path}: expected a JSON object with provider, instance_type and count; {FIX}")
+    if plan.get("market") not in (None, "on-demand", "spot"):
+        raise UsageError(f"plan file {path}: market must be on-demand or spot, not {plan['market']!r}; {FIX}")
     version = plan.get("schema_version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise UsageError(f"plan file {path}: schema_version must be a whole number, not {version!r}; {FIX}")

@@ -6,7 +6,7 @@ import re
 
 from gpuplan.errors import UsageError
 
-_DURATION_PART = re.compile(r"(\d+)([smhd])")
+_DURATION_PART = re.compile(r"([0-9]+)([smhd])")  # ASCII digits: int() would read "４" too
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_S = 366 * 86400  # a deadline or TTL over a year is a typo (and a TTL that long protects nothing)
 MAX_MACHINES = 1000  # one cluster: each machine is its own create call, journal rows and SSH session
@@ -16,7 +16,9 @@ def parse_duration(text: str, what: str = "duration") -> int:
     """Seconds in "90m", "3h", "1h30m", "2d" or "45s"; a bare number is minutes. Longer than
     zero and at most MAX_DURATION_S."""
     t = text.strip().lower()
-    if t.isdecimal():
+    if len(t) > 40:
+        raise UsageError(f"bad {what} {text[:40]!r}...: use forms like 90m, 3h, 1h30m or 2d")
+    if t.isascii() and t.isdecimal():
         seconds = int(t) * 60
     else:
         parts = _DURATION_PART.findall(t)
@@ -33,7 +35,7 @@ def parse_duration(text: str, what: str = "duration") -> int:
 def parse_count(text: str) -> int:
     """The machine count in "x4", "×4" or "4": 1 to MAX_MACHINES."""
     t = text.strip().lower().lstrip("x×")
-    if not t.lstrip("-").isdecimal():
+    if not (t.isascii() and t.lstrip("-").isdecimal()) or len(t) > 12:
         raise UsageError(f"bad count {text!r}: write it as x4 (four machines)")
     n = int(t)
     if n < 1:

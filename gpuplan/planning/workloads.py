@@ -72,7 +72,9 @@ def load(name_or_file: str) -> Workload:
     if builtin is not None and not Path(text).exists():
         entry = _root() / f"{builtin}.yaml"
         return parse(entry.read_text(encoding="utf-8"), f"built-in workload {builtin}")
-    path = Path(text).expanduser()
+    from gpuplan.userfiles import expand
+
+    path = expand(text, "workload file")
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         if not path.exists():
             raise UsageError(f"workload file {path} not found; give a built-in name ({', '.join(builtin_names())}) or a YAML "
@@ -387,7 +389,7 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
         if len(out) + count > MAX_JOBS:
             raise UsageError(f"{where}: {w} brings the batch to {len(out) + count:,} jobs; gpuplan plans at most"
                              f" {MAX_JOBS:,} at once; plan a part of the batch")
-        name = str(entry.get("name") or f"job{i + 1}")
+        name = _text(f"{where}: jobs[{i}]", "name", entry.get("name") or f"job{i + 1}")
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     return tuple(out)
 
@@ -533,4 +535,6 @@ def _scalar(value: Any) -> bool:
 def _text(where: str, name: str, value: Any) -> str:
     if not _scalar(value):
         raise UsageError(f"{where}: {name} must be text, not {type(value).__name__} {value!r:.40}")
-    return str(value)
+    from gpuplan.userfiles import check_plain
+
+    return check_plain(str(value), f"{where}: {name}")  # it is printed: no escape codes, no newlines

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from gpuplan.errors import AuthMissing, ProviderError
 from gpuplan.operating.provider import Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_NODE
+from gpuplan.operating.tags import TAG_NODE
 
 
 class MemoryProvider(Provider):
@@ -40,9 +40,9 @@ class MemoryProvider(Provider):
         used = self.vcpu_count * sum(1 for r in self.resources.values() if r.kind == "instance")
         return [QuotaUsage("memoryFamily", "Memory family vCPUs", self.quota_limit, used, how_to_raise="ask nicely")]
 
-    def machines(self, region: str, cluster: str) -> dict[str, Instance]:
+    def machines(self, region: str, match: Mapping[str, str]) -> dict[str, Instance]:
         return {r.name: self._instance(r) for r in list(self.resources.values())
-                if r.kind == "instance" and r.region == region and r.tags.get(TAG_CLUSTER) == cluster}
+                if r.kind == "instance" and r.region == region and all(r.tags.get(k) == v for k, v in match.items())}
 
     def launch(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
         out = []
