@@ -142,7 +142,7 @@ def sakura(monkeypatch):
 
 def test_sakura_two_installations_same_cluster_name(sakura, tmp_path, monkeypatch, cli):
     monkeypatch.setenv("COLUMNS", "250")
-    homes = Homes(tmp_path, monkeypatch, cli, {"providers": {"sakura": {"poll_s": "0.005", "retries": "2"}}},
+    homes = Homes(tmp_path, monkeypatch, cli, {"providers": {"sakura": {"poll_s": "0.005", "retries": "2", "ssh_cidr": "203.0.113.5/32"}}},
                   SAKURA_PRICES)
 
     def running() -> int:

@@ -361,7 +361,7 @@ def test_a_full_disk_after_the_create_says_how_to_finish_and_teardown_does(aws, 
     [error] = [line for line in r.err.splitlines() if "error" in line]  # after the --yes summary
     assert r.code == 1 and "Traceback" not in r.err
     # the cloud is rolled back first (no state write stands in its way), then it says so
-    assert error.startswith("gpuplan: error: OperationalError: database or disk is full; the 2 machine(s) created "
+    assert error.startswith("gpuplan: error: OperationalError: database or disk is full; the 2 machines created "
                             "were removed from aws first, but the state could not record it")
     assert error.endswith("run `gpuplan teardown full` to tidy the state")
     assert len(live_instances(aws, "full")) == 0

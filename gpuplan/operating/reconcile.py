@@ -27,6 +27,7 @@ def refresh(state, get_provider, cluster: str | None = None) -> list[Difference]
     """Reconcile every cluster of the state (or `cluster`) with its provider; the differences
     found, in cluster and node order (none: the state already matched)."""
     from gpuplan.operating import locks
+    from gpuplan.operating.lifecycle import cluster_tags
 
     rows = [state.cluster(cluster)] if cluster else state.clusters()
     out: list[Difference] = []
@@ -36,7 +37,7 @@ def refresh(state, get_provider, cluster: str | None = None) -> list[Difference]
         try:
             prov = get_provider(c.provider)
             with locks.cluster(c.name):
-                found = prov.machines(c.region, c.name)
+                found = prov.machines(c.region, cluster_tags(c))  # this installation's, not a namesake's
                 out += _apply(state, c, found)
         except GpuplanError as exc:
             out.append(Difference(c.name, "-", "unreadable", f"{c.name}: could not ask {c.provider}: {exc}"))
