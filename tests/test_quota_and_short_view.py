@@ -170,3 +170,14 @@ def test_a_pick_on_the_generic_speed_table_names_the_measurement_that_would_sett
     f.write_text("name: mine\nreference_gpu: T4\njobs:\n  - {count: 3, minutes: 30}\n")
     out = " ".join(cli("estimate", "--workload", str(f), "--provider", "aws").out.split())
     assert "not measured for mine" in out and "time one job on one A10G and give it as `speed:` in the workload" in out
+
+
+def test_a_dok_pick_is_not_told_to_be_provisioned_for_its_measurement(cli, gpuplan_home):
+    (gpuplan_home / "config" / "config.yaml").unlink()  # every region: a DOK task queue is the pick
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0, r.err
+    speed = " ".join(" ".join(x.split()) for x in r.out.splitlines() if x.startswith(("  speed:", "    ")))
+    assert "dok-v100-32gb" in r.out.split("Recommended:")[1].splitlines()[0]
+    # `provision` refuses DOK task plans: the measurement runs inside a task (or on any V100) instead
+    assert "gpuplan provision sakura:dok" not in speed
+    assert "gpuplan bench colorize --local --out dok-v100-32gb.yaml" in speed and "gpuplan dok submit" in speed

@@ -428,9 +428,14 @@ def _speed_line(est) -> str:
     o = generic[0]
     job = workloads.bench_job(w.name)
     slug = o.name.lower().replace(".", "-").replace("_", "-")
-    how = (f"`gpuplan provision {o.provider}:{o.name} x1 --name bench`, `gpuplan bench {job} --cluster bench --out"
-           f" {slug}.yaml`, then `--profile {slug}.yaml`" if job else
-           f"time one job on one {o.gpu} and give it as `speed:` in the workload")
+    if not job:
+        how = f"time one job on one {o.gpu} and give it as `speed:` in the workload"
+    elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: bench inside one
+        how = (f"run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok submit` task"
+               f" from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
+    else:
+        how = (f"`gpuplan provision {o.provider}:{o.name} x1 --name bench`, `gpuplan bench {job} --cluster bench --out"
+               f" {slug}.yaml`, then `--profile {slug}.yaml`")
     return (f"speed: {o.gpu} from the generic {w.kind} table, not measured for {w.name} (field report A: such a figure"
             f" put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: {how}")
 
