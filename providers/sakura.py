@@ -114,6 +114,31 @@ class _Conflict(ProviderError):
     """409 that is not a limit: e.g. powering off a server that is already going down."""
 
 
+def send(session, method: str, url: str, *, unreachable_as: str, data: bytes | None = None,
+         headers: Mapping[str, str] | None = None, retry_on: Sequence[int] = (), retries: int = 0,
+         retry_base_s: float = 1.0, sleep: Callable[[float], None] = time.sleep) -> tuple[int, object]:
+    """One request to a Sakura API (IaaS, 高火力 DOK or PHY, which share the key): the statuses in
+    `retry_on` retried with backoff, a network failure raised as one line: `unreachable_as` with
+    "{why}" replaced by the cause (DNS, refused, timeout). Returns the status and the JSON payload
+    ({} when there is none or it is not JSON)."""
+    import requests
+
+    for attempt in range(retries + 1):
+        try:
+            r = session.request(method, url, data=data, headers=headers, timeout=60)
+        except requests.RequestException as exc:
+            raise ProviderError(unreachable_as.replace("{why}", unreachable(exc) or exc.__class__.__name__)) from exc
+        if r.status_code in retry_on and attempt < retries:
+            sleep(min(retry_base_s * 2**attempt, 30.0))
+            continue
+        break
+    try:
+        payload = r.json() if r.content else {}
+    except ValueError:
+        payload = {}
+    return r.status_code, payload
+
+
 def _shape(size: str) -> PlanShape | None:
     s = size.strip().lower().replace(" ", "")
     if s in SIZES:
@@ -316,33 +341,18 @@ class SakuraProvider(Provider):
 
     def _call(self, method: str, zone: str, path: str, body: Mapping | None = None) -> dict:
         """One API call with 423/503 retries; errors become gpuplan exceptions."""
-        import requests
-
         url = self._url(zone, path)
         data = None
         if body is not None and method == "GET":
             url += "?" + quote(json.dumps(body, separators=(",", ":"), ensure_ascii=False), safe="")
         elif body is not None:
             data = json.dumps(body, ensure_ascii=False).encode()
-        for attempt in range(self.retries + 1):
-            try:
-                r = self._session().request(method, url, data=data, timeout=60)
-            except requests.RequestException as exc:
-                raise ProviderError(
-                    f"sakura: cannot reach {self._url(zone, '')}: {unreachable(exc) or exc.__class__.__name__} "
-                    f"({ENV_ROOT} if set)"
-                ) from exc
-            if r.status_code in _RETRY_STATUS and attempt < self.retries:
-                self.sleep(min(self.retry_base_s * 2**attempt, 30.0))
-                continue
-            break
-        try:
-            payload = r.json() if r.content else {}
-        except ValueError:
-            payload = {}
-        if r.status_code < 300:
-            return payload
-        raise self._error(method, path, r.status_code, payload if isinstance(payload, dict) else {})
+        status, payload = send(self._session(), method, url, data=data, retry_on=_RETRY_STATUS, retries=self.retries,
+                               retry_base_s=self.retry_base_s, sleep=self.sleep,
+                               unreachable_as=f"sakura: cannot reach {self._url(zone, '')}: {{why}} ({ENV_ROOT} if set)")
+        if status < 300:
+            return payload  # type: ignore[return-value]
+        raise self._error(method, path, status, payload if isinstance(payload, dict) else {})
 
     def _error(self, method: str, path: str, status: int, p: dict) -> GpuplanError:
         code, msg = p.get("error_code", ""), p.get("error_msg", "")

@@ -98,34 +98,22 @@ class DokClient:
         return self._http
 
     def _call(self, method: str, path: str, body: Mapping | None = None) -> dict:
-        import requests
+        from gpuplan.providers.sakura import send
 
-        url = f"{self.base_url()}/{path}"
         data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
-        for attempt in range(self.retries + 1):
-            try:
-                r = self._session().request(method, url, data=data, timeout=60)
-            except requests.RequestException as exc:
-                raise ProviderError(f"sakura DOK: cannot reach {self.base_url()} ({exc.__class__.__name__}); "
-                                    "check the network") from exc
-            if r.status_code in (429, 503) and attempt < self.retries:
-                self.sleep(min(self.retry_base_s * 2 ** attempt, 30.0))
-                continue
-            break
-        try:
-            payload = r.json() if r.content else {}
-        except ValueError:
-            payload = {}
-        if r.status_code < 300:
+        status, payload = send(self._session(), method, f"{self.base_url()}/{path}", data=data, retry_on=(429, 503),
+                               retries=self.retries, retry_base_s=self.retry_base_s, sleep=self.sleep,
+                               unreachable_as=f"sakura DOK: cannot reach {self.base_url()} ({{why}}); check the network")
+        if status < 300:
             return payload if isinstance(payload, dict) else {"results": payload}
         detail = (payload.get("detail") or payload.get("error_msg") or "") if isinstance(payload, dict) else ""
-        where = f"sakura DOK: {method} /{path.split('?')[0]} failed: HTTP {r.status_code}" + (f" {detail}" if detail else "")
-        if r.status_code in (401, 403):
+        where = f"sakura DOK: {method} /{path.split('?')[0]} failed: HTTP {status}" + (f" {detail}" if detail else "")
+        if status in (401, 403):
             raise AuthMissing(f"{where}; check the API key, that it may use 高火力 DOK, and that the DOK terms "
                               "were accepted once (control panel)")
-        if r.status_code == 409:
+        if status == 409:
             raise _Conflict(where)
-        if r.status_code == 404:
+        if status == 404:
             raise _Gone(where)
         raise ProviderError(where)
 

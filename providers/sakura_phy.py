@@ -128,6 +128,8 @@ class SakuraPhyProvider(BaremetalProvider):
     def _call(self, method: str, path: str, body: Mapping | None = None) -> dict:
         import requests
 
+        from gpuplan.providers.sakura import send
+
         if self._http is None:
             s = requests.Session()
             s.auth = self._vrt.api_key()
@@ -136,20 +138,14 @@ class SakuraPhyProvider(BaremetalProvider):
         self.budget.take()
         headers = {"X-Requested-With": "XMLHttpRequest"} if method != "GET" else {}
         data = json.dumps(body).encode() if body is not None else None
-        try:
-            r = self._http.request(method, f"{self.base_url()}/{path}", data=data, headers=headers, timeout=60)
-        except requests.RequestException as exc:
-            raise ProviderError(f"sakura PHY: cannot reach {self.base_url()} ({exc.__class__.__name__})") from exc
-        try:
-            payload = r.json() if r.content else {}
-        except ValueError:
-            payload = {}
-        if r.status_code < 300:
+        status, payload = send(self._http, method, f"{self.base_url()}/{path}", data=data, headers=headers,
+                               unreachable_as=f"sakura PHY: cannot reach {self.base_url()} ({{why}})")
+        if status < 300:
             return payload if isinstance(payload, dict) else {}
-        where = f"sakura PHY: {method} /{path} failed: HTTP {r.status_code}"
-        if r.status_code in (401, 403):
+        where = f"sakura PHY: {method} /{path} failed: HTTP {status}"
+        if status in (401, 403):
             raise AuthMissing(f"{where}; check the API key and that it may use the PHY API")
-        if r.status_code == 429:
+        if status == 429:
             raise ProviderError(f"{where}: the account's API rate limit ({RATE_LIMIT} an hour); retry later")
         detail = (payload.get("error_msg") or payload.get("detail") or payload.get("error")) if isinstance(payload, dict) else ""
         raise ProviderError(where + (f": {detail}" if detail else ""))
