@@ -216,12 +216,13 @@ def status(
         print(json.dumps([_status_json(s) for s in statuses], indent=2))
     else:
         _print_status(_out_console(), statuses)
-        for s in statuses:  # batches not known to be over, as of the last look (`gpuplan jobs` reads the cluster)
-            for j in state.jobs(s.cluster.name):
-                if j["state"] in ("submitted", "running"):
-                    ok = state.job_counts(j["id"]).get("ok", 0)
-                    _out_console().print(f"batch {j['id']} on {s.cluster.name}: {j['state']}, {ok} of {fmt.plural(j['total'], 'item')}"
-                                         f" done when last looked at; `gpuplan jobs {s.cluster.name}` for now", markup=False)
+        place = {s.cluster.name: i for i, s in enumerate(statuses)}  # in the clusters' order, then as submitted
+        out = _out_console()
+        unfinished = sorted((j for j in state.unfinished_jobs() if j["cluster"] in place), key=lambda j: place[j["cluster"]])
+        for j in unfinished:  # as of the last look (`gpuplan jobs` reads the cluster)
+            ok = state.job_counts(j["id"]).get("ok", 0)
+            out.print(f"batch {j['id']} on {j['cluster']}: {j['state']}, {ok} of {fmt.plural(j['total'], 'item')}"
+                      f" done when last looked at; `gpuplan jobs {j['cluster']}` for now", markup=False)
 
 
 def _status_json(s) -> dict:

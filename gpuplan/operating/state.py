@@ -817,6 +817,12 @@ class State:
     def jobs(self, cluster: str) -> list[dict]:
         return [_job(r) for r in self._query("SELECT * FROM jobs WHERE cluster=? ORDER BY submitted_at, rowid", (cluster,))]
 
+    def unfinished_jobs(self) -> list[dict]:
+        """Every cluster's batches not known to be over (submitted or running), in one query:
+        `status` of 1,000 clusters must not ask 1,000 times."""
+        return [_job(r) for r in self._query("SELECT * FROM jobs WHERE state IN ('submitted', 'running')"
+                                             " ORDER BY submitted_at, rowid")]
+
     def set_job_state(self, job: str, state: str) -> None:
         with self._tx() as db:
             db.execute("UPDATE jobs SET state=?, ended_at=COALESCE(ended_at, ?) WHERE id=?", (state, _iso(), job))
