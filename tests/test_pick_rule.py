@@ -28,14 +28,7 @@ jobs:
 """
 
 
-@pytest.fixture(autouse=True)
-def _regions_of_the_issue(gpuplan_home):
-    """Issue 19's cases were measured on the AWS and Azure regions and owned hardware of the
-    catalog before Sakura 高火力 DOK joined it (issue 22): a DOK task queue, one machine per
-    project, is now the cheapest plan for several of them. Plan them where the issue did."""
-    (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
-    (gpuplan_home / "config" / "config.yaml").write_text(
-        "preferred_regions: [us-east-1, ap-northeast-1, eastus, westus2, onprem, dc]\n")
+pytestmark = pytest.mark.usefixtures("issue_19_regions")
 
 
 def _estimate(cli, *args):
