@@ -69,6 +69,9 @@ def test_a_campaign_on_two_owned_offers_writes_two_profiles_and_moves_the_pick(c
     before, est = pick(cli)
     assert before == "beta"  # the generic table's faster GPU
     assert not any(line.startswith("measured:") for line in est["notes"].values())
+    # the estimate names the campaign that would settle the pick: the pick's offer and its rival's
+    text = " ".join(cli("estimate", "--videos", "2", "--provider", "baremetal").out.split())
+    assert "measure it: `gpuplan bench colorize --on baremetal:beta,baremetal:alpha`" in text
 
     # the plan of the campaign, with its yen, spends nothing with --dry-run
     r = cli("bench", "colorize-hd", "--on", "baremetal:alpha,baremetal:beta", "--quick", "--dry-run")
@@ -103,6 +106,7 @@ def test_a_campaign_on_two_owned_offers_writes_two_profiles_and_moves_the_pick(c
     # the table says it too
     r = cli("estimate", "--videos", "2", "--provider", "baremetal")
     assert "measured: colorize-hd on baremetal:alpha" in r.out and "measured: colorize-hd on baremetal:beta" in r.out
+    assert "speed: " not in r.out  # nothing left to settle
 
 
 def test_a_failed_bench_is_torn_down_and_the_other_offers_still_measured(cli, owned):

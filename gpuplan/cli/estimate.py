@@ -463,11 +463,38 @@ def _speed_line(est) -> str:
     elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: bench inside one
         how = (f"run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok submit` task"
                f" from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
-    else:
-        how = (f"`gpuplan provision {o.provider}:{o.name} x1 --name bench`, `gpuplan bench {job} --cluster bench --out"
-               f" {slug}.yaml`, then `--profile {slug}.yaml`")
+    else:  # issue 19: one campaign measures the pick's GPU and its rivals', then every estimate reads them
+        how = (f"`gpuplan bench {job} --on {','.join(_bench_offers(est))}` (one machine per offer, benched and torn down;"
+               " it says the yen first)")
     return (f"speed: {o.gpu} from the generic {w.kind} table, not measured for {w.name} (field report A: such a figure"
             f" put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: {how}")
+
+
+BENCH_RIVALS = 2  # besides the pick's offer
+RIVAL_COST = 2  # a rival costs at most this many times the pick: the generic table has been off by 3-4x (report A)
+
+
+def _bench_offers(est) -> list[str]:
+    """The offers whose measurement could change the pick, as `bench --on` takes them: the
+    pick's, then up to BENCH_RIVALS rivals (the faster line's plan, the cost / wall-time frontier,
+    the next plans in rank order) costing at most RIVAL_COST times the pick, each on a GPU whose
+    speed is the generic table's and not yet named (one measurement settles a GPU for every offer
+    that has it). DOK tasks and spot rows are left out: they are benched otherwise."""
+    from gpuplan.planning import ranking
+
+    w, rec = est.workload, est.recommended
+    eligible = [p for p in est.plans if p.feasible and p.recommendable]
+    rivals = [ranking.faster_plan(rec, eligible), *est.pareto, *eligible]
+    named: dict[str, str] = {}
+    for p in [rec, *(p for p in rivals if p is not None and p.cost <= rec.cost * RIVAL_COST)]:
+        for o, _ in p.fleet:
+            if (o.gpu in named or o.gpu in w.speed or o.gpu == w.reference_gpu or o.kind == "task"
+                    or o.market == "spot"):
+                continue
+            if len(named) > BENCH_RIVALS:
+                return list(named.values())
+            named[o.gpu] = f"{o.provider}:{o.name}" + ("" if o.provider == "baremetal" else f"@{o.region}")
+    return list(named.values())
 
 
 def work_size(work) -> str:
