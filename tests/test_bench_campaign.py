@@ -145,3 +145,66 @@ def test_a_cloud_offer_is_priced_through_its_billing_terms(cli, gpuplan_home):
     offer = catalog.load().resolve("aws:g5.xlarge")
     yen = billing.charge(42 * 60, billing.terms_for(offer))
     assert f"about 42 min (setup 20 min + 11 runs of colorize x 2 min, an ESTIMATE): ¥{int(yen.quantize(Decimal(1))):,}" in r.out
+
+
+class ScriptedCluster:
+    """Stands in for the SSH executor on the campaign's cloud machine: records what the cloud
+    held while the bench ran, then answers as `answer` says."""
+
+    seen: list = []
+    answer = staticmethod(lambda: None)
+
+    def __init__(self, state, cluster, python="python3"):
+        self.cluster, self.nodes, self.python = cluster, 1, python
+        ScriptedCluster.seen.append((cluster, [n.provider_id for n in state.nodes(cluster)]))
+
+    def machine(self):
+        from gpuplan.operating import bench
+
+        return bench.Machine(1, "NVIDIA A10G", None, "570.1", "node-0")
+
+    def run_all(self, launches, timeout):
+        from gpuplan.operating import bench
+
+        failure = ScriptedCluster.answer()
+        if failure:
+            return [bench.Outcome(1, "", failure) for _ in launches]
+        rec = {"status": "ok", "seconds_per_epoch": 1.8, "seconds": 0.5, "throughput": 1.0}
+        return [bench.Outcome(0, json.dumps(rec) + "\n", "", 2.0) for _ in launches]
+
+    def private_address(self, node):
+        return "10.0.0.1"
+
+    def remove_dirs(self, dirs):
+        pass
+
+
+@pytest.fixture
+def aws(moto_aws, gpuplan_home, monkeypatch):
+    cfg = gpuplan_home / "config"
+    cfg.mkdir(parents=True)
+    (cfg / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": {
+        "ami": moto_aws.ami, "quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}}}))
+    from gpuplan.operating import bench
+
+    ScriptedCluster.seen = []
+    monkeypatch.setattr(bench, "ClusterExecutor", ScriptedCluster)
+    yield moto_aws
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_cloud_offer_is_provisioned_tagged_benched_and_torn_down(aws, cli, fails):
+    ScriptedCluster.answer = staticmethod(lambda: "RuntimeError: CUDA error: no kernel image" if fails else None)
+    r = cli("bench", "colorize", "--on", "aws:g5.xlarge@us-east-1", "--quick", "--max-pack", "1", "--no-bootstrap",
+            "-y")
+    assert r.code == (4 if fails else 0), r.err
+    [(cluster, ids)] = ScriptedCluster.seen  # one machine, made through the provision path, while the bench ran
+    assert cluster.startswith("bench-g5-xlarge-") and len(ids) == 1 and ids[0].startswith("i-")
+    state = State(paths.state_db())
+    assert state.journal(cluster)  # journaled as any provision is
+    state.close()
+    [made] = [i for res in aws.ec2().describe_instances(InstanceIds=ids)["Reservations"] for i in res["Instances"]]
+    assert {t["Key"]: t["Value"] for t in made["Tags"]}["gpuplan-cluster"] == cluster  # tagged
+    assert aws.held() == {}  # torn down, the failed bench's machine too
+    measured = paths.state_dir() / "profiles" / "measured" / "colorize--aws-g5.xlarge@us-east-1.yaml"
+    assert measured.exists() != fails

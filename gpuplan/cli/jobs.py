@@ -47,6 +47,7 @@ def bench(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --on: print the campaign (offers, time, yen); provision nothing.")] = False,
     ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help="With --on: let SSH in from this address or CIDR only (default: as `gpuplan provision`).", metavar="CIDR")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --on: do not ask; go ahead (needed when stdin is not a terminal).")] = False,
+    no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="With --on: do not run the setup playbooks on cloud machines (their image has the driver and gpuplan[bench]).")] = False,
 ) -> None:
     """Measure a reference job (alone, co-located, packed, data-parallel) and save a profile;
     with --on, on one new machine per offer, torn down after."""
@@ -54,8 +55,8 @@ def bench(
 
     if sum((local, cluster is not None, on is not None)) != 1:
         raise UsageError("say where to measure: --local or --cluster NAME, or --on OFFER[,OFFER...] (one of them)")
-    if on is None and (dry_run or yes or ssh_from):
-        raise UsageError("--dry-run, --yes and --ssh-from go with --on (a campaign that provisions machines)")
+    if on is None and (dry_run or yes or ssh_from or no_bootstrap):
+        raise UsageError("--dry-run, --yes, --ssh-from and --no-bootstrap go with --on (a campaign that provisions machines)")
     from gpuplan.operating.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
     from gpuplan.planning.units import MAX_DURATION_S
 
@@ -88,7 +89,7 @@ def bench(
         progress=_progress(err),
     )
     if on is not None:
-        _campaign(on, opts, python, dry_run, ssh_from, yes)
+        _campaign(on, opts, python, dry_run, ssh_from, yes, not no_bootstrap)
         return
     if local:
         executor = bench_mod.LocalExecutor()
@@ -100,7 +101,7 @@ def bench(
     _print_profile(profile, path)
 
 
-def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str], yes: bool) -> None:
+def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str], yes: bool, bootstrap: bool) -> None:
     """`bench --on`: the campaign's plan and its yen, asked about; then each offer provisioned,
     benched and torn down in turn (a failed one does not stop the others)."""
     from dataclasses import replace
@@ -115,7 +116,7 @@ def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str]
 
     texts = campaign.split(on)
     known = State(paths.state_db()) if paths.state_db().is_file() else None  # measured setup times, if any
-    targets = campaign.plan(texts, opts, known)
+    targets = campaign.plan(texts, opts, known, bootstrap)
     total = sum((t.yen for t in targets), Decimal(0))
     lines = [f"bench {opts.workload} on {fmt.plural(len(targets), 'offer')}, one machine each, torn down after its bench:"]
     lines += [f"  {campaign.describe(t, opts.workload)}" for t in targets]

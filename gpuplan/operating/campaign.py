@@ -39,6 +39,7 @@ class Target:
     offer: Offer
     cluster: str
     setup_s: int  # bootstrap before the bench (0 for an owned host: used as it is)
+    bootstrap: bool  # run the setup playbooks first (cloud machines, unless --no-bootstrap)
     runs: int
     seconds: int  # setup + runs: what the machine is expected to be held
     terms: billing.Terms
@@ -119,8 +120,9 @@ def runs(opts: bench_mod.BenchOptions, gpus: int) -> int:
     return 1 + bench_mod.MEMORY_SEARCH_STEPS + points + (opts.max_pack - 1) + (points if spec.data_parallel else 0)
 
 
-def plan(texts: list[str], opts: bench_mod.BenchOptions, state=None) -> list[Target]:
-    """Every offer resolved and priced: nothing is created."""
+def plan(texts: list[str], opts: bench_mod.BenchOptions, state=None, bootstrap: bool = True) -> list[Target]:
+    """Every offer resolved and priced: nothing is created. Cloud machines are bootstrapped
+    first (its setup time counted) unless `bootstrap` is False (an image with everything)."""
     from gpuplan.planning import catalog
 
     offers = [resolve(t) for t in texts]
@@ -133,7 +135,7 @@ def plan(texts: list[str], opts: bench_mod.BenchOptions, state=None) -> list[Tar
     tag = secrets.token_hex(2)
     for text, offer in zip(texts, offers):
         setup = 0
-        if offer.kind == "cloud":
+        if offer.kind == "cloud" and bootstrap:
             measured = state.setup_time(offer.provider, offer.name) if state is not None else None
             f = facts.get(offer.provider)
             setup = int(measured[0]) if measured is not None else (f.setup_s if f else 0)
@@ -149,7 +151,7 @@ def plan(texts: list[str], opts: bench_mod.BenchOptions, state=None) -> list[Tar
             if offer.kind == "owned":
                 price = f"your own host: power only, {fmt.rate(terms.price_jpy)}/h"
         slug = re.sub(r"[^a-z0-9]+", "-", offer.name.lower()).strip("-")[:30]
-        out.append(Target(text, offer, f"bench-{slug}-{tag}", setup, n, seconds, terms,
+        out.append(Target(text, offer, f"bench-{slug}-{tag}", setup, bootstrap and offer.kind == "cloud", n, seconds, terms,
                           billing.charge(seconds, terms), price))
     return out
 
@@ -185,7 +187,7 @@ def measure(state, t: Target, order, prov, opts: bench_mod.BenchOptions, python:
 
     try:
         progress(f"{t.offer.provider}:{t.offer.name}: provisioning {t.cluster}")
-        launch.provision(state, prov, order, bootstrap=not t.owned, progress=progress)
+        launch.provision(state, prov, order, bootstrap=t.bootstrap, progress=progress)
         executor = bench_mod.ClusterExecutor(state, t.cluster, python=python)
         profile = bench_mod.measure(opts, executor)
         from dataclasses import replace
