@@ -674,11 +674,11 @@ def _inventory(cat):
     owned offers, one per kind of host; {offer name: how many hosts} for the planner (they are
     yours: recommended, and planned several at once); notes on what was left out."""
     from dataclasses import replace
+    from importlib import import_module
 
     from gpuplan import config
-    from gpuplan.providers.baremetal import BaremetalProvider
 
-    prov = BaremetalProvider(config.provider_config("baremetal"))
+    prov = import_module("gpuplan.providers.baremetal").BaremetalProvider(config.provider_config("baremetal"))
     path = prov.inventory_path()
     if not path.is_file():
         return cat, {}, []

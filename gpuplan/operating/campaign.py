@@ -95,11 +95,12 @@ def resolve(text: str) -> Offer:
 
 
 def _inventory_offer(text: str, kind: str) -> Offer:
+    from importlib import import_module
+
     from gpuplan import config
     from gpuplan.planning import catalog
-    from gpuplan.providers.baremetal import BaremetalProvider
 
-    prov = BaremetalProvider(config.provider_config("baremetal"))
+    prov = import_module("gpuplan.providers.baremetal").BaremetalProvider(config.provider_config("baremetal"))
     offers, _ = prov.owned_offers(catalog.load())
     want = re.sub(r"[\s_-]+", "", kind).lower()
     for offer, _n in offers:
