@@ -477,7 +477,8 @@ RIVAL_COST = 2  # a rival costs at most this many times the pick: the generic ta
 def _bench_offers(est) -> list[str]:
     """The offers whose measurement could change the pick, as `bench --on` takes them: the
     pick's, then up to BENCH_RIVALS rivals (the faster line's plan, the cost / wall-time frontier,
-    the next plans in rank order) costing at most RIVAL_COST times the pick, each on a GPU whose
+    the next plans in rank order) costing at most RIVAL_COST times the pick or on the user's own
+    hosts, each on a GPU whose
     speed is the generic table's and not yet named (one measurement settles a GPU for every offer
     that has it). DOK tasks and spot rows are left out: they are benched otherwise."""
     from gpuplan.planning import ranking
@@ -486,7 +487,9 @@ def _bench_offers(est) -> list[str]:
     eligible = [p for p in est.plans if p.feasible and p.recommendable]
     rivals = [ranking.faster_plan(rec, eligible), *est.pareto, *eligible]
     named: dict[str, str] = {}
-    for p in [rec, *(p for p in rivals if p is not None and p.cost <= rec.cost * RIVAL_COST)]:
+    close = [p for p in rivals if p is not None and (p.cost <= rec.cost * RIVAL_COST or all(
+        o.kind == "owned" for o, _ in p.fleet))]  # your own hosts: measuring them costs their power
+    for p in [rec, *close]:
         for o, _ in p.fleet:
             if (o.gpu in named or o.gpu in w.speed or o.gpu == w.reference_gpu or o.kind == "task"
                     or o.market == "spot"):

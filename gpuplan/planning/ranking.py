@@ -341,7 +341,7 @@ def break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
         return replace(plan, note=f"{plan.note}; {line}")
     saving = hourly.cost - plan.cost
     if mine.price is None:  # an inventory host: no purchase to pay off
-        line = f"against {fmt.yen(hourly.cost)} per batch for {hourly.label}"
+        line = f"the best hourly plan, {hourly.label}, costs {fmt.yen(hourly.cost)} per batch"
     elif saving <= 0:
         line = (f"buying never pays off: the best hourly plan costs {fmt.yen(hourly.cost)} per batch, power alone "
                 f"{fmt.yen(plan.cost)}")
