@@ -76,3 +76,13 @@ def test_power_watts_is_checked(cli, gpuplan_home):
     write_inventory([{**host("a", "Tesla T4"), "power_watts": -5}])
     r = cli("provision", "baremetal:tesla-t4", "x1", "--dry-run")
     assert r.code == 2 and "power_watts must be a whole number of watts" in r.err
+
+
+def test_an_inventory_pick_saved_is_what_provision_claims(cli, gpuplan_home, tmp_path):
+    write_inventory(TWO_KINDS)
+    plan = tmp_path / "plan.json"
+    r = cli("estimate", "--videos", "6", "--provider", "baremetal", "--save", str(plan))
+    assert r.code == 0, r.err
+    r = cli("provision", "--plan", str(plan), "--dry-run", "--name", "mine")
+    assert r.code == 0, r.err
+    assert "would create cluster mine: 3x baremetal:nvidia-a10g in local" in r.out
