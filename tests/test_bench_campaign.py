@@ -27,6 +27,7 @@ STAND_IN = """#!/bin/bash
 # Stands in for `python3 -m gpuplan.jobs.<job> ...` on a loopback host: one JSON record at the
 # speed this host's fake root says (no file: the job fails, as a broken CUDA install would).
 spu=$(cat "$GPUPLAN_FAKE_ROOT/bench_spu" 2>/dev/null) || { echo "RuntimeError: CUDA error: no kernel image" >&2; exit 1; }
+echo "start $(date +%s.%N)" >> "$GPUPLAN_FAKE_ROOT/bench_runs"; sleep 0.3; echo "end $(date +%s.%N)" >> "$GPUPLAN_FAKE_ROOT/bench_runs"
 echo '{"status": "ok", "seconds_per_epoch": '"$spu"', "seconds": 0.5, "throughput": 1.0, "torch": "stand-in"}'
 """
 
@@ -90,6 +91,10 @@ def test_a_campaign_on_two_owned_offers_writes_two_profiles_and_moves_the_pick(c
     alpha = load_profile(measured / files[0])
     assert alpha.provenance.offer == "baremetal:alpha@local" and alpha.reference_gpu == "T4"
     assert str(alpha.seconds_per_unit) == "0.6" and alpha.provenance.quick
+    # one machine per offer, all at once: the two hosts' bench runs overlap in time
+    spans = {k: [float(line.split()[1]) for line in (h.fake_root / "bench_runs").read_text().split("\n") if line]
+             for k, h in hosts.items()}
+    assert min(spans["alpha"]) < max(spans["beta"]) and min(spans["beta"]) < max(spans["alpha"])
     # nothing leaks: both hosts released, both clusters gone from the state
     assert not any(map(claimed, hosts.values()))
     state = State(paths.state_db())

@@ -102,8 +102,8 @@ def bench(
 
 
 def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str], yes: bool, bootstrap: bool) -> None:
-    """`bench --on`: the campaign's plan and its yen, asked about; then each offer provisioned,
-    benched and torn down in turn (a failed one does not stop the others)."""
+    """`bench --on`: the campaign's plan and its yen, asked about; then every offer provisioned,
+    benched and torn down at once, each on its own (a failed one does not stop the others)."""
     from dataclasses import replace
 
     from gpuplan import paths
@@ -129,15 +129,29 @@ def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str]
     state = State.open_default()
     checked = [campaign.check(state, t, ssh_from) for t in targets]
     _confirm(lines, f"Spend about {fmt.yen(total)} on these measurements?", yes, default=True)
+    from concurrent.futures import ThreadPoolExecutor
+
     err, failures = _console(stderr=True), []
-    for t, (order, prov) in zip(targets, checked):
-        try:
-            with working(err, f"bench on {t.offer.provider}:{t.offer.name}") as step:
-                profile, path = campaign.measure(state, t, order, prov, replace(opts, progress=step), python, step)
-            _print_profile(profile, path)
-        except GpuplanError as exc:
-            failures.append((t, exc))
-            err.print(f"{t.text}: {exc}")
+    with working(err, f"bench {opts.workload} on {fmt.plural(len(targets), 'offer')}") as step:
+        def one(pair):
+            t, (order, prov) = pair
+
+            def say(message: str) -> None:
+                step(f"{t.offer.provider}:{t.offer.name}: {message}")
+
+            try:
+                return campaign.measure(state, t, order, prov, replace(opts, progress=say), python, say)
+            except GpuplanError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=len(targets)) as pool:  # one machine per offer, all at once
+            results = list(pool.map(one, zip(targets, checked)))
+    for t, result in zip(targets, results):
+        if isinstance(result, GpuplanError):
+            failures.append((t, result))
+            err.print(f"{t.text}: {result}")
+        else:
+            _print_profile(*result)
     if failures:
         t, first = failures[0]
         names = ", ".join(f.text for f, _ in failures)

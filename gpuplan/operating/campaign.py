@@ -182,12 +182,13 @@ def check(state, t: Target, ssh_from: str | None):
 def measure(state, t: Target, order, prov, opts: bench_mod.BenchOptions, python: str,
             progress: Callable[[str], None]) -> tuple[object, Path]:
     """Provision, bench, save; the machine is torn down whatever happens (a failed bench, an
-    interrupt). Returns the profile and where it was saved."""
+    interrupt). Returns the profile and where it was saved. The offers of a campaign run at
+    once, each in its own thread (the state serializes its writes; each cluster has its lock)."""
     from gpuplan.operating import launch, lifecycle
     from gpuplan.planning.profiles import measured_path, save_profile
 
     try:
-        progress(f"{t.offer.provider}:{t.offer.name}: provisioning {t.cluster}")
+        progress(f"provisioning {t.cluster}")
         launch.provision(state, prov, order, bootstrap=t.bootstrap, progress=progress)
         executor = bench_mod.ClusterExecutor(state, t.cluster, python=python)
         profile = bench_mod.measure(opts, executor)
@@ -197,7 +198,7 @@ def measure(state, t: Target, order, prov, opts: bench_mod.BenchOptions, python:
         path = save_profile(profile, measured_path(opts.workload, t.offer.key))
     finally:
         if state.cluster(t.cluster) is not None:
-            progress(f"{t.offer.provider}:{t.offer.name}: tearing down {t.cluster}")
+            progress(f"tearing down {t.cluster}")
             try:
                 lifecycle.teardown(state, prov, t.cluster, progress=progress)
             except GpuplanError as exc:
