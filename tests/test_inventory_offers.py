@@ -86,3 +86,11 @@ def test_an_inventory_pick_saved_is_what_provision_claims(cli, gpuplan_home, tmp
     r = cli("provision", "--plan", str(plan), "--dry-run", "--name", "mine")
     assert r.code == 0, r.err
     assert "would create cluster mine: 3x baremetal:nvidia-a10g in local" in r.out
+
+
+def test_the_catalog_lists_the_inventory_kinds(cli, gpuplan_home):
+    write_inventory(TWO_KINDS)
+    r = cli("catalog", "--provider", "baremetal", "--format", "json")
+    assert r.code == 0, r.err
+    mine = {o["name"]: o for o in json.loads(r.out)["offers"] if o["region"] == "local"}
+    assert set(mine) == {"t4", "nvidia-a10g"} and mine["t4"]["status"] == "active"
