@@ -195,6 +195,10 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     for key in ("workload", "unit", "reference_gpu", "seconds_per_unit", "provenance"):
         if data.get(key) in (None, ""):
             raise UsageError(f"{where}: field '{key}' is missing; see docs/profiles.md")
+    from gpuplan.userfiles import check_plain, one_line
+
+    for key in ("workload", "unit", "reference_gpu"):
+        check_plain(str(data[key]), f"{where}: {key}")  # printed and matched: no control characters
     spu = _dec(where, "seconds_per_unit", data["seconds_per_unit"], positive=True)
     prov = data["provenance"]
     if not isinstance(prov, dict) or not prov.get("source") or not prov.get("date"):
@@ -202,7 +206,7 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     unknown = set(prov) - set(Provenance.__dataclass_fields__)
     if unknown:
         raise UsageError(f"{where}: unknown provenance field(s) {sorted(unknown)}")
-    fields: dict[str, Any] = {k: (bool(v) if k == "quick" else str(v)) for k, v in prov.items() if v is not None}
+    fields: dict[str, Any] = {k: (bool(v) if k == "quick" else one_line(str(v))) for k, v in prov.items() if v is not None}
     provenance = Provenance(**fields)
 
     slowdown = {}
