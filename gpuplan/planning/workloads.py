@@ -95,6 +95,8 @@ def with_catalog_gpus(work: Workload, cat) -> Workload:
     def known(text: str, field: str) -> str:
         hits = cat.match_gpus(text)
         exact = [g for g in hits if g.lower().replace(" ", "") == text.lower().replace(" ", "")]
+        if not exact and work.reference_speed is not None and text == work.reference_gpu:
+            return text  # a GPU the workload says is not in the table ("GTX 1080" is not the GTX 1080 Ti)
         if len(exact) == 1 or len(hits) == 1:
             return (exact or hits)[0]
         if field == "reference_gpu" and work.reference_speed is None:
