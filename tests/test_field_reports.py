@@ -273,7 +273,7 @@ def test_report_e_feed_limit_is_named_where_the_catalog_lacks_the_servers_vcpus(
     assert any("data-parallel over 1 x 4 GPUs: 3.5257x one GPU" in a for a in one["assumptions"])
     # the 2016-2017 Koukaryoku rows give no vCPU count: the measured CPU need is shown, not silently dropped
     assert any(a.startswith("speed on TITAN X (Maxwell): 0.85x GTX 1080") and a.endswith(
-        "feed limit not checked: the catalog gives no vCPU count for koukaryoku-titanx-maxwell-x4 (2.279 CPU s per epoch"
+        "feed limit not checked: the catalog gives no vCPU count for koukaryoku-titanx-maxwell-x4 (5.699 CPU s per epoch"
         " to feed one job))") for a in one["assumptions"])
 
 
@@ -282,16 +282,16 @@ def test_report_e_towers_are_feed_bound_on_a_machine_with_too_few_vcpus():
 
     cat = catalog.load("2017-08")
     work = workloads.with_catalog_gpus(workloads.load("cifar10-towers"), cat)
-    node = replace(cat.resolve("koukaryoku-titanx-pascal-x4"), vcpus=2)
+    node = replace(cat.resolve("koukaryoku-titanx-pascal-x4"), vcpus=8)
     speed, why = model.speed(work, node, cat.gpus)
-    # 2 vCPUs for 4 GPUs: 0.5 vCPU per tower / 2.279 CPU s per epoch feeds 0.219 epochs/s, more than
-    # the TITAN X (Pascal) does (1.3 / 6.25 = 0.208 epochs/s): the GPU still binds
+    # 8 vCPUs for 4 towers: 2 vCPUs each / 5.699 CPU s per epoch feed 0.351 epochs/s, more than the
+    # TITAN X (Pascal) does (1.3 / 6.25 = 0.208 epochs/s): the GPU binds
     assert speed == Decimal("1.3")
-    node = replace(node, vcpus=1)
+    node = replace(node, vcpus=2)
     speed, why = model.speed(work, node, cat.gpus)
-    # 1 vCPU: 0.25 per tower feeds 0.11 epochs/s, half what the GPU does: feed-bound
-    assert speed == Decimal("6.25") * Decimal("0.25") / Decimal("2.279435")
-    assert why.startswith("feed-bound: 0.25 vCPUs per GPU at 2.279 CPU s per epoch feed 0.11 epochs/s")
+    # 2 vCPUs: half a vCPU per tower feeds 0.088 epochs/s, less than half what the GPU does: feed-bound
+    assert speed == Decimal("6.25") * Decimal("0.5") / Decimal("5.699")
+    assert why.startswith("feed-bound: 0.5 vCPUs per GPU at 5.699 CPU s per epoch feed 0.088 epochs/s")
 
 
 # --- streams: real-time work held for its whole duration ------------------------------------------------
