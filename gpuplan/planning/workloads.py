@@ -303,10 +303,6 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
 
     prof = load_profile(profile_path)
     o = prof.to_workload_overrides()
-    longest = max(j.units for j in workload.jobs) * o["seconds_per_unit"]
-    if longest > MAX_JOB_SECONDS:
-        raise UsageError(f"profile {profile_path}: seconds_per_unit {o['seconds_per_unit']} makes a job of {workload.name}"
-                         f" {longest:.3g} s alone, over the limit of 100 years ({MAX_JOB_SECONDS:,} s); check the profile")
     if o["unit"] != workload.unit:
         raise UsageError(
             f"profile {profile_path}: unit {o['unit']!r} does not match workload {workload.name}'s unit {workload.unit!r}"
@@ -321,6 +317,10 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
         workload = replace(workload, assumptions=workload.assumptions + (
             f"GPU figures of {source} not used: measured on a CPU, not a GPU",))
         return replace(workload, **_feed_changes(workload, o, source))
+    longest = max(j.units for j in workload.jobs) * o["seconds_per_unit"]
+    if longest > MAX_JOB_SECONDS:
+        raise UsageError(f"profile {profile_path}: seconds_per_unit {o['seconds_per_unit']} makes a job of {workload.name}"
+                         f" {longest:.3g} s alone, over the limit of 100 years ({MAX_JOB_SECONDS:,} s); check the profile")
     kept = [name for name in o["unmeasured"]]
     packing_changes: dict[str, Any] = {}
     changes: dict[str, Any] = {
