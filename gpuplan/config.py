@@ -74,4 +74,6 @@ def preferred_regions() -> list[str]:
     if not isinstance(raw, list) or not all(isinstance(r, str) and r.strip() for r in raw):
         raise UsageError(f"{paths.config_dir() / 'config.yaml'}: preferred_regions must be a list of region names, "
                          "e.g. [ap-northeast-1, japaneast, is1a]")
-    return [r.strip() for r in raw]
+    from gpuplan.userfiles import check_plain
+
+    return [check_plain(r.strip(), f"{paths.config_dir() / 'config.yaml'}: preferred_regions entry") for r in raw]

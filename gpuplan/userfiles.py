@@ -32,6 +32,12 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def one_line(text: str) -> str:
+    """Free text from a user's file (a note, a source) as one printable line: runs of whitespace,
+    newlines included, become one space and any other control character an \\xNN escape."""
+    return printable(" ".join(text.split()))
+
+
 def check_plain(value: str, what: str) -> str:
     """Refuse a name, path or region holding a control character (a newline makes a two-line
     message, an escape code drives the terminal)."""

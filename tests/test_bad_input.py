@@ -198,6 +198,21 @@ CASES = [
     ("ttl-fullwidth-digits", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "４h", *DRY], "--ttl"),
     ("workload-name-escape-codes", {"w.yaml": _workload(name='"\\e[2Jx"')}, ["estimate", "--workload", "{tmp}/w.yaml"],
      "control character"),
+    # control characters in names inside the user's prices file and profiles (issue 21, item 7)
+    *[(f"prices-{field}-control", {"{home}/config/prices.yaml": "offers:\n- {" + ", ".join(
+        f"{k}: {v}" for k, v in {"provider": "aws", "name": "x1", "region": "us-east-1", "gpu": "T4", "gpu_count": 1,
+                                 "price": 1, "currency": "USD", field: f'"{value}"'}.items()) + "}\n"},
+       ["catalog"], culprit)
+      for field, value, culprit in [("name", "g4dn\\e[2J", "control character"),
+                                    ("region", "us-east-1\\nx", "control character"),
+                                    ("gpu", "T4\\x07", "control character"),
+                                    ("quota_family", "G\\e[31m", "control character")]],
+    ("config-preferred-region-control", {"{home}/config/config.yaml": 'preferred_regions: ["us-east-1\\nx"]\n'},
+     ["estimate", "--videos", "4"], "control character"),
+    ("prices-fx-code-control", {"{home}/config/prices.yaml": 'fx: {"U\\e[2JD": 150}\n'}, ["catalog"], "currency code"),
+    ("profile-workload-escape", {"p.yaml": "workload: \"x\\e[2J\"\nunit: epoch\nreference_gpu: T4\nseconds_per_unit: 1\n"
+                                           "provenance: {source: me, date: 2026-11-01}\n"},
+     ["estimate", "--videos", "4", "--profile", "{tmp}/p.yaml"], "control character"),
     ("plan-market-lottery", {"p.json": _plan(market="lottery")}, ["provision", "--plan", "{tmp}/p.json", *DRY], "market"),
     ("ttl-1s", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "1s", *DRY], "--ttl"),
     *[(f"inventory-{what}", {"inv.yaml": INVENTORY.replace("HOST", host), "{home}/config/config.yaml": INV_CONFIG},
@@ -363,3 +378,19 @@ def test_a_batch_at_the_job_limit_is_planned_not_refused(gpuplan_home):
     assert rec["wall_minutes"] == MAX_JOBS * 120  # report A: 120 min per video, one after another on one GPU
     over = subprocess.run([*argv, "--videos", str(MAX_JOBS + 1)], capture_output=True, text=True, timeout=60)
     assert over.returncode == 2 and f"at most {MAX_JOBS:,} jobs" in over.stderr
+
+
+def test_free_text_in_a_prices_file_prints_on_one_line_without_escape_codes(cli, gpuplan_home):
+    """A note or a source with a newline or a terminal escape code is kept but printed as one
+    line that cannot drive the terminal."""
+    (gpuplan_home / "config").mkdir(parents=True)
+    (gpuplan_home / "config" / "prices.yaml").write_text(
+        "offers:\n- {provider: aws, name: g4dn.xlarge, region: us-east-1, price: 0.5,"
+        ' source: "my quote\\nline two\\e[2J", notes: "note\\tone\\e]0;title\\a"}\n')
+    r = cli("catalog", "--provider", "aws", "--region", "us-east-1", "--format", "json")
+    assert r.code == 0, r.err
+    rows = [o for o in json.loads(r.out)["offers"] if o["name"] == "g4dn.xlarge" and o["market"] == "on-demand"]
+    assert rows and rows[0]["source"] == "my quote line two\\x1b[2J"
+    assert rows[0]["notes"] == "note one\\x1b]0;title\\x07"
+    shown = cli("catalog", "--provider", "aws", "--region", "us-east-1", "--all")
+    assert shown.code == 0 and "\x1b" not in shown.out and "\x07" not in shown.out

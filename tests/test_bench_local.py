@@ -29,3 +29,26 @@ def test_bench_local_quick_writes_a_cpu_profile_with_provenance(cli, gpuplan_hom
     assert p.quick and p.device == "cpu" and p.source == "gpuplan bench" and p.torch.startswith("2.")
     assert "bench colorize --local --quick" in p.command and "tiny shapes" in p.notes
     assert "quick CPU run" in r.out and str(out) in r.out.replace("\n", "")
+
+
+def test_bench_local_quick_measures_the_cpu_need_and_the_estimate_names_it_as_measured(cli, gpuplan_home, monkeypatch):
+    import json
+
+    from gpuplan.operating import bench
+
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
+    out = gpuplan_home / "vgg.yaml"
+    r = cli("bench", "vgg_cifar", "--local", "--quick", "--gpus", "1", "--max-pack", "1", "--out", str(out))
+    assert r.code == 0, r.err
+    prof = profiles.load_profile(out)
+    # CIFAR-10's crop, flip and normalise on this CPU: tens of microseconds per image, x 50,000 images per epoch
+    assert prof.feed_cpu_seconds_per_unit is not None and 0 < prof.feed_cpu_seconds_per_unit < 100
+    assert "pad 4, random 32x32 crop" in prof.feed_how and "feed" not in prof.unmeasured()
+    assert "CPU need to feed:" in r.out
+    # a CPU run's GPU figures are not used for a GPU plan; its CPU need is
+    r = cli("estimate", "--workload", "vgg-cifar10", "--profile", str(out), "--format", "json")
+    assert r.code == 0, r.err
+    assumptions = json.loads(r.out)["recommended"]["assumptions"]
+    feed = [a for a in assumptions if a.startswith("feed limit:")]
+    assert len(feed) == 1 and "CPU s per epoch to feed one job, measured (CIFAR-10 training pipeline" in feed[0]
+    assert any(a.startswith("GPU figures of profile vgg_cifar") and "measured on a CPU" in a for a in assumptions)

@@ -35,6 +35,7 @@ def test_profile_round_trips_through_yaml_and_json(tmp_path, suffix):
         dp_scaling=(profiles.ScalingPoint(1, 1, Decimal(1), Decimal(1750)),
                     profiles.ScalingPoint(8, 1, Decimal("0.987"), Decimal(13818)),
                     profiles.ScalingPoint(8, 2, Decimal("0.61"), Decimal(8540))),
+        feed_cpu_seconds_per_unit=Decimal("2.279435"), feed_how="CIFAR-10 pipeline, one thread",
     )
     path = profiles.save_profile(prof, tmp_path / f"p{suffix}")
     assert profiles.load_profile(path) == prof
@@ -53,7 +54,7 @@ def test_a_profile_from_before_the_memory_need_reads_its_peak_and_names_what_it_
     prof = profiles.load_profile(old)
     assert prof.memory_peak_gib == Decimal("65.858109") and prof.memory_need_gib is None
     assert prof.unmeasured() == ("fixed_seconds_per_job", "memory_need_gib", "packing", "colocation_slowdown",
-                                 "dp_scaling")
+                                 "dp_scaling", "feed")
 
 
 def test_profile_errors_name_the_field(tmp_path):
@@ -154,6 +155,25 @@ def test_bench_arithmetic_for_colocation_packing_and_data_parallel():
     assert [launch.argv[launch.argv.index("--node-rank") + 1] for launch in two_nodes] == ["0", "1"]
     assert len(ex.removed) == 4  # the start barriers of 2 co-location and 2 packing batches
     assert prof.provenance.driver == "570.1" and prof.provenance.quick is False
+    # resnet50 trains on synthetic batches: no input pipeline of its own to time, and the profile says so
+    assert prof.feed_cpu_seconds_per_unit is None and "feed" in prof.unmeasured()
+    assert "CPU need to feed not measured" in prof.provenance.notes
+
+
+def test_bench_turns_the_jobs_feed_cpu_time_per_image_into_cpu_seconds_per_epoch():
+    def answer(n, launch):
+        out = ok(0.0001)
+        if "--measure-feed" in launch.argv:  # only the job alone runs its input pipeline
+            rec = {**json.loads(out.stdout.splitlines()[1]), "feed_cpu_seconds_per_image": 4.5e-05, "feed": "crop, flip"}
+            return bench.Outcome(0, json.dumps(rec) + "\n", "", 2.0)
+        return out
+
+    ex = ScriptedExecutor(answer, gpus=1, nodes=1)
+    prof = bench.measure(bench.BenchOptions("vgg_cifar", max_pack=1), ex)
+    assert sum("--measure-feed" in launch.argv for b in ex.batches for launch in b) == 1
+    # 45 microseconds of CPU per image x 50,000 CIFAR-10 training images = 2.25 CPU s per epoch
+    assert prof.feed_cpu_seconds_per_unit == Decimal("2.25") and prof.feed_how == "crop, flip"
+    assert "feed" not in prof.unmeasured()
 
 
 def test_bench_reports_a_failed_measurement_in_one_line():
@@ -175,3 +195,18 @@ def test_bench_without_gpu_needs_quick(cli, monkeypatch):
     monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # no nvidia-smi: a CPU-only machine
     r = cli("bench", "colorize", "--local")
     assert r.code == 2 and "--quick" in r.err
+
+
+def test_a_cpu_profile_without_a_cpu_need_gives_a_gpu_plan_nothing(tmp_path):
+    from gpuplan.planning import workloads
+
+    cpu = tmp_path / "cpu.yaml"
+    cpu.write_text("schema: 1\nworkload: colorize\nunit: epoch\nreference_gpu: cpu\nseconds_per_unit: 90\n"
+                   "provenance: {source: gpuplan bench, date: '2026-11-24', quick: true}\n")
+    with pytest.raises(UsageError, match="measured on a CPU .* gives no CPU need to feed: nothing in it applies"):
+        workloads.apply_profile(workloads.load("colorize-hd"), cpu)
+    cpu.write_text(cpu.read_text() + "feed: {cpu_seconds_per_unit: 3.5, how: decode}\n")
+    work = workloads.apply_profile(workloads.load("colorize-hd"), cpu)
+    # the CPU need is taken; the GPU figures stay the workload's own (7.2 s per epoch on a K80 half)
+    assert work.feed_cpu_seconds_per_unit == Decimal("3.5") and work.seconds_per_unit == Decimal("7.2")
+    assert work.feed_source.startswith("CPU need measured: decode, profile colorize")

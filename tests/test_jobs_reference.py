@@ -48,6 +48,16 @@ def test_vgg_cifar_quick_uses_32px_inputs():
     rec = run_job("gpuplan.jobs.vgg_cifar", "--json", "--quick", "--steps", "3", "--warmup", "0")
     assert rec["image_size"] == 32 and rec["batch_size"] == 8 and rec["units"] == 24
     assert rec["quick"] is True and rec["seconds"] > 0
+    assert "feed_cpu_seconds_per_image" not in rec  # the input pipeline runs only when asked
+
+
+def test_vgg_cifar_times_tensorflows_tutorial_pipeline_when_asked():
+    rec = run_job("gpuplan.jobs.vgg_cifar", "--json", "--quick", "--steps", "1", "--warmup", "0", "--device", "cpu",
+                  "--measure-feed", "--feed-recipe", "tf-tutorial")
+    # at least 2,048 images whatever the steps, in batches of 128; a positive CPU time per image
+    assert rec["feed_images"] == 2048 and rec["feed_cpu_seconds_per_image"] > 0
+    assert rec["feed_cpu_seconds"] == pytest.approx(rec["feed_cpu_seconds_per_image"] * 2048)
+    assert rec["feed"].startswith("TensorFlow's CIFAR-10 tutorial pipeline (cifar10_input.distorted_inputs)")
 
 
 def test_colorize_counts_three_frames_per_step_and_epochs():

@@ -176,6 +176,9 @@ def _print_profile(profile, path: Path) -> None:
                   " of the GPU's memory)")
     if profile.fixed_seconds_per_job is not None:
         con.print(f"fixed cost per job start: {profile.fixed_seconds_per_job:.3g} s (process wall time - timed steps)")
+    if profile.feed_cpu_seconds_per_unit is not None:
+        con.print(f"CPU need to feed: {profile.feed_cpu_seconds_per_unit:.4g} CPU s per {profile.unit}"
+                  " (its input pipeline alone, one thread)")
     if profile.unmeasured():
         con.print(f"not measured: {', '.join(profile.unmeasured())}")
     rows = [["co-location slowdown", str(g), f"{f:.3f}x"] for g, f in sorted(profile.colocation_slowdown.items())]

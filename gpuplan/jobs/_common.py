@@ -40,6 +40,9 @@ def base_parser(job: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (co-located CPU runs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run that proves nothing about speed")
+    p.add_argument("--measure-feed", action="store_true",
+                   help="after the timed steps, run the job's input pipeline alone on the CPU and report its CPU"
+                        " seconds per image (jobs that have one)")
     return p
 
 
@@ -219,6 +222,62 @@ def fail(args: argparse.Namespace, message: str, code: int, **extra: object) -> 
     else:
         print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+FEED_MIN_IMAGES = 2048  # enough images for a CPU-time figure well above the clock's resolution
+
+
+CIFAR_FEED_RECIPES = {
+    "torchvision": "CIFAR-10 training pipeline from raw uint8: pad 4, random 32x32 crop, random flip, normalise,"
+                   " stack; one thread, thread CPU clock",
+    "tf-tutorial": "TensorFlow's CIFAR-10 tutorial pipeline (cifar10_input.distorted_inputs) in torch ops: uint8 to"
+                   " float HWC, random 24x24 crop, random flip, random brightness (63) and contrast (0.2-1.8),"
+                   " per-image standardisation, stack; one thread, thread CPU clock",
+}
+
+
+def cifar_feed(images: int, seed: int = 0, recipe: str = "torchvision") -> dict:
+    """Run a CIFAR-10 training input pipeline alone on this process's CPU and measure its CPU time.
+
+    CIFAR-10 is stored as raw uint8 bytes, so its pipeline is the per-image distortions and a
+    stack into batches of 128 (CIFAR_FEED_RECIPES says which). Each image is handled on its own, as
+    a data-loading worker does. One thread, timed with this thread's CPU clock: the CPU seconds one
+    worker spends per image, whatever the GPU does."""
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(seed)
+    pool = torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8, generator=gen)
+    mean = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1)
+    std = torch.tensor([0.2470, 0.2435, 0.2616]).view(3, 1, 1)
+
+    def torchvision_recipe(img: torch.Tensor) -> torch.Tensor:
+        padded = torch.nn.functional.pad(img, (4, 4, 4, 4))
+        y, x = (int(v) for v in torch.randint(0, 9, (2,), generator=gen))
+        crop = padded[:, y:y + 32, x:x + 32]
+        if bool(torch.rand(1, generator=gen) < 0.5):
+            crop = crop.flip(2)
+        return (crop.float() / 255 - mean) / std
+
+    def tf_tutorial_recipe(img: torch.Tensor) -> torch.Tensor:
+        hwc = img.permute(1, 2, 0).float()
+        y, x = (int(v) for v in torch.randint(0, 9, (2,), generator=gen))
+        crop = hwc[y:y + 24, x:x + 24, :]
+        if bool(torch.rand(1, generator=gen) < 0.5):
+            crop = crop.flip(1)
+        crop = crop + (torch.rand(1, generator=gen) * 126 - 63)
+        channel_mean = crop.mean(dim=(0, 1), keepdim=True)
+        crop = (crop - channel_mean) * (0.2 + torch.rand(1, generator=gen) * 1.6) + channel_mean
+        return (crop - crop.mean()) / torch.clamp(crop.std(), min=1 / crop.numel() ** 0.5)
+
+    one = tf_tutorial_recipe if recipe == "tf-tutorial" else torchvision_recipe
+    batch = 128
+    start = time.thread_time()
+    done = 0
+    while done < images:
+        torch.stack([one(pool[int(torch.randint(0, len(pool), (1,), generator=gen))]) for _ in range(batch)])
+        done += batch
+    cpu = time.thread_time() - start
+    return {"feed_cpu_seconds": cpu, "feed_images": done, "feed_cpu_seconds_per_image": cpu / done,
+            "feed": CIFAR_FEED_RECIPES[recipe]}
 
 
 def classifier_training(job: str, model: torch.nn.Module, args: argparse.Namespace, device: torch.device, *,

@@ -1,7 +1,9 @@
 """A VGG-11-style network on 32x32 CIFAR-shaped synthetic batches: the small-input case.
 
 Field report E: 32x32 images could not saturate the GPUs, so per-GPU throughput and
-data-parallel scaling of this job are worth measuring rather than assuming.
+data-parallel scaling of this job are worth measuring rather than assuming, and so is the CPU
+its input pipeline needs (`--measure-feed`: CPU seconds per image of CIFAR-10's crop, flip and
+normalise, run alone after the timed steps).
 
     python -m gpuplan.jobs.vgg_cifar --json --batch-size 128 --steps 50
 """
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     p = _common.base_parser("vgg_cifar", "VGG-11 training on synthetic 32x32 batches")
     p.add_argument("--batch-size", type=int, default=128, help="per process")
     p.add_argument("--width", type=float, default=1.0, help="channel multiplier")
+    p.add_argument("--feed-recipe", default="torchvision", choices=sorted(_common.CIFAR_FEED_RECIPES),
+                   help="the input pipeline --measure-feed times: torchvision's CIFAR recipe or TensorFlow's tutorial one")
     args = p.parse_args(argv)
     _common.check_args(p, args)
     if args.quick:
@@ -46,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     record = _common.classifier_training(
         "vgg_cifar", VGG(10, args.width), args, device, image_size=32, classes=10, batch_size=args.batch_size
     )
+    if args.measure_feed and _common.dist_env()[0] == 0:
+        record.update(_common.cifar_feed(max(args.batch_size * args.steps, _common.FEED_MIN_IMAGES), args.seed,
+                                            args.feed_recipe))
     _common.emit(record, args.json)
 
 

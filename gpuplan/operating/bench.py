@@ -4,7 +4,9 @@ What is measured, each by starting the job's processes and reading their JSON li
 
 1. alone: one job on GPU 0 -> seconds per unit, peak memory (uncapped), and the fixed cost of a
    job start = the process's wall time - its timed steps (interpreter, imports, CUDA context,
-   model build, cuDNN autotuning, warm-up steps, exit);
+   model build, cuDNN autotuning, warm-up steps, exit); for a job with an input pipeline
+   (vgg_cifar: CIFAR-10's crop, flip, normalise), the CPU seconds that pipeline spends per unit,
+   run alone after the timed steps on one thread (the planner's feed limit reads it);
    memory need: the smallest `--memory-fraction` cap at which the job still runs at full speed
    (within FULL_SPEED_TOLERANCE), found by bisection (GPU runs only: a CPU enforces no cap);
 2. co-location: G jobs at once on a G-GPU machine, one per GPU (CUDA_VISIBLE_DEVICES=i) ->
@@ -54,6 +56,7 @@ class JobSpec:
     full_args: tuple[str, ...] = ()
     extra_args: tuple[str, ...] = ()  # always passed
     per_unit: Decimal = Decimal(1)  # job-reported units in one profile unit (images per epoch)
+    feed: bool = False  # the job can run its input pipeline alone (--measure-feed) and report its CPU need
 
 
 IMAGENET_TRAIN_IMAGES = Decimal(1_281_167)  # ILSVRC2012 training set
@@ -68,7 +71,7 @@ JOBS: dict[str, JobSpec] = {
                         per_unit=IMAGENET_TRAIN_IMAGES),
     "vgg_cifar": JobSpec("gpuplan.jobs.vgg_cifar", "epoch", "seconds_per_unit", True,
                          ("--quick", "--steps", "3", "--warmup", "1"), ("--steps", "50", "--warmup", "5"),
-                         per_unit=CIFAR10_TRAIN_IMAGES),
+                         per_unit=CIFAR10_TRAIN_IMAGES, feed=True),
     "detect_streams": JobSpec("gpuplan.jobs.detect_streams", "frame", "seconds_per_unit", False,
                               ("--quick", "--steps", "3", "--warmup", "1"), ("--steps", "50", "--warmup", "5"),
                               ("--worker",)),
@@ -325,11 +328,14 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
     def spu(recs: list[dict]) -> Decimal:
         return sum(Decimal(str(r[spec.spu_key])) for r in recs) / len(recs)
 
-    opts.progress(f"alone: 1 job on {'a CPU' if cpu else 'GPU 0'}")
-    alone_out = executor.run_all([Launch(job(), 0, gpu_env(0))], opts.timeout)[0]
+    opts.progress(f"alone: 1 job on {'a CPU' if cpu else 'GPU 0'}" + (", then its input pipeline alone" if spec.feed else ""))
+    alone_out = executor.run_all([Launch(job(*(("--measure-feed",) if spec.feed else ())), 0, gpu_env(0))],
+                                 opts.timeout)[0]
     alone_rec = records_of([alone_out], "the job alone")[0]
     alone = spu([alone_rec])
     fixed = _fixed_seconds(alone_out, alone_rec)
+    feed_cpu = alone_rec.get("feed_cpu_seconds_per_image")
+    feed_need = Decimal(str(feed_cpu)) * spec.per_unit if feed_cpu else None
 
     need_fraction = None
     if not cpu and machine.gpu_memory_mib:
@@ -394,6 +400,8 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
                      " memory shares are not enforced on a CPU, so the memory need is not measured")
     if fixed is None:
         notes.append("fixed cost per job not measured: the executor gave no process wall time")
+    if feed_need is None:
+        notes.append("CPU need to feed not measured: this job has no input pipeline of its own (synthetic batches)")
     provenance = Provenance(
         source="gpuplan bench",
         date=date.today().isoformat(),
@@ -422,6 +430,8 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
         packing_efficiency=efficiency,
         packing_fits=fits,
         dp_scaling=tuple(scaling),
+        feed_cpu_seconds_per_unit=feed_need,
+        feed_how=str(alone_rec.get("feed") or "") if feed_need is not None else "",
     )
 
 

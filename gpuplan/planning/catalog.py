@@ -534,11 +534,23 @@ def _market(where: _Where, value: Any) -> str:
 _UNITS = {"hour", "month", "purchase"}
 
 
+def _check_names(where: _Where, row: Mapping[str, Any]) -> None:
+    """Names are printed, matched and sent to clouds: one holding a control character is refused.
+    Free text (source, notes) is kept, on one printable line (userfiles.one_line)."""
+    from gpuplan.userfiles import check_plain
+
+    for name in ("provider", "name", "region", "gpu", "quota_family", "successor", "market", "kind", "currency"):
+        check_plain(str(row.get(name) or ""), f"{where.label}: {name}")
+
+
 def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
     """An Offer from a CSV row or a prices.yaml entry (price_jpy_per_hour filled in later)."""
+    from gpuplan.userfiles import check_plain, one_line
+
     for required in ("provider", "name", "region", "gpu", "currency"):
         if not str(row.get(required) or "").strip():
             raise UsageError(f"{where.label}: missing {required}")
+    _check_names(where, row)
     kind = str(row.get("kind") or "cloud").strip().lower()
     if kind not in _KINDS:
         raise where.bad("kind", row.get("kind"), "cloud, monthly, owned or task")
@@ -550,6 +562,8 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
         aliases = [a for a in aliases.split(";")]
     elif not isinstance(aliases, (list, tuple)):
         raise where.bad("aliases", aliases, "names separated by ';' or a list")
+    for alias in aliases:
+        check_plain(str(alias), f"{where.label}: alias")
     gpu_count = _int(where, "gpu_count", row.get("gpu_count"))
     if gpu_count is None or gpu_count < 1:
         raise where.bad("gpu_count", row.get("gpu_count"), "a whole number of GPUs, at least 1")
@@ -563,7 +577,7 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
     tax = str(row.get("tax") or "unknown").strip().lower()
     if tax not in TAX_BASES:
         raise where.bad("tax", row.get("tax"), "included, excluded or unknown (does the price include consumption tax?)")
-    notes = str(row.get("notes") or "")
+    notes = one_line(str(row.get("notes") or ""))
     if price is None and "price not sourced" not in notes:
         notes = "price not sourced; set it in your config" + (f"; {notes}" if notes else "")
     return Offer(
@@ -589,8 +603,8 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
         kind=kind,
         market=_market(where, row.get("market")),
         power_watts=_int(where, "power_watts", row.get("power_watts")),
-        source=str(row.get("source") or "").strip(),
-        as_of=str(row.get("as_of") or "").strip(),
+        source=one_line(str(row.get("source") or "")),
+        as_of=one_line(str(row.get("as_of") or "")),
         notes=notes,
         daily_cap_jpy=caps["daily_cap_jpy"],
         monthly_cap_jpy=caps["monthly_cap_jpy"],
@@ -838,6 +852,8 @@ _OFFER_FIELDS = {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_ho
 
 
 def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Catalog:
+    from gpuplan.userfiles import one_line, printable
+
     fx = dict(base.fx)
     fx_section = data.get("fx") or {}
     if not isinstance(fx_section, dict):
@@ -850,7 +866,10 @@ def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Cata
             raise where.bad("jpy_per_unit", spec.get("jpy_per_unit"), "a rate above zero")
         d = _date(where, "date", spec.get("date"))
         code = str(cur).strip().upper()
-        fx[code] = FxRate(code, rate, d.isoformat() if d else "", str(spec.get("source") or f"user prices file {path}"))
+        if not re.fullmatch(r"[A-Z]{3}", code):
+            raise UsageError(f"{path}: fx: {printable(str(cur))!r} is not a 3-letter currency code such as USD")
+        fx[code] = FxRate(code, rate, d.isoformat() if d else "",
+                          one_line(str(spec.get("source") or f"user prices file {path}")))
 
     providers = dict(base.providers)
     prov_section = data.get("providers") or {}
@@ -875,6 +894,7 @@ def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Cata
         if not isinstance(entry, dict):
             raise UsageError(f"{where.label}: expected a mapping with provider, name and the fields to set")
         entry = {str(k): v for k, v in entry.items()}
+        _check_names(where, entry)
         if entry.get("name"):
             where.label += f" ({entry.get('provider', '?')}:{entry['name']})"
         unknown = set(entry) - _OFFER_FIELDS - {"snapshot"}

@@ -133,7 +133,10 @@ def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str
     if workload.max_speed is not None and s > workload.max_speed:
         s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
     cpu = workload.feed_cpu_seconds_per_unit
-    if cpu is not None and offer.vcpus > 0:
+    if cpu is not None and offer.vcpus <= 0:
+        why += (f"; feed limit not checked: the catalog gives no vCPU count for {offer.name}"
+                f" ({number_text(cpu)} CPU s per {workload.unit} to feed one job)")
+    elif cpu is not None:
         # every GPU busy: each job's input pipeline gets vCPUs / GPUs of the machine
         share = Decimal(offer.vcpus) / offer.gpu_count
         fed = workload.seconds_per_unit * share / cpu  # the speed (x reference) those vCPUs can feed

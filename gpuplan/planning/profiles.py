@@ -67,6 +67,8 @@ class Profile:
     packing_efficiency: Mapping[int, Decimal] = field(default_factory=dict)  # k per GPU -> per-job efficiency
     packing_fits: Mapping[int, bool] = field(default_factory=dict)  # k per GPU -> did all k start
     dp_scaling: tuple[ScalingPoint, ...] = ()
+    feed_cpu_seconds_per_unit: Decimal | None = None  # CPU seconds the job's input pipeline spends per unit
+    feed_how: str = ""  # what that pipeline did and how its CPU time was taken
 
     def unmeasured(self) -> tuple[str, ...]:
         """The planner's figures this profile does not give (the planner then says so)."""
@@ -78,6 +80,8 @@ class Profile:
             missing.append("colocation_slowdown")
         if not any(p.gpus > 1 for p in self.dp_scaling):
             missing.append("dp_scaling")
+        if self.feed_cpu_seconds_per_unit is None:
+            missing.append("feed")
         return tuple(missing)
 
     def max_per_gpu(self) -> int:
@@ -93,6 +97,7 @@ class Profile:
         colocation_slowdown {G: Decimal}, packing_efficiency {k: Decimal} (fitting k only),
         packing_no_fit (k measured not to fit, sorted), max_per_gpu (int),
         dp_efficiency {(GPUs, nodes): Decimal} (every measured layout),
+        feed_cpu_seconds_per_unit (Decimal | None), feed_how (str),
         unmeasured (field names, see `unmeasured()`),
         profile_source (one line naming where the figures came from, for Plan.assumptions).
         """
@@ -110,6 +115,8 @@ class Profile:
             "packing_no_fit": sorted(k for k, ok in self.packing_fits.items() if not ok),
             "max_per_gpu": self.max_per_gpu(),
             "dp_efficiency": {(s.gpus, s.nodes): s.efficiency for s in self.dp_scaling},
+            "feed_cpu_seconds_per_unit": self.feed_cpu_seconds_per_unit,
+            "feed_how": self.feed_how,
             "unmeasured": self.unmeasured(),
             "profile_source": f"profile {self.workload}: {where}" + (" [quick CPU smoke run]" if p.quick else ""),
         }
@@ -137,6 +144,8 @@ class Profile:
                 {"gpus": s.gpus, "nodes": s.nodes, "efficiency": _num(s.efficiency), "throughput": _num(s.throughput)}
                 for s in self.dp_scaling
             ],
+            "feed": ({"cpu_seconds_per_unit": _num(self.feed_cpu_seconds_per_unit), "how": self.feed_how}
+                     if self.feed_cpu_seconds_per_unit is not None else None),
             "provenance": {k: getattr(p, k) for k in Provenance.__dataclass_fields__},
         }
 
@@ -196,6 +205,10 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     for key in ("workload", "unit", "reference_gpu", "seconds_per_unit", "provenance"):
         if data.get(key) in (None, ""):
             raise UsageError(f"{where}: field '{key}' is missing; see docs/profiles.md")
+    from gpuplan.userfiles import check_plain, one_line
+
+    for key in ("workload", "unit", "reference_gpu"):
+        check_plain(str(data[key]), f"{where}: {key}")  # printed and matched: no control characters
     spu = _dec(where, "seconds_per_unit", data["seconds_per_unit"], positive=True)
     prov = data["provenance"]
     if not isinstance(prov, dict) or not prov.get("source") or not prov.get("date"):
@@ -203,7 +216,7 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     unknown = set(prov) - set(Provenance.__dataclass_fields__)
     if unknown:
         raise UsageError(f"{where}: unknown provenance field(s) {sorted(unknown)}")
-    fields: dict[str, Any] = {k: (bool(v) if k == "quick" else str(v)) for k, v in prov.items() if v is not None}
+    fields: dict[str, Any] = {k: (bool(v) if k == "quick" else one_line(str(v))) for k, v in prov.items() if v is not None}
     provenance = Provenance(**fields)
 
     slowdown = {}
@@ -228,6 +241,10 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
             efficiency=_dec(where, f"dp_scaling[{i}].efficiency", s["efficiency"], positive=True),
             throughput=_dec(where, f"dp_scaling[{i}].throughput", s["throughput"]) if s.get("throughput") is not None else None,
         ))
+    feed = data.get("feed")
+    if feed is not None and (not isinstance(feed, dict) or feed.get("cpu_seconds_per_unit") is None):
+        raise UsageError(f"{where}: feed must be a mapping with cpu_seconds_per_unit (CPU seconds per {data['unit']})")
+    feed_cpu = _dec(where, "feed.cpu_seconds_per_unit", feed["cpu_seconds_per_unit"], positive=True) if feed else None
     # files written before the memory need was measured call the uncapped peak memory_per_job_gib
     peak_key = "memory_peak_gib" if "memory_peak_gib" in data else "memory_per_job_gib"
     fraction = _opt(where, data, "memory_need_fraction")
@@ -248,6 +265,8 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
         packing_efficiency=eff,
         packing_fits=fits,
         dp_scaling=tuple(scaling),
+        feed_cpu_seconds_per_unit=feed_cpu,
+        feed_how=str(feed.get("how") or "") if feed else "",
     )
 
 

@@ -95,6 +95,8 @@ def with_catalog_gpus(work: Workload, cat) -> Workload:
     def known(text: str, field: str) -> str:
         hits = cat.match_gpus(text)
         exact = [g for g in hits if g.lower().replace(" ", "") == text.lower().replace(" ", "")]
+        if not exact and work.reference_speed is not None and text == work.reference_gpu:
+            return text  # a GPU the workload says is not in the table ("GTX 1080" is not the GTX 1080 Ti)
         if len(exact) == 1 or len(hits) == 1:
             return (exact or hits)[0]
         if field == "reference_gpu" and work.reference_speed is None:
@@ -301,15 +303,24 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
 
     prof = load_profile(profile_path)
     o = prof.to_workload_overrides()
-    longest = max(j.units for j in workload.jobs) * o["seconds_per_unit"]
-    if longest > MAX_JOB_SECONDS:
-        raise UsageError(f"profile {profile_path}: seconds_per_unit {o['seconds_per_unit']} makes a job of {workload.name}"
-                         f" {longest:.3g} s alone, over the limit of 100 years ({MAX_JOB_SECONDS:,} s); check the profile")
     if o["unit"] != workload.unit:
         raise UsageError(
             f"profile {profile_path}: unit {o['unit']!r} does not match workload {workload.name}'s unit {workload.unit!r}"
         )
     source = f"{o['profile_source']} (file {profile_path})"
+    if o["reference_gpu"] == "cpu":
+        # a CPU run times tiny shapes on no GPU: its GPU figures mean nothing for a GPU plan, but CPU
+        # seconds spent feeding are CPU seconds on any machine, so that one figure is taken
+        if o["feed_cpu_seconds_per_unit"] is None:
+            raise UsageError(f"profile {profile_path} was measured on a CPU (no GPU) and gives no CPU need to feed:"
+                             " nothing in it applies to a GPU plan; run `gpuplan bench` on a machine with the GPU")
+        workload = replace(workload, assumptions=workload.assumptions + (
+            f"GPU figures of {source} not used: measured on a CPU, not a GPU",))
+        return replace(workload, **_feed_changes(workload, o, source))
+    longest = max(j.units for j in workload.jobs) * o["seconds_per_unit"]
+    if longest > MAX_JOB_SECONDS:
+        raise UsageError(f"profile {profile_path}: seconds_per_unit {o['seconds_per_unit']} makes a job of {workload.name}"
+                         f" {longest:.3g} s alone, over the limit of 100 years ({MAX_JOB_SECONDS:,} s); check the profile")
     kept = [name for name in o["unmeasured"]]
     packing_changes: dict[str, Any] = {}
     changes: dict[str, Any] = {
@@ -350,10 +361,26 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
         packing_changes.setdefault("efficiency", MappingProxyType({1: Decimal(1)}))
     if packing_changes:
         changes["packing"] = replace(pk, **packing_changes)
+    if o["feed_cpu_seconds_per_unit"] is not None:
+        changes.update(_feed_changes(replace(workload, assumptions=changes["assumptions"]), o, source))
     if any(g > 1 for g, _ in o["dp_efficiency"]) and workload.data_parallel is not None:
         changes["data_parallel"] = replace(workload.data_parallel, efficiency=MappingProxyType(dict(o["dp_efficiency"])),
                                            source=source)
     return replace(workload, **changes)
+
+
+def _feed_changes(workload: Workload, o: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The feed limit from a profile's measured CPU need, and the assumption line that names it."""
+    from gpuplan.planning.model import number_text
+
+    how = f"{o['feed_how'] or 'the input pipeline'}, {source}"
+    return {
+        "feed_cpu_seconds_per_unit": o["feed_cpu_seconds_per_unit"],
+        "feed_source": f"CPU need measured: {how}",
+        "assumptions": workload.assumptions + (
+            f"feed limit: {number_text(o['feed_cpu_seconds_per_unit'])} CPU s per {o['unit']} to feed one job, measured"
+            f" ({how}): a job runs no faster than its share of the machine's vCPUs (vCPUs / GPUs) feeds it",),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
