@@ -39,6 +39,7 @@ from gpuplan.operating import remote
 from gpuplan.operating import tags as tagging
 from gpuplan.operating.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
+from gpuplan.planning.types import Offer
 
 CLAIM_DIR = ".gpuplan"  # relative to the login user's home
 REGION = "local"
@@ -56,6 +57,7 @@ class InventoryHost:
     group: str = ""
     private_address: str | None = None
     host_key: str | None = None
+    power_watts: int | None = None  # the machine's draw under load: its power is what an estimate charges
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]{0,252}")
@@ -103,6 +105,10 @@ def load_inventory(path: Path) -> list[InventoryHost]:
             raise UsageError(f"{where}: port {port} is not a TCP port (1-65535)")
         if not 1 <= count <= 64:
             raise UsageError(f"{where}: gpus.count {count} must be 1 to 64")
+        watts = entry.get("power_watts")
+        if watts is not None and (isinstance(watts, bool) or not isinstance(watts, int) or not 1 <= watts <= 100_000):
+            raise UsageError(f"{where}: power_watts must be a whole number of watts, 1 to 100,000 (the machine's draw"
+                             " under load)")
         # what reaches an ssh command line or a known_hosts line: never an option, never two lines
         for field_name, value in (("name", name), ("address", str(entry["address"])), ("user", str(entry.get("user", "ubuntu"))),
                                   ("private_address", str(entry.get("private_address") or "x"))):
@@ -120,6 +126,7 @@ def load_inventory(path: Path) -> list[InventoryHost]:
             name=name, address=str(entry["address"]), port=port, user=str(entry.get("user", "ubuntu")),
             key_path=key, gpu_model=str(gpus["model"]), gpu_count=count, group=str(entry.get("group") or ""),
             private_address=str(entry["private_address"]) if entry.get("private_address") else None, host_key=host_key,
+            power_watts=watts,
         ))
     return hosts
 
@@ -180,8 +187,6 @@ class BaremetalProvider(Provider):
         for `gpuplan provision baremetal:<size> xN`, which the cloud catalog cannot resolve."""
         from decimal import Decimal
 
-        from gpuplan.planning.types import Offer
-
         hosts = self.matching(size)
         models = {(h.gpu_model, h.gpu_count) for h in hosts}
         if len(models) > 1:
@@ -194,6 +199,52 @@ class BaremetalProvider(Provider):
             available_from=None, retired_on=None, successor="", kind="owned",
             source=str(self.inventory_path()), notes=f"{len(hosts)} owned host(s) in the inventory",
         )
+
+    def owned_offers(self, cat) -> tuple[list[tuple[Offer, int]], list[str]]:
+        """The inventory as owned offers for an estimate: one per kind of host (its group, else
+        its GPU model), with how many hosts there are of it; and a note per kind left out (hosts
+        of one group with different GPUs: `provision baremetal:<group>` could not pick one).
+        Priced as owned hardware is: power only (power_watts x the catalog's baremetal power
+        price), ¥0 where the inventory gives no power_watts. The offer's name is what
+        `gpuplan provision baremetal:NAME` and `gpuplan bench --on baremetal:NAME` take."""
+        from decimal import Decimal
+
+        from gpuplan.operating.bench import catalog_gpu_key
+        from gpuplan.planning import fmt
+
+        kinds: dict[str, list[InventoryHost]] = {}
+        for h in self.inventory():
+            kinds.setdefault(h.group or h.gpu_model, []).append(h)
+        facts = cat.providers.get(self.name)
+        kwh = facts.power_price_jpy_per_kwh if facts is not None else None
+        offers, notes = [], []
+        for key, hosts in kinds.items():
+            shapes = sorted({(h.gpu_model, h.gpu_count) for h in hosts})
+            if len(shapes) > 1:
+                notes.append(f"inventory: hosts of {key!r} have different GPUs ({', '.join(f'{m} x{n}' for m, n in shapes)});"
+                             " not planned: give each kind its own group")
+                continue
+            model, count = shapes[0]
+            gpu = catalog_gpu_key(model)
+            if gpu not in cat.gpus:
+                close = cat.match_gpus(model)
+                gpu = close[0] if len(close) == 1 else gpu
+            info = cat.gpus.get(gpu)
+            watts = max((h.power_watts for h in hosts if h.power_watts is not None), default=None)
+            per_hour = Decimal(watts) / 1000 * kwh if watts is not None and kwh is not None else Decimal(0)
+            name = key if hosts[0].group else (re.sub(r"[^A-Za-z0-9]+", "-", model).strip("-").lower() or "host")
+            power = (f"power {watts} W x {kwh} JPY/kWh = {fmt.yen(per_hour, 2)}/h" if watts is not None and kwh is not None else
+                     "power not counted: give the hosts power_watts in the inventory")
+            offers.append((Offer(
+                provider=self.name, name=name, aliases=(), region=REGION, gpu=gpu, gpu_count=count,
+                gpu_memory_gib=info.memory_gib if info is not None else Decimal(0), vcpus=0, ram_gib=Decimal(0),
+                price=None, currency="JPY", price_unit="purchase", price_jpy_per_hour=per_hour, billing_granularity_s=1,
+                billing_minimum_s=0, quota_family="", available_from=None, retired_on=None, successor="", kind="owned",
+                power_watts=watts, source=f"inventory {self.inventory_path()}", tax="included",
+                notes=f"{len(hosts)} owned host{'s' if len(hosts) > 1 else ''} in the inventory"
+                      f" ({', '.join(h.name for h in hosts[:4])}{', ...' if len(hosts) > 4 else ''}); {power}",
+            ), len(hosts)))
+        return offers, notes
 
     def _host(self, h: InventoryHost, node: str | None = None) -> remote.Host:
         key = h.host_key or self.known_hosts.get(f"{h.address}:{h.port}")

@@ -27,6 +27,7 @@ CASES = {
     "image build": [["aws:g4dn.xlarge", "--name", "other-img", "--region", REGION, "--dry-run", "--yes"]],
     "bootstrap": [["demo", "--dry-run"]],
     "catalog refresh": [["--provider", "sakura", "--dry-run"]],
+    "bench": [["colorize", "--on", f"aws:g4dn.xlarge@{REGION}", "--dry-run", "--yes"]],
 }
 
 

@@ -104,6 +104,10 @@ def catalog_command(
     if fmt not in _FORMATS:
         raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
     cat = catalog.load(as_of)
+    if as_of is None:  # your own hosts (the inventory) are offers too, as every estimate plans them
+        from gpuplan.cli.estimate import _inventory
+
+        cat = _inventory(cat)[0]
     note = as_of_note(as_of, cat)
     if note:
         print(note, file=sys.stderr)

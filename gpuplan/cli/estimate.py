@@ -172,6 +172,36 @@ def _calibrate(state, work, cat):
     return work, lines
 
 
+def _measured(work, cat):
+    """The workload with the speeds `gpuplan bench --on` measured (one profile per offer, in the
+    state's profiles/measured/), each keyed on its offer's GPU, and one line per offer saying so."""
+    from gpuplan.planning import model, profiles, workloads
+
+    job = workloads.bench_job(work.name)
+    if not job:
+        return work, []
+    found, problems = profiles.measured_profiles(job)
+    speeds, lines = {}, {}
+    for path, prof in found:  # oldest first: a later measurement of the same GPU wins
+        p = prof.provenance
+        offer = next((o for o in cat.offers if o.key == p.offer), None)
+        if offer is None or prof.unit != work.unit:
+            continue
+        speeds[offer.gpu] = work.seconds_per_unit / prof.seconds_per_unit
+        was = ""
+        try:
+            was = f" (was {model.factor_text(model.speed(work, offer, cat.gpus)[0])}x)"
+        except model.Infeasible:
+            pass
+        lines[offer.gpu] = (f"measured: {work.name} on {offer.provider}:{offer.name} ({offer.gpu}, {p.gpu or '?'}) by"
+                            f" `gpuplan bench --on`, {p.date}: {prof.seconds_per_unit:.6g} s per {prof.unit},"
+                            f" {model.factor_text(speeds[offer.gpu])}x {work.reference_gpu}{was}"
+                            + (" [quick run: tiny shapes, not real speed]" if p.quick else "") + f" (profile {path})")
+    if speeds:
+        work = workloads.with_measured_speeds(work, speeds, list(lines.values()))
+    return work, list(lines.values()) + [f"measured: {line}" for line in problems]
+
+
 def _minutes(seconds: int) -> int | float:
     """Minutes for JSON and CSV: exact (whole, or to 1/100 min)."""
     return seconds // 60 if seconds % 60 == 0 else round(seconds / 60, 2)
@@ -433,11 +463,41 @@ def _speed_line(est) -> str:
     elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: bench inside one
         how = (f"run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok submit` task"
                f" from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
-    else:
-        how = (f"`gpuplan provision {o.provider}:{o.name} x1 --name bench`, `gpuplan bench {job} --cluster bench --out"
-               f" {slug}.yaml`, then `--profile {slug}.yaml`")
+    else:  # issue 19: one campaign measures the pick's GPU and its rivals', then every estimate reads them
+        how = (f"`gpuplan bench {job} --on {','.join(_bench_offers(est))}` (one machine per offer, benched and torn down;"
+               " it says the yen first)")
     return (f"speed: {o.gpu} from the generic {w.kind} table, not measured for {w.name} (field report A: such a figure"
             f" put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: {how}")
+
+
+BENCH_RIVALS = 2  # besides the pick's offer
+RIVAL_COST = 2  # a rival costs at most this many times the pick: the generic table has been off by 3-4x (report A)
+
+
+def _bench_offers(est) -> list[str]:
+    """The offers whose measurement could change the pick, as `bench --on` takes them: the
+    pick's, then up to BENCH_RIVALS rivals (the faster line's plan, the cost / wall-time frontier,
+    the next plans in rank order) costing at most RIVAL_COST times the pick or on the user's own
+    hosts, each on a GPU whose
+    speed is the generic table's and not yet named (one measurement settles a GPU for every offer
+    that has it). DOK tasks and spot rows are left out: they are benched otherwise."""
+    from gpuplan.planning import ranking
+
+    w, rec = est.workload, est.recommended
+    eligible = [p for p in est.plans if p.feasible and p.recommendable]
+    rivals = [ranking.faster_plan(rec, eligible), *est.pareto, *eligible]
+    named: dict[str, str] = {}
+    close = [p for p in rivals if p is not None and (p.cost <= rec.cost * RIVAL_COST or all(
+        o.kind == "owned" for o, _ in p.fleet))]  # your own hosts: measuring them costs their power
+    for p in [rec, *close]:
+        for o, _ in p.fleet:
+            if (o.gpu in named or o.gpu in w.speed or o.gpu == w.reference_gpu or o.kind == "task"
+                    or o.market == "spot"):
+                continue
+            if len(named) > BENCH_RIVALS:
+                return list(named.values())
+            named[o.gpu] = f"{o.provider}:{o.name}" + ("" if o.provider == "baremetal" else f"@{o.region}")
+    return list(named.values())
 
 
 def work_size(work) -> str:
@@ -612,6 +672,29 @@ def save_plan(est, path: Path) -> None:
     saved_plan.dump(saved_plan.data(est, plan_dict(est.recommended, est.workload.name)), path)
 
 
+def _inventory(cat):
+    """The catalog with the user's own hosts (the bare-metal inventory, where there is one) as
+    owned offers, one per kind of host; {offer name: how many hosts} for the planner (they are
+    yours: recommended, and planned several at once); notes on what was left out."""
+    from dataclasses import replace
+    from importlib import import_module
+
+    from gpuplan import config
+
+    prov = import_module("gpuplan.providers.baremetal").BaremetalProvider(config.provider_config("baremetal"))
+    path = prov.inventory_path()
+    if not path.is_file():
+        return cat, {}, []
+    try:
+        pairs, notes = prov.owned_offers(cat)
+    except UsageError as exc:  # the estimate still plans the rest; provision says the same in one line
+        return cat, {}, [f"inventory: its hosts are not planned: {exc}"]
+    taken = {(o.provider, o.name.lower()) for o in cat.offers}
+    pairs = [(o, n) for o, n in pairs if (o.provider, o.name.lower()) not in taken]
+    cat = replace(cat, offers=cat.offers + tuple(o for o, _ in pairs))
+    return cat, {o.name.lower(): n for o, n in pairs}, notes
+
+
 def _japan(cat, region: str | None, as_of: str | None, tax: bool):
     """The catalog on the user's tax basis and in their preferred regions (config.yaml
     `preferred_regions:`, unless --region names one), and the notes that say so; plus one line
@@ -714,8 +797,14 @@ def register(app: typer.Typer) -> None:
             print(note, file=sys.stderr)
         check_quotas(quotas, cat)
         cat, japan_notes = _japan(cat, region, as_of, tax)
-        work = workloads.with_catalog_gpus(work, cat)
         owned, owned_count = parse_owned(owned or [])
+        hosts: dict[str, int] = {}
+        if not as_of:  # the inventory's hosts are today's machines (issue 19)
+            cat, hosts, host_notes = _inventory(cat)
+            japan_notes.update({f"inventory {i + 1}": line for i, line in enumerate(host_notes)})
+            owned = owned + [name for name in hosts if name not in {n.lower() for n in owned}]
+            owned_count = {**hosts, **owned_count}  # --owned NAME=N says how many of them to plan on
+        work = workloads.with_catalog_gpus(work, cat)
         state = _user_state()
         if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)
             from dataclasses import replace as with_fields
@@ -733,6 +822,7 @@ def register(app: typer.Typer) -> None:
                 if name.lower() not in known:
                     raise UsageError(f"--owned {name!r} is not an owned offer (nor a monthly-rented one) in catalog"
                                      f" {cat.snapshot}; those are: {', '.join(sorted(known)) or 'none'}")
+        work, measured = _measured(work, cat)
         work, calibrations = _calibrate(state, work, cat)
         est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective,
                                  cost_slack=parse_slack(cost_slack), budget=parse_budget(budget))
@@ -741,6 +831,10 @@ def register(app: typer.Typer) -> None:
 
             est = replace(est, extra={**est.extra, **{f"calibration {i + 1}": f"calibration: {line}"
                                                       for i, line in enumerate(calibrations)}})
+        if measured:
+            from dataclasses import replace
+
+            est = replace(est, extra={**est.extra, **{f"measured {i + 1}": line for i, line in enumerate(measured)}})
         if japan_notes:
             from dataclasses import replace
 

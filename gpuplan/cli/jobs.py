@@ -43,12 +43,20 @@ def bench(
     python: Annotated[str, typer.Option("--python", help="Python on the cluster's nodes (with gpuplan[bench] installed).", metavar="PATH")] = "python3",
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds each measurement may take.", metavar="SECONDS")] = 1800,
     job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.", metavar="ARGS")] = None,
+    on: Annotated[Optional[str], typer.Option("--on", help="Provision one machine per offer (an inventory host for baremetal:KIND), bench it, save one profile per offer where every estimate reads it, tear it down. Asks first with the yen it costs.", metavar="OFFER[,OFFER...]")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --on: print the campaign (offers, time, yen); provision nothing.")] = False,
+    ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help="With --on: let SSH in from this address or CIDR only (default: as `gpuplan provision`).", metavar="CIDR")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="With --on: do not ask; go ahead (needed when stdin is not a terminal).")] = False,
+    no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="With --on: do not run the setup playbooks on cloud machines (their image has the driver and gpuplan[bench]).")] = False,
 ) -> None:
-    """Measure a reference job (alone, co-located, packed, data-parallel) and save a profile."""
+    """Measure a reference job (alone, co-located, packed, data-parallel) and save a profile;
+    with --on, on one new machine per offer, torn down after."""
     from gpuplan.operating import bench as bench_mod
 
-    if local == (cluster is not None):
-        raise UsageError("say where to measure: --local or --cluster NAME (one of them)")
+    if sum((local, cluster is not None, on is not None)) != 1:
+        raise UsageError("say where to measure: --local or --cluster NAME, or --on OFFER[,OFFER...] (one of them)")
+    if on is None and (dry_run or yes or ssh_from or no_bootstrap):
+        raise UsageError("--dry-run, --yes, --ssh-from and --no-bootstrap go with --on (a campaign that provisions machines)")
     from gpuplan.operating.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
     from gpuplan.planning.units import MAX_DURATION_S
 
@@ -64,27 +72,91 @@ def bench(
     workload = workloads.bench_job(workload) or workload
     if workload not in bench_mod.JOBS:
         raise UsageError(f"unknown workload {workload!r}: choose one of {', '.join(sorted(bench_mod.JOBS))}")
+    if on is not None and out is not None:
+        raise UsageError("--out names one profile file; with --on each offer's profile goes where the estimate reads it")
     err = _console(stderr=True)
+    try:
+        extra_args = tuple(shlex.split(job_args or ""))
+    except ValueError as exc:
+        raise UsageError(f"--job-args {job_args!r}: {exc}; quote it as one shell string: --job-args '--height 360'") from None
+    where = ["--local"] if local else ["--cluster", cluster] if cluster is not None else ["--on", on]
+    opts = bench_mod.BenchOptions(
+        workload=workload, quick=quick, gpus=gpus, max_pack=max_pack, timeout=timeout,
+        job_args=extra_args,
+        command=shlex.join(["gpuplan", "bench", workload, *where,
+                            *(["--quick"] if quick else []), *(["--gpus", str(gpus)] if gpus else []),
+                            "--max-pack", str(max_pack), *(["--job-args", job_args] if job_args else [])]),
+        progress=_progress(err),
+    )
+    if on is not None:
+        _campaign(on, opts, python, dry_run, ssh_from, yes, not no_bootstrap)
+        return
     if local:
         executor = bench_mod.LocalExecutor()
     else:
         from gpuplan.operating.state import State
 
         executor = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python)
-    try:
-        extra_args = tuple(shlex.split(job_args or ""))
-    except ValueError as exc:
-        raise UsageError(f"--job-args {job_args!r}: {exc}; quote it as one shell string: --job-args '--height 360'") from None
-    opts = bench_mod.BenchOptions(
-        workload=workload, quick=quick, gpus=gpus, max_pack=max_pack, timeout=timeout,
-        job_args=extra_args,
-        command=shlex.join(["gpuplan", "bench", workload, *(["--local"] if local else ["--cluster", cluster]),
-                            *(["--quick"] if quick else []), *(["--gpus", str(gpus)] if gpus else []),
-                            "--max-pack", str(max_pack), *(["--job-args", job_args] if job_args else [])]),
-        progress=_progress(err),
-    )
     profile, path = bench_mod.bench(opts, executor, out)
     _print_profile(profile, path)
+
+
+def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str], yes: bool, bootstrap: bool) -> None:
+    """`bench --on`: the campaign's plan and its yen, asked about; then every offer provisioned,
+    benched and torn down at once, each on its own (a failed one does not stop the others)."""
+    from dataclasses import replace
+
+    from gpuplan import paths
+    from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
+    from gpuplan.cli.progress import working
+    from gpuplan.errors import GpuplanError
+    from gpuplan.operating import campaign
+    from gpuplan.operating.state import State
+    from gpuplan.planning.profiles import measured_dir
+
+    texts = campaign.split(on)
+    known = State(paths.state_db()) if paths.state_db().is_file() else None  # measured setup times, if any
+    targets = campaign.plan(texts, opts, known, bootstrap)
+    total = sum((t.yen for t in targets), Decimal(0))
+    lines = [f"bench {opts.workload} on {fmt.plural(len(targets), 'offer')}, one machine each, torn down after its bench:"]
+    lines += [f"  {campaign.describe(t, opts.workload)}" for t in targets]
+    lines.append(f"  in all about {fmt.yen(total)}; each offer's profile goes to {measured_dir()}, where every"
+                 " `gpuplan estimate` reads it")
+    if dry_run:
+        _print_lines(_console(), lines + ["dry run: nothing was provisioned"])
+        return
+    _need_answer(yes, "bench --on")
+    state = State.open_default()
+    checked = [campaign.check(state, t, ssh_from) for t in targets]
+    _confirm(lines, f"Spend about {fmt.yen(total)} on these measurements?", yes, default=True)
+    from concurrent.futures import ThreadPoolExecutor
+
+    err, failures = _console(stderr=True), []
+    with working(err, f"bench {opts.workload} on {fmt.plural(len(targets), 'offer')}") as step:
+        def one(pair):
+            t, (order, prov) = pair
+
+            def say(message: str) -> None:
+                step(f"{t.offer.provider}:{t.offer.name}: {message}")
+
+            try:
+                return campaign.measure(state, t, order, prov, replace(opts, progress=say), python, say)
+            except GpuplanError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=len(targets)) as pool:  # one machine per offer, all at once
+            results = list(pool.map(one, zip(targets, checked)))
+    for t, result in zip(targets, results):
+        if isinstance(result, GpuplanError):
+            failures.append((t, result))
+            err.print(f"{t.text}: {result}")
+        else:
+            _print_profile(*result)
+    if failures:
+        t, first = failures[0]
+        names = ", ".join(f.text for f, _ in failures)
+        raise type(first)(f"bench failed on {names} ({t.text}: {first}); what was provisioned for it was torn down,"
+                          " unless a line above says otherwise")
 
 
 def _print_profile(profile, path: Path) -> None:

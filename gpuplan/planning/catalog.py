@@ -251,7 +251,7 @@ class Catalog:
         if offer.retired(self.date):
             arrow = f" -> {offer.successor}" if offer.successor else ""
             return f"retired {offer.retired_on.isoformat() if offer.retired_on else '?'}{arrow}"
-        if offer.price is None:
+        if offer.price is None and offer.price_jpy_per_hour is None:  # an inventory host has no price, only power
             return "price not sourced"
         return "active"
 

@@ -831,7 +831,8 @@ def make_plan(
     elif any(o.kind == "owned" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "owned")
         recommendable = is_yours(o, workload, setting)
-        note = f"owned: purchase {fmt.yen(o.price)} up front (not in the cost); cost = power only"
+        note = (f"owned: purchase {fmt.yen(o.price)} up front (not in the cost); cost = power only" if o.price is not None
+                else f"owned: {fmt.plural(owned_machines(o, setting), 'host')} of your inventory; cost = power only")
         if not recommendable:
             note += f"; not recommended unless you own it (--owned {o.aliases[0] if o.aliases else o.name})"
     elif any(o.kind == "monthly" for o, _ in fleet):
@@ -966,7 +967,9 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
         gran = f"per month of {offer.billing_granularity_s // 86400} days (a started month billed whole)"
     has_minimum = offer.billing_minimum_s and offer.price_unit != "month"
     minimum = f", minimum {fmt.duration(offer.billing_minimum_s)}" if has_minimum else ""
-    if offer.kind == "owned":
+    if offer.kind == "owned" and offer.price is None:  # a host of the user's inventory (issue 19)
+        notes = [f"{offer.name}: {offer.notes} ({offer.source})"]
+    elif offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         kwh, where = (facts.power_price_jpy_per_kwh, facts.source) if facts else ("?", "no provider facts")
         notes = [f"{offer.name}: power {offer.power_watts} W x {kwh} JPY/kWh = "

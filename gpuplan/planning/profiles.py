@@ -36,6 +36,7 @@ class Provenance:
     device: str = ""  # "cuda" | "cpu"
     quick: bool = False  # tiny shapes: proves the pipeline, says nothing about real speed
     notes: str = ""
+    offer: str = ""  # the catalog offer measured, provider:name@region (`gpuplan bench --on`); "" elsewhere
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,37 @@ def profiles_dir() -> Path:
     from gpuplan import paths
 
     return paths.state_dir() / "profiles"
+
+
+def measured_dir() -> Path:
+    """Where `gpuplan bench --on` saves one profile per offer, and every estimate reads them."""
+    return profiles_dir() / "measured"
+
+
+def measured_profiles(workload: str) -> tuple[list[tuple[Path, Profile]], list[str]]:
+    """The profiles `gpuplan bench --on` saved for this bench job (each naming its offer),
+    oldest first, and one line per file that could not be read (the estimate goes on without it)."""
+    folder = measured_dir()
+    if not folder.is_dir():
+        return [], []
+    found, problems = [], []
+    for path in sorted(folder.glob(f"{workload}--*.yaml")):
+        try:
+            prof = load_profile(path)
+        except UsageError as exc:
+            problems.append(f"{exc}; remove the file or bench that offer again")
+            continue
+        if prof.workload == workload and prof.provenance.offer:
+            found.append((path, prof))
+    found.sort(key=lambda pair: (pair[1].provenance.date, pair[0].stat().st_mtime))
+    return found, problems
+
+
+def measured_path(workload: str, offer_key: str) -> Path:
+    """The file `gpuplan bench --on` writes for one offer: <measured_dir>/<job>--<offer>.yaml."""
+    import re
+
+    return measured_dir() / f"{workload}--{re.sub(r'[^A-Za-z0-9_.@-]+', '-', offer_key)}.yaml"
 
 
 def catalog_profiles() -> list[Path]:

@@ -340,7 +340,9 @@ def break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
                 + (f" (more than the month's {month_h} h: never)" if need > month_h else ""))
         return replace(plan, note=f"{plan.note}; {line}")
     saving = hourly.cost - plan.cost
-    if saving <= 0:
+    if mine.price is None:  # an inventory host: no purchase to pay off
+        line = f"the best hourly plan, {hourly.label}, costs {fmt.yen(hourly.cost)} per batch"
+    elif saving <= 0:
         line = (f"buying never pays off: the best hourly plan costs {fmt.yen(hourly.cost)} per batch, power alone "
                 f"{fmt.yen(plan.cost)}")
     else:
