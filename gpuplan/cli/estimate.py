@@ -151,6 +151,7 @@ def _calibrate(state, work, cat):
     if state is None:
         return work, []
     from gpuplan.planning import model, workloads
+    from gpuplan.planning.evidence import SpeedKind
 
     speeds, lines = {}, []
     for r in state.calibrations(work.name):
@@ -168,7 +169,8 @@ def _calibrate(state, work, cat):
             f"predicted {fmt.duration(predicted)}, measured {fmt.duration(measured)} ({(measured - predicted) / predicted * 100:+.1f} %); "
             f"{offer.gpu} now {model.factor_text(speeds[offer.gpu])}x {work.reference_gpu} (was {model.factor_text(before)}x)")
     if speeds:
-        work = workloads.with_measured_speeds(work, speeds, [f"calibrated by gpuplan run: {line}" for line in lines])
+        work = workloads.with_measured_speeds(work, speeds, [f"calibrated by gpuplan run: {line}" for line in lines],
+                                              SpeedKind.CALIBRATED)
     return work, lines
 
 
@@ -271,7 +273,7 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: boo
         "cost_exact_jpy": _yen2(plan.cost) if plan.feasible or plan.machines else None,
         "breakdown": {k: _yen2(v) for k, v in plan.breakdown.items()},
         "speeds": [e.as_dict() for e in plan.speeds],
-        "speed_kind": None if not plan.speeds else evidence.weakest(plan.speeds).value,
+        "speed_kind": getattr(evidence.weakest(plan.speeds), "value", None),
         "wall_minutes_range": None if span is None else [_minutes(t) for t in span.wall_s],
         "cost_jpy_range": None if span is None else [_whole_yen(c) for c in span.cost],
         "range_shown": False if span is None else span.shown,
@@ -516,10 +518,15 @@ def _settle_line(est) -> str:
     span = evidence.plan_range(rival)
     assert span is not None
     what = "wall" if by_time else "yen"
-    job = workloads.bench_job(est.workload.name) or est.workload.name
+    job = workloads.bench_job(est.workload.name)
     named = list(offers.values())[:SETTLE_OFFERS]
-    how = (f"`gpuplan bench {job} --on {','.join(named)}` would settle it" if named
-           else f"measuring {', '.join(sorted({e.gpu for e in rec.speeds}))} would settle it (a task or spot offer: see the speed line)")
+    guessed = sorted({e.gpu for p in (rec, *rivals) for e in p.speeds if e.kind not in sure})
+    if job and named:
+        how = f"`gpuplan bench {job} --on {','.join(named)}` would settle it"
+    elif job:
+        how = f"measuring {', '.join(guessed)} would settle it (a task or spot offer: see the speed line)"
+    else:  # bench runs its reference jobs only
+        how = f"timing one job on {' and '.join(guessed)} (`speed:` in the workload) would settle it"
     more = f" (and {fmt.plural(len(rivals) - 1, 'other plan')})" if len(rivals) > 1 else ""
     return (f"settle: the pick's {what} range overlaps {rival.label} {rival.provider} {rival.region}'s"
             f" ({_yen_span(*span.cost)}, {_span(*span.wall_s)}){more}; {how}")
