@@ -189,3 +189,9 @@ def test_the_rtx_rows_carry_sourced_memory_and_speeds():
     # a workload timed on an RTX 4090 plans with it as its reference GPU
     work = replace(workloads.videos(2), reference_gpu="rtx 4090", speed={})
     assert workloads.with_catalog_gpus(work, catalog.load()).reference_gpu == "RTX 4090"
+
+
+def test_with_objective_time_the_wall_ranges_decide_what_overlaps(cli):
+    data = json.loads(cli("estimate", "--videos", "4", "--objective", "time", "--format", "json").out)
+    assert data["settle"].startswith("settle: the pick's wall range overlaps ")
+    assert "`gpuplan bench colorize --on aws:" in data["settle"]

@@ -494,7 +494,7 @@ def _settle_line(est) -> str:
     mine = evidence.plan_range(rec)
     if mine is None:
         return ""
-    by_time = est.reason.startswith("fastest") and "within" not in est.reason
+    by_time = est.ranked_on == "time"
     sure = (evidence.SpeedKind.MEASURED, evidence.SpeedKind.CALIBRATED)
     rivals = []
     for p in _visible(est, False)[0]:

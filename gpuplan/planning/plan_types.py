@@ -305,3 +305,4 @@ class Estimate:
     extra: Mapping[str, str] = field(default_factory=dict)
     faster: str = ""  # one line: a plan that finishes sooner for a little more than the pick ("" where none)
     named: tuple[Plan, ...] = ()  # the plans the reason names (the cheapest, the ties it lists)
+    ranked_on: str = "cost"  # the figure the pick was ranked on first: "cost", or "time" (--objective time, --budget)
