@@ -595,8 +595,9 @@ def _render_table(est, show_all: bool) -> None:
             table.add_row(mark, escape(fleet), where, setup, *cells)
         else:  # the speed's kind and range under the status
             *figures_, speed, status = cells
+            kind, _, span = speed.partition(" ")
             table.add_row(mark, f"{escape(fleet)}\n[dim]{where}, {setup}[/dim]", *figures_,
-                          status + (f"\n[dim]{speed} speed[/dim]" if speed != "-" else ""))
+                          status + (f"\n[dim]{kind} speed{': ' + span if span else ''}[/dim]" if speed != "-" else ""))
     console.print(table, soft_wrap=False)
     for kind, text in summary:
         if kind == "head":
