@@ -440,9 +440,11 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
 def _span(low: int, high: int) -> str:
     """A wall-time range in one unit, the longer end's: "60 min-4:19 h" reads as "1:00-4:19 h"."""
     scale = fmt._scale(high)
+    if scale == "d":  # "8:25 h–2 d 11 h": days and hours do not share one unit
+        return f"{fmt.duration(low)}–{fmt.duration(high)}"
     a, b = fmt.duration(low, scale), fmt.duration(high, scale)
-    unit = b.rsplit(" ", 1)[-1] if scale != "d" else ""
-    return f"{a.removesuffix(' ' + unit) if unit else a}–{b}"
+    unit = b.rsplit(" ", 1)[-1]
+    return f"{a.removesuffix(' ' + unit)}–{b}"
 
 
 def _yen_span(low: Decimal, high: Decimal) -> str:
