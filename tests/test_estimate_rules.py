@@ -30,11 +30,11 @@ def test_piped_output_is_plain_text_without_trailing_spaces_or_forced_width(cli)
     assert "\x1b[" not in r.out  # no colour codes
     assert lines[0] == "gpuplan estimate: colorize-hd (4 jobs), catalog 2017-08"  # not centred in 200 columns
     header = lines[1]
-    assert len(header) < 200 and header.split() == ["fleet", "where", "setup", "wall", "billed", "yen", "feasible",
-                                                    "/", "why", "excluded"]
+    assert len(header) < 200 and header.split() == ["fleet", "where", "setup", "wall", "billed", "yen", "speed", "kind,",
+                                                    "yen,", "wall", "if", "off", "feasible", "/", "why", "excluded"]
     # one line per plan, every column on it; minutes under 2 h, h:mm above, yen with separators
     row = next(line for line in lines if line.startswith("→"))
-    assert re.search(r"4x Standard_NC6 +azure westus2 +image +3:00 h +9:00 h +¥826 +yes", row)
+    assert re.search(r"4x Standard_NC6 +azure westus2 +image +3:00 h +9:00 h +¥826 +measured +yes", row)
     assert "Recommended: 4x Standard_NC6 azure westus2, from an image: ¥826, wall 3:00 h, billed 9:00 h" in r.out
     # the breakdown shows sen so that it adds up, and says how it rounds
     assert "breakdown: setup ¥91.80, jobs ¥734.40 (total ¥826.20 → ¥826)" in r.out

@@ -151,6 +151,7 @@ def _calibrate(state, work, cat):
     if state is None:
         return work, []
     from gpuplan.planning import model, workloads
+    from gpuplan.planning.evidence import SpeedKind
 
     speeds, lines = {}, []
     for r in state.calibrations(work.name):
@@ -168,7 +169,8 @@ def _calibrate(state, work, cat):
             f"predicted {fmt.duration(predicted)}, measured {fmt.duration(measured)} ({(measured - predicted) / predicted * 100:+.1f} %); "
             f"{offer.gpu} now {model.factor_text(speeds[offer.gpu])}x {work.reference_gpu} (was {model.factor_text(before)}x)")
     if speeds:
-        work = workloads.with_measured_speeds(work, speeds, [f"calibrated by gpuplan run: {line}" for line in lines])
+        work = workloads.with_measured_speeds(work, speeds, [f"calibrated by gpuplan run: {line}" for line in lines],
+                                              SpeedKind.CALIBRATED)
     return work, lines
 
 
@@ -210,6 +212,10 @@ def _minutes(seconds: int) -> int | float:
 def _yen2(value: Decimal) -> str:
     """Yen for JSON: an exact string to the sen."""
     return str(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def _whole_yen(value: Decimal) -> int:
+    return int(value.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def _market(offers) -> str:
@@ -272,10 +278,15 @@ def _terms_dict(plan, offer) -> dict[str, Any] | None:
             "monthly_cap_jpy": None if t.monthly_cap_jpy is None else _yen2(t.monthly_cap_jpy)}
 
 
-def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str, Any]:
+def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: bool = False) -> dict[str, Any]:
     """A plan as data: fleet, figures, codes (excluded_by, warned_by) and its machines grouped by
-    schedule shape; with `schedule`, every machine on its own with its jobs too."""
+    schedule shape; with `schedule`, every machine on its own with its jobs too. `speeds`: each
+    GPU's speed with its kind and band; the ranges: wall and yen at the bands' ends (null where
+    there is none: excluded plans, real-time streams)."""
+    from gpuplan.planning import evidence
+
     first, count = plan.fleet[0]
+    span = evidence.plan_range(plan, streams)
     return {
         "instance_type": first.name,
         "provider": plan.provider,
@@ -291,6 +302,11 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True) -> dict[str,
         "cost_jpy": plan.cost_jpy,
         "cost_exact_jpy": _yen2(plan.cost) if plan.feasible or plan.machines else None,
         "breakdown": {k: _yen2(v) for k, v in plan.breakdown.items()},
+        "speeds": [e.as_dict() for e in plan.speeds],
+        "speed_kind": getattr(evidence.weakest(plan.speeds), "value", None),
+        "wall_minutes_range": None if span is None else [_minutes(t) for t in span.wall_s],
+        "cost_jpy_range": None if span is None else [_whole_yen(c) for c in span.cost],
+        "range_shown": False if span is None else span.shown,
         "machine_groups": _machine_groups(plan),
         **({"machines": _machine_dicts(plan)} if schedule else {}),
         "peak_vcpus": plan.peak_vcpus,
@@ -366,13 +382,14 @@ def _excluded_line(est) -> str:
     return f"{fmt.plural(sum(counts.values()), 'plan')} excluded: {parts}; --all lists them with their reasons"
 
 
-_HEADER = ("", "fleet", "where", "setup", "wall", "billed", "yen", "feasible / why excluded")
+_HEADER = ("", "fleet", "where", "setup", "wall", "billed", "yen", "speed kind, yen, wall if off", "feasible / why excluded")
 _RIGHT = {"wall", "billed", "yen"}
 
 
 def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
     """The table's rows, one cell per _HEADER column, as plain text."""
     rows, alike = _visible(est, show_all)
+    streams = est.workload.streams is not None
     pareto = {id(p) for p in est.pareto}
     shown = [p for p in rows if p.feasible]  # each column of durations in one unit (fmt.durations)
     walls = dict(zip(map(id, shown), fmt.durations([p.wall_s for p in shown])))
@@ -389,11 +406,12 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
                           else "owned: not recommended without --owned")
             if not p.optimal:
                 status += " (schedule not proven optimal)"
-            out.append((mark, fleet, where, p.setup, walls[id(p)], billed[id(p)], fmt.yen(p.cost), status))
+            out.append((mark, fleet, where, p.setup, walls[id(p)], billed[id(p)], fmt.yen(p.cost),
+                        _evidence_cell(p, streams), status))
         else:
             n = alike.get(id(p), 0)
             more = f" (and {n} more offer{'s' if n > 1 else ''} alike)" if n else ""
-            out.append((mark, fleet, where, "-", "-", "-", "-", f"no: {p.reason}{more}"))
+            out.append((mark, fleet, where, "-", "-", "-", "-", "-", f"no: {p.reason}{more}"))
     return out
 
 
@@ -417,6 +435,9 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     speed = _speed_line(est)
     if speed:
         out.append(("line", speed))
+    for line in (_range_line(est), _settle_line(est)):
+        if line:
+            out.append(("line", line))
     notes = [f"note: {line}" for key, line in est.extra.items() if show_all or key != "skipped_mixes"]  # routine: --all, JSON
     shown = {id(p) for p in _visible(est, show_all)[0]}
     notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible and id(p) in shown]
@@ -444,6 +465,103 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
         out.append(("head", f"Assumptions ({len(assumptions)}; --all lists every one):"))
         out.extend(("assumption", line) for line in speeds)
     return out
+
+
+def _span(low: int, high: int) -> str:
+    """A wall-time range in one unit, the longer end's: "60 min-4:19 h" reads as "1:00-4:19 h"."""
+    scale = fmt._scale(high)
+    if scale == "d":  # "8:25 h–2 d 11 h": days and hours do not share one unit
+        return f"{fmt.duration(low)}–{fmt.duration(high)}"
+    a, b = fmt.duration(low, scale), fmt.duration(high, scale)
+    unit = b.rsplit(" ", 1)[-1]
+    return f"{a.removesuffix(' ' + unit)}–{b}"
+
+
+def _yen_span(low: Decimal, high: Decimal) -> str:
+    return f"{fmt.yen(low)}–{fmt.yen(high).removeprefix('¥')}"
+
+
+def _evidence_cell(plan, streams: bool) -> str:
+    """The plan's weakest speed kind, and its yen and wall at the bands' ends where that matters
+    ("generic ¥55–246, 1:00–4:19 h")."""
+    from gpuplan.planning import evidence
+
+    kind = evidence.weakest(plan.speeds)
+    if kind is None:
+        return "-"
+    span = evidence.plan_range(plan, streams)
+    if span is None or not span.shown:
+        return kind.value
+    return f"{kind.value} {_yen_span(*span.cost)}, {_span(*span.wall_s)}"
+
+
+def _range_line(est) -> str:
+    """The pick's speeds, their kind and band, and its yen and wall at the bands' ends."""
+    from gpuplan.planning import evidence
+
+    rec = est.recommended
+    span = evidence.plan_range(rec, est.workload.streams is not None)
+    if span is None:
+        return ""
+    kinds = ", ".join(f"{e.gpu} {e.kind.value} x{evidence.band_of(e.kind).low}-{evidence.band_of(e.kind).high}"
+                      for e in rec.speeds)
+    if not span.shown:  # the table's kind says it
+        return ""
+    return (f"range: speeds {kinds} (docs/model.md): {_yen_span(*span.cost)}, wall {_span(*span.wall_s)}")
+
+
+SETTLE_OFFERS = 3  # offers one measurement campaign names at most
+
+
+def _settle_line(est) -> str:
+    """Where the pick's yen range (wall range with --objective time) overlaps another shown plan's
+    on GPUs whose speeds are not measured, the measurement that would settle which is better:
+    `gpuplan bench WORKLOAD --on OFFER,OFFER` over the unmeasured offers of both."""
+    from gpuplan.planning import evidence, workloads
+
+    rec = est.recommended
+    streams = est.workload.streams is not None
+    if rec is None or streams:
+        return ""
+    mine = evidence.plan_range(rec)
+    if mine is None:
+        return ""
+    by_time = est.ranked_on == "time"
+    sure = (evidence.SpeedKind.MEASURED, evidence.SpeedKind.CALIBRATED)
+    rivals = []
+    for p in _visible(est, False)[0]:
+        if p is rec or not p.feasible or not p.recommendable:
+            continue
+        theirs = evidence.plan_range(p)
+        if theirs is None or {e.gpu for e in p.speeds} == {e.gpu for e in rec.speeds}:
+            continue  # one GPU's error moves both plans alike
+        a, b = (mine.wall_s, theirs.wall_s) if by_time else (mine.cost, theirs.cost)
+        if a[0] <= b[1] and b[0] <= a[1] and any(e.kind not in sure for e in (*p.speeds, *rec.speeds)):
+            rivals.append(p)
+    if not rivals:
+        return ""
+    offers: dict[str, str] = {}
+    for p in (rec, *rivals):
+        unsure = {e.gpu for e in p.speeds if e.kind not in sure}
+        for o, _ in p.fleet:
+            if o.gpu in unsure and o.gpu not in offers and o.kind != "task" and o.market != "spot":
+                offers[o.gpu] = f"{o.provider}:{o.name}" + ("" if o.provider == "baremetal" else f"@{o.region}")
+    rival = rivals[0]
+    span = evidence.plan_range(rival)
+    assert span is not None
+    what = "wall" if by_time else "yen"
+    job = workloads.bench_job(est.workload.name)
+    named = list(offers.values())[:SETTLE_OFFERS]
+    guessed = sorted({e.gpu for p in (rec, *rivals) for e in p.speeds if e.kind not in sure})
+    if job and named:
+        how = f"`gpuplan bench {job} --on {','.join(named)}` would settle it"
+    elif job:
+        how = f"measuring {', '.join(guessed)} would settle it (a task or spot offer: see the speed line)"
+    else:  # bench runs its reference jobs only
+        how = f"timing one job on {' and '.join(guessed)} (`speed:` in the workload) would settle it"
+    more = f" (and {fmt.plural(len(rivals) - 1, 'other plan')})" if len(rivals) > 1 else ""
+    return (f"settle: the pick's {what} range overlaps {rival.label} {rival.provider} {rival.region}'s"
+            f" ({_yen_span(*span.cost)}, {_span(*span.wall_s)}){more}; {how}")
 
 
 def _speed_line(est) -> str:
@@ -537,8 +655,11 @@ def _render_table(est, show_all: bool) -> None:
         cells = [escape(c) for c in figures]
         if wide:
             table.add_row(mark, escape(fleet), where, setup, *cells)
-        else:
-            table.add_row(mark, f"{escape(fleet)}\n[dim]{where}, {setup}[/dim]", *cells)
+        else:  # the speed's kind and range under the status
+            *figures_, speed, status = cells
+            kind, _, span = speed.partition(" ")
+            table.add_row(mark, f"{escape(fleet)}\n[dim]{where}, {setup}[/dim]", *figures_,
+                          status + (f"\n[dim]{kind} speed{': ' + span if span else ''}[/dim]" if speed != "-" else ""))
     console.print(table, soft_wrap=False)
     for kind, text in summary:
         if kind == "head":
@@ -629,6 +750,7 @@ def write_json(est, out, schedules: bool = False) -> None:
         "recommended": _SLOT,
         "reason": est.reason,
         "faster": est.faster,
+        "settle": _settle_line(est),
         "plans": _SLOT,
         "pareto": _SLOT,
         "recommendation_proven_optimal": est.proven,
@@ -638,11 +760,12 @@ def write_json(est, out, schedules: bool = False) -> None:
     }
     start, after_rec, after_plans, end = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_SLOT))
     out.write(start)
-    out.write(_plan_json(est.recommended, name, 2, True) if est.recommended else "null")
+    streams = est.workload.streams is not None
+    out.write(_plan_json(est.recommended, name, 2, True, streams) if est.recommended else "null")
     for text, listed in ((after_rec, est.plans), (after_plans, est.pareto)):
         out.write(text + ("[" if listed else "[]"))
         for i, plan in enumerate(listed):
-            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4, schedules))
+            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4, schedules, streams))
         out.write("\n  ]" if listed else "")
     out.write(end + "\n")
 
@@ -650,8 +773,8 @@ def write_json(est, out, schedules: bool = False) -> None:
 _SLOT = "\0"  # where a part written on its own goes (no name or figure holds a NUL: files with one are refused)
 
 
-def _plan_json(plan, workload_name: str, indent: int, schedule: bool) -> str:
-    data = plan_dict(plan, workload_name, schedule)
+def _plan_json(plan, workload_name: str, indent: int, schedule: bool, streams: bool = False) -> str:
+    data = plan_dict(plan, workload_name, schedule, streams)
     lists = {}
     for key in ("machine_groups", "machines"):
         if key in data:

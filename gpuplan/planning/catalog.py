@@ -56,6 +56,8 @@ class GpuInfo:
     rel_speed: Mapping[str, Decimal]  # workload class -> speed relative to V100 (1.0): {"cnn-train": ...}
     confidence: str
     source: str
+    architecture: str = ""  # NVIDIA's architecture ("Ampere"): a measured GPU's speed scales within one
+    speed_sources: Mapping[str, str] = field(default_factory=dict)  # workload class -> where its figure comes from
 
 
 @dataclass(frozen=True)
@@ -652,13 +654,22 @@ def _gpus() -> Mapping[str, GpuInfo]:
     out = {}
     for line, row in _rows("gpus.csv"):
         where = _Where(f"catalog/gpus.csv line {line}")
-        speed = _dec(where, "rel_speed_cnn_train", row["rel_speed_cnn_train"])
+        speeds, sources = {}, {}
+        for column in row:  # one column per workload class: rel_speed_cnn_train, rel_speed_transformer_train
+            if column.startswith("rel_speed_"):
+                kind = column.removeprefix("rel_speed_").replace("_", "-")
+                speed = _dec(where, column, row[column])
+                if speed is not None:
+                    speeds[kind] = speed
+                    sources[kind] = row.get(f"source_{column.removeprefix('rel_speed_')}") or row["source"]
         out[row["gpu"]] = GpuInfo(
             name=row["gpu"],
             memory_gib=_dec(where, "memory_gib", row["memory_gib"], required=True),
-            rel_speed=MappingProxyType({"cnn-train": speed} if speed is not None else {}),
+            rel_speed=MappingProxyType(speeds),
             confidence=row["confidence"],
             source=row["source"],
+            architecture=row.get("architecture", ""),
+            speed_sources=MappingProxyType(sources),
         )
     return MappingProxyType(out)
 

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gpuplan.planning import billing, fmt, outcomes
+from gpuplan.planning import billing, evidence, fmt, outcomes
+from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
@@ -112,24 +113,46 @@ class Infeasible(Exception):
 # speed and job time
 
 
-def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str]:
-    """The speed of one job on one of offer's GPUs relative to the reference GPU, and its source."""
+def _gpu_speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str, SpeedKind]:
+    """The speed of one job on one of offer's GPUs alone (no cap, no CPU feed), relative to the
+    reference GPU, with where it comes from and its kind: measured or calibrated for this GPU;
+    else the generic table's ratio from a measured GPU of the same architecture (scaled), else
+    from the reference GPU (generic)."""
     if offer.gpu in workload.speed:
-        s, why = workload.speed[offer.gpu], f"measured for {workload.name}"
-    else:
-        ref = workload.reference_speed
-        if ref is None:
-            info = gpus.get(workload.reference_gpu)
-            ref = info.rel_speed.get(workload.kind) if info is not None else None
-        info = gpus.get(offer.gpu)
-        mine = info.rel_speed.get(workload.kind) if info is not None else None
-        if ref is None or mine is None:
-            missing = offer.gpu if mine is None else workload.reference_gpu
-            raise Infeasible(outcomes.of(Code.NO_SPEED, kind=workload.kind, gpu=missing))
-        ref_s = workload.speed.get(workload.reference_gpu, Decimal(1))
-        s = mine / ref * ref_s
-        why = (f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured "
-               f"for {workload.name}")
+        kind = workload.speed_kinds.get(offer.gpu, SpeedKind.MEASURED)
+        return workload.speed[offer.gpu], f"{kind.value} for {workload.name}", kind
+    info = gpus.get(offer.gpu)
+    mine = info.rel_speed.get(workload.kind) if info is not None else None
+    if offer.gpu == workload.reference_gpu:
+        return Decimal(1), f"measured for {workload.name} (its reference GPU)", SpeedKind.MEASURED
+    ref = workload.reference_speed
+    if ref is None:
+        ref_info = gpus.get(workload.reference_gpu)
+        ref = ref_info.rel_speed.get(workload.kind) if ref_info is not None else None
+    if ref is None or mine is None:
+        missing = offer.gpu if mine is None else workload.reference_gpu
+        raise Infeasible(outcomes.of(Code.NO_SPEED, kind=workload.kind, gpu=missing))
+    arch = info.architecture if info is not None else ""
+    # measured GPUs of the offer's architecture, the reference GPU first: the table's ratio within
+    # one architecture is surer than across (evidence.BANDS)
+    for anchor in dict.fromkeys((workload.reference_gpu, *workload.speed)):
+        a = gpus.get(anchor)
+        if not arch or a is None or a.architecture != arch or a.rel_speed.get(workload.kind) is None:
+            continue
+        theirs = a.rel_speed[workload.kind]
+        s = mine / theirs * workload.speed.get(anchor, Decimal(1))
+        return s, (f"scaled from {anchor}, measured, by the generic {workload.kind} table within {arch} ({offer.gpu}"
+                   f" {mine} / {anchor} {theirs} vs V100), not measured for {workload.name}"), SpeedKind.SCALED
+    ref_s = workload.speed.get(workload.reference_gpu, Decimal(1))
+    why = (f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured "
+           f"for {workload.name}")
+    return mine / ref * ref_s, why, SpeedKind.GENERIC
+
+
+def _limits(workload: Workload, offer: Offer, s: Decimal) -> tuple[Decimal, str]:
+    """What the workload's own limits make of a GPU speed s: its max_speed cap, and the speed the
+    machine's vCPUs can feed; "" where neither binds."""
+    why = ""
     if workload.max_speed is not None and s > workload.max_speed:
         s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
     cpu = workload.feed_cpu_seconds_per_unit
@@ -143,9 +166,31 @@ def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str
         if fed < s:
             why = (f"feed-bound: {number_text(share)} vCPUs per GPU at {number_text(cpu)} CPU s per {workload.unit}"
                    f" feed {number_text(share / cpu)} {workload.unit}s/s, less than the GPU's"
-                   f" {number_text(s / workload.seconds_per_unit)} ({workload.feed_source}); the GPU alone: {why}")
+                   f" {number_text(s / workload.seconds_per_unit)} ({workload.feed_source})")
             s = fed
     return s, why
+
+
+def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str]:
+    """The speed of one job on one of offer's GPUs relative to the reference GPU, and its source."""
+    s, why, _ = _gpu_speed(workload, offer, gpus)
+    limited, limit = _limits(workload, offer, s)
+    if limit.startswith("capped"):
+        return limited, limit
+    if limit:
+        return limited, f"{limit}; the GPU alone: {why}"
+    return s, why
+
+
+def speed_evidence(workload: Workload, offer: Offer, gpus: Mapping) -> SpeedEvidence:
+    """The offer's GPU speed with its kind and band (evidence.py), the workload's limits applied
+    to the band's ends as to the figure."""
+    s, why, kind = _gpu_speed(workload, offer, gpus)
+    band = evidence.band_of(kind)
+    point, _ = _limits(workload, offer, s)
+    low, _ = _limits(workload, offer, s * band.low)
+    high, _ = _limits(workload, offer, s * band.high)
+    return SpeedEvidence(offer.gpu, point, kind, low, high, why)
 
 
 def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:
@@ -845,8 +890,17 @@ def make_plan(
         machines=tuple(machines), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
         feasible=not reasons, excluded_by=tuple(reasons), warned_by=tuple(warned),
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
-        recommendable=recommendable, note=note,
+        recommendable=recommendable, note=note, speeds=_speeds(workload, setting, fleet),
     )
+
+
+def _speeds(workload: Workload, setting: Setting, fleet: Sequence[tuple[Offer, int]]) -> tuple[SpeedEvidence, ...]:
+    """Each GPU of the fleet once, with its speed's kind and band."""
+    out: dict[str, SpeedEvidence] = {}
+    for o, _ in fleet:
+        if o.gpu not in out:
+            out[o.gpu] = speed_evidence(workload, o, setting.catalog.gpus)
+    return tuple(out.values())
 
 
 def is_yours(offer: Offer, workload: Workload, setting: Setting) -> bool:

@@ -134,6 +134,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
         snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
         reason=reason, assumptions=rec.assumptions if rec else (), solver_seconds=time.perf_counter() - started,
         proven=proven, gap=gap, extra=extra, faster=faster, named=tuple(ranking.named(rec, eligible, choice)),
+        ranked_on=choice.base,
     )
 
 

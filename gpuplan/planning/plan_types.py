@@ -12,6 +12,7 @@ from functools import cached_property
 
 from gpuplan.planning import outcomes
 from gpuplan.planning.billing import Terms
+from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Outcome
 from gpuplan.planning.types import Offer
 
@@ -99,6 +100,8 @@ class Workload:
         measured): fits and packing use it. memory_peak_gib: the uncapped peak, shown, never
         used for fits (an allocator takes what is free). memory_source: where memory_gib comes from.
     speed: measured speed per GPU key relative to the reference GPU (overrides the generic table).
+    speed_kinds: the kind of a `speed` entry that is not a measurement of this workload (a
+        calibration by `gpuplan run`); the others are measured.
     reference_speed: the reference GPU's figure in the generic table, when the table lacks it.
     max_speed: the job cannot go faster than this factor (small inputs that cannot fill a GPU).
     colocation_slowdown: G jobs on G GPUs of one machine -> factor >= 1 on each job's time;
@@ -127,6 +130,7 @@ class Workload:
     job_start_s: Decimal = Decimal(0)
     job_start_source: str = ""
     speed: Mapping[str, Decimal] = field(default_factory=dict)
+    speed_kinds: Mapping[str, SpeedKind] = field(default_factory=dict)  # a speed's kind where not measured (calibrated)
     reference_speed: Decimal | None = None
     max_speed: Decimal | None = None
     colocation_slowdown: Mapping[int, Decimal] = field(default_factory=dict)
@@ -247,6 +251,7 @@ class Plan:
     peak_vcpus: int = 0
     recommendable: bool = True  # False for owned hardware the user did not say they own, spot without --spot
     note: str = ""  # e.g. owned hardware's purchase price and break-even
+    speeds: tuple[SpeedEvidence, ...] = ()  # per GPU of the fleet: its speed, kind and band (evidence.py)
 
     @property
     def reason(self) -> str:
@@ -300,3 +305,4 @@ class Estimate:
     extra: Mapping[str, str] = field(default_factory=dict)
     faster: str = ""  # one line: a plan that finishes sooner for a little more than the pick ("" where none)
     named: tuple[Plan, ...] = ()  # the plans the reason names (the cheapest, the ties it lists)
+    ranked_on: str = "cost"  # the figure the pick was ranked on first: "cost", or "time" (--objective time, --budget)

@@ -93,6 +93,11 @@ def choose(plans: list[Plan], choice: Choice) -> tuple[Plan | None, list[Plan]]:
     if choice.budget is not None:
         within = [p for p in eligible if p.cost <= choice.budget]
         return (within[0] if within else None), eligible
+    return least_increase(balanced(rec, eligible, choice), eligible, choice), eligible
+
+
+def balanced(rec: Plan, eligible: list[Plan], choice: Choice) -> Plan:
+    """The balanced rule's pick before quota is weighed (see Choice); rec: the cheapest."""
     limit = rec.cost * (1 + choice.cost_slack)
     near = [p for p in eligible if p.cost <= limit]
     fastest = min(near, key=lambda p: rank_key(p, "time"))
@@ -103,8 +108,29 @@ def choose(plans: list[Plan], choice: Choice) -> tuple[Plan | None, list[Plan]]:
         better = [q for q in eligible if q.cost <= best.cost * (1 + TRADE_COST) and 2 * q.wall_s <= best.wall_s
                   and best.wall_s - q.wall_s >= TRADE_SAVES_S]
         if not better:
-            return best, eligible
+            return best
         best = min(better, key=lambda p: rank_key(p, "time"))
+
+
+def quota_increase(plan: Plan) -> int:
+    """vCPUs the plan needs beyond the quotas known to it (the providers' sourced defaults: Azure's
+    20 regional vCPUs, its GPU families' 0); 0 where it fits them or its quota is only unknown."""
+    return sum(max(0, int(w.get("vcpus", 0)) - int(w.get("limit", 0))) for w in plan.warned_by if w.code in KNOWN_OVER)
+
+
+def near_equal(best: Plan, eligible: list[Plan], choice: Choice) -> list[Plan]:
+    """The plans as good as `best` under the balanced rule: at most cost_slack dearer and at most
+    5 % slower (WALL_SLACK_PCT)."""
+    return [q for q in eligible if q.cost <= best.cost * (1 + choice.cost_slack)
+            and q.wall_s * 100 <= best.wall_s * (100 + WALL_SLACK_PCT)]
+
+
+def least_increase(best: Plan, eligible: list[Plan], choice: Choice) -> Plan:
+    """Where the pick needs a quota increase, the plan needing the least among the near-equal
+    ones (best itself on a tie): a new account can launch it sooner, or at all."""
+    if not quota_increase(best):
+        return best
+    return min(near_equal(best, eligible, choice), key=lambda q: (quota_increase(q), q is not best, rank_key(q, "cost")))
 
 
 def cost_cap(rec: Plan | None, eligible: list[Plan], choice: Choice) -> Decimal | None:
@@ -276,6 +302,11 @@ def balanced_why(rec: Plan, eligible: list[Plan], choice: Choice) -> str:
     lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
     ties = _ties(rec, eligible, "cost", lost, lambda p: p.cost_jpy == rec.cost_jpy and p.wall_s == rec.wall_s)
     ties = f"; also {fmt.yen(rec.cost)} and {fmt.duration(rec.wall_s)}: {ties}" if ties else ""
+    before = balanced(cheapest, eligible, choice)
+    if before is not rec:  # the quota rule moved the pick
+        need = quota_increase(rec)
+        rule += (f"; quota: of the plans within {slack} % and 5 % of {before.label} (needs {quota_increase(before)} vCPUs"
+                 f" more quota), the one needing the least ({'none' if not need else f'{need} vCPUs'})")
     if rec is cheapest or (rec.cost_jpy == cheapest.cost_jpy and rec.wall_s <= cheapest.wall_s):
         return f"the cheapest ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}){ties}; {rule}"
     if rec.cost > cheapest.cost * (1 + choice.cost_slack):

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuplan.errors import UsageError
+from gpuplan.planning.evidence import SpeedKind
 from gpuplan.planning.plan_types import DataParallel, Job, Packing, ShardedMemory, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
@@ -105,6 +106,10 @@ def with_catalog_gpus(work: Workload, cat) -> Workload:
                              "name one, or give reference_speed (docs/workloads.md)")
         return text
 
+    classes = sorted({k for g in cat.gpus.values() for k in g.rel_speed})
+    if work.kind not in classes:
+        raise UsageError(f"workload {work.name}: kind {work.kind!r} is not a speed class of catalog/gpus.csv; use one of"
+                         f" {', '.join(classes)} (docs/workloads.md)")
     reference = known(work.reference_gpu, "reference_gpu")
     speed = {known(g, f"speed.{g}"): v for g, v in work.speed.items()}
     if reference == work.reference_gpu and list(speed) == list(work.speed):
@@ -288,9 +293,13 @@ def from_dict(data: Any, where: str) -> Workload:
     )
 
 
-def with_measured_speeds(workload: Workload, speeds: Mapping[str, Decimal], why: list[str]) -> Workload:
-    """The workload with these per-GPU speeds (relative to its reference GPU) and why."""
-    return replace(workload, speed=MappingProxyType({**workload.speed, **speeds}),
+def with_measured_speeds(workload: Workload, speeds: Mapping[str, Decimal], why: list[str],
+                         kind: SpeedKind = SpeedKind.MEASURED) -> Workload:
+    """The workload with these per-GPU speeds (relative to its reference GPU), of this kind, and why."""
+    kinds = {g: k for g, k in workload.speed_kinds.items() if g not in speeds}
+    if kind is not SpeedKind.MEASURED:
+        kinds.update(dict.fromkeys(speeds, kind))
+    return replace(workload, speed=MappingProxyType({**workload.speed, **speeds}), speed_kinds=MappingProxyType(kinds),
                    assumptions=workload.assumptions + tuple(why))
 
 

@@ -1,0 +1,142 @@
+"""Where a speed comes from, how far it may be off, and what that does to a plan's yen and wall.
+
+Every speed the planner uses is one of four kinds (SpeedKind): measured for this workload on
+that GPU (a profile, the workload's own figures, a `speed:` it gives), calibrated by a `gpuplan
+run --plan` batch, scaled by the generic table's ratio from a GPU of the same architecture that
+was measured, or the generic table alone (scaled from the reference GPU across architectures).
+Each kind has a band: the true speed lies between `low` and `high` times the figure. The bands
+are the spread of the figures we have (benchmarks/speed_band.py derives and prints them;
+docs/model.md lists the figures), not fitted on any figure a test checks them against.
+
+A plan's range holds its schedule fixed and stretches every machine's jobs (not their job
+starts, setup, capture or staging) by its GPU's band; each machine is charged through
+billing.charge, so granularity, minimum and caps apply to the range as to the point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import Enum
+
+from gpuplan.planning import billing
+
+
+class SpeedKind(str, Enum):
+    MEASURED = "measured"
+    CALIBRATED = "calibrated"
+    SCALED = "scaled"
+    GENERIC = "generic"
+
+
+# weakest last: a plan of several GPUs is as sure as its least sure speed
+STRENGTH = (SpeedKind.MEASURED, SpeedKind.CALIBRATED, SpeedKind.SCALED, SpeedKind.GENERIC)
+
+
+@dataclass(frozen=True)
+class Band:
+    """The true speed lies between low and high times the figure (derived_from: which figures)."""
+
+    low: Decimal
+    high: Decimal
+    derived_from: str
+
+
+# printed by benchmarks/speed_band.py (tests/test_speed_evidence.py keeps them equal)
+BANDS = {
+    SpeedKind.MEASURED: Band(Decimal("0.925"), Decimal("1.082"), "the same job on the same GPU measured twice"
+                             " (colorize on one H100 at six memory caps; Lambda's H100 RN50 in two software releases)"),
+    SpeedKind.CALIBRATED: Band(Decimal("0.925"), Decimal("1.082"), "a calibration is a measurement of the planned"
+                               " fleet: the measured band"),
+    SpeedKind.SCALED: Band(Decimal("0.811"), Decimal("1.232"), "how the table's ratio between two GPUs of one"
+                           " architecture moves when the job changes (RN50 fp32 vs mixed precision, Lambda)"),
+    SpeedKind.GENERIC: Band(Decimal("0.243"), Decimal("1.908"), "the generic table against measured jobs and"
+                            " field reports across architectures (report A's GTX 1080 Ti: 0.244; H100 profiles;"
+                            " other precisions; other transformer jobs against the transformer column: up to 1.907)"),
+}
+
+# a range is shown (table, lines) where either end is more than this share off the point
+SHOWN_ABOVE = Decimal("0.10")
+
+
+@dataclass(frozen=True)
+class SpeedEvidence:
+    """One GPU's speed in a plan (x the workload's reference GPU) and how sure it is: low and high
+    are the band's ends after the workload's own limits (max_speed, CPU feed) apply."""
+
+    gpu: str
+    speed: Decimal
+    kind: SpeedKind
+    low: Decimal
+    high: Decimal
+    source: str  # one line: from which figures
+
+    def as_dict(self) -> dict[str, str]:
+        return {"gpu": self.gpu, "kind": self.kind.value, "speed": f"{self.speed:.4f}", "low": f"{self.low:.4f}",
+                "high": f"{self.high:.4f}", "source": self.source}
+
+
+@dataclass(frozen=True)
+class Range:
+    """A plan's wall seconds and exact yen at its speeds' low and high ends (low speed: the long,
+    dear end). `shown`: whether it is worth saying (either end more than SHOWN_ABOVE off)."""
+
+    wall_s: tuple[int, int]
+    cost: tuple[Decimal, Decimal]
+    shown: bool
+
+
+def weakest(speeds: Sequence[SpeedEvidence]) -> SpeedKind | None:
+    if not speeds:
+        return None
+    return max((s.kind for s in speeds), key=STRENGTH.index)
+
+
+def band_of(kind: SpeedKind) -> Band:
+    return BANDS[kind]
+
+
+def plan_range(plan, streams: bool = False) -> Range | None:
+    """The plan's yen and wall if every GPU ran at its band's low end, and at its high end; None
+    where the plan has no machines or no speeds (excluded plans), and for real-time `streams`
+    (their machines are held for the streams' duration whatever the speed)."""
+    if streams or not plan.machines or not plan.speeds:
+        return None
+    stretch = {s.gpu: (s.speed / s.low, s.speed / s.high) for s in plan.speeds}
+    ends = []
+    for end in (0, 1):
+        ends.append(_at(plan, {g: f[end] for g, f in stretch.items()}))
+    (wall_hi, cost_hi), (wall_lo, cost_lo) = ends
+    wall, cost = plan.wall_s, plan.cost
+    off = max(abs(wall_hi - wall), abs(wall - wall_lo)) > SHOWN_ABOVE * max(wall, 1) or (
+        cost > 0 and max(abs(cost_hi - cost), abs(cost - cost_lo)) > SHOWN_ABOVE * cost)
+    return Range((wall_lo, wall_hi), (cost_lo, cost_hi), off)
+
+
+def _at(plan, factor: dict[str, Decimal]) -> tuple[int, Decimal]:
+    """Wall and yen with each machine's job work (jobs less job starts) times its GPU's factor."""
+    ends_now: list[int] = []
+    ends_then: list[int] = []
+    groups = []
+    for m in plan.machines:
+        f = factor.get(m.offer.gpu, Decimal(1))
+        head = m.setup_s + m.capture_s + m.staging_s
+        jobs = []
+        for i, j in enumerate(m.jobs_s):
+            starts = m.job_starts_s[i] if m.job_starts_s else Decimal(0)
+            jobs.append(int(starts + (j - starts) * f + Decimal("0.999999")) if j else 0)
+        if m.role != "builder":
+            ends_now.append(m.start_s + head + max(m.jobs_s))
+            ends_then.append(m.start_s + head + max(jobs))
+        groups.append((m, head, jobs))
+    wall = plan.wall_s + (max(ends_then) - max(ends_now) if ends_now else 0)
+    cost = plan.breakdown.get("one_off", Decimal(0))
+    for m, head, jobs in groups:
+        for i, n in enumerate(m.counts):
+            if m.idle_s:  # kept until the last machine ends (release at-end)
+                held = wall - m.start_s
+            else:
+                held = head + jobs[i]
+            cost += billing.charge(held, m.terms) * n
+    return wall, cost
