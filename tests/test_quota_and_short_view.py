@@ -151,10 +151,14 @@ def test_a_pick_on_the_generic_speed_table_names_the_measurement_that_would_sett
     r = cli("estimate", "--videos", "4")
     assert r.code == 0, r.err
     text = " ".join(r.out.split())  # the line may wrap
+    # the pick's yen range overlaps its rivals': one campaign command, on the settle line, over the pick's
+    # offer and the overlapping plans' unmeasured GPUs; the speed line points to it instead of naming another
     assert ("speed: A10G from the generic cnn-train table, not measured for colorize-hd (field report A: such a figure"
-            " put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: `gpuplan bench colorize --on"
-            " aws:g5.xlarge@us-east-1,aws:g6e.2xlarge@us-east-1,aws:g6.xlarge@us-east-1` (one machine per offer, benched"
-            " and torn down; it says the yen first)") in text
+            " put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: the campaign on the settle line"
+            " below") in text
+    settle = text.split(" settle: ")[1]
+    assert "`gpuplan bench colorize --on aws:g5.xlarge@us-east-1," in settle and "would settle it" in settle
+    assert text.count("gpuplan bench colorize --on") == 1
     # report A's pick runs on the reference GPU the workload was timed on: nothing to settle
     assert "speed: " not in cli("estimate", "--videos", "4", "--as-of", "2017-08").out
     # a workload bench cannot run: time one job on that GPU

@@ -432,10 +432,8 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     if est.faster:
         out.append(("line", f"faster: {est.faster}"))
     out.append(("line", f"optimal: {_proof(est)}"))
-    speed = _speed_line(est)
-    if speed:
-        out.append(("line", speed))
-    for line in (_range_line(est), _settle_line(est)):
+    settle = _settle_line(est)
+    for line in (_speed_line(est, settled=bool(settle)), _range_line(est), settle):
         if line:
             out.append(("line", line))
     notes = [f"note: {line}" for key, line in est.extra.items() if show_all or key != "skipped_mixes"]  # routine: --all, JSON
@@ -564,9 +562,11 @@ def _settle_line(est) -> str:
             f" ({_yen_span(*span.cost)}, {_span(*span.wall_s)}){more}; {how}")
 
 
-def _speed_line(est) -> str:
+def _speed_line(est, settled: bool = False) -> str:
     """Where the pick's speed is the generic table's, not measured for this workload: which GPU,
-    what such figures have been off by, and the measurement that would settle it."""
+    what such figures have been off by, and the measurement that would settle it (`settled`: the
+    settle line names that campaign, over the plans whose ranges overlap the pick's; one command
+    is shown, not two)."""
     from gpuplan.planning import workloads
 
     w, rec = est.workload, est.recommended
@@ -581,6 +581,8 @@ def _speed_line(est) -> str:
     elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: bench inside one
         how = (f"run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok submit` task"
                f" from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
+    elif settled:
+        how = "the campaign on the settle line below"
     else:  # issue 19: one campaign measures the pick's GPU and its rivals', then every estimate reads them
         how = (f"`gpuplan bench {job} --on {','.join(_bench_offers(est))}` (one machine per offer, benched and torn down;"
                " it says the yen first)")

@@ -149,15 +149,16 @@ def _gpu_speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal
     return mine / ref * ref_s, why, SpeedKind.GENERIC
 
 
-def _limits(workload: Workload, offer: Offer, s: Decimal) -> tuple[Decimal, str]:
+def _limits(workload: Workload, offer: Offer, s: Decimal) -> tuple[Decimal, str, str]:
     """What the workload's own limits make of a GPU speed s: its max_speed cap, and the speed the
-    machine's vCPUs can feed; "" where neither binds."""
-    why = ""
+    machine's vCPUs can feed; with why a limit binds ("" where none does) and a note where the feed
+    limit could not be checked."""
+    why = note = ""
     if workload.max_speed is not None and s > workload.max_speed:
         s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
     cpu = workload.feed_cpu_seconds_per_unit
     if cpu is not None and offer.vcpus <= 0:
-        why += (f"; feed limit not checked: the catalog gives no vCPU count for {offer.name}"
+        note = (f"feed limit not checked: the catalog gives no vCPU count for {offer.name}"
                 f" ({number_text(cpu)} CPU s per {workload.unit} to feed one job)")
     elif cpu is not None:
         # every GPU busy: each job's input pipeline gets vCPUs / GPUs of the machine
@@ -168,18 +169,18 @@ def _limits(workload: Workload, offer: Offer, s: Decimal) -> tuple[Decimal, str]
                    f" feed {number_text(share / cpu)} {workload.unit}s/s, less than the GPU's"
                    f" {number_text(s / workload.seconds_per_unit)} ({workload.feed_source})")
             s = fed
-    return s, why
+    return s, why, note
 
 
 def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str]:
     """The speed of one job on one of offer's GPUs relative to the reference GPU, and its source."""
     s, why, _ = _gpu_speed(workload, offer, gpus)
-    limited, limit = _limits(workload, offer, s)
+    limited, limit, note = _limits(workload, offer, s)
     if limit.startswith("capped"):
-        return limited, limit
-    if limit:
-        return limited, f"{limit}; the GPU alone: {why}"
-    return s, why
+        why = limit
+    elif limit:
+        why = f"{limit}; the GPU alone: {why}"
+    return limited, f"{why}; {note}" if note else why
 
 
 def speed_evidence(workload: Workload, offer: Offer, gpus: Mapping) -> SpeedEvidence:
@@ -187,9 +188,9 @@ def speed_evidence(workload: Workload, offer: Offer, gpus: Mapping) -> SpeedEvid
     to the band's ends as to the figure."""
     s, why, kind = _gpu_speed(workload, offer, gpus)
     band = evidence.band_of(kind)
-    point, _ = _limits(workload, offer, s)
-    low, _ = _limits(workload, offer, s * band.low)
-    high, _ = _limits(workload, offer, s * band.high)
+    point, _, _ = _limits(workload, offer, s)
+    low, _, _ = _limits(workload, offer, s * band.low)
+    high, _, _ = _limits(workload, offer, s * band.high)
     return SpeedEvidence(offer.gpu, point, kind, low, high, why)
 
 
