@@ -142,14 +142,19 @@ def test_bad_offers_are_refused_in_one_line(cli, owned):
 def test_a_cloud_offer_is_priced_through_its_billing_terms(cli, gpuplan_home):
     r = cli("bench", "colorize", "--on", "aws:g5.xlarge", "--dry-run")
     assert r.code == 0, r.err
-    # 20 min of setup (catalog) + 11 runs x 2 min = 42 min at aws's per-second price
+    # 20 min of setup (catalog) + 5 min making the bench's Python (no --python) + 11 runs x 2 min
+    # = 47 min at aws's per-second price; with --python naming a ready one, 42 min
     from decimal import Decimal
 
     from gpuplan.planning import billing, catalog
 
     offer = catalog.load().resolve("aws:g5.xlarge")
-    yen = billing.charge(42 * 60, billing.terms_for(offer))
-    assert f"about 42 min (setup 20 min + 11 runs of colorize x 2 min, an ESTIMATE): ¥{int(yen.quantize(Decimal(1))):,}" in r.out
+    for minutes, setup, args in ((47, "25 min", ()), (42, "20 min", ("--python", "/opt/venv/bin/python"))):
+        r = cli("bench", "colorize", "--on", "aws:g5.xlarge", "--dry-run", *args)
+        assert r.code == 0, r.err
+        yen = billing.charge(minutes * 60, billing.terms_for(offer))
+        assert (f"about {minutes} min (setup {setup} + 11 runs of colorize x 2 min, an ESTIMATE):"
+                f" ¥{int(yen.quantize(Decimal(1))):,}") in r.out
 
 
 class ScriptedCluster:
@@ -157,11 +162,16 @@ class ScriptedCluster:
     held while the bench ran, then answers as `answer` says."""
 
     seen: list = []
+    prepared: list = []
     answer = staticmethod(lambda: None)
 
     def __init__(self, state, cluster, python="python3"):
         self.cluster, self.nodes, self.python = cluster, 1, python
         ScriptedCluster.seen.append((cluster, [n.provider_id for n in state.nodes(cluster)]))
+
+    def prepare(self, find_links=None):
+        ScriptedCluster.prepared.append(self.cluster)  # the bench's Python made on the new machine
+        return "2.13.0"
 
     def machine(self):
         from gpuplan.operating import bench
@@ -192,7 +202,7 @@ def aws(moto_aws, gpuplan_home, monkeypatch):
         "ami": moto_aws.ami, "quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}}}))
     from gpuplan.operating import bench
 
-    ScriptedCluster.seen = []
+    ScriptedCluster.seen, ScriptedCluster.prepared = [], []
     monkeypatch.setattr(bench, "ClusterExecutor", ScriptedCluster)
     yield moto_aws
 
@@ -205,6 +215,7 @@ def test_a_cloud_offer_is_provisioned_tagged_benched_and_torn_down(aws, cli, fai
     assert r.code == (4 if fails else 0), r.err
     [(cluster, ids)] = ScriptedCluster.seen  # one machine, made through the provision path, while the bench ran
     assert cluster.startswith("bench-g5-xlarge-") and len(ids) == 1 and ids[0].startswith("i-")
+    assert ScriptedCluster.prepared == [cluster]  # no --python: a fresh machine gets a Python with torch first
     state = State(paths.state_db())
     assert state.journal(cluster)  # journaled as any provision is
     state.close()

@@ -94,3 +94,41 @@ def test_bench_on_the_cluster_measures_two_node_data_parallel_scaling(cluster, c
     assert prof.provenance.host == "demo-0" and "--cluster demo" in prof.provenance.command
     assert [(s.gpus, s.nodes) for s in prof.dp_scaling] == [(1, 1), (2, 2)]  # torchrun over both hosts
     assert prof.dp_scaling[1].efficiency > 0 and prof.dp_scaling[1].throughput > 0
+
+
+def _fake_torch_wheel(folder) -> None:
+    """A wheel named torch (version 0.0.1) that only imports: the package index stands in here."""
+    import zipfile
+
+    folder.mkdir()
+    info = "torch-0.0.1.dist-info"
+    files = {"torch/__init__.py": "__version__ = '0.0.1+stand-in'\n",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 0.0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(folder / "torch-0.0.1-py3-none-any.whl", "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+
+
+def test_a_node_without_torch_gets_the_benchs_python_and_the_jobs_code(cluster, tmp_path):
+    """`bench --cluster` / `--on` without --python: each node gets a venv with torch (from the
+    index; here a folder of wheels) and the client's gpuplan/jobs code, and the jobs run with them."""
+    import subprocess
+
+    from gpuplan.operating import bench
+
+    if subprocess.run(["/usr/bin/python3", "-c", "import ensurepip, venv"], capture_output=True).returncode != 0:
+        pytest.skip("the loopback hosts' /usr/bin/python3 cannot make a venv (python3-venv missing)")
+    state, hosts = cluster
+    wheels = tmp_path / "wheels"
+    _fake_torch_wheel(wheels)
+    executor = bench.ClusterExecutor(state, "demo")
+    assert executor.prepare(find_links=str(wheels)) == "0.0.1+stand-in"
+    assert executor.python.endswith("/.gpuplan/bench/venv/bin/python") and executor.workdir.endswith("/.gpuplan/bench/src")
+    probe = ("import gpuplan.jobs._common as c, torch, os;"
+             " print(torch.__version__, os.path.relpath(c.__file__, os.getcwd()))")
+    outcomes = executor.run_all([bench.Launch((executor.python, "-c", probe), node=n) for n in (0, 1)], timeout=120)
+    assert [(o.exit_code, o.stdout.strip()) for o in outcomes] == [(0, "0.0.1+stand-in gpuplan/jobs/_common.py")] * 2
+    # made once: a second prepare finds the venv and torch and installs nothing
+    assert executor.prepare(find_links=str(tmp_path / "no-such-folder")) == "0.0.1+stand-in"

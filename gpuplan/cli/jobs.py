@@ -40,7 +40,7 @@ def bench(
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="Slots per node to use (default: all GPUs; 2 processes on a CPU).", metavar="N")] = None,
     max_pack: Annotated[int, typer.Option("--max-pack", help="Try up to this many jobs sharing one GPU.", metavar="N")] = 4,
     out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (.yaml or .json).", metavar="FILE")] = None,
-    python: Annotated[str, typer.Option("--python", help="Python on the cluster's nodes (with gpuplan[bench] installed).", metavar="PATH")] = "python3",
+    python: Annotated[Optional[str], typer.Option("--python", help="Python on the nodes with gpuplan[bench] installed (default: gpuplan makes one there: a venv with torch from the package index, the jobs' code copied from here).", metavar="PATH")] = None,
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds each measurement may take.", metavar="SECONDS")] = 1800,
     job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.", metavar="ARGS")] = None,
     on: Annotated[Optional[str], typer.Option("--on", help="Provision one machine per offer (an inventory host for baremetal:KIND), bench it, save one profile per offer where every estimate reads it, tear it down. Asks first with the yen it costs.", metavar="OFFER[,OFFER...]")] = None,
@@ -96,12 +96,15 @@ def bench(
     else:
         from gpuplan.operating.state import State
 
-        executor = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python)
+        executor = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python or "python3")
+        if python is None:
+            opts.progress("making the bench's Python (a venv with torch) on the nodes")
+            executor.prepare()
     profile, path = bench_mod.bench(opts, executor, out)
     _print_profile(profile, path)
 
 
-def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str], yes: bool, bootstrap: bool) -> None:
+def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Optional[str], yes: bool, bootstrap: bool) -> None:
     """`bench --on`: the campaign's plan and its yen, asked about; then every offer provisioned,
     benched and torn down at once, each on its own (a failed one does not stop the others)."""
     from dataclasses import replace
@@ -116,7 +119,7 @@ def _campaign(on: str, opts, python: str, dry_run: bool, ssh_from: Optional[str]
 
     texts = campaign.split(on)
     known = State(paths.state_db()) if paths.state_db().is_file() else None  # measured setup times, if any
-    targets = campaign.plan(texts, opts, known, bootstrap)
+    targets = campaign.plan(texts, opts, known, bootstrap, make_python=python is None)
     total = sum((t.yen for t in targets), Decimal(0))
     lines = [f"bench {opts.workload} on {fmt.plural(len(targets), 'offer')}, one machine each, torn down after its bench:"]
     lines += [f"  {campaign.describe(t, opts.workload)}" for t in targets]

@@ -39,7 +39,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuplan.errors import RemoteError, UsageError
+from gpuplan.errors import GpuplanError, RemoteError, UsageError
 from gpuplan.planning.profiles import Profile, Provenance, ScalingPoint, profiles_dir, save_profile
 
 if TYPE_CHECKING:
@@ -185,6 +185,24 @@ class LocalExecutor(Executor):
             shutil.rmtree(d, ignore_errors=True)
 
 
+# Where a node keeps what the reference jobs need when no --python is given: the client's own
+# gpuplan/jobs code (the jobs run from this folder: `python -m gpuplan.jobs.X` finds them in the
+# working directory) and a venv that sees the system's packages, with torch from the package index
+# where the system Python has none. A fresh cloud machine has a driver and CUDA after bootstrap,
+# not torch (SkyPilot's `setup:` installs it the same way, per task).
+BENCH_HOME = ".gpuplan/bench"
+
+
+def bench_env_command(find_links: str | None = None) -> str:
+    """The shell command that makes a node's bench venv (idempotent; torch installed only where the
+    venv cannot import it). `find_links`: a folder of wheels on the node (offline install)."""
+    venv = f"$HOME/{BENCH_HOME}/venv"
+    index = f"--no-index --find-links {shlex.quote(find_links)}" if find_links else ""
+    return (f'mkdir -p "$HOME/{BENCH_HOME}/src" && {{ [ -x "{venv}/bin/python" ] || python3 -m venv --system-site-packages'
+            f' "{venv}"; }} && {{ "{venv}/bin/python" -c "import torch" 2>/dev/null || "{venv}/bin/pip" install -q'
+            f' {index} torch; }} && "{venv}/bin/python" -c "import torch; print(torch.__version__)"')
+
+
 class ClusterExecutor(Executor):
     """The nodes of a cluster in the state store, reached over SSH with pinned host keys."""
 
@@ -197,6 +215,38 @@ class ClusterExecutor(Executor):
         self.workdir = workdir
         self.targets = runner.cluster_targets(state, cluster)
         self.nodes = len(self.targets)
+
+    def prepare(self, find_links: str | None = None, timeout: int = 1800) -> str:
+        """Give every node the reference jobs' code and a Python with torch (BENCH_HOME), and run
+        the jobs with them from now on; returns the torch version the first node reports. For a
+        node whose Python already has gpuplan[bench], give --python instead."""
+        import gpuplan.jobs
+        from gpuplan.operating import remote
+
+        code = Path(gpuplan.jobs.__file__).parent
+        files = [code.parent / "__init__.py", *sorted(code.glob("*.py"))]
+
+        def one(target) -> tuple[str, str]:
+            r = remote.run(target.host, bench_env_command(find_links), timeout=timeout)
+            if r.exit_code != 0:
+                raise RemoteError(f"{target.host.name}: could not make the bench's Python with torch (exit {r.exit_code}):"
+                                  f" {(r.stderr or r.stdout).strip()[-300:]}")
+            with remote.connect(target.host) as conn:
+                home = conn.run('mkdir -p "$HOME/' + BENCH_HOME + '/src/gpuplan/jobs" && printf %s "$HOME"',
+                                timeout=60).stdout.strip()
+                for f in files:
+                    conn.put(f, f"{home}/{BENCH_HOME}/src/{f.relative_to(code.parent.parent)}")
+            return (r.stdout.strip().splitlines() or [""])[-1], home
+
+        results = remote.run_many(list(self.targets), one)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r if isinstance(r, GpuplanError) else RemoteError(f"bench environment: {type(r).__name__}: {r}")
+        version, home = results[0]  # type: ignore[misc]
+        # a cluster's nodes share the user gpuplan logs in as, so node 0's home is every node's
+        self.python = f"{home}/{BENCH_HOME}/venv/bin/python"
+        self.workdir = f"{home}/{BENCH_HOME}/src"
+        return str(version)
 
     def _command(self, launch: Launch) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env)

@@ -28,6 +28,10 @@ from gpuplan.planning.types import Offer
 # steps; slower GPUs and full shapes take longer. Quick runs are tiny shapes.
 RUN_S = 120
 QUICK_RUN_S = 30
+# Making the bench's Python on a machine without one (bench.BENCH_HOME: a venv, torch and its CUDA
+# wheels from the package index, some 3 GB): ESTIMATE, a cloud machine's download at a few hundred
+# MB/s plus unpacking. Not counted where --python names a ready one.
+ENV_S = 300
 MAX_OFFERS = 8
 
 
@@ -121,9 +125,11 @@ def runs(opts: bench_mod.BenchOptions, gpus: int) -> int:
     return 1 + bench_mod.MEMORY_SEARCH_STEPS + points + (opts.max_pack - 1) + (points if spec.data_parallel else 0)
 
 
-def plan(texts: list[str], opts: bench_mod.BenchOptions, state=None, bootstrap: bool = True) -> list[Target]:
+def plan(texts: list[str], opts: bench_mod.BenchOptions, state=None, bootstrap: bool = True,
+         make_python: bool = False) -> list[Target]:
     """Every offer resolved and priced: nothing is created. Cloud machines are bootstrapped
-    first (its setup time counted) unless `bootstrap` is False (an image with everything)."""
+    first (its setup time counted) unless `bootstrap` is False (an image with everything);
+    `make_python`: the bench's Python is made on each machine first (ENV_S counted)."""
     from gpuplan.planning import catalog
 
     offers = [resolve(t) for t in texts]
@@ -140,6 +146,8 @@ def plan(texts: list[str], opts: bench_mod.BenchOptions, state=None, bootstrap: 
             measured = state.setup_time(offer.provider, offer.name) if state is not None else None
             f = facts.get(offer.provider)
             setup = int(measured[0]) if measured is not None else (f.setup_s if f else 0)
+        if make_python:
+            setup += ENV_S
         n = runs(opts, offer.gpu_count)
         seconds = setup + n * (QUICK_RUN_S if opts.quick else RUN_S)
         if offer.kind == "monthly":  # rented by the month already: holding it longer costs nothing more
@@ -179,7 +187,7 @@ def check(state, t: Target, ssh_from: str | None):
     return o, prov
 
 
-def measure(state, t: Target, order, prov, opts: bench_mod.BenchOptions, python: str,
+def measure(state, t: Target, order, prov, opts: bench_mod.BenchOptions, python: str | None,
             progress: Callable[[str], None]) -> tuple[object, Path]:
     """Provision, bench, save; the machine is torn down whatever happens (a failed bench, an
     interrupt). Returns the profile and where it was saved. The offers of a campaign run at
@@ -190,7 +198,10 @@ def measure(state, t: Target, order, prov, opts: bench_mod.BenchOptions, python:
     try:
         progress(f"provisioning {t.cluster}")
         launch.provision(state, prov, order, bootstrap=t.bootstrap, progress=progress)
-        executor = bench_mod.ClusterExecutor(state, t.cluster, python=python)
+        executor = bench_mod.ClusterExecutor(state, t.cluster, python=python or "python3")
+        if python is None:
+            progress("making the bench's Python (a venv with torch) on it")
+            executor.prepare()
         profile = bench_mod.measure(opts, executor)
         from dataclasses import replace
 
