@@ -91,15 +91,17 @@ def bench(
     if on is not None:
         _campaign(on, opts, python, dry_run, ssh_from, yes, not no_bootstrap)
         return
-    if local:
+    executor: bench_mod.Executor
+    if local or cluster is None:
         executor = bench_mod.LocalExecutor()
     else:
         from gpuplan.operating.state import State
 
-        executor = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python or "python3")
+        nodes = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python or "python3")
         if python is None:
             opts.progress("making the bench's Python (a venv with torch) on the nodes")
-            executor.prepare()
+            nodes.prepare()
+        executor = nodes
     profile, path = bench_mod.bench(opts, executor, out)
     _print_profile(profile, path)
 

@@ -226,19 +226,19 @@ class ClusterExecutor(Executor):
         code = Path(gpuplan.jobs.__file__).parent
         files = [code.parent / "__init__.py", *sorted(code.glob("*.py"))]
 
-        def one(target) -> tuple[str, str]:
-            r = remote.run(target.host, bench_env_command(find_links), timeout=timeout)
+        def one(host) -> tuple[str, str]:
+            r = remote.run(host, bench_env_command(find_links), timeout=timeout)
             if r.exit_code != 0:
-                raise RemoteError(f"{target.host.name}: could not make the bench's Python with torch (exit {r.exit_code}):"
+                raise RemoteError(f"{host.name}: could not make the bench's Python with torch (exit {r.exit_code}):"
                                   f" {(r.stderr or r.stdout).strip()[-300:]}")
-            with remote.connect(target.host) as conn:
+            with remote.connect(host) as conn:
                 home = conn.run('mkdir -p "$HOME/' + BENCH_HOME + '/src/gpuplan/jobs" && printf %s "$HOME"',
                                 timeout=60).stdout.strip()
                 for f in files:
                     conn.put(f, f"{home}/{BENCH_HOME}/src/{f.relative_to(code.parent.parent)}")
             return (r.stdout.strip().splitlines() or [""])[-1], home
 
-        results = remote.run_many(list(self.targets), one)
+        results = remote.run_many([t.host for t in self.targets], one)
         for r in results:
             if isinstance(r, BaseException):
                 raise r if isinstance(r, GpuplanError) else RemoteError(f"bench environment: {type(r).__name__}: {r}")
