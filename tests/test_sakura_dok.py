@@ -141,3 +141,107 @@ def test_the_task_list_is_read_page_by_page(fake, dok):
         dok.submit(f"t{i}", "img:1", "v100-32gb", tags=["gpuplan-run=big"])
     assert len(dok.tasks("gpuplan-run=big")) == 130
     assert [p for m, p, _ in fake.requests if m == "GET"] == ["tasks/", "tasks/"]
+
+
+# --- logs: the task's log stream, a WebSocket -----------------------------------------------------
+
+def test_logs_of_a_running_task_are_read_from_its_websocket_stream(fake, dok):
+    t = dok.submit("clip", "img:1", "h100-80gb")
+    fake.log(t.id, "epoch 1 loss 0.9\n")
+    fake.log(t.id, "epoch 2 loss 0.5\n")
+    assert list(dok.logs(t.id, idle_s=0.3)) == ["epoch 1 loss 0.9\n", "epoch 2 loss 0.5\n"]
+    method, path, _ = fake.requests[-1]
+    assert (method, path) == ("POST", f"tasks/{t.id}/containers/0/stream/")
+
+
+def test_follow_waits_for_the_task_and_reads_until_it_ends(fake, dok):
+    import threading
+
+    first = dok.submit("a", "img:1", "h100-80gb")
+    second = dok.submit("b", "img:1", "h100-80gb")  # waits behind the first
+    polls = []
+
+    def tick(_s):  # time passes while `logs -f` waits: the first ends, the second starts and writes
+        polls.append(1)
+        fake.advance()
+        fake.log(second.id, "started\n")
+
+    dok.sleep = tick
+    def later():
+        import time
+
+        time.sleep(0.3)
+        fake.log(second.id, "halfway\n")
+        time.sleep(0.2)
+        fake.advance()  # the second ends: the server closes the stream
+
+    threading.Thread(target=later, daemon=True).start()
+    got = list(dok.logs(second.id, follow=True))
+    assert got == ["started\n", "halfway\n"] and polls == [1]
+    assert dok.task(first.id).status == dok.task(second.id).status == "done"
+
+
+def test_a_task_that_is_not_running_has_no_stream_and_says_why(fake, dok):
+    a = dok.submit("a", "img:1", "h100-80gb")
+    b = dok.submit("b", "img:1", "h100-80gb")
+    with pytest.raises(UsageError, match="task b is waiting: its log streams only while it runs"):
+        list(dok.logs(b.id))
+    fake.advance()
+    with pytest.raises(UsageError, match="task a is done.*in its artifact"):
+        list(dok.logs(a.id))
+
+
+def test_a_stream_the_api_refuses_is_a_usage_error_not_a_bad_key(fake, dok, monkeypatch):
+    import dataclasses
+
+    t = dok.submit("a", "img:1", "h100-80gb")
+    real = dok.task
+    fake.advance()  # it ends between the status check (still "running") and the stream request (403)
+    monkeypatch.setattr(dok, "task", lambda tid: dataclasses.replace(real(tid), status="running"))
+    with pytest.raises(UsageError, match="ended before its log could be read"):
+        list(dok.logs(t.id))
+
+
+def test_cli_dok_logs_by_task_name(dok_env, cli):
+    dok = client_for(dok_env, dok_env.root)
+    t = dok.submit("clip-7", "img:1", "h100-80gb")
+    dok_env.log(t.id, "frame 1\n")
+    dok_env.log(t.id, "frame 2")
+    r = cli("dok", "logs", "clip-7")
+    assert r.code == 0, r.err
+    assert r.out == "frame 1\nframe 2\n"
+    r = cli("dok", "logs", "no-such")
+    assert r.code == 2 and "no DOK task with id or name 'no-such'" in r.err
+
+
+def test_websocket_reader_answers_pings_and_joins_fragments():
+    import socket
+    import threading
+
+    from gpuplan.providers import wsread
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    seen = {}
+
+    def serve():
+        c, _ = srv.accept()
+        req = b""
+        while b"\r\n\r\n" not in req:
+            req += c.recv(4096)
+        key = next(ln.split(": ", 1)[1] for ln in req.decode().split("\r\n") if ln.lower().startswith("sec-websocket-key"))
+        c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   f"Sec-WebSocket-Accept: {wsread.accept_key(key)}\r\n\r\n").encode())
+        c.sendall(bytes([0x01, 4]) + b"hel" + b"l")  # a text frame without FIN
+        c.sendall(bytes([0x89, 2]) + b"hi")  # a ping between the fragments
+        c.sendall(bytes([0x80, 3]) + b"o w")  # the last fragment
+        pong = c.recv(2 + 4 + 2)
+        seen["pong"] = pong[0]
+        c.sendall(wsread.frame(wsread.CLOSE, b"\x03\xe8", mask=False))
+        seen["close"] = c.recv(64)[0]
+        c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    assert list(wsread.messages(f"ws://127.0.0.1:{port}/x")) == ["hello w"]
+    srv.close()
+    assert seen == {"pong": 0x8A, "close": 0x88}
