@@ -123,7 +123,7 @@ def _read(sock, parts, port: int, headers: Mapping[str, str], connect_timeout_s:
                 raise ProviderError(f"websocket: a message of {n:,} bytes; at most {MAX_MESSAGE:,} are read")
             mask = conn.read(4) if b1 & 0x80 else b""
             payload = conn.read(n)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return  # quiet for idle_s: what was sent so far has been read
         except EOFError:
             return  # the server went away without a close frame
