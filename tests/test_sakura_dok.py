@@ -121,7 +121,8 @@ def test_cli_submits_one_task_per_item_then_follows_cancels_and_fetches_artifact
     assert r.code == 0, r.err
     assert r.out.count("done") == 1 and r.out.count("running") == 1 and r.out.count("waiting") == 1
     r = cli("dok", "cancel", "--run", "r1")
-    assert r.code == 0, r.err and r.out.count("canceled") == 2
+    assert r.code == 0, r.err
+    assert r.out.count("canceled") == 2
     assert sorted(t["status"] for t in dok_env.tasks.values()) == ["canceled", "canceled", "done"]
     r = cli("dok", "artifacts", "--run", "r1", "--out", str(tmp_path / "out"))
     assert r.code == 0, r.err
@@ -241,7 +242,128 @@ def test_websocket_reader_answers_pings_and_joins_fragments():
         seen["close"] = c.recv(64)[0]
         c.close()
 
-    threading.Thread(target=serve, daemon=True).start()
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
     assert list(wsread.messages(f"ws://127.0.0.1:{port}/x")) == ["hello w"]
+    server.join(5)
     srv.close()
     assert seen == {"pong": 0x8A, "close": 0x88}
+
+
+# --- `gpuplan run dok:PLAN`: one task per item, followed through jobs / logs / cancel -----------
+
+def _items(tmp_path, *names):
+    path = tmp_path / "clips.txt"
+    path.write_text("\n".join(names) + "\n")
+    return str(path)
+
+
+def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_path, monkeypatch, gpuplan_home):
+    import json
+
+    from gpuplan.operating.state import State
+
+    monkeypatch.setenv("COLUMNS", "200")
+    r = cli("run", "dok:h100-80gb", "--image", "registry.example/me/colorize:1", "--items",
+            _items(tmp_path, "a.mp4", "b.mp4", "c.mp4"), "--env", "BUCKET=s3://b", "--timeout", "3600", "--detach",
+            "--", "python", "run.py", "{item}")
+    assert r.code == 0, r.err
+    assert "job dok-1 submitted: 3 DOK tasks on h100-80gb" in r.out and "gpuplan cancel dok dok-1" in r.out
+    posted = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]
+    assert [b["containers"][0]["command"] for b in posted] == [["python", "run.py", f"{x}.mp4"] for x in "abc"]
+    assert all(b["containers"][0]["environment"] == {"BUCKET": "s3://b"} and b["execution_time_limit_sec"] == 3600
+               for b in posted)
+    assert [b["tags"][:2] for b in posted] == [["gpuplan-run=dok-1", f"gpuplan-item={i}"] for i in range(3)]
+    state = State.open_default()
+    assert [j.op for j in state.journal("dok")] == ["dok-task"] * 3  # journaled before each API call
+
+    dok_env.advance(seconds=30)  # a.mp4 ran 30 s (billed 60: the per-task minimum), b.mp4 starts
+    running = next(t for t in dok_env.tasks.values() if t["status"] == "running")
+    dok_env.log(running["id"], "b: frame 1\n")
+    r = cli("logs", "dok", "dok-1", "b.mp4")
+    assert r.code == 0, r.err
+    assert r.out == "b: frame 1\n"
+    r = cli("jobs", "dok", "--format", "json")
+    assert r.code == 0, r.err
+    [job] = json.loads(r.out)
+    assert (job["state"], job["succeeded"], job["running"], job["queued"]) == ("running", 1, 1, 1)
+
+    r = cli("cancel", "dok", "dok-1")
+    assert r.code == 0, r.err
+    assert "2 DOK tasks cancelled" in r.out
+    assert sorted(t["status"] for t in dok_env.tasks.values()) == ["canceled", "canceled", "done"]
+    r = cli("jobs", "dok", "--format", "json")
+    assert json.loads(r.out)[0]["state"] == "cancelled"
+
+    r = cli("run", "dok", "--resume", "dok-1", "--detach")  # the two that did not succeed, same image and command
+    assert r.code == 0, r.err
+    assert "job dok-2 submitted: 2 DOK tasks" in r.out
+    again = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"][3:]
+    assert [b["containers"][0]["command"][-1] for b in again] == ["b.mp4", "c.mp4"]
+    assert all(b["containers"][0]["image"] == "registry.example/me/colorize:1" for b in again)
+
+
+def test_run_dok_follows_to_the_end_and_bills_each_task_with_its_own_minimum(dok_env, cli, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
+    lengths = iter([30, 30, 600])  # seconds each task runs
+
+    def time_passes():
+        while any(t["status"] in ("waiting", "running") for t in dok_env.tasks.values()) or not dok_env.tasks:
+            time.sleep(0.1)
+            if dok_env.running():
+                dok_env.advance(seconds=next(lengths))
+
+    worker = threading.Thread(target=time_passes, daemon=True)
+    worker.start()
+    r = cli("run", "dok:h100-80gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y", "z"), "--", "work", "{item}")
+    worker.join(5)
+    assert r.code == 0, r.err
+    assert "3 ok of 3 items" in r.out
+    # ¥0.28 a second, at least 60 s a task: 60 + 60 + 600 = 720 s -> ¥201.60 (one span of 660 s would be ¥184.80)
+    assert "¥202 (3 tasks each billed for its own run time at ¥1,008/h, at least 60 s a task)" in r.out
+    assert "gpuplan dok artifacts --run dok-1" in r.out
+
+
+def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
+    outcomes = iter(["done", "error"])
+
+    def time_passes():
+        for _ in range(100):
+            time.sleep(0.1)
+            if dok_env.running():
+                dok_env.advance(next(outcomes), seconds=120)
+            if dok_env.tasks and not any(t["status"] in ("waiting", "running") for t in dok_env.tasks.values()):
+                return
+
+    threading.Thread(target=time_passes, daemon=True).start()
+    r = cli("run", "dok:v100-32gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y"), "--", "work", "{item}")
+    assert r.code == 5, (r.out, r.err)
+    assert "1 of 2 items failed: y" in r.err and "gpuplan logs dok dok-1 ITEM" in r.err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["dok:h100-80gb", "--items", "ITEMS", "--", "w", "{item}"], "name the container image"),
+    (["dok:a100", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "unknown DOK plan 'a100'"),
+    (["dok", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "name the DOK plan: gpuplan run dok:PLAN"),
+    (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--timeout", "60", "--", "w", "{item}"], "at least 600 s"),
+    (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--per-gpu", "2", "--", "w", "{item}"], "one container task per item"),
+    (["dok:h100-8gpu-80gb", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "holds all 8 GPUs"),
+    (["somecluster", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "are for DOK task runs"),
+])
+def test_run_dok_bad_input_is_one_line_and_asks_nothing(dok_env, cli, tmp_path, args, message):
+    items = _items(tmp_path, "a")
+    r = cli("run", *[items if a == "ITEMS" else a for a in args])
+    assert r.code == 2 and message in r.err and "Traceback" not in r.err, (r.out, r.err)
+    assert dok_env.requests == []
+
+
+def test_no_cluster_may_be_named_dok(cli):
+    r = cli("provision", "sakura:h100x1", "x1", "--name", "dok", "--dry-run")
+    assert r.code == 2 and "kept for Sakura 高火力 DOK task batches" in r.err
