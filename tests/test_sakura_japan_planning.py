@@ -216,3 +216,25 @@ def test_catalog_table_shows_the_caps_and_per_task_billing(cli, monkeypatch):
     assert r.code == 0, r.err
     assert "at most ¥23,100/day or ¥385,000/month" in r.out
     assert "per second (min 60 s) per task" in r.out
+
+
+def test_a_dok_queue_bills_each_task_with_its_own_minimum():
+    """Four 20-s jobs as four DOK h100-80gb tasks: each billed at least 60 s, so 240 s x ¥0.28 =
+    ¥67.20, not one 80-s span at ¥22.40 (issue 22: the minimum is per task). The 8-GPU plan runs
+    them as one task: its 60-s minimum once."""
+    cat = catalog.load("2026-11", user_prices=False)
+    work = workloads.parse(FOUR_TEN_MINUTE_H100_JOBS.replace("seconds_per_unit: 600", "seconds_per_unit: 20"), "short")
+    est = optimizer.estimate(work, Setting(catalog=cat), provider="sakura", region="is1a", mixes=False)
+
+    def best(name):
+        return min((p for p in est.plans if p.feasible and p.fleet[0][0].name == name and p.per_gpu == 1),
+                   key=lambda p: p.cost)
+
+    assert work.job_start_s == 0
+    queue = best("dok-h100-80gb")
+    assert (queue.billed_s, queue.cost) == (240, Decimal("67.20"))
+    assert (queue.breakdown["jobs"], queue.breakdown["rounding"]) == (Decimal("22.40"), Decimal("44.80"))  # + the minimums
+    eight = best("dok-h100-8gpu-80gb")
+    assert (eight.billed_s, eight.cost) == (60, Decimal("49.80"))  # one task, one minimum
+    assert any("each job is a task, billed for its own seconds and at least the 60 s minimum" in a
+               for a in queue.assumptions)
