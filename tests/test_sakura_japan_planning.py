@@ -238,3 +238,17 @@ def test_a_dok_queue_bills_each_task_with_its_own_minimum():
     assert (eight.billed_s, eight.cost) == (60, Decimal("49.80"))  # one task, one minimum
     assert any("each job is a task, billed for its own seconds and at least the 60 s minimum" in a
                for a in queue.assumptions)
+
+
+def test_osaka_sells_g4dn_at_tokyos_price_from_a_cited_dated_source(cli, gpuplan_home):
+    r = cli("catalog", "--provider", "aws", "--region", "ap-northeast-3", "--format", "json")
+    assert r.code == 0, r.err
+    offers = {o["name"]: o for o in json.loads(r.out)["offers"]}
+    assert set(offers) == {"g4dn.xlarge", "g4dn.12xlarge"}  # g5 / g6 / g6e are not sold in Osaka
+    assert (offers["g4dn.xlarge"]["price"], offers["g4dn.12xlarge"]["price"]) == ("0.71", "5.281")
+    assert all("instances.vantage.sh" in o["source"] and o["as_of"] == "2026-08" and o["tax"] == "excluded"
+               for o in offers.values())
+    _config(gpuplan_home, "preferred_regions: [ap-northeast-3]\n")
+    data = _estimate(cli, "--videos", "4", "--all")
+    assert {p["region"] for p in data["plans"]} == {"ap-northeast-3"}
+    assert data["recommended"]["fleet"][0]["instance_type"].startswith("g4dn.")
