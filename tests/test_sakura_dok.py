@@ -367,3 +367,33 @@ def test_run_dok_bad_input_is_one_line_and_asks_nothing(dok_env, cli, tmp_path, 
 def test_no_cluster_may_be_named_dok(cli):
     r = cli("provision", "sakura:h100x1", "x1", "--name", "dok", "--dry-run")
     assert r.code == 2 and "kept for Sakura 高火力 DOK task batches" in r.err
+
+
+def test_run_dok_takes_the_plan_from_a_saved_dok_pick_and_compares_with_it(dok_env, cli, tmp_path, monkeypatch):
+    import json
+    import threading
+    import time
+
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
+    plan = tmp_path / "plan.json"
+    r = cli("estimate", "--videos", "4", "--save", str(plan))
+    assert r.code == 0, r.err
+    saved = json.loads(plan.read_text())
+    assert (saved["provider"], saved["instance_type"]) == ("sakura", "dok-v100-32gb")  # today's pick for 4 videos
+
+    def time_passes():
+        for _ in range(200):
+            time.sleep(0.05)
+            if dok_env.running():
+                dok_env.advance(seconds=900)
+            if len(dok_env.tasks) == 4 and not any(t["status"] in ("waiting", "running") for t in dok_env.tasks.values()):
+                return
+
+    threading.Thread(target=time_passes, daemon=True).start()
+    r = cli("run", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, *[f"v{i}.mp4" for i in range(4)]),
+            "--", "colorize", "{item}")
+    assert r.code == 0, r.err
+    assert {b["containers"][0]["plan"] for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"} == {"v100-32gb"}
+    # 4 tasks x 900 s at ¥0.016 a second (minimum 1 s): ¥57.60
+    assert "¥58 (4 tasks each billed for its own run time at ¥57.60/h, at least 1 s a task)" in r.out
+    assert "plan:" in r.out and "calibration recorded" in r.out

@@ -361,7 +361,7 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
     cmp = runner.compare(summary, predicted)
     if summary.task_seconds and summary.terms is not None:
         how = (f"{fmt.plural(len(summary.task_seconds), 'task')} each billed for its own run time at"
-               f" {fmt.yen(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
+               f" {fmt.rate(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
     else:
         how = f"{fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h"
     con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {fmt.yen(cmp.measured_yen)} ({how})", markup=False)
