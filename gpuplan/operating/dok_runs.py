@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import NotFound, UsageError
 from gpuplan.planning import fmt
@@ -125,10 +125,10 @@ def _iso(t=None) -> str:
     return (t or now()).isoformat(timespec="seconds")  # as the state writes its times
 
 
-def tasks_of(state: State, client, job: str) -> dict[int, object]:
-    """The job's tasks (this installation's), by item index."""
+def tasks_of(state: State, client, job: str) -> dict[int, Any]:
+    """The job's tasks (providers/sakura_dok.py DokTask, this installation's), by item index."""
     installation = f"{TAG_INSTALLATION}={state.installation_id()}"
-    out = {}
+    out: dict[int, Any] = {}
     for t in client.tasks(f"{TAG_RUN}={job}"):
         if installation not in t.tags:
             continue
@@ -170,11 +170,18 @@ def refresh(state: State, job: str, client=None) -> dict:
     if events:
         state.record_job_events(job, events, row["events_read"])
     counts = state.job_counts(job)
-    if not counts.get("queued") and not counts.get("running") and state.job(job)["state"] not in OVER:
+    if not counts.get("queued") and not counts.get("running") and _row(state, job)["state"] not in OVER:
         ok = counts.get("ok", 0) == row["total"]
         state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": _iso(at)}],
                                 row["events_read"])
-    return state.job(job)
+    return _row(state, job)
+
+
+def _row(state: State, job: str) -> dict:
+    row = state.job(job)
+    if row is None:
+        raise NotFound(f"no job {job!r}; `gpuplan jobs dok` lists them")
+    return row
 
 
 def default_client():

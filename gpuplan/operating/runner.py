@@ -346,10 +346,10 @@ def job_summary(state: State, job: str) -> RunSummary:
     quarantined = tuple(Quarantine(q["node"], q["reason"]) for q in state.job_quarantines(job))
     from gpuplan.operating import dok_runs
 
-    if row["cluster"] == dok_runs.CLUSTER:
-        plan = row["options"]["dok_plan"]
-        return RunSummary(row["cluster"], tuple(results), job_seconds(row), 1, None, Path(f"dok artifacts of {job}"),
-                          quarantined, "sakura", f"dok-{plan}", dok_runs.job_terms(row),
+    dok = row if row is not None and row["cluster"] == dok_runs.CLUSTER else None
+    if dok is not None:
+        return RunSummary(dok["cluster"], tuple(results), job_seconds(dok), 1, None, Path(f"dok artifacts of {job}"),
+                          quarantined, "sakura", f"dok-{dok['options']['dok_plan']}", dok_runs.job_terms(dok),
                           tuple(dok_runs.task_seconds(state, job)))
     return RunSummary(row["cluster"], tuple(results), job_seconds(row), row["nodes"],
                       cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
