@@ -117,7 +117,7 @@ def _print_profile(profile, path: Path) -> None:
 
 
 def run(
-    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok:PLAN (dok:h100-80gb) for Sakura 高火力 DOK tasks.")],
     command: Annotated[Optional[list[str]], typer.Argument(help="After --: the command; {item} is replaced by each item.")] = None,
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (# comments skipped).", metavar="FILE")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Run again only the items of this job that did not succeed.", metavar="JOB")] = None,
@@ -384,7 +384,7 @@ def _down(state, cluster: str) -> None:
 
 
 def jobs(
-    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok for 高火力 DOK batches.")],
     format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster)."""
@@ -455,7 +455,7 @@ def _yen_text(value: Decimal | None) -> str | None:
 
 
 def logs(
-    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name, or dok for 高火力 DOK batches.")],
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
     item: Annotated[Optional[str], typer.Argument(help="The item (its text, or its line number from 0); without it, the driver's log.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the log grows, until the item ends.")] = False,
@@ -517,7 +517,7 @@ def _dok_item_logs(state, job: str, item: str | None, follow: bool) -> None:
 
 
 def cancel(
-    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name, or dok for 高火力 DOK batches.")],
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
 ) -> None:
     """Stop a batch on every node: its driver, its tasks and every process its items started."""
