@@ -288,6 +288,9 @@ def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_pat
     [job] = json.loads(r.out)
     assert (job["state"], job["succeeded"], job["running"], job["queued"]) == ("running", 1, 1, 1)
 
+    r = cli("status")
+    assert r.code == 0, r.err
+    assert "batch dok-1 on dok: running, 1 of 3 items done" in " ".join(r.out.split())
     r = cli("cancel", "dok", "dok-1")
     assert r.code == 0, r.err
     assert "2 DOK tasks cancelled" in r.out
