@@ -303,7 +303,8 @@ def _follow(state, cluster: str, job: str) -> None:
     from gpuplan.operating import dok_runs, engine, remote, runner
 
     err = _console(stderr=True)
-    every = float(os.environ.get("GPUPLAN_POLL_S") or 1.0)
+    # DOK is asked over its public API each time: every 10 s, not every second
+    every = float(os.environ.get("GPUPLAN_POLL_S") or (10.0 if cluster == dok_runs.CLUSTER else 1.0))
     quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
     last, last_at = "", 0.0
     try:
