@@ -168,13 +168,16 @@ def test_follow_waits_for_the_task_and_reads_until_it_ends(fake, dok):
         fake.log(second.id, "started\n")
 
     dok.sleep = tick
-    def later():
+    def later():  # once the stream is open: one more line, then the second task ends
         import time
 
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while not fake.streams and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
         fake.log(second.id, "halfway\n")
-        time.sleep(0.2)
-        fake.advance()  # the second ends: the server closes the stream
+        time.sleep(0.1)
+        fake.advance()  # the server closes the stream
 
     threading.Thread(target=later, daemon=True).start()
     got = list(dok.logs(second.id, follow=True))
@@ -252,6 +255,22 @@ def test_websocket_reader_answers_pings_and_joins_fragments():
 
 # --- `gpuplan run dok:PLAN`: one task per item, followed through jobs / logs / cancel -----------
 
+def _run_the_queue(fake, count, end_the_running_one, limit_s=120.0):
+    """Time passing for a followed batch: once all `count` tasks are queued, end the running one
+    whenever there is one, until every task has finished (or `limit_s`)."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if len(fake.tasks) < count:
+            continue
+        if fake.running():
+            end_the_running_one()
+        elif not any(t["status"] == "waiting" for t in fake.tasks.values()):
+            return
+
+
 def _items(tmp_path, *names):
     path = tmp_path / "clips.txt"
     path.write_text("\n".join(names) + "\n")
@@ -308,16 +327,12 @@ def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_pat
 
 def test_run_dok_follows_to_the_end_and_bills_each_task_with_its_own_minimum(dok_env, cli, tmp_path, monkeypatch):
     import threading
-    import time
 
     monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
     lengths = iter([30, 30, 600])  # seconds each task runs
 
     def time_passes():
-        while any(t["status"] in ("waiting", "running") for t in dok_env.tasks.values()) or not dok_env.tasks:
-            time.sleep(0.1)
-            if dok_env.running():
-                dok_env.advance(seconds=next(lengths))
+        _run_the_queue(dok_env, 3, lambda: dok_env.advance(seconds=next(lengths)))
 
     worker = threading.Thread(target=time_passes, daemon=True)
     worker.start()
@@ -332,18 +347,12 @@ def test_run_dok_follows_to_the_end_and_bills_each_task_with_its_own_minimum(dok
 
 def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path, monkeypatch):
     import threading
-    import time
 
     monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
     outcomes = iter(["done", "error"])
 
     def time_passes():
-        for _ in range(100):
-            time.sleep(0.1)
-            if dok_env.running():
-                dok_env.advance(next(outcomes), seconds=120)
-            if dok_env.tasks and not any(t["status"] in ("waiting", "running") for t in dok_env.tasks.values()):
-                return
+        _run_the_queue(dok_env, 2, lambda: dok_env.advance(next(outcomes), seconds=120))
 
     threading.Thread(target=time_passes, daemon=True).start()
     r = cli("run", "dok:v100-32gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y"), "--", "work", "{item}")
@@ -375,7 +384,6 @@ def test_no_cluster_may_be_named_dok(cli):
 def test_run_dok_takes_the_plan_from_a_saved_dok_pick_and_compares_with_it(dok_env, cli, tmp_path, monkeypatch):
     import json
     import threading
-    import time
 
     monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
     plan = tmp_path / "plan.json"
@@ -385,12 +393,7 @@ def test_run_dok_takes_the_plan_from_a_saved_dok_pick_and_compares_with_it(dok_e
     assert (saved["provider"], saved["instance_type"]) == ("sakura", "dok-v100-32gb")  # today's pick for 4 videos
 
     def time_passes():
-        for _ in range(200):
-            time.sleep(0.05)
-            if dok_env.running():
-                dok_env.advance(seconds=900)
-            if len(dok_env.tasks) == 4 and not any(t["status"] in ("waiting", "running") for t in dok_env.tasks.values()):
-                return
+        _run_the_queue(dok_env, 4, lambda: dok_env.advance(seconds=900))
 
     threading.Thread(target=time_passes, daemon=True).start()
     r = cli("run", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, *[f"v{i}.mp4" for i in range(4)]),
