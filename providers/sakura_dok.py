@@ -15,20 +15,27 @@ shared/notes/sakura-koukaryoku.md):
 - `GET /tasks/{id}/` with status waiting, running, error, done, aborted or canceled;
 - `POST /tasks/{id}/cancel/`; `GET /artifacts/{id}/download/` answers a presigned URL of the
   task's `SAKURA_ARTIFACT_DIR` as tar.gz (downloadable for 72 hours);
+- logs: `POST /tasks/{id}/containers/{i}/stream/` answers {"url": a wss:// address, "token"}; the
+  container's output then arrives as WebSocket messages (Authorization: Bearer <token>), while
+  the task runs (read with providers/wsread.py, no dependency);
 - one running task per project: the others wait (FAQ), which is why the planner plans a DOK
   queue as one machine.
 
 Not verified against the live API (no account): the task list's envelope is read as the one
 `unit_prices/` answers ({"meta": {page, page_size, count, total_pages}, "results": [...]}, as a
-public price collector parses it); the task's `artifact` field ({"id": ...}) is assumed; logs
-stream over a WebSocket (`/tasks/{id}/containers/{i}/stream/`) that this client does not read.
+public price collector parses it); the task's `artifact` field ({"id": ...}) is assumed; the log
+stream's shape ({"url", "token"}, Bearer auth, messages of output text, only while the task
+runs), a container's `execution_seconds` and `exit_code`, and the `tag` filter of the task list
+are as a third-party DOK CLI (a Python package `dok`, its client and `task logs` command) uses
+them. Whether the stream repeats the output from the task's start is not known: `logs` prints
+what it sends.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +58,8 @@ class DokTask:
     plan: str
     tags: tuple[str, ...]
     artifact_id: str | None
+    execution_s: int | None = None  # the container's run time as the API reports it (what is billed)
+    exit_code: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -64,7 +73,18 @@ def _task(raw: Mapping) -> DokTask:
         id=str(raw["id"]), name=str(raw.get("name", "")), status=str(raw.get("status", "")),
         plan=str(containers[0].get("plan", "")), tags=tuple(raw.get("tags") or ()),
         artifact_id=str(artifact["id"]) if isinstance(artifact, Mapping) and artifact.get("id") else None,
+        execution_s=_whole(containers[0].get("execution_seconds")), exit_code=_whole(containers[0].get("exit_code")),
     )
+
+
+def _whole(value) -> int | None:
+    """An integer field the API may leave out or send as null (or as a number in text)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(float(value)) if isinstance(value, (int, float, str)) and str(value).strip() else None
+    except ValueError:
+        return None
 
 
 class DokClient:
@@ -109,9 +129,11 @@ class DokClient:
         detail = (payload.get("detail") or payload.get("error_msg") or "") if isinstance(payload, dict) else ""
         where = f"sakura DOK: {method} /{path.split('?')[0]} failed: HTTP {status}" + (f" {detail}" if detail else "")
         if status in (401, 403):
+            if "not running" in str(detail).lower():
+                raise _Conflict(where)
             raise AuthMissing(f"{where}; check the API key, that it may use 高火力 DOK, and that the DOK terms "
                               "were accepted once (control panel)")
-        if status == 409:
+        if status == 409 or "not running" in str(detail).lower():
             raise _Conflict(where)
         if status == 404:
             raise _Gone(where)
@@ -152,10 +174,12 @@ class DokClient:
 
     def tasks(self, tag: str | None = None) -> list[DokTask]:
         """Every task of the project (those carrying `tag` when given), page by page."""
+        from urllib.parse import quote
+
         found: list[DokTask] = []
         page = 1
         while True:
-            body = self._call("GET", f"tasks/?page={page}&page_size=100")
+            body = self._call("GET", f"tasks/?page={page}&page_size=100" + (f"&tag={quote(tag)}" if tag else ""))
             found += [_task(t) for t in body.get("results") or []]
             if page >= int((body.get("meta") or {}).get("total_pages") or 1):
                 return [t for t in found if tag is None or tag in t.tags]
@@ -168,6 +192,31 @@ class DokClient:
         except _Conflict:
             pass
         return self.task(task_id)
+
+    def logs(self, task_id: str, *, follow: bool = False, container: int = 0, idle_s: float = 2.0) -> Iterator[str]:
+        """The task's output as its log stream sends it. A waiting task is waited for when
+        `follow`; without `follow` the stream is read until it is quiet for `idle_s`; with it,
+        until the task ends (the server closes the stream). A task that is not running has no
+        stream: its output is in its artifact, if it wrote one."""
+        from gpuplan.providers import wsread
+
+        task = self.task(task_id)
+        while follow and task.status == "waiting":
+            self.sleep(self.poll_s)
+            task = self.task(task_id)
+        if task.status != "running":
+            raise UsageError(f"sakura DOK: task {task.name} is {task.status}: its log streams only while it runs"
+                             + (" (`--follow` waits for it to start)" if task.status == "waiting" else
+                                "; what it wrote to SAKURA_ARTIFACT_DIR is in its artifact"))
+        try:
+            stream = self._call("POST", f"tasks/{task_id}/containers/{container}/stream/")
+        except _Conflict:  # it ended between the two calls
+            raise UsageError(f"sakura DOK: task {task.name} ended before its log could be read; its artifact "
+                             "holds what it wrote to SAKURA_ARTIFACT_DIR") from None
+        if not stream.get("url"):
+            raise ProviderError(f"sakura DOK: no log stream address for task {task.name}")
+        headers = {"Authorization": f"Bearer {stream['token']}"} if stream.get("token") else {}
+        yield from wsread.messages(str(stream["url"]), headers, idle_s=None if follow else idle_s)
 
     def wait(self, task_ids: Sequence[str], timeout_s: float) -> list[DokTask]:
         """Poll until every task has finished (in the order given); raise after `timeout_s`."""

@@ -216,3 +216,39 @@ def test_catalog_table_shows_the_caps_and_per_task_billing(cli, monkeypatch):
     assert r.code == 0, r.err
     assert "at most ¥23,100/day or ¥385,000/month" in r.out
     assert "per second (min 60 s) per task" in r.out
+
+
+def test_a_dok_queue_bills_each_task_with_its_own_minimum():
+    """Four 20-s jobs as four DOK h100-80gb tasks: each billed at least 60 s, so 240 s x ¥0.28 =
+    ¥67.20, not one 80-s span at ¥22.40 (issue 22: the minimum is per task). The 8-GPU plan runs
+    them as one task: its 60-s minimum once."""
+    cat = catalog.load("2026-11", user_prices=False)
+    work = workloads.parse(FOUR_TEN_MINUTE_H100_JOBS.replace("seconds_per_unit: 600", "seconds_per_unit: 20"), "short")
+    est = optimizer.estimate(work, Setting(catalog=cat), provider="sakura", region="is1a", mixes=False)
+
+    def best(name):
+        return min((p for p in est.plans if p.feasible and p.fleet[0][0].name == name and p.per_gpu == 1),
+                   key=lambda p: p.cost)
+
+    assert work.job_start_s == 0
+    queue = best("dok-h100-80gb")
+    assert (queue.billed_s, queue.cost) == (240, Decimal("67.20"))
+    assert (queue.breakdown["jobs"], queue.breakdown["rounding"]) == (Decimal("22.40"), Decimal("44.80"))  # + the minimums
+    eight = best("dok-h100-8gpu-80gb")
+    assert (eight.billed_s, eight.cost) == (60, Decimal("49.80"))  # one task, one minimum
+    assert any("each job is a task, billed for its own seconds and at least the 60 s minimum" in a
+               for a in queue.assumptions)
+
+
+def test_osaka_sells_g4dn_at_tokyos_price_from_a_cited_dated_source(cli, gpuplan_home):
+    r = cli("catalog", "--provider", "aws", "--region", "ap-northeast-3", "--format", "json")
+    assert r.code == 0, r.err
+    offers = {o["name"]: o for o in json.loads(r.out)["offers"]}
+    assert set(offers) == {"g4dn.xlarge", "g4dn.12xlarge"}  # g5 / g6 / g6e are not sold in Osaka
+    assert (offers["g4dn.xlarge"]["price"], offers["g4dn.12xlarge"]["price"]) == ("0.71", "5.281")
+    assert all("instances.vantage.sh" in o["source"] and o["as_of"] == "2026-08" and o["tax"] == "excluded"
+               for o in offers.values())
+    _config(gpuplan_home, "preferred_regions: [ap-northeast-3]\n")
+    data = _estimate(cli, "--videos", "4", "--all")
+    assert {p["region"] for p in data["plans"]} == {"ap-northeast-3"}
+    assert data["recommended"]["fleet"][0]["instance_type"].startswith("g4dn.")

@@ -197,7 +197,7 @@ def _print_profile(profile, path: Path) -> None:
 
 
 def run(
-    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok:PLAN (dok:h100-80gb) for Sakura 高火力 DOK tasks.")],
     command: Annotated[Optional[list[str]], typer.Argument(help="After --: the command; {item} is replaced by each item.")] = None,
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (# comments skipped).", metavar="FILE")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Run again only the items of this job that did not succeed.", metavar="JOB")] = None,
@@ -211,9 +211,14 @@ def run(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds one item may run; then its processes are killed.", metavar="SECONDS")] = 24 * 3600,
     down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end).")] = False,
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.", metavar="DIR")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", help="dok:PLAN runs: the container image each item's task runs (linux/amd64, at most 30 GB).", metavar="IMAGE")] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*).", metavar="KEY=VALUE")] = None,
+    registry: Annotated[Optional[str], typer.Option("--registry", help="dok:PLAN runs: the UUID of the registry credentials registered with DOK, for a private image.", metavar="UUID")] = None,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
-    does not stop it) and follow it; compare time and yen with the plan."""
+    does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
+    (e.g. dok:h100-80gb) runs each item as a Sakura 高火力 DOK task from --image instead: one task
+    at a time per project, the rest wait; `gpuplan jobs dok`, `logs dok JOB ITEM`, `cancel dok JOB`."""
     from gpuplan.operating import locks, runner
     from gpuplan.operating.state import State
     from gpuplan.planning.units import MAX_DURATION_S
@@ -236,7 +241,17 @@ def run(
         raise UsageError(f"--workdir {workdir}: no such folder; give the folder to copy to every node")
     if workdir is not None and resume:
         raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
+    from gpuplan.operating import dok_runs
+
+    if not dok_runs.is_dok(cluster) and (image or env or registry):
+        raise UsageError("--image, --env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE ...")
     predicted = runner.read_plan(plan) if plan else None
+    if dok_runs.is_dok(cluster):
+        if torchrun or workdir is not None or down or per_gpu != 1 or retries:
+            raise UsageError("a DOK run is one container task per item: --torchrun, --workdir, --down, --per-gpu and"
+                             " --retries do not apply (put the code in the image; `--resume JOB` resubmits what failed)")
+        _run_dok(cluster, command, items, resume, detach, plan, predicted, timeout, image, env, registry)
+        return
     state = State.open_default()
     err = _console(stderr=True)
     progress = _progress(err)
@@ -282,6 +297,62 @@ def run(
         _down(state, cluster)
 
 
+def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, image, env, registry) -> None:
+    """`gpuplan run dok:PLAN`: one 高火力 DOK task per item (gpuplan/operating/dok_runs.py)."""
+    from gpuplan.operating import dok_runs, runner
+    from gpuplan.operating.state import State
+    from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
+
+    if timeout < MIN_TIME_LIMIT_S:
+        raise UsageError(f"--timeout {timeout}: a DOK task's time limit is at least {MIN_TIME_LIMIT_S} s")
+    state = State.open_default()
+    environment = {}
+    for kv in env or []:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad --env {kv!r}: write KEY=VALUE")
+        environment[key.strip()] = value
+    if resume:
+        old = _job_of(state, dok_runs.CLUSTER, resume)
+        old = runner.refresh(state, resume)
+        if old["state"] not in runner.JOB_STATES_OVER:
+            raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel dok {resume}` first")
+        if command and command != old["command"]:
+            raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
+        todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
+        if not todo:
+            _console().print(f"job {resume}: every item succeeded; nothing to resume")
+            return
+        o = old["options"]
+        command, dok_plan, image = old["command"], o["dok_plan"], image or o["image"]
+        environment, registry, timeout = environment or o.get("environment") or {}, registry or o.get("registry"), o.get("time_limit_s") or timeout
+        order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
+    else:
+        if not image:
+            raise UsageError("name the container image each task runs: gpuplan run dok:PLAN --image IMAGE --items FILE -- CMD {item}")
+        dok_plan = dok_runs.plan_of(target, predicted)
+        todo, order_note = runner.run_order(runner.read_items(items), predicted)
+    err = _console(stderr=True)
+    job = dok_runs.submit(state, dok_runs.default_client(), dok_plan, image, todo, command, environment=environment,
+                          registry=registry, time_limit_s=timeout, resumes=resume,
+                          options={"plan": str(plan.resolve()) if plan else None}, progress=_progress(err))
+    out = _console()
+    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'DOK task')} on {dok_plan}, one running at a time per"
+              f" project; order: {order_note}", markup=False)
+    sys.stdout.flush()
+    if detach:
+        out.print(f"follow it with `gpuplan jobs dok`, `gpuplan logs dok {job} ITEM`; stop it with `gpuplan cancel dok {job}`;"
+                  f" artifacts: `gpuplan dok artifacts --run {job}`", markup=False)
+        return
+    _follow(state, dok_runs.CLUSTER, job)
+    runner.record_finished(state, job)
+    try:
+        _finish(state, runner.job_summary(state, job), predicted, job)
+    finally:
+        out.print(f"artifacts (each task's SAKURA_ARTIFACT_DIR, for 72 hours): `gpuplan dok artifacts --run {job} --out DIR`",
+                  markup=False)
+
+
 def _job_of(state, cluster: str, job: str) -> dict:
     row = state.job(job)
     if row is None or row["cluster"] != cluster:
@@ -307,15 +378,18 @@ def _progress_line(state, row: dict) -> str:
 
 def _follow(state, cluster: str, job: str) -> None:
     """Print the batch's progress until it ends. Ctrl-C stops following, not the batch."""
-    from gpuplan.operating import engine, remote, runner
+    import contextlib
+
+    from gpuplan.operating import dok_runs, engine, remote, runner
 
     err = _console(stderr=True)
-    every = float(os.environ.get("GPUPLAN_POLL_S") or 1.0)
+    # DOK is asked over its public API each time: every 10 s, not every second
+    every = float(os.environ.get("GPUPLAN_POLL_S") or (10.0 if cluster == dok_runs.CLUSTER else 1.0))
     quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
     last, last_at = "", 0.0
-    eng = engine.engine_of(state, cluster)
     try:
-        with remote.connect(eng.head.host) as conn:
+        # DOK tasks are read from its API; an engine's batch over one SSH connection to its head
+        with (contextlib.nullcontext() if cluster == dok_runs.CLUSTER else remote.connect(engine.engine_of(state, cluster).head.host)) as conn:
             while True:
                 row = runner.refresh(state, job, conn)
                 line = _progress_line(state, row)
@@ -366,8 +440,12 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
     for q in summary.quarantined:
         con.print(f"set aside {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
-    con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {fmt.yen(cmp.measured_yen)}"
-              f" ({fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h)", markup=False)
+    if summary.task_seconds and summary.terms is not None:
+        how = (f"{fmt.plural(len(summary.task_seconds), 'task')} each billed for its own run time at"
+               f" {fmt.rate(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
+    else:
+        how = f"{fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h"
+    con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {fmt.yen(cmp.measured_yen)} ({how})", markup=False)
     if predicted is not None:
         con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
                   f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}", markup=False)
@@ -387,7 +465,7 @@ def _down(state, cluster: str) -> None:
 
 
 def jobs(
-    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`).")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok for 高火力 DOK batches.")],
     format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster)."""
@@ -399,7 +477,7 @@ def jobs(
     if format not in ("table", "json"):
         raise UsageError(f"--format {format!r}: choose table or json")
     state = State.open_default()
-    if state.cluster(cluster) is None:
+    if state.cluster(cluster) is None and cluster != runner.DOK_CLUSTER:
         raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     rows = []
     for row in state.jobs(cluster):
@@ -458,7 +536,7 @@ def _yen_text(value: Decimal | None) -> str | None:
 
 
 def logs(
-    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name, or dok for 高火力 DOK batches.")],
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
     item: Annotated[Optional[str], typer.Argument(help="The item (its text, or its line number from 0); without it, the driver's log.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the log grows, until the item ends.")] = False,
@@ -469,6 +547,9 @@ def logs(
 
     state = State.open_default()
     _job_of(state, cluster, job)
+    if cluster == runner.DOK_CLUSTER:
+        _dok_item_logs(state, job, item, follow)
+        return
     eng = engine.engine_of(state, cluster)
     if item is None:
         sys.stdout.write(engine.driver_logs(eng, job))
@@ -503,8 +584,21 @@ def logs(
     engine.stream(host, path, write, item_over)
 
 
+def _dok_item_logs(state, job: str, item: str | None, follow: bool) -> None:
+    """An item's output from its DOK task's log stream (streamed only while the task runs)."""
+    from gpuplan.operating import dok_runs
+
+    if item is None:
+        raise UsageError(f"DOK keeps one log per task: give the item, `gpuplan logs dok {job} ITEM`")
+    client = dok_runs.default_client()
+    task = dok_runs.item_task(state, job, item, client)
+    for text in client.logs(task.id, follow=follow):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+
+
 def cancel(
-    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name, or dok for 高火力 DOK batches.")],
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
 ) -> None:
     """Stop a batch on every node: its driver, its tasks and every process its items started."""
@@ -518,9 +612,13 @@ def cancel(
         _console().print(f"job {job} is already {row['state']}; nothing to stop", markup=False)
         return
     running = state.job_counts(job).get("running", 0)
-    runner.cancel(state, job)
+    stopped = runner.cancel(state, job)
     runner.record_finished(state, job)
     counts = state.job_counts(job)
+    if cluster == runner.DOK_CLUSTER:
+        _console().print(f"job {job} cancelled: {fmt.plural(counts.get('ok', 0), 'item')} had succeeded;"
+                         f" {fmt.plural(stopped, 'DOK task')} cancelled (waiting or running)", markup=False)
+        return
     _console().print(f"job {job} cancelled: {fmt.plural(counts.get('ok', 0), 'item')} had succeeded; {fmt.plural(running, 'running item')} stopped"
                      f" on every node", markup=False)
 

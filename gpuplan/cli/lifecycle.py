@@ -218,7 +218,10 @@ def status(
         _print_status(_out_console(), statuses)
         place = {s.cluster.name: i for i, s in enumerate(statuses)}  # in the clusters' order, then as submitted
         out = _out_console()
-        unfinished = sorted((j for j in state.unfinished_jobs() if j["cluster"] in place), key=lambda j: place[j["cluster"]])
+        pending = state.unfinished_jobs()
+        unfinished = sorted((j for j in pending if j["cluster"] in place), key=lambda j: place[j["cluster"]])
+        if cluster is None:  # 高火力 DOK batches belong to no cluster (gpuplan run dok:PLAN)
+            unfinished += [j for j in pending if j["cluster"] == "dok"]
         for j in unfinished:  # as of the last look (`gpuplan jobs` reads the cluster)
             ok = state.job_counts(j["id"]).get("ok", 0)
             out.print(f"batch {j['id']} on {j['cluster']}: {j['state']}, {ok} of {fmt.plural(j['total'], 'item')}"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -103,6 +104,34 @@ def dok_cancel(
     for tid in ids:
         t = dok.cancel(tid)
         print(f"{t.name} ({t.id}): {t.status}")
+
+
+@dok_app.command("logs")
+def dok_logs(
+    task: Annotated[str, typer.Argument(help="Task id, or its name (`gpuplan dok status` lists them).")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for a waiting task to start, then print its output until it ends.")] = False,
+) -> None:
+    """Print a task's output from its log stream (DOK streams a task's log only while it runs;
+    afterwards its artifact holds what it wrote to SAKURA_ARTIFACT_DIR)."""
+    dok = _dok()
+    task_id = _task_id(dok, task)
+    for text in dok.logs(task_id, follow=follow):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+
+
+def _task_id(dok, task: str) -> str:
+    """A task id as given, or the id of the one task with that name."""
+    from gpuplan.errors import ProviderError
+
+    try:
+        return dok.task(task).id
+    except ProviderError:
+        named = [t for t in dok.tasks() if t.name == task]
+        if len(named) != 1:
+            raise UsageError(f"no DOK task with id or name {task!r}" if not named else
+                             f"{len(named)} DOK tasks are named {task!r}: give the task id") from None
+        return named[0].id
 
 
 @dok_app.command("artifacts")

@@ -90,6 +90,7 @@ class RunSummary:
     provider: str = ""  # the fleet it ran on (calibration checks it against the plan's)
     size: str = ""
     terms: Terms | None = None  # how each node is billed (the cluster's ledger); None: its hourly price by the second
+    task_seconds: tuple[int, ...] = ()  # a DOK batch: each task's billed run time (each task is billed on its own)
 
     @property
     def failed(self) -> list[JobResult]:
@@ -97,7 +98,12 @@ class RunSummary:
 
     @property
     def yen(self) -> Decimal | None:
-        """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge)."""
+        """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge);
+        a DOK batch, each task for its own run time with its own minimum (billing.charge_tasks)."""
+        if self.task_seconds and self.terms is not None:
+            from gpuplan.planning import billing
+
+            return billing.charge_tasks(self.task_seconds, self.terms)
         return yen_for(self.terms, self.price_jpy_per_hour, self.nodes, self.wall_seconds)
 
 
@@ -211,6 +217,7 @@ def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
 # --- item mode: a batch on the cluster's engine ---------------------------------------------
 
 JOB_STATES_OVER = ("succeeded", "failed", "cancelled", "lost")
+DOK_CLUSTER = "dok"  # 高火力 DOK batches' pseudo-cluster (dok_runs.CLUSTER)
 
 
 def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[int, str]], str]:
@@ -267,13 +274,15 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
 def refresh(state: State, job: str, conn=None) -> dict:
     """Read what the job's driver recorded since we last looked and write it into the state.
     A driver that ended without saying how (killed, its head node gone) leaves the job "lost"."""
-    from gpuplan.operating import engine
+    from gpuplan.operating import dok_runs, engine
 
     row = state.job(job)
     if row is None:
         raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
     if row["state"] in JOB_STATES_OVER:
         return row
+    if row["cluster"] == dok_runs.CLUSTER:  # 高火力 DOK tasks: read back from its API
+        return dok_runs.refresh(state, job)
     eng = engine.engine_of(state, row["cluster"])
     while True:
         p = engine.poll(eng.head.host, job, row["events_read"], conn)
@@ -310,6 +319,10 @@ def job_seconds(row: dict, at=None) -> float:
 
 
 def job_yen(state: State, row: dict, at=None) -> Decimal | None:
+    from gpuplan.operating import dok_runs
+
+    if row["cluster"] == dok_runs.CLUSTER:
+        return dok_runs.job_yen(state, row, at)
     cluster = state.cluster(row["cluster"])
     return yen_for(state.ledger_terms(row["cluster"]), cluster.price_jpy_per_hour if cluster else None, row["nodes"],
                    job_seconds(row, at))
@@ -331,6 +344,13 @@ def job_summary(state: State, job: str) -> RunSummary:
         results.append(JobResult(job_name(it["idx"], it["item"]), it["item"], it["slot"] or "-", it["node"] or "-", status,
                                  it["attempts"], seconds, Path(it["log_path"] or "-")))
     quarantined = tuple(Quarantine(q["node"], q["reason"]) for q in state.job_quarantines(job))
+    from gpuplan.operating import dok_runs
+
+    dok = row if row is not None and row["cluster"] == dok_runs.CLUSTER else None
+    if dok is not None:
+        return RunSummary(dok["cluster"], tuple(results), job_seconds(dok), 1, None, Path(f"dok artifacts of {job}"),
+                          quarantined, "sakura", f"dok-{dok['options']['dok_plan']}", dok_runs.job_terms(dok),
+                          tuple(dok_runs.task_seconds(state, job)))
     return RunSummary(row["cluster"], tuple(results), job_seconds(row), row["nodes"],
                       cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
                       cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row["cluster"]))
@@ -356,9 +376,11 @@ def record_finished(state: State, job: str) -> None:
 
 def cancel(state: State, job: str) -> int:
     """Stop the job on every node (driver, tasks, every item's process group); returns the groups killed."""
-    from gpuplan.operating import engine
+    from gpuplan.operating import dok_runs, engine
 
     row = refresh(state, job)
+    if row["cluster"] == dok_runs.CLUSTER:
+        return dok_runs.cancel(state, job)
     eng = engine.engine_of(state, row["cluster"])
     killed = engine.cancel(eng, job)
     refresh(state, job)

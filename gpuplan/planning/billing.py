@@ -111,6 +111,17 @@ def terms_for(offer: Offer, month_price_jpy: Decimal | None = None) -> Terms:
     return Terms(offer.price_jpy_per_hour, HOUR_S, g, least, offer.daily_cap_jpy, offer.monthly_cap_jpy)
 
 
+def charge_tasks(seconds: Sequence[int], terms: Terms) -> Decimal:
+    """Yen for a queue of container tasks (Sakura 高火力 DOK): each task billed on its own for its
+    seconds, so each pays its own minimum (four 20-s tasks at a 60-s minimum bill 240 s, not 80 s)."""
+    return sum((charge(s, terms) for s in seconds), Decimal(0))
+
+
+def billed_tasks(seconds: Sequence[int], granularity_s: int, minimum_s: int) -> int:
+    """Seconds billed for a queue of tasks, each rounded and held to the minimum on its own."""
+    return sum(billed_seconds(s, granularity_s, minimum_s) for s in seconds)
+
+
 def billed_each(head: int, seconds: Sequence[int], granularity_s: int, minimum_s: int) -> list[int]:
     """billed_seconds(head + s) for each s, in one pass (plans of thousands of machines need it)."""
     g, least = max(1, granularity_s), minimum_s

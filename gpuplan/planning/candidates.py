@@ -434,7 +434,11 @@ class Planner:
         whole = start * factor * self.tick == self.start_s
         optimal = sched.optimal and ((whole and rates is None) or makespan_s <= bound_s)
         how = _schedule_note(makespan_s, sched.method, optimal, bound_s)
-        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
+        tasks: list[int] = []
+        if offer.kind == "task" and offer.gpu_count == 1 and rates is None:  # a DOK queue: one task per job
+            tasks = [self._seconds(factor, t, 1) for t in self.ticks]
+        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal,
+                               task_seconds=tasks)
         jobs_lb = (_hourly(offer) * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
                    / (slots * model.HOUR))
 

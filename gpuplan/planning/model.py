@@ -755,11 +755,14 @@ def make_plan(
     notes: Sequence[str] = (),
     optimal: bool = True,
     warnings: Sequence[Outcome | None] = (),
+    task_seconds: Sequence[int] = (),
 ) -> Plan:
     """Price one plan. vm_loads: the worker machines in fleet order, as Loads (machines in
     columns) or one machine at a time as (offer, seconds of its jobs, job names[, seconds of
     those that are job starts]); the first machine of fleet[0] is the image builder where it is
-    a worker. Machines are priced in bulk: a plan of 20,000 machines costs a few list passes."""
+    a worker. Machines are priced in bulk: a plan of 20,000 machines costs a few list passes.
+    task_seconds: a queue of container tasks (a DOK offer of one GPU, one job a task): each job's
+    seconds, each billed on its own with its own minimum (billing.billed_tasks)."""
     loads = _columns(vm_loads)
     first = fleet[0][0]
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
@@ -819,6 +822,8 @@ def make_plan(
             held = [head + j for j in g.jobs_s]
             each = held if free else billed_each(head, g.jobs_s, o)
             idle_total, busy_total = 0, n * head + jobs
+        if o.kind == "task" and task_seconds and n == 1:  # one task per job: each pays the minimum (issue 22)
+            each = [head + billing.billed_tasks(task_seconds, o.billing_granularity_s, o.billing_minimum_s)]
         billed_total = sum(map(operator.mul, each, g.counts))
         t = terms(o, workload, setting)
         price = (t.price_jpy, max(1, t.period_s))
@@ -1049,10 +1054,12 @@ def _tax_and_caps(offer: Offer) -> str:
     caps = [f"{fmt.yen(c)} a {per}" for c, per in ((offer.daily_cap_jpy, "day"), (offer.monthly_cap_jpy, "month")) if c]
     if caps:
         line += f"; billed at most {' and '.join(caps)} (the lesser of hourly + daily, and monthly)"
-    if offer.kind == "task":
-        line += ("; billed per task, one task running at a time per project (the others wait); the queue is"
-                 f" planned as one span, so a job shorter than the {offer.billing_minimum_s} s minimum is counted at"
-                 " its own length")
+    if offer.kind == "task" and offer.gpu_count == 1:
+        line += ("; billed per task, one task running at a time per project (the others wait); each job is a task,"
+                 f" billed for its own seconds and at least the {offer.billing_minimum_s} s minimum")
+    elif offer.kind == "task":
+        line += (f"; one task holds all {offer.gpu_count} GPUs and runs the jobs in its slots: billed once, at least"
+                 f" the {offer.billing_minimum_s} s minimum")
     return line
 
 

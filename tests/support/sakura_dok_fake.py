@@ -7,7 +7,13 @@
 - one running task per project: a new task waits while another runs; `advance()` ends the
   running task (done, with an artifact) and starts the oldest waiting one, as time would;
 - `POST /tasks/{id}/cancel/` cancels a waiting or running task (409 once it has finished);
-- `GET /artifacts/{id}/download/` answers {"url": ...}, a link this server also serves.
+- `GET /artifacts/{id}/download/` answers {"url": ...}, a link this server also serves;
+- `POST /tasks/{id}/containers/0/stream/` answers {"url": "ws://...", "token"} for a running
+  task (403 "task is not running" otherwise); that address is a real WebSocket (RFC 6455) that
+  sends the task's `logs` lines from the start as text messages, then each new one, and closes
+  once the task has ended and every line was sent. `log(task_id, line)` adds a line;
+- a finished task reports its container's `execution_seconds` (set by `advance(seconds=...)`)
+  and `exit_code`, as a third-party DOK CLI reads them; `GET /tasks/?tag=` filters by tag.
 
 Assumed where the notes do not say: the list envelope {"meta": {page, page_size, count,
 total_pages}, "results"} (as `unit_prices/` answers) and the task's "artifact": {"id": ...}. Unknown paths answer 404 and are recorded in `unknown`.
@@ -22,6 +28,7 @@ import itertools
 import json
 import re
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
@@ -42,6 +49,8 @@ class DokFake:
         self.lock = threading.RLock()
         self.tasks: dict[str, dict] = {}
         self.artifacts: dict[str, bytes] = {}
+        self.logs: dict[str, list[str]] = {}
+        self.streams: dict[str, str] = {}  # token -> task id
         self.requests: list[tuple[str, str, object]] = []
         self.unknown: list[str] = []
         self._order = itertools.count()
@@ -58,6 +67,9 @@ class DokFake:
                 pass
 
             def _handle(self):
+                if self.path.startswith("/ws/") and self.headers.get("Upgrade", "").lower() == "websocket":
+                    fake.serve_stream(self)
+                    return
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 status, payload, ctype = fake.handle(self.command, self.path, self.headers.get("Authorization", ""), body)
                 data = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
@@ -90,11 +102,51 @@ class DokFake:
         with self.lock:
             return [t for t in self.tasks.values() if t["status"] == "running"]
 
-    def advance(self, status: str = "done") -> None:
-        """The running task ends (`status`; "done" leaves an artifact), the oldest waiting one starts."""
+    def log(self, task_id: str, line: str) -> None:
+        with self.lock:
+            self.logs.setdefault(task_id, []).append(line)
+
+    def serve_stream(self, handler) -> None:
+        """One log stream over WebSocket: the handshake, every line so far, each new one while the
+        task runs, then a close frame."""
+        from gpuplan.providers import wsread
+
+        token = handler.path.removeprefix("/ws/")
+        with self.lock:
+            task_id = self.streams.get(token)
+        if task_id is None or handler.headers.get("Authorization") != f"Bearer {token}":
+            handler.send_response(401)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        handler.send_response(101)
+        handler.send_header("Upgrade", "websocket")
+        handler.send_header("Connection", "Upgrade")
+        handler.send_header("Sec-WebSocket-Accept", wsread.accept_key(handler.headers["Sec-WebSocket-Key"]))
+        handler.end_headers()
+        sent = 0
+        while True:
+            with self.lock:
+                lines = list(self.logs.get(task_id, []))
+                over = self.tasks[task_id]["status"] != "running"
+            for line in lines[sent:]:
+                handler.wfile.write(wsread.frame(wsread.TEXT, line.encode(), mask=False))
+            handler.wfile.flush()
+            sent = len(lines)
+            if over:
+                handler.wfile.write(wsread.frame(wsread.CLOSE, b"\x03\xe8", mask=False))
+                handler.wfile.flush()
+                return
+            time.sleep(0.01)
+
+    def advance(self, status: str = "done", seconds: int = 600, exit_code: int | None = None) -> None:
+        """The running task ends (`status`; "done" leaves an artifact) after `seconds` of
+        execution, the oldest waiting one starts."""
         with self.lock:
             for t in self.running():
                 t["status"] = status
+                t["containers"][0]["execution_seconds"] = seconds
+                t["containers"][0]["exit_code"] = exit_code if exit_code is not None else (0 if status == "done" else 1)
                 if status == "done":
                     aid = str(uuid.uuid4())
                     self.artifacts[aid] = b"\x1f\x8b fake tar.gz of " + t["name"].encode()
@@ -140,7 +192,8 @@ class DokFake:
         if parts == ["tasks"] and method == "POST":
             return 201, self._create(body or {})
         if parts == ["tasks"] and method == "GET":
-            items = [self._out(t) for t in sorted(self.tasks.values(), key=lambda t: t["_order"])]
+            items = [self._out(t) for t in sorted(self.tasks.values(), key=lambda t: t["_order"])
+                     if "tag" not in query or query["tag"] in t["tags"]]
             size = int(query.get("page_size", 20))
             page = int(query.get("page", 1))
             pages = max(1, -(-len(items) // size))
@@ -152,6 +205,12 @@ class DokFake:
                 raise _Err(404, f"task {parts[1]} not found")
             if len(parts) == 2 and method == "GET":
                 return 200, self._out(task)
+            if len(parts) == 5 and parts[2] == "containers" and parts[4] == "stream" and method == "POST":
+                if task["status"] != "running":
+                    raise _Err(403, "Task is not running")
+                token = str(uuid.uuid4())
+                self.streams[token] = parts[1]
+                return 200, {"url": f"ws://{self.base.removeprefix('http://')}/ws/{token}", "token": token}
             if parts[2:] == ["cancel"] and method == "POST":
                 if task["status"] not in ("waiting", "running"):
                     raise _Err(409, f"task is {task['status']}: nothing to cancel")
