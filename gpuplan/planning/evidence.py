@@ -129,13 +129,16 @@ def _at(plan, factor: dict[str, Decimal]) -> tuple[int, Decimal]:
         if m.role != "builder":
             ends_now.append(m.start_s + head + max(m.jobs_s))
             ends_then.append(m.start_s + head + max(jobs))
-        groups.append((m, head, jobs))
+        groups.append((m, head, jobs, f))
     wall = plan.wall_s + (max(ends_then) - max(ends_now) if ends_now else 0)
     cost = plan.breakdown.get("one_off", Decimal(0))
-    for m, head, jobs in groups:
+    for m, head, jobs, f in groups:
         for i, n in enumerate(m.counts):
             if m.idle_s:  # kept until the last machine ends (release at-end)
                 held = wall - m.start_s
+            elif m.task_s:  # a DOK queue: each task billed on its own, with its minimum, at the factor
+                held = head + billing.billed_tasks([int(t * f + Decimal("0.999999")) for t in m.task_s],
+                                                   m.terms.granularity_s, m.terms.minimum_s)
             else:
                 held = head + jobs[i]
             cost += billing.charge(held, m.terms) * n

@@ -822,8 +822,10 @@ def make_plan(
             held = [head + j for j in g.jobs_s]
             each = held if free else billed_each(head, g.jobs_s, o)
             idle_total, busy_total = 0, n * head + jobs
+        tasks: Sequence[int] = ()
         if o.kind == "task" and task_seconds and n == 1:  # one task per job: each pays the minimum (issue 22)
-            each = [head + billing.billed_tasks(task_seconds, o.billing_granularity_s, o.billing_minimum_s)]
+            tasks = tuple(task_seconds)
+            each = [head + billing.billed_tasks(tasks, o.billing_granularity_s, o.billing_minimum_s)]
         billed_total = sum(map(operator.mul, each, g.counts))
         t = terms(o, workload, setting)
         price = (t.price_jpy, max(1, t.period_s))
@@ -843,7 +845,7 @@ def make_plan(
         acc["rounding"] += billed_total - busy_total
         total_billed += billed_total
         machines.append(Machines(o, role, start, s, c, st, t, g.counts, g.jobs_s, each, idle, g.job_starts_s,
-                                 g.names, costs))
+                                 g.names, costs, tasks))
     parts = {k: sum((acc[k] * yen / per for (yen, per), acc in seconds_at.items()), Decimal(0)) for k in keys}
     workers = sum(sum(m.counts) for m in machines if m.role != "builder")
     if capped:

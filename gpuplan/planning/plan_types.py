@@ -199,6 +199,7 @@ class Machines:
     job_starts_s: Sequence[Decimal] = ()
     names: Sequence[tuple[tuple[str, ...], ...]] = ()
     costs: Sequence[Decimal] = ()
+    task_s: Sequence[int] = ()  # a queue of container tasks (DOK): each job's seconds, billed one by one
 
     @property
     def rate(self) -> tuple[Decimal, int]:
