@@ -240,6 +240,57 @@ def test_the_dashboard_is_reached_through_ssh(ray_cluster):
     assert version["ray_version"] == "2.60.0"
 
 
+STAND_IN_TORCHRUN = """#!/bin/sh
+# Stands in for `python -m torch.distributed.run ARGS PROGRAM`: records what its node was given,
+# then waits until every rank has started (a gang starts together, or this times out).
+shift 2
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nnodes) n=$2; shift;; --node-rank) r=$2; shift;; --nproc-per-node) p=$2; shift;;
+    --master-addr) a=$2; shift;; --master-port) port=$2; shift;; *) rest="$rest $1";;
+  esac
+  shift
+done
+echo "rank=$r nnodes=$n nproc=$p master=$a:$port node=$GPUPLAN_NODE gpus=$CUDA_VISIBLE_DEVICES prog=$rest" > {dir}/rank$r
+i=0
+while [ "$(ls {dir} | wc -l)" -lt "$n" ]; do sleep 0.2; i=$((i+1)); [ $i -lt 150 ] || exit 7; done
+case "$rest" in *fail-rank-1*) [ "$r" != 1 ] || exit 3; exec sleep 303;; esac
+"""
+
+
+def test_torchrun_runs_as_a_ray_gang_one_rank_per_node(ray_cluster, tmp_path):
+    from support.ray_env import processes_running
+
+    state, _, _ = ray_cluster
+    seen = tmp_path / "ranks"
+    seen.mkdir()
+    python = tmp_path / "python"
+    python.write_text(STAND_IN_TORCHRUN.replace("{dir}", str(seen)))
+    python.chmod(0o755)
+    r = _cli("run", CLUSTER, "--torchrun", "--python", str(python), "--master-port", "29123", "--",
+             "python", "train.py", "--epochs", "1")
+    assert r.code == 0, r.err + r.out
+    assert "2 ranks; order: one rank per node, started together (a Ray gang)" in " ".join(r.out.split())
+    got = sorted(f.read_text().split() for f in seen.iterdir())
+    # rank 0 on the head (node 0), whose private address hosts the rendezvous; every GPU of each node
+    assert got == [[f"rank={k}", "nnodes=2", "nproc=2", "master=127.0.0.1:29123", f"node={CLUSTER}-{k}", "gpus=0,1",
+                    "prog=", "train.py", "--epochs", "1"] for k in (0, 1)]
+    job = _jobs()[_submitted(r.out)]
+    assert (job["state"], job["succeeded"], job["total"]) == ("succeeded", 2, 2)
+    assert {(it["item"], it["node"]) for it in state.job_items(job["id"])} == {("rank0", f"{CLUSTER}-0"),
+                                                                                 ("rank1", f"{CLUSTER}-1")}
+    # one rank fails: the other, waiting on it, is stopped rather than left hanging
+    for f in seen.iterdir():
+        f.unlink()
+    r = _cli("run", CLUSTER, "--torchrun", "--python", str(python), "--", "python", "train.py", "fail-rank-1")
+    assert r.code == 5, r.err + r.out
+    job = _jobs()[_submitted(r.out)]
+    assert (job["state"], job["succeeded"], job["failed"]) == ("failed", 0, 2)
+    assert not processes_running(["sleep", "303"])
+    r = _cli("run", CLUSTER, "--resume", job["id"])
+    assert r.code == 2 and "--torchrun job" in r.err
+
+
 def test_a_node_whose_host_key_changed_is_set_aside_and_the_others_run_its_items(ray_cluster, tmp_path):
     state, hosts, _ = ray_cluster
     hosts[1].restart(new_host_key=True)  # raydemo-1 was rebuilt: its pinned key no longer matches

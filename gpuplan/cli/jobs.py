@@ -161,16 +161,21 @@ def run(
     err = _console(stderr=True)
     progress = _progress(err)
     if torchrun:
-        with locks.cluster(cluster):  # no teardown or bootstrap under the running job
-            summary = runner.run_torchrun(state, cluster, command, python=python, master_port=master_port,
-                                          timeout=timeout, progress=progress)
-        _finish(state, summary, predicted)
-        return
-    if resume:
+        runner.torchrun_program(command)  # bad input before anything starts
+        _refuse_busy(state, cluster, "--torchrun takes every node's GPUs")
+        with locks.cluster(cluster):  # no teardown or bootstrap while the job is submitted
+            job = runner.submit_torchrun(state, cluster, command, python=python, master_port=master_port, timeout=timeout,
+                                         options={"plan": str(plan.resolve()) if plan else None}, local_workdir=workdir,
+                                         progress=progress)
+        todo, order_note = state.job_items(job), "one rank per node, started together (a Ray gang)"
+    elif resume:
         old = _job_of(state, cluster, resume)
         old = runner.refresh(state, resume)
         if old["state"] not in runner.JOB_STATES_OVER:
             raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel {cluster} {resume}` first")
+        if (old["options"] or {}).get("torchrun"):
+            raise UsageError(f"job {resume} is a --torchrun job: its ranks run together or not at all; start it again with"
+                             " --torchrun")
         if command and command != old["command"]:
             raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
         todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
@@ -184,12 +189,14 @@ def run(
     else:
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
         node_workdir = ""
-    with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
-        job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
-                            options={"plan": str(plan.resolve()) if plan else None}, resumes=resume, workdir=node_workdir,
-                            local_workdir=workdir, progress=progress)
+    if not torchrun:
+        with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
+            job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
+                                options={"plan": str(plan.resolve()) if plan else None}, resumes=resume,
+                                workdir=node_workdir, local_workdir=workdir, progress=progress)
     out = _console()
-    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')}; order: {order_note}", markup=False)
+    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'rank' if torchrun else 'item')}; order: {order_note}",
+              markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
     if detach:
         out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
@@ -200,6 +207,18 @@ def run(
     _finish(state, runner.job_summary(state, job), predicted, job)
     if down:
         _down(state, cluster)
+
+
+def _refuse_busy(state, cluster: str, why: str) -> None:
+    """Bad input: a batch still running on the cluster (its slots hold the GPUs)."""
+    from gpuplan.operating import runner
+
+    for row in state.jobs(cluster):
+        if row["state"] not in runner.JOB_STATES_OVER:
+            row = runner.refresh(state, row["id"])
+            if row["state"] not in runner.JOB_STATES_OVER:
+                raise UsageError(f"job {row['id']} is still {row['state']} on {cluster} and {why}: wait for it or"
+                                 f" `gpuplan cancel {cluster} {row['id']}` first")
 
 
 def _job_of(state, cluster: str, job: str) -> dict:

@@ -52,6 +52,7 @@ def render(command: list[str], item: str) -> str:
 def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,
              workdir: str) -> dict:
     """One attempt of one item, on the node Ray placed it on (runs in a Ray worker)."""
+    import shutil
     import subprocess
 
     import ray
@@ -59,8 +60,13 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     home = os.path.expanduser(f"~/.gpuplan/jobs/{job}")
     os.makedirs(f"{home}/logs", exist_ok=True)
     os.makedirs(f"{home}/pids", exist_ok=True)
+    out = f"{home}/out/{index}"  # what `gpuplan logs CLUSTER JOB --fetch DIR` copies back; only the last attempt's
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    if "'" not in out:  # {out} sits inside a shell-quoted word
+        shell = shell.replace("{out}", out)
     log = f"{home}/logs/{index}.{attempt}.log"
-    env = dict(os.environ, GPUPLAN_ITEM=item, GPUPLAN_JOB=job, GPUPLAN_ATTEMPT=str(attempt))
+    env = dict(os.environ, GPUPLAN_ITEM=item, GPUPLAN_JOB=job, GPUPLAN_ATTEMPT=str(attempt), GPUPLAN_OUTPUT_DIR=out)
     if memory_fraction:  # the reference jobs take this as their fixed GPU memory share
         env["GPUPLAN_MEMORY_FRACTION"] = memory_fraction
     gpus = [str(g) for g in ray.get_gpu_ids()]
@@ -152,6 +158,8 @@ def main(spec_path: str) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
+    if spec.get("mode") == "gang":
+        return gang(ray, spec, jobdir, events, lambda: bool(cancelled) or os.path.exists(f"{jobdir}/cancel"))
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
     left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
@@ -270,6 +278,133 @@ def main(spec_path: str) -> int:
             s.status = rules.FAILED
     failed = any(s.status != rules.OK for s in batch.items.values())
     events.write(t="done", state="failed" if failed else "succeeded", at=_now())
+    return 0
+
+
+def _free_pool(ray) -> None:
+    """Kill every kept slot actor: they hold the nodes' GPUs, which a gang takes whole."""
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["namespace"] == POOL_NAMESPACE and a["name"].startswith("slot-"):
+            try:
+                ray.kill(ray.get_actor(a["name"], namespace=POOL_NAMESPACE))
+            except ValueError:
+                pass
+
+
+def kill_job_groups(job: str) -> int:
+    """Kill the process group of every item of `job` still running on this node (a Ray task)."""
+    pids = os.path.expanduser(f"~/.gpuplan/jobs/{job}/pids")
+    killed = 0
+    for name in os.listdir(pids) if os.path.isdir(pids) else []:
+        try:
+            with open(f"{pids}/{name}") as fh:
+                pgid = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        _kill_group(pgid, signal.SIGTERM)
+        killed += 1
+    time.sleep(2)
+    for name in os.listdir(pids) if os.path.isdir(pids) else []:
+        try:
+            with open(f"{pids}/{name}") as fh:
+                _kill_group(int(fh.read().strip()), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+    return killed
+
+
+def gang(ray, spec: dict, jobdir: str, events: Events, stopped) -> int:
+    """`gpuplan run --torchrun`: one rank per node, started together as a gang. A placement group
+    with one bundle per node (STRICT_SPREAD) holds every node's GPUs; rank 0 goes to the first
+    node in gpuplan's order (the head), and its private address (from gpuplan's state, as its Ray
+    node was started with) hosts torchrun's rendezvous. When one rank fails the others are stopped: a
+    data-parallel job without one of its ranks only waits."""
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+    job, order = spec["job"], list(spec["nodes"])
+    left_out = spec.get("left_out") or {}
+    wanted = [n for n in order if n not in left_out]
+    ids: dict[str, str] = {}
+    deadline = time.monotonic() + NODE_WAIT_S
+    while time.monotonic() < deadline:
+        ids = _ray_nodes(ray, wanted)
+        if len(ids) == len(wanted):
+            break
+        time.sleep(1)
+    for name in order:
+        if name not in ids:
+            reason = left_out.get(name) or "not in the Ray cluster (its Ray node is not running)"
+            events.write(t="quarantine", node=name, reason=reason)
+    ranks = [n for n in order if n in ids]
+    for r in range(len(ranks), len(wanted)):  # the client counted a rank for a node that is not in Ray now
+        events.write(t="end", i=r, node="-", slot="-", attempt=0, start=None, end=None, exit=None, timed_out=False,
+                     log=None, status="failed", reason="its node is not in the Ray cluster")
+    if not ranks:
+        events.write(t="done", state="failed", at=_now())
+        return 0
+    _free_pool(ray)
+    info = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+    gpus = {name: int(info[ids[name]].get("Resources", {}).get("GPU", 0)) for name in ranks}
+    bundles = [{"CPU": 1, **({"GPU": gpus[name]} if gpus[name] else {})} for name in ranks]
+    pg = placement_group(bundles, strategy="STRICT_SPREAD", name=f"gang-{job}")
+    events.write(t="begin", at=_now(), slots=len(ranks), nodes=ranks)
+    if not ray.wait([pg.ready()], timeout=SLOTS_UP_S)[0]:
+        remove_placement_group(pg)
+        for r, name in enumerate(ranks):
+            events.write(t="end", i=r, node=name, slot="-", attempt=1, start=None, end=None, exit=None, timed_out=False,
+                         log=None, status="failed", reason="the gang could not be placed: one bundle per node")
+        events.write(t="done", state="failed", at=_now())
+        return 0
+    events.write(t="ready", at=_now())
+    where = {b: node_id for b, node_id in placement_group_table(pg)["bundles_to_node_id"].items()}
+    name_of = {ids[n]: n for n in ranks}
+    bundle_of = {name_of[node_id]: int(b) for b, node_id in where.items()}
+    master = (spec.get("addresses") or {}).get(ranks[0]) or info[ids[ranks[0]]]["NodeManagerAddress"]
+    task = ray.remote(run_item)
+    inflight = {}
+    for r, name in enumerate(ranks):
+        words = {"{nnodes}": str(len(ranks)), "{node_rank}": str(r), "{nproc}": str(max(1, gpus[name])),
+                 "{master_addr}": master}
+        argv = [words.get(w, w) for w in spec["argv"]]
+        ref = task.options(num_cpus=1, num_gpus=gpus[name], max_retries=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=bundle_of[name])).remote(
+            job, r, f"rank{r}", 1, shlex.join(argv), float(spec["timeout_s"]), "", spec.get("workdir") or "")
+        inflight[ref] = (r, name)
+        events.write(t="start", i=r, node=name, attempt=1, at=_now())
+    stopping, killed = "", False
+    while inflight:
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=SLOT_WAIT_S)
+        for ref in ready:
+            r, name = inflight.pop(ref)
+            try:
+                res = ray.get(ref)
+            except Exception as exc:  # its worker or its node died
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                events.write(t="end", i=r, node=name, slot="-", attempt=1, start=None, end=_now(), exit=None,
+                             timed_out=False, log=None, status="failed", reason=reason)
+                stopping = stopping or f"rank {r} on {name} was lost"
+                continue
+            ok = res["exit"] == 0 and not res["timed_out"]
+            events.write(t="end", i=r, node=name, slot=res["slot"], attempt=1, start=res["start"], end=res["end"],
+                         exit=res["exit"], timed_out=res["timed_out"], log=res["log"], status="ok" if ok else "failed")
+            if not ok and not stopping:
+                stopping = f"rank {r} on {name} " + ("timed out" if res["timed_out"] else f"failed (exit {res['exit']})")
+        if inflight and (stopping or stopped()) and not killed:
+            # the other ranks would wait for the one that ended: kill their process groups on their nodes
+            killed = True
+            try:
+                ray.get([ray.remote(kill_job_groups).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    ids[name], soft=False)).remote(job) for _, name in inflight.values()], timeout=60)
+            except Exception:  # a node gone meanwhile: its rank ends with it
+                pass
+        if stopped():
+            break
+    remove_placement_group(pg)
+    if stopped():
+        events.write(t="done", state="cancelled", at=_now())
+        return 0
+    events.write(t="done", state="failed" if stopping else "succeeded", at=_now())
     return 0
 
 

@@ -9,8 +9,9 @@ reads what the driver recorded on the head and writes it into the state (jobs, j
 The SSH fan-out that ran each item from a client thread is gone.
 
 torchrun mode: the same command on every node through `python -m torch.distributed.run` (the
-engine behind `torchrun`) with a static rendezvous on the first node's private address, node
-ranks 0..N-1 and one process per GPU, started over SSH (not yet through Ray).
+engine behind `torchrun`), one process per GPU, started as a Ray gang by the same kind of
+driver: a placement group with one bundle per node (STRICT_SPREAD), node ranks 0..N-1 in the
+nodes' order, the rendezvous on the first node's private address.
 
 Measured yen: every node of the cluster billed for the batch's wall time under the one billing
 rule (gpuplan.planning.billing.charge), next to what a saved plan predicted.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from gpuplan.operating.state import State
     from gpuplan.planning.billing import Terms
 
-REMOTE_LOG_DIR = ".gpuplan/runs"  # relative to the SSH user's home on each node
 MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
 MAX_PER_GPU = 16  # jobs sharing one GPU, each with a fixed 1/k memory share: past 16 a share is under 1 GiB of 16
 MAX_SLOTS_PER_NODE = 64  # `bench --gpus`: no machine in the catalog has more than 16 GPUs
@@ -147,9 +146,10 @@ def render(command: Sequence[str], item: str) -> str:
     return shlex.join([word.replace("{item}", item) for word in command])
 
 
-def torchrun_argv(python: str, *, nodes: int, nproc_per_node: int, node_rank: int, master_addr: str,
+def torchrun_argv(python: str, *, nodes: int | str, nproc_per_node: int | str, node_rank: int | str, master_addr: str,
                   master_port: int, program: Sequence[str]) -> list[str]:
-    """`python -m torch.distributed.run` (torchrun) with a static rendezvous on master_addr."""
+    """`python -m torch.distributed.run` (torchrun) with a static rendezvous on master_addr (the
+    gang's driver fills in words such as "{node_rank}" on the cluster)."""
     return [python, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc_per_node),
             "--node-rank", str(node_rank), "--master-addr", master_addr, "--master-port", str(master_port), *program]
 
@@ -187,12 +187,6 @@ def _ssh_run(target: Target, command: str, timeout: int):
     from gpuplan.operating import remote
 
     return remote.run(target.host, command, timeout=timeout)
-
-
-def _ssh_get(target: Target, remote_path: str, local_path: Path) -> None:
-    from gpuplan.operating import remote
-
-    remote.get(target.host, remote_path, local_path)
 
 
 def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
@@ -244,6 +238,33 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     from gpuplan.operating import engine
 
     engine.check_items_command(command)
+    spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries}
+    return _submit(state, cluster, lambda _up: list(items), command, spec,
+                   {"per_gpu": per_gpu, "retries": retries, **(options or {})}, timeout, resumes, workdir, local_workdir,
+                   progress)
+
+
+def submit_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
+                    timeout: int = 86400, options: dict | None = None, local_workdir: Path | None = None,
+                    progress: Callable[[str], None] = lambda _m: None) -> str:
+    """One data-parallel job over every node as a Ray gang: one rank per node, started together
+    (a placement group, one bundle per node, STRICT_SPREAD), torchrun's rendezvous on the first
+    node's private address. Recorded as a job with one item per rank ("rank0", "rank1", ...), so
+    `jobs`, `logs`, `cancel` and `--detach` work as for a batch."""
+    program = torchrun_program(command)
+    argv = torchrun_argv(python, nodes="{nnodes}", nproc_per_node="{nproc}", node_rank="{node_rank}",
+                         master_addr="{master_addr}", master_port=master_port, program=program)
+    spec = {"mode": "gang", "argv": argv}
+    return _submit(state, cluster, lambda up: [(r, f"rank{r}") for r in range(up)], list(command), spec,
+                   {"torchrun": True, "python": python, "master_port": master_port, **(options or {})}, timeout, None, "",
+                   local_workdir, progress)
+
+
+def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[int, str]]], command: Sequence[str],
+            spec: dict, opts: dict, timeout: int, resumes: str | None, workdir: str, local_workdir: Path | None,
+            progress: Callable[[str], None]) -> str:
+    from gpuplan.operating import engine
+
     if state.cluster(cluster) is None:
         raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
     eng, left_out = engine.ensure_up(state, cluster, progress)
@@ -251,11 +272,13 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     if local_workdir is not None:
         progress(f"copying {local_workdir} to {fmt.plural(len(eng.nodes), 'node')}")
         workdir = engine.push_workdir(eng, job, local_workdir)
-    opts = {"per_gpu": per_gpu, "retries": retries, "timeout_s": timeout, "workdir": workdir, **(options or {})}
-    spec = {"job": job, "items": [[i, it] for i, it in items], "command": list(command), "per_gpu": per_gpu,
-            "retries": retries, "timeout_s": timeout, "nodes": {n.name: n.gpus for n in eng.nodes}, "workdir": workdir,
-            "code_tag": engine.driver_tag(), "left_out": left_out}
-    state.add_job(job, cluster, list(command), opts, items, len(eng.nodes), resumes)
+    items = items_for(len(eng.nodes) - len(left_out))
+    spec = {**spec, "job": job, "items": [[i, it] for i, it in items], "timeout_s": timeout,
+            "nodes": {n.name: n.gpus for n in eng.nodes}, "addresses": {n.name: n.private_ip for n in eng.nodes},
+            "workdir": workdir, "code_tag": engine.driver_tag(),
+            "left_out": left_out}
+    state.add_job(job, cluster, list(command), {**opts, "timeout_s": timeout, "workdir": workdir}, items, len(eng.nodes),
+                  resumes)
     try:
         engine.submit(eng, job, spec)
     except BaseException:
@@ -366,61 +389,6 @@ def cancel(state: State, job: str) -> int:
     return killed
 
 
-# --- torchrun mode ------------------------------------------------------------------------
-
-
-def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
-                 timeout: int = 86400, progress: Callable[[str], None] = lambda _m: None,
-                 targets: Sequence[Target] | None = None) -> RunSummary:
-    """One data-parallel job on every node at once; node 0's private address hosts the rendezvous."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from gpuplan import paths
-
-    program = torchrun_program(command)
-    row = state.cluster(cluster)
-    if row is None:
-        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
-    targets = list(targets) if targets is not None else cluster_targets(state, cluster)
-    gpus = detect_gpus(targets)
-    log_dir = paths.state_dir() / "runs" / cluster
-    log_dir.mkdir(parents=True, exist_ok=True)
-    master = targets[0].private_ip
-    progress(f"torchrun over {fmt.plural(len(targets), 'node')}, rendezvous {master}:{master_port}")
-
-    def node(rank: int) -> JobResult:
-        t = targets[rank]
-        argv = torchrun_argv(python, nodes=len(targets), nproc_per_node=max(1, gpus[rank]), node_rank=rank,
-                             master_addr=master, master_port=master_port, program=program)
-        job = f"torchrun-{t.node}"
-        remote_log = f"{REMOTE_LOG_DIR}/{cluster}/{job}.log"
-        started = _now()
-        t0 = time.monotonic()
-        try:
-            r = _ssh_run(t, f"mkdir -p {REMOTE_LOG_DIR}/{cluster} && ( {shlex.join(argv)} ) > {remote_log} 2>&1", timeout)
-            code, err = r.exit_code, r.stderr
-        except Exception as exc:
-            code, err = -1, f"{type(exc).__name__}: {exc}"
-        seconds = time.monotonic() - t0
-        log_path = log_dir / f"{job}.log"
-        try:
-            _ssh_get(t, remote_log, log_path)
-        except Exception as exc:
-            log_path.write_text(f"(log not fetched: {type(exc).__name__}: {exc})\n{err}")
-        status = "ok" if code == 0 else "failed"
-        label = f"{t.node}:rank{rank}"
-        state.record_run(cluster, job, t.node, label, status, 1, seconds, str(log_path), started)
-        progress(f"{job} {status} in {seconds:.1f} s")
-        return JobResult(job, "", label, t.node, status, 1, seconds, log_path)
-
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-        results = tuple(pool.map(node, range(len(targets))))
-    wall = time.monotonic() - t0
-    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir, provider=row.provider,
-                      size=row.size, terms=state.ledger_terms(cluster))
-
-
 # --- measured vs predicted ----------------------------------------------------------------
 
 
@@ -479,10 +447,3 @@ def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
     # Under a yen the prediction is all rounding: a percentage of it says nothing.
     yen_error = err(summary.yen, py) if py is not None and py >= 1 else None
     return Comparison(summary.wall_seconds, summary.yen, pw, py, err(wall, pw), yen_error)
-
-
-def _now():
-    from gpuplan.operating.state import now
-
-    return now()
-
