@@ -219,6 +219,28 @@ def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ra
     assert re.fullmatch(r"item=x gpu=[01] share=0\.500000\n", log.out)  # one of the node's two GPUs, half of it
 
 
+def test_logs_fetch_copies_each_items_outputs_back_from_its_node(ray_cluster, tmp_path):
+    state, _, _ = ray_cluster
+    items = _items(tmp_path, ["a", "b", "c", "d"])
+    script = 'echo result-{item} > {out}/r.txt; mkdir "$GPUPLAN_OUTPUT_DIR/sub"; echo {item} > "$GPUPLAN_OUTPUT_DIR/sub/y"'
+    r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", script)
+    assert r.code == 0, r.err + r.out
+    job = _submitted(r.out)
+    assert len({it["node"] for it in state.job_items(job)}) == 2  # the outputs lie on both nodes
+    back = tmp_path / "back"
+    r = _cli("logs", CLUSTER, job, "--fetch", str(back))
+    assert r.code == 0, r.err
+    assert f"8 files of 4 items copied into {back}" in " ".join(r.out.split())
+    assert sorted(p.name for p in back.iterdir()) == ["0000-a", "0001-b", "0002-c", "0003-d"]
+    assert (back / "0002-c" / "r.txt").read_text() == "result-c\n" and (back / "0002-c/sub/y").read_text() == "c\n"
+    one = tmp_path / "one"
+    r = _cli("logs", CLUSTER, job, "b", "--fetch", str(one))
+    assert r.code == 0 and [p.name for p in one.iterdir()] == ["0001-b"]
+    r = _cli("logs", CLUSTER, job, "b", "--fetch", str(one))  # nothing the user has is written over
+    assert r.code == 2 and "exists already" in r.err
+    assert (one / "0001-b" / "r.txt").read_text() == "result-b\n"
+
+
 def test_the_dashboard_is_reached_through_ssh(ray_cluster):
     import threading
     import urllib.request
@@ -289,6 +311,28 @@ def test_torchrun_runs_as_a_ray_gang_one_rank_per_node(ray_cluster, tmp_path):
     assert not processes_running(["sleep", "303"])
     r = _cli("run", CLUSTER, "--resume", job["id"])
     assert r.code == 2 and "--torchrun job" in r.err
+
+
+@pytest.mark.torch
+def test_torchrun_trains_resnet50_with_gloo_across_both_nodes(ray_cluster, tmp_path):
+    pytest.importorskip("torch")
+    r = _cli("run", CLUSTER, "--torchrun", "--python", sys.executable, "--master-port", str(_free_port()), "--",
+             "python", "-m", "gpuplan.jobs.resnet50", "--json", "--device", "cpu", "--quick", "--threads", "1",
+             "--steps", "2", "--warmup", "1")
+    assert r.code == 0, r.err + r.out
+    log = _cli("logs", CLUSTER, _submitted(r.out), "rank0")
+    assert log.code == 0, log.err
+    rec = json.loads(next(line for line in log.out.splitlines() if line.startswith("{")))
+    assert rec["world_size"] == 4 and rec["nodes"] == 2  # two ranks (the node's two GPU slots) on each node
+    assert rec["units"] == 4 * 2 * 2  # 4 ranks x batch 2 x 2 steps
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_a_node_whose_host_key_changed_is_set_aside_and_the_others_run_its_items(ray_cluster, tmp_path):

@@ -401,13 +401,22 @@ def logs(
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
     item: Annotated[Optional[str], typer.Argument(help="The item (its text, or its line number from 0); without it, the driver's log.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the log grows, until the item ends.")] = False,
+    fetch: Annotated[Optional[Path], typer.Option("--fetch", help="Copy back what the item (or every ended item) wrote in its output dir ($GPUPLAN_OUTPUT_DIR, {out}) into DIR/<n>-<item>/.", metavar="DIR")] = None,
 ) -> None:
-    """Print an item's log from the node it ran on (or the batch driver's log)."""
+    """Print an item's log from the node it ran on (or the batch driver's log); --fetch copies its outputs back."""
     from gpuplan.operating import engine, runner
     from gpuplan.operating.state import State
 
     state = State.open_default()
     _job_of(state, cluster, job)
+    if fetch is not None:
+        if follow:
+            raise UsageError("--fetch copies what has ended; leave out --follow")
+        if fetch.exists() and not fetch.is_dir():
+            raise UsageError(f"--fetch {fetch}: not a folder; give the folder to copy the outputs into")
+        items, files = runner.fetch_outputs(state, job, item, fetch)
+        _console().print(f"{fmt.plural(files, 'file')} of {fmt.plural(items, 'item')} copied into {fetch}", markup=False)
+        return
     eng = engine.engine_of(state, cluster)
     if item is None:
         sys.stdout.write(engine.driver_logs(eng, job))

@@ -291,6 +291,37 @@ def push_workdir(eng: Engine, job: str, local_dir: Path) -> str:
     return f"~/{where}"
 
 
+def fetch_outputs(host: remote.Host, job: str, indexes: Sequence[int], into: Path) -> list[int]:
+    """Copy the output dirs of these items (~/.gpuplan/jobs/<job>/out/<index>, where an item
+    writes through $GPUPLAN_OUTPUT_DIR or {out}) from one node into `into`/<index>; returns the
+    indexes that had one there."""
+    import secrets
+    import tarfile
+    import tempfile
+
+    out = f"$HOME/{JOBS_DIR}/{job}/out"
+    bundle = f"{JOBS_DIR}/{job}/fetch-{secrets.token_hex(4)}.tar.gz"
+    with remote.connect(host) as conn:
+        r = conn.run(f"cd {out} 2>/dev/null || exit 0; found=''; for i in {' '.join(str(int(i)) for i in indexes)}; do"
+                     f' [ -d "$i" ] && found="$found $i"; done; [ -n "$found" ] || exit 0;'
+                     f" tar czf $HOME/{bundle} $found && echo $HOME && echo $found", timeout=600)
+        if not r.ok:
+            raise EngineError(f"{host.name}: cannot pack the outputs of job {job}: {r.tail(3)}")
+        lines = r.stdout.split("\n")
+        if len(lines) < 2 or not lines[0].strip():
+            return []
+        home, found = lines[0].strip(), [int(i) for i in lines[1].split()]
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / "out.tar.gz"
+            try:
+                conn.get(f"{home}/{bundle}", local)
+            finally:
+                conn.run(f"rm -f $HOME/{bundle}", timeout=60)
+            with tarfile.open(local) as tar:
+                tar.extractall(into, filter="data")  # no path may leave `into`
+    return found
+
+
 @dataclass(frozen=True)
 class Poll:
     events: list[dict]

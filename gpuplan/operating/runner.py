@@ -377,6 +377,43 @@ def record_finished(state: State, job: str) -> None:
                          "ok" if it["status"] == "ok" else "failed", it["attempts"], seconds, it["log_path"], started)
 
 
+def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple[int, int]:
+    """Copy back what the job's items (or one item) wrote in their output dir on the node each
+    last ran on, into `into`/<index>-<item>/ (an item's folder is never written over: one that
+    exists already is bad input). Returns (items with outputs, files)."""
+    import shutil
+    import tempfile
+
+    from gpuplan.operating import engine
+
+    row = refresh(state, job)
+    rows = [state.job_item(job, item)] if item is not None else state.job_items(job)
+    if item is not None and rows[0] is None:
+        raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+    ended = [it for it in rows if it["node"] and it["node"] != "-" and it["status"] not in ("queued", "running")]
+    if item is not None and not ended:
+        raise UsageError(f"item {item!r} of job {job} has not ended ({rows[0]['status']}); fetch its outputs when it has")
+    names = {it["idx"]: job_name(it["idx"], it["item"]) for it in ended}
+    taken = [n for n in names.values() if (into / n).exists()]
+    if taken:
+        raise UsageError(f"{into / taken[0]} exists already: fetch into another folder, or move it away first")
+    eng = engine.engine_of(state, row["cluster"])
+    hosts = engine.node_hosts(eng)
+    by_node: dict[str, list[int]] = {}
+    for it in ended:
+        if it["node"] in hosts:
+            by_node.setdefault(it["node"], []).append(it["idx"])
+    into.mkdir(parents=True, exist_ok=True)
+    got, files = 0, 0
+    with tempfile.TemporaryDirectory(dir=into, prefix=".gpuplan-fetch-") as tmp:
+        for node, indexes in by_node.items():
+            for idx in engine.fetch_outputs(hosts[node], job, indexes, Path(tmp)):
+                shutil.move(str(Path(tmp) / str(idx)), into / names[idx])
+                got += 1
+                files += sum(1 for f in (into / names[idx]).rglob("*") if f.is_file())
+    return got, files
+
+
 def cancel(state: State, job: str) -> int:
     """Stop the job on every node (driver, tasks, every item's process group); returns the groups killed."""
     from gpuplan.operating import engine
