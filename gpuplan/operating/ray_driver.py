@@ -128,6 +128,25 @@ class Events:
         self._fh.flush()
 
 
+_SLOT_CLASS = []
+
+
+def slot_name(node: str, per_gpu: int, i: int, tag: str) -> str:
+    return f"slot-{node}-k{per_gpu}-{i}-{tag}"
+
+
+def make_slot(ray, node: str, node_id: str, i: int, per_gpu: int, has_gpu: bool, tag: str):
+    """The node's i-th slot: a detached actor kept for the next batches (starting a Ray worker
+    costs a second or more of CPU; a batch of short items should not pay it every time)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not _SLOT_CLASS:
+        _SLOT_CLASS.append(ray.remote(SlotWorker))
+    return _SLOT_CLASS[0].options(name=slot_name(node, per_gpu, i, tag), namespace=POOL_NAMESPACE, lifetime="detached",
+                                  get_if_exists=True, num_cpus=0, num_gpus=(1 / per_gpu) if has_gpu else 0, max_restarts=0,
+                                  scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+
+
 def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
     """gpuplan node name -> Ray node id, for the nodes alive now (each carries a resource gpuplan_node_<name>)."""
     found = {}
@@ -143,7 +162,6 @@ def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
 def main(spec_path: str) -> int:
     import batch_rules as rules
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     with open(spec_path) as fh:
         spec = json.load(fh)
@@ -160,6 +178,8 @@ def main(spec_path: str) -> int:
     ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
     if spec.get("mode") == "gang":
         return gang(ray, spec, jobdir, events, lambda: bool(cancelled) or os.path.exists(f"{jobdir}/cancel"))
+    if spec.get("mode") == "warm":
+        return warm(ray, spec, events)
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
     left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
@@ -175,21 +195,12 @@ def main(spec_path: str) -> int:
         if name not in ids:
             batch.quarantine(name, left_out.get(name) or "not in the Ray cluster (its Ray node is not running)")
             events.write(t="quarantine", node=name, reason=batch.out[name])
-    slot_class = ray.remote(SlotWorker)
     tag = spec.get("code_tag", "")
 
-    def slot_name(node: str, i: int) -> str:
-        return f"slot-{node}-k{per_gpu}-{i}-{tag}"
-
     def new_slot(node: str, i: int):
-        """The node's i-th slot: a detached actor kept for the next batches (starting a Ray worker
-        costs a second or more of CPU; a batch of short items should not pay it every time)."""
-        return slot_class.options(name=slot_name(node, i), namespace=POOL_NAMESPACE, lifetime="detached",
-                                  get_if_exists=True, num_cpus=0, num_gpus=(1 / per_gpu) if gpus[node] else 0,
-                                  max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ids[node], soft=False)
-                                  ).remote()
+        return make_slot(ray, node, ids[node], i, per_gpu, bool(gpus[node]), tag)
 
-    wanted = {slot_name(n, i) for n in ids for i in range(max(1, gpus[n]) * per_gpu)}
+    wanted = {slot_name(n, per_gpu, i, tag) for n in ids for i in range(max(1, gpus[n]) * per_gpu)}
     for a in ray.util.list_named_actors(all_namespaces=True):  # slots of another --per-gpu or driver version
         if a["namespace"] == POOL_NAMESPACE and a["name"].startswith("slot-") and a["name"] not in wanted:
             try:
@@ -278,6 +289,24 @@ def main(spec_path: str) -> int:
             s.status = rules.FAILED
     failed = any(s.status != rules.OK for s in batch.items.values())
     events.write(t="done", state="failed" if failed else "succeeded", at=_now())
+    return 0
+
+
+def warm(ray, spec: dict, events: Events, wait: bool = True) -> int:
+    """Start the slots of --per-gpu 1 on every node (the engine's start, or after a gang): the
+    first batch then finds them up instead of starting a Ray worker per slot."""
+    names = [n for n in spec["nodes"] if n not in (spec.get("left_out") or {})]
+    ids = _ray_nodes(ray, names)
+    deadline = time.monotonic() + NODE_WAIT_S
+    while wait and len(ids) < len(names) and time.monotonic() < deadline:
+        time.sleep(1)
+        ids = _ray_nodes(ray, names)
+    gpus = {n: int(g) for n, g in spec["nodes"].items()}  # as the batches count them: the same slot names
+    actors = [make_slot(ray, n, ids[n], i, 1, gpus[n] > 0, spec.get("code_tag", "")) for n in ids for i in range(max(1, gpus[n]))]
+    events.write(t="begin", at=_now(), slots=len(actors), nodes=sorted(ids))
+    if wait:
+        ray.wait([a.ready.remote() for a in actors], num_returns=len(actors), timeout=SLOTS_UP_S)
+    events.write(t="done", state="succeeded", at=_now())
     return 0
 
 
@@ -401,6 +430,9 @@ def gang(ray, spec: dict, jobdir: str, events: Events, stopped) -> int:
         if stopped():
             break
     remove_placement_group(pg)
+    # the slots the gang released, started again for the next batch (not waited for)
+    warm(ray, {"nodes": {n: spec["nodes"][n] for n in ranks}, "code_tag": spec.get("code_tag", "")}, Events(os.devnull),
+         wait=False)
     if stopped():
         events.write(t="done", state="cancelled", at=_now())
         return 0
