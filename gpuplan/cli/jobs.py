@@ -131,6 +131,8 @@ def run(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds one item may run; then its processes are killed.", metavar="SECONDS")] = 24 * 3600,
     down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end).")] = False,
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.", metavar="DIR")] = None,
+    recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking.")] = False,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan."""
@@ -150,6 +152,9 @@ def run(
         raise UsageError("give --items FILE (one job per item), --resume JOB or --torchrun (one job over all GPUs): one of them")
     if detach and down:
         raise UsageError("--down waits for the batch to end; it cannot go with --detach")
+    if recover and (detach or torchrun):
+        raise UsageError("--recover replaces lost nodes while `run` follows the batch: it cannot go with --detach or"
+                         " --torchrun")
     if not command and not resume:
         raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
     if workdir is not None and not workdir.is_dir():
@@ -193,7 +198,7 @@ def run(
         with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
             job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
                                 options={"plan": str(plan.resolve()) if plan else None}, resumes=resume,
-                                workdir=node_workdir, local_workdir=workdir, progress=progress)
+                                workdir=node_workdir, local_workdir=workdir, recover=recover, progress=progress)
     out = _console()
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'rank' if torchrun else 'item')}; order: {order_note}",
               markup=False)
@@ -202,7 +207,7 @@ def run(
         out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
                   f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
         return
-    _follow(state, cluster, job)
+    _follow(state, cluster, job, _recoverer(state, cluster, job, yes) if recover else None)
     runner.record_finished(state, job)
     _finish(state, runner.job_summary(state, job), predicted, job)
     if down:
@@ -244,7 +249,45 @@ def _progress_line(state, row: dict) -> str:
             f" ETA {eta if left else '0 s'}; {fmt.yen(yen)} so far")
 
 
-def _follow(state, cluster: str, job: str) -> None:
+def _recoverer(state, cluster: str, job: str, yes: bool):
+    """For `run --recover`: called after each look at the batch; a node the batch lost (set
+    aside as "lost: ...") is replaced once, after its yen is shown and the user agrees."""
+    from gpuplan.operating import recover, runner
+
+    handled: set[str] = set()
+    err = _console(stderr=True)
+
+    def look(row: dict) -> None:
+        for q in state.job_quarantines(job):
+            if not q["reason"].startswith("lost: ") or q["node"] in handled or row["state"] in runner.JOB_STATES_OVER:
+                continue
+            handled.add(q["node"])
+            counts = state.job_counts(job)
+            done = counts.get("ok", 0) + sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out"))
+            left = row["total"] - done
+            elapsed = runner.job_seconds(row)
+            eta = elapsed / done * left if done else elapsed
+            c = recover.cost(state, cluster, eta + recover.SETUP_GUESS_S)
+            err.print(f"{q['node']} was lost ({q['reason'][6:][:120]}); a replacement, {c.what}, costs"
+                      f" {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the batch's"
+                      f" {fmt.duration(eta)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup", markup=False)
+            if not yes:
+                if not sys.stdin.isatty():
+                    err.print("not replacing it: no one to ask; `run --recover -y` replaces without asking", markup=False)
+                    continue
+                if not typer.confirm(f"Replace {q['node']}?", default=True):
+                    continue
+            try:
+                new = recover.replace_node(state, cluster, q["node"], _progress(err))
+            except Exception as exc:  # noqa: BLE001 - the batch goes on on the nodes it has
+                err.print(f"could not replace {q['node']}: {exc}; the batch goes on without it", markup=False)
+                continue
+            err.print(f"{new} joined the batch in place of {q['node']}", markup=False)
+
+    return look
+
+
+def _follow(state, cluster: str, job: str, on_look=None) -> None:
     """Print the batch's progress until it ends. Ctrl-C stops following, not the batch."""
     from gpuplan.operating import engine, remote, runner
 
@@ -264,6 +307,8 @@ def _follow(state, cluster: str, job: str) -> None:
                     last, last_at = line, time.monotonic()
                 if over:
                     return
+                if on_look is not None:
+                    on_look(row)
                 time.sleep(every)
     except KeyboardInterrupt:
         err.print(f"stopped following; job {job} goes on on the cluster: `gpuplan jobs {cluster}`,"

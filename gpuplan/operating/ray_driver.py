@@ -147,6 +147,19 @@ def make_slot(ray, node: str, node_id: str, i: int, per_gpu: int, has_gpu: bool,
                                   scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
 
 
+def _joined(ray, known: set[str]) -> dict[str, tuple[str, int]]:
+    """gpuplan nodes alive in Ray that the batch does not know yet: name -> (Ray node id, GPUs)."""
+    found = {}
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        for key in n.get("Resources", {}):
+            name = key[len("gpuplan_node_"):]
+            if key.startswith("gpuplan_node_") and name not in known:
+                found[name] = (n["NodeID"], int(n["Resources"].get("GPU", 0)))
+    return found
+
+
 def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
     """gpuplan node name -> Ray node id, for the nodes alive now (each carries a resource gpuplan_node_<name>)."""
     found = {}
@@ -232,7 +245,18 @@ def main(spec_path: str) -> int:
                 events.write(t="requeue", i=index)
 
     requeue_watch: set[int] = set()  # ended items a quarantine may queue again
+    recover = bool(spec.get("recover"))
+    looked_for_nodes = time.monotonic()
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
+        if recover and time.monotonic() - looked_for_nodes > 2:  # `run --recover`: replacements join the batch
+            looked_for_nodes = time.monotonic()
+            for node, (node_id, node_gpus) in _joined(ray, set(batch.nodes)).items():
+                ids[node], gpus[node] = node_id, node_gpus
+                batch.add_node(node)
+                free[node] = [new_slot(node, i) for i in range(max(1, node_gpus) * per_gpu)]
+                for i, actor in enumerate(free[node]):
+                    slot_of[actor] = i
+                events.write(t="joined", node=node, at=_now())
         for node in batch.live_nodes():
             while free.get(node):
                 index = batch.next_for(node)

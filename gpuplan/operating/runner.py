@@ -230,7 +230,7 @@ def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[
 
 def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command: Sequence[str], *, per_gpu: int = 1,
            retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
-           workdir: str = "", local_workdir: Path | None = None,
+           workdir: str = "", local_workdir: Path | None = None, recover: bool = False,
            progress: Callable[[str], None] = lambda _m: None) -> str:
     """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
     it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
@@ -238,7 +238,7 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     from gpuplan.operating import engine
 
     engine.check_items_command(command)
-    spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries}
+    spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries, "recover": recover}
     return _submit(state, cluster, lambda _up: list(items), command, spec,
                    {"per_gpu": per_gpu, "retries": retries, **(options or {})}, timeout, resumes, workdir, local_workdir,
                    progress)
