@@ -172,7 +172,8 @@ def run(
             job = runner.submit_torchrun(state, cluster, command, python=python, master_port=master_port, timeout=timeout,
                                          options={"plan": str(plan.resolve()) if plan else None}, local_workdir=workdir,
                                          progress=progress)
-        todo, order_note = state.job_items(job), "one rank per node, started together (a Ray gang)"
+        todo = [(it["idx"], it["item"]) for it in state.job_items(job)]
+        order_note = "one rank per node, started together (a Ray gang)"
     elif resume:
         old = _job_of(state, cluster, resume)
         old = runner.refresh(state, resume)

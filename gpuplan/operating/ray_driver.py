@@ -128,7 +128,7 @@ class Events:
         self._fh.flush()
 
 
-_SLOT_CLASS = []
+_SLOT_CLASS: list = []  # the slot actor class, made once per driver
 
 
 def slot_name(node: str, per_gpu: int, i: int, tag: str) -> str:

@@ -39,6 +39,8 @@ def cost(state: State, cluster: str, seconds: float) -> Cost:
     from gpuplan.operating import runner
 
     row = state.cluster(cluster)
+    if row is None:
+        raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     terms: Terms | None = state.ledger_terms(cluster)
     return Cost(f"1x {row.provider}:{row.size}", row.price_jpy_per_hour,
                 runner.yen_for(terms, row.price_jpy_per_hour, 1, seconds), seconds)

@@ -387,9 +387,13 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple
     from gpuplan.operating import engine
 
     row = refresh(state, job)
-    rows = [state.job_item(job, item)] if item is not None else state.job_items(job)
-    if item is not None and rows[0] is None:
-        raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+    if item is None:
+        rows = state.job_items(job)
+    else:
+        one = state.job_item(job, item)
+        if one is None:
+            raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+        rows = [one]
     ended = [it for it in rows if it["node"] and it["node"] != "-" and it["status"] not in ("queued", "running")]
     if item is not None and not ended:
         raise UsageError(f"item {item!r} of job {job} has not ended ({rows[0]['status']}); fetch its outputs when it has")
