@@ -145,9 +145,10 @@ def _running_check(eng: Engine, node: Node) -> str:
 def stop_script(eng: Engine, node: Node) -> str:
     """Stop this node's Ray and everything started under it (its processes carry GPUPLAN_RAY_TAG)."""
     tag = f"GPUPLAN_RAY_TAG={eng.cluster}-{eng.layout.base(node.index)}"
-    return ("for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; [ \"$p\" != $$ ] || continue; "
-            f"tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF {shlex.quote(tag)} && kill -9 \"$p\" 2>/dev/null; done; "
-            f"rm -rf {eng.layout.temp_dir(node.index)}; true")
+    # twice: a worker Ray was starting while the first pass went by is caught by the second
+    return ("for pass in 1 2; do for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; [ \"$p\" != $$ ] || continue; "
+            f"tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF {shlex.quote(tag)} && kill -9 \"$p\" 2>/dev/null; done;"
+            f" sleep 0.5; done; rm -rf {eng.layout.temp_dir(node.index)}; true")
 
 
 def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) -> tuple[Engine, dict[str, str]]:
