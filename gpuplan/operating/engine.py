@@ -104,11 +104,19 @@ class Engine:
 
 
 def engine_of(state: State, cluster: str) -> Engine:
-    """The cluster's nodes in a fixed order (node 0 is the head), from the state."""
+    """The cluster's nodes in a fixed order (node 0 is the head), from the state. A node's index
+    (its Ray ports and temp dir) is the number in its name, so it stays put when another node
+    is lost or a replacement joins (`run --recover`)."""
     rows = {n.name: n for n in state.nodes(cluster)}
     hosts = remote.cluster_hosts(state, cluster)
-    nodes = tuple(Node(h.name, h, rows[h.name].private_ip or h.address, rows[h.name].gpus, i)
-                  for i, h in enumerate(sorted(hosts, key=lambda h: h.name)))
+
+    def number(name: str, position: int) -> int:
+        tail = name.rsplit("-", 1)[-1]
+        return int(tail) if name.startswith(f"{cluster}-") and tail.isdigit() else position
+
+    ordered = sorted(hosts, key=lambda h: (number(h.name, 0), h.name))
+    nodes = tuple(Node(h.name, h, rows[h.name].private_ip or h.address, rows[h.name].gpus, number(h.name, i))
+                  for i, h in enumerate(ordered))
     return Engine(cluster, nodes, layout())
 
 
