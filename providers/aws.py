@@ -589,7 +589,7 @@ class AwsProvider(Provider):
                 "VolumeSize": root_gib, "VolumeType": "gp3", "DeleteOnTermination": True}}],
             TagSpecifications=[{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
         )
-        if expires is not None or spec.spot:  # one-time Spot: a shutdown ends the request anyway
+        if expires is not None or spec.spot or spec.self_stop:  # one-time Spot: a shutdown ends the request anyway
             args["InstanceInitiatedShutdownBehavior"] = "terminate"
         subnet = self.config.get("subnet_id", "").strip()
         if subnet:

@@ -146,6 +146,17 @@ def test_no_ttl_means_no_self_termination(moto_aws):
     assert "write_files" not in user_data_of(ec2, inst.id)
 
 
+def test_idle_stop_makes_a_guest_shutdown_terminate_without_a_ttl(moto_aws):
+    from dataclasses import replace
+
+    prov = moto_aws.provider()
+    [inst] = prov.create(replace(spec(["demo-0"]), self_stop=True), ["demo-0"])  # provision --idle 30m
+    ec2 = moto_aws.ec2()
+    behaviour = ec2.describe_instance_attribute(InstanceId=inst.id, Attribute="instanceInitiatedShutdownBehavior")
+    assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+    assert "write_files" not in user_data_of(ec2, inst.id)  # no TTL was asked for
+
+
 def test_third_of_four_launches_failing_leaves_three_found_and_removed(moto_aws):
     prov = moto_aws.provider({"max_workers": "1"})  # one at a time, so "the 3rd" is demo-2
     calls = fail_nth_call(prov, "RunInstances", n=3)

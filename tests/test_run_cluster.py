@@ -1,11 +1,9 @@
 """`gpuplan run` over two real loopback sshd hosts: what it refuses before starting anything, and
-a torchrun data-parallel job with gloo across the two "nodes". Batches of items run on Ray:
-tests/test_run_engine.py; the queue's rules: tests/test_batch_rules.py."""
+`bench` measuring data-parallel scaling across the two "nodes". Batches of items and --torchrun
+run on Ray: tests/test_run_engine.py; the queue's rules: tests/test_batch_rules.py."""
 
 from __future__ import annotations
 
-import json
-import socket
 import sys
 from decimal import Decimal
 
@@ -57,26 +55,6 @@ def test_run_refuses_an_unpinned_host_and_a_command_without_item(cluster, cli, t
     assert r.code == 2 and "no pinned host key" in r.err and "--accept-host-key" in r.err
     r = cli("run", "nope", "--items", str(items), "--", "echo", "{item}")
     assert r.code == 2 and "no cluster named 'nope'" in r.err
-
-
-@pytest.mark.torch
-def test_torchrun_trains_resnet50_with_gloo_across_both_hosts(cluster, cli, gpuplan_home):
-    pytest.importorskip("torch")
-    state, _ = cluster
-    state.update_node("demo", "demo-0", gpus=0)  # these loopback "nodes" have no GPU: one gloo rank each
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    r = cli("run", "demo", "--torchrun", "--python", sys.executable, "--master-port", str(port), "--",
-            "python", "-m", "gpuplan.jobs.resnet50", "--json", "--device", "cpu", "--quick", "--threads", "1",
-            "--steps", "2", "--warmup", "1")
-    assert r.code == 0, r.err + r.out
-    log = (gpuplan_home / "state" / "runs" / "demo" / "torchrun-demo-0.log").read_text()
-    rec = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
-    assert rec["world_size"] == 2 and rec["nodes"] == 2  # one rank per host, rendezvous on node 0
-    assert rec["units"] == 2 * 2 * 2  # 2 ranks x batch 2 x 2 steps
-    assert sorted((row["job"], row["status"]) for row in state.runs("demo")) == [
-        ("torchrun-demo-0", "ok"), ("torchrun-demo-1", "ok")]
 
 
 @pytest.mark.torch

@@ -219,6 +219,28 @@ def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ra
     assert re.fullmatch(r"item=x gpu=[01] share=0\.500000\n", log.out)  # one of the node's two GPUs, half of it
 
 
+def test_logs_fetch_copies_each_items_outputs_back_from_its_node(ray_cluster, tmp_path):
+    state, _, _ = ray_cluster
+    items = _items(tmp_path, ["a", "b", "c", "d"])
+    script = 'echo result-{item} > {out}/r.txt; mkdir "$GPUPLAN_OUTPUT_DIR/sub"; echo {item} > "$GPUPLAN_OUTPUT_DIR/sub/y"'
+    r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", script)
+    assert r.code == 0, r.err + r.out
+    job = _submitted(r.out)
+    assert len({it["node"] for it in state.job_items(job)}) == 2  # the outputs lie on both nodes
+    back = tmp_path / "back"
+    r = _cli("logs", CLUSTER, job, "--fetch", str(back))
+    assert r.code == 0, r.err
+    assert f"8 files of 4 items copied into {back}" in " ".join(r.out.split())
+    assert sorted(p.name for p in back.iterdir()) == ["0000-a", "0001-b", "0002-c", "0003-d"]
+    assert (back / "0002-c" / "r.txt").read_text() == "result-c\n" and (back / "0002-c/sub/y").read_text() == "c\n"
+    one = tmp_path / "one"
+    r = _cli("logs", CLUSTER, job, "b", "--fetch", str(one))
+    assert r.code == 0 and [p.name for p in one.iterdir()] == ["0001-b"]
+    r = _cli("logs", CLUSTER, job, "b", "--fetch", str(one))  # nothing the user has is written over
+    assert r.code == 2 and "exists already" in r.err
+    assert (one / "0001-b" / "r.txt").read_text() == "result-b\n"
+
+
 def test_the_dashboard_is_reached_through_ssh(ray_cluster):
     import threading
     import urllib.request
@@ -238,6 +260,79 @@ def test_the_dashboard_is_reached_through_ssh(ray_cluster):
         done.set()
         t.join(5)
     assert version["ray_version"] == "2.60.0"
+
+
+STAND_IN_TORCHRUN = """#!/bin/sh
+# Stands in for `python -m torch.distributed.run ARGS PROGRAM`: records what its node was given,
+# then waits until every rank has started (a gang starts together, or this times out).
+shift 2
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nnodes) n=$2; shift;; --node-rank) r=$2; shift;; --nproc-per-node) p=$2; shift;;
+    --master-addr) a=$2; shift;; --master-port) port=$2; shift;; *) rest="$rest $1";;
+  esac
+  shift
+done
+echo "rank=$r nnodes=$n nproc=$p master=$a:$port node=$GPUPLAN_NODE gpus=$CUDA_VISIBLE_DEVICES prog=$rest" > {dir}/rank$r
+i=0
+while [ "$(ls {dir} | wc -l)" -lt "$n" ]; do sleep 0.2; i=$((i+1)); [ $i -lt 150 ] || exit 7; done
+case "$rest" in *fail-rank-1*) [ "$r" != 1 ] || exit 3; exec sleep 303;; esac
+"""
+
+
+def test_torchrun_runs_as_a_ray_gang_one_rank_per_node(ray_cluster, tmp_path):
+    from support.ray_env import processes_running
+
+    state, _, _ = ray_cluster
+    seen = tmp_path / "ranks"
+    seen.mkdir()
+    python = tmp_path / "python"
+    python.write_text(STAND_IN_TORCHRUN.replace("{dir}", str(seen)))
+    python.chmod(0o755)
+    r = _cli("run", CLUSTER, "--torchrun", "--python", str(python), "--master-port", "29123", "--",
+             "python", "train.py", "--epochs", "1")
+    assert r.code == 0, r.err + r.out
+    assert "2 ranks; order: one rank per node, started together (a Ray gang)" in " ".join(r.out.split())
+    got = sorted(f.read_text().split() for f in seen.iterdir())
+    # rank 0 on the head (node 0), whose private address hosts the rendezvous; every GPU of each node
+    assert got == [[f"rank={k}", "nnodes=2", "nproc=2", "master=127.0.0.1:29123", f"node={CLUSTER}-{k}", "gpus=0,1",
+                    "prog=", "train.py", "--epochs", "1"] for k in (0, 1)]
+    job = _jobs()[_submitted(r.out)]
+    assert (job["state"], job["succeeded"], job["total"]) == ("succeeded", 2, 2)
+    assert {(it["item"], it["node"]) for it in state.job_items(job["id"])} == {("rank0", f"{CLUSTER}-0"),
+                                                                                 ("rank1", f"{CLUSTER}-1")}
+    # one rank fails: the other, waiting on it, is stopped rather than left hanging
+    for f in seen.iterdir():
+        f.unlink()
+    r = _cli("run", CLUSTER, "--torchrun", "--python", str(python), "--", "python", "train.py", "fail-rank-1")
+    assert r.code == 5, r.err + r.out
+    job = _jobs()[_submitted(r.out)]
+    assert (job["state"], job["succeeded"], job["failed"]) == ("failed", 0, 2)
+    assert not processes_running(["sleep", "303"])
+    r = _cli("run", CLUSTER, "--resume", job["id"])
+    assert r.code == 2 and "--torchrun job" in r.err
+
+
+@pytest.mark.torch
+def test_torchrun_trains_resnet50_with_gloo_across_both_nodes(ray_cluster, tmp_path):
+    pytest.importorskip("torch")
+    r = _cli("run", CLUSTER, "--torchrun", "--python", sys.executable, "--master-port", str(_free_port()), "--",
+             "python", "-m", "gpuplan.jobs.resnet50", "--json", "--device", "cpu", "--quick", "--threads", "1",
+             "--steps", "2", "--warmup", "1")
+    assert r.code == 0, r.err + r.out
+    log = _cli("logs", CLUSTER, _submitted(r.out), "rank0")
+    assert log.code == 0, log.err
+    rec = json.loads(next(line for line in log.out.splitlines() if line.startswith("{")))
+    assert rec["world_size"] == 4 and rec["nodes"] == 2  # two ranks (the node's two GPU slots) on each node
+    assert rec["units"] == 4 * 2 * 2  # 4 ranks x batch 2 x 2 steps
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_a_node_whose_host_key_changed_is_set_aside_and_the_others_run_its_items(ray_cluster, tmp_path):

@@ -214,6 +214,8 @@ def run(
     image: Annotated[Optional[str], typer.Option("--image", help="dok:PLAN runs: the container image each item's task runs (linux/amd64, at most 30 GB).", metavar="IMAGE")] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*).", metavar="KEY=VALUE")] = None,
     registry: Annotated[Optional[str], typer.Option("--registry", help="dok:PLAN runs: the UUID of the registry credentials registered with DOK, for a private image.", metavar="UUID")] = None,
+    recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking.")] = False,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
@@ -235,6 +237,9 @@ def run(
         raise UsageError("give --items FILE (one job per item), --resume JOB or --torchrun (one job over all GPUs): one of them")
     if detach and down:
         raise UsageError("--down waits for the batch to end; it cannot go with --detach")
+    if recover and (detach or torchrun):
+        raise UsageError("--recover replaces lost nodes while `run` follows the batch: it cannot go with --detach or"
+                         " --torchrun")
     if not command and not resume:
         raise UsageError("give the command after --, e.g. gpuplan run demo --items videos.txt -- python train.py {item}")
     if workdir is not None and not workdir.is_dir():
@@ -247,25 +252,32 @@ def run(
         raise UsageError("--image, --env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE ...")
     predicted = runner.read_plan(plan) if plan else None
     if dok_runs.is_dok(cluster):
-        if torchrun or workdir is not None or down or per_gpu != 1 or retries:
-            raise UsageError("a DOK run is one container task per item: --torchrun, --workdir, --down, --per-gpu and"
-                             " --retries do not apply (put the code in the image; `--resume JOB` resubmits what failed)")
+        if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover:
+            raise UsageError("a DOK run is one container task per item: --torchrun, --workdir, --down, --per-gpu,"
+                             " --retries and --recover do not apply (put the code in the image; `--resume JOB`"
+                             " resubmits what failed)")
         _run_dok(cluster, command, items, resume, detach, plan, predicted, timeout, image, env, registry)
         return
     state = State.open_default()
     err = _console(stderr=True)
     progress = _progress(err)
     if torchrun:
-        with locks.cluster(cluster):  # no teardown or bootstrap under the running job
-            summary = runner.run_torchrun(state, cluster, command, python=python, master_port=master_port,
-                                          timeout=timeout, progress=progress)
-        _finish(state, summary, predicted)
-        return
-    if resume:
+        runner.torchrun_program(command)  # bad input before anything starts
+        _refuse_busy(state, cluster, "--torchrun takes every node's GPUs")
+        with locks.cluster(cluster):  # no teardown or bootstrap while the job is submitted
+            job = runner.submit_torchrun(state, cluster, command, python=python, master_port=master_port, timeout=timeout,
+                                         options={"plan": str(plan.resolve()) if plan else None}, local_workdir=workdir,
+                                         progress=progress)
+        todo = [(it["idx"], it["item"]) for it in state.job_items(job)]
+        order_note = "one rank per node, started together (a Ray gang)"
+    elif resume:
         old = _job_of(state, cluster, resume)
         old = runner.refresh(state, resume)
         if old["state"] not in runner.JOB_STATES_OVER:
             raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel {cluster} {resume}` first")
+        if (old["options"] or {}).get("torchrun"):
+            raise UsageError(f"job {resume} is a --torchrun job: its ranks run together or not at all; start it again with"
+                             " --torchrun")
         if command and command != old["command"]:
             raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
         todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
@@ -279,18 +291,20 @@ def run(
     else:
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
         node_workdir = ""
-    with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
-        job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
-                            options={"plan": str(plan.resolve()) if plan else None}, resumes=resume, workdir=node_workdir,
-                            local_workdir=workdir, progress=progress)
+    if not torchrun:
+        with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
+            job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
+                                options={"plan": str(plan.resolve()) if plan else None}, resumes=resume,
+                                workdir=node_workdir, local_workdir=workdir, recover=recover, progress=progress)
     out = _console()
-    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')}; order: {order_note}", markup=False)
+    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'rank' if torchrun else 'item')}; order: {order_note}",
+              markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
     if detach:
         out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
                   f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
         return
-    _follow(state, cluster, job)
+    _follow(state, cluster, job, _recoverer(state, cluster, job, yes) if recover else None)
     runner.record_finished(state, job)
     _finish(state, runner.job_summary(state, job), predicted, job)
     if down:
@@ -353,6 +367,18 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
                   markup=False)
 
 
+def _refuse_busy(state, cluster: str, why: str) -> None:
+    """Bad input: a batch still running on the cluster (its slots hold the GPUs)."""
+    from gpuplan.operating import runner
+
+    for row in state.jobs(cluster):
+        if row["state"] not in runner.JOB_STATES_OVER:
+            row = runner.refresh(state, row["id"])
+            if row["state"] not in runner.JOB_STATES_OVER:
+                raise UsageError(f"job {row['id']} is still {row['state']} on {cluster} and {why}: wait for it or"
+                                 f" `gpuplan cancel {cluster} {row['id']}` first")
+
+
 def _job_of(state, cluster: str, job: str) -> dict:
     row = state.job(job)
     if row is None or row["cluster"] != cluster:
@@ -376,7 +402,45 @@ def _progress_line(state, row: dict) -> str:
             f" ETA {eta if left else '0 s'}; {fmt.yen(yen)} so far")
 
 
-def _follow(state, cluster: str, job: str) -> None:
+def _recoverer(state, cluster: str, job: str, yes: bool):
+    """For `run --recover`: called after each look at the batch; a node the batch lost (set
+    aside as "lost: ...") is replaced once, after its yen is shown and the user agrees."""
+    from gpuplan.operating import recover, runner
+
+    handled: set[str] = set()
+    err = _console(stderr=True)
+
+    def look(row: dict) -> None:
+        for q in state.job_quarantines(job):
+            if not q["reason"].startswith("lost: ") or q["node"] in handled or row["state"] in runner.JOB_STATES_OVER:
+                continue
+            handled.add(q["node"])
+            counts = state.job_counts(job)
+            done = counts.get("ok", 0) + sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out"))
+            left = row["total"] - done
+            elapsed = runner.job_seconds(row)
+            eta = elapsed / done * left if done else elapsed
+            c = recover.cost(state, cluster, eta + recover.SETUP_GUESS_S)
+            err.print(f"{q['node']} was lost ({q['reason'][6:][:120]}); a replacement, {c.what}, costs"
+                      f" {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the batch's"
+                      f" {fmt.duration(eta)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup", markup=False)
+            if not yes:
+                if not sys.stdin.isatty():
+                    err.print("not replacing it: no one to ask; `run --recover -y` replaces without asking", markup=False)
+                    continue
+                if not typer.confirm(f"Replace {q['node']}?", default=True):
+                    continue
+            try:
+                new = recover.replace_node(state, cluster, q["node"], _progress(err))
+            except Exception as exc:  # noqa: BLE001 - the batch goes on on the nodes it has
+                err.print(f"could not replace {q['node']}: {exc}; the batch goes on without it", markup=False)
+                continue
+            err.print(f"{new} joined the batch in place of {q['node']}", markup=False)
+
+    return look
+
+
+def _follow(state, cluster: str, job: str, on_look=None) -> None:
     """Print the batch's progress until it ends. Ctrl-C stops following, not the batch."""
     import contextlib
 
@@ -399,6 +463,8 @@ def _follow(state, cluster: str, job: str) -> None:
                     last, last_at = line, time.monotonic()
                 if over:
                     return
+                if on_look is not None:
+                    on_look(row)
                 time.sleep(every)
     except KeyboardInterrupt:
         err.print(f"stopped following; job {job} goes on on the cluster: `gpuplan jobs {cluster}`,"
@@ -540,15 +606,26 @@ def logs(
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
     item: Annotated[Optional[str], typer.Argument(help="The item (its text, or its line number from 0); without it, the driver's log.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the log grows, until the item ends.")] = False,
+    fetch: Annotated[Optional[Path], typer.Option("--fetch", help="Copy back what the item (or every ended item) wrote in its output dir ($GPUPLAN_OUTPUT_DIR, {out}) into DIR/<n>-<item>/.", metavar="DIR")] = None,
 ) -> None:
-    """Print an item's log from the node it ran on (or the batch driver's log)."""
+    """Print an item's log from the node it ran on (or the batch driver's log); --fetch copies its outputs back."""
     from gpuplan.operating import engine, runner
     from gpuplan.operating.state import State
 
     state = State.open_default()
     _job_of(state, cluster, job)
     if cluster == runner.DOK_CLUSTER:
+        if fetch is not None:
+            raise UsageError("a DOK task's outputs are its artifact: `gpuplan dok artifacts --run JOB --out DIR`")
         _dok_item_logs(state, job, item, follow)
+        return
+    if fetch is not None:
+        if follow:
+            raise UsageError("--fetch copies what has ended; leave out --follow")
+        if fetch.exists() and not fetch.is_dir():
+            raise UsageError(f"--fetch {fetch}: not a folder; give the folder to copy the outputs into")
+        items, files = runner.fetch_outputs(state, job, item, fetch)
+        _console().print(f"{fmt.plural(files, 'file')} of {fmt.plural(items, 'item')} copied into {fetch}", markup=False)
         return
     eng = engine.engine_of(state, cluster)
     if item is None:

@@ -99,6 +99,11 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
         lines.append(f"  {lifetime}")
     elif req.ttl_s:
         lines.append(f"  TTL {fmt.duration(req.ttl_s)}: the cloud itself stops the machines after that")
+    if req.idle_s:
+        from gpuplan.operating import idle
+
+        lines.append(f"  idle stop: a machine with no batch for {fmt.duration(req.idle_s)}"
+                     f" {idle.check(req.provider, req.idle_s).says}")
     else:
         lines.append(f"  no TTL: the machines run, and bill, until `gpuplan teardown {req.name}`")
     if req.ssh_cidr:
@@ -119,6 +124,7 @@ def provision(
     image: Annotated[Optional[str], typer.Option(metavar="IMAGE", help="Start from this image (gpuplan image name or provider id); skips bootstrap.")] = None,
     plan: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Provision the recommended plan saved by `gpuplan estimate --save`.")] = None,
     ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The cloud itself stops/releases the machines after this long (4h, 90m).")] = None,
+    idle: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Each machine stops and releases itself after this long with no batch running (30m); AWS and Sakura.")] = None,
     spot: Annotated[bool, typer.Option("--spot", help="Ask for spot/low-priority capacity where the provider has it.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be created and its yen per hour; create nothing.")] = False,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Do not run the setup playbooks after creating.")] = False,
@@ -131,7 +137,7 @@ def provision(
     per hour, the quota check and the TTL) unless --yes."""
     from gpuplan.operating import launch, lifecycle
 
-    o = launch.order(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot)
+    o = launch.order(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot, idle=idle)
     _say_mapped(o)
     if dry_run:
         lines = _create_lines(o) + [f"  {n}" for n in launch.dry_run_notes(o)]

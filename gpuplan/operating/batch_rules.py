@@ -61,6 +61,12 @@ class Batch:
         b._strikes = {n: [] for n in nodes}
         return b
 
+    def add_node(self, node: str) -> None:
+        """A node that joined while the batch runs (`run --recover`'s replacement): it takes items from now."""
+        if node not in self.nodes:
+            self.nodes.append(node)
+            self._strikes[node] = []
+
     def live(self, node: str) -> bool:
         return node not in self.out
 

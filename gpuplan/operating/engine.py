@@ -104,11 +104,19 @@ class Engine:
 
 
 def engine_of(state: State, cluster: str) -> Engine:
-    """The cluster's nodes in a fixed order (node 0 is the head), from the state."""
+    """The cluster's nodes in a fixed order (node 0 is the head), from the state. A node's index
+    (its Ray ports and temp dir) is the number in its name, so it stays put when another node
+    is lost or a replacement joins (`run --recover`)."""
     rows = {n.name: n for n in state.nodes(cluster)}
     hosts = remote.cluster_hosts(state, cluster)
-    nodes = tuple(Node(h.name, h, rows[h.name].private_ip or h.address, rows[h.name].gpus, i)
-                  for i, h in enumerate(sorted(hosts, key=lambda h: h.name)))
+
+    def number(name: str, position: int) -> int:
+        tail = name.rsplit("-", 1)[-1]
+        return int(tail) if name.startswith(f"{cluster}-") and tail.isdigit() else position
+
+    ordered = sorted(hosts, key=lambda h: (number(h.name, 0), h.name))
+    nodes = tuple(Node(h.name, h, rows[h.name].private_ip or h.address, rows[h.name].gpus, number(h.name, i))
+                  for i, h in enumerate(ordered))
     return Engine(cluster, nodes, layout())
 
 
@@ -145,9 +153,10 @@ def _running_check(eng: Engine, node: Node) -> str:
 def stop_script(eng: Engine, node: Node) -> str:
     """Stop this node's Ray and everything started under it (its processes carry GPUPLAN_RAY_TAG)."""
     tag = f"GPUPLAN_RAY_TAG={eng.cluster}-{eng.layout.base(node.index)}"
-    return ("for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; [ \"$p\" != $$ ] || continue; "
-            f"tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF {shlex.quote(tag)} && kill -9 \"$p\" 2>/dev/null; done; "
-            f"rm -rf {eng.layout.temp_dir(node.index)}; true")
+    # twice: a worker Ray was starting while the first pass went by is caught by the second
+    return ("for pass in 1 2; do for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; [ \"$p\" != $$ ] || continue; "
+            f"tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF {shlex.quote(tag)} && kill -9 \"$p\" 2>/dev/null; done;"
+            f" sleep 0.5; done; rm -rf {eng.layout.temp_dir(node.index)}; true")
 
 
 def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) -> tuple[Engine, dict[str, str]]:
@@ -173,7 +182,8 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
             running.add(n.name)
     if eng.head.name in out:
         raise EngineError(f"the head node {eng.head.name} cannot run Ray: {out[eng.head.name]}")
-    if eng.head.name not in running:
+    started = eng.head.name not in running
+    if started:
         running = set()
         remote.run_many([n.host for n in eng.nodes[1:] if n.name not in out],
                         lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
@@ -185,9 +195,34 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
         for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h)))):
             if isinstance(o, BaseException):
                 out[n.name] = _why(str(o), o)
+    if started or todo:
+        progress("starting a Ray worker for each GPU slot")
+        try:
+            prestart(eng, out)
+        except GpuplanError as exc:  # the first batch starts them then
+            progress(f"slot workers not prestarted: {exc}")
     for name, why in out.items():
         progress(f"{name} set aside: {why}")
     return eng, out
+
+
+def prestart(eng: Engine, left_out: dict[str, str], timeout_s: float = 300) -> None:
+    """Start a worker for every slot of --per-gpu 1 (kept detached actors, as batches make
+    them) as part of the engine's start, and wait for them: starting a Ray worker costs a
+    second or more of CPU, which would otherwise land on the first batch's items."""
+    job = f"{eng.cluster}-warm-{int(time.time())}"
+    submit(eng, job, {"mode": "warm", "job": job, "nodes": {n.name: n.gpus for n in eng.nodes}, "left_out": left_out,
+                      "code_tag": driver_tag()})
+    deadline = time.monotonic() + timeout_s
+    offset = 0
+    with remote.connect(eng.head.host) as conn:
+        while time.monotonic() < deadline:
+            p = poll(eng.head.host, job, offset, conn)
+            offset = p.offset
+            if any(e.get("t") == "done" for e in p.events):
+                return
+            time.sleep(0.3)
+    raise EngineError(f"the slot workers were not up after {timeout_s:g} s")
 
 
 def _why(text: str | None, exc: BaseException | None = None) -> str:
@@ -289,6 +324,37 @@ def push_workdir(eng: Engine, job: str, local_dir: Path) -> str:
     if errors:
         raise EngineError("; ".join(errors))
     return f"~/{where}"
+
+
+def fetch_outputs(host: remote.Host, job: str, indexes: Sequence[int], into: Path) -> list[int]:
+    """Copy the output dirs of these items (~/.gpuplan/jobs/<job>/out/<index>, where an item
+    writes through $GPUPLAN_OUTPUT_DIR or {out}) from one node into `into`/<index>; returns the
+    indexes that had one there."""
+    import secrets
+    import tarfile
+    import tempfile
+
+    out = f"$HOME/{JOBS_DIR}/{job}/out"
+    bundle = f"{JOBS_DIR}/{job}/fetch-{secrets.token_hex(4)}.tar.gz"
+    with remote.connect(host) as conn:
+        r = conn.run(f"cd {out} 2>/dev/null || exit 0; found=''; for i in {' '.join(str(int(i)) for i in indexes)}; do"
+                     f' [ -d "$i" ] && found="$found $i"; done; [ -n "$found" ] || exit 0;'
+                     f" tar czf $HOME/{bundle} $found && echo $HOME && echo $found", timeout=600)
+        if not r.ok:
+            raise EngineError(f"{host.name}: cannot pack the outputs of job {job}: {r.tail(3)}")
+        lines = r.stdout.split("\n")
+        if len(lines) < 2 or not lines[0].strip():
+            return []
+        home, found = lines[0].strip(), [int(i) for i in lines[1].split()]
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / "out.tar.gz"
+            try:
+                conn.get(f"{home}/{bundle}", local)
+            finally:
+                conn.run(f"rm -f $HOME/{bundle}", timeout=60)
+            with tarfile.open(local) as tar:
+                tar.extractall(into, filter="data")  # no path may leave `into`
+    return found
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,8 @@ def _number(value):
 
 
 def order(target: str | None, count: str | None, *, plan: Path | None = None, region: str | None = None,
-          name: str | None = None, image: str | None = None, ttl: str | None = None, spot: bool = False) -> Order:
+          name: str | None = None, image: str | None = None, ttl: str | None = None, spot: bool = False,
+          idle: str | None = None) -> Order:
     """What `gpuplan provision` would create, from a size and count or a saved plan."""
     setup = "scratch"
     if plan is not None:
@@ -187,6 +188,11 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
     if ttl_s is not None and ttl_s < MIN_TTL_S:
         raise UsageError(f"bad --ttl {ttl!r}: at least {MIN_TTL_S // 60}m (machines take minutes to start and set "
                          "up; a shorter TTL stops them before they are of use)")
+    idle_s = parse_duration(idle, "--idle") if idle is not None else None
+    if idle_s is not None:
+        from gpuplan.operating import idle as idle_stop
+
+        idle_stop.check(offer.provider, idle_s)
     if name is not None:  # --name "" is a mistake, not a request for a generated name
         lifecycle.check_name(name)
     notes = []
@@ -194,6 +200,7 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
         offer, line = _spot_priced(offer)
         notes.append(line)
     req = lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot, region=region)
+    req = replace(req, idle_s=idle_s)
     more_offers: list[Offer] = []
     if plan is not None:
         more, more_offers, lines = _more(plan, offer.provider, req.region, req.name, spot, ttl_s, image)
@@ -254,4 +261,9 @@ def provision(state: State, prov: Provider, o: Order, playbooks: list[str] | Non
             from gpuplan.operating.playbook import bootstrap_cluster
 
             bootstrap_cluster(state, cluster.name, playbooks or None, {}, progress=progress)
+        if req.idle_s:  # also with --no-bootstrap or an image: the watchdog is what --idle asked for
+            from gpuplan.operating import idle
+            from gpuplan.operating.playbook import bootstrap_cluster
+
+            bootstrap_cluster(state, cluster.name, [idle.PLAYBOOK], idle.params(req.provider, req.idle_s), progress=progress)
     return cluster

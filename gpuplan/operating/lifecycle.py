@@ -62,6 +62,7 @@ class ProvisionRequest:
     ttl_s: int | None = None
     spot: bool = False
     ssh_cidr: str | None = None  # None: from config, else detected (see ssh_source)
+    idle_s: int | None = None  # --idle: each node stops itself after this long with no batch (operating/idle.py)
     vcpus: int | None = None  # per machine, from the catalog row (None: the provider's own figure)
     billing: Terms | None = None  # how each machine is billed (the ledger charges by it); None: per second
     more: tuple[ProvisionRequest, ...] = ()  # a mixed fleet's other sizes: one cluster, machines numbered on
@@ -331,6 +332,7 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
             spec = NodeSpec(
                 cluster=req.name, size=part.size, region=req.region, ssh_user=prov.default_ssh_user,
                 ssh_public_key=public_key, host_keys=host_keys, image=image_id, ttl_s=req.ttl_s, spot=req.spot,
+                self_stop=bool(req.idle_s),
                 tags={**identity, TAG_CREATED: str(int(time.time()))},
                 ssh_cidr=ssh_cidr, vcpus=part.vcpus,
             )

@@ -463,7 +463,7 @@ def bootstrap_cluster(
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     if dry_run:
-        nodes = [n for n in state.nodes(cluster) if n.status not in ("deleted", "deleting", "failed")]
+        nodes = [n for n in state.nodes(cluster) if n.status not in ("deleted", "deleting", "failed", "lost")]
         hosts = [remote.Host(n.name, n.public_ip or n.private_ip or "?", n.ssh_port, row.ssh_user) for n in nodes]
         return run_playbooks(hosts, books, params, dry_run=True)
     with locks.cluster(cluster):

@@ -52,6 +52,7 @@ class NodeSpec:
     host_keys: Mapping[str, HostKey] = field(default_factory=dict)
     image: str | None = None  # provider image id; None = the provider's default Ubuntu LTS
     ttl_s: int | None = None  # the cloud itself stops/releases the machine after this long
+    self_stop: bool = False  # --idle: a shutdown from inside the machine must end its billing
     spot: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
     disk_gib: int = 128

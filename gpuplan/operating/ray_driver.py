@@ -52,6 +52,7 @@ def render(command: list[str], item: str) -> str:
 def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,
              workdir: str) -> dict:
     """One attempt of one item, on the node Ray placed it on (runs in a Ray worker)."""
+    import shutil
     import subprocess
 
     import ray
@@ -59,8 +60,13 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     home = os.path.expanduser(f"~/.gpuplan/jobs/{job}")
     os.makedirs(f"{home}/logs", exist_ok=True)
     os.makedirs(f"{home}/pids", exist_ok=True)
+    out = f"{home}/out/{index}"  # what `gpuplan logs CLUSTER JOB --fetch DIR` copies back; only the last attempt's
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    if "'" not in out:  # {out} sits inside a shell-quoted word
+        shell = shell.replace("{out}", out)
     log = f"{home}/logs/{index}.{attempt}.log"
-    env = dict(os.environ, GPUPLAN_ITEM=item, GPUPLAN_JOB=job, GPUPLAN_ATTEMPT=str(attempt))
+    env = dict(os.environ, GPUPLAN_ITEM=item, GPUPLAN_JOB=job, GPUPLAN_ATTEMPT=str(attempt), GPUPLAN_OUTPUT_DIR=out)
     if memory_fraction:  # the reference jobs take this as their fixed GPU memory share
         env["GPUPLAN_MEMORY_FRACTION"] = memory_fraction
     gpus = [str(g) for g in ray.get_gpu_ids()]
@@ -122,6 +128,38 @@ class Events:
         self._fh.flush()
 
 
+_SLOT_CLASS: list = []  # the slot actor class, made once per driver
+
+
+def slot_name(node: str, per_gpu: int, i: int, tag: str) -> str:
+    return f"slot-{node}-k{per_gpu}-{i}-{tag}"
+
+
+def make_slot(ray, node: str, node_id: str, i: int, per_gpu: int, has_gpu: bool, tag: str):
+    """The node's i-th slot: a detached actor kept for the next batches (starting a Ray worker
+    costs a second or more of CPU; a batch of short items should not pay it every time)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not _SLOT_CLASS:
+        _SLOT_CLASS.append(ray.remote(SlotWorker))
+    return _SLOT_CLASS[0].options(name=slot_name(node, per_gpu, i, tag), namespace=POOL_NAMESPACE, lifetime="detached",
+                                  get_if_exists=True, num_cpus=0, num_gpus=(1 / per_gpu) if has_gpu else 0, max_restarts=0,
+                                  scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+
+
+def _joined(ray, known: set[str]) -> dict[str, tuple[str, int]]:
+    """gpuplan nodes alive in Ray that the batch does not know yet: name -> (Ray node id, GPUs)."""
+    found = {}
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        for key in n.get("Resources", {}):
+            name = key[len("gpuplan_node_"):]
+            if key.startswith("gpuplan_node_") and name not in known:
+                found[name] = (n["NodeID"], int(n["Resources"].get("GPU", 0)))
+    return found
+
+
 def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
     """gpuplan node name -> Ray node id, for the nodes alive now (each carries a resource gpuplan_node_<name>)."""
     found = {}
@@ -137,7 +175,6 @@ def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
 def main(spec_path: str) -> int:
     import batch_rules as rules
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     with open(spec_path) as fh:
         spec = json.load(fh)
@@ -152,6 +189,10 @@ def main(spec_path: str) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
+    if spec.get("mode") == "gang":
+        return gang(ray, spec, jobdir, events, lambda: bool(cancelled) or os.path.exists(f"{jobdir}/cancel"))
+    if spec.get("mode") == "warm":
+        return warm(ray, spec, events)
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
     left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
@@ -167,21 +208,12 @@ def main(spec_path: str) -> int:
         if name not in ids:
             batch.quarantine(name, left_out.get(name) or "not in the Ray cluster (its Ray node is not running)")
             events.write(t="quarantine", node=name, reason=batch.out[name])
-    slot_class = ray.remote(SlotWorker)
     tag = spec.get("code_tag", "")
 
-    def slot_name(node: str, i: int) -> str:
-        return f"slot-{node}-k{per_gpu}-{i}-{tag}"
-
     def new_slot(node: str, i: int):
-        """The node's i-th slot: a detached actor kept for the next batches (starting a Ray worker
-        costs a second or more of CPU; a batch of short items should not pay it every time)."""
-        return slot_class.options(name=slot_name(node, i), namespace=POOL_NAMESPACE, lifetime="detached",
-                                  get_if_exists=True, num_cpus=0, num_gpus=(1 / per_gpu) if gpus[node] else 0,
-                                  max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ids[node], soft=False)
-                                  ).remote()
+        return make_slot(ray, node, ids[node], i, per_gpu, bool(gpus[node]), tag)
 
-    wanted = {slot_name(n, i) for n in ids for i in range(max(1, gpus[n]) * per_gpu)}
+    wanted = {slot_name(n, per_gpu, i, tag) for n in ids for i in range(max(1, gpus[n]) * per_gpu)}
     for a in ray.util.list_named_actors(all_namespaces=True):  # slots of another --per-gpu or driver version
         if a["namespace"] == POOL_NAMESPACE and a["name"].startswith("slot-") and a["name"] not in wanted:
             try:
@@ -213,7 +245,18 @@ def main(spec_path: str) -> int:
                 events.write(t="requeue", i=index)
 
     requeue_watch: set[int] = set()  # ended items a quarantine may queue again
+    recover = bool(spec.get("recover"))
+    looked_for_nodes = time.monotonic()
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
+        if recover and time.monotonic() - looked_for_nodes > 2:  # `run --recover`: replacements join the batch
+            looked_for_nodes = time.monotonic()
+            for node, (node_id, node_gpus) in _joined(ray, set(batch.nodes)).items():
+                ids[node], gpus[node] = node_id, node_gpus
+                batch.add_node(node)
+                free[node] = [new_slot(node, i) for i in range(max(1, node_gpus) * per_gpu)]
+                for i, actor in enumerate(free[node]):
+                    slot_of[actor] = i
+                events.write(t="joined", node=node, at=_now())
         for node in batch.live_nodes():
             while free.get(node):
                 index = batch.next_for(node)
@@ -270,6 +313,154 @@ def main(spec_path: str) -> int:
             s.status = rules.FAILED
     failed = any(s.status != rules.OK for s in batch.items.values())
     events.write(t="done", state="failed" if failed else "succeeded", at=_now())
+    return 0
+
+
+def warm(ray, spec: dict, events: Events, wait: bool = True) -> int:
+    """Start the slots of --per-gpu 1 on every node (the engine's start, or after a gang): the
+    first batch then finds them up instead of starting a Ray worker per slot."""
+    names = [n for n in spec["nodes"] if n not in (spec.get("left_out") or {})]
+    ids = _ray_nodes(ray, names)
+    deadline = time.monotonic() + NODE_WAIT_S
+    while wait and len(ids) < len(names) and time.monotonic() < deadline:
+        time.sleep(1)
+        ids = _ray_nodes(ray, names)
+    gpus = {n: int(g) for n, g in spec["nodes"].items()}  # as the batches count them: the same slot names
+    actors = [make_slot(ray, n, ids[n], i, 1, gpus[n] > 0, spec.get("code_tag", "")) for n in ids for i in range(max(1, gpus[n]))]
+    events.write(t="begin", at=_now(), slots=len(actors), nodes=sorted(ids))
+    if wait:
+        ray.wait([a.ready.remote() for a in actors], num_returns=len(actors), timeout=SLOTS_UP_S)
+    events.write(t="done", state="succeeded", at=_now())
+    return 0
+
+
+def _free_pool(ray) -> None:
+    """Kill every kept slot actor: they hold the nodes' GPUs, which a gang takes whole."""
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["namespace"] == POOL_NAMESPACE and a["name"].startswith("slot-"):
+            try:
+                ray.kill(ray.get_actor(a["name"], namespace=POOL_NAMESPACE))
+            except ValueError:
+                pass
+
+
+def kill_job_groups(job: str) -> int:
+    """Kill the process group of every item of `job` still running on this node (a Ray task)."""
+    pids = os.path.expanduser(f"~/.gpuplan/jobs/{job}/pids")
+    killed = 0
+    for name in os.listdir(pids) if os.path.isdir(pids) else []:
+        try:
+            with open(f"{pids}/{name}") as fh:
+                pgid = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        _kill_group(pgid, signal.SIGTERM)
+        killed += 1
+    time.sleep(2)
+    for name in os.listdir(pids) if os.path.isdir(pids) else []:
+        try:
+            with open(f"{pids}/{name}") as fh:
+                _kill_group(int(fh.read().strip()), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+    return killed
+
+
+def gang(ray, spec: dict, jobdir: str, events: Events, stopped) -> int:
+    """`gpuplan run --torchrun`: one rank per node, started together as a gang. A placement group
+    with one bundle per node (STRICT_SPREAD) holds every node's GPUs; rank 0 goes to the first
+    node in gpuplan's order (the head), and its private address (from gpuplan's state, as its Ray
+    node was started with) hosts torchrun's rendezvous. When one rank fails the others are stopped: a
+    data-parallel job without one of its ranks only waits."""
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+    job, order = spec["job"], list(spec["nodes"])
+    left_out = spec.get("left_out") or {}
+    wanted = [n for n in order if n not in left_out]
+    ids: dict[str, str] = {}
+    deadline = time.monotonic() + NODE_WAIT_S
+    while time.monotonic() < deadline:
+        ids = _ray_nodes(ray, wanted)
+        if len(ids) == len(wanted):
+            break
+        time.sleep(1)
+    for name in order:
+        if name not in ids:
+            reason = left_out.get(name) or "not in the Ray cluster (its Ray node is not running)"
+            events.write(t="quarantine", node=name, reason=reason)
+    ranks = [n for n in order if n in ids]
+    for r in range(len(ranks), len(wanted)):  # the client counted a rank for a node that is not in Ray now
+        events.write(t="end", i=r, node="-", slot="-", attempt=0, start=None, end=None, exit=None, timed_out=False,
+                     log=None, status="failed", reason="its node is not in the Ray cluster")
+    if not ranks:
+        events.write(t="done", state="failed", at=_now())
+        return 0
+    _free_pool(ray)
+    info = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+    gpus = {name: int(info[ids[name]].get("Resources", {}).get("GPU", 0)) for name in ranks}
+    bundles = [{"CPU": 1, **({"GPU": gpus[name]} if gpus[name] else {})} for name in ranks]
+    pg = placement_group(bundles, strategy="STRICT_SPREAD", name=f"gang-{job}")
+    events.write(t="begin", at=_now(), slots=len(ranks), nodes=ranks)
+    if not ray.wait([pg.ready()], timeout=SLOTS_UP_S)[0]:
+        remove_placement_group(pg)
+        for r, name in enumerate(ranks):
+            events.write(t="end", i=r, node=name, slot="-", attempt=1, start=None, end=None, exit=None, timed_out=False,
+                         log=None, status="failed", reason="the gang could not be placed: one bundle per node")
+        events.write(t="done", state="failed", at=_now())
+        return 0
+    events.write(t="ready", at=_now())
+    where = {b: node_id for b, node_id in placement_group_table(pg)["bundles_to_node_id"].items()}
+    name_of = {ids[n]: n for n in ranks}
+    bundle_of = {name_of[node_id]: int(b) for b, node_id in where.items()}
+    master = (spec.get("addresses") or {}).get(ranks[0]) or info[ids[ranks[0]]]["NodeManagerAddress"]
+    task = ray.remote(run_item)
+    inflight = {}
+    for r, name in enumerate(ranks):
+        words = {"{nnodes}": str(len(ranks)), "{node_rank}": str(r), "{nproc}": str(max(1, gpus[name])),
+                 "{master_addr}": master}
+        argv = [words.get(w, w) for w in spec["argv"]]
+        ref = task.options(num_cpus=1, num_gpus=gpus[name], max_retries=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=bundle_of[name])).remote(
+            job, r, f"rank{r}", 1, shlex.join(argv), float(spec["timeout_s"]), "", spec.get("workdir") or "")
+        inflight[ref] = (r, name)
+        events.write(t="start", i=r, node=name, attempt=1, at=_now())
+    stopping, killed = "", False
+    while inflight:
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=SLOT_WAIT_S)
+        for ref in ready:
+            r, name = inflight.pop(ref)
+            try:
+                res = ray.get(ref)
+            except Exception as exc:  # its worker or its node died
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                events.write(t="end", i=r, node=name, slot="-", attempt=1, start=None, end=_now(), exit=None,
+                             timed_out=False, log=None, status="failed", reason=reason)
+                stopping = stopping or f"rank {r} on {name} was lost"
+                continue
+            ok = res["exit"] == 0 and not res["timed_out"]
+            events.write(t="end", i=r, node=name, slot=res["slot"], attempt=1, start=res["start"], end=res["end"],
+                         exit=res["exit"], timed_out=res["timed_out"], log=res["log"], status="ok" if ok else "failed")
+            if not ok and not stopping:
+                stopping = f"rank {r} on {name} " + ("timed out" if res["timed_out"] else f"failed (exit {res['exit']})")
+        if inflight and (stopping or stopped()) and not killed:
+            # the other ranks would wait for the one that ended: kill their process groups on their nodes
+            killed = True
+            try:
+                ray.get([ray.remote(kill_job_groups).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    ids[name], soft=False)).remote(job) for _, name in inflight.values()], timeout=60)
+            except Exception:  # a node gone meanwhile: its rank ends with it
+                pass
+        if stopped():
+            break
+    remove_placement_group(pg)
+    # the slots the gang released, started again for the next batch (not waited for)
+    warm(ray, {"nodes": {n: spec["nodes"][n] for n in ranks}, "code_tag": spec.get("code_tag", "")}, Events(os.devnull),
+         wait=False)
+    if stopped():
+        events.write(t="done", state="cancelled", at=_now())
+        return 0
+    events.write(t="done", state="failed" if stopping else "succeeded", at=_now())
     return 0
 
 

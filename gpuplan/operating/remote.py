@@ -422,7 +422,7 @@ def cluster_hosts(state: State, cluster: str, accept_host_keys: Sequence[str] = 
     key = state.ssh_key(cluster)
     if key is None:
         raise UsageError(f"cluster {cluster!r} has no SSH key in the state; was it provisioned by gpuplan?")
-    nodes = [n for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed")]
+    nodes = [n for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed", "lost")]
     if not nodes:
         raise UsageError(f"cluster {cluster!r} has no live nodes; `gpuplan status {cluster}` shows them")
     accepted = set(accept_host_keys)

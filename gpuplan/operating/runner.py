@@ -9,8 +9,9 @@ reads what the driver recorded on the head and writes it into the state (jobs, j
 The SSH fan-out that ran each item from a client thread is gone.
 
 torchrun mode: the same command on every node through `python -m torch.distributed.run` (the
-engine behind `torchrun`) with a static rendezvous on the first node's private address, node
-ranks 0..N-1 and one process per GPU, started over SSH (not yet through Ray).
+engine behind `torchrun`), one process per GPU, started as a Ray gang by the same kind of
+driver: a placement group with one bundle per node (STRICT_SPREAD), node ranks 0..N-1 in the
+nodes' order, the rendezvous on the first node's private address.
 
 Measured yen: every node of the cluster billed for the batch's wall time under the one billing
 rule (gpuplan.planning.billing.charge), next to what a saved plan predicted.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from gpuplan.operating.state import State
     from gpuplan.planning.billing import Terms
 
-REMOTE_LOG_DIR = ".gpuplan/runs"  # relative to the SSH user's home on each node
 MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
 MAX_PER_GPU = 16  # jobs sharing one GPU, each with a fixed 1/k memory share: past 16 a share is under 1 GiB of 16
 MAX_SLOTS_PER_NODE = 64  # `bench --gpus`: no machine in the catalog has more than 16 GPUs
@@ -153,9 +152,10 @@ def render(command: Sequence[str], item: str) -> str:
     return shlex.join([word.replace("{item}", item) for word in command])
 
 
-def torchrun_argv(python: str, *, nodes: int, nproc_per_node: int, node_rank: int, master_addr: str,
+def torchrun_argv(python: str, *, nodes: int | str, nproc_per_node: int | str, node_rank: int | str, master_addr: str,
                   master_port: int, program: Sequence[str]) -> list[str]:
-    """`python -m torch.distributed.run` (torchrun) with a static rendezvous on master_addr."""
+    """`python -m torch.distributed.run` (torchrun) with a static rendezvous on master_addr (the
+    gang's driver fills in words such as "{node_rank}" on the cluster)."""
     return [python, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc_per_node),
             "--node-rank", str(node_rank), "--master-addr", master_addr, "--master-port", str(master_port), *program]
 
@@ -193,12 +193,6 @@ def _ssh_run(target: Target, command: str, timeout: int):
     from gpuplan.operating import remote
 
     return remote.run(target.host, command, timeout=timeout)
-
-
-def _ssh_get(target: Target, remote_path: str, local_path: Path) -> None:
-    from gpuplan.operating import remote
-
-    remote.get(target.host, remote_path, local_path)
 
 
 def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
@@ -243,7 +237,7 @@ def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[
 
 def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command: Sequence[str], *, per_gpu: int = 1,
            retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
-           workdir: str = "", local_workdir: Path | None = None,
+           workdir: str = "", local_workdir: Path | None = None, recover: bool = False,
            progress: Callable[[str], None] = lambda _m: None) -> str:
     """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
     it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
@@ -251,6 +245,33 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     from gpuplan.operating import engine
 
     engine.check_items_command(command)
+    spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries, "recover": recover}
+    return _submit(state, cluster, lambda _up: list(items), command, spec,
+                   {"per_gpu": per_gpu, "retries": retries, **(options or {})}, timeout, resumes, workdir, local_workdir,
+                   progress)
+
+
+def submit_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
+                    timeout: int = 86400, options: dict | None = None, local_workdir: Path | None = None,
+                    progress: Callable[[str], None] = lambda _m: None) -> str:
+    """One data-parallel job over every node as a Ray gang: one rank per node, started together
+    (a placement group, one bundle per node, STRICT_SPREAD), torchrun's rendezvous on the first
+    node's private address. Recorded as a job with one item per rank ("rank0", "rank1", ...), so
+    `jobs`, `logs`, `cancel` and `--detach` work as for a batch."""
+    program = torchrun_program(command)
+    argv = torchrun_argv(python, nodes="{nnodes}", nproc_per_node="{nproc}", node_rank="{node_rank}",
+                         master_addr="{master_addr}", master_port=master_port, program=program)
+    spec = {"mode": "gang", "argv": argv}
+    return _submit(state, cluster, lambda up: [(r, f"rank{r}") for r in range(up)], list(command), spec,
+                   {"torchrun": True, "python": python, "master_port": master_port, **(options or {})}, timeout, None, "",
+                   local_workdir, progress)
+
+
+def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[int, str]]], command: Sequence[str],
+            spec: dict, opts: dict, timeout: int, resumes: str | None, workdir: str, local_workdir: Path | None,
+            progress: Callable[[str], None]) -> str:
+    from gpuplan.operating import engine
+
     if state.cluster(cluster) is None:
         raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
     eng, left_out = engine.ensure_up(state, cluster, progress)
@@ -258,11 +279,13 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     if local_workdir is not None:
         progress(f"copying {local_workdir} to {fmt.plural(len(eng.nodes), 'node')}")
         workdir = engine.push_workdir(eng, job, local_workdir)
-    opts = {"per_gpu": per_gpu, "retries": retries, "timeout_s": timeout, "workdir": workdir, **(options or {})}
-    spec = {"job": job, "items": [[i, it] for i, it in items], "command": list(command), "per_gpu": per_gpu,
-            "retries": retries, "timeout_s": timeout, "nodes": {n.name: n.gpus for n in eng.nodes}, "workdir": workdir,
-            "code_tag": engine.driver_tag(), "left_out": left_out}
-    state.add_job(job, cluster, list(command), opts, items, len(eng.nodes), resumes)
+    items = items_for(len(eng.nodes) - len(left_out))
+    spec = {**spec, "job": job, "items": [[i, it] for i, it in items], "timeout_s": timeout,
+            "nodes": {n.name: n.gpus for n in eng.nodes}, "addresses": {n.name: n.private_ip for n in eng.nodes},
+            "workdir": workdir, "code_tag": engine.driver_tag(),
+            "left_out": left_out}
+    state.add_job(job, cluster, list(command), {**opts, "timeout_s": timeout, "workdir": workdir}, items, len(eng.nodes),
+                  resumes)
     try:
         engine.submit(eng, job, spec)
     except BaseException:
@@ -374,6 +397,47 @@ def record_finished(state: State, job: str) -> None:
                          "ok" if it["status"] == "ok" else "failed", it["attempts"], seconds, it["log_path"], started)
 
 
+def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple[int, int]:
+    """Copy back what the job's items (or one item) wrote in their output dir on the node each
+    last ran on, into `into`/<index>-<item>/ (an item's folder is never written over: one that
+    exists already is bad input). Returns (items with outputs, files)."""
+    import shutil
+    import tempfile
+
+    from gpuplan.operating import engine
+
+    row = refresh(state, job)
+    if item is None:
+        rows = state.job_items(job)
+    else:
+        one = state.job_item(job, item)
+        if one is None:
+            raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+        rows = [one]
+    ended = [it for it in rows if it["node"] and it["node"] != "-" and it["status"] not in ("queued", "running")]
+    if item is not None and not ended:
+        raise UsageError(f"item {item!r} of job {job} has not ended ({rows[0]['status']}); fetch its outputs when it has")
+    names = {it["idx"]: job_name(it["idx"], it["item"]) for it in ended}
+    taken = [n for n in names.values() if (into / n).exists()]
+    if taken:
+        raise UsageError(f"{into / taken[0]} exists already: fetch into another folder, or move it away first")
+    eng = engine.engine_of(state, row["cluster"])
+    hosts = engine.node_hosts(eng)
+    by_node: dict[str, list[int]] = {}
+    for it in ended:
+        if it["node"] in hosts:
+            by_node.setdefault(it["node"], []).append(it["idx"])
+    into.mkdir(parents=True, exist_ok=True)
+    got, files = 0, 0
+    with tempfile.TemporaryDirectory(dir=into, prefix=".gpuplan-fetch-") as tmp:
+        for node, indexes in by_node.items():
+            for idx in engine.fetch_outputs(hosts[node], job, indexes, Path(tmp)):
+                shutil.move(str(Path(tmp) / str(idx)), into / names[idx])
+                got += 1
+                files += sum(1 for f in (into / names[idx]).rglob("*") if f.is_file())
+    return got, files
+
+
 def cancel(state: State, job: str) -> int:
     """Stop the job on every node (driver, tasks, every item's process group); returns the groups killed."""
     from gpuplan.operating import dok_runs, engine
@@ -386,61 +450,6 @@ def cancel(state: State, job: str) -> int:
     refresh(state, job)
     state.set_job_state(job, "cancelled")
     return killed
-
-
-# --- torchrun mode ------------------------------------------------------------------------
-
-
-def run_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
-                 timeout: int = 86400, progress: Callable[[str], None] = lambda _m: None,
-                 targets: Sequence[Target] | None = None) -> RunSummary:
-    """One data-parallel job on every node at once; node 0's private address hosts the rendezvous."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from gpuplan import paths
-
-    program = torchrun_program(command)
-    row = state.cluster(cluster)
-    if row is None:
-        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
-    targets = list(targets) if targets is not None else cluster_targets(state, cluster)
-    gpus = detect_gpus(targets)
-    log_dir = paths.state_dir() / "runs" / cluster
-    log_dir.mkdir(parents=True, exist_ok=True)
-    master = targets[0].private_ip
-    progress(f"torchrun over {fmt.plural(len(targets), 'node')}, rendezvous {master}:{master_port}")
-
-    def node(rank: int) -> JobResult:
-        t = targets[rank]
-        argv = torchrun_argv(python, nodes=len(targets), nproc_per_node=max(1, gpus[rank]), node_rank=rank,
-                             master_addr=master, master_port=master_port, program=program)
-        job = f"torchrun-{t.node}"
-        remote_log = f"{REMOTE_LOG_DIR}/{cluster}/{job}.log"
-        started = _now()
-        t0 = time.monotonic()
-        try:
-            r = _ssh_run(t, f"mkdir -p {REMOTE_LOG_DIR}/{cluster} && ( {shlex.join(argv)} ) > {remote_log} 2>&1", timeout)
-            code, err = r.exit_code, r.stderr
-        except Exception as exc:
-            code, err = -1, f"{type(exc).__name__}: {exc}"
-        seconds = time.monotonic() - t0
-        log_path = log_dir / f"{job}.log"
-        try:
-            _ssh_get(t, remote_log, log_path)
-        except Exception as exc:
-            log_path.write_text(f"(log not fetched: {type(exc).__name__}: {exc})\n{err}")
-        status = "ok" if code == 0 else "failed"
-        label = f"{t.node}:rank{rank}"
-        state.record_run(cluster, job, t.node, label, status, 1, seconds, str(log_path), started)
-        progress(f"{job} {status} in {seconds:.1f} s")
-        return JobResult(job, "", label, t.node, status, 1, seconds, log_path)
-
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-        results = tuple(pool.map(node, range(len(targets))))
-    wall = time.monotonic() - t0
-    return RunSummary(cluster, results, wall, len(targets), row.price_jpy_per_hour, log_dir, provider=row.provider,
-                      size=row.size, terms=state.ledger_terms(cluster))
 
 
 # --- measured vs predicted ----------------------------------------------------------------
@@ -501,10 +510,3 @@ def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
     # Under a yen the prediction is all rounding: a percentage of it says nothing.
     yen_error = err(summary.yen, py) if py is not None and py >= 1 else None
     return Comparison(summary.wall_seconds, summary.yen, pw, py, err(wall, pw), yen_error)
-
-
-def _now():
-    from gpuplan.operating.state import now
-
-    return now()
-
