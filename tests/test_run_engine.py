@@ -377,6 +377,27 @@ def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster,
     assert {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
 
 
+def test_owned_hosts_close_their_ray_ports_to_all_but_the_clusters_members(ray_cluster):
+    """Ray 2.60.0 listens on all interfaces for some servers: on hosts no cloud firewall guards,
+    each node's iptables (a stand-in here: the hosts are this machine) admits only loopback and
+    the members to its 100 Ray ports, hooked into INPUT once however often Ray is started."""
+    from gpuplan.operating import engine
+
+    state, hosts, _ = ray_cluster
+    eng = engine.engine_of(state, CLUSTER)
+    assert eng.host_firewall  # a baremetal cluster
+    for node, h in zip(eng.nodes, hosts):
+        b = eng.layout.base(node.index)
+        chain = engine._chain(eng, node)
+        hooks = [line for line in (h.fake_root / "iptables.rules").read_text().splitlines() if line.startswith("I ")]
+        assert hooks == [f"I INPUT -p tcp --dport {b}:{b + 99} -j {chain}"]
+        log = (h.fake_root / "iptables.log").read_text().splitlines()
+        last = log[len(log) - 1 - log[::-1].index(f"iptables -w -A {chain} -s 127.0.0.0/8 -j RETURN"):]
+        assert last[:3] == [f"iptables -w -A {chain} -s 127.0.0.0/8 -j RETURN",
+                            f"iptables -w -A {chain} -s 127.0.0.1 -j RETURN",  # the members' private address
+                            f"iptables -w -A {chain} -j DROP"]
+
+
 def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_path):
     """Last of all: the module's cluster goes."""
     from test_baremetal_provider import write_inventory
@@ -397,3 +418,5 @@ def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_pa
     while tagged_pids(f"{CLUSTER}-") and time.monotonic() < deadline:
         time.sleep(0.5)
     assert tagged_pids(f"{CLUSTER}-") == []
+    for h in hosts:  # and the firewall chains gpuplan added are gone with it
+        assert "I INPUT" not in (h.fake_root / "iptables.rules").read_text()

@@ -40,6 +40,7 @@ DEFAULT_PORT = 6380
 PORTS_PER_NODE = 100
 JOBS_DIR = ".gpuplan/jobs"  # under the SSH user's home on every node
 START_TIMEOUT_S = 300
+DASHBOARD_WAIT_S = 90  # how long a submit waits for the head's Jobs API to come up
 HERE = Path(__file__).parent
 
 Progress = Callable[[str], None]
@@ -97,6 +98,10 @@ class Engine:
     cluster: str
     nodes: tuple[Node, ...]
     layout: Layout
+    # hosts no cloud firewall guards (owned, 高火力 PHY): Ray 2.60.0 listens on all interfaces for
+    # some of its servers whatever --node-ip-address says, so each node's own iptables closes
+    # its Ray ports to all but the cluster's members (firewall_script)
+    host_firewall: bool = False
 
     @property
     def head(self) -> Node:
@@ -117,7 +122,45 @@ def engine_of(state: State, cluster: str) -> Engine:
     ordered = sorted(hosts, key=lambda h: (number(h.name, 0), h.name))
     nodes = tuple(Node(h.name, h, rows[h.name].private_ip or h.address, rows[h.name].gpus, number(h.name, i))
                   for i, h in enumerate(ordered))
-    return Engine(cluster, nodes, layout())
+    row = state.cluster(cluster)
+    return Engine(cluster, nodes, layout(), host_firewall=row is not None and row.provider in HOST_FIREWALL_PROVIDERS)
+
+
+HOST_FIREWALL_PROVIDERS = ("baremetal", "sakura-phy")
+
+
+def _chain(eng: Engine, node: Node) -> str:
+    """The node's iptables chain for its Ray ports: per cluster and node (several clusters, or the
+    tests' several nodes, may share one machine); iptables allows 28 characters."""
+    import hashlib
+
+    return f"GPUPLAN-RAY-{hashlib.sha1(eng.cluster.encode()).hexdigest()[:8]}-{node.index}"
+
+
+def firewall_script(eng: Engine, node: Node) -> str:
+    """As root: the node's Ray ports (its 100 from Layout.base) admit only loopback and the
+    cluster's members; everything else is dropped. Idempotent: the chain is rebuilt with today's
+    members and hooked into INPUT once. Exits 3 without iptables (the node is then left out)."""
+    b = eng.layout.base(node.index)
+    chain, ports = _chain(eng, node), f"{b}:{b + PORTS_PER_NODE - 1}"
+    members = sorted({n.private_ip for n in eng.nodes})
+    lines = ["command -v iptables >/dev/null || { echo 'iptables not found: Ray ports cannot be closed to the outside;"
+             " install iptables'; exit 3; }",
+             f"iptables -w -N {chain} 2>/dev/null || iptables -w -F {chain}",
+             f"iptables -w -A {chain} -s 127.0.0.0/8 -j RETURN",
+             *[f"iptables -w -A {chain} -s {shlex.quote(ip)} -j RETURN" for ip in members],
+             f"iptables -w -A {chain} -j DROP",
+             f"iptables -w -C INPUT -p tcp --dport {ports} -j {chain} 2>/dev/null ||"
+             f" iptables -w -I INPUT -p tcp --dport {ports} -j {chain}"]
+    return "set -e\n" + "\n".join(lines) + "\n"
+
+
+def unfirewall_script(eng: Engine, node: Node) -> str:
+    """As root: the node's chain and its hook removed (after Ray stopped there)."""
+    b = eng.layout.base(node.index)
+    chain, ports = _chain(eng, node), f"{b}:{b + PORTS_PER_NODE - 1}"
+    return (f"iptables -w -D INPUT -p tcp --dport {ports} -j {chain} 2>/dev/null; iptables -w -F {chain} 2>/dev/null;"
+            f" iptables -w -X {chain} 2>/dev/null; true")
 
 
 def _env(eng: Engine, node: Node) -> str:
@@ -190,6 +233,10 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
         progress(f"starting Ray {RAY_VERSION} head on {eng.head.name}")
         _start(eng, eng.head)
     todo = [n for n in eng.nodes[1:] if n.name not in running and n.name not in out]
+    if todo and running and eng.host_firewall:  # a node joins running ones (run --recover): they admit it first
+        remote.run_many([n.host for n in eng.nodes if n.name in running],
+                        lambda h: remote.run(h, "bash -c " + shlex.quote(firewall_script(eng, _node(eng, h))),
+                                             timeout=60, sudo=True))
     if todo:
         progress(f"starting Ray on {', '.join(n.name for n in todo)}")
         for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h)))):
@@ -241,14 +288,22 @@ def _node(eng: Engine, host: remote.Host) -> Node:
 
 
 def _start(eng: Engine, node: Node) -> None:
+    if eng.host_firewall:  # before Ray listens: closed to the outside from its first second
+        r = remote.run(node.host, "bash -c " + shlex.quote(firewall_script(eng, node)), timeout=60, sudo=True)
+        if not r.ok:
+            raise EngineError(f"{node.name}: Ray's ports could not be closed to all but the cluster (exit {r.exit_code}):"
+                              f" {r.tail(3)}")
     r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
     if not r.ok:
         raise EngineError(f"{node.name}: `ray start` failed (exit {r.exit_code}): {r.tail(6)}")
 
 
 def stop(eng: Engine) -> None:
-    """Stop Ray on every node (teardown of an owned host, or tests)."""
+    """Stop Ray on every node (teardown of an owned host, or tests), and drop its firewall chain."""
     remote.run_many([n.host for n in eng.nodes], lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
+    if eng.host_firewall:
+        remote.run_many([n.host for n in eng.nodes],
+                        lambda h: remote.run(h, unfirewall_script(eng, _node(eng, h)), timeout=60, sudo=True))
 
 
 def stop_all(state: State, cluster: str) -> None:
@@ -294,7 +349,14 @@ def submit(eng: Engine, job: str, spec: dict) -> None:
         lay = eng.layout
         cmd = (f"{_env(eng, eng.head)}; cd {where} && {lay.ray()} job submit --address {lay.address()} --no-wait"
                f" --submission-id {shlex.quote(job)} -- {lay.venv}/bin/python {where}/ray_driver.py {where}/spec.json")
-        r = conn.run(cmd, timeout=120)
+        # the Jobs API (the dashboard) comes up seconds after `ray start` returns, later on a busy
+        # head: a submit it refuses to connect to is tried again for a while (nothing was created)
+        deadline = time.monotonic() + DASHBOARD_WAIT_S
+        while True:
+            r = conn.run(cmd, timeout=120)
+            if r.ok or "Failed to connect to Ray at address" not in r.stdout + r.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(2)
         if not r.ok:
             raise EngineError(f"{eng.head.name}: `ray job submit` failed (exit {r.exit_code}): {r.tail(6)}")
 
