@@ -271,18 +271,8 @@ def run(
         todo = [(it["idx"], it["item"]) for it in state.job_items(job)]
         order_note = "one rank per node, started together (a Ray gang)"
     elif resume:
-        old = _job_of(state, cluster, resume)
-        old = runner.refresh(state, resume)
-        if old["state"] not in runner.JOB_STATES_OVER:
-            raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel {cluster} {resume}` first")
-        if (old["options"] or {}).get("torchrun"):
-            raise UsageError(f"job {resume} is a --torchrun job: its ranks run together or not at all; start it again with"
-                             " --torchrun")
-        if command and command != old["command"]:
-            raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
-        todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
+        old, todo = _resumable(state, cluster, resume, command)
         if not todo:
-            _console().print(f"job {resume}: every item succeeded; nothing to resume")
             return
         command, opts = old["command"], old["options"]
         node_workdir = opts.get("workdir") or ""
@@ -320,22 +310,10 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
     if timeout < MIN_TIME_LIMIT_S:
         raise UsageError(f"--timeout {timeout}: a DOK task's time limit is at least {MIN_TIME_LIMIT_S} s")
     state = State.open_default()
-    environment = {}
-    for kv in env or []:
-        key, sep, value = kv.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"bad --env {kv!r}: write KEY=VALUE")
-        environment[key.strip()] = value
+    environment = env_pairs(env)
     if resume:
-        old = _job_of(state, dok_runs.CLUSTER, resume)
-        old = runner.refresh(state, resume)
-        if old["state"] not in runner.JOB_STATES_OVER:
-            raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel dok {resume}` first")
-        if command and command != old["command"]:
-            raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
-        todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
+        old, todo = _resumable(state, dok_runs.CLUSTER, resume, command)
         if not todo:
-            _console().print(f"job {resume}: every item succeeded; nothing to resume")
             return
         o = old["options"]
         command, dok_plan, image = old["command"], o["dok_plan"], image or o["image"]
@@ -377,6 +355,37 @@ def _refuse_busy(state, cluster: str, why: str) -> None:
             if row["state"] not in runner.JOB_STATES_OVER:
                 raise UsageError(f"job {row['id']} is still {row['state']} on {cluster} and {why}: wait for it or"
                                  f" `gpuplan cancel {cluster} {row['id']}` first")
+
+
+def env_pairs(env: Optional[list[str]]) -> dict[str, str]:
+    """--env KEY=VALUE options as a mapping; one line for a malformed one."""
+    environment = {}
+    for kv in env or []:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad --env {kv!r}: write KEY=VALUE")
+        environment[key.strip()] = value
+    return environment
+
+
+def _resumable(state, cluster: str, resume: str, command: list[str]) -> tuple[dict, list[tuple[int, str]]]:
+    """`run --resume JOB`: the job (ended, its own command) and its items that did not succeed;
+    none (said here) when every one did."""
+    from gpuplan.operating import runner
+
+    _job_of(state, cluster, resume)
+    old = runner.refresh(state, resume)
+    if old["state"] not in runner.JOB_STATES_OVER:
+        raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel {cluster} {resume}` first")
+    if (old["options"] or {}).get("torchrun"):
+        raise UsageError(f"job {resume} is a --torchrun job: its ranks run together or not at all; start it again with"
+                         " --torchrun")
+    if command and command != old["command"]:
+        raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
+    todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
+    if not todo:
+        _console().print(f"job {resume}: every item succeeded; nothing to resume")
+    return old, todo
 
 
 def _job_of(state, cluster: str, job: str) -> dict:

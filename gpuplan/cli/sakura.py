@@ -61,12 +61,9 @@ def dok_submit(
         raise UsageError("give the command after --, e.g. gpuplan dok submit --image IMG --items clips.txt -- python run.py {item}")
     values = runner.read_items(items)
     name = run or re.sub(r"[^A-Za-z0-9_.-]", "-", items.stem)[:40] or "batch"
-    environment = {}
-    for kv in env or []:
-        key, sep, value = kv.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"bad --env {kv!r}: write KEY=VALUE")
-        environment[key.strip()] = value
+    from gpuplan.cli.jobs import env_pairs
+
+    environment = env_pairs(env)
     limit_s = parse_duration(time_limit, "--time-limit") if time_limit else None
     dok = _dok()
     dok.check_credentials()
