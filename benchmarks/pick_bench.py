@@ -11,31 +11,17 @@ time and 2 h sooner (it must be none); and the estimate's own time.
 
 from __future__ import annotations
 
+import sys
 import time
 from decimal import Decimal
+from pathlib import Path
 
 from gpuplan.planning import catalog, fmt, optimizer, workloads
 from gpuplan.planning.model import Setting
 
-LORA = """name: lora-mix
-unit: second
-reference_gpu: A100 80GB
-memory_gib: 40
-jobs:
-  - {name: ft5h, count: 3, hours: 5}
-  - {name: ft25, count: 4, hours: 2.5}
-  - {name: ft40m, count: 6, minutes: 40}
-  - {name: ft9h, count: 2, hours: 9}
-"""
-T4_SHORT = """name: t4-short
-unit: second
-reference_gpu: T4
-jobs:
-  - {name: j, count: 200, minutes: 6}
-"""
-
-
-ISSUE_19_REGIONS = ["us-east-1", "ap-northeast-1", "eastus", "westus2", "onprem", "dc"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.issue_cases import ISSUE_19_REGIONS, T4_SHORT  # noqa: E402  (the cases the tests check)
+from support.issue_cases import LORA_MIX as LORA  # noqa: E402
 
 
 def _beaten(rec, plans) -> int:

@@ -7,22 +7,14 @@ comparison). Prints each plan's wall, billed time and yen; no network, no GPU.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from gpuplan.planning import catalog, fmt, optimizer, workloads
 from gpuplan.planning.model import Setting
 
-JOBS = """
-name: four-ten-minute-h100-jobs
-unit: job
-seconds_per_unit: 600
-reference_gpu: H100 PCIe
-kind: cnn-train
-memory_gib: 20
-jobs:
-  - {name: job, count: 4, units: 1}
-colocation: {default: 1.0, source: "as issue 22's comparison: no slowdown side by side"}
-parallel: none
-source: issue 22 (four 10-minute H100 jobs)
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.issue_cases import FOUR_TEN_MINUTE_H100_JOBS as JOBS  # noqa: E402  (the batch the tests check)
 
 WANTED = (("sakura", "is1a", "dok-h100-80gb"), ("sakura", "is1a", "dok-h100-8gpu-80gb"),
           ("sakura", "is1a", "24Core-240GB-H100x1"), ("aws", "ap-northeast-1", "p5.4xlarge"))

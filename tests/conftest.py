@@ -66,5 +66,6 @@ def issue_19_regions(gpuplan_home):
     catalog before Sakura 高火力 DOK joined it (issue 22): a DOK task queue, one machine per
     project, is now the cheapest plan for several of them. Plan them where the issue did."""
     (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
-    (gpuplan_home / "config" / "config.yaml").write_text(
-        "preferred_regions: [us-east-1, ap-northeast-1, eastus, westus2, onprem, dc]\n")
+    from support.issue_cases import ISSUE_19_REGIONS
+
+    (gpuplan_home / "config" / "config.yaml").write_text(f"preferred_regions: [{', '.join(ISSUE_19_REGIONS)}]\n")

@@ -10,23 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-LORA = """name: lora-mix
-unit: second
-reference_gpu: A100 80GB
-memory_gib: 40
-jobs:
-  - {name: ft5h, count: 3, hours: 5}
-  - {name: ft25, count: 4, hours: 2.5}
-  - {name: ft40m, count: 6, minutes: 40}
-  - {name: ft9h, count: 2, hours: 9}
-"""
-T4_SHORT = """name: t4-short
-unit: second
-reference_gpu: T4
-jobs:
-  - {name: j, count: 200, minutes: 6}
-"""
-
+from support.issue_cases import LORA_MIX as LORA
+from support.issue_cases import T4_SHORT
 
 pytestmark = pytest.mark.usefixtures("issue_19_regions")
 

@@ -9,20 +9,7 @@ from decimal import Decimal
 
 from gpuplan.planning import billing, catalog, optimizer, workloads
 from gpuplan.planning.model import Setting
-
-FOUR_TEN_MINUTE_H100_JOBS = """
-name: ten-minutes
-unit: job
-seconds_per_unit: 600
-reference_gpu: H100 PCIe
-kind: cnn-train
-memory_gib: 20
-jobs:
-  - {name: job, count: 4, units: 1}
-colocation: {default: 1.0, source: "issue 22's comparison assumes no slowdown side by side"}
-parallel: none
-source: issue 22's worked comparison (four 10-minute H100 jobs)
-"""
+from support.issue_cases import FOUR_TEN_MINUTE_H100_JOBS
 
 
 def _config(home, text: str) -> None:

@@ -17,20 +17,15 @@ import pytest
 from gpuplan.planning import catalog, evidence, model, optimizer, workloads
 from gpuplan.planning.evidence import SpeedKind
 from gpuplan.planning.model import Setting
+from support.issue_cases import LORA_MIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LORA = """name: lora-mix
-unit: second
-reference_gpu: A100 80GB
-kind: {kind}
-memory_gib: 40
-jobs:
-  - {{name: ft5h, count: 3, hours: 5}}
-  - {{name: ft25, count: 4, hours: 2.5}}
-  - {{name: ft40m, count: 6, minutes: 40}}
-  - {{name: ft9h, count: 2, hours: 9}}
-"""
+
+
+def _lora(kind: str) -> str:
+    """Issue 19's fine-tunes, in the speed class `kind`."""
+    return LORA_MIX.replace("memory_gib: 40\n", f"kind: {kind}\nmemory_gib: 40\n")
 
 
 def _offer(cat, name):
@@ -154,7 +149,7 @@ def test_the_speed_class_chooses_the_column(cli, tmp_path, issue_19_regions):
     speeds = {}
     for kind in ("cnn-train", "transformer-train"):
         f = tmp_path / f"{kind}.yaml"
-        f.write_text(LORA.format(kind=kind))
+        f.write_text(_lora(kind))
         work = workloads.with_catalog_gpus(workloads.load(str(f)), cat)
         speeds[kind] = model.speed(work, a10g, cat.gpus)
     assert speeds["cnn-train"][0] == Decimal("0.946") / Decimal("2.75")
@@ -171,7 +166,7 @@ def test_the_speed_class_chooses_the_column(cli, tmp_path, issue_19_regions):
     assert (cnn["recommended"]["fleet"][0]["gpu"], data["recommended"]["fleet"][0]["gpu"]) == ("L40S", "H100 SXM")
     # an unknown class is one line naming the field
     bad = tmp_path / "bad.yaml"
-    bad.write_text(LORA.format(kind="llm-train"))
+    bad.write_text(_lora("llm-train"))
     r = cli("estimate", "--workload", str(bad))
     assert r.code == 2 and "kind 'llm-train' is not a speed class of catalog/gpus.csv; use one of cnn-train," in r.err
 
