@@ -234,9 +234,7 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
         _start(eng, eng.head)
     todo = [n for n in eng.nodes[1:] if n.name not in running and n.name not in out]
     if todo and running and eng.host_firewall:  # a node joins running ones (run --recover): they admit it first
-        remote.run_many([n.host for n in eng.nodes if n.name in running],
-                        lambda h: remote.run(h, "bash -c " + shlex.quote(firewall_script(eng, _node(eng, h))),
-                                             timeout=60, sudo=True))
+        remote.run_many([n.host for n in eng.nodes if n.name in running], lambda h: _close_ports(eng, _node(eng, h)))
     if todo:
         progress(f"starting Ray on {', '.join(n.name for n in todo)}")
         for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h)))):
@@ -287,12 +285,17 @@ def _node(eng: Engine, host: remote.Host) -> Node:
     return next(n for n in eng.nodes if n.name == host.name)
 
 
+def _close_ports(eng: Engine, node: Node) -> None:
+    """The node's Ray ports closed to all but loopback and today's members (firewall_script)."""
+    r = remote.run(node.host, "bash -c " + shlex.quote(firewall_script(eng, node)), timeout=60, sudo=True)
+    if not r.ok:
+        raise EngineError(f"{node.name}: Ray's ports could not be closed to all but the cluster (exit {r.exit_code}):"
+                          f" {r.tail(3)}")
+
+
 def _start(eng: Engine, node: Node) -> None:
     if eng.host_firewall:  # before Ray listens: closed to the outside from its first second
-        r = remote.run(node.host, "bash -c " + shlex.quote(firewall_script(eng, node)), timeout=60, sudo=True)
-        if not r.ok:
-            raise EngineError(f"{node.name}: Ray's ports could not be closed to all but the cluster (exit {r.exit_code}):"
-                              f" {r.tail(3)}")
+        _close_ports(eng, node)
     r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
     if not r.ok:
         raise EngineError(f"{node.name}: `ray start` failed (exit {r.exit_code}): {r.tail(6)}")
