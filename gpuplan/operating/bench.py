@@ -227,11 +227,11 @@ class ClusterExecutor(Executor):
         files = [code.parent / "__init__.py", *sorted(code.glob("*.py"))]
 
         def one(host) -> tuple[str, str]:
-            r = remote.run(host, bench_env_command(find_links), timeout=timeout)
-            if r.exit_code != 0:
-                raise RemoteError(f"{host.name}: could not make the bench's Python with torch (exit {r.exit_code}):"
-                                  f" {(r.stderr or r.stdout).strip()[-300:]}")
-            with remote.connect(host) as conn:
+            with remote.connect(host) as conn:  # one login per node
+                r = conn.run(bench_env_command(find_links), timeout=timeout)
+                if r.exit_code != 0:
+                    raise RemoteError(f"{host.name}: could not make the bench's Python with torch (exit {r.exit_code}):"
+                                      f" {(r.stderr or r.stdout).strip()[-300:]}")
                 home = conn.run('mkdir -p "$HOME/' + BENCH_HOME + '/src/gpuplan/jobs" && printf %s "$HOME"',
                                 timeout=60).stdout.strip()
                 for f in files:
