@@ -33,6 +33,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
+from support.fake_api import FakeApiServer
+
 PLANS = ("v100-32gb", "h100-80gb", "h100-8gpu-80gb")
 _PATH = re.compile(r"^.*?/is1a/api/managed-container/1\.0/(?P<path>[^?]*)$")
 
@@ -43,7 +45,7 @@ class _Err(Exception):
         self.status, self.detail = status, detail
 
 
-class DokFake:
+class DokFake(FakeApiServer):
     def __init__(self, token: str = "fake-token", secret: str = "fake-secret") -> None:
         self.token, self.secret = token, secret
         self.lock = threading.RLock()
@@ -81,22 +83,10 @@ class DokFake:
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-        host, port = self._httpd.server_address[:2]
-        self.base = f"http://{host}:{port}"
-        return f"{self.base}/cloud/zone"
+        base = self._serve(Handler)
+        self.base = base
+        return f"{base}/cloud/zone"
 
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def env(self, root: str) -> dict[str, str]:
-        return {"SAKURACLOUD_API_ROOT_URL": root, "SAKURACLOUD_ACCESS_TOKEN": self.token,
-                "SAKURACLOUD_ACCESS_TOKEN_SECRET": self.secret}
 
     def running(self) -> list[dict]:
         with self.lock:

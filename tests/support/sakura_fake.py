@@ -32,6 +32,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
+from support.fake_api import FakeApiServer
+
 ZONES = ("is1a", "is1b", "is1c", "tk1a", "tk1b", "tk1v")
 GPU_ZONES = ("is1a", "is1b")
 _PATH = re.compile(r"^.*?/(?P<zone>[a-z0-9]+)/api/cloud/1\.1/(?P<path>[^?]*)$")
@@ -51,7 +53,7 @@ class SakuraError(Exception):
         self.status, self.code, self.msg = status, code, msg
 
 
-class SakuraFake:
+class SakuraFake(FakeApiServer):
     def __init__(self, token: str = "fake-token", secret: str = "fake-secret", delay_s: float = 0.03) -> None:
         self.token, self.secret, self.delay_s = token, secret, delay_s
         self.lock = threading.RLock()
@@ -107,21 +109,9 @@ class SakuraFake:
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/cloud/zone"
+        base = self._serve(Handler)
+        return f"{base}/cloud/zone"
 
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def env(self, root: str) -> dict[str, str]:
-        return {"SAKURACLOUD_API_ROOT_URL": root, "SAKURACLOUD_ACCESS_TOKEN": self.token,
-                "SAKURACLOUD_ACCESS_TOKEN_SECRET": self.secret}
 
     def fail_503(self, times: int, method: str | None = None, path: str | None = None, status: int = 503) -> None:
         """The next `times` requests matching method/path (None = any) answer 503 (or `status`)."""

@@ -19,10 +19,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
+from support.fake_api import FakeApiServer
+
 _PATH = re.compile(r"^/cloud/api/dedicated-phy/1\.0/(?P<path>[^?]*)(?:\?(?P<query>.*))?$")
 
 
-class PhyFake:
+class PhyFake(FakeApiServer):
     def __init__(self, token: str = "fake-token", secret: str = "fake-secret") -> None:
         self.token, self.secret = token, secret
         self.lock = threading.RLock()
@@ -53,21 +55,9 @@ class PhyFake:
 
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/cloud/zone"
+        base = self._serve(Handler)
+        return f"{base}/cloud/zone"
 
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def env(self, root: str) -> dict[str, str]:
-        return {"SAKURACLOUD_API_ROOT_URL": root, "SAKURACLOUD_ACCESS_TOKEN": self.token,
-                "SAKURACLOUD_ACCESS_TOKEN_SECRET": self.secret}
 
     def add_server(self, server_id: str, nickname: str, plan: str, address: str | None) -> None:
         with self.lock:
