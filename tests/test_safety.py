@@ -5,7 +5,6 @@ SSH ingress from the caller's address, nothing secret in user data, key files an
 from __future__ import annotations
 
 import base64
-import http.server
 import os
 import stat
 import subprocess
@@ -19,7 +18,9 @@ import yaml
 from gpuplan.errors import Busy
 from gpuplan.operating import locks
 from gpuplan.operating.state import State
+from support import checkip as checkip_server
 from support.aws_moto import CONSOLE_HOST_KEYS, REGION
+from support.checkip import ssh_ranges
 
 AWS_CONFIG = {"quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}
 
@@ -212,29 +213,8 @@ def test_provision_and_teardown_without_a_terminal_refuse_with_one_line_and_exit
 @pytest.fixture
 def checkip(monkeypatch):
     """A local stand-in for checkip.amazonaws.com that answers with a fixed address."""
-
-    class Answer(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = b"203.0.113.77\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("GPUPLAN_CHECKIP_URL", f"http://127.0.0.1:{server.server_port}/")
-    yield "203.0.113.77/32"
-    server.shutdown()
-
-
-def ssh_ranges(moto, cluster: str) -> list[str]:
-    [group] = moto.ec2().describe_security_groups(
-        Filters=[{"Name": "tag:gpuplan-cluster", "Values": [cluster]}])["SecurityGroups"]
-    return [r["CidrIp"] for p in group["IpPermissions"] if p.get("FromPort") == 22 for r in p["IpRanges"]]
+    with checkip_server.serve(["203.0.113.77\n"], monkeypatch):
+        yield "203.0.113.77/32"
 
 
 def test_ssh_is_let_in_from_the_callers_address_only(aws, cli, gpuplan_home, checkip):

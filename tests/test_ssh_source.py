@@ -3,13 +3,12 @@ provision leaves the security group admitting exactly what this run asked for.""
 
 from __future__ import annotations
 
-import http.server
-import threading
-
 import pytest
 import yaml
 
+from support import checkip as checkip_server
 from support.aws_moto import REGION
+from support.checkip import ssh_ranges
 
 
 @pytest.fixture
@@ -25,29 +24,8 @@ def aws(moto_aws, gpuplan_home):
 def checkip(monkeypatch):
     """A stand-in for checkip.amazonaws.com; set `answer[0]` to what it says."""
     answer = ["203.0.113.77\n"]
-
-    class Answer(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = answer[0].encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("GPUPLAN_CHECKIP_URL", f"http://127.0.0.1:{server.server_port}/")
-    yield answer
-    server.shutdown()
-
-
-def ssh_ranges(moto, cluster: str) -> list[str]:
-    [group] = moto.ec2().describe_security_groups(
-        Filters=[{"Name": "tag:gpuplan-cluster", "Values": [cluster]}])["SecurityGroups"]
-    return sorted(r["CidrIp"] for p in group["IpPermissions"] if p.get("FromPort") == 22 for r in p["IpRanges"])
+    with checkip_server.serve(answer, monkeypatch):
+        yield answer
 
 
 @pytest.mark.parametrize("answer", ["0.0.0.0/0", "203.0.113.0/24", "0.0.0.0", "203.0.113.77 198.51.100.1",
