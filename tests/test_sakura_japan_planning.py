@@ -76,9 +76,11 @@ def test_dok_plans_are_one_serial_task_queue_or_eight_slots_of_one_8_gpu_task():
     # one running task per project: never two DOK tasks at once
     assert dok and all(p.fleet[0][1] == 1 and len(p.fleet) == 1 for p in dok)
     serial = next(p for p in dok if p.fleet[0][0].name == "dok-h100-80gb")
-    # 4 x 600 s one after another, billed per second at ¥0.28/s: ¥672; the 3-minute image pull is wall time only
+    # 4 x 600 s one after another, billed per second at ¥0.28/s: ¥672; each task's 3-minute image pull
+    # is wall time only, and each of the 4 tasks pulls before it runs
     assert (serial.billed_s, serial.cost) == (2400, Decimal(672))
-    assert serial.wall_s == 2400 + 180 and serial.breakdown["setup"] == 0
+    assert serial.wall_s == 2400 + 4 * 180 and serial.breakdown["setup"] == 0
+    assert any("each of the 4 tasks pulls its image before it runs: 4 x 3 min" in a for a in serial.assumptions)
     wide = next(p for p in dok if p.fleet[0][0].name == "dok-h100-8gpu-80gb")
     # side by side in one 8-GPU task: 600 s at ¥0.83/s = ¥498
     assert (wide.billed_s, wide.cost) == (600, Decimal(498))

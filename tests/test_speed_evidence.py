@@ -102,7 +102,7 @@ def test_a_range_at_the_plans_own_speeds_is_the_plan():
 
 
 def test_the_pick_on_the_generic_table_gets_a_range_and_a_measured_one_does_not():
-    rec = _estimate().recommended  # 1x dok-v100-32gb, 65 min, ¥60 on the generic table
+    rec = _estimate().recommended  # 1x dok-v100-32gb, 74 min, ¥60 on the generic table
     r = evidence.plan_range(rec)
     assert r is not None and r.shown
     # at x0.243 of the V100's figure the jobs take 1 / 0.243 as long; its 3-min image pull is not stretched
@@ -119,9 +119,9 @@ def test_estimate_shows_the_ranges_and_the_line_that_would_settle_the_pick(cli):
     lines = r.out.splitlines()
     assert len(lines) <= 40 and max(map(len, lines)) <= 160
     pick = next(line for line in lines if line.startswith("→"))
-    assert "generic ¥31–247, 0:36–4:20 h" in pick
+    assert "generic ¥31–247, 0:45–4:29 h" in pick  # 4 tasks, each pulling its image (3 min)
     text = " ".join(r.out.split())
-    assert "range: speeds V100 generic x0.243-1.908 (docs/model.md): ¥31–247, wall 0:36–4:20 h" in text
+    assert "range: speeds V100 generic x0.243-1.908 (docs/model.md): ¥31–247, wall 0:45–4:29 h" in text
     assert ("settle: the pick's yen range overlaps 1x g5.xlarge aws us-east-1's (¥145–773, 0:55–4:51 h) (and 3 other"
             " plans); `gpuplan bench colorize --on aws:g5.xlarge@us-east-1,azure:Standard_NC4as_T4_v3@eastus` would"
             " settle it") in text  # the pick is a DOK task: benched inside a task (the speed line), not by --on
