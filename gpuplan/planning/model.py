@@ -767,8 +767,8 @@ def make_plan(
     first = fleet[0][0]
     setup, capture, launch, time_notes = provider_times(first, workload, setting)
     if first.kind == "task" and len(task_seconds) > 1:
-        # a queue of tasks: each task is a fresh container that pulls its image before it runs (DOK
-        # promises no image cache between tasks), so every task adds its pull to the wall; unbilled
+        # a queue of tasks: each task is a fresh container that pulls its image before it runs (no
+        # image cache between tasks is documented), so every task adds its pull to the wall; unbilled
         time_notes.append(f"each of the {len(task_seconds)} tasks pulls its image before it runs:"
                           f" {len(task_seconds)} x {fmt.duration(setup)} of wall time, not billed")
         setup *= len(task_seconds)
