@@ -4,11 +4,12 @@ regions (`preferred_regions:`), consumption tax (`--tax`) and the age of the FX 
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 
 from gpuplan.planning import billing, catalog, optimizer, workloads
 from gpuplan.planning.model import Setting
+from gpuplan.planning.outcomes import Code
 from support.issue_cases import FOUR_TEN_MINUTE_H100_JOBS
 
 
@@ -87,6 +88,25 @@ def test_dok_plans_are_one_serial_task_queue_or_eight_slots_of_one_8_gpu_task():
     vrt = next(p for p in est.plans if p.feasible and p.fleet == ((cat.resolve("sakura:h100x1"), 1),))
     assert vrt.cost == Decimal(990)  # 20-minute setup + 40 minutes of jobs: one hour on one VRT H100
     assert wide.cost < serial.cost < vrt.cost  # the issue's ¥498 < ¥672 < ¥990
+
+
+def test_a_plan_that_would_run_past_its_offers_end_of_sale_is_shown_but_never_recommended():
+    cat = catalog.load("2026-11")
+    # four jobs of 30 days on an H100 PCIe: on one DOK V100 queue far longer than the 91 days from
+    # the catalog month's end (2026-11-30) to the V100 plan's end of sale (2027-03-01)
+    long = FOUR_TEN_MINUTE_H100_JOBS.replace("seconds_per_unit: 600", f"seconds_per_unit: {30 * 86400}")
+    est = optimizer.estimate(workloads.parse(long, "long"), Setting(catalog=cat), provider="sakura", mixes=False)
+    v100 = next(p for p in est.plans if p.feasible and p.fleet[0][0].name == "dok-v100-32gb" and p.per_gpu == 1)
+    (w,) = [w for w in v100.warned_by if w.code is Code.RETIRES]
+    assert (w.get("retired_on"), w.get("start")) == ("2027-03-01", "2026-11-30")
+    assert w.get("ends") == (date(2026, 11, 30) + timedelta(seconds=v100.wall_s)).isoformat() > "2027-03-01"
+    assert not v100.recommendable and est.recommended is not None
+    assert not any(x.code is Code.RETIRES for x in est.recommended.warned_by)
+    # the same offer for four 10-minute jobs ends long before: no warning, and it may be picked
+    short = optimizer.estimate(workloads.parse(FOUR_TEN_MINUTE_H100_JOBS, "short"), Setting(catalog=cat),
+                               provider="sakura", mixes=False)
+    quick = next(p for p in short.plans if p.feasible and p.fleet[0][0].name == "dok-v100-32gb" and p.per_gpu == 1)
+    assert quick.recommendable and not quick.warned_by
 
 
 def test_estimate_shows_dok_beside_vrt_aws_and_azure(cli):

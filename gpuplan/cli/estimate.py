@@ -401,7 +401,9 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
         where = f"{p.provider} {p.region}"
         if p.feasible:
             status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warned_by))})" if p.warned_by else "")
-            if not p.recommendable:
+            if any(w.code is Code.RETIRES for w in p.warned_by):
+                status = "ends sale before it could end: not recommended"
+            elif not p.recommendable:
                 status = ("spot: not recommended without --spot" if _market(o for o, _ in p.fleet) == "spot"
                           else "owned: not recommended without --owned")
             if not p.optimal:
@@ -695,7 +697,7 @@ def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str
 
 _QUOTA_CODES = (Code.DEFAULT_QUOTA, Code.DEFAULT_FAMILY_QUOTA, Code.QUOTA_UNKNOWN)
 _WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.QUOTA_UNKNOWN: "quota", Code.SPOT: "spot",
-                 Code.GLOBAL_BATCH: "global batch"}
+                 Code.GLOBAL_BATCH: "global batch", Code.RETIRES: "end of sale"}
 
 
 def _warning_kinds(warned_by) -> list[str]:

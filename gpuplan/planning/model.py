@@ -44,6 +44,7 @@ import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -865,6 +866,8 @@ def make_plan(
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warned)
     if setting.deadline_s is not None and wall > setting.deadline_s:
         reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
+    retiring = _retires_during(fleet, wall, setting)
+    warned.extend(retiring)
     started = sum(sum(m.counts) for m in machines)
     if started > MAX_MACHINES and all(o.kind == "cloud" for o, _ in fleet):
         reasons.append(outcomes.of(Code.PROVISION_LIMIT, machines=started, limit=MAX_MACHINES))
@@ -885,7 +888,9 @@ def make_plan(
     warned.sort(key=lambda w: w.code is Code.QUOTA_UNKNOWN)  # what is known first
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
-    if spot and not setting.spot:
+    if retiring:  # shown with its figures, never picked: what happens past an end of sale is not promised
+        recommendable, note = False, "retires: not recommended, it could not end before its offer's end of sale"
+    elif spot and not setting.spot:
         recommendable, note = False, "spot: recommended only with --spot"
     elif any(o.kind == "owned" for o, _ in fleet):
         o = next(o for o, _ in fleet if o.kind == "owned")
@@ -1052,6 +1057,18 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
                      + (f"; {fx.notes}" if fx.notes else ""))
     notes.append(_tax_and_caps(offer))  # issue 22
     return notes
+
+
+def _retires_during(fleet: Sequence[tuple[Offer, int]], wall_s: int, setting: Setting) -> list[Outcome]:
+    """Warnings for a plan that could not end before one of its offers retires or ends sale
+    (`retired_on`): Azure stops a retired size's VMs; Sakura does not say whether a V100 server
+    or a waiting DOK task outlives the end of sale. Such a plan is shown, never recommended. It
+    starts by the end of the catalog's month (`Catalog.date`), when a plan made today could begin."""
+    start = setting.catalog.date
+    ends = start + timedelta(seconds=wall_s)
+    return [outcomes.of(Code.RETIRES, offer=o.name, retired_on=o.retired_on.isoformat(), start=start.isoformat(),
+                        ends=ends.isoformat(), wall_s=wall_s, successor=o.successor or "")
+            for o in dict.fromkeys(o for o, _ in fleet) if o.retired_on is not None and ends >= o.retired_on]
 
 
 def _tax_and_caps(offer: Offer) -> str:

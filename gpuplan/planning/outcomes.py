@@ -28,6 +28,7 @@ class Code(str, Enum):
     DEFAULT_FAMILY_QUOTA = "default_family_quota"  # warning: over a family's default quota
     QUOTA_UNKNOWN = "quota_unknown"  # warning: needs quota of a family whose limit is not known
     RETIRED = "retired"
+    RETIRES = "retires"  # warning: the offer retires (or ends sale) before the plan could end
     UNPRICED = "unpriced"
     PRICED_LATER = "priced_later"  # the price row is younger than the as-of month
     NOT_AVAILABLE = "not_available"  # the offer starts after the as-of month
@@ -81,6 +82,8 @@ def shown(outcome: Outcome) -> Outcome:
     if outcome.code is Code.DEADLINE:
         return of(Code.DEADLINE, by=fmt.duration(f["wall_s"] - f["deadline_s"]), wall=fmt.duration(f["wall_s"]),
                   deadline=fmt.duration(f["deadline_s"]))
+    if outcome.code is Code.RETIRES:
+        return of(Code.RETIRES, offer=f["offer"], retired_on=f["retired_on"], successor=f.get("successor", ""))
     if outcome.code is Code.REAL_TIME:
         return of(Code.REAL_TIME, gpu=f["gpu"], frame_ms=number(f["frame_s"] * 1000), need_ms=number(f["need_s"] * 1000),
                   fps=number(f["fps"]), slower=f"{f['frame_s'] / f['need_s']:.2f}")
@@ -126,6 +129,12 @@ def _quota_unknown(f: Mapping[str, Any]) -> str:
 def _retired(f: Mapping[str, Any]) -> str:
     succ = f"; successor {f['successor']}" if f.get("successor") else ""
     return f"{f['offer']} retired on {f['retired_on']} (as of {f['snapshot']}){succ}"
+
+
+def _retires(f: Mapping[str, Any]) -> str:
+    succ = f"; successor {f['successor']}" if f.get("successor") else ""
+    return (f"{f['offer']} retires or ends sale on {f['retired_on']}, before this plan could end (started by"
+            f" {f['start']}, its {fmt.duration(f['wall_s'])} run to {f['ends']}): not recommended{succ}")
 
 
 def _packing(f: Mapping[str, Any]) -> str:
@@ -188,6 +197,7 @@ _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.DEFAULT_FAMILY_QUOTA: _default_family_quota,
     Code.QUOTA_UNKNOWN: _quota_unknown,
     Code.RETIRED: _retired,
+    Code.RETIRES: _retires,
     Code.UNPRICED: lambda f: f"{f['what']} not sourced for {f['offer']}; set it in prices.yaml",
     Code.PRICED_LATER: lambda f: f"{f['offer']} priced {f['priced']}, after the as-of month {f['month']}",
     Code.NOT_AVAILABLE: lambda f: f"{f['offer']} not available until {f['available_from']}",
