@@ -127,6 +127,9 @@ def test_a_region_without_offers_names_the_refresh_that_adds_them(cli):
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
     assert "no offers in japaneast: the catalog shipped with gpuplan (2026-11) has no sourced price" in r.err
     assert "`gpuplan catalog refresh --provider azure --region japaneast`" in r.err
+    r = cli("provision", "azure:nc4t4", "x1", "--region", "japaneast", "--dry-run")
+    assert r.code == 2 and "azure:Standard_NC4as_T4_v3 is not offered in japaneast" in r.err
+    assert "`gpuplan catalog refresh --provider azure --region japaneast`" in r.err
     # a region the catalog does have, filtered away by --provider: the old line
     r = cli("estimate", "--videos", "4", "--provider", "azure", "--region", "ap-northeast-1")
     assert r.code == 2 and "no offers for azure ap-northeast-1 in catalog 2026-11" in r.err
