@@ -237,3 +237,128 @@ def test_dok_unit_prices_are_refreshed_with_the_api_key_and_kept_without_it(sour
     assert by_key["sakura:dok-h100-80gb@is1a"].percent == Decimal("-7.1")  # 1,008 -> 936 yen an hour
     assert result.catalog.resolve("sakura:dok-v100-32gb").price == Decimal("57.6")
     assert result.notes == ()
+
+
+# --- regions the catalog has no rows in: Japan (issue 22) ------------------------------------------
+
+JAPAN_CONFIG = "preferred_regions: [ap-northeast-1, japaneast, is1a]\n"
+
+
+def _config(home, text: str) -> None:
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.yaml").write_text(text, encoding="utf-8")
+
+
+def test_refresh_region_adds_azure_japan_rows_with_the_apis_yen_source_and_date(sources, cli, gpuplan_home):
+    assert catalog.load().find(provider="azure", region="japaneast") == []  # nothing embedded
+    r = cli("catalog", "refresh", "--provider", "azure", "--region", "japaneast,japanwest")
+    assert r.code == 0, r.err
+    asked = [u for u in sources.requests if "prices.azure.com" in u]
+    assert any("armRegionName%20eq%20%27japaneast%27" in u for u in asked)
+    assert any("armRegionName%20eq%20%27japanwest%27" in u for u in asked)
+    assert sources.unknown == []
+
+    cat = catalog.load()
+    assert cat.snapshot == "2026-11-23"
+    east = {o.name: o for o in cat.find(provider="azure", region="japaneast")}
+    # every known size the recording lists there; the Windows (136.3732) and Spot (12.0429) meters dropped
+    assert sorted(east) == ["Standard_NC16as_T4_v3", "Standard_NC24ads_A100_v4", "Standard_NC4as_T4_v3",
+                            "Standard_NC64as_T4_v3", "Standard_NC8as_T4_v3", "Standard_NV36ads_A10_v5"]
+    t4 = east["Standard_NC4as_T4_v3"]
+    assert (t4.price, t4.currency, t4.price_jpy_per_hour) == (Decimal("101.0315"), "JPY", Decimal("101.0315"))
+    assert t4.as_of == "2026-11-23"
+    assert "Azure Retail Prices API" in t4.source and "(japaneast, Virtual Machines NCasT4 v3 Series" in t4.source
+    assert "retrieved 2026-11-23" in t4.source
+    assert "added by catalog refresh 2026-11-23: Standard_NC4as_T4_v3 is listed in japaneast" in t4.notes
+    assert (t4.gpu, t4.gpu_count, t4.vcpus) == ("T4", 1, 4)  # copied from its known row
+    assert east["Standard_NC24ads_A100_v4"].price == Decimal("705.4915")  # not the Windows meter's 917.5422
+    west = {o.name: o.price for o in cat.find(provider="azure", region="japanwest")}
+    assert west == {"Standard_NC4as_T4_v3": Decimal("105.0728"), "Standard_NC64as_T4_v3": Decimal("869.3468")}
+
+    # the report says what each region got
+    flat = " ".join(r.out.split())
+    assert ("japaneast (azure): 6 rows added (Standard_NC16as_T4_v3, Standard_NC24ads_A100_v4, Standard_NC4as_T4_v3, "
+            "Standard_NC64as_T4_v3, Standard_NC8as_T4_v3, Standard_NV36ads_A10_v5); 6 offers there now") in flat
+    assert "japanwest (azure): 2 rows added (Standard_NC4as_T4_v3, Standard_NC64as_T4_v3); 2 offers there now" in flat
+    assert "added" in _table_row(r.out, "azure:Standard_NC4as_T4_v3", "japaneast")
+    assert "16 changed, 9 added, 1 removed" in flat  # westus2's H100 besides the eight Japan rows
+
+    # a later refresh asks for them again without --region: they are the catalog's own regions now
+    sources.requests.clear()
+    again = catalog_refresh.refresh(["azure"])
+    assert any("japanwest" in u for u in sources.requests)
+    assert again.catalog.resolve("azure:Standard_NC64as_T4_v3", region="japanwest").price == Decimal("869.3468")
+
+
+def test_estimate_plans_japaneast_after_the_refresh(sources, cli, gpuplan_home):
+    r = cli("estimate", "--videos", "4", "--region", "japaneast")
+    assert r.code == 2
+    assert "`gpuplan catalog refresh --provider azure --region japaneast`" in r.err
+    assert cli("catalog", "refresh", "--provider", "azure", "--region", "japaneast,japanwest").code == 0
+
+    r = cli("estimate", "--videos", "4", "--region", "japaneast", "--format", "json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["snapshot"] == "2026-11-23"
+    assert {p["region"] for p in doc["plans"]} == {"japaneast"}
+    rec = doc["recommended"]
+    assert rec["provider"] == "azure" and rec["region"] == "japaneast"
+    assert any("(japaneast, Virtual Machines" in a and "retrieved 2026-11-23" in a for a in rec["assumptions"])
+
+    _config(gpuplan_home, JAPAN_CONFIG)
+    doc = json.loads(cli("estimate", "--videos", "4", "--all", "--format", "json").out)
+    regions = {p["region"] for p in doc["plans"]}
+    assert regions == {"ap-northeast-1", "japaneast", "is1a"}
+    assert "no offers in" not in doc["notes"]["regions"]
+
+
+def test_refresh_without_region_asks_for_the_preferred_regions_of_each_provider(sources, cli, gpuplan_home):
+    _config(gpuplan_home, JAPAN_CONFIG)
+    r = cli("catalog", "refresh")
+    assert r.code == 0, r.err
+    flat = " ".join(r.out.split())
+    assert "japaneast (azure): 6 rows added" in flat
+    assert "ap-northeast-1 (aws): no row added; its 15 offers were in the catalog already" in flat
+    assert "is1a (sakura): no row added" in flat
+    assert not any("japanwest" in u for u in sources.requests)  # not preferred, not asked
+    assert not any("zone/is1b" in u for u in sources.requests)
+    cat = catalog.load()
+    assert len(cat.find(provider="azure", region="japaneast")) == 6
+    # the estimate then plans in all three preferred regions
+    doc = json.loads(cli("estimate", "--videos", "4", "--all", "--format", "json").out)
+    assert "japaneast" in {p["region"] for p in doc["plans"]}
+    # --provider aws: the Azure region of the preference is passed over, not an error
+    sources.requests.clear()
+    assert cli("catalog", "refresh", "--provider", "aws", "--dry-run").code == 0
+    assert not any("prices.azure.com" in u for u in sources.requests)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--provider", "aws", "--region", "japaneast"],
+     "--region japaneast is azure's, and --provider asks only aws: add --provider azure"),
+    (["--region", "nowhere"], "--region 'nowhere' is not an Azure, AWS or Sakura region gpuplan knows"),
+    (["--provider", "sakura", "--region", "is1a,ap-northeast-3"],
+     "--region ap-northeast-3 is aws's, and --provider asks only sakura: add --provider aws"),
+])
+def test_a_region_no_selected_provider_has_is_one_line_and_exit_2(sources, cli, gpuplan_home, args, expected):
+    r = cli("catalog", "refresh", *args)
+    assert r.code == 2
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in r.err
+    assert sources.requests == [] and _user_snapshots(gpuplan_home) == []
+
+
+def test_a_region_refresh_whose_source_fails_writes_nothing(sources, cli, gpuplan_home):
+    sources.status["prices.azure.com"] = 500
+    r = cli("catalog", "refresh", "--provider", "azure", "--region", "japaneast")
+    assert r.code == 3 and "prices.azure.com answered HTTP 500" in r.err and "nothing was written" in r.err
+    assert _user_snapshots(gpuplan_home) == []
+    assert catalog.load().find(provider="azure", region="japaneast") == []
+
+
+def test_an_aws_region_missing_from_the_price_list_is_said(sources, cli):
+    r = cli("catalog", "refresh", "--provider", "aws", "--region", "ap-east-2", "--dry-run")
+    assert r.code == 0, r.err
+    flat = " ".join(r.out.split())
+    assert "ap-east-2: not in the AWS price list's region index, nothing priced there" in flat
+    assert "ap-east-2 (aws): no row added: the source lists none of the catalog's sizes there" in flat

@@ -112,6 +112,8 @@ def test_every_readme_example_runs(world, cli, capfd):
     assert "spot at ¥" in spot and "TTL 4:00 h" in spot
     assert "would build image" in ran["gpuplan image build nc6 --dry-run"]
     assert "H100" in ran["gpuplan catalog --gpu h100"]
+    assert "japaneast (azure): 6 rows added" in " ".join(
+        ran["gpuplan catalog refresh --provider azure --region japaneast,japanwest --dry-run"].split())
     campaign = ran["gpuplan bench colorize --on aws:g5.xlarge,azure:NC4as_T4_v3 --dry-run"]
     assert "in all about ¥" in campaign and "dry run: nothing was provisioned" in campaign
     assert "aws" in ran["gpuplan check aws --region ap-northeast-1"] and "ready: aws" in \

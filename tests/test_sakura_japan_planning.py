@@ -127,9 +127,34 @@ def test_preferred_regions_in_config_keep_the_estimate_among_them(cli, gpuplan_h
     assert regions <= {"ap-northeast-1", "japaneast", "is1a"} and {"ap-northeast-1", "is1a"} <= regions
     assert data["recommended"]["region"] in {"ap-northeast-1", "is1a"}
     assert "japaneast" in data["notes"]["regions"] and "no offers in japaneast" in data["notes"]["regions"]
+    # the embedded catalog has no sourced Azure Japan price: the note names the command that adds them
+    assert ("the catalog shipped with gpuplan (2026-11) has no sourced price in japaneast (Azure); "
+            "`gpuplan catalog refresh --provider azure --region japaneast` adds") in data["notes"]["regions"]
     # --region overrides the preference
     data = _estimate(cli, "--videos", "4", "--region", "us-east-1")
     assert {p["region"] for p in data["plans"]} == {"us-east-1"} and "regions" not in data["notes"]
+
+
+def test_a_region_without_offers_names_the_refresh_that_adds_them(cli):
+    r = cli("catalog", "--provider", "azure", "--region", "japaneast")
+    assert r.code == 0 and "no offers match these filters" in r.out
+    flat = " ".join(r.out.split())
+    assert ("note: no offers in japaneast: the catalog shipped with gpuplan (2026-11) has no sourced price in "
+            "japaneast (Azure); `gpuplan catalog refresh --provider azure --region japaneast` adds the sizes Azure "
+            "lists there (needs the network)") in flat
+    r = cli("catalog", "--region", "japanwest", "--format", "json")
+    assert r.code == 0 and json.loads(r.out)["offers"] == []
+    assert "`gpuplan catalog refresh --provider azure --region japanwest`" in r.err  # JSON stays data
+    r = cli("estimate", "--videos", "4", "--region", "japaneast")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert "no offers in japaneast: the catalog shipped with gpuplan (2026-11) has no sourced price" in r.err
+    assert "`gpuplan catalog refresh --provider azure --region japaneast`" in r.err
+    r = cli("provision", "azure:nc4t4", "x1", "--region", "japaneast", "--dry-run")
+    assert r.code == 2 and "azure:Standard_NC4as_T4_v3 is not offered in japaneast" in r.err
+    assert "`gpuplan catalog refresh --provider azure --region japaneast`" in r.err
+    # a region the catalog does have, filtered away by --provider: the old line
+    r = cli("estimate", "--videos", "4", "--provider", "azure", "--region", "ap-northeast-1")
+    assert r.code == 2 and "no offers for azure ap-northeast-1 in catalog 2026-11" in r.err
 
 
 def test_preferred_regions_must_be_a_list_of_names(cli, gpuplan_home):

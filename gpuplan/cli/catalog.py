@@ -116,6 +116,13 @@ def catalog_command(
     offers = cat.find(provider=provider, gpu=gpu, region=region, spot=spot)
     shown = [o for o in offers if show_all or not o.retired(cat.date)]
     hidden = len(offers) - len(shown)
+    empty = None
+    if region and not cat.find(region=region):  # a region the catalog has no rows in: what adds them
+        from gpuplan.planning import regions
+
+        empty = f"note: no offers in {region}: {regions.no_offers([region], cat.snapshot)}"
+        if fmt != "table":  # JSON and CSV stay data
+            print(empty, file=sys.stderr)
 
     if fmt == "json":
         doc = {
@@ -138,10 +145,10 @@ def catalog_command(
             row["aliases"] = ";".join(row["aliases"])
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
         return
-    _table(cat, shown, hidden)
+    _table(cat, shown, hidden, empty)
 
 
-def _table(cat, offers, hidden: int) -> None:
+def _table(cat, offers, hidden: int, empty: str | None = None) -> None:
     """One row per offer in the common table style (tables.py): piped, one line per offer with
     every column; on a terminal under 120 columns, the columns that matter most, fitted."""
     from gpuplan.cli import tables
@@ -172,6 +179,8 @@ def _table(cat, offers, hidden: int) -> None:
                   title=f"gpuplan catalog {cat.snapshot} (newest source {newest or 'undated'})")
     if not offers:
         out.print("no offers match these filters", markup=False)
+    if empty:
+        out.print(empty, markup=False, soft_wrap=True)
     if "source" in keep:
         for text, ref in sources.items():
             out.print(f"[{ref}] {text}", style="dim", markup=False, soft_wrap=True)
@@ -206,19 +215,26 @@ def refresh_command(
         "--out", help="Write the snapshot folder under DIR instead of your data dir (where gpuplan finds it).",
         metavar="DIR")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Fetch and show the diff; write nothing.")] = False,
+    region: Annotated[Optional[list[str]], typer.Option(metavar="NAME[,NAME]",
+        help="Also ask for these regions or zones (japaneast,japanwest), each of its own provider; "
+             "default: those of preferred_regions in config.yaml.")] = None,
 ) -> None:
     """Fetch today's public prices into a new dated snapshot and show what changed.
 
     Sources: the Azure Retail Prices API (in yen), the AWS Price List files, Sakura's public price
     API and the ECB reference rates (USD/JPY), asked only about the instance types the catalog
-    knows. Never needed for planning: the shipped snapshots work offline.
+    knows, in the regions it has rows in and in those --region (else preferred_regions) names:
+    `--provider azure --region japaneast,japanwest` adds Azure's Japan rows. Never needed for
+    planning: the shipped snapshots work offline.
     """
+    from gpuplan import config
     from gpuplan.cli import tables
     from gpuplan.cli.progress import working
     from gpuplan.planning import catalog_refresh
 
+    preferred = [] if region else config.preferred_regions()
     with working(tables.console(stderr=True), "fetching today's prices"):
-        result = catalog_refresh.refresh(provider, out_dir=out, dry_run=dry_run)
+        result = catalog_refresh.refresh(provider, out_dir=out, dry_run=dry_run, regions=region, preferred=preferred)
     _refresh_report(result)
 
 
@@ -254,6 +270,17 @@ def _refresh_report(result) -> None:
     out.print(f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed, "
               f"{result.unchanged} refreshed and unchanged, {result.kept} kept as they were "
               f"(other providers, owned or monthly hardware, DOK tasks, retired sizes)")
+    for provider, where in result.asked:
+        added = result.added_in(provider, where)
+        have = result.offers_in(provider, where)
+        if added:
+            out.print(f"{where} ({provider}): {fmt.plural(len(added), 'row')} added ({', '.join(added)}); "
+                      f"{have} offers there now", markup=False)
+        elif have:
+            out.print(f"{where} ({provider}): no row added; its {have} offers were in the catalog already", markup=False)
+        else:
+            out.print(f"{where} ({provider}): no row added: the source lists none of the catalog's sizes there",
+                      markup=False)
     for note in result.notes:
         out.print(note)
     if result.path is None:

@@ -829,7 +829,7 @@ def _japan(cat, region: str | None, as_of: str | None, tax: bool):
     from datetime import date
 
     from gpuplan import config
-    from gpuplan.planning import catalog
+    from gpuplan.planning import catalog, regions
 
     notes: dict[str, str] = {}
     if tax:
@@ -854,10 +854,12 @@ def _japan(cat, region: str | None, as_of: str | None, tax: bool):
         have = {o.region.lower() for o in mine.offers}
         empty = [r for r in preferred if r.lower() not in have]
         if not mine.offers:
+            hint = regions.no_offers(preferred, cat.snapshot)
             raise UsageError(f"no offers in preferred_regions {', '.join(preferred)} (config.yaml) in catalog "
-                             f"{cat.snapshot}; add a region there or give --region")
+                             f"{cat.snapshot}; add a region there or give --region ({hint})")
         notes["regions"] = (f"regions: only preferred_regions {', '.join(preferred)} (config.yaml; --region overrides)"
-                            + (f"; no offers in {', '.join(empty)}" if empty else ""))
+                            + (f"; no offers in {', '.join(empty)}: {regions.no_offers(empty, cat.snapshot)}"
+                               if empty else ""))
         cat = mine
     stale = catalog.stale_fx(cat, None if as_of is None else cat.date)
     if stale:

@@ -204,8 +204,14 @@ class Catalog:
             in_region = [o for o in matches if o.region.lower() == region.strip().lower()]
             if not in_region:
                 regions = ", ".join(sorted({o.region for o in matches}))
+                hint = ""
+                if not self.find(provider=prov, region=region):  # none of the provider's rows there: say what adds them
+                    from gpuplan.planning import regions as known
+
+                    if known.owner(region) == prov:
+                        hint = f"; {known.no_offers([region], self.snapshot)}"
                 raise UsageError(
-                    f"{prov}:{name} is not offered in {region} (catalog {self.snapshot}); regions: {regions}"
+                    f"{prov}:{name} is not offered in {region} (catalog {self.snapshot}); regions: {regions}{hint}"
                 )
             return in_region[0]
         facts = self.providers.get(prov)

@@ -25,9 +25,13 @@ Every source is public and needs no credentials:
 - FX: the ECB euro foreign exchange reference rates (`ECB_URL`); USD/JPY is their cross rate
   (yen per euro / dollars per euro).
 
+Each source is asked about the regions its provider has rows in, and about the regions the
+user names (`--region`, else config `preferred_regions:`) that are its own (planning/regions.py):
+that is how Azure japaneast / japanwest rows come to be, which no offline source prices.
 Rows of other providers, owned or monthly hardware and retired sizes are copied unchanged; a
 row the source no longer lists is dropped (the diff says "removed"); a known size the source
-lists in another known region of its provider is added. Nothing is written until every fetch
+lists in another region asked about is added, its fields other than price and region copied
+from a known row of that size. Nothing is written until every fetch
 has succeeded, and the snapshot is built in a temporary folder beside its destination and
 renamed into place only after it loads as a catalog. Planning never calls this: `requests`
 is imported here, lazily, and only `gpuplan catalog refresh` imports this module.
@@ -116,6 +120,16 @@ class RefreshResult:
     kept: int  # rows copied as they were: other providers, owned/monthly hardware, retired sizes
     fetched: tuple[str, ...]  # every URL asked, in order
     notes: tuple[str, ...] = ()  # what was not refreshed and why (DOK without an API key)
+    asked: tuple[tuple[str, str], ...] = ()  # (provider, region) asked besides the catalog's own regions
+
+    def added_in(self, provider: str, region: str) -> list[str]:
+        """The instance types this refresh added in `region` of `provider`."""
+        return sorted(c.after.name for c in self.changes if c.change == "added" and c.after is not None
+                      and c.after.provider == provider and c.after.region.lower() == region.lower())
+
+    def offers_in(self, provider: str, region: str) -> int:
+        """How many on-demand offers of `provider` the new snapshot has in `region`."""
+        return len(self.catalog.find(provider=provider, region=region))
 
 
 def new_session():
@@ -136,14 +150,19 @@ def today() -> date:
 
 
 def refresh(providers: Sequence[str] | None = None, out_dir: Path | None = None, dry_run: bool = False,
-            session=None) -> RefreshResult:
+            session=None, regions: Sequence[str] | None = None, preferred: Sequence[str] = ()) -> RefreshResult:
     """Fetch today's prices for the known offers of `providers` (default: azure, aws, sakura) and a
     dated USD/JPY rate, write them as snapshot <today> under `out_dir` (default: the user's
     snapshot dir, where the loader finds it) unless `dry_run`, and diff against the newest snapshot.
 
-    Raises UsageError for an unknown provider and ProviderError (exit 3) when a source cannot be
-    reached or answers an error; then nothing has been written."""
+    Each provider's source is asked about the regions it has rows in, plus those of `regions`
+    (each must be a region of a provider asked) and of `preferred` (config `preferred_regions:`;
+    those of other providers are passed over) that are its own.
+
+    Raises UsageError for an unknown provider or region and ProviderError (exit 3) when a source
+    cannot be reached or answers an error; then nothing has been written."""
     wanted = _providers_arg(providers)
+    extra = _regions_arg(regions, preferred, wanted)
     day = today()
     name = day.isoformat()
     previous = catalog.load(user_prices=False)
@@ -165,8 +184,8 @@ def refresh(providers: Sequence[str] | None = None, out_dir: Path | None = None,
         machines = [r for r in rows if (r.get("kind") or "cloud") == "cloud"]
         if machines:
             names = sorted({r["name"] for r in machines})
-            regions = sorted({r["region"] for r in machines})
-            quotes.extend(_FETCHERS[provider](fetcher, names, regions, day))
+            asked = sorted({r["region"] for r in machines} | set(extra.get(provider, ())))
+            quotes.extend(_FETCHERS[provider](fetcher, names, asked, day))
         tasks = [r for r in rows if r.get("kind") == "task"]
         if tasks and dok_key is not None:
             quotes.extend(_dok_quotes(fetcher, sorted({r["name"] for r in tasks}), day, dok_key))
@@ -187,7 +206,8 @@ def refresh(providers: Sequence[str] | None = None, out_dir: Path | None = None,
         return RefreshResult(
             snapshot=name, previous=previous.snapshot, path=path, catalog=fresh,
             fx_before=previous.fx.get("USD"), fx_after=fresh.fx["USD"], changes=tuple(changes),
-            unchanged=unchanged, kept=kept, fetched=tuple(fetcher.fetched), notes=tuple(notes),
+            unchanged=unchanged, kept=kept, fetched=tuple(fetcher.fetched), notes=tuple(notes + fetcher.notes),
+            asked=tuple((p, r) for p, rs in extra.items() for r in rs),
         )
     finally:
         if tmp.exists():
@@ -205,6 +225,34 @@ def _providers_arg(providers: Sequence[str] | None) -> tuple[str, ...]:
                              "(owned hardware has no public price source)")
         out.append(name)
     return tuple(dict.fromkeys(out))
+
+
+def _regions_arg(regions: Sequence[str] | None, preferred: Sequence[str],
+                 wanted: Sequence[str]) -> dict[str, list[str]]:
+    """Provider -> the regions to ask its source about besides those it has rows in: every one of
+    `regions` (a region no provider asked has is a usage error), and the ones of `preferred` that
+    belong to a provider asked."""
+    from gpuplan.planning import regions as known
+
+    out: dict[str, list[str]] = {}
+    for raw in regions or ():
+        for region in (r.strip().lower() for r in raw.split(",")):
+            if not region:
+                continue
+            provider = known.owner(region)
+            if provider is None:
+                raise UsageError(f"catalog refresh: --region {region!r} is not an Azure, AWS or Sakura region gpuplan "
+                                 "knows (e.g. japaneast, ap-northeast-1, is1a)")
+            if provider not in wanted:
+                raise UsageError(f"catalog refresh: --region {region} is {provider}'s, and --provider asks only "
+                                 f"{', '.join(wanted)}: add --provider {provider}")
+            out.setdefault(provider, []).append(region)
+    for raw in preferred:
+        region = raw.strip().lower()
+        provider = known.owner(region)
+        if provider is not None and provider in wanted:
+            out.setdefault(provider, []).append(region)
+    return {p: list(dict.fromkeys(rs)) for p, rs in out.items()}
 
 
 def _offer_rows(folder) -> list[dict[str, str]]:
@@ -342,6 +390,7 @@ class _Fetcher:
     def __init__(self, session) -> None:
         self.session = session
         self.fetched: list[str] = []
+        self.notes: list[str] = []  # what a source said it does not have (a region missing from its index)
 
     def get(self, url: str, what: str, stream: bool = False, auth: tuple[str, str] | None = None):
         import requests
@@ -453,7 +502,9 @@ def _aws_quotes(fetcher: _Fetcher, names: Sequence[str], regions: Sequence[str],
     for region in regions:
         entry = known.get(region)
         if not isinstance(entry, dict) or not str(entry.get("currentVersionUrl") or "").endswith(".json"):
-            continue  # the region is gone from the price list: its rows show as removed
+            # gone from the price list (its rows show as removed), or never in it
+            fetcher.notes.append(f"{region}: not in the AWS price list's region index, nothing priced there")
+            continue
         url = AWS_PRICING_ROOT + entry["currentVersionUrl"][: -len(".json")] + ".csv"
         out.extend(_aws_region_quotes(fetcher, url, region, names, day))
     return out

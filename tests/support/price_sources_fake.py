@@ -4,7 +4,9 @@
 It answers only what the real services answer, and fails closed: a URL it does not know gets a
 404 and is listed in `unknown`. Like the real Azure Retail Prices API it insists on
 currencyCode='JPY' and a $filter with priceType and armRegionName, applies the filter's
-armSkuName list to the recorded items, and pages by $skip as recorded.
+armSkuName list to the recorded items, and pages by $skip as recorded: eastus, westus2, and the
+two regions the shipped catalog has no rows in, japaneast and japanwest (issue 22), each with
+Windows and Spot meters beside the Linux ones.
 
     fake = PriceSources(); session = fake.session()
     fake.status["prices.azure.com"] = 500        # every answer from that host is a 500
