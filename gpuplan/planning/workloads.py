@@ -386,26 +386,22 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
 
 
 def _feed_changes(workload: Workload, o: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The feed limits from a profile's measured CPU need and bytes read, and the assumption lines
-    that name them."""
+    """The feed limits from a profile's measured CPU need and bytes read, and the assumption line
+    that names them."""
     from gpuplan.planning.model import number_text
 
     how = f"{o['feed_how'] or 'the input pipeline'}, {source}"
-    changes: dict[str, Any] = {
-        "feed_cpu_seconds_per_unit": o["feed_cpu_seconds_per_unit"],
-        "feed_source": f"CPU need measured: {how}",
-        "assumptions": workload.assumptions + (
-            f"feed limit: {number_text(o['feed_cpu_seconds_per_unit'])} CPU s per {o['unit']} to feed one job, measured"
-            f" ({how}): a job runs no faster than its share of the machine's vCPUs (vCPUs / GPUs) feeds it",),
-    }
+    line = (f"feed limit: {number_text(o['feed_cpu_seconds_per_unit'])} CPU s per {o['unit']} to feed one job, measured"
+            f" ({how}): a job runs no faster than its share of the machine's vCPUs (vCPUs / GPUs) feeds it")
+    changes: dict[str, Any] = {"feed_cpu_seconds_per_unit": o["feed_cpu_seconds_per_unit"],
+                               "feed_source": f"CPU need measured: {how}"}
     read = o.get("feed_bytes_per_unit")
     if read is not None:
-        changes["feed_bytes_per_unit"] = read
-        changes["feed_source"] = f"CPU need and bytes read measured: {how}"
         where = "the machine's disk" if workload.feed_reads_from == "disk" else "object storage over the machine's network"
-        changes["assumptions"] += (
-            f"feed limit: {number_text(read / 10**6)} MB read per {o['unit']}, measured ({how}): a job runs no faster"
-            f" than its share of {where} (sustained rate / GPUs) feeds it",)
+        line += (f"; and {number_text(read / 10**6)} MB read per {o['unit']}, measured the same way: no faster than its"
+                 f" share of {where} (sustained rate / GPUs) feeds it")
+        changes.update(feed_bytes_per_unit=read, feed_source=f"CPU need and bytes read measured: {how}")
+    changes["assumptions"] = workload.assumptions + (line,)
     return changes
 
 
