@@ -197,7 +197,7 @@ def _read_rate(workload: Workload, offer: Offer) -> tuple[Decimal | None, str, s
     it (catalog/links.csv), and what that rate is; or None and the line saying it is not known."""
     link = link_of(offer)
     gpus = f"{offer.gpu_count} GPU{'s' if offer.gpu_count > 1 else ''}"
-    need = f"{number_text((workload.feed_bytes_per_unit or 0) / 10**6)} MB per {workload.unit} read"
+    need = f"{number_text((workload.feed_bytes_per_unit or Decimal(0)) / 10**6)} MB per {workload.unit} read"
     if workload.feed_reads_from == "disk":
         mb = link.disk_read_mb_per_s if link is not None else None
         if mb is None:
