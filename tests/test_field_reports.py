@@ -271,10 +271,12 @@ def test_report_e_feed_limit_is_named_where_the_catalog_lacks_the_servers_vcpus(
     # 256 epochs x 6.25 s / 0.85 / 3.5257 = 534 s of training on one server
     assert one["machine_groups"][0]["jobs_s_max"] == 534
     assert any("data-parallel over 1 x 4 GPUs: 3.5257x one GPU" in a for a in one["assumptions"])
-    # the 2016-2017 Koukaryoku rows give no vCPU count: the measured CPU need is shown, not silently dropped
+    # the 2016-2017 Koukaryoku rows give no vCPU count and no disk read rate: the measured CPU need and bytes
+    # read are shown, not silently dropped
     assert any(a.startswith("speed on TITAN X (Maxwell): 0.85x GTX 1080") and a.endswith(
         "feed limit not checked: the catalog gives no vCPU count for koukaryoku-titanx-maxwell-x4 (5.699 CPU s per epoch"
-        " to feed one job))") for a in one["assumptions"])
+        " to feed one job); feed limit by disk not checked: the disk read rate of koukaryoku-titanx-maxwell-x4 is unknown"
+        " (no figure in catalog/links.csv; 153.65 MB per epoch read))") for a in one["assumptions"])
 
 
 def test_report_e_towers_are_feed_bound_on_a_machine_with_too_few_vcpus():
