@@ -45,10 +45,13 @@ def test_bench_local_quick_measures_the_cpu_need_and_the_estimate_names_it_as_me
     assert prof.feed_cpu_seconds_per_unit is not None and 0 < prof.feed_cpu_seconds_per_unit < 100
     assert "pad 4, random 32x32 crop" in prof.feed_how and "feed" not in prof.unmeasured()
     assert "CPU need to feed:" in r.out
+    # the bytes the pipeline read, counted: 3,073 per CIFAR-10 record (label + 32 x 32 x 3) x 50,000 images per epoch
+    assert prof.feed_bytes_per_unit == 3073 * 50_000 and "bytes read to feed: 153,650,000 bytes per epoch" in r.out
     # a CPU run's GPU figures are not used for a GPU plan; its CPU need is
     r = cli("estimate", "--workload", "vgg-cifar10", "--profile", str(out), "--format", "json")
     assert r.code == 0, r.err
     assumptions = json.loads(r.out)["recommended"]["assumptions"]
     feed = [a for a in assumptions if a.startswith("feed limit:")]
     assert len(feed) == 1 and "CPU s per epoch to feed one job, measured (CIFAR-10 training pipeline" in feed[0]
+    assert "; and 153.65 MB read per epoch, measured the same way" in feed[0]
     assert any(a.startswith("GPU figures of profile vgg_cifar") and "measured on a CPU" in a for a in assumptions)

@@ -36,6 +36,7 @@ def test_profile_round_trips_through_yaml_and_json(tmp_path, suffix):
                     profiles.ScalingPoint(8, 1, Decimal("0.987"), Decimal(13818)),
                     profiles.ScalingPoint(8, 2, Decimal("0.61"), Decimal(8540))),
         feed_cpu_seconds_per_unit=Decimal("2.279435"), feed_how="CIFAR-10 pipeline, one thread",
+        feed_bytes_per_unit=Decimal(153_650_000),
     )
     path = profiles.save_profile(prof, tmp_path / f"p{suffix}")
     assert profiles.load_profile(path) == prof
@@ -44,7 +45,7 @@ def test_profile_round_trips_through_yaml_and_json(tmp_path, suffix):
     assert over["dp_efficiency"] == {(1, 1): Decimal(1), (8, 1): Decimal("0.987"), (8, 2): Decimal("0.61")}
     assert (over["memory_need_gib"], over["memory_peak_gib"], over["fixed_seconds_per_job"]) == \
         (Decimal("6.25"), Decimal("21.5"), Decimal("17.2"))
-    assert prof.unmeasured() == ()
+    assert prof.unmeasured() == () and over["feed_bytes_per_unit"] == Decimal(153_650_000)
 
 
 def test_a_profile_from_before_the_memory_need_reads_its_peak_and_names_what_it_lacks(tmp_path):
@@ -174,6 +175,44 @@ def test_bench_turns_the_jobs_feed_cpu_time_per_image_into_cpu_seconds_per_epoch
     # 45 microseconds of CPU per image x 50,000 CIFAR-10 training images = 2.25 CPU s per epoch
     assert prof.feed_cpu_seconds_per_unit == Decimal("2.25") and prof.feed_how == "crop, flip"
     assert "feed" not in prof.unmeasured()
+
+
+def test_bench_turns_the_bytes_the_pipeline_read_per_image_into_bytes_per_epoch(tmp_path):
+    def answer(n, launch):
+        out = ok(0.0001)
+        if "--measure-feed" in launch.argv:
+            rec = {**json.loads(out.stdout.splitlines()[1]), "feed_cpu_seconds_per_image": 4.5e-05, "feed": "crop, flip",
+                   "feed_bytes_per_image": 3073.0}
+            return bench.Outcome(0, json.dumps(rec) + "\n", "", 2.0)
+        return out
+
+    prof = bench.measure(bench.BenchOptions("vgg_cifar", max_pack=1), ScriptedExecutor(answer, gpus=1, nodes=1))
+    # 3,073 bytes read per image x 50,000 CIFAR-10 training images = 153,650,000 bytes per epoch
+    assert prof.feed_bytes_per_unit == Decimal(153_650_000)
+    saved = profiles.load_profile(profiles.save_profile(prof, tmp_path / "p.yaml"))
+    assert saved.feed_bytes_per_unit == Decimal(153_650_000)
+
+
+def test_estimate_with_a_profile_applies_its_bytes_read_per_unit(cli, tmp_path):
+    gpu = tmp_path / "v100.yaml"
+    # a V100 profile: 1 s per epoch alone, 2 CPU s and 625 MB read per epoch by its input pipeline
+    gpu.write_text("schema: 1\nworkload: vgg_cifar\nunit: epoch\nreference_gpu: V100\nseconds_per_unit: 1\n"
+                   "feed: {cpu_seconds_per_unit: 2, bytes_per_unit: 625000000, how: records read}\n"
+                   "provenance: {source: gpuplan bench, date: '2026-11-24'}\n")
+    r = cli("estimate", "--workload", "vgg-cifar10", "--profile", str(gpu), "--provider", "aws", "--region", "us-east-1",
+            "--all", "--format", "json")
+    assert r.code == 0, r.err
+    plans = {p["instance_type"]: p for p in json.loads(r.out)["plans"] if p["count"] == 1 and p["feasible"]}
+    p3 = plans["p3.2xlarge"]
+    # vCPUs: 8 / 2 CPU s = 4 epochs/s; network: 2.5 Gbit/s sustained = 312.5 MB/s / 625 MB = 0.5 epochs/s, less
+    # than the V100's 1: 4 runs of 30 epochs one after another on its one GPU take 4 x 60 s = 240 s, not 120 s
+    assert p3["machine_groups"][0]["jobs_s_max"] == 240
+    feed = [a for a in p3["assumptions"] if a.startswith("feed limit:")]
+    assert len(feed) == 1 and feed[0].endswith(
+        "; and 625 MB read per epoch, measured the same way: no faster than its share of object storage over the"
+        " machine's network (sustained rate / GPUs) feeds it")
+    assert any(a.startswith("speed on V100: 0.5x V100 (feed-bound by network: 312.5 MB/s per GPU") and
+               "(CPU need and bytes read measured: records read, profile vgg_cifar" in a for a in p3["assumptions"])
 
 
 def test_bench_reports_a_failed_measurement_in_one_line():

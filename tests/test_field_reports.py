@@ -271,10 +271,12 @@ def test_report_e_feed_limit_is_named_where_the_catalog_lacks_the_servers_vcpus(
     # 256 epochs x 6.25 s / 0.85 / 3.5257 = 534 s of training on one server
     assert one["machine_groups"][0]["jobs_s_max"] == 534
     assert any("data-parallel over 1 x 4 GPUs: 3.5257x one GPU" in a for a in one["assumptions"])
-    # the 2016-2017 Koukaryoku rows give no vCPU count: the measured CPU need is shown, not silently dropped
+    # the 2016-2017 Koukaryoku rows give no vCPU count and no disk read rate: the measured CPU need and bytes
+    # read are shown, not silently dropped
     assert any(a.startswith("speed on TITAN X (Maxwell): 0.85x GTX 1080") and a.endswith(
         "feed limit not checked: the catalog gives no vCPU count for koukaryoku-titanx-maxwell-x4 (5.699 CPU s per epoch"
-        " to feed one job))") for a in one["assumptions"])
+        " to feed one job); feed limit by disk not checked: the disk read rate of koukaryoku-titanx-maxwell-x4 is unknown"
+        " (no figure in catalog/links.csv; 153.65 MB per epoch read))") for a in one["assumptions"])
 
 
 def test_report_e_towers_are_feed_bound_on_a_machine_with_too_few_vcpus():
@@ -590,6 +592,105 @@ def test_a_job_runs_no_faster_than_the_machines_vcpus_feed_it(cli, tmp_path):
     assert p3["machine_groups"][0]["jobs_s_max"] == 7200
     assert any(a.startswith("speed on V100: 0.5x V100 (feed-bound: 8 vCPUs per GPU at 16 CPU s per epoch feed 0.5"
                             " epochs/s, less than the GPU's 1 (measured here)") for a in p3["assumptions"])
+
+
+def _reads(mb_per_epoch, reads_from=None, cpu=None):
+    """1 s per epoch alone on a V100 (the reference GPU: speed 1 exactly), reading mb_per_epoch MB."""
+    feed = {"bytes_per_unit": mb_per_epoch * 10**6, "source": "counted here"}
+    if reads_from:
+        feed["reads_from"] = reads_from
+    if cpu is not None:
+        feed["cpu_seconds_per_unit"] = cpu
+    return workloads.from_dict({"name": "reads", "unit": "epoch", "seconds_per_unit": 1, "reference_gpu": "V100",
+                                "jobs": [{"units": 3600}], "feed": feed}, "test")
+
+
+def test_a_job_runs_no_faster_than_its_share_of_the_sustained_network_feeds_it():
+    cat = catalog.load("2026-11")
+    work = _reads(625)
+    # p3.2xlarge: 'up to' 10 Gbit/s, sustained baseline 2.5 Gbit/s (catalog/links.csv) = 312.5 MB/s for its one
+    # V100; 312.5 / 625 MB per epoch = 0.5 epochs/s, half what the V100 does (1 epoch/s): the network binds
+    speed, why = model.speed(work, cat.resolve("p3.2xlarge"), cat.gpus)
+    assert speed == Decimal("0.5")
+    assert why.startswith("feed-bound by network: 312.5 MB/s per GPU (network 2.5 Gbit/s sustained / 1 GPU; ENA Ethernet"
+                          " (up to): 'up to' 10 Gbit/s is a burst, its sustained baseline is used; catalog/links.csv)"
+                          " at 625 MB per epoch read from object storage feed 0.5 epochs/s, less than the GPU's 1"
+                          " (counted here); the GPU alone: measured for reads")
+    # p3.8xlarge: 10 Gbit/s shared by 4 V100s = 312.5 MB/s each: the same limit, shared by the jobs at once
+    assert model.speed(work, cat.resolve("p3.8xlarge"), cat.gpus)[0] == Decimal("0.5")
+    # p3dn.24xlarge: 100 Gbit/s / 8 V100s = 1,562.5 MB/s each feed 2.5 epochs/s, more than the GPU's 1: not bound
+    speed, why = model.speed(work, cat.resolve("p3dn.24xlarge"), cat.gpus)
+    assert speed == Decimal(1) and "feed" not in why
+
+
+def test_the_least_of_gpu_vcpu_and_network_feed_binds_and_names_itself():
+    cat = catalog.load("2026-11")
+    p3 = cat.resolve("p3.2xlarge")
+    # vCPUs: 8 / 16 CPU s per epoch = 0.5 epochs/s; network: 312.5 MB/s / 1,250 MB = 0.25 epochs/s: the network
+    speed, why = model.speed(_reads(1250, cpu=16), p3, cat.gpus)
+    assert speed == Decimal("0.25") and why.startswith("feed-bound by network: 312.5 MB/s per GPU")
+    # network: 312.5 / 125 MB = 2.5 epochs/s; vCPUs 0.5: the vCPUs
+    speed, why = model.speed(_reads(125, cpu=16), p3, cat.gpus)
+    assert speed == Decimal("0.5") and why.startswith("feed-bound: 8 vCPUs per GPU at 16 CPU s per epoch")
+
+
+def test_a_disk_rate_nobody_sourced_limits_nothing_and_one_that_is_given_binds(monkeypatch):
+    from dataclasses import replace
+
+    cat = catalog.load("2026-11")
+    p3 = cat.resolve("p3.2xlarge")
+    speed, why = model.speed(_reads(625, "disk"), p3, cat.gpus)
+    # catalog/links.csv gives no disk rate for p3.2xlarge: no limit, and the speed's source says so
+    assert speed == Decimal(1)
+    assert why.endswith("feed limit by disk not checked: the disk read rate of p3.2xlarge is unknown (no figure in"
+                        " catalog/links.csv; 625 MB per epoch read)")
+    link = replace(cat.link(p3), disk_read_mb_per_s=Decimal(250))
+    monkeypatch.setattr(model, "link_of", lambda offer: link)
+    # 250 MB/s / 625 MB per epoch = 0.4 epochs/s
+    speed, why = model.speed(_reads(625, "disk"), p3, cat.gpus)
+    assert speed == Decimal("0.4") and why.startswith(
+        "feed-bound by disk: 250 MB/s per GPU (disk 250 MB/s / 1 GPU; catalog/links.csv) at 625 MB per epoch read from"
+        " disk feed 0.4 epochs/s")
+
+
+def test_feed_reads_from_takes_network_or_disk_in_one_line():
+    from gpuplan.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"test: feed.reads_from = 'nfs': give network \(object storage, the default\)"
+                                         r" or disk"):
+        _reads(625, "nfs")
+
+
+def test_the_plan_of_a_network_fed_job_takes_the_network_limit_and_bills_by_the_one_rule(cli, tmp_path):
+    import json
+
+    from gpuplan.planning import billing
+
+    f = tmp_path / "reads.yaml"
+    # 1 s per epoch alone on a V100; each epoch reads 625 MB from object storage
+    f.write_text("name: reads\nunit: epoch\nseconds_per_unit: 1\nreference_gpu: V100\njobs:\n  - {units: 3600}\n"
+                 "feed: {bytes_per_unit: 625000000, source: counted here}\n")
+    r = cli("estimate", "--workload", str(f), "--provider", "aws", "--region", "us-east-1", "--all", "--format", "json")
+    assert r.code == 0, r.err
+    plans = {p["instance_type"]: p for p in json.loads(r.out)["plans"] if p["count"] == 1 and p["feasible"]}
+    cat = catalog.load("2026-11")
+    p3, p3dn = plans["p3.2xlarge"], plans["p3dn.24xlarge"]
+    # p3.2xlarge: 312.5 MB/s sustained / 625 MB = 0.5 epochs/s: 3,600 epochs take 7,200 s, not 3,600
+    assert p3["machine_groups"][0]["jobs_s_max"] == 7200
+    speed_lines = [a for a in p3["assumptions"] if a.startswith("speed on V100: 0.5x V100 (feed-bound by network:"
+                                                                   " 312.5 MB/s per GPU (network 2.5 Gbit/s sustained")]
+    assert len(speed_lines) == 1 and "at 625 MB per epoch read from object storage feed 0.5 epochs/s" in speed_lines[0]
+    setup_s = p3["machine_groups"][0]["setup_s"]
+    expected = billing.charge(setup_s + 7200, billing.terms_for(cat.resolve("p3.2xlarge", region="us-east-1")))
+    assert Decimal(p3["cost_exact_jpy"]) == expected.quantize(Decimal("0.01"))
+    # p3dn.24xlarge: 1,562.5 MB/s per GPU: not bound, the one job runs its 3,600 s
+    assert p3dn["machine_groups"][0]["jobs_s_max"] == 3600
+    assert not any("feed-bound" in a for a in p3dn["assumptions"])
+    # p5.4xlarge: no network figure in catalog/links.csv: not limited, said once
+    p5 = plans["p5.4xlarge"]
+    unknown = [a for a in p5["assumptions"] if "feed limit by network not checked: the catalog gives no network"
+               " bandwidth for p5.4xlarge (catalog/links.csv; 625 MB per epoch read from object storage)" in a]
+    assert len(unknown) == 1
 
 
 def test_a_mixed_fleet_slows_each_machine_for_the_jobs_it_runs_at_the_time():

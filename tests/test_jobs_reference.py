@@ -58,6 +58,8 @@ def test_vgg_cifar_times_tensorflows_tutorial_pipeline_when_asked():
     assert rec["feed_images"] == 2048 and rec["feed_cpu_seconds_per_image"] > 0
     assert rec["feed_cpu_seconds"] == pytest.approx(rec["feed_cpu_seconds_per_image"] * 2048)
     assert rec["feed"].startswith("TensorFlow's CIFAR-10 tutorial pipeline (cifar10_input.distorted_inputs)")
+    # the bytes it read, counted as it read them: CIFAR-10's binary records, a label byte and 32 x 32 x 3 pixel bytes
+    assert rec["feed_bytes"] == 2048 * (1 + 32 * 32 * 3) and rec["feed_bytes_per_image"] == 3073
 
 
 def test_colorize_counts_three_frames_per_step_and_epochs():

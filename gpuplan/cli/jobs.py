@@ -184,6 +184,8 @@ def _print_profile(profile, path: Path) -> None:
     if profile.feed_cpu_seconds_per_unit is not None:
         con.print(f"CPU need to feed: {profile.feed_cpu_seconds_per_unit:.4g} CPU s per {profile.unit}"
                   " (its input pipeline alone, one thread)")
+    if profile.feed_bytes_per_unit is not None:
+        con.print(f"bytes read to feed: {profile.feed_bytes_per_unit:,.0f} bytes per {profile.unit}")
     if profile.unmeasured():
         con.print(f"not measured: {', '.join(profile.unmeasured())}")
     rows = [["co-location slowdown", str(g), f"{f:.3f}x"] for g, f in sorted(profile.colocation_slowdown.items())]

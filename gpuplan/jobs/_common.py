@@ -236,16 +236,34 @@ CIFAR_FEED_RECIPES = {
 }
 
 
-def cifar_feed(images: int, seed: int = 0, recipe: str = "torchvision") -> dict:
-    """Run a CIFAR-10 training input pipeline alone on this process's CPU and measure its CPU time.
+CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32  # CIFAR-10's binary version: a label byte, then the 32x32 image's R, G, B planes
+CIFAR_FILE_RECORDS = 10_000  # as many as one of its data_batch_N.bin files holds
 
-    CIFAR-10 is stored as raw uint8 bytes, so its pipeline is the per-image distortions and a
-    stack into batches of 128 (CIFAR_FEED_RECIPES says which). Each image is handled on its own, as
-    a data-loading worker does. One thread, timed with this thread's CPU clock: the CPU seconds one
-    worker spends per image, whatever the GPU does."""
+
+def _cifar_binary_file(path: str, records: int, seed: int) -> None:
+    """Write `records` CIFAR-10 binary records of random labels and pixels (the format, not the data)."""
+    import random
+
+    rng = random.Random(seed)
+    with open(path, "wb") as f:
+        for _ in range(records):
+            f.write(bytes([rng.randrange(10)]) + rng.randbytes(CIFAR_RECORD_BYTES - 1))
+
+
+def cifar_feed(images: int, seed: int = 0, recipe: str = "torchvision") -> dict:
+    """Run a CIFAR-10 training input pipeline alone on this process's CPU and measure its CPU time
+    and the bytes it reads.
+
+    CIFAR-10's binary version is fixed-length records of raw uint8 bytes, so its pipeline is read
+    one record (as TensorFlow's FixedLengthRecordReader does), the per-image distortions and a
+    stack into batches of 128 (CIFAR_FEED_RECIPES says which). The records come from a file
+    written first in that format (random pixels), read in a loop; the bytes are counted as they
+    are read. Each image is handled on its own, as a data-loading worker does. One thread, timed
+    with this thread's CPU clock: the CPU seconds one worker spends per image, whatever the GPU does."""
+    import tempfile
+
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(seed)
-    pool = torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8, generator=gen)
     mean = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1)
     std = torch.tensor([0.2470, 0.2435, 0.2616]).view(3, 1, 1)
 
@@ -270,14 +288,30 @@ def cifar_feed(images: int, seed: int = 0, recipe: str = "torchvision") -> dict:
 
     one = tf_tutorial_recipe if recipe == "tf-tutorial" else torchvision_recipe
     batch = 128
-    start = time.thread_time()
-    done = 0
-    while done < images:
-        torch.stack([one(pool[int(torch.randint(0, len(pool), (1,), generator=gen))]) for _ in range(batch)])
-        done += batch
-    cpu = time.thread_time() - start
+    with tempfile.TemporaryDirectory(prefix="gpuplan-feed-") as folder:
+        path = os.path.join(folder, "data_batch_1.bin")
+        _cifar_binary_file(path, min(images, CIFAR_FILE_RECORDS), seed)
+        read = 0
+        with open(path, "rb", buffering=0) as f:
+
+            def record() -> torch.Tensor:
+                nonlocal read
+                data = f.read(CIFAR_RECORD_BYTES)
+                if len(data) < CIFAR_RECORD_BYTES:  # the file's end: start it again, as another epoch would
+                    f.seek(0)
+                    data = f.read(CIFAR_RECORD_BYTES)
+                read += len(data)
+                return torch.frombuffer(bytearray(data[1:]), dtype=torch.uint8).view(3, 32, 32)
+
+            start = time.thread_time()
+            done = 0
+            while done < images:
+                torch.stack([one(record()) for _ in range(batch)])
+                done += batch
+            cpu = time.thread_time() - start
     return {"feed_cpu_seconds": cpu, "feed_images": done, "feed_cpu_seconds_per_image": cpu / done,
-            "feed": CIFAR_FEED_RECIPES[recipe]}
+            "feed_bytes": read, "feed_bytes_per_image": read / done,
+            "feed": f"{CIFAR_FEED_RECIPES[recipe]}; records read one at a time from a CIFAR-10 binary-format file"}
 
 
 def classifier_training(job: str, model: torch.nn.Module, args: argparse.Namespace, device: torch.device, *,

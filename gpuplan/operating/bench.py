@@ -5,8 +5,9 @@ What is measured, each by starting the job's processes and reading their JSON li
 1. alone: one job on GPU 0 -> seconds per unit, peak memory (uncapped), and the fixed cost of a
    job start = the process's wall time - its timed steps (interpreter, imports, CUDA context,
    model build, cuDNN autotuning, warm-up steps, exit); for a job with an input pipeline
-   (vgg_cifar: CIFAR-10's crop, flip, normalise), the CPU seconds that pipeline spends per unit,
-   run alone after the timed steps on one thread (the planner's feed limit reads it);
+   (vgg_cifar: CIFAR-10's records read from a file, crop, flip, normalise), the CPU seconds that
+   pipeline spends per unit and the bytes it read per unit, run alone after the timed steps on
+   one thread (the planner's feed limits read them);
    memory need: the smallest `--memory-fraction` cap at which the job still runs at full speed
    (within FULL_SPEED_TOLERANCE), found by bisection (GPU runs only: a CPU enforces no cap);
 2. co-location: G jobs at once on a G-GPU machine, one per GPU (CUDA_VISIBLE_DEVICES=i) ->
@@ -386,6 +387,8 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
     fixed = _fixed_seconds(alone_out, alone_rec)
     feed_cpu = alone_rec.get("feed_cpu_seconds_per_image")
     feed_need = Decimal(str(feed_cpu)) * spec.per_unit if feed_cpu else None
+    feed_bytes = alone_rec.get("feed_bytes_per_image")  # what the pipeline read, counted as it read
+    feed_read = Decimal(str(feed_bytes)) * spec.per_unit if feed_bytes and feed_need is not None else None
 
     need_fraction = None
     if not cpu and machine.gpu_memory_mib:
@@ -482,6 +485,7 @@ def measure(opts: BenchOptions, executor: Executor) -> Profile:
         dp_scaling=tuple(scaling),
         feed_cpu_seconds_per_unit=feed_need,
         feed_how=str(alone_rec.get("feed") or "") if feed_need is not None else "",
+        feed_bytes_per_unit=feed_read,
     )
 
 

@@ -114,6 +114,19 @@ class Link:
     in_node_pass_gbps: Decimal | None = None
     # where inter_node_gbps is an "up to" (burst) figure: the sustained baseline, Gbit/s
     inter_node_baseline_gbps: Decimal | None = None
+    # the machine's local disk read rate, MB/s (10^6 bytes); None: not sourced
+    disk_read_mb_per_s: Decimal | None = None
+
+    def sustained_network_gbps(self) -> tuple[Decimal | None, str]:
+        """The machine's network bandwidth for hours of traffic, Gbit/s, and what it is: the line
+        rate, or where that is an "up to" (burst) figure its baseline (a burst lasts minutes);
+        None where not sourced."""
+        if self.inter_node_gbps is None:
+            return None, ""
+        if self.inter_node_baseline_gbps is not None:
+            return self.inter_node_baseline_gbps, (f"{self.inter_node_link}: 'up to' {self.inter_node_gbps} Gbit/s is a"
+                                                   " burst, its sustained baseline is used")
+        return self.inter_node_gbps, self.inter_node_link
 
 
 @dataclass(frozen=True)
@@ -728,6 +741,12 @@ def _finish(snapshot: str, offers: list[Offer], fx: Mapping[str, FxRate],
     )
 
 
+def link_of(offer: Offer) -> Link | None:
+    """The interconnect and I/O figures of the offer's instance type (catalog/links.csv, the same
+    for every snapshot), or None where none are sourced."""
+    return _links().get((offer.provider, offer.name))
+
+
 @lru_cache(maxsize=1)
 def _links() -> Mapping[tuple[str, str], Link]:
     out = {}
@@ -735,7 +754,8 @@ def _links() -> Mapping[tuple[str, str], Link]:
         where = _Where(f"catalog/links.csv line {line}")
         values = {k: _dec(where, k, row.get(k, "")) for k in ("intra_node_gbps", "intra_node_effective",
                                                                "inter_node_gbps", "inter_node_effective",
-                                                               "in_node_pass_gbps", "inter_node_baseline_gbps")}
+                                                               "in_node_pass_gbps", "inter_node_baseline_gbps",
+                                                               "disk_read_mb_per_s")}
         for k in ("intra_node_effective", "inter_node_effective"):
             share = values[k]
             if share is not None and not 0 < share <= 1:

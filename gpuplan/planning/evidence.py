@@ -63,7 +63,7 @@ SHOWN_ABOVE = Decimal("0.10")
 @dataclass(frozen=True)
 class SpeedEvidence:
     """One GPU's speed in a plan (x the workload's reference GPU) and how sure it is: low and high
-    are the band's ends after the workload's own limits (max_speed, CPU feed) apply."""
+    are the band's ends after the workload's own limits (max_speed, the vCPU and byte feeds) apply."""
 
     gpu: str
     speed: Decimal

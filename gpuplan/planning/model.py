@@ -49,6 +49,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuplan.planning import billing, evidence, fmt, outcomes
+from gpuplan.planning.catalog import link_of
 from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
@@ -152,15 +153,18 @@ def _gpu_speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal
 
 def _limits(workload: Workload, offer: Offer, s: Decimal) -> tuple[Decimal, str, str]:
     """What the workload's own limits make of a GPU speed s: its max_speed cap, and the speed the
-    machine's vCPUs can feed; with why a limit binds ("" where none does) and a note where the feed
-    limit could not be checked."""
-    why = note = ""
+    machine can feed: its vCPUs (CPU seconds per unit) and its network or disk (bytes per unit),
+    the least of them; with why a limit binds ("" where none does) and a note where a feed limit
+    could not be checked."""
+    why = ""
+    notes = []
     if workload.max_speed is not None and s > workload.max_speed:
         s, why = workload.max_speed, f"capped at {workload.max_speed}: {workload.name} cannot fill a faster GPU"
+    gpu_units = s / workload.seconds_per_unit  # units per second the GPU does
     cpu = workload.feed_cpu_seconds_per_unit
     if cpu is not None and offer.vcpus <= 0:
-        note = (f"feed limit not checked: the catalog gives no vCPU count for {offer.name}"
-                f" ({number_text(cpu)} CPU s per {workload.unit} to feed one job)")
+        notes.append(f"feed limit not checked: the catalog gives no vCPU count for {offer.name}"
+                     f" ({number_text(cpu)} CPU s per {workload.unit} to feed one job)")
     elif cpu is not None:
         # every GPU busy: each job's input pipeline gets vCPUs / GPUs of the machine
         share = Decimal(offer.vcpus) / offer.gpu_count
@@ -168,9 +172,44 @@ def _limits(workload: Workload, offer: Offer, s: Decimal) -> tuple[Decimal, str,
         if fed < s:
             why = (f"feed-bound: {number_text(share)} vCPUs per GPU at {number_text(cpu)} CPU s per {workload.unit}"
                    f" feed {number_text(share / cpu)} {workload.unit}s/s, less than the GPU's"
-                   f" {number_text(s / workload.seconds_per_unit)} ({workload.feed_source})")
+                   f" {number_text(gpu_units)} ({workload.feed_source})")
             s = fed
-    return s, why, note
+    if workload.feed_bytes_per_unit is not None:
+        rate, what, missing = _read_rate(workload, offer)
+        if rate is None:
+            notes.append(missing)
+        else:
+            # every GPU busy: each job reads at rate / GPUs of the machine
+            share = rate / offer.gpu_count
+            fed = workload.seconds_per_unit * share / workload.feed_bytes_per_unit
+            if fed < s:
+                origin = "disk" if workload.feed_reads_from == "disk" else "object storage"
+                why = (f"feed-bound by {workload.feed_reads_from}: {number_text(share / 10**6)} MB/s per GPU ({what})"
+                       f" at {number_text(workload.feed_bytes_per_unit / 10**6)} MB per {workload.unit} read from"
+                       f" {origin} feed"
+                       f" {number_text(share / workload.feed_bytes_per_unit)} {workload.unit}s/s, less than the GPU's"
+                       f" {number_text(gpu_units)} ({workload.feed_source})")
+                s = fed
+    return s, why, "; ".join(notes)
+
+
+def _read_rate(workload: Workload, offer: Offer) -> tuple[Decimal | None, str, str]:
+    """Bytes per second the whole machine reads the job's input at, from where the workload reads
+    it (catalog/links.csv), and what that rate is; or None and the line saying it is not known."""
+    link = link_of(offer)
+    gpus = f"{offer.gpu_count} GPU{'s' if offer.gpu_count > 1 else ''}"
+    need = f"{number_text((workload.feed_bytes_per_unit or Decimal(0)) / 10**6)} MB per {workload.unit} read"
+    if workload.feed_reads_from == "disk":
+        mb = link.disk_read_mb_per_s if link is not None else None
+        if mb is None:
+            return None, "", (f"feed limit by disk not checked: the disk read rate of {offer.name} is unknown"
+                              f" (no figure in catalog/links.csv; {need})")
+        return mb * 10**6, f"disk {number_text(mb)} MB/s / {gpus}; catalog/links.csv", ""
+    gbps, line = link.sustained_network_gbps() if link is not None else (None, "")
+    if gbps is None:
+        return None, "", (f"feed limit by network not checked: the catalog gives no network bandwidth for {offer.name}"
+                          f" (catalog/links.csv; {need} from object storage)")
+    return gbps * GBIT / 8, f"network {gbps} Gbit/s sustained / {gpus}; {line}; catalog/links.csv", ""
 
 
 def speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal, str]:
@@ -454,10 +493,9 @@ def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Of
     if n > 1:
         if link is None or link.inter_node_gbps is None:
             raise Infeasible(outcomes.of(Code.LINK, offer=offer.name, between="machines"))
-        p, gbps, eff, what = n, link.inter_node_gbps, link.inter_node_effective, link.inter_node_link
-        if link.inter_node_baseline_gbps is not None:  # a burst lasts minutes; a training step runs for hours
-            what = f"{what}: 'up to' {gbps} Gbit/s is a burst, its sustained baseline is used"
-            gbps = link.inter_node_baseline_gbps
+        sustained, what = link.sustained_network_gbps()  # a burst lasts minutes; a training step runs for hours
+        assert sustained is not None
+        p, gbps, eff = n, sustained, link.inter_node_effective
         over = f"{n} machines"
     elif g > 1 and passes_gbps is None:
         if link is None or link.intra_node_gbps is None:

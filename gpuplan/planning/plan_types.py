@@ -110,6 +110,9 @@ class Workload:
     data_parallel: the data-parallel facts (DataParallel), or None: one job per GPU slot.
     feed_cpu_seconds_per_unit: CPU seconds the input pipeline spends per unit: a job runs no faster
         than its share of the machine's vCPUs (vCPUs / GPUs) feeds it (feed_source says where).
+    feed_bytes_per_unit: input bytes the job reads per unit, from feed_reads_from ("network":
+        object storage over the machine's sustained network bandwidth; "disk": its local disk's
+        read rate): a job runs no faster than its share of that rate (rate / GPUs) feeds it.
     streams: real-time streams (unit "frame"; seconds_per_unit = seconds per frame alone): a GPU
         takes the most streams k whose per-frame time (alone time / efficiency(k)) keeps up.
     staging_s: data staging per machine that runs jobs; staging_jpy a one-off per such machine.
@@ -140,6 +143,8 @@ class Workload:
     data_parallel: DataParallel | None = None  # each job over every GPU of the fleet; None: one job per GPU slot
     streams: Streams | None = None
     feed_cpu_seconds_per_unit: Decimal | None = None  # CPU seconds to feed one unit (decode, augment); None: not limited
+    feed_bytes_per_unit: Decimal | None = None  # input bytes read per unit; None: not limited by bytes
+    feed_reads_from: str = "network"  # where those bytes come from: "network" (object storage) or "disk"
     feed_source: str = ""
     staging_s: int = 0
     staging_jpy: Decimal = Decimal(0)

@@ -69,6 +69,7 @@ class Profile:
     dp_scaling: tuple[ScalingPoint, ...] = ()
     feed_cpu_seconds_per_unit: Decimal | None = None  # CPU seconds the job's input pipeline spends per unit
     feed_how: str = ""  # what that pipeline did and how its CPU time was taken
+    feed_bytes_per_unit: Decimal | None = None  # input bytes that pipeline read per unit (counted as it read)
 
     def unmeasured(self) -> tuple[str, ...]:
         """The planner's figures this profile does not give (the planner then says so)."""
@@ -97,7 +98,7 @@ class Profile:
         colocation_slowdown {G: Decimal}, packing_efficiency {k: Decimal} (fitting k only),
         packing_no_fit (k measured not to fit, sorted), max_per_gpu (int),
         dp_efficiency {(GPUs, nodes): Decimal} (every measured layout),
-        feed_cpu_seconds_per_unit (Decimal | None), feed_how (str),
+        feed_cpu_seconds_per_unit (Decimal | None), feed_how (str), feed_bytes_per_unit (Decimal | None),
         unmeasured (field names, see `unmeasured()`),
         profile_source (one line naming where the figures came from, for Plan.assumptions).
         """
@@ -117,6 +118,7 @@ class Profile:
             "dp_efficiency": {(s.gpus, s.nodes): s.efficiency for s in self.dp_scaling},
             "feed_cpu_seconds_per_unit": self.feed_cpu_seconds_per_unit,
             "feed_how": self.feed_how,
+            "feed_bytes_per_unit": self.feed_bytes_per_unit,
             "unmeasured": self.unmeasured(),
             "profile_source": f"profile {self.workload}: {where}" + (" [quick CPU smoke run]" if p.quick else ""),
         }
@@ -144,7 +146,8 @@ class Profile:
                 {"gpus": s.gpus, "nodes": s.nodes, "efficiency": _num(s.efficiency), "throughput": _num(s.throughput)}
                 for s in self.dp_scaling
             ],
-            "feed": ({"cpu_seconds_per_unit": _num(self.feed_cpu_seconds_per_unit), "how": self.feed_how}
+            "feed": ({"cpu_seconds_per_unit": _num(self.feed_cpu_seconds_per_unit), "how": self.feed_how,
+                      **({"bytes_per_unit": _num(self.feed_bytes_per_unit)} if self.feed_bytes_per_unit is not None else {})}
                      if self.feed_cpu_seconds_per_unit is not None else None),
             "provenance": {k: getattr(p, k) for k in Provenance.__dataclass_fields__},
         }
@@ -245,6 +248,8 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     if feed is not None and (not isinstance(feed, dict) or feed.get("cpu_seconds_per_unit") is None):
         raise UsageError(f"{where}: feed must be a mapping with cpu_seconds_per_unit (CPU seconds per {data['unit']})")
     feed_cpu = _dec(where, "feed.cpu_seconds_per_unit", feed["cpu_seconds_per_unit"], positive=True) if feed else None
+    feed_bytes = (_dec(where, "feed.bytes_per_unit", feed["bytes_per_unit"], positive=True)
+                  if feed and feed.get("bytes_per_unit") is not None else None)
     # files written before the memory need was measured call the uncapped peak memory_per_job_gib
     peak_key = "memory_peak_gib" if "memory_peak_gib" in data else "memory_per_job_gib"
     fraction = _opt(where, data, "memory_need_fraction")
@@ -267,6 +272,7 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
         dp_scaling=tuple(scaling),
         feed_cpu_seconds_per_unit=feed_cpu,
         feed_how=str(feed.get("how") or "") if feed else "",
+        feed_bytes_per_unit=feed_bytes,
     )
 
 

@@ -230,9 +230,14 @@ def from_dict(data: Any, where: str) -> Workload:
     job_start_s = _dec(where, "job_start.seconds", js["seconds"]) if js.get("seconds") is not None else Decimal(0)
 
     fd = _map(where, "feed", data.get("feed"))
-    _only(where, "feed", fd, {"cpu_seconds_per_unit", "source"})
+    _only(where, "feed", fd, {"cpu_seconds_per_unit", "bytes_per_unit", "reads_from", "source"})
     feed_cpu = (_dec(where, "feed.cpu_seconds_per_unit", fd["cpu_seconds_per_unit"], positive=True)
                 if fd.get("cpu_seconds_per_unit") is not None else None)
+    feed_bytes = (_dec(where, "feed.bytes_per_unit", fd["bytes_per_unit"], positive=True)
+                  if fd.get("bytes_per_unit") is not None else None)
+    reads_from = fd.get("reads_from") or "network"
+    if reads_from not in ("network", "disk"):
+        raise UsageError(f"{where}: feed.reads_from = {reads_from!r}: give network (object storage, the default) or disk")
     st = _map(where, "staging", data.get("staging"))
     _only(where, "staging", st, {"minutes", "size_gb", "bandwidth_mbps", "jpy"})
     staging_s = 0
@@ -281,7 +286,9 @@ def from_dict(data: Any, where: str) -> Workload:
         packing=Packing(MappingProxyType(packing), MappingProxyType(by_gpu), startup),
         data_parallel=data_parallel if parallel == "data" else None,
         feed_cpu_seconds_per_unit=feed_cpu,
-        feed_source=str(fd.get("source") or where) if feed_cpu is not None else "",
+        feed_bytes_per_unit=feed_bytes,
+        feed_reads_from=reads_from,
+        feed_source=str(fd.get("source") or where) if feed_cpu is not None or feed_bytes is not None else "",
         streams=streams,
         staging_s=staging_s,
         staging_jpy=_dec(where, "staging.jpy", st.get("jpy", 0), most=MAX_YEN),
@@ -379,17 +386,23 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
 
 
 def _feed_changes(workload: Workload, o: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The feed limit from a profile's measured CPU need, and the assumption line that names it."""
+    """The feed limits from a profile's measured CPU need and bytes read, and the assumption line
+    that names them."""
     from gpuplan.planning.model import number_text
 
     how = f"{o['feed_how'] or 'the input pipeline'}, {source}"
-    return {
-        "feed_cpu_seconds_per_unit": o["feed_cpu_seconds_per_unit"],
-        "feed_source": f"CPU need measured: {how}",
-        "assumptions": workload.assumptions + (
-            f"feed limit: {number_text(o['feed_cpu_seconds_per_unit'])} CPU s per {o['unit']} to feed one job, measured"
-            f" ({how}): a job runs no faster than its share of the machine's vCPUs (vCPUs / GPUs) feeds it",),
-    }
+    line = (f"feed limit: {number_text(o['feed_cpu_seconds_per_unit'])} CPU s per {o['unit']} to feed one job, measured"
+            f" ({how}): a job runs no faster than its share of the machine's vCPUs (vCPUs / GPUs) feeds it")
+    changes: dict[str, Any] = {"feed_cpu_seconds_per_unit": o["feed_cpu_seconds_per_unit"],
+                               "feed_source": f"CPU need measured: {how}"}
+    read = o.get("feed_bytes_per_unit")
+    if read is not None:
+        where = "the machine's disk" if workload.feed_reads_from == "disk" else "object storage over the machine's network"
+        line += (f"; and {number_text(read / 10**6)} MB read per {o['unit']}, measured the same way: no faster than its"
+                 f" share of {where} (sustained rate / GPUs) feeds it")
+        changes.update(feed_bytes_per_unit=read, feed_source=f"CPU need and bytes read measured: {how}")
+    changes["assumptions"] = workload.assumptions + (line,)
+    return changes
 
 
 # ---------------------------------------------------------------------------------------------
