@@ -2,7 +2,7 @@
 
 from decimal import Decimal
 
-from gpuplan.planning.billing import DAY_S, HOUR_S, Terms, billed_seconds, charge, charge_yen
+from gpuplan.planning.billing import DAY_S, HOUR_S, MONTH_S, Terms, billed_seconds, charge, charge_yen, floor_rate
 
 # Sakura 高火力 VRT H100 (shared/notes/sakura-koukaryoku.md): ¥990/h, ¥23,100/day, ¥385,000/month, hourly.
 VRT_H100 = Terms(Decimal(990), HOUR_S, 3600, 3600, Decimal(23100), Decimal(385000))
@@ -38,6 +38,17 @@ def test_monthly_cap_binds_a_700_hour_run():
     assert charge(700 * HOUR_S, VRT_H100) == Decimal(385000)
     # two months and a day: two whole months plus one day
     assert charge(60 * DAY_S + DAY_S, VRT_H100) == Decimal(2 * 385000 + 23100)
+
+
+def test_no_hold_is_billed_below_the_floor_rate_and_a_whole_month_is_billed_at_it():
+    # VRT H100: ¥990 an hour (0.275 a second), ¥23,100 a day (0.267), ¥385,000 a month of 30 days (0.1485)
+    assert floor_rate(VRT_H100) == Decimal(385000) / MONTH_S
+    holds = [1, 600, HOUR_S, 23 * HOUR_S, DAY_S, DAY_S + 1, 15 * DAY_S + 7, MONTH_S - 1, MONTH_S, MONTH_S + 1,
+             2 * MONTH_S + 3 * HOUR_S, 5 * MONTH_S]
+    assert all(charge(t, VRT_H100) >= t * floor_rate(VRT_H100) for t in holds)
+    assert charge(MONTH_S, VRT_H100) == MONTH_S * floor_rate(VRT_H100)  # the floor is reached: a tight bound
+    per_second = Terms(Decimal("83.21"), HOUR_S, 1, 60)
+    assert floor_rate(per_second) == Decimal("83.21") / HOUR_S
 
 
 def test_no_cap_is_linear():

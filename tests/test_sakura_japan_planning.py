@@ -109,6 +109,35 @@ def test_a_plan_that_would_run_past_its_offers_end_of_sale_is_shown_but_never_re
     assert quick.recommendable and not quick.warned_by
 
 
+def test_a_mix_of_capped_vrt_servers_is_bounded_by_what_its_work_costs_at_the_monthly_rate():
+    cat = catalog.load("2026-11")
+    # 16 jobs of 600,000 s (about a week each) on an H100 PCIe: VRT H100 + V100 mixes are capped per
+    # day and month. Their bound was one billed hour of each machine (¥1,471 for H100 + V100), so the
+    # ¥996,000 pick (one 8-GPU DOK task) was reported "might be beaten by up to ¥994,529"; the work
+    # at the cheapest a second any VRT hold is billed (¥385,000 / 30 days) cannot go below ¥1.4 million
+    long = FOUR_TEN_MINUTE_H100_JOBS.replace("seconds_per_unit: 600", "seconds_per_unit: 600000").replace(
+        "count: 4", "count: 16")
+    est = optimizer.estimate(workloads.parse(long, "long"), Setting(catalog=cat), provider="sakura")
+    assert est.recommended.fleet[0][0].name == "dok-h100-8gpu-80gb" and est.recommended.cost == Decimal(996000)
+    assert est.proven and est.gap <= Decimal("0.0001") * est.recommended.cost
+
+
+def test_a_dok_task_longer_than_doks_default_time_limit_is_warned():
+    cat = catalog.load("2026-11")
+    # 16 jobs of 1,200,000 s on 8 GPUs: two rounds, 2,400,000 s in one 8-GPU task, past the
+    # 1,728,000 s (20 days) DOK gives a task unless it sets another limit
+    long = FOUR_TEN_MINUTE_H100_JOBS.replace("seconds_per_unit: 600", "seconds_per_unit: 1200000").replace(
+        "count: 4", "count: 16")
+    est = optimizer.estimate(workloads.parse(long, "long"), Setting(catalog=cat), provider="sakura", mixes=False)
+    wide = next(p for p in est.plans if p.feasible and p.fleet[0][0].name == "dok-h100-8gpu-80gb")
+    (w,) = [w for w in wide.warned_by if w.code is Code.TASK_LIMIT]
+    assert (w.get("task_s"), w.get("limit_s")) == (2_400_000, 1_728_000)
+    assert "past DOK's default limit of 20 d 0 h" in str(w)
+    # a queue of one-GPU tasks: each task is one job of 1,200,000 s, under the limit
+    queue = next(p for p in est.plans if p.feasible and p.fleet[0][0].name == "dok-h100-80gb")
+    assert not any(w.code is Code.TASK_LIMIT for w in queue.warned_by)
+
+
 def test_estimate_shows_dok_beside_vrt_aws_and_azure(cli):
     data = _estimate(cli, "--videos", "4", "--all")
     seen = {(p["provider"], p["fleet"][0]["instance_type"]) for p in data["plans"] if p["feasible"]}

@@ -697,7 +697,8 @@ def _plain(title: str, rows: list[tuple[str, ...]], summary: list[tuple[str, str
 
 _QUOTA_CODES = (Code.DEFAULT_QUOTA, Code.DEFAULT_FAMILY_QUOTA, Code.QUOTA_UNKNOWN)
 _WARNING_WORD = {Code.DEFAULT_QUOTA: "quota", Code.DEFAULT_FAMILY_QUOTA: "quota", Code.QUOTA_UNKNOWN: "quota", Code.SPOT: "spot",
-                 Code.GLOBAL_BATCH: "global batch", Code.RETIRES: "end of sale"}
+                 Code.GLOBAL_BATCH: "global batch", Code.RETIRES: "end of sale",
+                 Code.TASK_LIMIT: "task limit"}
 
 
 def _warning_kinds(warned_by) -> list[str]:

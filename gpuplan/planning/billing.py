@@ -92,6 +92,18 @@ def charge(seconds: int, terms: Terms) -> Decimal:
     return full_month * months + tail
 
 
+def floor_rate(terms: Terms) -> Decimal:
+    """The fewest yen a second any hold is billed at under `terms`: charge(T) >= T x floor_rate
+    for every T (a day never costs less than its cap over 86,400 s, a month than its cap over
+    its seconds, any other hold than the price over its period). For lower bounds."""
+    rates = [terms.price_jpy / max(1, terms.period_s)]
+    if terms.daily_cap_jpy is not None:
+        rates.append(terms.daily_cap_jpy / DAY_S)
+    if terms.monthly_cap_jpy is not None:
+        rates.append(terms.monthly_cap_jpy / terms.cap_month_s)
+    return min(rates)
+
+
 def charge_yen(seconds: int, terms: Terms) -> int:
     """`charge` in whole yen, rounded up as an invoice rounds a machine's line."""
     return int(charge(seconds, terms).to_integral_value(rounding=ROUND_CEILING))  # Decimal // truncates toward 0

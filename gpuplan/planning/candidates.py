@@ -91,6 +91,17 @@ def _counts(nmax: int, extra: Sequence[int]) -> list[int]:
     return sorted(out)
 
 
+def _capped_floor(idle: Plan, a: Offer, fa: Decimal, b: Offer, fb: Decimal, work: Decimal) -> Decimal:
+    """The least a mix of a and b costs where a cap bills some of its machines: every machine's
+    fixed seconds and the fleet's reference `work` (done where it is cheapest a second) at the
+    fewest yen a second its terms ever bill (billing.floor_rate), plus the one-off items."""
+    rate = {m.offer.key: billing.floor_rate(m.terms) for m in idle.machines}
+    fixed = sum((sum(m.counts) * (m.setup_s + m.capture_s + m.staging_s) * rate[m.offer.key] for m in idle.machines),
+                Decimal(0))
+    per_ref_s = min(rate[a.key] * fa / a.gpu_count, rate[b.key] * fb / b.gpu_count)
+    return fixed + work * per_ref_s + idle.breakdown.get("one_off", Decimal(0))
+
+
 def _hourly(offer: Offer) -> Decimal:
     """The offer's hourly price: every offer a candidate is priced on has one (model.check_offer)."""
     assert offer.price_jpy_per_hour is not None
@@ -585,7 +596,8 @@ class Planner:
                 for mode in ("scratch",) if no_image else ("scratch", "image"):
                     idle = model.make_plan(w, s, [(a, na), (b, nb)], mode, 1, empty)  # every machine, no jobs
                     capped = any(m.terms.capped for m in idle.machines)  # a cap makes seconds x price overstate
-                    cost_lb = idle.cost if capped else max(self._fixed_cost(idle) + jobs_lb, idle.cost)
+                    cost_lb = max((_capped_floor(idle, a, fa, b, fb, work) if capped else self._fixed_cost(idle) + jobs_lb),
+                                  idle.cost)
                     wall_lb = self._min_overhead([a, b], mode) + bound_s
                     beaten = any(p.feasible and p.recommendable and p.cost <= cost_lb and p.wall_s <= wall_lb for p in shown)
                     late = s.deadline_s is not None and wall_lb > s.deadline_s

@@ -906,6 +906,7 @@ def make_plan(
         reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
     retiring = _retires_during(fleet, wall, setting)
     warned.extend(retiring)
+    warned.extend(_past_task_limit(machines))
     started = sum(sum(m.counts) for m in machines)
     if started > MAX_MACHINES and all(o.kind == "cloud" for o, _ in fleet):
         reasons.append(outcomes.of(Code.PROVISION_LIMIT, machines=started, limit=MAX_MACHINES))
@@ -1107,6 +1108,24 @@ def _retires_during(fleet: Sequence[tuple[Offer, int]], wall_s: int, setting: Se
     return [outcomes.of(Code.RETIRES, offer=o.name, retired_on=o.retired_on.isoformat(), start=start.isoformat(),
                         ends=ends.isoformat(), wall_s=wall_s, successor=o.successor or "")
             for o in dict.fromkeys(o for o, _ in fleet) if o.retired_on is not None and ends >= o.retired_on]
+
+
+# 高火力 DOK stops a task at its execution_time_limit_sec: 1,728,000 s (20 days) unless the task
+# sets another; the API's largest accepted value is not documented (shared/notes/sakura-koukaryoku.md)
+DOK_TASK_LIMIT_S = 1_728_000
+
+
+def _past_task_limit(machines: Sequence[Machines]) -> list[Outcome]:
+    """A warning where one container task would run longer than DOK's default time limit: the
+    whole batch in a multi-GPU task, or the longest job of a queue."""
+    out = []
+    for m in machines:
+        if m.offer.kind != "task":
+            continue
+        longest = max(m.task_s) if m.task_s else m.staging_s + max(m.jobs_s)
+        if longest > DOK_TASK_LIMIT_S:
+            out.append(outcomes.of(Code.TASK_LIMIT, offer=m.offer.name, task_s=longest, limit_s=DOK_TASK_LIMIT_S))
+    return out
 
 
 def _tax_and_caps(offer: Offer) -> str:

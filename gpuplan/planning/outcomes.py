@@ -28,6 +28,7 @@ class Code(str, Enum):
     DEFAULT_FAMILY_QUOTA = "default_family_quota"  # warning: over a family's default quota
     QUOTA_UNKNOWN = "quota_unknown"  # warning: needs quota of a family whose limit is not known
     RETIRED = "retired"
+    TASK_LIMIT = "task_limit"  # warning: one container task runs past the service's default time limit
     RETIRES = "retires"  # warning: the offer retires (or ends sale) before the plan could end
     UNPRICED = "unpriced"
     PRICED_LATER = "priced_later"  # the price row is younger than the as-of month
@@ -82,6 +83,8 @@ def shown(outcome: Outcome) -> Outcome:
     if outcome.code is Code.DEADLINE:
         return of(Code.DEADLINE, by=fmt.duration(f["wall_s"] - f["deadline_s"]), wall=fmt.duration(f["wall_s"]),
                   deadline=fmt.duration(f["deadline_s"]))
+    if outcome.code is Code.TASK_LIMIT:
+        return of(Code.TASK_LIMIT, offer=f["offer"], task=fmt.duration(f["task_s"]), limit=fmt.duration(f["limit_s"]))
     if outcome.code is Code.RETIRES:
         return of(Code.RETIRES, offer=f["offer"], retired_on=f["retired_on"], successor=f.get("successor", ""))
     if outcome.code is Code.REAL_TIME:
@@ -135,6 +138,12 @@ def _retires(f: Mapping[str, Any]) -> str:
     succ = f"; successor {f['successor']}" if f.get("successor") else ""
     return (f"{f['offer']} retires or ends sale on {f['retired_on']}, before this plan could end (started by"
             f" {f['start']}, its {fmt.duration(f['wall_s'])} run to {f['ends']}): not recommended{succ}")
+
+
+def _task_limit(f: Mapping[str, Any]) -> str:
+    return (f"one {f['offer']} task would run {fmt.duration(f['task_s'])}, past DOK's default limit of"
+            f" {fmt.duration(f['limit_s'])}: `gpuplan run` sets the task's limit from the plan; whether DOK accepts"
+            " a longer one is not documented: split the batch to be sure")
 
 
 def _packing(f: Mapping[str, Any]) -> str:
@@ -198,6 +207,7 @@ _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.QUOTA_UNKNOWN: _quota_unknown,
     Code.RETIRED: _retired,
     Code.RETIRES: _retires,
+    Code.TASK_LIMIT: _task_limit,
     Code.UNPRICED: lambda f: f"{f['what']} not sourced for {f['offer']}; set it in prices.yaml",
     Code.PRICED_LATER: lambda f: f"{f['offer']} priced {f['priced']}, after the as-of month {f['month']}",
     Code.NOT_AVAILABLE: lambda f: f"{f['offer']} not available until {f['available_from']}",
