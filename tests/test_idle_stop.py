@@ -59,7 +59,8 @@ def test_the_watchdog_stops_the_node_after_the_idle_time_and_not_while_an_item_r
         item.send_signal(signal.SIGKILL)
         item.wait()
         t0 = time.monotonic()
-        assert _wait(shutdown_log.exists, 15)
+        # the stand-in's `>>` creates the file before it writes its line: wait for the line
+        assert _wait(lambda: shutdown_log.exists() and shutdown_log.read_text().strip(), 15)
         waited = time.monotonic() - t0
         assert shutdown_log.read_text().split()[1:] == ["shutdown", "-h", "now"]
         assert waited >= 2  # it waited the idle time (3 s, checked every 0.5 s) after the item ended
