@@ -236,3 +236,36 @@ def _tar(folder: Path, dest: Path) -> Path:
     with tarfile.open(dest, "w:gz") as tar:
         tar.add(folder, arcname=".")
     return dest
+
+
+def test_run_dok_with_a_saved_8gpu_pick_runs_it_as_one_task_at_the_planned_yen(fake, cli, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from support.issue_cases import FOUR_TEN_MINUTE_H100_JOBS
+
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
+    work = tmp_path / "ten-minutes.yaml"
+    work.write_text(FOUR_TEN_MINUTE_H100_JOBS.replace("memory_gib: 20", "memory_gib: 40"))  # too big for the V100
+    plan = tmp_path / "plan.json"
+    r = cli("estimate", "--workload", str(work), "--provider", "sakura", "--save", str(plan))
+    assert r.code == 0, r.err
+    saved = json.loads(plan.read_text())
+    assert (saved["provider"], saved["instance_type"]) == ("sakura", "dok-h100-8gpu-80gb")  # issue 22's ¥498 pick
+
+    def time_passes():
+        deadline = time.monotonic() + 60
+        while not fake.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        fake.advance(seconds=600)  # the four jobs side by side: 10 minutes
+
+    threading.Thread(target=time_passes, daemon=True).start()
+    r = cli("run", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, [f"job{i}" for i in range(4)]),
+            "--", "sh", "-c", "echo $1", "_", "{item}")
+    assert r.code == 0, (r.out, r.err)
+    [body] = _posted(fake)
+    assert body["containers"][0]["plan"] == "h100-8gpu-80gb"
+    # 600 s x ¥0.83 = ¥498, the plan's figure
+    assert "¥498 (one task billed for its run time at ¥2,988/h, at least 60 s)" in r.out
+    assert "plan:" in r.out and "yen +0.0%" in r.out

@@ -220,7 +220,8 @@ def run(
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
     (e.g. dok:h100-80gb) runs each item as a Sakura 高火力 DOK task from --image instead: one task
-    at a time per project, the rest wait; `gpuplan jobs dok`, `logs dok JOB ITEM`, `cancel dok JOB`."""
+    at a time per project, the rest wait; dok:h100-8gpu-80gb runs them all in one 8-GPU task, one
+    item per GPU at a time; `gpuplan jobs dok`, `logs dok JOB ITEM`, `cancel dok JOB`."""
     from gpuplan.operating import locks, runner
     from gpuplan.operating.state import State
     from gpuplan.planning.units import MAX_DURATION_S
