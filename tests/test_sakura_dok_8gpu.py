@@ -269,3 +269,25 @@ def test_run_dok_with_a_saved_8gpu_pick_runs_it_as_one_task_at_the_planned_yen(f
     # 600 s x ¥0.83 = ¥498, the plan's figure
     assert "¥498 (one task billed for its run time at ¥2,988/h, at least 60 s)" in r.out
     assert "plan:" in r.out and "yen +0.0%" in r.out
+
+
+def test_while_the_task_waits_its_items_are_queued_and_a_timed_out_task_fails_them_with_why(fake, cli, tmp_path):
+    from support.sakura_dok_fake import client_for
+
+    other = client_for(fake, fake.root).submit("someone-else", "img:1", "h100-80gb")  # the project's one running task
+    r = cli("run", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["a", "b"]), "--detach",
+            "--", "work", "{item}")
+    assert r.code == 0, r.err
+    [job] = json.loads(cli("jobs", "dok", "--format", "json").out)
+    assert (job["state"], job["queued"], job["running"], job["yen"]) == ("submitted", 2, 0, "0.00")
+    fake.execute = False  # nothing runs: the 8-GPU task reaches its time limit with no artifact
+    fake.advance(seconds=5)  # the other task ends; ours starts
+    assert fake.tasks[other.id]["status"] == "done"
+    [job] = json.loads(cli("jobs", "dok", "--format", "json").out)
+    assert (job["state"], job["running"]) == ("running", 2)
+    fake.advance("aborted", seconds=7200)
+    [job] = json.loads(cli("jobs", "dok", "--format", "json").out)
+    assert (job["state"], job["timed_out"], job["succeeded"]) == ("failed", 2, 0)
+    assert job["yen"] == "5976.00"  # 7,200 s x ¥0.83, one task
+    r = cli("logs", "dok", "dok-1", "a")
+    assert r.code == 2 and "the task reached its time limit before this item ended" in r.err

@@ -330,7 +330,7 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
                           registry=registry, time_limit_s=timeout, resumes=resume,
                           options={"plan": str(plan.resolve()) if plan else None}, progress=_progress(err))
     out = _console()
-    if dok_runs.is_batch(state.job(job)):
+    if dok_runs.is_batch(_job_of(state, dok_runs.CLUSTER, job)):
         out.print(f"job {job} submitted: one {dok_plan} DOK task for {fmt.plural(len(todo), 'item')}, one per GPU at a"
                   f" time; order: {order_note}", markup=False)
     else:
@@ -687,7 +687,7 @@ def _dok_item_logs(state, job: str, item: str | None, follow: bool) -> None:
     client = dok_runs.default_client()
     dok_runs.refresh(state, job, client)
     task = dok_runs.item_task(state, job, item, client)
-    if dok_runs.is_batch(state.job(job)):
+    if dok_runs.is_batch(_job_of(state, dok_runs.CLUSTER, job)):
         it = state.job_item(job, item)
         if task.finished:  # each item's own log is in the task's artifact
             if (it["log_path"] or "").startswith("not run: "):
