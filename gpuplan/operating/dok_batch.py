@@ -130,15 +130,16 @@ class ItemStatus:
 _MEMBER = re.compile(r"(?:^|/)gpuplan/(\d+)\.(status|log)$")
 
 
-def _members(path: Path) -> dict[tuple[int, str], bytes]:
-    """The runner's files in an artifact (tar.gz of SAKURA_ARTIFACT_DIR), read in place (never
-    extracted), by (item index, "status" | "log"); wherever in the archive the folder sits."""
+def _members(path: Path, want=lambda idx, kind: True) -> dict[tuple[int, str], bytes]:
+    """The runner's files in an artifact (tar.gz of SAKURA_ARTIFACT_DIR) that `want`, read in
+    place (never extracted), by (item index, "status" | "log"); wherever in the archive the
+    folder sits."""
     out: dict[tuple[int, str], bytes] = {}
     try:
         with tarfile.open(path, "r:*") as tar:
             for m in tar:
                 hit = _MEMBER.search(m.name)
-                if hit and m.isfile():
+                if hit and m.isfile() and want(int(hit[1]), hit[2]):
                     f = tar.extractfile(m)
                     if f is not None:
                         out[(int(hit[1]), hit[2])] = f.read()
@@ -150,9 +151,7 @@ def _members(path: Path) -> dict[tuple[int, str], bytes]:
 def statuses(path: Path) -> dict[int, ItemStatus]:
     """Each item's outcome as the runner wrote it; an item it did not finish has none."""
     out = {}
-    for (idx, kind), data in _members(path).items():
-        if kind != "status":
-            continue
+    for (idx, _), data in _members(path, lambda _i, kind: kind == "status").items():
         fields = dict(line.partition("=")[::2] for line in data.decode(errors="replace").splitlines())
         if not fields.get("start", "").isdigit() or not fields.get("end", "").isdigit():
             continue  # cut short as it was written
@@ -164,4 +163,4 @@ def statuses(path: Path) -> dict[int, ItemStatus]:
 
 
 def item_log(path: Path, idx: int) -> bytes | None:
-    return _members(path).get((idx, "log"))
+    return _members(path, lambda i, kind: i == idx and kind == "log").get((idx, "log"))
