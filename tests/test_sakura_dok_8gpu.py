@@ -291,3 +291,8 @@ def test_while_the_task_waits_its_items_are_queued_and_a_timed_out_task_fails_th
     assert job["yen"] == "5976.00"  # 7,200 s x ¥0.83, one task
     r = cli("logs", "dok", "dok-1", "a")
     assert r.code == 2 and "the task reached its time limit before this item ended" in r.err
+
+
+def test_provision_of_the_8gpu_offer_points_to_run_dok(cli):
+    r = cli("provision", "sakura:dok-h100-8gpu-80gb", "x1", "--dry-run")
+    assert r.code == 2 and "gpuplan run dok:h100-8gpu-80gb --image IMAGE --items FILE -- CMD {item}" in r.err
