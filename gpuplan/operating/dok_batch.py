@@ -26,13 +26,16 @@ from gpuplan.errors import UsageError
 PLAN = "h100-8gpu-80gb"
 GPUS = 8
 ITEM_TAG = "all"  # gpuplan-item=all: the one task runs every item of its job
-# Linux refuses a single argument longer than 131,072 bytes (MAX_ARG_STRLEN), and the script is
-# one argument of `sh -c`; DOK states no limit of its own, so stay well under that.
+# DOK states no size limit for `command` (a third-party DOK client found 200 KB+ accepted live),
+# but the container's `sh -c SCRIPT` gets the script as ONE argument, and Linux refuses a single
+# argument longer than 131,072 bytes (MAX_ARG_STRLEN): stay under that.
 MAX_SCRIPT_BYTES = 120_000
-# The image's own ENTRYPOINT would get a `command` as its arguments (Docker's rule, which DOK's
-# containers follow: command is CMD, entrypoint overrides ENTRYPOINT), so the runner sets the
-# entrypoint to `sh -c` and sends the script as the command: it runs whatever the image's
-# entrypoint is (e.g. ["python"]).
+# The spec's ContainerDefinition requires both `command` and `entrypoint` (string arrays; its
+# examples: command ["/bin/sh","-c","env"], entrypoint ["sh","-c"]). As in Docker, the entrypoint
+# replaces the image's ENTRYPOINT and the command becomes its arguments, so the runner sets the
+# entrypoint to `sh -c` and sends the script as the one-word command: it runs whatever
+# ENTRYPOINT the image has (an image with ENTRYPOINT ["python"] would otherwise get `sh -c
+# SCRIPT` as python's arguments).
 ENTRYPOINT = ("sh", "-c")
 MARK = "gpuplan:"  # the runner's lines on the task's stdout start with this
 
