@@ -266,10 +266,12 @@ def _refresh_batch(state: State, row: Mapping, client) -> dict:
     for it in open_items:
         s = found.get(it["idx"])
         if s is None:
+            why = _NOT_RUN.get(task.status, f"the task ended ({task.status})")
+            if task.artifact_id is None and task.status in ("done", "error"):
+                why = f"the task ended ({task.status}) and left no artifact to read this item's outcome from"
             events.append({"t": "end", "i": it["idx"], "status": "failed", "attempt": 1, "node": CLUSTER,
                            "slot": f"task {task.id}", "start": _iso(at), "end": _iso(at), "exit": None,
-                           "timed_out": task.status == "aborted",
-                           "log": f"not run: {_NOT_RUN.get(task.status, f'the task ended ({task.status})')}"})
+                           "timed_out": task.status == "aborted", "log": f"not run: {why}"})
             continue
         events.append({"t": "end", "i": it["idx"], "status": "ok" if s.exit_code == 0 else "failed", "attempt": 1,
                        "node": CLUSTER, "slot": f"task {task.id} gpu {s.gpu}",
