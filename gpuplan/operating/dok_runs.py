@@ -97,9 +97,9 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
            environment: Mapping[str, str] | None = None, registry: str | None = None, time_limit_s: int | None = None,
            options: Mapping | None = None, resumes: str | None = None,
            progress: Callable[[str], None] = lambda _m: None) -> str:
-    """Record the batch, then queue one task per item; returns the job id. A submission that
-    fails part way leaves the items not submitted "failed" (`--resume` submits them later) and
-    raises."""
+    """Record the batch, then queue one task per item (on the 8-GPU plan, one task for them
+    all); returns the job id. A submission that fails part way leaves the items not submitted
+    "failed" (`--resume` submits them later) and raises."""
     from gpuplan.operating import dok_batch, engine
 
     engine.check_items_command(command)
