@@ -48,8 +48,17 @@ def _posted(fake) -> list[dict]:
 
 def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_one_yen(fake, cli, tmp_path, monkeypatch):
     from gpuplan.operating.state import State
+    from gpuplan.providers.sakura_dok import DokClient
 
     monkeypatch.setenv("COLUMNS", "200")
+    journal_at_the_call = []
+    real_submit = DokClient.submit
+
+    def submit(self, *a, **kw):  # what the journal held when the API was asked
+        journal_at_the_call.extend((j.op, j.target, j.phase) for j in State.open_default().journal("dok"))
+        return real_submit(self, *a, **kw)
+
+    monkeypatch.setattr(DokClient, "submit", submit)
     r = cli("run", "dok:h100-8gpu-80gb", "--image", "registry.example/me/colorize:1", "--items", _items(tmp_path, ITEMS),
             "--env", "BUCKET=s3://b", "--timeout", "3600", "--detach", "--", *ITEM_COMMAND)
     assert r.code == 0, r.err
@@ -61,8 +70,9 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
     assert body["tags"][:2] == ["gpuplan-run=dok-1", "gpuplan-item=all"] and body["tags"][2].startswith("gpuplan-installation=")
     assert body["execution_time_limit_sec"] == 3600 * 2  # --timeout for each round of 8 items
     state = State.open_default()
-    [entry] = state.journal("dok")  # journaled before the API call
+    [entry] = state.journal("dok")
     assert (entry.op, entry.target) == ("dok-task", "dok-1")
+    assert journal_at_the_call == [("dok-task", "dok-1", "intent")]  # journaled before the API call
 
     # the task runs (DOK started it: nothing else ran): every item is running in it
     r = cli("jobs", "dok", "--format", "json")
