@@ -68,7 +68,8 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
     assert container["plan"] == "h100-8gpu-80gb" and container["entrypoint"] == ["sh", "-c"]
     assert len(container["command"]) == 1 and container["environment"] == {"BUCKET": "s3://b"}
     assert body["tags"][:2] == ["gpuplan-run=dok-1", "gpuplan-item=all"] and body["tags"][2].startswith("gpuplan-installation=")
-    assert body["execution_time_limit_sec"] == 3600 * 2  # --timeout for each round of 8 items
+    assert body["execution_time_limit_sec"] == 3600 * 2 + 300  # --timeout for each round of 8 items, and a margin
+    assert "limit=3600" in container["command"][0]  # the runner stops an item after --timeout
     state = State.open_default()
     [entry] = state.journal("dok")
     assert (entry.op, entry.target) == ("dok-task", "dok-1")
@@ -168,7 +169,8 @@ def test_a_batch_too_big_for_one_task_is_refused_in_one_line(fake, cli, tmp_path
 
 # --- the runner itself, under a plain sh -----------------------------------------------------------
 
-def _run_runner(tmp_path: Path, items: list[str], command: list[str], gpus: int | None) -> subprocess.CompletedProcess:
+def _run_runner(tmp_path: Path, items: list[str], command: list[str], gpus: int | None,
+                item_limit_s: int | None = None) -> subprocess.CompletedProcess:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     path = f"{bin_dir}:{os.environ['PATH']}"
@@ -179,7 +181,7 @@ def _run_runner(tmp_path: Path, items: list[str], command: list[str], gpus: int 
     else:  # no nvidia-smi at all: a PATH without it
         path = f"{bin_dir}:/usr/bin:/bin"
         assert shutil.which("nvidia-smi", path=path) is None
-    script = dok_batch.script(list(enumerate(items)), command)
+    script = dok_batch.script(list(enumerate(items)), command, item_limit_s)
     return subprocess.run([SH, "-c", script], env={"PATH": path, "SAKURA_ARTIFACT_DIR": str(tmp_path / "artifact")},
                           capture_output=True, text=True, timeout=120)
 
@@ -306,3 +308,16 @@ def test_while_the_task_waits_its_items_are_queued_and_a_timed_out_task_fails_th
 def test_provision_of_the_8gpu_offer_points_to_run_dok(cli):
     r = cli("provision", "sakura:dok-h100-8gpu-80gb", "x1", "--dry-run")
     assert r.code == 2 and "gpuplan run dok:h100-8gpu-80gb --image IMAGE --items FILE -- CMD {item}" in r.err
+
+
+def test_runner_kills_an_item_past_its_timeout_and_says_so(tmp_path):
+    import time
+
+    began = time.monotonic()
+    r = _run_runner(tmp_path, ["quick", "slow"], ["sh", "-c", '[ "$1" = quick ] || exec sleep 30', "_", "{item}"], 2,
+                    item_limit_s=1)
+    assert time.monotonic() - began < 20  # not the 30 s the slow one asked for
+    assert r.returncode == 1 and "1 of 2 items failed" in r.stdout
+    statuses = dok_batch.statuses(_tar(tmp_path / "artifact", tmp_path / "a.tar.gz"))
+    assert (statuses[0].exit_code, statuses[0].timed_out) == (0, False)
+    assert (statuses[1].exit_code, statuses[1].timed_out) == (137, True)

@@ -7,8 +7,10 @@ bash): one worker loop per GPU (CUDA_VISIBLE_DEVICES=g; as many as `nvidia-smi -
 hold up the others. Each item's command is the user's with {item} put in, every word
 single-quoted and run with `exec` (as a 1-GPU task runs its command: an argv, no shell
 expansion; `exec` also keeps the runner's own functions from being called by a command of the
-same name). Per item, in $SAKURA_ARTIFACT_DIR/gpuplan/ (the task's artifact):
-<idx>.log (its stdout and stderr) and <idx>.status (exit=, gpu=, start=, end=; epoch seconds);
+same name). An item running longer than --timeout is killed (kill -9 of
+its program; what it started itself may outlive it). Per item, in $SAKURA_ARTIFACT_DIR/gpuplan/
+(the task's artifact): <idx>.log (its stdout and stderr) and <idx>.status (exit=, gpu=, start=,
+end= in epoch seconds, timed_out=);
 on stdout, the log stream, a line as each item starts and ends. The task exits 0 only if every
 item succeeded.
 """
@@ -49,13 +51,14 @@ def item_argv(command: Sequence[str], item: str) -> list[str]:
     return [w.replace("{item}", item) for w in command]
 
 
-def script(items: Sequence[tuple[int, str]], command: Sequence[str]) -> str:
-    """The runner for `items` (index, text), in that order; bad input when it is too big to send."""
+def script(items: Sequence[tuple[int, str]], command: Sequence[str], item_limit_s: int | None = None) -> str:
+    """The runner for `items` (index, text), in that order, each killed after `item_limit_s`
+    (none: no limit of its own); bad input when it is too big to send."""
     where = "\n".join(f"    {k}) i={idx} ;;" for k, (idx, _) in enumerate(items))
     what = "\n".join(f"    {k}) exec {' '.join(quote(w) for w in item_argv(command, item))} ;;"
                      for k, (_, item) in enumerate(items))
-    text = _RUNNER.replace("@N@", str(len(items))).replace("@GPUS@", str(GPUS)).replace("@WHERE@", where) \
-        .replace("@WHAT@", what)
+    text = _RUNNER.replace("@N@", str(len(items))).replace("@LIMIT@", str(int(item_limit_s or 0))) \
+        .replace("@GPUS@", str(GPUS)).replace("@WHERE@", where).replace("@WHAT@", what)
     size = len(text.encode())
     if size > MAX_SCRIPT_BYTES:
         raise UsageError(f"{len(items):,} items make an 8-GPU DOK task's command of {size:,} bytes, over the"
@@ -67,6 +70,7 @@ _RUNNER = r"""# gpuplan: @N@ items on this task's GPUs, one per GPU at a time
 D="${SAKURA_ARTIFACT_DIR:-/tmp}/gpuplan"
 mkdir -p "$D/.claims" || exit 1
 n=@N@
+limit=@LIMIT@
 gpuplan_idx() {
   case $1 in
 @WHERE@
@@ -87,9 +91,19 @@ gpuplan_one() {
   gpuplan_idx "$1"
   s=$(date +%s)
   echo "gpuplan: item $i start gpu $2"
-  ( CUDA_VISIBLE_DEVICES=$2; export CUDA_VISIBLE_DEVICES; gpuplan_item "$1" ) >"$D/$i.log" 2>&1 </dev/null
+  ( CUDA_VISIBLE_DEVICES=$2; export CUDA_VISIBLE_DEVICES; gpuplan_item "$1" ) >"$D/$i.log" 2>&1 </dev/null &
+  p=$!
+  if [ "$limit" -gt 0 ]; then  # a watchdog that looks every second (and so ends within one of the item)
+    ( while kill -0 "$p" 2>/dev/null; do
+        if [ $(($(date +%s) - s)) -ge "$limit" ]; then : >"$D/.claims/$1/timed-out"; kill -9 "$p"; exit 0; fi
+        sleep 1
+      done ) >/dev/null 2>&1 &
+  fi
+  wait "$p"
   rc=$?
-  printf 'exit=%s\ngpu=%s\nstart=%s\nend=%s\n' "$rc" "$2" "$s" "$(date +%s)" >"$D/$i.status"
+  t=0
+  [ ! -f "$D/.claims/$1/timed-out" ] || t=1
+  printf 'exit=%s\ngpu=%s\nstart=%s\nend=%s\ntimed_out=%s\n' "$rc" "$2" "$s" "$(date +%s)" "$t" >"$D/$i.status"
   echo "gpuplan: item $i end gpu $2 exit $rc"
 }
 gpuplan_worker() {
@@ -128,6 +142,7 @@ class ItemStatus:
     gpu: int | None
     start: int  # epoch seconds
     end: int
+    timed_out: bool = False  # killed after its --timeout
 
 
 _MEMBER = re.compile(r"(?:^|/)gpuplan/(\d+)\.(status|log)$")
@@ -160,8 +175,9 @@ def statuses(path: Path) -> dict[int, ItemStatus]:
             continue  # cut short as it was written
         code = fields.get("exit", "")
         gpu = fields.get("gpu", "")
-        out[idx] = ItemStatus(int(code) if code.isdigit() else None, int(gpu) if gpu.isdigit() else None,
-                              int(fields["start"]), int(fields["end"]))
+        exit_code = int(code) if code.isdigit() else None
+        out[idx] = ItemStatus(exit_code, int(gpu) if gpu.isdigit() else None, int(fields["start"]), int(fields["end"]),
+                              fields.get("timed_out") == "1" and exit_code != 0)
     return out
 
 

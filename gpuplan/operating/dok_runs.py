@@ -103,7 +103,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     from gpuplan.operating import dok_batch, engine
 
     engine.check_items_command(command)
-    runner_script = dok_batch.script(items, command) if plan == dok_batch.PLAN else None
+    runner_script = dok_batch.script(items, command, time_limit_s) if plan == dok_batch.PLAN else None
     terms = terms_of(plan)
     client.check_credentials()
     job = f"{CLUSTER}-{state.next_job_number(CLUSTER)}"
@@ -137,16 +137,19 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
 
 
 MAX_TIME_LIMIT_S = 1_728_000  # DOK's default task time limit, 20 days
+RUNNER_MARGIN_S = 300  # the 8-GPU runner's own time (claims, status files) on top of its items
 
 
 def _submit_batch(state: State, client, job: str, plan: str, image: str, items: Sequence[tuple[int, str]], script: str,
                   environment, registry, time_limit_s, installation: str, progress) -> None:
-    """The 8-GPU plan: one task runs every item, 8 at a time. Its time limit is --timeout (one
-    item's) times the rounds of 8 the batch takes."""
+    """The 8-GPU plan: one task runs every item, 8 at a time. The runner stops an item after
+    --timeout; the task's own limit is that times the rounds of 8 the batch takes (the runner's
+    workers take the next item as soon as they are free, so no worker is still busy after them),
+    plus a margin for the runner itself."""
     from gpuplan.operating import dok_batch
 
     if time_limit_s is not None:
-        time_limit_s = min(MAX_TIME_LIMIT_S, time_limit_s * -(-len(items) // dok_batch.GPUS))
+        time_limit_s = min(MAX_TIME_LIMIT_S, time_limit_s * -(-len(items) // dok_batch.GPUS) + RUNNER_MARGIN_S)
     progress(f"submitting one {plan} task for {fmt.plural(len(items), 'item')}, {dok_batch.GPUS} at a time")
     try:
         with state.journaled("dok-task", job, CLUSTER, f"{plan} {image} {len(items)} items"):
@@ -277,7 +280,7 @@ def _refresh_batch(state: State, row: Mapping, client) -> dict:
                        "node": CLUSTER, "slot": f"task {task.id} gpu {s.gpu}",
                        "start": _iso(datetime.fromtimestamp(s.start, timezone.utc)),
                        "end": _iso(datetime.fromtimestamp(s.end, timezone.utc)), "exit": s.exit_code,
-                       "timed_out": False, "log": f"gpuplan/{it['idx']}.log in the artifact of task {task.id}"})
+                       "timed_out": s.timed_out, "log": f"gpuplan/{it['idx']}.log in the artifact of task {task.id}"})
     if row["state"] == "submitted":
         events.insert(0, {"t": "begin", "at": _iso(began)})
     state.record_job_events(job, events, row["events_read"])
