@@ -7,12 +7,11 @@ bash): one worker loop per GPU (CUDA_VISIBLE_DEVICES=g; as many as `nvidia-smi -
 hold up the others. Each item's command is the user's with {item} put in, every word
 single-quoted and run with `exec` (as a 1-GPU task runs its command: an argv, no shell
 expansion; `exec` also keeps the runner's own functions from being called by a command of the
-same name). An item running longer than --timeout is killed (kill -9 of
-its program; what it started itself may outlive it). Per item, in $SAKURA_ARTIFACT_DIR/gpuplan/
-(the task's artifact): <idx>.log (its stdout and stderr) and <idx>.status (exit=, gpu=, start=,
-end= in epoch seconds, timed_out=);
-on stdout, the log stream, a line as each item starts and ends. The task exits 0 only if every
-item succeeded.
+same name). An item running longer than --timeout is killed (kill -9 of its program; what it
+started itself may outlive it). Per item, in $SAKURA_ARTIFACT_DIR/gpuplan/ (the task's artifact):
+<idx>.log (its stdout and stderr) and <idx>.status (exit=, gpu=, start=, end= in epoch seconds,
+timed_out=); on stdout, the log stream, a line as each item starts and ends. The task exits 0
+only if every item succeeded.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ MAX_SCRIPT_BYTES = 120_000
 # ENTRYPOINT the image has (an image with ENTRYPOINT ["python"] would otherwise get `sh -c
 # SCRIPT` as python's arguments).
 ENTRYPOINT = ("sh", "-c")
-MARK = "gpuplan:"  # the runner's lines on the task's stdout start with this
 
 
 def quote(word: str) -> str:
