@@ -241,16 +241,19 @@ class DokClient:
             raise ProviderError(f"sakura DOK: no download URL for the artifact of {task.name}")
         import requests
 
-        try:
-            r = requests.get(url, timeout=600)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:  # streamed to the file: an artifact may hold up to 20 GB
+            with requests.get(url, timeout=600, stream=True) as r:
+                if r.status_code != 200:
+                    raise ProviderError(f"sakura DOK: artifact download of {task.name} failed: HTTP {r.status_code} "
+                                        "(links last 72 hours after the task ends)")
+                with dest.open("wb") as f:
+                    for chunk in r.iter_content(chunk_size=1 << 20):
+                        f.write(chunk)
         except requests.RequestException as exc:
+            dest.unlink(missing_ok=True)
             raise ProviderError(f"sakura DOK: cannot download the artifact of {task.name} "
                                 f"({exc.__class__.__name__})") from exc
-        if r.status_code != 200:
-            raise ProviderError(f"sakura DOK: artifact download of {task.name} failed: HTTP {r.status_code} "
-                                "(links last 72 hours after the task ends)")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(r.content)
         return dest
 
 

@@ -366,7 +366,6 @@ def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path,
     (["dok", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "name the DOK plan: gpuplan run dok:PLAN"),
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--timeout", "60", "--", "w", "{item}"], "at least 600 s"),
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--per-gpu", "2", "--", "w", "{item}"], "one container task per item"),
-    (["dok:h100-8gpu-80gb", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "holds all 8 GPUs"),
     (["somecluster", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "are for DOK task runs"),
 ])
 def test_run_dok_bad_input_is_one_line_and_asks_nothing(dok_env, cli, tmp_path, args, message):

@@ -222,7 +222,8 @@ def run(
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
     (e.g. dok:h100-80gb) runs each item as a Sakura 高火力 DOK task from --image instead: one task
-    at a time per project, the rest wait; `gpuplan jobs dok`, `logs dok JOB ITEM`, `cancel dok JOB`."""
+    at a time per project, the rest wait; dok:h100-8gpu-80gb runs them all in one 8-GPU task, one
+    item per GPU at a time; `gpuplan jobs dok`, `logs dok JOB ITEM`, `cancel dok JOB`."""
     from gpuplan.operating import locks, runner
     from gpuplan.operating.state import State
     from gpuplan.planning.units import MAX_DURATION_S
@@ -255,8 +256,8 @@ def run(
     predicted = runner.read_plan(plan) if plan else None
     if dok_runs.is_dok(cluster):
         if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover:
-            raise UsageError("a DOK run is one container task per item: --torchrun, --workdir, --down, --per-gpu,"
-                             " --retries and --recover do not apply (put the code in the image; `--resume JOB`"
+            raise UsageError("a DOK run is one container task per item (or one 8-GPU task, one item per GPU):"
+                             " --torchrun, --workdir, --down, --per-gpu, --retries and --recover do not apply (put the code in the image; `--resume JOB`"
                              " resubmits what failed)")
         _run_dok(cluster, command, items, resume, detach, plan, predicted, timeout, image, env, registry)
         return
@@ -331,8 +332,12 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
                           registry=registry, time_limit_s=timeout, resumes=resume,
                           options={"plan": str(plan.resolve()) if plan else None}, progress=_progress(err))
     out = _console()
-    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'DOK task')} on {dok_plan}, one running at a time per"
-              f" project; order: {order_note}", markup=False)
+    if dok_runs.is_batch(_job_of(state, dok_runs.CLUSTER, job)):
+        out.print(f"job {job} submitted: one {dok_plan} DOK task for {fmt.plural(len(todo), 'item')}, one per GPU at a"
+                  f" time; order: {order_note}", markup=False)
+    else:
+        out.print(f"job {job} submitted: {fmt.plural(len(todo), 'DOK task')} on {dok_plan}, one running at a time per"
+                  f" project; order: {order_note}", markup=False)
     sys.stdout.flush()
     if detach:
         out.print(f"follow it with `gpuplan jobs dok`, `gpuplan logs dok {job} ITEM`; stop it with `gpuplan cancel dok {job}`;"
@@ -517,7 +522,10 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
     for q in summary.quarantined:
         con.print(f"set aside {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
-    if summary.task_seconds and summary.terms is not None:
+    if len(summary.task_seconds) == 1 and summary.terms is not None:
+        how = (f"one task billed for its run time at {fmt.rate(summary.terms.price_jpy)}/h, at least"
+               f" {summary.terms.minimum_s} s")
+    elif summary.task_seconds and summary.terms is not None:
         how = (f"{fmt.plural(len(summary.task_seconds), 'task')} each billed for its own run time at"
                f" {fmt.rate(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
     else:
@@ -679,7 +687,27 @@ def _dok_item_logs(state, job: str, item: str | None, follow: bool) -> None:
     if item is None:
         raise UsageError(f"DOK keeps one log per task: give the item, `gpuplan logs dok {job} ITEM`")
     client = dok_runs.default_client()
+    dok_runs.refresh(state, job, client)
     task = dok_runs.item_task(state, job, item, client)
+    if dok_runs.is_batch(_job_of(state, dok_runs.CLUSTER, job)):
+        it = state.job_item(job, item)
+        if task.finished:  # each item's own log is in the task's artifact
+            if (it["log_path"] or "").startswith("not run: "):
+                raise UsageError(f"item {item!r} of job {job} has no log: {it['log_path'].removeprefix('not run: ')}")
+            if follow:
+                raise UsageError(f"job {job}'s task has ended; leave out --follow")
+            from gpuplan.operating import dok_batch
+
+            text = dok_batch.item_log(dok_runs.artifact(state, client, task, job), it["idx"])
+            if text is None:
+                raise UsageError(f"the artifact of job {job} holds no log of item {item!r}")
+            sys.stdout.write(text.decode(errors="replace"))
+            sys.stdout.flush()
+            return
+        if task.status == "running":
+            _console(stderr=True).print(f"job {job} runs in one 8-GPU task: this is its stream, every item interleaved;"
+                                        f" item {item!r}'s own log comes with the task's artifact once it ends",
+                                        markup=False)
     for text in client.logs(task.id, follow=follow):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         sys.stdout.flush()

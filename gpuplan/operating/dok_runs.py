@@ -17,6 +17,14 @@ Measured yen: each task billed on its own for the seconds the API reports it ran
 (`execution_seconds`), with the plan's per-task minimum, through the one billing rule
 (billing.charge_tasks); the planner prices a DOK queue the same way. An item's started_at is its
 end minus those seconds, so the state's item times are the billed ones.
+
+The 8-GPU plan (h100-8gpu-80gb) is planned as ONE task that holds all 8 GPUs and runs the items
+in its 8 slots, billed once: so the batch is one task (tag gpuplan-item=all) whose command is the
+runner of operating/dok_batch.py. While it waits its items are queued, while it runs they are
+running (slot "task <id>"); once it has ended its artifact is downloaded (kept in the state
+folder, dok/<job>.tar.gz) and each item's status file read: ok or failed with its exit code, GPU
+(slot "task <id> gpu <g>") and times; an item without one failed, the log field saying why. The
+job's own start and end are the task's (end minus its execution_seconds): its one billed figure.
 """
 
 from __future__ import annotations
@@ -53,10 +61,14 @@ def plan_of(target: str, predicted: Mapping | None) -> str:
         raise UsageError(f"name the DOK plan: gpuplan run dok:PLAN (one of {', '.join(PLANS)}), or --plan a saved DOK plan")
     if plan not in PLANS:
         raise UsageError(f"unknown DOK plan {plan!r}: one of {', '.join(PLANS)}")
-    if plan == "h100-8gpu-80gb":
-        raise UsageError("gpuplan run submits one task per item; the 8-GPU plan runs one task that holds all 8 GPUs:"
-                         " submit it with `gpuplan dok submit --plan h100-8gpu-80gb` and a command that runs 8 items at once")
     return plan
+
+
+def is_batch(row: Mapping) -> bool:
+    """A job run as one 8-GPU task (every item in it) rather than one task per item."""
+    from gpuplan.operating import dok_batch
+
+    return (row["options"] or {}).get("dok_plan") == dok_batch.PLAN
 
 
 def terms_of(plan: str) -> Terms:
@@ -85,12 +97,13 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
            environment: Mapping[str, str] | None = None, registry: str | None = None, time_limit_s: int | None = None,
            options: Mapping | None = None, resumes: str | None = None,
            progress: Callable[[str], None] = lambda _m: None) -> str:
-    """Record the batch, then queue one task per item; returns the job id. A submission that
-    fails part way leaves the items not submitted "failed" (`--resume` submits them later) and
-    raises."""
-    from gpuplan.operating import engine
+    """Record the batch, then queue one task per item (on the 8-GPU plan, one task for them
+    all); returns the job id. A submission that fails part way leaves the items not submitted
+    "failed" (`--resume` submits them later) and raises."""
+    from gpuplan.operating import dok_batch, engine
 
     engine.check_items_command(command)
+    runner_script = dok_batch.script(items, command, time_limit_s) if plan == dok_batch.PLAN else None
     terms = terms_of(plan)
     client.check_credentials()
     job = f"{CLUSTER}-{state.next_job_number(CLUSTER)}"
@@ -98,6 +111,10 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
             "time_limit_s": time_limit_s, "terms": _terms_json(terms), **(options or {})}
     state.add_job(job, CLUSTER, list(command), opts, items, 1, resumes)
     installation = state.installation_id()
+    if runner_script is not None:
+        _submit_batch(state, client, job, plan, image, items, runner_script, environment, registry, time_limit_s,
+                      installation, progress)
+        return job
     progress(f"queueing {fmt.plural(len(items), 'DOK task')} on {plan}")
     done = 0
     try:
@@ -119,23 +136,61 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     return job
 
 
+MAX_TIME_LIMIT_S = 1_728_000  # DOK's default task time limit, 20 days
+RUNNER_MARGIN_S = 300  # the 8-GPU runner's own time (claims, status files) on top of its items
+
+
+def _submit_batch(state: State, client, job: str, plan: str, image: str, items: Sequence[tuple[int, str]], script: str,
+                  environment, registry, time_limit_s, installation: str, progress) -> None:
+    """The 8-GPU plan: one task runs every item, 8 at a time. The runner stops an item after
+    --timeout; the task's own limit is that times the rounds of 8 the batch takes (the runner's
+    workers take the next item as soon as they are free, so no worker is still busy after them),
+    plus a margin for the runner itself."""
+    from gpuplan.operating import dok_batch
+
+    if time_limit_s is not None:
+        time_limit_s = min(MAX_TIME_LIMIT_S, time_limit_s * -(-len(items) // dok_batch.GPUS) + RUNNER_MARGIN_S)
+    progress(f"submitting one {plan} task for {fmt.plural(len(items), 'item')}, {dok_batch.GPUS} at a time")
+    try:
+        with state.journaled("dok-task", job, CLUSTER, f"{plan} {image} {len(items)} items"):
+            client.submit(job, image, plan, [script], entrypoint=list(dok_batch.ENTRYPOINT), environment=environment,
+                          tags=[f"{TAG_RUN}={job}", f"{TAG_ITEM}={dok_batch.ITEM_TAG}", f"{TAG_INSTALLATION}={installation}"],
+                          time_limit_s=time_limit_s, registry=registry)
+    except BaseException:
+        now = _iso()
+        state.record_job_events(job, [{"t": "end", "i": idx, "status": "failed", "attempt": 0, "node": CLUSTER,
+                                       "slot": "not submitted", "start": now, "end": now, "exit": None,
+                                       "timed_out": False, "log": None} for idx, _ in items], 0)
+        state.set_job_state(job, "failed")
+        raise
+
+
 def _iso(t=None) -> str:
     from gpuplan.operating.state import now
 
     return (t or now()).isoformat(timespec="seconds")  # as the state writes its times
 
 
-def tasks_of(state: State, client, job: str) -> dict[int, Any]:
-    """The job's tasks (providers/sakura_dok.py DokTask, this installation's), by item index."""
+def _tasks(state: State, client, job: str) -> list[Any]:
+    """The job's tasks (providers/sakura_dok.py DokTask), this installation's."""
     installation = f"{TAG_INSTALLATION}={state.installation_id()}"
-    out: dict[int, Any] = {}
-    for t in client.tasks(f"{TAG_RUN}={job}"):
-        if installation not in t.tags:
-            continue
-        idx = next((x.partition("=")[2] for x in t.tags if x.startswith(TAG_ITEM + "=")), "")
-        if idx.isdigit():
-            out[int(idx)] = t
-    return out
+    return [t for t in client.tasks(f"{TAG_RUN}={job}") if installation in t.tags]
+
+
+def _item_tag(task) -> str:
+    return next((x.partition("=")[2] for x in task.tags if x.startswith(TAG_ITEM + "=")), "")
+
+
+def tasks_of(state: State, client, job: str) -> dict[int, Any]:
+    """The job's tasks, one per item, by item index."""
+    return {int(_item_tag(t)): t for t in _tasks(state, client, job) if _item_tag(t).isdigit()}
+
+
+def batch_task(state: State, client, job: str):
+    """The one task that runs every item of an 8-GPU job (None if the API does not list it)."""
+    from gpuplan.operating import dok_batch
+
+    return next((t for t in _tasks(state, client, job) if _item_tag(t) == dok_batch.ITEM_TAG), None)
 
 
 def refresh(state: State, job: str, client=None) -> dict:
@@ -148,6 +203,8 @@ def refresh(state: State, job: str, client=None) -> dict:
     if row["state"] in OVER:
         return row
     client = client or default_client()
+    if is_batch(row):
+        return _refresh_batch(state, row, client)
     tasks = tasks_of(state, client, job)
     at = now()
     events: list[dict] = []
@@ -177,6 +234,75 @@ def refresh(state: State, job: str, client=None) -> dict:
     return _row(state, job)
 
 
+# why an item of an 8-GPU task has no status file, by how the task ended
+_NOT_RUN = {"canceled": "the task was cancelled before this item ended",
+            "aborted": "the task reached its time limit before this item ended",
+            "error": "the task ended (error) before this item ended", "done": "the task ended before this item ran"}
+
+
+def _refresh_batch(state: State, row: Mapping, client) -> dict:
+    """The 8-GPU job's one task, read back: its items queued, running, or (once it has ended)
+    each one's outcome from the runner's status file in the artifact."""
+    from datetime import datetime, timezone
+
+    from gpuplan.operating import dok_batch
+    from gpuplan.operating.state import now, parse_time
+
+    job = row["id"]
+    task = batch_task(state, client, job)
+    if task is None or task.status == "waiting":
+        return _row(state, job)
+    at = now()
+    events: list[dict] = []
+    open_items = [it for it in state.job_items(job) if it["status"] in ("queued", "running")]
+    if not task.finished:
+        if row["state"] == "submitted":
+            events.append({"t": "begin", "at": _iso(at)})
+        events += [{"t": "start", "i": it["idx"], "attempt": 1, "node": CLUSTER, "slot": f"task {task.id}",
+                    "at": _iso(at)} for it in open_items if it["status"] == "queued"]
+        if events:
+            state.record_job_events(job, events, row["events_read"])
+        return _row(state, job)
+    found = dok_batch.statuses(artifact(state, client, task, job)) if task.artifact_id else {}
+    began = (at - timedelta(seconds=task.execution_s) if task.execution_s is not None
+             else parse_time(row["started_at"]) or at)
+    for it in open_items:
+        s = found.get(it["idx"])
+        if s is None:
+            why = _NOT_RUN.get(task.status, f"the task ended ({task.status})")
+            if task.artifact_id is None and task.status in ("done", "error"):
+                why = f"the task ended ({task.status}) and left no artifact to read this item's outcome from"
+            events.append({"t": "end", "i": it["idx"], "status": "failed", "attempt": 1, "node": CLUSTER,
+                           "slot": f"task {task.id}", "start": _iso(at), "end": _iso(at), "exit": None,
+                           "timed_out": task.status == "aborted", "log": f"not run: {why}"})
+            continue
+        events.append({"t": "end", "i": it["idx"], "status": "ok" if s.exit_code == 0 else "failed", "attempt": 1,
+                       "node": CLUSTER, "slot": f"task {task.id} gpu {s.gpu}",
+                       "start": _iso(datetime.fromtimestamp(s.start, timezone.utc)),
+                       "end": _iso(datetime.fromtimestamp(s.end, timezone.utc)), "exit": s.exit_code,
+                       "timed_out": s.timed_out, "log": f"gpuplan/{it['idx']}.log in the artifact of task {task.id}"})
+    if row["state"] == "submitted":
+        events.insert(0, {"t": "begin", "at": _iso(began)})
+    state.record_job_events(job, events, row["events_read"])
+    ok = state.job_counts(job).get("ok", 0) == row["total"]
+    # the job's start and end are the task's: its wall is the one figure DOK bills
+    state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": _iso(at),
+                                   "started": _iso(began) if task.execution_s is not None else None}],
+                            row["events_read"])
+    return _row(state, job)
+
+
+def artifact(state: State, client, task, job: str):
+    """The task's artifact, downloaded once into the state folder (dok/<job>.tar.gz)."""
+    from gpuplan import paths
+
+    path = paths.state_dir() / "dok" / f"{job}.tar.gz"
+    if not path.is_file():
+        part = client.download_artifact(task, path.with_suffix(".part"))
+        part.replace(path)
+    return path
+
+
 def _row(state: State, job: str) -> dict:
     row = state.job(job)
     if row is None:
@@ -192,11 +318,20 @@ def default_client():
 
 
 def task_seconds(state: State, job: str, at=None) -> list[int]:
-    """Each started item's seconds: its billed run time when it ended, the time so far while it runs."""
+    """Each started item's seconds: its billed run time when it ended, the time so far while it
+    runs. An 8-GPU job is one task: one figure, its run time (the job's wall)."""
     from decimal import ROUND_CEILING
 
     from gpuplan.operating.state import now, parse_time
 
+    row = _row(state, job)
+    if is_batch(row):
+        from gpuplan.operating import runner
+
+        if not row["started_at"]:
+            return []
+        wall = Decimal(str(runner.job_seconds(row, at)))
+        return [int(wall.to_integral_value(rounding=ROUND_CEILING))]
     out = []
     for it in state.job_items(job):
         start = parse_time(it["started_at"])
@@ -218,7 +353,7 @@ def cancel(state: State, job: str, client=None) -> int:
     client = client or default_client()
     refresh(state, job, client)
     stopped = 0
-    for t in tasks_of(state, client, job).values():
+    for t in _tasks(state, client, job):
         if not t.finished:
             client.cancel(t.id)
             stopped += 1
@@ -232,7 +367,8 @@ def item_task(state: State, job: str, item: str, client=None):
     it = state.job_item(job, item)
     if it is None:
         raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
-    task = tasks_of(state, client or default_client(), job).get(it["idx"])
+    client = client or default_client()
+    task = batch_task(state, client, job) if is_batch(_row(state, job)) else tasks_of(state, client, job).get(it["idx"])
     if task is None:
         raise UsageError(f"item {item!r} of job {job} has no DOK task (it was not submitted)")
     return task

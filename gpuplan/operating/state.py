@@ -836,9 +836,9 @@ class State:
                     db.execute("UPDATE jobs SET state='running', started_at=? WHERE id=? AND state='submitted'",
                                (e["at"], job))
                 elif kind == "start":
-                    db.execute("UPDATE job_items SET status='running', attempts=?, node=?, started_at=?, ended_at=NULL,"
-                               " exit_code=NULL, timed_out=0 WHERE job=? AND idx=?",
-                               (e["attempt"], e["node"], e["at"], job, e["i"]))
+                    db.execute("UPDATE job_items SET status='running', attempts=?, node=?, slot=COALESCE(?, slot),"
+                               " started_at=?, ended_at=NULL, exit_code=NULL, timed_out=0 WHERE job=? AND idx=?",
+                               (e["attempt"], e["node"], e.get("slot"), e["at"], job, e["i"]))
                 elif kind == "end":
                     db.execute("UPDATE job_items SET status=?, attempts=MAX(attempts, ?), node=?, slot=?, started_at=?,"
                                " ended_at=?, exit_code=?, timed_out=?, log_path=? WHERE job=? AND idx=?",
@@ -849,7 +849,8 @@ class State:
                 elif kind == "quarantine":
                     db.execute("INSERT INTO job_quarantines (job, node, reason) VALUES (?,?,?)", (job, e["node"], e["reason"]))
                 elif kind == "done":
-                    db.execute("UPDATE jobs SET state=?, ended_at=? WHERE id=?", (e["state"], e["at"], job))
+                    db.execute("UPDATE jobs SET state=?, ended_at=?, started_at=COALESCE(?, started_at) WHERE id=?",
+                               (e["state"], e["at"], e.get("started"), job))
             db.execute("UPDATE jobs SET events_read=? WHERE id=?", (events_read, job))
 
     def job_counts(self, job: str) -> dict[str, int]:

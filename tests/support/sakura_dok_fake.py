@@ -13,7 +13,13 @@
   sends the task's `logs` lines from the start as text messages, then each new one, and closes
   once the task has ended and every line was sent. `log(task_id, line)` adds a line;
 - a finished task reports its container's `execution_seconds` (set by `advance(seconds=...)`)
-  and `exit_code`, as a third-party DOK CLI reads them; `GET /tasks/?tag=` filters by tag.
+  and `exit_code`, as a third-party DOK CLI reads them; `GET /tasks/?tag=` filters by tag;
+- `DokFake(execute=True)`: `advance()` really runs the running task's container command here
+  (entrypoint then command, as Docker does; the image is not pulled: the command runs on this
+  machine) with its environment, SAKURA_ARTIFACT_DIR a fresh folder and a stand-in `nvidia-smi`
+  listing the plan's GPUs (8 for h100-8gpu-80gb) first on PATH. Its exit code decides done /
+  error, its output becomes the task's log, and the folder, as tar.gz, its artifact (kept also
+  when it failed). Without `execute`, nothing runs and only a done task has a (dummy) artifact.
 
 Assumed where the notes do not say: the list envelope {"meta": {page, page_size, count,
 total_pages}, "results"} (as `unit_prices/` answers) and the task's "artifact": {"id": ...}. Unknown paths answer 404 and are recorded in `unknown`.
@@ -46,8 +52,8 @@ class _Err(Exception):
 
 
 class DokFake(FakeApiServer):
-    def __init__(self, token: str = "fake-token", secret: str = "fake-secret") -> None:
-        self.token, self.secret = token, secret
+    def __init__(self, token: str = "fake-token", secret: str = "fake-secret", execute: bool = False) -> None:
+        self.token, self.secret, self.execute = token, secret, execute
         self.lock = threading.RLock()
         self.tasks: dict[str, dict] = {}
         self.artifacts: dict[str, bytes] = {}
@@ -134,14 +140,55 @@ class DokFake(FakeApiServer):
         execution, the oldest waiting one starts."""
         with self.lock:
             for t in self.running():
+                if self.execute:
+                    code = self._run(t)
+                    status, exit_code = ("done" if code == 0 else "error"), code
                 t["status"] = status
                 t["containers"][0]["execution_seconds"] = seconds
                 t["containers"][0]["exit_code"] = exit_code if exit_code is not None else (0 if status == "done" else 1)
+                if self.execute:
+                    continue  # _run left its artifact
                 if status == "done":
                     aid = str(uuid.uuid4())
                     self.artifacts[aid] = b"\x1f\x8b fake tar.gz of " + t["name"].encode()
                     t["artifact"] = {"id": aid}
             self._schedule()
+
+    def _run(self, task: dict) -> int:
+        """Run the task's container command here; its artifact folder becomes its artifact."""
+        import io
+        import os
+        import subprocess
+        import tarfile
+        import tempfile
+        from pathlib import Path
+
+        c = task["containers"][0]
+        gpus = 8 if c["plan"] == "h100-8gpu-80gb" else 1
+        with tempfile.TemporaryDirectory(prefix="dok-fake-") as tmp:
+            artifact, bin_dir = Path(tmp, "artifact"), Path(tmp, "bin")
+            artifact.mkdir()
+            bin_dir.mkdir()
+            smi = bin_dir / "nvidia-smi"
+            smi.write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {g}: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-{g})'\n"
+                                                   for g in range(gpus)))
+            smi.chmod(0o755)
+            env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": tmp,
+                   **{k: str(v) for k, v in (c.get("environment") or {}).items()},
+                   "SAKURA_ARTIFACT_DIR": str(artifact), "SAKURA_TASK_ID": task["id"]}
+            argv = list(c["entrypoint"]) + list(c["command"])
+            r = subprocess.run(argv, env=env, cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=300)
+            for line in r.stdout.decode(errors="replace").splitlines(keepends=True):
+                self.logs.setdefault(task["id"], []).append(line)
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+                for path in sorted(artifact.rglob("*")):
+                    tar.add(path, arcname=str(path.relative_to(artifact)), recursive=False)
+        aid = str(uuid.uuid4())
+        self.artifacts[aid] = buf.getvalue()
+        task["artifact"] = {"id": aid}
+        return r.returncode
 
     def _schedule(self) -> None:
         if not self.running():
@@ -228,6 +275,8 @@ class DokFake(FakeApiServer):
                 raise _Err(400, f"container needs an image and a plan of {PLANS}")
             if not isinstance(c.get("command"), list) or not isinstance(c.get("entrypoint"), list):
                 raise _Err(400, "command and entrypoint must be lists")
+            if not all(isinstance(w, str) for w in c["command"] + c["entrypoint"]):
+                raise _Err(400, "command and entrypoint hold strings")
             env = c.get("environment") or {}
             if sum(len(k) + len(str(v)) for k, v in env.items()) >= 8192:
                 raise _Err(400, "environment is too long")
