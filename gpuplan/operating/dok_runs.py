@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import NotFound, UsageError
 from gpuplan.planning import fmt
+from gpuplan.planning.units import DOK_TASK_LIMIT_S
 
 if TYPE_CHECKING:
     from gpuplan.operating.state import State
@@ -136,7 +137,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     return job
 
 
-MAX_TIME_LIMIT_S = 1_728_000  # DOK's default task time limit, 20 days
+MAX_TIME_LIMIT_S = DOK_TASK_LIMIT_S  # the most gpuplan asks a DOK task's time limit to be (20 days)
 RUNNER_MARGIN_S = 300  # the 8-GPU runner's own time (claims, status files) on top of its items
 
 

@@ -54,7 +54,7 @@ from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
-from gpuplan.planning.units import MAX_MACHINES
+from gpuplan.planning.units import DOK_TASK_LIMIT_S, MAX_MACHINES
 
 if TYPE_CHECKING:
     from gpuplan.planning.catalog import Catalog
@@ -1108,11 +1108,6 @@ def _retires_during(fleet: Sequence[tuple[Offer, int]], wall_s: int, setting: Se
     return [outcomes.of(Code.RETIRES, offer=o.name, retired_on=o.retired_on.isoformat(), start=start.isoformat(),
                         ends=ends.isoformat(), wall_s=wall_s, successor=o.successor or "")
             for o in dict.fromkeys(o for o, _ in fleet) if o.retired_on is not None and ends >= o.retired_on]
-
-
-# 高火力 DOK stops a task at its execution_time_limit_sec: 1,728,000 s (20 days) unless the task
-# sets another; the API's largest accepted value is not documented (shared/notes/sakura-koukaryoku.md)
-DOK_TASK_LIMIT_S = 1_728_000
 
 
 def _past_task_limit(machines: Sequence[Machines]) -> list[Outcome]:

@@ -142,8 +142,8 @@ def _retires(f: Mapping[str, Any]) -> str:
 
 def _task_limit(f: Mapping[str, Any]) -> str:
     return (f"one {f['offer']} task would run {fmt.duration(f['task_s'])}, past DOK's default limit of"
-            f" {fmt.duration(f['limit_s'])}: `gpuplan run` sets the task's limit from the plan; whether DOK accepts"
-            " a longer one is not documented: split the batch to be sure")
+            f" {fmt.duration(f['limit_s'])}, which `gpuplan run` keeps (whether DOK accepts a longer one is not"
+            " documented): split the batch into parts that each end within it")
 
 
 def _packing(f: Mapping[str, Any]) -> str:

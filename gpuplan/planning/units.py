@@ -10,6 +10,10 @@ _DURATION_PART = re.compile(r"([0-9]+)([smhd])")  # ASCII digits: int() would re
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_S = 366 * 86400  # a deadline or TTL over a year is a typo (and a TTL that long protects nothing)
 MAX_MACHINES = 1000  # one cluster: each machine is its own create call, journal rows and SSH session
+# 高火力 DOK stops a task at its execution_time_limit_sec, 1,728,000 s (20 days) unless the task sets
+# another; the largest it accepts is not documented (shared/notes/sakura-koukaryoku.md), so gpuplan
+# never asks for more
+DOK_TASK_LIMIT_S = 1_728_000
 
 
 def parse_duration(text: str, what: str = "duration") -> int:
