@@ -577,16 +577,22 @@ def test_sharded_memory_fields_are_checked_in_one_line():
 
 # --- the feed limit ------------------------------------------------------------------------------
 
-def test_a_job_runs_no_faster_than_the_machines_vcpus_feed_it(cli, tmp_path):
+def _one_machine_plans(cli, tmp_path, feed: str) -> dict:
+    """AWS us-east-1's one-machine plans, by instance type, of 3,600 epochs of 1 s alone on a V100
+    whose input has the given `feed:` (a YAML flow mapping)."""
     import json
 
     f = tmp_path / "fed.yaml"
-    # 1 s per epoch alone on a V100; its input pipeline takes 16 CPU s per epoch
     f.write_text("name: fed\nunit: epoch\nseconds_per_unit: 1\nreference_gpu: V100\njobs:\n  - {units: 3600}\n"
-                 "feed: {cpu_seconds_per_unit: 16, source: measured here}\n")
+                 f"feed: {feed}\n")
     r = cli("estimate", "--workload", str(f), "--provider", "aws", "--region", "us-east-1", "--all", "--format", "json")
     assert r.code == 0, r.err
-    plans = {p["instance_type"]: p for p in json.loads(r.out)["plans"] if p["count"] == 1 and p["feasible"]}
+    return {p["instance_type"]: p for p in json.loads(r.out)["plans"] if p["count"] == 1 and p["feasible"]}
+
+
+def test_a_job_runs_no_faster_than_the_machines_vcpus_feed_it(cli, tmp_path):
+    # its input pipeline takes 16 CPU s per epoch
+    plans = _one_machine_plans(cli, tmp_path, "{cpu_seconds_per_unit: 16, source: measured here}")
     # p3.2xlarge: 8 vCPUs for one V100 feed 0.5 epochs/s, the V100 does 1: 3,600 epochs take 7,200 s, not 3,600
     p3 = plans["p3.2xlarge"]
     assert p3["machine_groups"][0]["jobs_s_max"] == 7200
@@ -662,17 +668,10 @@ def test_feed_reads_from_takes_network_or_disk_in_one_line():
 
 
 def test_the_plan_of_a_network_fed_job_takes_the_network_limit_and_bills_by_the_one_rule(cli, tmp_path):
-    import json
-
     from gpuplan.planning import billing
 
-    f = tmp_path / "reads.yaml"
-    # 1 s per epoch alone on a V100; each epoch reads 625 MB from object storage
-    f.write_text("name: reads\nunit: epoch\nseconds_per_unit: 1\nreference_gpu: V100\njobs:\n  - {units: 3600}\n"
-                 "feed: {bytes_per_unit: 625000000, source: counted here}\n")
-    r = cli("estimate", "--workload", str(f), "--provider", "aws", "--region", "us-east-1", "--all", "--format", "json")
-    assert r.code == 0, r.err
-    plans = {p["instance_type"]: p for p in json.loads(r.out)["plans"] if p["count"] == 1 and p["feasible"]}
+    # each epoch reads 625 MB from object storage
+    plans = _one_machine_plans(cli, tmp_path, "{bytes_per_unit: 625000000, source: counted here}")
     cat = catalog.load("2026-11")
     p3, p3dn = plans["p3.2xlarge"], plans["p3dn.24xlarge"]
     # p3.2xlarge: 312.5 MB/s sustained / 625 MB = 0.5 epochs/s: 3,600 epochs take 7,200 s, not 3,600
