@@ -167,6 +167,7 @@ def test_preferred_regions_in_config_keep_the_estimate_among_them(cli, gpuplan_h
 def test_a_region_without_offers_names_the_refresh_that_adds_them(cli):
     r = cli("catalog", "--provider", "azure", "--region", "japaneast")
     assert r.code == 0 and "no offers match these filters" in r.out
+    assert r.out.splitlines()[0] == "gpuplan catalog 2026-11"  # no "newest source undated" of nothing
     flat = " ".join(r.out.split())
     assert ("note: no offers in japaneast: the catalog shipped with gpuplan (2026-11) has no sourced price in "
             "japaneast (Azure); `gpuplan catalog refresh --provider azure --region japaneast` adds the sizes Azure "

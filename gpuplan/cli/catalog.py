@@ -175,8 +175,8 @@ def _table(cat, offers, hidden: int, empty: str | None = None) -> None:
             cells["instance"] += f"\n  {o.region}"
         rows.append([cells[k] for k in keep])
     newest = newest_source(offers)
-    tables.render(out, [c for c in columns if c.name in keep], rows,
-                  title=f"gpuplan catalog {cat.snapshot} (newest source {newest or 'undated'})")
+    dated = f" (newest source {newest or 'undated'})" if offers else ""
+    tables.render(out, [c for c in columns if c.name in keep], rows, title=f"gpuplan catalog {cat.snapshot}{dated}")
     if not offers:
         out.print("no offers match these filters", markup=False)
     if empty:
