@@ -87,6 +87,28 @@ def _whole(value) -> int | None:
         return None
 
 
+def check_task_input(plan: str, image: str, environment: Mapping[str, str] | None,
+                     time_limit_s: int | None) -> dict[str, str]:
+    """What DOK would refuse in a task, refused here in one line (UsageError); the environment
+    as DOK takes it. Callers that record something first (a batch's job) check before they do."""
+    if plan not in PLANS:
+        raise UsageError(f"sakura DOK: unknown plan {plan!r}; plans: {', '.join(PLANS)}")
+    if not image.strip():
+        raise UsageError("sakura DOK: name the container image to run (e.g. registry.example/me/job:1)")
+    env = {str(k): str(v) for k, v in (environment or {}).items()}
+    reserved = sorted(k for k in env if k.startswith("SAKURA_"))
+    if reserved:
+        raise UsageError(f"sakura DOK: environment names starting SAKURA_ are DOK's own ({reserved[0]}); rename it")
+    size = sum(len(k) + len(v) for k, v in env.items())
+    if size >= MAX_ENVIRONMENT_CHARS:
+        raise UsageError(f"sakura DOK: the environment holds {size:,} characters; DOK takes fewer than "
+                         f"{MAX_ENVIRONMENT_CHARS:,}: pass large inputs through object storage")
+    if time_limit_s is not None and time_limit_s < MIN_TIME_LIMIT_S:
+        raise UsageError(f"sakura DOK: a time limit of {time_limit_s} s is under DOK's minimum of "
+                         f"{MIN_TIME_LIMIT_S} s")
+    return env
+
+
 class DokClient:
     """Submit, watch, cancel tasks and fetch their artifacts. Never prints."""
 
@@ -145,21 +167,7 @@ class DokClient:
                entrypoint: Sequence[str] = (), environment: Mapping[str, str] | None = None,
                tags: Sequence[str] = (), time_limit_s: int | None = None, registry: str | None = None) -> DokTask:
         """Queue one task. Bad input is refused before the API is asked."""
-        if plan not in PLANS:
-            raise UsageError(f"sakura DOK: unknown plan {plan!r}; plans: {', '.join(PLANS)}")
-        if not image.strip():
-            raise UsageError("sakura DOK: name the container image to run (e.g. registry.example/me/job:1)")
-        env = {str(k): str(v) for k, v in (environment or {}).items()}
-        reserved = sorted(k for k in env if k.startswith("SAKURA_"))
-        if reserved:
-            raise UsageError(f"sakura DOK: environment names starting SAKURA_ are DOK's own ({reserved[0]}); rename it")
-        size = sum(len(k) + len(v) for k, v in env.items())
-        if size >= MAX_ENVIRONMENT_CHARS:
-            raise UsageError(f"sakura DOK: the environment holds {size:,} characters; DOK takes fewer than "
-                             f"{MAX_ENVIRONMENT_CHARS:,}: pass large inputs through object storage")
-        if time_limit_s is not None and time_limit_s < MIN_TIME_LIMIT_S:
-            raise UsageError(f"sakura DOK: a time limit of {time_limit_s} s is under DOK's minimum of "
-                             f"{MIN_TIME_LIMIT_S} s")
+        env = check_task_input(plan, image, environment, time_limit_s)
         body = {
             "name": name, "tags": list(tags),
             "containers": [{"image": image, "registry": registry, "command": list(command),

@@ -367,12 +367,17 @@ def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path,
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--timeout", "60", "--", "w", "{item}"], "at least 600 s"),
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--per-gpu", "2", "--", "w", "{item}"], "one container task per item"),
     (["somecluster", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "are for DOK task runs"),
+    (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--env", "SAKURA_X=1", "--", "w", "{item}"],
+     "SAKURA_ are DOK's own"),
+    (["dok:h100-8gpu-80gb", "--image", "i:1", "--items", "ITEMS", "--env", f"BIG={'x' * 9000}", "--", "w", "{item}"],
+     "fewer than 8,192"),
 ])
 def test_run_dok_bad_input_is_one_line_and_asks_nothing(dok_env, cli, tmp_path, args, message):
     items = _items(tmp_path, "a")
     r = cli("run", *[items if a == "ITEMS" else a for a in args])
     assert r.code == 2 and message in r.err and "Traceback" not in r.err, (r.out, r.err)
     assert dok_env.requests == []
+    assert "dok-1" not in cli("jobs", "dok").out  # refused before a job was recorded
 
 
 def test_no_cluster_may_be_named_dok(cli):

@@ -102,9 +102,13 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     all); returns the job id. A submission that fails part way leaves the items not submitted
     "failed" (`--resume` submits them later) and raises."""
     from gpuplan.operating import dok_batch, engine
+    from gpuplan.providers.sakura_dok import check_task_input
 
     engine.check_items_command(command)
-    runner_script = dok_batch.script(items, command, time_limit_s) if plan == dok_batch.PLAN else None
+    batch = plan == dok_batch.PLAN
+    # before the job is recorded, so that nothing is left behind; the 8-GPU task's own limit is its items'
+    check_task_input(plan, image, environment, _batch_limit(time_limit_s, len(items)) if batch else time_limit_s)
+    runner_script = dok_batch.script(items, command, time_limit_s) if batch else None
     terms = terms_of(plan)
     client.check_credentials()
     job = f"{CLUSTER}-{state.next_job_number(CLUSTER)}"
@@ -141,6 +145,15 @@ MAX_TIME_LIMIT_S = DOK_TASK_LIMIT_S  # the most gpuplan asks a DOK task's time l
 RUNNER_MARGIN_S = 300  # the 8-GPU runner's own time (claims, status files) on top of its items
 
 
+def _batch_limit(item_limit_s: int | None, items: int) -> int | None:
+    """The 8-GPU task's time limit for items that each stop after `item_limit_s` (None: DOK's default)."""
+    from gpuplan.operating import dok_batch
+
+    if item_limit_s is None:
+        return None
+    return min(MAX_TIME_LIMIT_S, item_limit_s * -(-items // dok_batch.GPUS) + RUNNER_MARGIN_S)
+
+
 def _submit_batch(state: State, client, job: str, plan: str, image: str, items: Sequence[tuple[int, str]], script: str,
                   environment, registry, time_limit_s, installation: str, progress) -> None:
     """The 8-GPU plan: one task runs every item, 8 at a time. The runner stops an item after
@@ -149,8 +162,7 @@ def _submit_batch(state: State, client, job: str, plan: str, image: str, items: 
     plus a margin for the runner itself."""
     from gpuplan.operating import dok_batch
 
-    if time_limit_s is not None:
-        time_limit_s = min(MAX_TIME_LIMIT_S, time_limit_s * -(-len(items) // dok_batch.GPUS) + RUNNER_MARGIN_S)
+    time_limit_s = _batch_limit(time_limit_s, len(items))
     progress(f"submitting one {plan} task for {fmt.plural(len(items), 'item')}, {dok_batch.GPUS} at a time")
     try:
         with state.journaled("dok-task", job, CLUSTER, f"{plan} {image} {len(items)} items"):
