@@ -138,6 +138,15 @@ def test_a_dok_task_longer_than_doks_default_time_limit_is_warned():
     assert not any(w.code is Code.TASK_LIMIT for w in queue.warned_by)
 
 
+def test_four_jobs_side_by_side_in_one_8_gpu_task_are_proven_optimal_under_colocation(cli):
+    # colorize slows while jobs share a machine (report A); the bound took 8 jobs at once at the
+    # 8-job rate, but a batch of 4 never runs more than 4 at once: "70 s over its lower bound" before
+    data = _estimate(cli, "--videos", "4", "--all")
+    wide = next(p for p in data["plans"] if p["instance_type"] == "dok-h100-8gpu-80gb" and p["feasible"])
+    assert wide["optimal"] is True
+    assert not any("not proven optimal" in a for a in wide["assumptions"])
+
+
 def test_estimate_shows_dok_beside_vrt_aws_and_azure(cli):
     data = _estimate(cli, "--videos", "4", "--all")
     seen = {(p["provider"], p["fleet"][0]["instance_type"]) for p in data["plans"] if p["feasible"]}

@@ -439,7 +439,8 @@ class Planner:
         makespan_s = max(loads.jobs_s)
         bound_s = self._seconds(factor, sched.lower_bound)
         if rates is not None:  # nor can any schedule beat the work at a machine's best throughput
-            best = max(m * r for m, r in rates.items())
+            # (with no more jobs at once than the batch has: 4 jobs never run 8 at a time)
+            best = max(m * r for m, r in rates.items() if m <= len(self.ref))
             bound_s = max(bound_s, model.ceil_s(factor * self.total_ticks * self.tick / (n * best)))
         # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
         whole = start * factor * self.tick == self.start_s
@@ -491,9 +492,10 @@ class Planner:
         loads = model.Loads(offer, [secs for (secs, _), _ in runs], [len(names) for _, names in runs],
                             [tuple(names) for _, names in runs], [starts for (_, starts), _ in runs])
         makespan_s = max(loads.jobs_s)
-        best = max(m * r for m, r in rates.items())  # a GPU's best throughput, in jobs' alone-seconds per second
-        work = alone * self.total_ticks * self.tick
         nj = len(self.ref)
+        # a GPU's best throughput, in jobs' alone-seconds per second (never more jobs at once than there are)
+        best = max(m * r for m, r in rates.items() if m <= nj)
+        work = alone * self.total_ticks * self.tick
         bound_s = model.ceil_s(max(work / (n * gpus * best), nj * self.start_s / (n * slots),
                                    self.start_s + alone * max(self.ticks) * self.tick / max(rates.values())))
         optimal = makespan_s <= bound_s
