@@ -32,6 +32,19 @@ def test_run_returns_exit_code_and_both_streams(hosts):
     assert not r.ok and r.tail() == "out\nerr"
 
 
+def test_output_that_comes_after_the_exit_status_is_read_to_its_end(hosts):
+    # the shell exits at once (sshd sends its exit status) while a child it left still writes to
+    # the same output: a loaded host does this to the last line of any command. Read to end of file.
+    r = remote.run(as_host(hosts[0]), "echo first; (sleep 0.5; echo late; echo late-err >&2) &")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "first\nlate\n", "late-err\n")
+
+
+def test_a_background_process_holding_the_output_open_does_not_hold_the_command(hosts):
+    r = remote.run(as_host(hosts[0]), "echo started; sleep 60 &", timeout=30)
+    # the exit status came, then nothing for DRAIN_S: done, long before the sleep or the timeout
+    assert (r.exit_code, r.stdout) == (0, "started\n") and r.seconds < remote.DRAIN_S + 5
+
+
 def test_stdin_reaches_the_command_and_env_is_per_host(hosts):
     r = remote.run(as_host(hosts[1]), "bash -s", stdin='echo "$GPUPLAN_FAKE_ROOT"\n')
     assert r.stdout.strip() == str(hosts[1].fake_root)

@@ -128,6 +128,9 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (OSError, *_TRANSIENT))
 
 
+DRAIN_S = 2.0  # after a command exits, how long output may still trickle in with no end of file
+
+
 class Connection:
     """One logged-in SSH connection. Use as a context manager; `connect()` makes one."""
 
@@ -162,6 +165,7 @@ class Connection:
         out, err = bytearray(), bytearray()
         deadline = start + timeout
         timed_out = False
+        quiet_since = None  # since when the command has exited and nothing more came
         while True:
             got = False
             if chan.recv_ready():
@@ -170,8 +174,15 @@ class Connection:
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
                 got = True
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                break
+            drained = not chan.recv_ready() and not chan.recv_stderr_ready()
+            if chan.exit_status_ready() and drained:
+                # sshd may send the exit status before the last of the output (a busy host): read
+                # on until its end of file, or until a background process that keeps the output
+                # open has let DRAIN_S pass without a byte
+                now = time.monotonic()
+                quiet_since = now if got or quiet_since is None else quiet_since
+                if chan.eof_received or now - quiet_since > DRAIN_S:
+                    break
             if chan.closed and not got:
                 break
             if time.monotonic() > deadline:
