@@ -100,8 +100,21 @@ def load_yaml(text: str):
     import yaml
 
     loader = _strict_loader()
+    try:
+        _check_events(yaml, yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    except yaml.MarkedYAMLError as exc:
+        # the libyaml in PyYAML 6.0.4 wheels has its own nesting limit, met while it scans ahead for a
+        # key, before our depth count sees the events: one message whichever limit is met first.
+        if "maximum nesting depth" in str(exc.problem):
+            raise yaml.MarkedYAMLError(problem=f"nested more than {MAX_DEPTH} levels deep",
+                                       problem_mark=exc.problem_mark) from None
+        raise
+    return yaml.load(text, Loader=loader)
+
+
+def _check_events(yaml, events) -> None:
     depth = 0
-    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    for event in events:
         if isinstance(event, yaml.AliasEvent):
             raise yaml.MarkedYAMLError(problem=f"alias *{event.anchor} (aliases are not accepted; write the value out)",
                                        problem_mark=event.start_mark)
@@ -112,7 +125,6 @@ def load_yaml(text: str):
                                            problem_mark=event.start_mark)
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
-    return yaml.load(text, Loader=loader)
 
 
 def yaml_problem(exc) -> str:

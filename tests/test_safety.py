@@ -309,6 +309,34 @@ def test_an_old_world_readable_state_database_is_made_owner_only(gpuplan_home):
     assert mode(path) == 0o600
 
 
+def _open_new_state_at_once(path: str, barrier, results) -> None:
+    barrier.wait()
+    try:
+        state = State(path)
+        results.put(state.installation_id())
+        state.close()
+    except Exception as exc:  # the parent asserts on what came back
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_one_new_state_database_at_once_all_open_it(tmp_path):
+    """SQLite refuses at once ("database is locked", no busy wait) a process switching a new file
+    to WAL while another does: before the opening lock, about 1 open in 9 failed here."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(25):
+        path = str(tmp_path / f"r{round_}" / "state.db")
+        barrier, results = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_open_new_state_at_once, args=(path, barrier, results)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        got = [results.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join()
+        assert len(set(got)) == 1 and len(got[0]) == 12, got  # one installation id, made once, read by all
+
+
 # --- failures past a create -------------------------------------------------------------------
 
 

@@ -8,12 +8,14 @@ kill -9 at any point leaves enough for `gpuplan teardown` to find and remove it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -198,6 +200,41 @@ CREATE INDEX IF NOT EXISTS journal_by_cluster ON journal (cluster);
 """
 
 
+BUSY_WAIT_S = 30.0  # how long a statement waits for another process's write, and an opening for another's
+
+
+@contextmanager
+def _opening(path: Path) -> Iterator[None]:
+    """Held (an flock on the database's folder: no file added beside it) while one process
+    checks the file and sets up its schema. SQLite answers "database is locked" at once, not after its busy timeout, to a
+    process switching a new file to WAL while another does: 3 processes opening one new file
+    together failed 102 times in 900 (a CI run: a second `provision` died on it). And two
+    processes migrating an old file would both add the same column."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # a folder gpuplan cannot make or open: _refuse_unusable says so in one line
+        fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + BUSY_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise UsageError(f"another gpuplan has been opening the state database {path} for "
+                                     f"{BUSY_WAIT_S:.0f} s (a stopped process?); let it finish or stop it, then run "
+                                     "this again") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
 def _refuse_unusable(path: Path) -> None:
     """Refuse with one line, changing nothing, a state file that is damaged or not gpuplan's:
     what it records may be all that finds running machines. Opened read-only to look."""
@@ -376,27 +413,28 @@ class State:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        _refuse_unusable(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.path.parent, 0o700)
-        # The database holds key paths, addresses and pinned keys: 0600 from its first byte.
-        # SQLite gives its -wal and -shm files the database file's mode.
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-        os.chmod(self.path, 0o600)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
-        for table, column, definition in MIGRATIONS:
-            have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
-            if column not in have:
-                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
-        for extra in ("-wal", "-shm"):
-            side = Path(str(self.path) + extra)
-            if side.exists():
-                os.chmod(side, 0o600)
+        with _opening(self.path):
+            _refuse_unusable(self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.path.parent, 0o700)
+            # The database holds key paths, addresses and pinned keys: 0600 from its first byte.
+            # SQLite gives its -wal and -shm files the database file's mode.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            os.chmod(self.path, 0o600)
+            self._db = sqlite3.connect(self.path, timeout=BUSY_WAIT_S, check_same_thread=False, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+            for table, column, definition in MIGRATIONS:
+                have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            for extra in ("-wal", "-shm"):
+                side = Path(str(self.path) + extra)
+                if side.exists():
+                    os.chmod(side, 0o600)
 
     @classmethod
     def open_default(cls) -> State:
