@@ -1,13 +1,13 @@
 """The lifecycle commands end to end through the CLI, on the in-memory provider.
 (Each cloud's own end-to-end test runs the same commands against its stand-in.)"""
 
-import io
 import json
 
 import pytest
 from test_lifecycle import offer
 
 from gpuplan.operating import launch, provider
+from support.cli import Terminal
 from support.memory_provider import MemoryProvider
 
 
@@ -85,13 +85,6 @@ def test_malformed_plan_file_is_one_line(cli, mem, tmp_path):
     plan.write_text("{not json")
     r = cli("provision", "--yes", "--plan", str(plan))
     assert r.code == 2 and "is not valid JSON" in r.err
-
-
-class Terminal(io.StringIO):
-    """Someone at a terminal, typing these answers."""
-
-    def isatty(self) -> bool:
-        return True
 
 
 def test_at_a_terminal_provision_and_teardown_ask_first(cli, mem, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import AuthMissing, ProviderError, UsageError
+from support.cli import Terminal
 from support.sakura_dok_fake import DokFake, client_for
 
 
@@ -110,7 +111,7 @@ def test_cli_submits_one_task_per_item_then_follows_cancels_and_fetches_artifact
     monkeypatch.setenv("COLUMNS", "200")
     items = tmp_path / "clips.txt"
     items.write_text("# clips\nclip-1.mp4\nclip-2.mp4\nclip-3.mp4\n")
-    r = cli("dok", "submit", "--image", "registry.example/me/colorize:1", "--items", str(items), "--plan", "h100-80gb",
+    r = cli("dok", "submit", "-y", "--image", "registry.example/me/colorize:1", "--items", str(items), "--plan", "h100-80gb",
             "--env", "BUCKET=s3://b", "--run", "r1", "--", "python", "run.py", "{item}")
     assert r.code == 0, r.err
     assert "3 tasks on h100-80gb" in r.out and "one task runs at a time per project" in r.out
@@ -283,7 +284,7 @@ def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_pat
     from gpuplan.operating.state import State
 
     monkeypatch.setenv("COLUMNS", "200")
-    r = cli("run", "dok:h100-80gb", "--image", "registry.example/me/colorize:1", "--items",
+    r = cli("run", "-y", "dok:h100-80gb", "--image", "registry.example/me/colorize:1", "--items",
             _items(tmp_path, "a.mp4", "b.mp4", "c.mp4"), "--env", "BUCKET=s3://b", "--timeout", "3600", "--detach",
             "--", "python", "run.py", "{item}")
     assert r.code == 0, r.err
@@ -317,7 +318,7 @@ def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_pat
     r = cli("jobs", "dok", "--format", "json")
     assert json.loads(r.out)[0]["state"] == "cancelled"
 
-    r = cli("run", "dok", "--resume", "dok-1", "--detach")  # the two that did not succeed, same image and command
+    r = cli("run", "-y", "dok", "--resume", "dok-1", "--detach")  # the two that did not succeed, same image and command
     assert r.code == 0, r.err
     assert "job dok-2 submitted: 2 DOK tasks" in r.out
     again = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"][3:]
@@ -336,7 +337,7 @@ def test_run_dok_follows_to_the_end_and_bills_each_task_with_its_own_minimum(dok
 
     worker = threading.Thread(target=time_passes, daemon=True)
     worker.start()
-    r = cli("run", "dok:h100-80gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y", "z"), "--", "work", "{item}")
+    r = cli("run", "-y", "dok:h100-80gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y", "z"), "--", "work", "{item}")
     worker.join(5)
     assert r.code == 0, r.err
     assert "3 ok of 3 items" in r.out
@@ -355,7 +356,7 @@ def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path,
         _run_the_queue(dok_env, 2, lambda: dok_env.advance(next(outcomes), seconds=120))
 
     threading.Thread(target=time_passes, daemon=True).start()
-    r = cli("run", "dok:v100-32gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y"), "--", "work", "{item}")
+    r = cli("run", "-y", "dok:v100-32gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y"), "--", "work", "{item}")
     assert r.code == 5, (r.out, r.err)
     assert "1 of 2 items failed: y" in r.err and "gpuplan logs dok dok-1 ITEM" in r.err
 
@@ -380,6 +381,46 @@ def test_run_dok_bad_input_is_one_line_and_asks_nothing(dok_env, cli, tmp_path, 
     assert "dok-1" not in cli("jobs", "dok").out  # refused before a job was recorded
 
 
+def test_dok_tasks_are_sent_only_after_their_cost_is_shown_and_a_person_says_yes(dok_env, cli, tmp_path, monkeypatch,
+                                                                                  gpuplan_home):
+    from gpuplan.operating.state import State
+
+    monkeypatch.setenv("COLUMNS", "200")
+    items = _items(tmp_path, "a", "b", "c")
+    run = ["run", "dok:h100-80gb", "--image", "img:1", "--items", items, "--timeout", "3600", "--", "w", "{item}"]
+    posted = lambda: [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]  # noqa: E731
+
+    r = cli(*run)  # no terminal and no -y: one line, nothing sent, no job
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "run dok asks for confirmation, but stdin is not a terminal: rerun with --yes (-y)" in r.err
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    r = cli(*run)
+    assert r.code == 1 and "aborted: nothing was changed" in r.err
+    assert "send 3 DOK tasks on h100-80gb (one runs at a time per project, the rest wait)" in r.err
+    # 3 tasks x the 60-s minimum at ¥1,008/h; one task that runs to its 3,600-s limit: ¥1,008
+    assert "billed ¥1,008/h for the seconds each task runs, at least 1 min: at least ¥50.40 in all" in r.err
+    assert "DOK stops each task at its time limit, 60 min: at most ¥1,008 a task" in r.err
+    assert "Send these tasks? [Y/n]" in r.err
+    assert posted() == [] and "dok-1" not in cli("jobs", "dok").out
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    r = cli(*[("dok:h100-8gpu-80gb" if a == "dok:h100-80gb" else a) for a in run])
+    assert r.code == 1 and "send one h100-8gpu-80gb DOK task for 3 items, one per GPU at a time" in r.err
+    # its limit: one round of 8 slots x --timeout + the runner's 300 s = 3,900 s at ¥2,988/h
+    assert "DOK stops the task at its time limit, 65 min: at most ¥3,237" in r.err and "Send this task?" in r.err
+    assert posted() == []
+
+    # dok submit asks the same way; on the 8-GPU plan each item is a task of its own on all 8 GPUs
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    r = cli("dok", "submit", "--image", "img:1", "--items", items, "--plan", "h100-8gpu-80gb", "--time-limit", "2h",
+            "--run", "r8", "--", "w", "{item}")
+    assert r.code == 0, r.err
+    assert "send 3 DOK tasks on h100-8gpu-80gb" in r.err and "2:00 h: at most ¥5,976 a task" in r.err  # 2 h x ¥2,988
+    assert [b["containers"][0]["command"] for b in posted()] == [["w", x] for x in "abc"]
+    state = State.open_default()
+    assert [(j.op, j.target, j.phase) for j in state.journal("dok")] == [("dok-task", f"r8-{i}", "ok") for i in range(3)]
+    state.close()
+
+
 def test_no_cluster_may_be_named_dok(cli):
     r = cli("provision", "sakura:h100x1", "x1", "--name", "dok", "--dry-run")
     assert r.code == 2 and "kept for Sakura 高火力 DOK task batches" in r.err
@@ -400,7 +441,7 @@ def test_run_dok_takes_the_plan_from_a_saved_dok_pick_and_compares_with_it(dok_e
         _run_the_queue(dok_env, 4, lambda: dok_env.advance(seconds=900))
 
     threading.Thread(target=time_passes, daemon=True).start()
-    r = cli("run", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, *[f"v{i}.mp4" for i in range(4)]),
+    r = cli("run", "-y", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, *[f"v{i}.mp4" for i in range(4)]),
             "--", "colorize", "{item}")
     assert r.code == 0, r.err
     assert {b["containers"][0]["plan"] for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"} == {"v100-32gb"}

@@ -59,7 +59,7 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
         return real_submit(self, *a, **kw)
 
     monkeypatch.setattr(DokClient, "submit", submit)
-    r = cli("run", "dok:h100-8gpu-80gb", "--image", "registry.example/me/colorize:1", "--items", _items(tmp_path, ITEMS),
+    r = cli("run", "-y", "dok:h100-8gpu-80gb", "--image", "registry.example/me/colorize:1", "--items", _items(tmp_path, ITEMS),
             "--env", "BUCKET=s3://b", "--timeout", "3600", "--detach", "--", *ITEM_COMMAND)
     assert r.code == 0, r.err
     assert "job dok-1 submitted: one h100-8gpu-80gb DOK task for 10 items, one per GPU at a time" in r.out
@@ -102,7 +102,7 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
     r = cli("logs", "dok", "dok-1", "3")  # by its line number
     assert r.out.startswith("got [fail] on gpu ")
 
-    r = cli("run", "dok", "--resume", "dok-1", "--detach")  # the failed item, again as one 8-GPU task
+    r = cli("run", "-y", "dok", "--resume", "dok-1", "--detach")  # the failed item, again as one 8-GPU task
     assert r.code == 0, r.err
     assert "job dok-2 submitted: one h100-8gpu-80gb DOK task for 1 item" in r.out
     again = _posted(fake)[1]
@@ -124,7 +124,7 @@ def test_run_8gpu_followed_to_the_end_prints_one_tasks_yen(fake, cli, tmp_path, 
         fake.advance(seconds=130)
 
     threading.Thread(target=time_passes, daemon=True).start()
-    r = cli("run", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["x", "y z"]),
+    r = cli("run", "-y", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["x", "y z"]),
             "--", "sh", "-c", "echo $1", "_", "{item}")
     assert r.code == 0, (r.out, r.err)
     assert "2 ok of 2 items" in r.out
@@ -133,7 +133,7 @@ def test_run_8gpu_followed_to_the_end_prints_one_tasks_yen(fake, cli, tmp_path, 
 
 
 def test_cancel_of_a_running_8gpu_task_fails_its_items_and_says_why(fake, cli, tmp_path):
-    r = cli("run", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["a", "b", "c"]), "--detach",
+    r = cli("run", "-y", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["a", "b", "c"]), "--detach",
             "--", "work", "{item}")
     assert r.code == 0, r.err
     [task] = fake.tasks.values()
@@ -150,7 +150,7 @@ def test_cancel_of_a_running_8gpu_task_fails_its_items_and_says_why(fake, cli, t
 
 
 def test_while_the_task_runs_logs_is_its_stream_and_says_so(fake, cli, tmp_path):
-    cli("run", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["a", "b"]), "--detach",
+    cli("run", "-y", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["a", "b"]), "--detach",
         "--", "work", "{item}")
     [task_id] = fake.tasks
     fake.log(task_id, "gpuplan: item 0 start gpu 0\n")
@@ -161,7 +161,7 @@ def test_while_the_task_runs_logs_is_its_stream_and_says_so(fake, cli, tmp_path)
 
 
 def test_a_batch_too_big_for_one_task_is_refused_in_one_line(fake, cli, tmp_path):
-    r = cli("run", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, [f"item-{i:05d}" for i in range(3000)]),
+    r = cli("run", "-y", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, [f"item-{i:05d}" for i in range(3000)]),
             "--", "python", "run.py", "--input", "s3://bucket/{item}.mp4")
     assert r.code == 2 and "split the items file" in r.err and "Traceback" not in r.err
     assert fake.requests == []
@@ -273,7 +273,7 @@ def test_run_dok_with_a_saved_8gpu_pick_runs_it_as_one_task_at_the_planned_yen(f
         fake.advance(seconds=600)  # the four jobs side by side: 10 minutes
 
     threading.Thread(target=time_passes, daemon=True).start()
-    r = cli("run", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, [f"job{i}" for i in range(4)]),
+    r = cli("run", "-y", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, [f"job{i}" for i in range(4)]),
             "--", "sh", "-c", "echo $1", "_", "{item}")
     assert r.code == 0, (r.out, r.err)
     [body] = _posted(fake)
@@ -287,7 +287,7 @@ def test_while_the_task_waits_its_items_are_queued_and_a_timed_out_task_fails_th
     from support.sakura_dok_fake import client_for
 
     other = client_for(fake, fake.root).submit("someone-else", "img:1", "h100-80gb")  # the project's one running task
-    r = cli("run", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["a", "b"]), "--detach",
+    r = cli("run", "-y", "dok:h100-8gpu-80gb", "--image", "img:1", "--items", _items(tmp_path, ["a", "b"]), "--detach",
             "--", "work", "{item}")
     assert r.code == 0, r.err
     [job] = json.loads(cli("jobs", "dok", "--format", "json").out)

@@ -217,7 +217,7 @@ def run(
     env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*).", metavar="KEY=VALUE")] = None,
     registry: Annotated[Optional[str], typer.Option("--registry", help="dok:PLAN runs: the UUID of the registry credentials registered with DOK, for a private image.", metavar="UUID")] = None,
     recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
@@ -259,7 +259,7 @@ def run(
             raise UsageError("a DOK run is one container task per item (or one 8-GPU task, one item per GPU):"
                              " --torchrun, --workdir, --down, --per-gpu, --retries and --recover do not apply (put the code in the image; `--resume JOB`"
                              " resubmits what failed)")
-        _run_dok(cluster, command, items, resume, detach, plan, predicted, timeout, image, env, registry)
+        _run_dok(cluster, command, items, resume, detach, plan, predicted, timeout, image, env, registry, yes)
         return
     state = State.open_default()
     err = _console(stderr=True)
@@ -304,7 +304,37 @@ def run(
         _down(state, cluster)
 
 
-def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, image, env, registry) -> None:
+def dok_spend_lines(spend, predicted: dict | None = None) -> list[str]:
+    """What a DOK submission can cost, shown before it is sent (`run dok:PLAN`, `dok submit`)."""
+    t = spend.terms
+    if spend.tasks == 1 and spend.items > 1:
+        what = f"send one {spend.plan} DOK task for {fmt.plural(spend.items, 'item')}, one per GPU at a time"
+    else:
+        what = f"send {fmt.plural(spend.tasks, 'DOK task')} on {spend.plan} (one runs at a time per project, the rest wait)"
+    each = "the task" if spend.tasks == 1 else "each task"
+    billed = f"  billed {fmt.rate(t.price_jpy * 3600 / t.period_s)}/h for the seconds {each} runs"
+    if t.minimum_s > 1:
+        billed += f", at least {fmt.duration(t.minimum_s)}: at least {fmt.yen(spend.least_jpy(), 2)} in all"
+    lines = [what, billed, f"  DOK stops {each} at its time limit, {fmt.duration(spend.time_limit_s)}: at most"
+                           f" {fmt.yen(spend.most_jpy_a_task())} {'a task' if spend.tasks > 1 else ''}".rstrip()]
+    if predicted and predicted.get("plan_yen") is not None:
+        lines.append(f"  the plan: {fmt.yen(predicted['plan_yen'])}, {fmt.duration(predicted.get('plan_wall_s'))}")
+    return lines
+
+
+def confirm_dok(yes: bool, doing: str, predicted: dict | None = None):
+    """The confirm hook of dok_runs.submit: show what the tasks can cost and ask (-y: don't)."""
+    from gpuplan.cli.lifecycle import _confirm, _need_answer
+
+    def confirm(spend) -> None:
+        _need_answer(yes, doing)
+        _confirm(dok_spend_lines(spend, predicted), "Send these tasks?" if spend.tasks > 1 else "Send this task?",
+                 yes, default=True)
+
+    return confirm
+
+
+def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, image, env, registry, yes) -> None:
     """`gpuplan run dok:PLAN`: one 高火力 DOK task per item (gpuplan/operating/dok_runs.py)."""
     from gpuplan.operating import dok_runs, runner
     from gpuplan.operating.state import State
@@ -330,7 +360,8 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
     err = _console(stderr=True)
     job = dok_runs.submit(state, dok_runs.default_client(), dok_plan, image, todo, command, environment=environment,
                           registry=registry, time_limit_s=timeout, resumes=resume,
-                          options={"plan": str(plan.resolve()) if plan else None}, progress=_progress(err))
+                          options={"plan": str(plan.resolve()) if plan else None}, progress=_progress(err),
+                          confirm=confirm_dok(yes, "run dok", predicted))
     out = _console()
     if dok_runs.is_batch(_job_of(state, dok_runs.CLUSTER, job)):
         out.print(f"job {job} submitted: one {dok_plan} DOK task for {fmt.plural(len(todo), 'item')}, one per GPU at a"

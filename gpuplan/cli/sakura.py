@@ -52,10 +52,14 @@ def dok_submit(
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every task (repeatable; not SAKURA_*).")] = None,
     registry: Annotated[Optional[str], typer.Option("--registry", help="The UUID of the registry credentials registered with DOK, for a private image.")] = None,
     time_limit: Annotated[Optional[str], typer.Option("--time-limit", help="Longest a task may run: 2h, 90m (at least 10 min; default 20 days).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Send the billed tasks without asking.")] = False,
 ) -> None:
     """Submit one task per item. DOK runs one task at a time per project; the others wait."""
-    from gpuplan.operating import runner
+    from gpuplan.cli.jobs import confirm_dok
+    from gpuplan.operating import dok_runs, runner
+    from gpuplan.operating.state import State
     from gpuplan.planning.units import parse_duration
+    from gpuplan.providers.sakura_dok import check_task_input
 
     if not command:
         raise UsageError("give the command after --, e.g. gpuplan dok submit --image IMG --items clips.txt -- python run.py {item}")
@@ -65,12 +69,19 @@ def dok_submit(
 
     environment = env_pairs(env)
     limit_s = parse_duration(time_limit, "--time-limit") if time_limit else None
+    check_task_input(plan, image, environment, limit_s)
     dok = _dok()
     dok.check_credentials()
+    # one task per item, whatever the plan: an 8-GPU task here runs one item on all 8 GPUs
+    confirm_dok(yes, "dok submit")(dok_runs.Spend(plan, len(values), len(values), dok_runs.terms_of(plan),
+                                                  limit_s or dok_runs.MAX_TIME_LIMIT_S))
+    state = State.open_default()
     rows = []
     for i, item in enumerate(values):
-        task = dok.submit(f"{name}-{i}", image, plan, [part.replace("{item}", item) for part in command],
-                          environment=environment, tags=[f"{RUN_TAG}={name}"], time_limit_s=limit_s, registry=registry)
+        with state.journaled("dok-task", f"{name}-{i}", dok_runs.CLUSTER, f"{plan} {image}"):
+            task = dok.submit(f"{name}-{i}", image, plan, [part.replace("{item}", item) for part in command],
+                              environment=environment, tags=[f"{RUN_TAG}={name}"], time_limit_s=limit_s,
+                              registry=registry)
         rows.append((item, task.id, task.status))
     _table(f"dok run {name}: {fmt.plural(len(rows), 'task')} on {plan}", ("item", "task", "status"), rows)
     print(f"one task runs at a time per project (the others wait); `gpuplan dok status --run {name}` follows them")

@@ -30,6 +30,7 @@ job's own start and end are the task's (end minus its execution_seconds): its on
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -94,13 +95,46 @@ def job_terms(row: Mapping) -> Terms:
     return Terms(Decimal(t["price_jpy"]), int(t["period_s"]), int(t["granularity_s"]), int(t["minimum_s"]))
 
 
+@dataclass(frozen=True)
+class Spend:
+    """What a DOK submission can be billed, known before anything is sent: `tasks` tasks on
+    `plan` (for `items` items), each billed by `terms` for the seconds it runs and stopped by DOK
+    at `time_limit_s`. The CLI shows it and asks before the tasks are sent."""
+
+    plan: str
+    tasks: int
+    items: int
+    terms: Terms
+    time_limit_s: int
+
+    def least_jpy(self) -> Decimal:
+        """Every task billed its minimum (a task that runs at all)."""
+        from gpuplan.planning import billing
+
+        return billing.charge_tasks([self.terms.minimum_s] * self.tasks, self.terms)
+
+    def most_jpy_a_task(self) -> Decimal:
+        """One task that runs until DOK stops it at its time limit."""
+        from gpuplan.planning import billing
+
+        return billing.charge(self.time_limit_s, self.terms)
+
+
+def spend(plan: str, items: int, time_limit_s: int | None, batch: bool) -> Spend:
+    """The Spend of `items` items on `plan`: one task each, or the 8-GPU plan's one task for all."""
+    limit = (_batch_limit(time_limit_s, items) if batch else time_limit_s) or MAX_TIME_LIMIT_S
+    return Spend(plan, 1 if batch else items, items, terms_of(plan), limit)
+
+
 def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[int, str]], command: Sequence[str], *,
            environment: Mapping[str, str] | None = None, registry: str | None = None, time_limit_s: int | None = None,
            options: Mapping | None = None, resumes: str | None = None,
-           progress: Callable[[str], None] = lambda _m: None) -> str:
-    """Record the batch, then queue one task per item (on the 8-GPU plan, one task for them
-    all); returns the job id. A submission that fails part way leaves the items not submitted
-    "failed" (`--resume` submits them later) and raises."""
+           progress: Callable[[str], None] = lambda _m: None,
+           confirm: Callable[[Spend], None] = lambda _s: None) -> str:
+    """Check the input, let `confirm` see what it can cost (it raises to stop), then record the
+    batch and queue one task per item (on the 8-GPU plan, one task for them all); returns the
+    job id. A submission that fails part way leaves the items not submitted "failed" (`--resume`
+    submits them later) and raises."""
     from gpuplan.operating import dok_batch, engine
     from gpuplan.providers.sakura_dok import check_task_input
 
@@ -111,6 +145,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     runner_script = dok_batch.script(items, command, time_limit_s) if batch else None
     terms = terms_of(plan)
     client.check_credentials()
+    confirm(spend(plan, len(items), time_limit_s, batch))
     job = f"{CLUSTER}-{state.next_job_number(CLUSTER)}"
     opts = {"dok_plan": plan, "image": image, "environment": dict(environment or {}), "registry": registry,
             "time_limit_s": time_limit_s, "terms": _terms_json(terms), **(options or {})}

@@ -25,3 +25,10 @@ def run_cli(*args: str) -> Result:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return Result(code, out.getvalue(), err.getvalue())
+
+
+class Terminal(io.StringIO):
+    """Someone at a terminal, typing these answers (monkeypatch it in as sys.stdin)."""
+
+    def isatty(self) -> bool:
+        return True
