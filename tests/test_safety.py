@@ -337,6 +337,32 @@ def test_processes_opening_one_new_state_database_at_once_all_open_it(tmp_path):
         assert len(set(got)) == 1 and len(got[0]) == 12, got  # one installation id, made once, read by all
 
 
+def test_an_opening_held_too_long_is_one_line_and_a_folder_without_flock_still_opens(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    from gpuplan.errors import UsageError
+    from gpuplan.operating import state as state_module
+
+    path = tmp_path / "state" / "state.db"
+    path.parent.mkdir()
+    holder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process opening it, stopped half way
+    monkeypatch.setattr(state_module, "BUSY_WAIT_S", 0.3)
+    with pytest.raises(UsageError, match="another gpuplan has been opening the state database .* for 0 s"):
+        State(path)
+    assert not path.exists()  # it waited for the lock before touching anything
+    os.close(holder)
+
+    def no_flock(fd, op):  # NFS: an flock on a folder opened read-only is refused
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    opened = State(path)
+    assert len(opened.installation_id()) == 12
+    opened.close()
+
+
 # --- failures past a create -------------------------------------------------------------------
 
 

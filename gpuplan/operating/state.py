@@ -206,10 +206,12 @@ BUSY_WAIT_S = 30.0  # how long a statement waits for another process's write, an
 @contextmanager
 def _opening(path: Path) -> Iterator[None]:
     """Held (an flock on the database's folder: no file added beside it) while one process
-    checks the file and sets up its schema. SQLite answers "database is locked" at once, not after its busy timeout, to a
-    process switching a new file to WAL while another does: 3 processes opening one new file
-    together failed 102 times in 900 (a CI run: a second `provision` died on it). And two
-    processes migrating an old file would both add the same column."""
+    checks the file and sets up its schema. SQLite answers "database is locked" at once, not
+    after its busy timeout, to a process switching a new file to WAL while another does: 3
+    processes opening one new file together failed 102 times in 900 (a CI run: a second
+    `provision` died on it). And two processes migrating an old file would both add the same
+    column. Where the folder cannot be locked (NFS may refuse an flock on a folder opened
+    read-only) it opens as before, unserialised."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -220,19 +222,27 @@ def _opening(path: Path) -> Iterator[None]:
         return
     try:
         deadline = time.monotonic() + BUSY_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise UsageError(f"another gpuplan has been opening the state database {path} for "
-                                     f"{BUSY_WAIT_S:.0f} s (a stopped process?); let it finish or stop it, then run "
-                                     "this again") from None
-                time.sleep(0.01)
+        while not _try_flock(fd):
+            if time.monotonic() > deadline:
+                raise UsageError(f"another gpuplan has been opening the state database {path} for "
+                                 f"{BUSY_WAIT_S:.0f} s (a stopped process?); let it finish or stop it, then run "
+                                 "this again")
+            time.sleep(0.01)
         yield
     finally:
         os.close(fd)  # releases the flock
+
+
+def _try_flock(fd: int) -> bool:
+    """Take the exclusive flock of `fd` if it is free (False: another holds it). True also where
+    the file system has no flock to give: there the opening goes on unserialised."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _refuse_unusable(path: Path) -> None:
