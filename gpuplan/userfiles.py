@@ -101,7 +101,7 @@ def load_yaml(text: str):
 
     loader = _strict_loader()
     try:
-        _check_events(yaml, yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+        _check_events(yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
     except yaml.MarkedYAMLError as exc:
         # the libyaml in PyYAML 6.0.4 wheels has its own nesting limit, met while it scans ahead for a
         # key, before our depth count sees the events: one message whichever limit is met first.
@@ -112,7 +112,10 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=loader)
 
 
-def _check_events(yaml, events) -> None:
+def _check_events(events):
+    """Refuse an alias or nesting deeper than MAX_DEPTH among parser events."""
+    import yaml
+
     depth = 0
     for event in events:
         if isinstance(event, yaml.AliasEvent):

@@ -73,8 +73,7 @@ def dok_submit(
     dok = _dok()
     dok.check_credentials()
     # one task per item, whatever the plan: an 8-GPU task here runs one item on all 8 GPUs
-    confirm_dok(yes, "dok submit")(dok_runs.Spend(plan, len(values), len(values), dok_runs.terms_of(plan),
-                                                  limit_s or dok_runs.MAX_TIME_LIMIT_S))
+    confirm_dok(yes, "dok submit")(dok_runs.spend(plan, len(values), len(values), limit_s))
     state = State.open_default()
     rows = []
     for i, item in enumerate(values):

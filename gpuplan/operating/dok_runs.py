@@ -120,10 +120,10 @@ class Spend:
         return billing.charge(self.time_limit_s, self.terms)
 
 
-def spend(plan: str, items: int, time_limit_s: int | None, batch: bool) -> Spend:
-    """The Spend of `items` items on `plan`: one task each, or the 8-GPU plan's one task for all."""
-    limit = (_batch_limit(time_limit_s, items) if batch else time_limit_s) or MAX_TIME_LIMIT_S
-    return Spend(plan, 1 if batch else items, items, terms_of(plan), limit)
+def spend(plan: str, tasks: int, items: int, task_limit_s: int | None, terms: Terms | None = None) -> Spend:
+    """The Spend of `tasks` tasks on `plan` for `items` items, each stopped at `task_limit_s`
+    (None: DOK's default)."""
+    return Spend(plan, tasks, items, terms or terms_of(plan), task_limit_s or MAX_TIME_LIMIT_S)
 
 
 def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[int, str]], command: Sequence[str], *,
@@ -140,19 +140,21 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
 
     engine.check_items_command(command)
     batch = plan == dok_batch.PLAN
-    # before the job is recorded, so that nothing is left behind; the 8-GPU task's own limit is its items'
-    check_task_input(plan, image, environment, _batch_limit(time_limit_s, len(items)) if batch else time_limit_s)
+    # the 8-GPU task's own limit is its items' (time_limit_s is one item's)
+    task_limit_s = _batch_limit(time_limit_s, len(items)) if batch else time_limit_s
+    # before the job is recorded, so that nothing is left behind
+    check_task_input(plan, image, environment, task_limit_s)
     runner_script = dok_batch.script(items, command, time_limit_s) if batch else None
     terms = terms_of(plan)
     client.check_credentials()
-    confirm(spend(plan, len(items), time_limit_s, batch))
+    confirm(spend(plan, 1 if batch else len(items), len(items), task_limit_s, terms))
     job = f"{CLUSTER}-{state.next_job_number(CLUSTER)}"
     opts = {"dok_plan": plan, "image": image, "environment": dict(environment or {}), "registry": registry,
             "time_limit_s": time_limit_s, "terms": _terms_json(terms), **(options or {})}
     state.add_job(job, CLUSTER, list(command), opts, items, 1, resumes)
     installation = state.installation_id()
     if runner_script is not None:
-        _submit_batch(state, client, job, plan, image, items, runner_script, environment, registry, time_limit_s,
+        _submit_batch(state, client, job, plan, image, items, runner_script, environment, registry, task_limit_s,
                       installation, progress)
         return job
     progress(f"queueing {fmt.plural(len(items), 'DOK task')} on {plan}")
@@ -166,10 +168,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
                               time_limit_s=time_limit_s, registry=registry)
             done += 1
     except BaseException:
-        now = _iso()
-        left = [{"t": "end", "i": idx, "status": "failed", "attempt": 0, "node": CLUSTER, "slot": "not submitted",
-                 "start": now, "end": now, "exit": None, "timed_out": False, "log": None} for idx, _ in items[done:]]
-        state.record_job_events(job, left, 0)
+        _not_submitted(state, job, items[done:])
         if not done:
             state.set_job_state(job, "failed")
         raise
@@ -189,26 +188,30 @@ def _batch_limit(item_limit_s: int | None, items: int) -> int | None:
     return min(MAX_TIME_LIMIT_S, item_limit_s * -(-items // dok_batch.GPUS) + RUNNER_MARGIN_S)
 
 
+def _not_submitted(state: State, job: str, items: Sequence[tuple[int, str]]) -> None:
+    """Record these items failed, never sent (`--resume` sends them later)."""
+    now = _iso()
+    state.record_job_events(job, [{"t": "end", "i": idx, "status": "failed", "attempt": 0, "node": CLUSTER,
+                                   "slot": "not submitted", "start": now, "end": now, "exit": None,
+                                   "timed_out": False, "log": None} for idx, _ in items], 0)
+
+
 def _submit_batch(state: State, client, job: str, plan: str, image: str, items: Sequence[tuple[int, str]], script: str,
-                  environment, registry, time_limit_s, installation: str, progress) -> None:
+                  environment, registry, task_limit_s: int | None, installation: str, progress) -> None:
     """The 8-GPU plan: one task runs every item, 8 at a time. The runner stops an item after
-    --timeout; the task's own limit is that times the rounds of 8 the batch takes (the runner's
-    workers take the next item as soon as they are free, so no worker is still busy after them),
-    plus a margin for the runner itself."""
+    --timeout; the task's own limit (_batch_limit) is that times the rounds of 8 the batch takes
+    (the runner's workers take the next item as soon as they are free, so no worker is still busy
+    after them), plus a margin for the runner itself."""
     from gpuplan.operating import dok_batch
 
-    time_limit_s = _batch_limit(time_limit_s, len(items))
     progress(f"submitting one {plan} task for {fmt.plural(len(items), 'item')}, {dok_batch.GPUS} at a time")
     try:
         with state.journaled("dok-task", job, CLUSTER, f"{plan} {image} {len(items)} items"):
             client.submit(job, image, plan, [script], entrypoint=list(dok_batch.ENTRYPOINT), environment=environment,
                           tags=[f"{TAG_RUN}={job}", f"{TAG_ITEM}={dok_batch.ITEM_TAG}", f"{TAG_INSTALLATION}={installation}"],
-                          time_limit_s=time_limit_s, registry=registry)
+                          time_limit_s=task_limit_s, registry=registry)
     except BaseException:
-        now = _iso()
-        state.record_job_events(job, [{"t": "end", "i": idx, "status": "failed", "attempt": 0, "node": CLUSTER,
-                                       "slot": "not submitted", "start": now, "end": now, "exit": None,
-                                       "timed_out": False, "log": None} for idx, _ in items], 0)
+        _not_submitted(state, job, items)
         state.set_job_state(job, "failed")
         raise
 

@@ -102,6 +102,13 @@ def _capped_floor(idle: Plan, a: Offer, fa: Decimal, b: Offer, fb: Decimal, work
     return fixed + work * per_ref_s + idle.breakdown.get("one_off", Decimal(0))
 
 
+def _best_throughput(rates, jobs: int):
+    """A GPU's best throughput, in jobs' alone-seconds per second, from `rates` (jobs sharing it
+    -> each one's speed): with no more jobs at once than the batch has (4 jobs never run 8 at a
+    time)."""
+    return max(m * r for m, r in rates.items() if m <= jobs)
+
+
 def _hourly(offer: Offer) -> Decimal:
     """The offer's hourly price: every offer a candidate is priced on has one (model.check_offer)."""
     assert offer.price_jpy_per_hour is not None
@@ -439,8 +446,7 @@ class Planner:
         makespan_s = max(loads.jobs_s)
         bound_s = self._seconds(factor, sched.lower_bound)
         if rates is not None:  # nor can any schedule beat the work at a machine's best throughput
-            # (with no more jobs at once than the batch has: 4 jobs never run 8 at a time)
-            best = max(m * r for m, r in rates.items() if m <= len(self.ref))
+            best = _best_throughput(rates, len(self.ref))
             bound_s = max(bound_s, model.ceil_s(factor * self.total_ticks * self.tick / (n * best)))
         # proven for the lengthened jobs; for the true ones too where a job start is whole ticks
         whole = start * factor * self.tick == self.start_s
@@ -493,8 +499,7 @@ class Planner:
                             [tuple(names) for _, names in runs], [starts for (_, starts), _ in runs])
         makespan_s = max(loads.jobs_s)
         nj = len(self.ref)
-        # a GPU's best throughput, in jobs' alone-seconds per second (never more jobs at once than there are)
-        best = max(m * r for m, r in rates.items() if m <= nj)
+        best = _best_throughput(rates, nj)
         work = alone * self.total_ticks * self.tick
         bound_s = model.ceil_s(max(work / (n * gpus * best), nj * self.start_s / (n * slots),
                                    self.start_s + alone * max(self.ticks) * self.tick / max(rates.values())))
