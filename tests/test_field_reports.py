@@ -41,10 +41,34 @@ def test_report_b_allreduce_times_come_out_of_the_model(report_b):
     four, _ = model.allreduce_seconds(dp.gradient_bytes, 4, 4, node, link)
     # 2 nodes: ring 102.228 MB at 9.127 Gbit/s = 0.0896 s + 4 passes of L at 54 Gbit/s = 0.0606 s -> 0.1502 s (fitted)
     assert _near(two, "0.15", "0.01")
-    # 4 nodes: 153.343 MB = 0.1344 s + 0.0606 s = 0.1950 s: the report's ~0.22 s, 11 % under (the check)
+    # 4 nodes: 153.343 MB = 0.1344 s + 0.0606 s = 0.1950 s: the report's ~0.22 s, 11 % under (the check;
+    # why no model of this form reaches it with the report's other figures: the next test)
     assert _near(four, "0.22", "0.12") and four < Decimal("0.22")
     assert "ring allreduce over 2 machines: 2L(p-1)/p = 102.228 MB at 10 Gbit/s x 0.9127 (10GbE private network) = 0.09 s" in why
     assert "4 in-node passes of L (reduce, device-to-host, host-to-device, broadcast) at 54 Gbit/s = 0.061 s" in why
+
+
+def test_report_b_4_nodes_come_as_near_0_22_s_as_a_volume_model_can_with_the_reports_other_figures(report_b):
+    """benchmarks/report_b_bounds.py: in any model a + k x 2L(p-1)/p, 0.15 s at 2 nodes and 1.4x
+    for 1 -> 2 nodes cap 4 nodes at 0.1975 s at this compute. The model's 0.195 s is within 1.5 %
+    of that cap; a change of rates that drifted from it (or broke 0.15 s or 1.4x) fails here."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "report_b_bounds.py"
+    spec = importlib.util.spec_from_file_location("report_b_bounds", path)
+    assert spec and spec.loader
+    bounds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bounds)
+    work, node, link, speed = report_b
+    dp = work.data_parallel
+    compute = work.seconds_per_unit / speed * dp.batch_per_gpu / dp.samples_per_unit
+    four, _ = model.allreduce_seconds(dp.gradient_bytes, 4, 4, node, link)
+    cap = bounds.most_at_4_nodes(compute)
+    assert cap.quantize(Decimal("0.0001")) == Decimal("0.1975")
+    assert cap * Decimal("0.985") <= four <= cap
+    # and no such model gives both 0.15 s and 0.22 s with 1.4x, for any compute (4) allows
+    assert bounds.best_ratio_with_both(bounds.T4) < Decimal("1.25")
 
 
 def test_report_b_scaling_per_doubling_comes_out_of_the_model(report_b):
