@@ -52,14 +52,9 @@ def test_report_b_4_nodes_come_as_near_0_22_s_as_a_volume_model_can_with_the_rep
     """benchmarks/report_b_bounds.py: in any model a + k x 2L(p-1)/p, 0.15 s at 2 nodes and 1.4x
     for 1 -> 2 nodes cap 4 nodes at 0.1975 s at this compute. The model's 0.195 s is within 1.5 %
     of that cap; a change of rates that drifted from it (or broke 0.15 s or 1.4x) fails here."""
-    import importlib.util
-    from pathlib import Path
+    from support import benchmarks
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "report_b_bounds.py"
-    spec = importlib.util.spec_from_file_location("report_b_bounds", path)
-    assert spec and spec.loader
-    bounds = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bounds)
+    bounds = benchmarks.load("report_b_bounds")
     work, node, link, speed = report_b
     dp = work.data_parallel
     compute = work.seconds_per_unit / speed * dp.batch_per_gpu / dp.samples_per_unit

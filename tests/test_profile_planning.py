@@ -4,7 +4,6 @@ shared/measurements/h100-2026-11-22 is predicted within 10 % from the committed 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from gpuplan.planning import optimizer, profiles, workloads
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
+from support import benchmarks
 from support import planner as sp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,10 +137,7 @@ def test_measured_data_parallel_efficiencies_change_the_estimates_speed(cli, tmp
 # --- the H100 run, on paper -------------------------------------------------------------------------
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("estimate_vs_measured", ROOT / "benchmarks" / "estimate_vs_measured.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmarks.load("estimate_vs_measured")
 
 
 def test_the_h100_run_is_predicted_within_10_percent_from_the_committed_profile():

@@ -6,7 +6,6 @@ rows of gpus.csv."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import replace
 from decimal import Decimal
@@ -17,6 +16,7 @@ import pytest
 from gpuplan.planning import catalog, evidence, model, optimizer, workloads
 from gpuplan.planning.evidence import SpeedKind
 from gpuplan.planning.model import Setting
+from support import benchmarks
 from support.issue_cases import LORA_MIX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,10 +33,7 @@ def _offer(cat, name):
 
 
 def test_the_bands_are_what_the_benchmark_derives():
-    spec = importlib.util.spec_from_file_location("speed_band", ROOT / "benchmarks" / "speed_band.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmarks.load("speed_band")
     derived = bench.bands()
     for kind, band in evidence.BANDS.items():
         assert (band.low, band.high) == derived[kind.value], kind
