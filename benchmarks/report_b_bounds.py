@@ -26,6 +26,7 @@ from gpuplan.planning import catalog, model, workloads
 D = Decimal
 T2, T4 = D("0.15"), D("0.22")  # report B, (1) and (2)
 RATIO = D("1.4")  # issue 23's floor for (3)
+T1_WITH_BOTH = T2 - 2 * (T4 - T2)  # T(1) of a volume-linear model that gives both (1) and (2): 0.01 s
 
 
 def most_at_4_nodes(compute: Decimal) -> Decimal:
@@ -44,9 +45,8 @@ def largest_compute() -> Decimal:
 
 
 def best_ratio_with_both(compute: Decimal) -> Decimal:
-    """1 -> 2 nodes of a volume-linear model that gives both 0.15 s and 0.22 s: T(1) = 0.01 s."""
-    t1 = T2 - 2 * (T4 - T2)
-    return 2 * (compute + t1) / (compute + T2)
+    """1 -> 2 nodes of a volume-linear model that gives both 0.15 s and 0.22 s."""
+    return 2 * (compute + T1_WITH_BOTH) / (compute + T2)
 
 
 def main() -> None:
@@ -56,8 +56,8 @@ def main() -> None:
     link = cat.link(node)
     speed, _ = model.speed(work, node, cat.gpus)
     dp = work.data_parallel
-    assert dp is not None and dp.gradient_bytes and dp.batch_per_gpu and dp.samples_per_unit
-    compute = work.seconds_per_unit / speed * dp.batch_per_gpu / dp.samples_per_unit
+    assert dp is not None and dp.gradient_bytes
+    compute = model.step_compute_seconds(work, speed)
     ar = {n: model.allreduce_seconds(dp.gradient_bytes, node.gpu_count, n, node, link)[0] for n in (1, 2, 4)}
     up = {n: model.dp_speedup(work, node, n, speed, link)[0] for n in (1, 2, 4)}
 
@@ -69,7 +69,7 @@ def main() -> None:
     print(f"  allreduce share of a step at 16 processes: {ar[4] / (compute + ar[4]) * 100:.1f} %")
     print()
     print("any model T(p) = a + k x 2L(p-1)/p, whatever a and k:")
-    print(f"  with both 0.15 s and 0.22 s, T(1) = {T2 - 2 * (T4 - T2)} s, and 1 -> 2 nodes is"
+    print(f"  with both 0.15 s and 0.22 s, T(1) = {T1_WITH_BOTH} s, and 1 -> 2 nodes is"
           f" {best_ratio_with_both(compute):.3f}x at c = {compute:.4f} s; as c rises to the 0.22 s that (4)"
           f" allows, it rises to {best_ratio_with_both(T4):.3f}x, under 1.4x either way")
     top = largest_compute()

@@ -57,7 +57,7 @@ def test_report_b_4_nodes_come_as_near_0_22_s_as_a_volume_model_can_with_the_rep
     bounds = benchmarks.load("report_b_bounds")
     work, node, link, speed = report_b
     dp = work.data_parallel
-    compute = work.seconds_per_unit / speed * dp.batch_per_gpu / dp.samples_per_unit
+    compute = model.step_compute_seconds(work, speed)
     four, _ = model.allreduce_seconds(dp.gradient_bytes, 4, 4, node, link)
     cap = bounds.most_at_4_nodes(compute)
     assert cap.quantize(Decimal("0.0001")) == Decimal("0.1975")
@@ -75,7 +75,7 @@ def test_report_b_scaling_per_doubling_comes_out_of_the_model(report_b):
     assert (up[1], up[2], up[4]) == (Decimal("2.9342"), Decimal("4.2093"), Decimal("7.3760"))
     # and at 16 processes the allreduce took over half of each iteration (0.195 s of 0.362 s)
     dp = work.data_parallel
-    compute = work.seconds_per_unit / speed * dp.batch_per_gpu / dp.samples_per_unit
+    compute = model.step_compute_seconds(work, speed)
     allreduce, _ = model.allreduce_seconds(dp.gradient_bytes, 4, 4, node, link)
     assert allreduce / (compute + allreduce) > Decimal("0.5")
 

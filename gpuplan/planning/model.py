@@ -523,6 +523,14 @@ def allreduce_seconds(grad_bytes: int, gpus_per_node: int, nodes: int, offer: Of
     return seconds, " + ".join(parts) + f" ({link.source})"
 
 
+def step_compute_seconds(workload: Workload, speed_on_offer: Decimal) -> Decimal:
+    """One data-parallel step's compute on one GPU: batch_per_gpu samples at this GPU's speed."""
+    dp = workload.data_parallel
+    # workloads.py requires batch_per_gpu and samples_per_unit with gradient_bytes
+    assert dp is not None and dp.batch_per_gpu is not None and dp.samples_per_unit is not None
+    return workload.seconds_per_unit / speed_on_offer * dp.batch_per_gpu / dp.samples_per_unit
+
+
 def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Decimal, link=None) -> tuple[Decimal, str]:
     """Data-parallel speed-up over one GPU of the offer for `nodes` machines, and where it comes from.
 
@@ -545,9 +553,7 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
         return up, (f"rule of thumb (the workload gives no gradient_bytes): intra-node {dp.intra_node_eff_per_doubling}"
                     f" per doubling of GPUs, {dp.inter_node_speedup_per_doubling}x per doubling of machines;"
                     " not measured for this layout")
-    # workloads.py requires batch_per_gpu and samples_per_unit with gradient_bytes
-    assert dp.batch_per_gpu is not None and dp.samples_per_unit is not None
-    compute = workload.seconds_per_unit / speed_on_offer * dp.batch_per_gpu / dp.samples_per_unit
+    compute = step_compute_seconds(workload, speed_on_offer)
     ar, why = allreduce_seconds(dp.gradient_bytes, g, n, offer, link)
     exposed = max(ar - dp.overlap * compute, Decimal(0))
     up = (g * n * compute / (compute + exposed)).quantize(Decimal("0.0001"))
