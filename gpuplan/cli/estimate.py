@@ -872,6 +872,80 @@ def _japan(cat, region: str | None, as_of: str | None, tax: bool):
     return cat, notes
 
 
+def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None, region: str | None = None,
+                  deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
+                  budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
+                  release: str = "when-done", spot: bool = False, tax: bool = False, providers: tuple[str, ...] = ()):
+    """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
+    the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
+    what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all)."""
+    from gpuplan.planning import catalog, optimizer, workloads
+    from gpuplan.planning.model import Setting
+    from gpuplan.planning.units import parse_duration
+
+    deadline_s = parse_duration(deadline, "--deadline") if deadline else None
+    quotas = parse_quotas(quota or [])
+    cat = catalog.load(as_of)
+    from gpuplan.cli.catalog import as_of_note
+
+    note = as_of_note(as_of, cat)
+    if note:
+        print(note, file=sys.stderr)
+    check_quotas(quotas, cat)
+    cat, japan_notes = _japan(cat, region, as_of, tax)
+    owned, owned_count = parse_owned(owned or [])
+    hosts: dict[str, int] = {}
+    if not as_of:  # the inventory's hosts are today's machines (issue 19)
+        cat, hosts, host_notes = _inventory(cat)
+        japan_notes.update({f"inventory {i + 1}": line for i, line in enumerate(host_notes)})
+        owned = owned + [name for name in hosts if name not in {n.lower() for n in owned}]
+        owned_count = {**hosts, **owned_count}  # --owned NAME=N says how many of them to plan on
+    if providers:  # a batch file's `infra:` (owned hosts are the baremetal provider)
+        from dataclasses import replace as with_offers
+
+        allowed = {p.lower() for p in providers}
+        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.provider.lower() in allowed))
+        if not cat.offers:
+            raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
+                             f" catalog {cat.snapshot}; see `gpuplan catalog`")
+    work = workloads.with_catalog_gpus(work, cat)
+    state = _user_state()
+    if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)
+        from dataclasses import replace as with_fields
+
+        quotas = with_fields(quotas, read={(q["provider"], q["region"], q["name"]): (int(q["limit"]), q["read_at"])
+                                           for q in state.quotas()})
+    setting = Setting(
+        catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
+        release=release, measured_setup=_measured_setup(state, cat), measured_engine=_measured_engine(state, cat),
+        owned=tuple(owned), owned_count=owned_count, spot=spot,
+    )
+    if owned:
+        known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}
+        for name in owned:
+            if name.lower() not in known:
+                raise UsageError(f"--owned {name!r} is not an owned offer (nor a monthly-rented one) in catalog"
+                                 f" {cat.snapshot}; those are: {', '.join(sorted(known)) or 'none'}")
+    work, measured = _measured(work, cat)
+    work, calibrations = _calibrate(state, work, cat)
+    est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective,
+                             cost_slack=parse_slack(cost_slack), budget=parse_budget(budget))
+    if calibrations:
+        from dataclasses import replace
+
+        est = replace(est, extra={**est.extra, **{f"calibration {i + 1}": f"calibration: {line}"
+                                                  for i, line in enumerate(calibrations)}})
+    if measured:
+        from dataclasses import replace
+
+        est = replace(est, extra={**est.extra, **{f"measured {i + 1}": line for i, line in enumerate(measured)}})
+    if japan_notes:
+        from dataclasses import replace
+
+        est = replace(est, extra={**est.extra, **japan_notes})
+    return est
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def estimate(
@@ -897,9 +971,7 @@ def register(app: typer.Typer) -> None:
         tax: Annotated[bool, typer.Option("--tax", help="Show every yen figure including Japan's 10 % consumption tax (prices listed without it x 1.1).")] = False,
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
-        from gpuplan.planning import catalog, optimizer, workloads
-        from gpuplan.planning.model import Setting
-        from gpuplan.planning.units import parse_duration
+        from gpuplan.planning import workloads
 
         if out_format not in _FORMATS:
             raise UsageError(f"bad --format {out_format!r}: use table, json or csv")
@@ -917,65 +989,17 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"say what to plan: --videos N or --workload NAME ({', '.join(workloads.builtin_names())}) or FILE")
         if profile is not None:
             work = workloads.apply_profile(work, profile)
-        deadline_s = parse_duration(deadline, "--deadline") if deadline else None
-        quotas = parse_quotas(quota or [])
-        cat = catalog.load(as_of)
-        from gpuplan.cli.catalog import as_of_note
-
-        note = as_of_note(as_of, cat)
-        if note:
-            print(note, file=sys.stderr)
-        check_quotas(quotas, cat)
-        cat, japan_notes = _japan(cat, region, as_of, tax)
-        owned, owned_count = parse_owned(owned or [])
-        hosts: dict[str, int] = {}
-        if not as_of:  # the inventory's hosts are today's machines (issue 19)
-            cat, hosts, host_notes = _inventory(cat)
-            japan_notes.update({f"inventory {i + 1}": line for i, line in enumerate(host_notes)})
-            owned = owned + [name for name in hosts if name not in {n.lower() for n in owned}]
-            owned_count = {**hosts, **owned_count}  # --owned NAME=N says how many of them to plan on
-        work = workloads.with_catalog_gpus(work, cat)
-        state = _user_state()
-        if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)
-            from dataclasses import replace as with_fields
-
-            quotas = with_fields(quotas, read={(q["provider"], q["region"], q["name"]): (int(q["limit"]), q["read_at"])
-                                               for q in state.quotas()})
-        setting = Setting(
-            catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
-            release=release, measured_setup=_measured_setup(state, cat), measured_engine=_measured_engine(state, cat),
-            owned=tuple(owned), owned_count=owned_count, spot=spot,
-        )
-        if owned:
-            known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}
-            for name in owned:
-                if name.lower() not in known:
-                    raise UsageError(f"--owned {name!r} is not an owned offer (nor a monthly-rented one) in catalog"
-                                     f" {cat.snapshot}; those are: {', '.join(sorted(known)) or 'none'}")
-        work, measured = _measured(work, cat)
-        work, calibrations = _calibrate(state, work, cat)
-        est = optimizer.estimate(work, setting, provider=provider, region=region, objective=objective,
-                                 cost_slack=parse_slack(cost_slack), budget=parse_budget(budget))
-        if calibrations:
-            from dataclasses import replace
-
-            est = replace(est, extra={**est.extra, **{f"calibration {i + 1}": f"calibration: {line}"
-                                                      for i, line in enumerate(calibrations)}})
-        if measured:
-            from dataclasses import replace
-
-            est = replace(est, extra={**est.extra, **{f"measured {i + 1}": line for i, line in enumerate(measured)}})
-        if japan_notes:
-            from dataclasses import replace
-
-            est = replace(est, extra={**est.extra, **japan_notes})
+        est = plan_estimate(work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
+                            cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot,
+                            tax=tax)
         if save is not None and est.recommended is not None:
             save_plan(est, save)
             print(f"plan saved to {save}: `gpuplan provision --plan {save}` creates it", file=sys.stderr)
         if plot is not None:
             from gpuplan.planning import plot as plotting
+            from gpuplan.planning.units import parse_duration
 
-            plotting.write(est, plot, deadline_s)
+            plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None)
             print(f"plot written to {plot}", file=sys.stderr)
         if out_format == "json":
             write_json(est, sys.stdout, schedules)
