@@ -32,6 +32,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 
 from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError, unreachable
@@ -195,10 +196,22 @@ class BaremetalProvider(Provider):
         return Offer(
             provider=self.name, name=size, aliases=(), region=REGION, gpu=model, gpu_count=count,
             gpu_memory_gib=Decimal(0), vcpus=0, ram_gib=Decimal(0), price=None, currency="JPY", price_unit="hour",
-            price_jpy_per_hour=None, billing_granularity_s=1, billing_minimum_s=0, quota_family="",
+            price_jpy_per_hour=self._power_per_hour(hosts), billing_granularity_s=1, billing_minimum_s=0, quota_family="",
             available_from=None, retired_on=None, successor="", kind="owned",
             source=str(self.inventory_path()), notes=f"{len(hosts)} owned host(s) in the inventory",
         )
+
+    def _power_per_hour(self, hosts) -> Decimal | None:
+        """What the hosts' power costs an hour each, as an estimate charges it (power_watts x the
+        catalog's baremetal power price): the price the ledger bills a claimed host by; None where
+        the inventory gives no power_watts."""
+
+        from gpuplan.planning import catalog
+
+        watts = max((h.power_watts for h in hosts if h.power_watts is not None), default=None)
+        facts = catalog.load().providers.get(self.name)
+        kwh = facts.power_price_jpy_per_kwh if facts is not None else None
+        return Decimal(watts) / 1000 * kwh if watts is not None and kwh is not None else None
 
     def owned_offers(self, cat) -> tuple[list[tuple[Offer, int]], list[str]]:
         """The inventory as owned offers for an estimate: one per kind of host (its group, else

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuplan.operating import lifecycle, runner
+from gpuplan.operating import backends, lifecycle, runner
 from gpuplan.operating.state import State
 from gpuplan.planning import billing, optimizer
 from gpuplan.planning.model import Setting
@@ -125,9 +125,9 @@ def test_run_charges_its_measured_wall_time_by_the_ledgers_terms(gpuplan_home):
              "start": "2026-11-24T06:00:01+00:00", "end": "2026-11-24T06:00:07+00:00", "exit": 0, "timed_out": False,
              "log": "-"},
             {"t": "done", "state": "succeeded", "at": "2026-11-24T06:00:08+00:00"}], 3)
-        summary = runner.job_summary(state, "hourly-1")
+        summary = backends.summary(state, "hourly-1")
         assert summary.jobs[0].status == "ok" and summary.wall_seconds == 8
         assert summary.yen == Decimal(990)  # was 990 x 8 / 3600 = ¥2.2: no provider bills that
-        assert runner.job_yen(state, state.job("hourly-1")) == Decimal(990)
+        assert backends.yen(state, state.job("hourly-1")) == Decimal(990)
     finally:
         state.close()

@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuplan.errors import UsageError
+from gpuplan.operating import backends
 from gpuplan.planning import fmt
 
 
@@ -299,7 +300,7 @@ def run(
         return
     _follow(state, cluster, job, _recoverer(state, cluster, job, yes) if recover else None)
     runner.record_finished(state, job)
-    _finish(state, runner.job_summary(state, job), predicted, job)
+    _finish(state, backends.summary(state, job), predicted, job)
     if down:
         _down(state, cluster)
 
@@ -377,7 +378,7 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
     _follow(state, dok_runs.CLUSTER, job)
     runner.record_finished(state, job)
     try:
-        _finish(state, runner.job_summary(state, job), predicted, job)
+        _finish(state, backends.summary(state, job), predicted, job)
     finally:
         out.print(f"artifacts (each task's SAKURA_ARTIFACT_DIR, for 72 hours): `gpuplan dok artifacts --run {job} --out DIR`",
                   markup=False)
@@ -389,7 +390,7 @@ def _refuse_busy(state, cluster: str, why: str) -> None:
 
     for row in state.jobs(cluster):
         if row["state"] not in runner.JOB_STATES_OVER:
-            row = runner.refresh(state, row["id"])
+            row = backends.refresh(state, row["id"])
             if row["state"] not in runner.JOB_STATES_OVER:
                 raise UsageError(f"job {row['id']} is still {row['state']} on {cluster} and {why}: wait for it or"
                                  f" `gpuplan cancel {cluster} {row['id']}` first")
@@ -412,7 +413,7 @@ def _resumable(state, cluster: str, resume: str, command: list[str]) -> tuple[di
     from gpuplan.operating import runner
 
     _job_of(state, cluster, resume)
-    old = runner.refresh(state, resume)
+    old = backends.refresh(state, resume)
     if old["state"] not in runner.JOB_STATES_OVER:
         raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel {cluster} {resume}` first")
     if (old["options"] or {}).get("torchrun"):
@@ -444,7 +445,7 @@ def _progress_line(state, row: dict) -> str:
     elapsed = runner.job_seconds(row)
     left = total - ok - failed
     eta = "-" if not ok or not left else fmt.duration(elapsed / (ok + failed) * left)
-    yen = runner.job_yen(state, row)
+    yen = backends.yen(state, row)
     return (f"{row['id']} {row['state']}: {ok} done, {failed} failed, {running} running / {total};"
             f" ETA {eta if left else '0 s'}; {fmt.yen(yen)} so far")
 
@@ -489,20 +490,17 @@ def _recoverer(state, cluster: str, job: str, yes: bool):
 
 def _follow(state, cluster: str, job: str, on_look=None) -> None:
     """Print the batch's progress until it ends. Ctrl-C stops following, not the batch."""
-    import contextlib
-
-    from gpuplan.operating import dok_runs, engine, remote, runner
+    from gpuplan.operating import runner
 
     err = _console(stderr=True)
-    # DOK is asked over its public API each time: every 10 s, not every second
-    every = float(os.environ.get("GPUPLAN_POLL_S") or (10.0 if cluster == dok_runs.CLUSTER else 1.0))
+    backend = backends.of(state.job(job))
+    every = float(os.environ.get("GPUPLAN_POLL_S") or backend.poll_s)
     quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
     last, last_at = "", 0.0
     try:
-        # DOK tasks are read from its API; an engine's batch over one SSH connection to its head
-        with (contextlib.nullcontext() if cluster == dok_runs.CLUSTER else remote.connect(engine.engine_of(state, cluster).head.host)) as conn:
+        with backend.session(state, job) as conn:  # an engine's batch: one SSH connection to its head
             while True:
-                row = runner.refresh(state, job, conn)
+                row = backends.refresh(state, job, conn)
                 line = _progress_line(state, row)
                 over = row["state"] in runner.JOB_STATES_OVER
                 if line != last and (over or time.monotonic() - last_at >= quiet_s):
@@ -599,7 +597,7 @@ def jobs(
     for row in state.jobs(cluster):
         if row["state"] not in runner.JOB_STATES_OVER:
             try:
-                row = runner.refresh(state, row["id"])
+                row = backends.refresh(state, row["id"])
                 if row["state"] in runner.JOB_STATES_OVER:
                     runner.record_finished(state, row["id"])
                     _calibrate_detached(state, row)
@@ -612,7 +610,7 @@ def jobs(
                 "failed": c.get("failed", 0), "bad_input": c.get("bad input", 0), "timed_out": c.get("timed out", 0),
                 "running": c.get("running", 0), "queued": c.get("queued", 0), "resumes": r["resumes"],
                 "submitted_at": r["submitted_at"], "started_at": r["started_at"], "ended_at": r["ended_at"],
-                "wall_s": round(runner.job_seconds(r), 3), "yen": _yen_text(runner.job_yen(state, r)),
+                "wall_s": round(runner.job_seconds(r), 3), "yen": _yen_text(backends.yen(state, r)),
                 "command": r["command"], "quarantined": state.job_quarantines(r["id"])} for r, c in rows]
         sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
         return
@@ -625,7 +623,7 @@ def jobs(
         failed = c.get("failed", 0) + c.get("bad input", 0) + c.get("timed out", 0)
         table.add_row(r["id"], r["state"], str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r["total"]),
                       (r["started_at"] or "-")[:19].replace("T", " "), fmt.duration(runner.job_seconds(r)),
-                      fmt.yen(runner.job_yen(state, r)))
+                      fmt.yen(backends.yen(state, r)))
     _console().print(table)
 
 
@@ -642,7 +640,7 @@ def _calibrate_detached(state, row: dict) -> None:
     except UsageError as exc:
         _console(stderr=True).print(f"{row['id']}: not calibrated ({exc})", markup=False)
         return
-    line = runner.calibrate(state, runner.job_summary(state, row["id"]), predicted)
+    line = runner.calibrate(state, backends.summary(state, row["id"]), predicted)
     if line:
         _console(stderr=True).print(f"{row['id']}: {line}", markup=False)
 
@@ -681,7 +679,7 @@ def logs(
     if item is None:
         sys.stdout.write(engine.driver_logs(eng, job))
         return
-    runner.refresh(state, job)
+    backends.refresh(state, job)
     it = state.job_item(job, item)
     if it is None:
         raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
@@ -704,7 +702,7 @@ def logs(
         return
 
     def item_over() -> bool:
-        runner.refresh(state, job)
+        backends.refresh(state, job)
         now = state.job_item(job, item)
         return now["status"] not in ("running", "queued")
 
@@ -754,12 +752,12 @@ def cancel(
 
     state = State.open_default()
     _job_of(state, cluster, job)
-    row = runner.refresh(state, job)
+    row = backends.refresh(state, job)
     if row["state"] in runner.JOB_STATES_OVER and row["state"] != "lost":
         _console().print(f"job {job} is already {row['state']}; nothing to stop", markup=False)
         return
     running = state.job_counts(job).get("running", 0)
-    stopped = runner.cancel(state, job)
+    stopped = backends.cancel(state, job)
     runner.record_finished(state, job)
     counts = state.job_counts(job)
     if cluster == runner.DOK_CLUSTER:

@@ -151,7 +151,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     job = f"{CLUSTER}-{state.next_job_number(CLUSTER)}"
     opts = {"dok_plan": plan, "image": image, "environment": dict(environment or {}), "registry": registry,
             "time_limit_s": time_limit_s, "terms": _terms_json(terms), **(options or {})}
-    state.add_job(job, CLUSTER, list(command), opts, items, 1, resumes)
+    state.add_job(job, CLUSTER, list(command), opts, items, 1, resumes, backend="dok")
     installation = state.installation_id()
     if runner_script is not None:
         _submit_batch(state, client, job, plan, image, items, runner_script, environment, registry, task_limit_s,
@@ -423,3 +423,40 @@ def item_task(state: State, job: str, item: str, client=None):
     if task is None:
         raise UsageError(f"item {item!r} of job {job} has no DOK task (it was not submitted)")
     return task
+
+
+def summary(state: State, job: str):
+    """The batch as a RunSummary (runner.py): each task billed on its own for its run time."""
+    from pathlib import Path
+
+    from gpuplan.operating import runner
+
+    row = _row(state, job)
+    return runner.RunSummary(row["cluster"], runner.item_results(state, job), runner.job_seconds(row), 1, None,
+                             Path(f"dok artifacts of {job}"), (), "sakura", f"dok-{row['options']['dok_plan']}",
+                             job_terms(row), tuple(task_seconds(state, job)))
+
+
+def fetch_artifacts(state: State, job: str, into, client=None) -> tuple[int, int]:
+    """Every finished task's artifact (SAKURA_ARTIFACT_DIR, a tar.gz) into `into`/<task name>.tar.gz;
+    returns (items whose task left one, files written). A file already there is never written over."""
+    from pathlib import Path
+
+    client = client or default_client()
+    into = Path(into)
+    tasks = [t for t in _tasks(state, client, job) if t.finished and t.artifact_id]
+    taken = [t.name for t in tasks if (into / f"{t.name}.tar.gz").exists()]
+    if taken:
+        raise UsageError(f"{into / (taken[0] + '.tar.gz')} exists already: fetch into another folder, or move it away first")
+    into.mkdir(parents=True, exist_ok=True)
+    items = 0
+    for t in tasks:
+        client.download_artifact(t, into / f"{t.name}.tar.gz")
+        items += state.job_counts(job).get("ok", 0) if _item_tag(t) == _batch_tag() else 1
+    return items, len(tasks)
+
+
+def _batch_tag() -> str:
+    from gpuplan.operating import dok_batch
+
+    return dok_batch.ITEM_TAG

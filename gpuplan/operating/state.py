@@ -149,7 +149,7 @@ CREATE TABLE IF NOT EXISTS calibrations (  -- a `gpuplan run --plan` batch: the 
 CREATE TABLE IF NOT EXISTS jobs (     -- a batch run by the cluster's engine (a Ray Job on its head node)
     id TEXT PRIMARY KEY,            -- "<cluster>-<n>": also the Ray submission id
     cluster TEXT NOT NULL,
-    state TEXT NOT NULL,            -- submitted | running | succeeded | failed | cancelled | lost
+    state TEXT NOT NULL,            -- submitted | running | succeeded | failed | cancelled | capped | lost
     command TEXT NOT NULL,          -- JSON list of words, {item} in them
     options TEXT NOT NULL DEFAULT '{}',  -- JSON: per_gpu, retries, timeout_s, workdir, plan figures
     total INTEGER NOT NULL,
@@ -293,6 +293,8 @@ MIGRATIONS = [
     ("ledger", "minimum_s", "INTEGER NOT NULL DEFAULT 0"),
     ("ledger", "daily_cap_jpy", "TEXT"),
     ("ledger", "monthly_cap_jpy", "TEXT"),
+    # the run backend a job was submitted through (operating/backends.py); NULL on older rows
+    ("jobs", "backend", "TEXT"),
 ]
 
 
@@ -843,13 +845,15 @@ class State:
     # --- batches run by the engine ----------------------------------------------------------
 
     def add_job(self, job: str, cluster: str, command: list[str], options: dict, items: Sequence[tuple[int, str]],
-                nodes: int, resumes: str | None = None) -> None:
-        """A submitted batch and its items, `items` in run order as (index in the items file, item)."""
+                nodes: int, resumes: str | None = None, backend: str | None = None) -> None:
+        """A submitted batch and its items, `items` in run order as (index in the items file, item);
+        `backend` the run backend it goes through (operating/backends.py)."""
         at = _iso()
         with self._tx() as db:
-            db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at)"
-                       " VALUES (?,?,?,?,?,?,?,?,?)",
-                       (job, cluster, "submitted", json.dumps(command), json.dumps(options), len(items), nodes, resumes, at))
+            db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at, backend)"
+                       " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (job, cluster, "submitted", json.dumps(command), json.dumps(options), len(items), nodes, resumes, at,
+                        backend))
             db.executemany("INSERT INTO job_items (job, idx, item, position, status) VALUES (?,?,?,?,?)",
                            ((job, idx, item, pos, "queued") for pos, (idx, item) in enumerate(items)))
 

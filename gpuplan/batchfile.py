@@ -1,0 +1,282 @@
+"""The batch file `gpuplan launch` takes (docs/batch.md; JSON Schema gpuplan/schemas/batch.schema.json):
+what to plan, the items, the command, where it may run and what it may cost, in one YAML file.
+
+    workload: colorize-hd            # built-in name or a workload file; one job per item
+    items: videos.txt                # one item per line
+    command: python colorize.py {item} --out {out}
+    image: registry.example/me/colorize:1    # optional: each item runs in this container
+    infra: [sakura, baremetal]       # optional: only these providers
+    max_yen: 500                     # optional: the batch stops before it spends more
+
+Paths are relative to the batch file. Every field can be given on the command line instead
+(`gpuplan launch --items v.txt --workload colorize-hd -- python colorize.py {item}`); a flag wins
+over the file. Read once, checked field by field (one line and exit 2 for each mistake), and
+turned into a frozen Batch: nothing downstream reads the YAML again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import UsageError
+
+FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
+                    "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
+                    "playbooks", "params", "spot"})
+REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
+OBJECTIVES = ("balanced", "cost", "time")
+MAX_YEN = Decimal(10) ** 12  # a trillion yen: a cap past it is a typo, not a budget
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
+
+
+@dataclass(frozen=True)
+class Registry:
+    """How a private image is pulled. The secret itself is never in the batch file: `password_env`
+    names the environment variable that holds it (read when the image is pulled, fed to `docker
+    login --password-stdin`). On 高火力 DOK the credentials are registered with DOK and named by
+    their UUID (`dok_registry`)."""
+
+    server: str = ""
+    username: str = ""
+    password_env: str = ""
+    dok_registry: str = ""
+
+    def password(self) -> str:
+        if not self.password_env:
+            return ""
+        value = os.environ.get(self.password_env)
+        if value is None:
+            raise UsageError(f"registry.password_env names {self.password_env}, which is not set: export it with the"
+                             " registry's password or token")
+        return value
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch as `gpuplan launch` runs it. `command` is a list of words ({item} and {out} are
+    filled in per item); `infra` the providers it may run on (empty: any); `max_yen` the cap."""
+
+    items: Path
+    command: tuple[str, ...]
+    workload: str = ""  # a built-in workload name or a workload file's path
+    profile: Path | None = None
+    name: str = ""
+    image: str = ""
+    registry: Registry | None = None
+    workdir: Path | None = None
+    setup: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    infra: tuple[str, ...] = ()
+    region: str = ""
+    objective: str = "balanced"
+    deadline: str = ""
+    max_yen: Decimal | None = None
+    outputs: Path | None = None
+    per_gpu: int = 1
+    retries: int = 0
+    timeout_s: int = 24 * 3600
+    playbooks: tuple[str, ...] | None = None  # None: the default for the machines (cloud VMs: the GPU stack; owned: none)
+    params: Mapping[str, str] = field(default_factory=dict)
+    spot: bool = False
+    source: Path | None = None  # the batch file it was read from (None: the command line alone)
+
+
+def read(path: Path | None, overrides: Mapping[str, Any]) -> Batch:
+    """The batch of `path` (None: none) with the command line's `overrides` (None values are not
+    given) applied on top; every field checked."""
+    data: dict[str, Any] = {}
+    base = Path.cwd()
+    where = "the command line"
+    if path is not None:
+        from gpuplan.userfiles import load_yaml, read_text
+
+        text = read_text(path, "batch file", "see docs/batch.md for its fields")
+        try:
+            loaded = load_yaml(text)
+        except Exception as exc:  # yaml.YAMLError: one line, where it is
+            mark = getattr(exc, "problem_mark", None)
+            at = f" line {mark.line + 1}" if mark is not None else ""
+            raise UsageError(f"batch file {path}{at}: not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__})"
+                             ) from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"batch file {path}: expected a mapping with items, command and workload (docs/batch.md)")
+        data = {str(k): v for k, v in loaded.items()}
+        unknown = sorted(set(data) - FIELDS)
+        if unknown:
+            raise UsageError(f"batch file {path}: unknown field {unknown[0]!r}; the fields are {', '.join(sorted(FIELDS))}")
+        base = path.resolve().parent
+        where = f"batch file {path}"
+    given = {k: v for k, v in overrides.items() if v is not None and v != () and v != []}
+    return _batch({**data, **given}, base, set(given), where, path)
+
+
+def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source: Path | None) -> Batch:
+    def at(key: str) -> str:
+        return f"--{key.replace('_', '-')}" if key in flags else f"{where}: {key}"
+
+    def path_of(key: str) -> Path | None:
+        value = data.get(key)
+        if value in (None, ""):
+            return None
+        text = _text(at(key), value)
+        from gpuplan.userfiles import expand
+
+        p = expand(text, at(key))
+        return p if p.is_absolute() or key in flags else base / p
+
+    items = path_of("items")
+    if items is None:
+        raise UsageError(f"{where} names no items: give `items: FILE` (one item per line) or --items FILE")
+    command = _command(at("command"), data.get("command"))
+    workload = _text(at("workload"), data.get("workload") or "")
+    if workload and (workload.endswith((".yaml", ".yml")) or "/" in workload) and "workload" not in flags:
+        workload = str(base / workload) if not Path(workload).is_absolute() else workload
+    objective = _text(at("objective"), data.get("objective") or "balanced")
+    if objective not in OBJECTIVES:
+        raise UsageError(f"{at('objective')} {objective!r}: use balanced, cost or time")
+    deadline = _text(at("deadline"), data.get("deadline") or "")
+    if deadline:
+        from gpuplan.planning.units import parse_duration
+
+        parse_duration(deadline, at("deadline"))
+    name = _text(at("name"), data.get("name") or "")
+    if name and not _NAME.match(name):
+        raise UsageError(f"{at('name')} {name!r}: a cluster name of lowercase letters, digits and '-', starting with a"
+                         " letter, at most 40 characters")
+    workdir = path_of("workdir")
+    if workdir is not None and not workdir.is_dir():
+        raise UsageError(f"{at('workdir')} {workdir}: no such folder; give the folder to copy to every node")
+    timeout = data.get("timeout", 24 * 3600)
+    if isinstance(timeout, str):
+        from gpuplan.planning.units import parse_duration
+
+        timeout = parse_duration(timeout, at("timeout"))
+    return Batch(
+        items=items, command=command, workload=workload, profile=path_of("profile"), name=name,
+        image=_text(at("image"), data.get("image") or ""), registry=_registry(at("registry"), data.get("registry")),
+        workdir=workdir, setup=_words(at("setup"), data.get("setup")), env=_env(at("env"), data.get("env")),
+        infra=_words(at("infra"), data.get("infra")), region=_text(at("region"), data.get("region") or ""),
+        objective=objective, deadline=deadline, max_yen=_yen(at("max_yen"), data.get("max_yen")),
+        outputs=path_of("outputs"), per_gpu=_whole(at("per_gpu"), data.get("per_gpu", 1), 1, 16),
+        retries=_whole(at("retries"), data.get("retries", 0), 0, 100),
+        timeout_s=_whole(at("timeout"), timeout, 1, 366 * 86400),
+        playbooks=None if data.get("playbooks") is None else _words(at("playbooks"), data.get("playbooks")),
+        params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)), source=source)
+
+
+def with_command(batch: Batch, command: tuple[str, ...]) -> Batch:
+    return replace(batch, command=command) if command else batch
+
+
+def _text(at: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise UsageError(f"{at}: expected text, not {type(value).__name__}")
+    from gpuplan.userfiles import check_plain
+
+    return check_plain(str(value), at)
+
+
+def _command(at: str, value: Any) -> tuple[str, ...]:
+    if value in (None, "", []):
+        raise UsageError(f"{at}: the batch has no command; give `command: python run.py {{item}}` or the command after --")
+    if isinstance(value, str):
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise UsageError(f"{at}: {exc}; quote it as a shell command line") from None
+    elif isinstance(value, list) and all(isinstance(w, (str, int)) and not isinstance(w, bool) for w in value):
+        words = [str(w) for w in value]
+    else:
+        raise UsageError(f"{at}: a command line (text) or a list of words")
+    if not any("{item}" in w for w in words):
+        raise UsageError(f"{at} {shlex.join(words)!r} has no {{item}}: say where each item goes")
+    return tuple(_text(at, w) for w in words)
+
+
+def _words(at: str, value: Any) -> tuple[str, ...]:
+    if value in (None, ""):
+        return ()
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise UsageError(f"{at}: a list")
+    return tuple(_text(at, v) for v in value)
+
+
+def _env(at: str, value: Any) -> dict[str, str]:
+    if value in (None, ""):
+        return {}
+    if isinstance(value, (list, tuple)):  # KEY=VALUE words, as --env gives them
+        pairs = {}
+        for kv in value:
+            key, sep, val = _text(at, kv).partition("=")
+            if not sep:
+                raise UsageError(f"{at} {kv!r}: write KEY=VALUE")
+            pairs[key] = val
+        value = pairs
+    if not isinstance(value, dict):
+        raise UsageError(f"{at}: a mapping of NAME: value")
+    out = {}
+    for k, v in value.items():
+        key = _text(at, k)
+        if not _ENV_NAME.match(key):
+            raise UsageError(f"{at}: {key!r} is not a variable name (letters, digits and _, not starting with a digit)")
+        out[key] = _text(f"{at}.{key}", v) if not isinstance(v, (int, float)) or isinstance(v, bool) else str(v)
+    return out
+
+
+def _registry(at: str, value: Any) -> Registry | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, str):  # a DOK registry's UUID
+        return Registry(dok_registry=_text(at, value))
+    if not isinstance(value, dict):
+        raise UsageError(f"{at}: a mapping with server, username and password_env (or dok_registry)")
+    unknown = sorted(set(map(str, value)) - REGISTRY_FIELDS)
+    if unknown:
+        raise UsageError(f"{at}: unknown field {unknown[0]!r}; use server, username, password_env, dok_registry")
+    if "password" in value or "token" in value:  # caught by the check above; said plainly for the common mistake
+        raise UsageError(f"{at}: never write the password in the file: name the variable holding it (password_env)")
+    reg = Registry(**{k: _text(f"{at}.{k}", v) for k, v in value.items()})
+    if reg.password_env and not _ENV_NAME.match(reg.password_env):
+        raise UsageError(f"{at}.password_env {reg.password_env!r}: the name of an environment variable")
+    if (reg.username or reg.password_env) and not (reg.username and reg.password_env):
+        raise UsageError(f"{at}: give both username and password_env (the variable that holds the password)")
+    return reg
+
+
+def _yen(at: str, value: Any) -> Decimal | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool):
+        raise UsageError(f"{at}: a number of yen")
+    text = str(value).replace(",", "").replace("¥", "").strip()
+    try:
+        yen = Decimal(text)
+    except InvalidOperation:
+        raise UsageError(f"{at} {value!r}: a number of yen, such as 500") from None
+    if not yen.is_finite() or yen <= 0 or yen > MAX_YEN:
+        raise UsageError(f"{at} {value!r}: a number of yen above 0 and at most {MAX_YEN:,}")
+    return yen
+
+
+def _whole(at: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise UsageError(f"{at} {value!r}: a whole number from {low} to {high:,}")
+    return value
+
+
+def _flag(at: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{at} {value!r}: true or false")
+    return value

@@ -1,0 +1,157 @@
+"""`gpuplan launch BATCH.yaml`: estimate, show the pick and its yen, ask, then provision (or claim,
+or send DOK tasks), bootstrap, run the batch, fetch its outputs and tear down: one command from
+nothing to a finished batch (gpuplan/operating/launcher.py carries it out; docs/batch.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
+
+
+def launch(
+    batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file (docs/batch.md): workload, items, command, image, infra, max_yen, ...", metavar="BATCH.yaml")] = None,
+    command: Annotated[Optional[list[str]], typer.Argument(help="After --: the command ({item} is each item); overrides the file's.")] = None,
+    items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line.", metavar="FILE")] = None,
+    workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with (one job per item).", metavar="NAME|FILE")] = None,
+    plan: Annotated[Optional[Path], typer.Option("--plan", help="Launch this saved plan (`gpuplan estimate --save`) instead of planning again.", metavar="FILE")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", help="Run each item in this container image.", metavar="IMAGE")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
+    objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
+    deadline: Annotated[Optional[str], typer.Option("--deadline", help="The latest acceptable wall time (3h, 90m).", metavar="DURATION")] = None,
+    max_yen: Annotated[Optional[str], typer.Option("--max-yen", help="Stop the batch before it spends more than this (plan refused if its estimate is over).", metavar="YEN")] = None,
+    outputs: Annotated[Optional[Path], typer.Option("--outputs", help="Where the items' outputs are fetched to (default outputs/NAME).", metavar="DIR")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="The cluster's name (default: the batch file's).", metavar="NAME")] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every item (repeatable).", metavar="KEY=VALUE")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Pick up a launch: follow its job to the end, fetch, tear down.", metavar="JOB")] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once the batch runs, with its job id (`gpuplan launch --resume JOB` finishes it).")] = False,
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster up after the batch.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the whole sequence with its yen; create nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when stdin is not a terminal).")] = False,
+) -> None:
+    """Plan a batch, build the pick, run the batch on it, fetch its outputs, tear it down."""
+    from gpuplan import batchfile
+    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
+    from gpuplan.operating import launcher, runner
+
+    if resume:
+        if batch_file is not None or command or plan is not None:
+            raise UsageError("--resume picks up a launch from its job alone; leave out the batch file, --plan and the command")
+        _resume(resume, keep, detach)
+        return
+    overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
+                 "objective": objective, "deadline": deadline, "max_yen": max_yen, "outputs": outputs, "name": name,
+                 "env": env, "command": list(command) if command else None}
+    batch = batchfile.read(batch_file, overrides)
+    todo_items = runner.read_items(batch.items)
+    out, err = _console(), _console(stderr=True)
+    cluster = launcher.cluster_name(batch)
+    if plan is None:
+        from gpuplan.cli import estimate as estimate_cli
+
+        work = launcher.workload_for(batch, todo_items)
+        est = estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
+                                         objective=batch.objective, spot=batch.spot,
+                                         providers=launcher.infra_providers(batch.infra))
+        estimate_cli._render_table(est, False)
+        if est.recommended is None:
+            raise UsageError(est.reason)
+        if dry_run:  # nothing is written: the plan goes to a file that is gone once the sequence is shown
+            import tempfile
+
+            plan = Path(tempfile.mkdtemp(prefix="gpuplan-launch-")) / "plan.json"
+        else:
+            from gpuplan import paths
+
+            plan = paths.state_dir() / "launches" / f"{cluster}.plan.json"
+            plan.parent.mkdir(parents=True, exist_ok=True)
+        estimate_cli.save_plan(est, plan)
+    pick = launcher.pick_of(plan, batch.region or None)
+    launcher.refuse_over_cap(pick, batch.max_yen)
+    outputs_dir = launcher.outputs_dir(batch, cluster)
+    if outputs_dir.exists() and (not outputs_dir.is_dir() or any(outputs_dir.iterdir())):
+        raise UsageError(f"outputs folder {outputs_dir} is not empty: name another (outputs: or --outputs), or move it away")
+    lines = [f"launch {fmt.plural(len(todo_items), 'item')} on {pick.count}x {pick.target}:",
+             *(f"  {s}" for s in launcher.steps(pick, batch, cluster, len(todo_items)))]
+    if dry_run:
+        _print_lines(out, lines + ["dry run: nothing was created"])
+        if plan.parent.name.startswith("gpuplan-launch-"):
+            import shutil
+
+            shutil.rmtree(plan.parent, ignore_errors=True)
+        return
+    _need_answer(yes, "launch")
+    _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
+    from gpuplan.operating.state import State
+
+    state = State.open_default()
+    progress = _progress(err)
+    todo = [(i, it) for i, it in runner.run_order(todo_items, runner.read_plan(plan))[0]]
+    if pick.backend == "dok":
+        job = launcher.submit_dok(state, pick, batch, todo, outputs_dir, progress)
+    else:
+        launcher.provision(state, pick, batch, cluster, progress)
+        job = launcher.submit_ray(state, pick, batch, cluster, todo, outputs_dir, progress)
+    where = _cluster_of(state, job)
+    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
+    sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
+    if detach:
+        out.print(f"it runs on without this terminal: `gpuplan jobs {where}`, `gpuplan logs {where} {job} ITEM`;"
+                  f" `gpuplan launch --resume {job}` follows it, fetches its outputs and tears down", markup=False)
+        return
+    _finish(state, job, keep)
+
+
+def _cluster_of(state, job: str) -> str:
+    return state.job(job)["cluster"]
+
+
+def _resume(job: str, keep: bool, detach: bool) -> None:
+    from gpuplan.operating.state import State
+
+    state = State.open_default()
+    row = state.job(job)
+    if row is None or not (row["options"] or {}).get("launch"):
+        raise UsageError(f"no launch with job {job!r}; `gpuplan jobs CLUSTER` lists the jobs")
+    if detach:
+        raise UsageError("--resume follows the job to its end; leave out --detach")
+    _finish(state, job, keep)
+
+
+def _finish(state, job: str, keep: bool) -> None:
+    """Follow the job to its end (the cap checked on every look), print what it did, fetch its
+    outputs, tear the cluster down (unless --keep); exit non-zero when it was capped or items failed."""
+    from gpuplan.cli.jobs import _console, _follow, _print_summary
+    from gpuplan.operating import backends, launcher, runner
+
+    row = state.job(job)
+    opts = row["options"]["launch"]
+    cluster = row["cluster"]
+    cap = launcher.max_yen_of(row)
+    _follow(state, cluster, job, launcher.cap_watch(state, job, cap) if cap is not None else None)
+    runner.record_finished(state, job)
+    summary = backends.summary(state, job)
+    predicted = runner.read_plan(Path(row["options"]["plan"])) if row["options"].get("plan") else None
+    _print_summary(summary, predicted, job)
+    out = _console()
+    got = launcher.fetch(state, job, Path(opts["outputs"]))
+    out.print(f"outputs: {fmt.plural(got.files, 'file')} of {fmt.plural(got.items, 'item')} in {opts['outputs']}",
+              markup=False)
+    if not keep:
+        deleted = launcher.teardown(state, job, lambda m: _console(stderr=True).print(f"… {m}", markup=False))
+        if deleted is not None:
+            out.print(f"cluster {cluster} torn down ({fmt.plural(deleted, 'resource')} deleted)", markup=False)
+    else:
+        out.print(f"cluster {cluster} left up (--keep): `gpuplan teardown {cluster}` when done", markup=False)
+    launcher.raise_outcome(state, job, cap)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("launch", context_settings={"allow_extra_args": False})(launch)

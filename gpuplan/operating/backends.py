@@ -1,0 +1,191 @@
+"""Run backends: one contract for what runs a batch, as providers are one contract for what
+makes machines. A job row names its backend (state column `backend`); every question about a
+job (read what is new, cancel it, what it cost, what it did, fetch its outputs) goes through
+`of(row)`, so no caller switches on a cluster's name.
+
+- `ray`: a batch on a cluster's Ray engine (cloud VMs and owned hosts): operating/runner.py.
+- `dok`: items as Sakura 高火力 DOK tasks: operating/dok_runs.py.
+
+The module-level functions (refresh, cancel, yen, summary, outputs) are the batch service the
+CLI and the launcher call; `get(name)` and `of(row)` the registry.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpuplan.errors import NotFound, UsageError
+
+if TYPE_CHECKING:
+    from gpuplan.operating.runner import RunSummary
+    from gpuplan.operating.state import State
+
+
+@dataclass(frozen=True)
+class Fetched:
+    items: int  # items whose outputs came back
+    files: int
+
+
+class RunBackend(Protocol):
+    name: str
+    has_cluster: bool  # its batches run on a cluster of machines gpuplan made (torn down after a launch)
+    poll_s: float  # how often a follower looks (an API asked over the internet: not every second)
+
+    def claims(self, row: dict) -> bool:
+        """A job recorded before jobs named their backend: is it this backend's?"""
+
+    def session(self, state: State, job: str) -> AbstractContextManager[Any]:
+        """What a follower holds open while it looks again and again (passed to refresh as `conn`)."""
+
+    def refresh(self, state: State, job: str, conn: Any = None) -> dict:
+        """Read what is new about the job and write it into the state; the job's row."""
+
+    def cancel(self, state: State, job: str) -> int:
+        """Stop the job everywhere; how many running things (process groups, tasks) were stopped."""
+
+    def yen(self, state: State, row: dict, at: Any = None) -> Decimal | None:
+        """What the job has cost so far (or by `at`), by the one billing rule."""
+
+    def summary(self, state: State, job: str) -> RunSummary:
+        """The job as a RunSummary: one result per item, set-aside nodes, wall and yen."""
+
+    def outputs(self, state: State, job: str, into: Path) -> Fetched:
+        """Copy back what every ended item wrote into `into`."""
+
+
+class RayBackend:
+    name = "ray"
+    has_cluster = True
+    poll_s = 1.0
+
+    def claims(self, row: dict) -> bool:
+        return not get("dok").claims(row)
+
+    def session(self, state: State, job: str) -> AbstractContextManager[Any]:
+        from gpuplan.operating import engine, remote
+
+        return remote.connect(engine.engine_of(state, _row(state, job)["cluster"]).head.host)
+
+    def refresh(self, state: State, job: str, conn: Any = None) -> dict:
+        from gpuplan.operating import runner
+
+        return runner.refresh_engine(state, job, conn)
+
+    def cancel(self, state: State, job: str) -> int:
+        from gpuplan.operating import runner
+
+        return runner.cancel_engine(state, job)
+
+    def yen(self, state: State, row: dict, at: Any = None) -> Decimal | None:
+        from gpuplan.operating import runner
+
+        return runner.engine_job_yen(state, row, at)
+
+    def summary(self, state: State, job: str) -> RunSummary:
+        from gpuplan.operating import runner
+
+        return runner.engine_summary(state, job)
+
+    def outputs(self, state: State, job: str, into: Path) -> Fetched:
+        from gpuplan.operating import runner
+
+        items, files = runner.fetch_outputs(state, job, None, into)
+        return Fetched(items, files)
+
+
+class DokBackend:
+    name = "dok"
+    has_cluster = False
+    poll_s = 10.0
+
+    def claims(self, row: dict) -> bool:
+        from gpuplan.operating import dok_runs
+
+        return dok_runs.is_dok(row["cluster"])
+
+    def session(self, state: State, job: str) -> AbstractContextManager[Any]:
+        return nullcontext()  # DOK is asked over its public API, one request at a time
+
+    def refresh(self, state: State, job: str, conn: Any = None) -> dict:
+        from gpuplan.operating import dok_runs
+
+        return dok_runs.refresh(state, job)
+
+    def cancel(self, state: State, job: str) -> int:
+        from gpuplan.operating import dok_runs
+
+        return dok_runs.cancel(state, job)
+
+    def yen(self, state: State, row: dict, at: Any = None) -> Decimal | None:
+        from gpuplan.operating import dok_runs
+
+        return dok_runs.job_yen(state, row, at)
+
+    def summary(self, state: State, job: str) -> RunSummary:
+        from gpuplan.operating import dok_runs
+
+        return dok_runs.summary(state, job)
+
+    def outputs(self, state: State, job: str, into: Path) -> Fetched:
+        from gpuplan.operating import dok_runs
+
+        items, files = dok_runs.fetch_artifacts(state, job, into)
+        return Fetched(items, files)
+
+
+_BACKENDS: dict[str, RunBackend] = {"ray": RayBackend(), "dok": DokBackend()}
+
+
+def get(name: str) -> RunBackend:
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise UsageError(f"unknown run backend {name!r}: one of {', '.join(_BACKENDS)}") from None
+
+
+def of(row: dict) -> RunBackend:
+    """The backend a job runs on: the one its row names (older rows: the one that claims it)."""
+    if row.get("backend"):
+        return get(row["backend"])
+    return next(b for b in _BACKENDS.values() if b.claims(row))
+
+
+def _row(state: State, job: str) -> dict:
+    row = state.job(job)
+    if row is None:
+        raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
+    return row
+
+
+# --- the batch service ------------------------------------------------------------------------
+
+
+def refresh(state: State, job: str, conn: Any = None) -> dict:
+    """The job's row, with what is new read from where it runs (an ended job as it is)."""
+    from gpuplan.operating.runner import JOB_STATES_OVER
+
+    row = _row(state, job)
+    if row["state"] in JOB_STATES_OVER:
+        return row
+    return of(row).refresh(state, job, conn)
+
+
+def cancel(state: State, job: str) -> int:
+    return of(_row(state, job)).cancel(state, job)
+
+
+def yen(state: State, row: dict, at: Any = None) -> Decimal | None:
+    return of(row).yen(state, row, at)
+
+
+def summary(state: State, job: str) -> RunSummary:
+    return of(_row(state, job)).summary(state, job)
+
+
+def outputs(state: State, job: str, into: Path) -> Fetched:
+    return of(_row(state, job)).outputs(state, job, into)

@@ -1,0 +1,378 @@
+"""`gpuplan launch BATCH.yaml`: from nothing to a finished batch on whatever the pick is.
+
+The pick is a saved plan (estimate's recommendation for the batch, or `--plan` one the user
+saved): what was planned is what is built, through the same order `gpuplan provision --plan`
+makes. By the kind of its offer:
+
+- a cloud VM or owned hosts: provision (or claim) the fleet, bootstrap it (the plan's playbooks;
+  `docker-gpu` where the batch names an image), run the batch's `setup` on every node, then the
+  batch on the cluster's Ray engine (the Ray run backend), the yen cap enforced on the cluster
+  (its driver stops the batch at `stop_at`); once it has ended, fetch the outputs and tear the
+  fleet down (unless --keep);
+- a 高火力 DOK task plan: every item as a DOK task from the batch's image (the DOK run backend).
+
+The CLI parses, asks and renders; this module carries out, reporting through `progress`, and
+returns typed values. A launch's settings ride on its job row (options["launch"]) so that
+`gpuplan launch --resume JOB` and a launch killed half way pick up where it stopped.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuplan.errors import GpuplanError, UsageError
+from gpuplan.planning import fmt
+
+if TYPE_CHECKING:
+    from gpuplan.batchfile import Batch
+    from gpuplan.operating.state import State
+    from gpuplan.planning.types import Offer
+
+Progress = Callable[[str], None]
+TEARDOWN_ALLOWANCE_S = 120  # the cap stops the batch this long before the yen would reach it: fetch and teardown bill too
+SETUP_TIMEOUT_S = 3600
+
+
+class Capped(GpuplanError):
+    """The batch stopped at its yen cap (exit 6: it ran, and stopped as asked, not finished)."""
+
+    exit_code = 6
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What the launch builds: the saved plan's offer, how many, and how it runs."""
+
+    plan_path: Path
+    offer: Offer
+    count: int
+    setup: str  # scratch | image
+    market: str  # on-demand | spot
+    yen: Decimal  # the plan's own estimate
+    wall_s: Decimal
+    backend: str  # the run backend's name: "ray" (a cluster) or "dok" (高火力 DOK tasks)
+
+    @property
+    def target(self) -> str:
+        return f"{self.offer.provider}:{self.offer.name}"
+
+
+def infra_providers(infra: Sequence[str]) -> tuple[str, ...]:
+    """A batch's `infra:` as catalog provider names (`owned` is the baremetal provider; `dok`,
+    `vrt` and `phy` are Sakura's offers)."""
+    names = {"owned": "baremetal", "dok": "sakura", "vrt": "sakura", "koukaryoku": "sakura", "phy": "sakura-phy"}
+    return tuple(dict.fromkeys(names.get(x.lower(), x.lower()) for x in infra))
+
+
+def workload_for(batch: Batch, items: Sequence[str]):
+    """The workload to plan: the batch's (a built-in name or a file; colorize-hd by default) with
+    one job per item, each the size of the workload's first job, named by the item."""
+    from dataclasses import replace
+
+    from gpuplan.planning import workloads
+    from gpuplan.planning.plan_types import Job
+
+    if not batch.workload:
+        raise UsageError("the batch names no workload to plan: give `workload: NAME` (one of"
+                         f" {', '.join(workloads.builtin_names())}) or a workload file, or --plan a saved plan")
+    work = workloads.load(batch.workload)
+    if batch.profile is not None:
+        work = workloads.apply_profile(work, batch.profile)
+    if work.streams is not None or work.parallel != "none":
+        raise UsageError(f"workload {work.name} is {'real-time streams' if work.streams else 'one data-parallel job'}:"
+                         " launch runs a batch of items, one job per item")
+    units = work.jobs[0].units
+    return replace(work, jobs=tuple(Job(Path(item).name or item, units) for item in items))
+
+
+def pick_of(plan_path: Path, region: str | None = None) -> Pick:
+    """The saved plan as a Pick, its offer resolved as `provision --plan` resolves it."""
+    from gpuplan.operating import launch
+    from gpuplan.planning import saved_plan
+
+    saved = saved_plan.load(plan_path)
+    provider, size, plan_region, count, setup = saved.target()
+    offer = launch.resolve_offer(f"{provider}:{size}", region or plan_region)
+    pred = saved.prediction()
+    backend = "dok" if offer.kind == "task" else "ray"
+    return Pick(plan_path, offer, count, setup, saved.market, Decimal(str(pred.get("plan_yen") or pred.get("yen") or 0)),
+                Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backend)
+
+
+def refuse_over_cap(pick: Pick, max_yen: Decimal | None) -> None:
+    """A plan whose own estimate passes the cap is refused before anything is bought."""
+    if max_yen is not None and pick.yen > max_yen:
+        raise UsageError(f"the pick, {pick.count}x {pick.target}, is estimated at {fmt.yen(pick.yen)}, over max_yen"
+                         f" {fmt.yen(max_yen)}: raise max_yen, or plan with --objective cost or another infra")
+
+
+def default_playbooks(pick: Pick, batch: Batch) -> list[str]:
+    """Cloud machines get the GPU stack (driver, CUDA, cuDNN, NCCL); owned hosts are the user's
+    own and keep theirs (name `playbooks:` to run some); an image adds Docker and the NVIDIA
+    container toolkit."""
+    from gpuplan.operating.playbook import DEFAULT_PLAYBOOKS
+
+    if batch.playbooks is not None:
+        books = list(batch.playbooks)
+    else:
+        books = [] if pick.offer.kind == "owned" else list(DEFAULT_PLAYBOOKS)
+    if batch.image and "docker-gpu" not in books:
+        books.append("docker-gpu")
+    return books
+
+
+def cluster_name(batch: Batch) -> str:
+    """The batch's cluster: its `name`, else the batch file's name, else one from its items file."""
+    import re
+
+    if batch.name:
+        return batch.name
+    stem = (batch.source or batch.items).stem
+    name = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = f"batch-{name}".strip("-")
+    return name[:40]
+
+
+def outputs_dir(batch: Batch, name: str) -> Path:
+    """Where the outputs come back to: the batch's `outputs`, else outputs/<cluster name>."""
+    return batch.outputs or Path("outputs") / name
+
+
+def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
+    """The launch's sequence in words, with its yen: shown before the question and by --dry-run."""
+    outputs = outputs_dir(batch, name)
+    out = []
+    if pick.backend == "dok":
+        out.append(f"1. send {fmt.plural(items, 'DOK task')} on {pick.offer.name.removeprefix('dok-')} from image"
+                   f" {batch.image or '(none given)'}, one running at a time")
+        out.append(f"2. follow them; each task's artifact (SAKURA_ARTIFACT_DIR) is fetched into {outputs}")
+    else:
+        what = "claim" if pick.offer.kind == "owned" else "provision"
+        out.append(f"1. {what} {pick.count}x {pick.target} as cluster {name}"
+                   + (" (from an image built on one of them)" if pick.setup == "image" and pick.count > 1 else ""))
+        books = default_playbooks(pick, batch)
+        out.append(f"2. bootstrap: {', '.join(books) if books else 'nothing (owned hosts keep their own setup)'}"
+                   + (f"; pull {batch.image} once per node" if batch.image else "")
+                   + (f"; then {fmt.plural(len(batch.setup), 'setup command')} on every node" if batch.setup else ""))
+        out.append(f"3. run {fmt.plural(items, 'item')} on the cluster's Ray engine"
+                   + (f" in container {batch.image}" if batch.image else "") + " (the batch outlives this terminal)")
+        out.append(f"4. fetch the outputs into {outputs}; tear the cluster down")
+    out.append(f"plan: {fmt.yen(pick.yen)}, wall {fmt.duration(pick.wall_s)}"
+               + (f"; stopped before it passes max_yen {fmt.yen(batch.max_yen)}" if batch.max_yen is not None else ""))
+    return out
+
+
+# --- a cluster (Ray backend) -----------------------------------------------------------------
+
+
+def provision(state: State, pick: Pick, batch: Batch, name: str, progress: Progress) -> None:
+    """The pick's fleet as cluster `name`, bootstrapped; a cluster of that name that is ready and
+    of the pick's kind is used as it is (a launch cut off after provisioning picks up there)."""
+    from gpuplan.operating import launch, lifecycle
+    from gpuplan.operating.playbook import bootstrap_cluster
+
+    row = state.cluster(name)
+    if row is not None:
+        if (row.provider, row.size) != (pick.offer.provider, pick.offer.name) or row.status != "ready":
+            raise UsageError(f"cluster {name} exists already ({row.count}x {row.provider}:{row.size}, {row.status}): give"
+                             " the batch another name (name: or --name), or `gpuplan teardown " + name + "` first")
+        progress(f"cluster {name} is up already: using it")
+    else:
+        order = launch.order(None, None, plan=pick.plan_path, name=name, spot=pick.market == "spot")
+        prov = lifecycle.get_provider(order.request.provider)
+        order, _ = launch.check(state, prov, order, None)
+        books = default_playbooks(pick, batch)
+        launch.provision(state, prov, order, playbooks=books or None, bootstrap=False, progress=progress)
+        if books:
+            progress(f"bootstrapping {name}: {', '.join(books)}")
+            bootstrap_cluster(state, name, books, dict(batch.params), progress=progress)
+    if batch.setup:
+        run_setup(state, name, batch.setup, progress)
+
+
+def run_setup(state: State, cluster: str, commands: Sequence[str], progress: Progress) -> None:
+    """The batch's `setup` commands on every node at once, in order; the first that fails on a
+    node stops the launch with that node's last lines."""
+    from gpuplan.errors import RemoteError
+    from gpuplan.operating import remote
+
+    hosts = remote.cluster_hosts(state, cluster)
+    script = "set -e\n" + "\n".join(commands)
+    progress(f"setup on {fmt.plural(len(hosts), 'node')}: {fmt.plural(len(commands), 'command')}")
+    results = remote.run_many(hosts, lambda h: remote.run(h, "bash -c " + shlex.quote(script), timeout=SETUP_TIMEOUT_S))
+    for h, r in zip(hosts, results):
+        if isinstance(r, BaseException):
+            raise RemoteError(f"setup on {h.name}: {r}")
+        if not r.ok:
+            raise RemoteError(f"setup on {h.name} failed (exit {r.exit_code}): {r.tail(2)}; fix `setup:` and launch again"
+                              " (the cluster stays up and is used as it is)")
+
+
+def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | None:
+    """When the batch must stop so that the cluster's ledger (every node billed by the one rule,
+    from its start) stays within `max_yen` once fetch and teardown (TEARDOWN_ALLOWANCE_S) are
+    billed too: the latest whole second at which it still does. None: no cap, or a fleet that
+    bills nothing (owned hosts with no power figure)."""
+    from gpuplan.operating.state import now
+
+    if max_yen is None:
+        return None
+    start = now()
+    allowance = timedelta(seconds=TEARDOWN_ALLOWANCE_S)
+
+    def within(at: datetime) -> bool:
+        return state.ledger_seconds_and_yen(cluster, at + allowance)[1] <= max_yen
+
+    if not within(start):
+        raise Capped(f"cluster {cluster} has already spent {fmt.yen(state.ledger_seconds_and_yen(cluster)[1])} of"
+                     f" max_yen {fmt.yen(max_yen)}: nothing was run")
+    horizon = 366 * 86400
+    if within(start + timedelta(seconds=horizon)):
+        return None  # it never reaches the cap within a year (a fleet billed nothing)
+    low, high = 0, horizon  # within at low, not at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if within(start + timedelta(seconds=mid)) else (low, mid)
+    return start + timedelta(seconds=low)
+
+
+def launch_options(batch: Batch, pick: Pick, name: str, outputs: Path) -> dict:
+    """What a launch's job row keeps for --resume: where it runs, its outputs, its cap."""
+    return {"plan": str(pick.plan_path), "launch": {
+        "cluster": name, "backend": pick.backend, "outputs": str(outputs.resolve()),
+        "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image}}
+
+
+def submit_ray(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
+               progress: Progress, resumes: str | None = None) -> str:
+    """The batch on cluster `name`'s Ray engine; returns the job id."""
+    from gpuplan.operating import locks, runner
+
+    command = env_command(batch)
+    kwargs = {}
+    if batch.image:
+        kwargs["image"] = batch.image
+        if batch.registry is not None and batch.registry.username:
+            kwargs["registry"] = batch.registry
+    cap = stop_at(state, name, batch.max_yen)
+    if cap is not None:
+        kwargs["stop_at"] = cap
+        progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
+    with locks.cluster(name):
+        return runner.submit(state, name, todo, command, per_gpu=batch.per_gpu, retries=batch.retries,
+                             timeout=batch.timeout_s, options=launch_options(batch, pick, name, outputs),
+                             resumes=resumes, local_workdir=batch.workdir, progress=progress, **kwargs)
+
+
+def env_command(batch: Batch) -> list[str]:
+    """The command with the batch's `env` set for it (inside the container too)."""
+    if not batch.env:
+        return list(batch.command)
+    return ["env", *(f"{k}={v}" for k, v in batch.env.items()), *batch.command]
+
+
+# --- 高火力 DOK (DOK backend) ---------------------------------------------------------------------
+
+
+def submit_dok(state: State, pick: Pick, batch: Batch, todo: Sequence[tuple[int, str]], outputs: Path,
+               progress: Progress, resumes: str | None = None, client=None) -> str:
+    """Every item as a DOK task from the batch's image; returns the job id. A DOK task outlives
+    this client; the cap bounds each task's time limit by what is left of max_yen (DOK bills a
+    task for the seconds it runs), and the follower cancels what is left once the cap is reached."""
+    from gpuplan.operating import dok_runs
+    from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
+
+    if not batch.image:
+        raise UsageError(f"the pick is a 高火力 DOK task plan ({pick.offer.name}): every item runs in a container there;"
+                         " give the batch an image (image: or --image), e.g. one built from your code's Dockerfile")
+    plan = pick.offer.name.removeprefix("dok-")
+    limit = batch.timeout_s
+    if batch.max_yen is not None:
+        from gpuplan.planning import billing
+
+        terms = dok_runs.terms_of(plan)
+        most = _seconds_within(lambda s: billing.charge(s, terms), batch.max_yen)
+        limit = max(MIN_TIME_LIMIT_S, min(limit, most))
+    registry = batch.registry.dok_registry if batch.registry is not None and batch.registry.dok_registry else None
+    name = dok_runs.CLUSTER
+    return dok_runs.submit(state, client or dok_runs.default_client(), plan, batch.image, todo, list(batch.command),
+                           environment=dict(batch.env), registry=registry, time_limit_s=limit, resumes=resumes,
+                           options=launch_options(batch, pick, name, outputs), progress=progress)
+
+
+def _seconds_within(charge: Callable[[int], Decimal], cap: Decimal, horizon: int = 366 * 86400) -> int:
+    """The most whole seconds whose charge stays within `cap` (charge is monotone)."""
+    if charge(horizon) <= cap:
+        return horizon
+    low, high = 0, horizon
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if charge(mid) <= cap else (low, mid)
+    return low
+
+
+# --- after the batch ------------------------------------------------------------------------------
+
+
+def max_yen_of(row: dict) -> Decimal | None:
+    cap = ((row["options"] or {}).get("launch") or {}).get("max_yen")
+    return Decimal(cap) if cap is not None else None
+
+
+def cap_watch(state: State, job: str, cap: Decimal) -> Callable[[dict], None]:
+    """For the follower: after each look, a batch whose yen so far (its backend's, by the one
+    billing rule) has reached the cap is cancelled and marked capped. A cluster's driver stops the
+    batch at its stop_at on its own; this also holds where the backend has no driver (DOK)."""
+    from gpuplan.operating import backends, runner
+
+    def look(row: dict) -> None:
+        if row["state"] in runner.JOB_STATES_OVER:
+            return
+        spent = backends.yen(state, row)
+        if spent is not None and spent >= cap:
+            backends.cancel(state, job)
+            state.set_job_state(job, "capped")
+
+    return look
+
+
+def fetch(state: State, job: str, into: Path):
+    """The ended items' outputs into `into` (its backend's way: files from the nodes, DOK's artifacts)."""
+    from gpuplan.operating import backends
+
+    return backends.outputs(state, job, into)
+
+
+def teardown(state: State, job: str, progress: Progress) -> int | None:
+    """Tear down the cluster the job ran on (None where its backend has none); the resources deleted."""
+    from gpuplan.operating import backends, lifecycle
+
+    row = state.job(job)
+    if not backends.of(row).has_cluster or state.cluster(row["cluster"]) is None:
+        return None
+    cluster = state.cluster(row["cluster"])
+    report = lifecycle.teardown(state, lifecycle.get_provider(cluster.provider), cluster.name, progress=progress)
+    return len(report.deleted)
+
+
+def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
+    """Exit non-zero where the batch did not finish: capped (6) or items failed (5)."""
+    from gpuplan.operating import backends, runner
+
+    row = state.job(job)
+    counts = state.job_counts(job)
+    if row["state"] == "capped":
+        spent = backends.yen(state, row)
+        raise Capped(f"job {job} stopped at max_yen {fmt.yen(cap)}: {fmt.yen(spent)} spent on the batch,"
+                     f" {counts.get('ok', 0)} of {fmt.plural(row['total'], 'item')} done; the rest did not run")
+    failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
+    if failed:
+        raise runner.JobsFailed(f"{failed} of {fmt.plural(row['total'], 'item')} did not succeed; logs:"
+                                f" `gpuplan logs {row['cluster']} {job} ITEM`")
