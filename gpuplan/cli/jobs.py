@@ -214,9 +214,12 @@ def run(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds one item may run; then its processes are killed.", metavar="SECONDS")] = 24 * 3600,
     down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end).")] = False,
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.", metavar="DIR")] = None,
-    image: Annotated[Optional[str], typer.Option("--image", help="dok:PLAN runs: the container image each item's task runs (linux/amd64, at most 30 GB).", metavar="IMAGE")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", help="Each item runs in a container of this image: on a cluster `docker run --gpus` (pulled on every node first; `gpuplan bootstrap CLUSTER --playbook docker-gpu` installs Docker); with dok:PLAN the task's image (linux/amd64, at most 30 GB).", metavar="IMAGE")] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*).", metavar="KEY=VALUE")] = None,
     registry: Annotated[Optional[str], typer.Option("--registry", help="dok:PLAN runs: the UUID of the registry credentials registered with DOK, for a private image.", metavar="UUID")] = None,
+    registry_user: Annotated[Optional[str], typer.Option("--registry-user", help="Cluster runs with --image: the private registry's user (its server is the image's).", metavar="USER")] = None,
+    registry_password_env: Annotated[Optional[str], typer.Option("--registry-password-env", help="Cluster runs with --image: the environment variable holding the registry's password or token (fed to `docker login --password-stdin` on each node; never on a disk or a command line).", metavar="VAR")] = None,
+    max_yen: Annotated[Optional[str], typer.Option("--max-yen", help="Cluster runs: stop the batch on the cluster once the nodes' bill for it would pass N yen (the items running are stopped, the rest stay queued; exit 6).", metavar="N")] = None,
     recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
 ) -> None:
@@ -252,8 +255,19 @@ def run(
         raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
     from gpuplan.operating import dok_runs
 
-    if not dok_runs.is_dok(cluster) and (image or env or registry):
-        raise UsageError("--image, --env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE ...")
+    if not dok_runs.is_dok(cluster) and (env or registry):
+        raise UsageError("--env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE ...; a private"
+                         " image on a cluster: --registry-user USER --registry-password-env VAR")
+    if dok_runs.is_dok(cluster) and (registry_user or registry_password_env or max_yen is not None):
+        raise UsageError("--registry-user, --registry-password-env and --max-yen are for cluster runs; on DOK, --registry"
+                         " names credentials registered with DOK and --timeout bounds each task's bill")
+    if (registry_user or registry_password_env) and not (registry_user and registry_password_env):
+        raise UsageError("a private registry needs both --registry-user USER and --registry-password-env VAR")
+    if torchrun and (image or max_yen is not None):
+        raise UsageError("--image and --max-yen are for item batches; --torchrun runs on the nodes themselves")
+    if (registry_user or registry_password_env) and not image and not resume:
+        raise UsageError("--registry-user and --registry-password-env log in to pull --image IMAGE: give the image")
+    cap = _max_yen(max_yen)
     predicted = runner.read_plan(plan) if plan else None
     if dok_runs.is_dok(cluster):
         if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover:
@@ -281,15 +295,25 @@ def run(
         command, opts = old["command"], old["options"]
         node_workdir = opts.get("workdir") or ""
         per_gpu, retries, timeout = opts.get("per_gpu", per_gpu), opts.get("retries", retries), opts.get("timeout_s", timeout)
+        image = image or opts.get("image")  # in the job's own image
         order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
     else:
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
         node_workdir = ""
     if not torchrun:
+        from gpuplan.operating import containers
+
+        login = (containers.Login(registry_user, containers.secret_from_env(registry_password_env or ""))
+                 if registry_user else None)
+        stop_at = runner.cap_stop_at(state, cluster, cap) if cap is not None else None
+        if stop_at is not None:
+            progress(f"--max-yen {fmt.yen(cap)}: the batch stops at {stop_at:%Y-%m-%d %H:%M:%S} UTC if it is still running")
         with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
             job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
-                                options={"plan": str(plan.resolve()) if plan else None}, resumes=resume,
-                                workdir=node_workdir, local_workdir=workdir, recover=recover, progress=progress)
+                                options={"plan": str(plan.resolve()) if plan else None,
+                                         **({"max_yen": str(cap)} if cap is not None else {})}, resumes=resume,
+                                workdir=node_workdir, local_workdir=workdir, recover=recover, progress=progress,
+                                image=image, registry=login, stop_at=stop_at)
     out = _console()
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'rank' if torchrun else 'item')}; order: {order_note}",
               markup=False)
@@ -300,9 +324,30 @@ def run(
         return
     _follow(state, cluster, job, _recoverer(state, cluster, job, yes) if recover else None)
     runner.record_finished(state, job)
+    if cap is not None and state.job(job)["state"] == "capped":
+        _print_summary(backends.summary(state, job), predicted, job)
+        if down:
+            _down(state, cluster)
+        raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, state.job(job)))} spent;"
+                            f" `gpuplan run {cluster} --resume {job}` runs the items it did not finish")
     _finish(state, backends.summary(state, job), predicted, job)
     if down:
         _down(state, cluster)
+
+
+def _max_yen(text: Optional[str]) -> Decimal | None:
+    """--max-yen N: a number of yen above 0."""
+    from decimal import InvalidOperation
+
+    if text is None:
+        return None
+    try:
+        value = Decimal(text.replace(",", "").replace("¥", "").strip())
+    except InvalidOperation:
+        value = Decimal(-1)
+    if not value.is_finite() or value <= 0:
+        raise UsageError(f"bad --max-yen {text!r}: a number of yen above 0, e.g. --max-yen 500")
+    return value
 
 
 def dok_spend_lines(spend, predicted: dict | None = None) -> list[str]:

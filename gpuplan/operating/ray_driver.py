@@ -13,6 +13,17 @@ the same k (and the same driver code) finds them up instead of starting a worker
 command in its own process group, with the per-item timeout, and kills the whole group when
 the command ends or times out, so nothing of an item outlives its attempt.
 
+With an image (spec "image"), each attempt runs the command in a container instead:
+`docker run --rm --init --gpus device=N` (N: the GPU(s) Ray gave the slot; no --gpus on a
+CPU-only node), named gpuplan-<job>-<index>-<attempt>, its output dir (and the workdir) mounted
+at the same path. Killing the docker client does not stop a container, so every attempt ends
+with `docker rm -f NAME` whatever ended it (exit, timeout, cancel, the cap).
+
+With a yen cap (spec "stop_at", an absolute UTC time), each attempt stops itself at that time on
+its own node (its process group and container killed, as for a timeout), so the cap holds on every
+node whatever happens to the client or the driver; the driver then hands out nothing more, records
+the stopped items "cancelled", leaves the others queued and ends the job "capped".
+
 Everything the client needs is appended, one JSON object per line, to events.jsonl in the job's
 directory on the head; the client reads it (over SSH, from where it stopped) whenever it looks:
   {"t": "begin", "at", "slots", "nodes"}
@@ -22,7 +33,8 @@ directory on the head; the client reads it (over SSH, from where it stopped) whe
   {"t": "lost", "i", "node", "reason"}            an attempt that died with its worker or node
   {"t": "quarantine", "node", "reason"}
   {"t": "requeue", "i"}                           an ended item queued again (its node was set aside)
-  {"t": "done", "state", "at"}                    succeeded | failed | cancelled
+  {"t": "capped", "at", "stop_at", "running"}   the yen cap's time came: nothing more is handed out
+  {"t": "done", "state", "at"}                    succeeded | failed | cancelled | capped
 """
 
 from __future__ import annotations
@@ -39,6 +51,10 @@ SLOT_WAIT_S = 0.5
 NODE_WAIT_S = 60
 SLOTS_UP_S = 120
 POOL_NAMESPACE = "gpuplan"
+TERM_GRACE_S = 5  # a timed-out item: SIGTERM, then SIGKILL this much later
+CAP_GRACE_S = 1  # the yen cap is a hard stop: SIGKILL 1 s after SIGTERM
+CAP_BACKSTOP_S = 15  # attempts not back this long after the cap (a node's clock behind): killed from here
+CAP_GIVE_UP_S = 60  # and not back this long after it: recorded stopped without their answer
 
 
 def _now() -> str:
@@ -49,15 +65,48 @@ def render(command: list[str], item: str) -> str:
     return shlex.join([word.replace("{item}", item) for word in command])
 
 
+def container_name(job: str, index: int, attempt: int) -> str:
+    """The attempt's container: one name per job, item and attempt (docker refuses a name in use)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"gpuplan-{job}-{index}-{attempt}")
+
+
+def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: list[str], out: str, workdir: str,
+                   env: dict[str, str]) -> list[str]:
+    """`docker run` for one attempt: the GPU(s) Ray gave the slot (none on a CPU-only node), the
+    output dir and the workdir mounted at the same paths (the workdir is the working dir), the
+    GPUPLAN_* variables, `bash -c SHELL` inside. --init: signals reach the command (a shell as
+    PID 1 ignores SIGTERM); --ipc host: PyTorch's data loaders outgrow Docker's 64 MB /dev/shm."""
+    argv = [*docker, "run", "--rm", "--init", "--ipc", "host", "--name", name]
+    if gpus:  # two or more devices: docker reads the value as CSV, so the list goes in double quotes
+        devices = ",".join(gpus)
+        argv += ["--gpus", f"device={devices}" if len(gpus) == 1 else f'"device={devices}"']
+    argv += ["-v", f"{out}:{out}"]
+    if workdir:
+        argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
+    for key, value in env.items():
+        argv += ["-e", f"{key}={value}"]
+    return [*argv, image, "bash", "-c", shell]
+
+
 def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,
-             workdir: str) -> dict:
-    """One attempt of one item, on the node Ray placed it on (runs in a Ray worker)."""
+             workdir: str, image: str = "", stop_at: float | None = None, docker: str = "docker") -> dict:
+    """One attempt of one item, on the node Ray placed it on (runs in a Ray worker). With
+    `image`, in a container (`docker`: how this node runs the docker CLI). At `stop_at` (epoch
+    seconds: the yen cap) the attempt is stopped like a timed-out one and returns "capped"."""
     import shutil
     import subprocess
 
     import ray
 
     home = os.path.expanduser(f"~/.gpuplan/jobs/{job}")
+    gpus = [str(g) for g in ray.get_gpu_ids()]
+    node = os.environ.get("GPUPLAN_NODE", "?")
+    slot = f"{node}:{','.join(gpus) if gpus else 'cpu'}"
+    if stop_at is not None and time.time() >= stop_at:  # handed out as the cap came: never started
+        return {"node": node, "slot": slot, "start": None, "end": None, "exit": None, "timed_out": False, "log": None,
+                "capped": True, "started": False}
     os.makedirs(f"{home}/logs", exist_ok=True)
     os.makedirs(f"{home}/pids", exist_ok=True)
     out = f"{home}/out/{index}"  # what `gpuplan logs CLUSTER JOB --fetch DIR` copies back; only the last attempt's
@@ -66,40 +115,70 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     if "'" not in out:  # {out} sits inside a shell-quoted word
         shell = shell.replace("{out}", out)
     log = f"{home}/logs/{index}.{attempt}.log"
-    env = dict(os.environ, GPUPLAN_ITEM=item, GPUPLAN_JOB=job, GPUPLAN_ATTEMPT=str(attempt), GPUPLAN_OUTPUT_DIR=out)
+    extra = {"GPUPLAN_ITEM": item, "GPUPLAN_JOB": job, "GPUPLAN_ATTEMPT": str(attempt), "GPUPLAN_OUTPUT_DIR": out}
     if memory_fraction:  # the reference jobs take this as their fixed GPU memory share
-        env["GPUPLAN_MEMORY_FRACTION"] = memory_fraction
-    gpus = [str(g) for g in ray.get_gpu_ids()]
-    node = os.environ.get("GPUPLAN_NODE", "?")
+        extra["GPUPLAN_MEMORY_FRACTION"] = memory_fraction
     cwd = os.path.expanduser(workdir) if workdir else home
+    name = ""
+    if image:
+        name = container_name(job, index, attempt)
+        argv = container_argv(shlex.split(docker), name, image, shell, gpus, out, os.path.expanduser(workdir) if workdir
+                              else "", extra)
+        env, cwd = dict(os.environ), home
+        os.makedirs(f"{home}/containers", exist_ok=True)
+        with open(f"{home}/containers/{index}.{attempt}", "w") as fh:  # kill_job_groups removes it too
+            fh.write(f"{docker}\t{name}\n")
+    else:
+        argv, env = ["bash", "-c", shell], dict(os.environ, **extra)
     start = _now()
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(["bash", "-c", shell], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                start_new_session=True)
     pid_file = f"{home}/pids/{index}.{attempt}"
     with open(pid_file, "w") as fh:  # `gpuplan cancel` kills this process group on every node
         fh.write(f"{proc.pid}\n")
-    timed_out = False
+    timed_out = capped = False
+    wait = timeout_s if stop_at is None else max(0.0, min(timeout_s, stop_at - time.time()))
     try:
-        code = proc.wait(timeout=timeout_s)
+        code = proc.wait(timeout=wait)
     except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc.pid, signal.SIGTERM)
+        capped = stop_at is not None and time.time() >= stop_at
+        timed_out = not capped
+        _kill_group(proc.pid, signal.SIGTERM)  # the docker client passes it on to the container
         try:
-            code = proc.wait(timeout=5)
+            code = proc.wait(timeout=CAP_GRACE_S if capped else TERM_GRACE_S)
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid, signal.SIGKILL)
             code = proc.wait()
         with open(log, "a") as fh:
-            fh.write(f"\n[gpuplan: timed out after {timeout_s:g} s; its processes were killed]\n")
+            fh.write(f"\n[gpuplan: stopped at the yen cap ({datetime.fromtimestamp(stop_at, timezone.utc):%Y-%m-%d %H:%M:%S}"
+                     " UTC); its processes were killed]\n" if capped
+                     else f"\n[gpuplan: timed out after {timeout_s:g} s; its processes were killed]\n")
     finally:
         _kill_group(proc.pid, signal.SIGKILL)  # what the command left running in the background
+        if name:  # killing the client leaves its container running: stop and remove it
+            _remove_container(docker, name)
+            try:
+                os.unlink(f"{home}/containers/{index}.{attempt}")
+            except OSError:
+                pass
         try:
             os.unlink(pid_file)
         except OSError:
             pass
-    slot = f"{node}:{','.join(gpus) if gpus else 'cpu'}"
-    return {"node": node, "slot": slot, "start": start, "end": _now(), "exit": code, "timed_out": timed_out, "log": log}
+    return {"node": node, "slot": slot, "start": start, "end": _now(), "exit": code, "timed_out": timed_out, "log": log,
+            "capped": capped}
+
+
+def _remove_container(docker: str, name: str) -> None:
+    """`docker rm -f NAME` (kills it first); one already gone is fine."""
+    import subprocess
+
+    try:
+        subprocess.run([*shlex.split(docker), "rm", "-f", name], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 class SlotWorker:
@@ -195,6 +274,7 @@ def main(spec_path: str) -> int:
         return warm(ray, spec, events)
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
+    stop_at = datetime.fromisoformat(spec["stop_at"]).timestamp() if spec.get("stop_at") else None
     left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
     ids: dict[str, str] = {}
     deadline = time.monotonic() + NODE_WAIT_S
@@ -229,7 +309,8 @@ def main(spec_path: str) -> int:
     # Hand out nothing before the slots are up: an item given to a worker still starting would
     # wait there while a slot that is up takes the items after it (the order would not hold).
     ray.wait([a.ready.remote() for actors in free.values() for a in actors],
-             num_returns=sum(len(a) for a in free.values()), timeout=SLOTS_UP_S)
+             num_returns=sum(len(a) for a in free.values()),
+             timeout=SLOTS_UP_S if stop_at is None else max(0.0, min(SLOTS_UP_S, stop_at - time.time())))
     events.write(t="ready", at=_now())
     fraction = f"{1 / per_gpu:.6f}" if per_gpu > 1 else ""
     inflight: dict = {}  # ref -> (index, node, attempt, actor)
@@ -246,9 +327,24 @@ def main(spec_path: str) -> int:
 
     requeue_watch: set[int] = set()  # ended items a quarantine may queue again
     recover = bool(spec.get("recover"))
+    image, docker = spec.get("image") or "", spec.get("docker") or {}
     looked_for_nodes = time.monotonic()
+    capping, backstop = False, False
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
-        if recover and time.monotonic() - looked_for_nodes > 2:  # `run --recover`: replacements join the batch
+        if stop_at is not None and not capping and time.time() >= stop_at:
+            capping = True  # the yen cap: nothing more is handed out; the running attempts stop themselves
+            events.write(t="capped", at=_now(), stop_at=spec["stop_at"], running=len(inflight))
+        if capping and inflight and time.time() >= stop_at + CAP_BACKSTOP_S and not backstop:
+            backstop = True  # attempts that did not stop themselves (a node's clock behind the head's)
+            _kill_on(ray, job, {ids[n] for _, n, _, _ in inflight.values() if n in ids})
+        if capping and inflight and time.time() >= stop_at + CAP_GIVE_UP_S:
+            for index, node, attempt, _ in inflight.values():
+                events.write(t="end", i=index, node=node, slot="-", attempt=attempt, start=None, end=_now(), exit=None,
+                             timed_out=False, log=None, status="cancelled",
+                             reason="stopped at the yen cap; its node did not confirm it")
+            inflight.clear()
+            break
+        if recover and not capping and time.monotonic() - looked_for_nodes > 2:  # `run --recover`: replacements join
             looked_for_nodes = time.monotonic()
             for node, (node_id, node_gpus) in _joined(ray, set(batch.nodes)).items():
                 ids[node], gpus[node] = node_id, node_gpus
@@ -257,7 +353,7 @@ def main(spec_path: str) -> int:
                 for i, actor in enumerate(free[node]):
                     slot_of[actor] = i
                 events.write(t="joined", node=node, at=_now())
-        for node in batch.live_nodes():
+        for node in batch.live_nodes() if not capping else []:
             while free.get(node):
                 index = batch.next_for(node)
                 if index is None:
@@ -265,7 +361,8 @@ def main(spec_path: str) -> int:
                 s = batch.items[index]
                 actor = free[node].pop()
                 ref = actor.run.remote(job, index, s.item, s.attempts, render(spec["command"], s.item),
-                                       float(spec["timeout_s"]), fraction, spec.get("workdir") or "")
+                                       float(spec["timeout_s"]), fraction, spec.get("workdir") or "", image, stop_at,
+                                       docker.get(node) or "docker")
                 inflight[ref] = (index, node, s.attempts, actor)
                 events.write(t="start", i=index, node=node, attempt=s.attempts, at=_now())
         if batch.stuck() or not inflight:
@@ -290,6 +387,14 @@ def main(spec_path: str) -> int:
                     free[node].append(fresh)
                 continue
             free[node].append(actor)
+            if r.get("capped"):  # stopped at the yen cap (or never started: it stays queued)
+                if r.get("started") is False:
+                    events.write(t="requeue", i=index)
+                else:
+                    events.write(t="end", i=index, node=node, slot=r["slot"], attempt=attempt, start=r["start"],
+                                 end=r["end"], exit=r["exit"], timed_out=False, log=r["log"], status="cancelled",
+                                 reason="stopped at the yen cap")
+                continue
             if r["exit"] == 0 and not r["timed_out"]:
                 gone = batch.succeeded(index, node)
                 status = rules.OK
@@ -305,6 +410,9 @@ def main(spec_path: str) -> int:
         # The slots stay for the next batch: `gpuplan cancel` kills the items' process groups, and
         # the calls running them then return to nobody.
         events.write(t="done", state="cancelled", at=_now())
+        return 0
+    if capping and not batch.done():  # the items never started stay queued: `run --resume JOB` runs them
+        events.write(t="done", state="capped", at=_now())
         return 0
     for s in batch.items.values():
         if s.status == rules.QUEUED:
@@ -345,8 +453,10 @@ def _free_pool(ray) -> None:
 
 
 def kill_job_groups(job: str) -> int:
-    """Kill the process group of every item of `job` still running on this node (a Ray task)."""
-    pids = os.path.expanduser(f"~/.gpuplan/jobs/{job}/pids")
+    """Kill the process group and the container of every item of `job` still running on this
+    node (a Ray task)."""
+    home = os.path.expanduser(f"~/.gpuplan/jobs/{job}")
+    pids = f"{home}/pids"
     killed = 0
     for name in os.listdir(pids) if os.path.isdir(pids) else []:
         try:
@@ -363,7 +473,27 @@ def kill_job_groups(job: str) -> int:
                 _kill_group(int(fh.read().strip()), signal.SIGKILL)
         except (OSError, ValueError):
             continue
+    containers = f"{home}/containers"
+    for name in os.listdir(containers) if os.path.isdir(containers) else []:
+        try:
+            with open(f"{containers}/{name}") as fh:
+                docker, _, container = fh.read().strip().partition("\t")
+        except OSError:
+            continue
+        if container:
+            _remove_container(docker, container)
     return killed
+
+
+def _kill_on(ray, job: str, node_ids: set[str], timeout_s: float = 60) -> None:
+    """kill_job_groups on these Ray nodes (best effort: a node gone meanwhile takes its items with it)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    try:
+        ray.get([ray.remote(kill_job_groups).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id, soft=False)).remote(job) for node_id in node_ids], timeout=timeout_s)
+    except Exception:
+        pass
 
 
 def gang(ray, spec: dict, jobdir: str, events: Events, stopped) -> int:

@@ -23,6 +23,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,12 @@ class JobsFailed(GpuplanError):
     """Some jobs failed after all their attempts (exit code 5: the run happened, the work did not)."""
 
     exit_code = 5
+
+
+class Capped(GpuplanError):
+    """The batch was stopped at its yen cap (exit code 6: it ran, and stopped as asked before it finished)."""
+
+    exit_code = 6
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,37 @@ def yen_for(terms: Terms | None, price_jpy_per_hour: Decimal | None, nodes: int,
     if terms is None and price_jpy_per_hour is not None:
         terms = billing.per_second(price_jpy_per_hour)
     return billing.measured_yen(seconds, nodes, terms)
+
+
+def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | None = None) -> datetime:
+    """`run --max-yen`: the time at which the batch must stop so that the cluster's nodes, billed
+    from `now` by its ledger's terms (yen_for), cost at most `max_yen`: now plus the largest whole
+    second t with yen_for(terms, price, nodes, t) <= max_yen (billing is monotone: bisected)."""
+    from datetime import timedelta
+
+    from gpuplan.planning.units import MAX_DURATION_S
+
+    row = state.cluster(cluster)
+    if row is None:
+        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
+    nodes = sum(1 for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed", "lost"))
+    terms = state.ledger_terms(cluster)
+
+    def yen(t: int) -> Decimal | None:
+        return yen_for(terms, row.price_jpy_per_hour, nodes, t)
+
+    if yen(1) is None:
+        raise UsageError(f"cluster {cluster} has no price in the state: --max-yen cannot say when to stop")
+    low, high = 0, MAX_DURATION_S
+    if yen(high) <= max_yen:
+        low = high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if yen(mid) <= max_yen else (low, mid)
+    if low == 0:
+        raise UsageError(f"--max-yen {max_yen}: {fmt.plural(nodes, 'node')} of {cluster} cost {fmt.yen(yen(1))} for their"
+                         " first billed second already; raise the cap")
+    return (now or datetime.now(timezone.utc)) + timedelta(seconds=low)
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -210,7 +248,7 @@ def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
 
 # --- item mode: a batch on the cluster's engine ---------------------------------------------
 
-JOB_STATES_OVER = ("succeeded", "failed", "cancelled", "lost")
+JOB_STATES_OVER = ("succeeded", "failed", "cancelled", "capped", "lost")
 DOK_CLUSTER = "dok"  # 高火力 DOK batches' pseudo-cluster (dok_runs.CLUSTER)
 
 
@@ -238,17 +276,35 @@ def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[
 def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command: Sequence[str], *, per_gpu: int = 1,
            retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
            workdir: str = "", local_workdir: Path | None = None, recover: bool = False,
-           progress: Callable[[str], None] = lambda _m: None) -> str:
+           progress: Callable[[str], None] = lambda _m: None, image: str | None = None, registry: Any = None,
+           stop_at: datetime | None = None) -> str:
     """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
     it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
-    returns the job id."""
+    returns the job id.
+
+    `image`: each attempt runs in a container of it (`docker run --gpus device=N`, ray_driver.py);
+    docker is checked and the image pulled on every node first (containers.prepare), and a node
+    that cannot makes the submit fail. `registry`: the private registry's login (a
+    containers.Login, or anything with username, server and password() / password_env, such as
+    batchfile.Registry); its secret reaches the nodes only on `docker login`'s standard input.
+    `stop_at` (UTC): the yen cap's time; the driver on the cluster stops the batch then ("capped")."""
     from gpuplan.operating import engine
 
     engine.check_items_command(command)
     spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries, "recover": recover}
-    return _submit(state, cluster, lambda _up: list(items), command, spec,
-                   {"per_gpu": per_gpu, "retries": retries, **(options or {})}, timeout, resumes, workdir, local_workdir,
-                   progress)
+    opts = {"per_gpu": per_gpu, "retries": retries, **(options or {})}
+    if image:
+        from gpuplan.operating import containers
+
+        containers.check_image(image)
+        opts["image"] = image
+    if stop_at is not None:
+        if stop_at.tzinfo is None:
+            raise UsageError("stop_at must be a UTC-aware time")
+        spec["stop_at"] = stop_at.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+        opts["stop_at"] = spec["stop_at"]
+    return _submit(state, cluster, lambda _up: list(items), command, spec, opts, timeout, resumes, workdir, local_workdir,
+                   progress, image=image or "", registry=registry)
 
 
 def submit_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
@@ -269,12 +325,20 @@ def submit_torchrun(state: State, cluster: str, command: Sequence[str], *, pytho
 
 def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[int, str]]], command: Sequence[str],
             spec: dict, opts: dict, timeout: int, resumes: str | None, workdir: str, local_workdir: Path | None,
-            progress: Callable[[str], None]) -> str:
+            progress: Callable[[str], None], image: str = "", registry: Any = None) -> str:
     from gpuplan.operating import engine
 
     if state.cluster(cluster) is None:
         raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
+    login = None
+    if image:
+        from gpuplan.operating import containers
+
+        login = containers.login_of(registry, image)  # a missing secret is bad input before anything starts
     eng, left_out = engine.ensure_up(state, cluster, progress)
+    if image:
+        spec = {**spec, "image": image,
+                "docker": containers.prepare(eng, image, login, skip=list(left_out), progress=progress)}
     job = f"{cluster}-{state.next_job_number(cluster)}"
     if local_workdir is not None:
         progress(f"copying {local_workdir} to {fmt.plural(len(eng.nodes), 'node')}")
