@@ -177,6 +177,8 @@ def with_command(batch: Batch, command: tuple[str, ...]) -> Batch:
 
 
 def _text(at: str, value: Any) -> str:
+    if isinstance(value, os.PathLike):  # a path given on the command line
+        value = os.fspath(value)
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise UsageError(f"{at}: expected text, not {type(value).__name__}")
     from gpuplan.userfiles import check_plain

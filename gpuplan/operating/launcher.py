@@ -26,7 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuplan.errors import GpuplanError, UsageError
+from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
@@ -37,12 +37,6 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 TEARDOWN_ALLOWANCE_S = 120  # the cap stops the batch this long before the yen would reach it: fetch and teardown bill too
 SETUP_TIMEOUT_S = 3600
-
-
-class Capped(GpuplanError):
-    """The batch stopped at its yen cap (exit 6: it ran, and stopped as asked, not finished)."""
-
-    exit_code = 6
 
 
 @dataclass(frozen=True)
@@ -179,6 +173,8 @@ def provision(state: State, pick: Pick, batch: Batch, name: str, progress: Progr
     from gpuplan.operating.playbook import bootstrap_cluster
 
     row = state.cluster(name)
+    if row is not None and row.status == "gone":  # torn down: its name is free again
+        row = None
     if row is not None:
         if (row.provider, row.size) != (pick.offer.provider, pick.offer.name) or row.status != "ready":
             raise UsageError(f"cluster {name} exists already ({row.count}x {row.provider}:{row.size}, {row.status}): give"
@@ -231,6 +227,8 @@ def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | N
         return state.ledger_seconds_and_yen(cluster, at + allowance)[1] <= max_yen
 
     if not within(start):
+        from gpuplan.operating.runner import Capped
+
         raise Capped(f"cluster {cluster} has already spent {fmt.yen(state.ledger_seconds_and_yen(cluster)[1])} of"
                      f" max_yen {fmt.yen(max_yen)}: nothing was run")
     horizon = 366 * 86400
@@ -370,7 +368,7 @@ def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
     counts = state.job_counts(job)
     if row["state"] == "capped":
         spent = backends.yen(state, row)
-        raise Capped(f"job {job} stopped at max_yen {fmt.yen(cap)}: {fmt.yen(spent)} spent on the batch,"
+        raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap)}: {fmt.yen(spent)} spent on the batch,"
                      f" {counts.get('ok', 0)} of {fmt.plural(row['total'], 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
     if failed:

@@ -1,0 +1,163 @@
+"""`gpuplan launch BATCH.yaml`: one file, one command, from nothing to a finished batch.
+
+On owned hosts for real: two loopback OpenSSH hosts in the inventory (real sshd, real Ray from
+the tests' Ray venv), claimed, the batch run on Ray, the outputs fetched, the hosts released and
+no Ray process left. The batch file's reader and the launch's refusals are checked without
+hosts. The DOK pick and containers: tests/test_launch_dok.py and tests/test_launch_containers.py.
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplan import batchfile
+from gpuplan.errors import UsageError
+
+ITEMS = ["clip-a.mp4", "clip-b.mp4", "clip-c.mp4", "clip-d.mp4"]
+
+
+def _write(folder: Path, batch: dict, items=ITEMS) -> Path:
+    (folder / "videos.txt").write_text("".join(f"{i}\n" for i in items))
+    path = folder / "batch.yaml"
+    path.write_text(yaml.safe_dump(batch, sort_keys=False))
+    return path
+
+
+# --- the batch file ---------------------------------------------------------------------------
+
+
+def test_the_batch_file_is_read_relative_to_itself_and_flags_win(tmp_path, monkeypatch):
+    (tmp_path / "code").mkdir()
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "python run.py {item} --out {out}",
+                             "workdir": "code", "max_yen": "¥1,500", "env": {"MODE": "fast"}, "infra": "sakura, owned",
+                             "registry": {"server": "ghcr.io", "username": "me", "password_env": "GH_TOKEN"}})
+    monkeypatch.chdir("/")
+    b = batchfile.read(path, {"image": "ghcr.io/me/run:1", "max_yen": None})
+    assert b.items == tmp_path / "videos.txt" and b.workdir == tmp_path / "code"
+    assert b.command == ("python", "run.py", "{item}", "--out", "{out}")
+    assert (b.max_yen, b.image, b.infra, dict(b.env)) == (Decimal(1500), "ghcr.io/me/run:1", ("sakura", "owned"),
+                                                          {"MODE": "fast"})
+    monkeypatch.setenv("GH_TOKEN", "s3cret")
+    assert b.registry.password() == "s3cret"
+    assert batchfile.read(path, {"max_yen": "90"}).max_yen == Decimal(90)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"command": "echo hi"}, "has no {item}"),
+    ({"colour": "blue"}, "unknown field 'colour'"),
+    ({"max_yen": "lots"}, "a number of yen"),
+    ({"max_yen": -5}, "above 0"),
+    ({"objective": "cheap"}, "use balanced, cost or time"),
+    ({"registry": {"server": "x", "username": "me", "password": "hunter2"}}, "unknown field 'password'"),
+    ({"registry": {"server": "x", "username": "me"}}, "give both username and password_env"),
+    ({"env": {"1BAD": "x"}}, "is not a variable name"),
+    ({"per_gpu": 0}, "from 1 to 16"),
+    ({"deadline": "soon"}, "deadline"),
+])
+def test_a_bad_batch_file_is_one_line(tmp_path, fields, message):
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}", **fields})
+    with pytest.raises(UsageError, match=message):
+        batchfile.read(path, {})
+
+
+def test_launch_refuses_a_plan_over_its_cap_and_a_full_outputs_folder_before_anything(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}",
+                             "image": "img:1", "max_yen": 10})
+    r = cli("launch", str(path), "--dry-run")
+    assert r.code == 2 and "over max_yen ¥10" in r.err and "Traceback" not in r.err
+    (tmp_path / "outputs" / "batch").mkdir(parents=True)
+    (tmp_path / "outputs" / "batch" / "old.txt").write_text("mine")
+    r = cli("launch", str(path), "--max-yen", "5000", "--dry-run")
+    assert r.code == 2 and "is not empty" in r.err
+    assert (tmp_path / "outputs" / "batch" / "old.txt").read_text() == "mine"  # nothing the user had is lost
+
+
+def test_dry_run_prints_the_whole_sequence_with_yen_and_writes_nothing(cli, tmp_path, monkeypatch, gpuplan_home):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}",
+                             "infra": ["aws"], "max_yen": 5000})
+    r = cli("launch", str(path), "--dry-run")
+    assert r.code == 0, r.err
+    seq = r.out[r.out.index("launch 4 items on"):]
+    assert "1. provision" in seq and "aws:" in seq and "2. bootstrap: gpu-driver, cuda, cudnn, nccl" in seq
+    assert "3. run 4 items on the cluster's Ray engine" in seq and "4. fetch the outputs into outputs/batch" in seq
+    assert "plan: ¥" in seq and "max_yen ¥5,000" in seq and "dry run: nothing was created" in seq
+    assert not (gpuplan_home / "state").exists() or not any((gpuplan_home / "state").rglob("*.plan.json"))
+    r = cli("launch", str(path))  # no terminal, no -y: one line, exit 2
+    assert r.code == 2 and "rerun with --yes" in r.err
+
+
+# --- owned hosts, for real ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def owned_hosts(tmp_path, gpuplan_home, monkeypatch):
+    """Two loopback hosts as the inventory's `t4` group, their power priced; Ray from the tests' venv."""
+    from support.ray_env import free_port_range, ray_venv, stop_ray
+    from support.sshd import start_hosts, stop_hosts
+
+    venv = ray_venv()
+    hosts = start_hosts(2, tmp_path)
+    entries = [{"name": h.name, "address": h.host, "port": h.port, "private_address": h.host,
+                "gpus": {"model": "Tesla T4", "count": 1}, "group": "t4", "power_watts": 70,
+                "host_key": h.host_public_key} for h in hosts]
+    (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
+    (gpuplan_home / "config" / "inventory.yaml").write_text(yaml.safe_dump(
+        {"defaults": {"user": "root", "key": str(hosts[0].client_key_path)}, "hosts": entries}))
+    port = free_port_range(2)
+    monkeypatch.setenv("GPUPLAN_RAY_VENV", str(venv))
+    monkeypatch.setenv("GPUPLAN_RAY_PORT", str(port))
+    monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.3")
+    monkeypatch.chdir(tmp_path)
+    try:
+        yield hosts
+    finally:
+        stop_ray("batch-", port, 2)
+        stop_hosts(hosts)
+
+
+def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_hosts(owned_hosts, cli, tmp_path):
+    from support.ray_env import tagged_pids
+
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
+                             "command": "sh -c 'echo done {item} > $GPUPLAN_OUTPUT_DIR/result.txt'",
+                             "outputs": "results"})
+    r = cli("launch", str(path), "-y")
+    assert r.code == 0, r.out + r.err
+    assert "2x t4" in r.out and "launch 4 items on 2x baremetal:t4" in r.err  # the estimate's pick, shown, then built
+    assert "4 ok of 4 items" in " ".join(r.out.split())
+    got = sorted(p.parent.name for p in (tmp_path / "results").glob("*/result.txt"))
+    assert got == ["0000-clip-a.mp4", "0001-clip-b.mp4", "0002-clip-c.mp4", "0003-clip-d.mp4"]
+    assert (tmp_path / "results" / "0002-clip-c.mp4" / "result.txt").read_text() == "done clip-c.mp4\n"
+    assert "cluster batch torn down" in r.out
+    state = State(paths.state_db())
+    assert state.cluster("batch").status == "gone"  # released: the hosts can be claimed again
+    assert not any((h.fake_root / "root" / ".gpuplan" / "claim").exists() for h in owned_hosts)
+    assert tagged_pids("batch-") == []  # no Ray process of the cluster is left on the hosts
+    job = state.jobs("batch")[-1]
+    assert (job["backend"], job["state"], job["options"]["launch"]["cluster"]) == ("ray", "succeeded", "batch")
+    state.close()
+    r = cli("launch", str(path), "-y", "--outputs", "again")  # the same batch again: the name is free once torn down
+    assert r.code == 0, r.out + r.err
+    assert len(list((tmp_path / "again").glob("*/result.txt"))) == 4
+
+
+def test_estimate_and_launch_agree_on_the_pick(cli, tmp_path, monkeypatch):
+    """The saved plan launch acts on is the estimate's recommendation for one job per item."""
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}", "image": "i:1"})
+    shown = cli("estimate", "--videos", "4")
+    launched = cli("launch", str(path), "--dry-run")
+    pick = next(line for line in shown.out.splitlines() if line.startswith("Recommended:"))
+    assert pick in launched.out
+    assert os.path.exists(tmp_path / "videos.txt")
