@@ -249,7 +249,6 @@ def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
 # --- item mode: a batch on the cluster's engine ---------------------------------------------
 
 JOB_STATES_OVER = ("succeeded", "failed", "cancelled", "capped", "lost")
-DOK_CLUSTER = "dok"  # 高火力 DOK batches' pseudo-cluster (dok_runs.CLUSTER)
 
 
 def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[int, str]], str]:
@@ -349,7 +348,7 @@ def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[in
             "workdir": workdir, "code_tag": engine.driver_tag(),
             "left_out": left_out}
     state.add_job(job, cluster, list(command), {**opts, "timeout_s": timeout, "workdir": workdir}, items, len(eng.nodes),
-                  resumes)
+                  resumes, backend="ray")
     try:
         engine.submit(eng, job, spec)
     except BaseException:
@@ -358,18 +357,17 @@ def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[in
     return job
 
 
-def refresh(state: State, job: str, conn=None) -> dict:
+def refresh_engine(state: State, job: str, conn=None) -> dict:
     """Read what the job's driver recorded since we last looked and write it into the state.
-    A driver that ended without saying how (killed, its head node gone) leaves the job "lost"."""
-    from gpuplan.operating import dok_runs, engine
+    A driver that ended without saying how (killed, its head node gone) leaves the job "lost".
+    (The Ray backend's refresh: callers go through operating/backends.py.)"""
+    from gpuplan.operating import engine
 
     row = state.job(job)
     if row is None:
         raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
     if row["state"] in JOB_STATES_OVER:
         return row
-    if row["cluster"] == dok_runs.CLUSTER:  # 高火力 DOK tasks: read back from its API
-        return dok_runs.refresh(state, job)
     eng = engine.engine_of(state, row["cluster"])
     while True:
         p = engine.poll(eng.head.host, job, row["events_read"], conn)
@@ -405,20 +403,15 @@ def job_seconds(row: dict, at=None) -> float:
     return max(0.0, (end - start).total_seconds())
 
 
-def job_yen(state: State, row: dict, at=None) -> Decimal | None:
-    from gpuplan.operating import dok_runs
-
-    if row["cluster"] == dok_runs.CLUSTER:
-        return dok_runs.job_yen(state, row, at)
+def engine_job_yen(state: State, row: dict, at=None) -> Decimal | None:
+    """Every node of the cluster billed for the batch's wall time (the Ray backend's yen)."""
     cluster = state.cluster(row["cluster"])
     return yen_for(state.ledger_terms(row["cluster"]), cluster.price_jpy_per_hour if cluster else None, row["nodes"],
                    job_seconds(row, at))
 
 
-def job_summary(state: State, job: str) -> RunSummary:
-    """A finished (or current) batch as a RunSummary: one JobResult per item, quarantined nodes, wall and yen."""
-    row = state.job(job)
-    cluster = state.cluster(row["cluster"])
+def item_results(state: State, job: str) -> tuple[JobResult, ...]:
+    """One JobResult per item of the job, as the state has it."""
     results = []
     for it in state.job_items(job):
         status = "ok" if it["status"] == "ok" else ("timed out" if it["timed_out"] and it["status"] in ("failed", "bad input")
@@ -430,14 +423,16 @@ def job_summary(state: State, job: str) -> RunSummary:
             seconds = (parse_time(it["ended_at"]) - parse_time(it["started_at"])).total_seconds()
         results.append(JobResult(job_name(it["idx"], it["item"]), it["item"], it["slot"] or "-", it["node"] or "-", status,
                                  it["attempts"], seconds, Path(it["log_path"] or "-")))
-    quarantined = tuple(Quarantine(q["node"], q["reason"]) for q in state.job_quarantines(job))
-    from gpuplan.operating import dok_runs
+    return tuple(results)
 
-    dok = row if row is not None and row["cluster"] == dok_runs.CLUSTER else None
-    if dok is not None:
-        return RunSummary(dok["cluster"], tuple(results), job_seconds(dok), 1, None, Path(f"dok artifacts of {job}"),
-                          quarantined, "sakura", f"dok-{dok['options']['dok_plan']}", dok_runs.job_terms(dok),
-                          tuple(dok_runs.task_seconds(state, job)))
+
+def engine_summary(state: State, job: str) -> RunSummary:
+    """A finished (or current) batch on a cluster as a RunSummary: one JobResult per item,
+    quarantined nodes, wall and yen (the Ray backend's summary)."""
+    row = state.job(job)
+    cluster = state.cluster(row["cluster"])
+    results = item_results(state, job)
+    quarantined = tuple(Quarantine(q["node"], q["reason"]) for q in state.job_quarantines(job))
     return RunSummary(row["cluster"], tuple(results), job_seconds(row), row["nodes"],
                       cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
                       cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row["cluster"]))
@@ -470,7 +465,7 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple
 
     from gpuplan.operating import engine
 
-    row = refresh(state, job)
+    row = refresh_engine(state, job)
     if item is None:
         rows = state.job_items(job)
     else:
@@ -502,16 +497,15 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple
     return got, files
 
 
-def cancel(state: State, job: str) -> int:
-    """Stop the job on every node (driver, tasks, every item's process group); returns the groups killed."""
-    from gpuplan.operating import dok_runs, engine
+def cancel_engine(state: State, job: str) -> int:
+    """Stop the job on every node (driver, tasks, every item's process group); returns the groups
+    killed (the Ray backend's cancel)."""
+    from gpuplan.operating import engine
 
-    row = refresh(state, job)
-    if row["cluster"] == dok_runs.CLUSTER:
-        return dok_runs.cancel(state, job)
+    row = refresh_engine(state, job)
     eng = engine.engine_of(state, row["cluster"])
     killed = engine.cancel(eng, job)
-    refresh(state, job)
+    refresh_engine(state, job)
     state.set_job_state(job, "cancelled")
     return killed
 
