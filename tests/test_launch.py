@@ -124,10 +124,9 @@ def owned_hosts(tmp_path, gpuplan_home, monkeypatch):
 
 
 def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_hosts(owned_hosts, cli, tmp_path):
-    from support.ray_env import tagged_pids
-
     from gpuplan import paths
     from gpuplan.operating.state import State
+    from support.ray_env import tagged_pids
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
                              "command": "sh -c 'echo done {item} > $GPUPLAN_OUTPUT_DIR/result.txt'",

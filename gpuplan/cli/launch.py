@@ -15,7 +15,7 @@ from gpuplan.planning import fmt
 
 
 def launch(
-    batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file (docs/batch.md): workload, items, command, image, infra, max_yen, ...", metavar="BATCH.yaml")] = None,
+    batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file, ending in .yaml or .yml (docs/batch.md): workload, items, command, image, infra, max_yen, ...", metavar="BATCH.yaml")] = None,
     command: Annotated[Optional[list[str]], typer.Argument(help="After --: the command ({item} is each item); overrides the file's.")] = None,
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line.", metavar="FILE")] = None,
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with (one job per item).", metavar="NAME|FILE")] = None,
@@ -41,6 +41,9 @@ def launch(
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
     from gpuplan.operating import launcher, runner
 
+    if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
+        # no batch file, a command after --: its first word landed in BATCH.yaml's place
+        command, batch_file = [str(batch_file), *(command or [])], None
     if resume:
         if batch_file is not None or command or plan is not None:
             raise UsageError("--resume picks up a launch from its job alone; leave out the batch file, --plan and the command")

@@ -1,0 +1,116 @@
+"""`gpuplan launch` on a 高火力 DOK pick, against the DOK fake (tests/support/sakura_dok_fake.py):
+today's default pick for `estimate --videos 4` launches as it was saved, and a batch file with an
+image runs its items as DOK tasks, the artifacts fetched into the outputs folder."""
+
+from __future__ import annotations
+
+import json
+import threading
+from decimal import Decimal
+
+import pytest
+import yaml
+
+from support.sakura_dok_fake import DokFake
+
+
+@pytest.fixture
+def dok_env(monkeypatch):
+    fake = DokFake()
+    fake.root = fake.start()
+    for k, v in fake.env(fake.root).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
+    yield fake
+    fake.stop()
+    assert fake.unknown == []
+
+
+def _time_passes(fake, count, seconds, limit_s=120.0):
+    """Once the `count` tasks are queued, end the running one after `seconds` each time, until all have."""
+    import time
+
+    def run():
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if len(fake.tasks) < count:
+                continue
+            if fake.running():
+                fake.advance(seconds=seconds)
+            elif not any(t["status"] == "waiting" for t in fake.tasks.values()):
+                return
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    return worker
+
+
+def _items(tmp_path, n=4):
+    path = tmp_path / "videos.txt"
+    path.write_text("".join(f"v{i}.mp4\n" for i in range(n)))
+    return path
+
+
+def test_the_default_pick_of_estimate_launches_through_dok(dok_env, cli, tmp_path, monkeypatch, gpuplan_home):
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.json"
+    r = cli("estimate", "--videos", "4", "--save", str(plan))
+    assert r.code == 0, r.err
+    saved = json.loads(plan.read_text())
+    assert (saved["provider"], saved["instance_type"]) == ("sakura", "dok-v100-32gb")  # today's default pick
+    worker = _time_passes(dok_env, 4, 900)
+    r = cli("launch", "--plan", str(plan), "--image", "registry.example/me/colorize:1", "--items", str(_items(tmp_path)),
+            "-y", "--", "colorize", "{item}")
+    worker.join(5)
+    assert r.code == 0, r.out + r.err
+    posted = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]
+    assert [b["containers"][0]["plan"] for b in posted] == ["v100-32gb"] * 4
+    assert sorted(b["containers"][0]["command"][-1] for b in posted) == [f"v{i}.mp4" for i in range(4)]
+    assert all(b["containers"][0]["image"] == "registry.example/me/colorize:1" for b in posted)
+    assert "4 ok of 4 items" in " ".join(r.out.split())
+    # 4 tasks x 900 s at ¥0.016 a second: ¥57.60, as `run dok` bills them
+    assert "¥58 (4 tasks each billed for its own run time at ¥57.60/h, at least 1 s a task)" in r.out
+    outputs = tmp_path / "outputs" / "videos"
+    assert sorted(p.name for p in outputs.glob("*.tar.gz")) == [f"dok-1-{i}.tar.gz" for i in range(4)]
+    state = State(paths.state_db())
+    job = state.job("dok-1")
+    assert (job["backend"], job["state"]) == ("dok", "succeeded")
+    state.close()
+
+
+def test_a_dok_pick_without_an_image_is_one_line_before_anything_is_sent(dok_env, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.json"
+    cli("estimate", "--videos", "4", "--save", str(plan))
+    r = cli("launch", "--plan", str(plan), "--items", str(_items(tmp_path)), "-y", "--", "colorize", "{item}")
+    assert r.code == 2 and "give the batch an image" in r.err and "Traceback" not in r.err
+    assert [p for m, p, _ in dok_env.requests if m == "POST"] == []
+
+
+def test_a_batch_file_with_an_image_runs_on_dok_and_its_cap_bounds_each_task(dok_env, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _items(tmp_path, 2)
+    batch = tmp_path / "batch.yaml"
+    batch.write_text(yaml.safe_dump({"workload": "colorize-hd", "items": "videos.txt", "infra": ["dok"],
+                                     "image": "registry.example/me/colorize:1", "command": "colorize {item}",
+                                     "env": {"MODE": "hd"}, "max_yen": 400, "outputs": "out"}))
+    worker = _time_passes(dok_env, 2, 600)
+    r = cli("launch", str(batch), "-y")
+    worker.join(5)
+    assert r.code == 0, r.out + r.err
+    posted = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]
+    assert [b["containers"][0]["environment"] for b in posted] == [{"MODE": "hd"}] * 2
+    # the pick's price a second bounds each task's time limit by what max_yen buys
+    from gpuplan.operating import dok_runs
+
+    plan = posted[0]["containers"][0]["plan"]
+    terms = dok_runs.terms_of(plan)
+    from gpuplan.planning import billing
+
+    limit = posted[0]["execution_time_limit_sec"]
+    assert billing.charge(limit, terms) <= Decimal(400) < billing.charge(limit + 1, terms) or limit == 24 * 3600
+    assert len(list((tmp_path / "out").glob("*.tar.gz"))) == 2
