@@ -99,8 +99,9 @@ def check_script(gpus: int) -> str:
     exits 10 (no docker), 11 (docker does not answer), 12 (no NVIDIA runtime on a GPU node)."""
     runtime = (' case "$($d info --format "{{json .Runtimes}}" 2>/dev/null)" in *nvidia*) ;; *) exit 12;; esac;'
                if gpus else "")
-    return ("command -v docker >/dev/null 2>&1 || exit 10; d=''; err=$(docker info 2>&1 >/dev/null) && d=docker ||"
-            " { sudo -n docker info >/dev/null 2>&1 && d='sudo -n docker'; };"
+    return ("command -v docker >/dev/null 2>&1 || exit 10; d=''; err=$(docker info 2>&1 >/dev/null); rc=$?;"
+            " [ $rc -ne 127 ] || exit 10; if [ $rc -eq 0 ]; then d=docker;"
+            " elif sudo -n docker info >/dev/null 2>&1; then d='sudo -n docker'; fi;"
             ' [ -n "$d" ] || { printf "%s\\n" "$err" | tail -n 1; exit 11; };' + runtime + ' echo "$d"')
 
 
