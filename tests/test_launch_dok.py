@@ -114,3 +114,21 @@ def test_a_batch_file_with_an_image_runs_on_dok_and_its_cap_bounds_each_task(dok
     limit = posted[0]["execution_time_limit_sec"]
     assert billing.charge(limit, terms) <= Decimal(400) < billing.charge(limit + 1, terms) or limit == 24 * 3600
     assert len(list((tmp_path / "out").glob("*.tar.gz"))) == 2
+
+
+def test_the_same_batch_file_with_an_image_launches_on_dok_with_only_infra_changed(dok_env, cli, tmp_path, monkeypatch):
+    """tests/test_launch.py runs this same file (support/batches.py) on owned hosts, infra: owned."""
+    from support.batches import ITEMS, container_batch
+
+    monkeypatch.chdir(tmp_path)
+    worker = _time_passes(dok_env, 4, 300)
+    r = cli("launch", str(container_batch(tmp_path, "dok")), "-y")
+    worker.join(5)
+    assert r.code == 0, r.out + r.err
+    posted = [b["containers"][0] for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]
+    assert {c["image"] for c in posted} == {"registry.example/me/colorize:1"}
+    # $GPUPLAN_OUTPUT_DIR is the task's artifact folder there, as it is the item's output folder on a cluster
+    assert sorted(c["command"] for c in posted) == sorted(
+        ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", "sh", "-c",
+         f"echo in-container {i} > $GPUPLAN_OUTPUT_DIR/result.txt"] for i in ITEMS)
+    assert len(list((tmp_path / "results").glob("*.tar.gz"))) == 4

@@ -300,7 +300,9 @@ def submit_dok(state: State, pick: Pick, batch: Batch, todo: Sequence[tuple[int,
         limit = max(MIN_TIME_LIMIT_S, min(limit, most))
     registry = batch.registry.dok_registry if batch.registry is not None and batch.registry.dok_registry else None
     name = dok_runs.CLUSTER
-    return dok_runs.submit(state, client or dok_runs.default_client(), plan, batch.image, todo, list(batch.command),
+    # $GPUPLAN_OUTPUT_DIR is where an item's outputs go on every backend: on DOK, the task's artifact folder
+    command = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", *batch.command]
+    return dok_runs.submit(state, client or dok_runs.default_client(), plan, batch.image, todo, command,
                            environment=dict(batch.env), registry=registry, time_limit_s=limit, resumes=resumes,
                            options=launch_options(batch, pick, name, outputs), progress=progress)
 

@@ -1,0 +1,23 @@
+"""One batch file for every infra: the launch tests run this same file on owned hosts and on
+高火力 DOK, only `infra:` differing (issue 30)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ITEMS = ("clip-a.mp4", "clip-b.mp4", "clip-c.mp4", "clip-d.mp4")
+
+
+def container_batch(folder: Path, infra: str) -> Path:
+    """batch.yaml (and its videos.txt) in `folder`: each item in a container, its result in $GPUPLAN_OUTPUT_DIR.
+    `params.root` keeps the loopback hosts' playbooks (docker-gpu) inside each host's fake root."""
+    (folder / "videos.txt").write_text("".join(f"{i}\n" for i in ITEMS))
+    path = folder / "batch.yaml"
+    path.write_text(yaml.safe_dump({
+        "workload": "colorize-hd", "items": "videos.txt", "infra": [infra],
+        "image": "registry.example/me/colorize:1",
+        "command": "sh -c 'echo in-container {item} > $GPUPLAN_OUTPUT_DIR/result.txt'",
+        "params": {"root": "$GPUPLAN_FAKE_ROOT"}, "outputs": "results"}, sort_keys=False))
+    return path
