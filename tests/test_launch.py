@@ -180,3 +180,52 @@ def test_the_same_batch_file_with_an_image_runs_each_item_in_a_container_on_owne
              if line.startswith("docker pull ")]
     assert len(pulls) == 2  # the image pulled once per node
     assert all(h.installed("nvidia-container-toolkit") for h in owned_hosts)
+
+
+def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owned_hosts, cli, tmp_path, gpuplan_home):
+    """The hosts priced high (100 kW each at ¥31/kWh: ¥3,100/h, ¥0.861 a second), the cluster kept
+    up by a first launch; the second launch's cap leaves about 40 s of batch once the teardown
+    allowance is set aside: the fast items finish, the slow ones are stopped on the cluster."""
+    import yaml as yamlmod
+
+    from gpuplan import paths
+    from gpuplan.operating import launcher
+    from gpuplan.operating.state import State
+    from support.ray_env import processes_running, tagged_pids
+
+    inventory = gpuplan_home / "config" / "inventory.yaml"
+    data = yamlmod.safe_load(inventory.read_text())
+    for h in data["hosts"]:
+        h["power_watts"] = 100_000
+    inventory.write_text(yamlmod.safe_dump(data))
+    (tmp_path / "tiny.yaml").write_text("name: tiny\nreference_gpu: T4\njobs: [{seconds: 10}]\n")
+    path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"],
+                             "command": "sh -c 'case {item} in slow*) sleep 600;; esac; echo ok > $GPUPLAN_OUTPUT_DIR/r'"},
+                  items=["fast-1", "fast-2"])
+    r = cli("launch", str(path), "-y", "--keep", "--outputs", "first")
+    assert r.code == 0 and "left up (--keep)" in r.out, r.out + r.err
+    state = State(paths.state_db())
+    per_second = Decimal(3100) / 3600 * 2  # both hosts
+    spent = state.ledger_seconds_and_yen("batch")[1]
+    cap = (spent + per_second * (launcher.TEARDOWN_ALLOWANCE_S + 40)).quantize(Decimal(1))
+    path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"],
+                             "command": "sh -c 'case {item} in slow*) sleep 600;; esac; echo ok > $GPUPLAN_OUTPUT_DIR/r'"},
+                  items=["fast-3", "fast-4", "slow-1", "slow-2"])
+    r = cli("launch", str(path), "-y", "--max-yen", str(cap), "--outputs", "second")
+    assert r.code == 6, r.out + r.err
+    assert f"stopped at max_yen {fmt_yen(cap)}" in r.err
+    job = state.jobs("batch")[-1]
+    counts = state.job_counts(job["id"])
+    assert job["state"] == "capped" and counts.get("ok") == 2 and counts.get("cancelled") == 2
+    total = state.ledger_seconds_and_yen("batch")[1]  # every node from its claim to its release, teardown included
+    assert total <= cap + per_second  # within the cap plus one billing increment (a second of both hosts)
+    assert sorted(p.parent.name for p in (tmp_path / "second").glob("*/r")) == ["0000-fast-3", "0001-fast-4"]
+    assert tagged_pids("batch-") == [] and state.cluster("batch").status == "gone"
+    assert processes_running(["sleep", "600"]) == []  # the slow items' processes were killed on the hosts
+    state.close()
+
+
+def fmt_yen(value: Decimal) -> str:
+    from gpuplan.planning import fmt
+
+    return fmt.yen(value)
