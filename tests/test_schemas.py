@@ -148,3 +148,38 @@ def test_prices_schema_agrees_with_the_reader(data, refusal, tmp_path):
         with pytest.raises(UsageError, match=refusal):
             catalog.load(prices_file=f)
         assert not _valid("prices", data)
+
+
+def test_batch_fields_are_the_readers():
+    from gpuplan import batchfile
+
+    assert set(_schema("batch")["properties"]) == batchfile.FIELDS
+    assert set(_schema("batch")["properties"]["registry"]["oneOf"][1]["properties"]) == batchfile.REGISTRY_FIELDS
+
+
+BATCHES = [  # (file, what the reader says)
+    ({"items": "v.txt", "command": "run {item}", "workload": "colorize-hd", "max_yen": 500, "infra": ["owned"]}, None),
+    ({"items": "v.txt", "command": ["run", "{item}"], "env": {"A": "1"}, "image": "i:1",
+      "registry": {"server": "ghcr.io", "username": "me", "password_env": "TOKEN"}}, None),
+    ({"items": "v.txt", "command": "run x"}, "has no {item}"),
+    ({"items": "v.txt", "command": "run {item}", "colour": 1}, "unknown field 'colour'"),
+    ({"items": "v.txt", "command": "run {item}", "objective": "cheap"}, "use balanced, cost or time"),
+    ({"items": "v.txt", "command": "run {item}", "registry": {"username": "me"}}, "give both username and password_env"),
+    ({"items": "v.txt", "command": "run {item}", "per_gpu": 0}, "from 1 to 16"),
+    ({"command": "run {item}"}, "names no items"),
+]
+
+
+@pytest.mark.parametrize("data, refusal", BATCHES)
+def test_batch_schema_agrees_with_the_reader(data, refusal, tmp_path):
+    from gpuplan import batchfile
+
+    f = tmp_path / "batch.yaml"
+    f.write_text(yaml.safe_dump(data))
+    if refusal is None:
+        batchfile.read(f, {})
+        assert _valid("batch", data)
+    else:
+        with pytest.raises(UsageError, match=refusal.replace("{", r"\{").replace("}", r"\}")):
+            batchfile.read(f, {})
+        assert not _valid("batch", data)

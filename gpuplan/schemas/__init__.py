@@ -1,4 +1,4 @@
-"""JSON Schemas of the files a user writes: workload, profile, inventory and prices.
+"""JSON Schemas of the files a user writes: workload, profile, inventory, prices and batch.
 
 Shipped with the package so an editor can check a file while it is written (docs/inventory.md,
 "Schemas"); gpuplan's own readers check every file again, field by field, and
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NAMES = ("workload", "profile", "inventory", "prices")
+NAMES = ("workload", "profile", "inventory", "prices", "batch")
 
 
 def folder() -> Path:
