@@ -324,11 +324,12 @@ def run(
         return
     _follow(state, cluster, job, _recoverer(state, cluster, job, yes) if recover else None)
     runner.record_finished(state, job)
-    if cap is not None and state.job(job)["state"] == "capped":
+    ended = _job_of(state, cluster, job)
+    if cap is not None and ended["state"] == "capped":
         _print_summary(backends.summary(state, job), predicted, job)
         if down:
             _down(state, cluster)
-        raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, state.job(job)))} spent;"
+        raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, ended))} spent;"
                             f" `gpuplan run {cluster} --resume {job}` runs the items it did not finish")
     _finish(state, backends.summary(state, job), predicted, job)
     if down:

@@ -150,9 +150,10 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid, signal.SIGKILL)
             code = proc.wait()
+        cap = datetime.fromtimestamp(stop_at or 0, timezone.utc)
         with open(log, "a") as fh:
-            fh.write(f"\n[gpuplan: stopped at the yen cap ({datetime.fromtimestamp(stop_at, timezone.utc):%Y-%m-%d %H:%M:%S}"
-                     " UTC); its processes were killed]\n" if capped
+            fh.write(f"\n[gpuplan: stopped at the yen cap ({cap:%Y-%m-%d %H:%M:%S} UTC); its processes were killed]\n"
+                     if capped
                      else f"\n[gpuplan: timed out after {timeout_s:g} s; its processes were killed]\n")
     finally:
         _kill_group(proc.pid, signal.SIGKILL)  # what the command left running in the background
@@ -275,6 +276,7 @@ def main(spec_path: str) -> int:
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
     stop_at = datetime.fromisoformat(spec["stop_at"]).timestamp() if spec.get("stop_at") else None
+    cap_t = stop_at if stop_at is not None else float("inf")
     left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
     ids: dict[str, str] = {}
     deadline = time.monotonic() + NODE_WAIT_S
@@ -331,13 +333,13 @@ def main(spec_path: str) -> int:
     looked_for_nodes = time.monotonic()
     capping, backstop = False, False
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
-        if stop_at is not None and not capping and time.time() >= stop_at:
+        if not capping and time.time() >= cap_t:
             capping = True  # the yen cap: nothing more is handed out; the running attempts stop themselves
             events.write(t="capped", at=_now(), stop_at=spec["stop_at"], running=len(inflight))
-        if capping and inflight and time.time() >= stop_at + CAP_BACKSTOP_S and not backstop:
+        if capping and inflight and time.time() >= cap_t + CAP_BACKSTOP_S and not backstop:
             backstop = True  # attempts that did not stop themselves (a node's clock behind the head's)
             _kill_on(ray, job, {ids[n] for _, n, _, _ in inflight.values() if n in ids})
-        if capping and inflight and time.time() >= stop_at + CAP_GIVE_UP_S:
+        if capping and inflight and time.time() >= cap_t + CAP_GIVE_UP_S:
             for index, node, attempt, _ in inflight.values():
                 events.write(t="end", i=index, node=node, slot="-", attempt=attempt, start=None, end=_now(), exit=None,
                              timed_out=False, log=None, status="cancelled",

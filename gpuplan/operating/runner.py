@@ -137,11 +137,12 @@ def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | No
     nodes = sum(1 for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed", "lost"))
     terms = state.ledger_terms(cluster)
 
-    def yen(t: int) -> Decimal | None:
-        return yen_for(terms, row.price_jpy_per_hour, nodes, t)
-
-    if yen(1) is None:
+    if terms is None and row.price_jpy_per_hour is None:
         raise UsageError(f"cluster {cluster} has no price in the state: --max-yen cannot say when to stop")
+
+    def yen(t: int) -> Decimal:
+        return yen_for(terms, row.price_jpy_per_hour, nodes, t) or Decimal(0)
+
     low, high = 0, MAX_DURATION_S
     if yen(high) <= max_yen:
         low = high
