@@ -165,7 +165,7 @@ CREATE TABLE IF NOT EXISTS job_items (
     idx INTEGER NOT NULL,           -- the item's place in the items file (0-based, comments skipped)
     item TEXT NOT NULL,
     position INTEGER NOT NULL,      -- its place in the run order (the plan's: longest first)
-    status TEXT NOT NULL,           -- queued | running | ok | failed | bad input
+    status TEXT NOT NULL,           -- queued | running | ok | failed | bad input | cancelled (stopped at the yen cap)
     timed_out INTEGER NOT NULL DEFAULT 0,  -- its latest attempt was killed at --timeout
     attempts INTEGER NOT NULL DEFAULT 0,
     node TEXT,
