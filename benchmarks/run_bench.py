@@ -13,6 +13,13 @@ the engine's start (`ensure_up`) starts a Ray worker per slot, so the first batc
 as the next one does (before, the first batch started them: 341.7 ms per item). The target
 (issue 20) is at most 50 ms; the SSH fan-out this engine replaced measured 270-330 ms.
 
+Beside the per-item figure: the client time per submission to a warm cluster, the median over
+--submissions batches of one `true` item, each submitted by a `gpuplan run --detach` process
+one after another (process start to exit: Python's start, the check that Ray is up on every
+node, the spec's upload and the Jobs API call), and how long after the client's start the
+driver began (its "begin" event: the Ray job started, the driver connected, the slots found).
+Issue 30's target: under 2 s of client time (6-12 s on two owned hosts before).
+
 Part 2: 10,000 `true` items on the same 16 slots, followed by a real `gpuplan run` client
 process: its peak memory (ru_maxrss) and how many lines it printed.
 
@@ -47,12 +54,13 @@ def _cluster(state, hosts, gpus: int) -> None:
     state.set_cluster_status(CLUSTER, "ready")
 
 
-def _client(items: Path, env: dict) -> tuple[str, float, int, int]:
+def _client(items: Path, env: dict, detach: bool = False) -> tuple[str, float, int, int]:
     """Run `gpuplan run` as a user would; returns (job id, seconds, peak RSS in MiB, output lines)."""
     t0 = time.monotonic()
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     p = subprocess.Popen([sys.executable, "-c", "from gpuplan.cli import main; main()", "run", CLUSTER, "--items", str(items),
-                          "--", "true", "{item}"], stdout=out, stderr=err, text=True, env=env)
+                          *(["--detach"] if detach else []), "--", "true", "{item}"], stdout=out, stderr=err, text=True,
+                         env=env)
     _, status, usage = os.wait4(p.pid, 0)  # this child's own peak memory
     seconds = time.monotonic() - t0
     out.seek(0)
@@ -64,6 +72,36 @@ def _client(items: Path, env: dict) -> tuple[str, float, int, int]:
     job = next(line.split()[1] for line in stdout.splitlines() if line.startswith("job ") and " submitted" in line)
     lines = len(stdout.splitlines()) + len(stderr.splitlines())
     return job, seconds, peak // 1024, lines
+
+
+def _submissions(state, items: Path, env: dict, n: int) -> tuple[float, float]:
+    """n batches of `items`, one after another, each submitted by a `gpuplan run --detach`
+    client and waited for (its driver's events on the head): the median seconds of a client
+    (process start to exit), and the median seconds from a client's start until its driver began
+    (the "begin" event)."""
+    import statistics
+
+    from gpuplan.operating import engine
+    from gpuplan.operating.state import parse_time
+
+    head = engine.engine_of(state, CLUSTER).head.host
+    clients, begun = [], []
+    for _ in range(n):
+        at = time.time()
+        job, seconds, _, _ = _client(items, env, detach=True)
+        clients.append(seconds)
+        deadline, offset, events = time.monotonic() + 300, 0, []
+        while not any(e.get("t") == "done" for e in events):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"job {job} did not end within 300 s")
+            time.sleep(0.2)
+            p = engine.poll(head, job, offset)
+            offset, events = p.offset, events + p.events
+        done = next(e for e in events if e.get("t") == "done")
+        if done.get("state") != "succeeded":
+            raise SystemExit(f"job {job} ended {done.get('state')}")
+        begun.append(parse_time(next(e["at"] for e in events if e.get("t") == "begin")).timestamp() - at)
+    return statistics.median(clients), statistics.median(begun)
 
 
 def _overhead(state, job: str, slots: int) -> dict:
@@ -94,6 +132,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=4, help="GPU slots per host")
     ap.add_argument("--items", type=int, default=500)
     ap.add_argument("--big", type=int, default=10_000, help="items of part 2 (0: skip it)")
+    ap.add_argument("--submissions", type=int, default=5, help="submissions to a warm cluster timed (0: skip them)")
     a = ap.parse_args()
 
     from support.ray_env import VENV, free_port_range, stop_ray
@@ -138,6 +177,13 @@ def main() -> None:
             print(f"        overhead per item on a slot {o['per_item_ms']:.1f} ms; {o['startup']:.1f} s until every slot ran its"
                   f" first item; all-in {o['all_in_ms']:.1f} ms per item per slot (target 50 ms; the SSH fan-out:"
                   f" 270-330 ms); client: peak RSS {rss} MiB, {lines} output lines")
+        if a.submissions:
+            one = tmp / "one.txt"
+            one.write_text("item-0\n")
+            client_s, begun_s = _submissions(state, one, env, a.submissions)
+            print(f"        client time per submission to a warm cluster {client_s:.2f} s (median of {a.submissions}"
+                  f" `run --detach` of one item; target under 2 s); its driver began {begun_s:.2f} s after the client"
+                  " started")
         if a.big:
             items.write_text("".join(f"item-{i}\n" for i in range(a.big)))
             job, seconds, rss, lines = _client(items, env)
