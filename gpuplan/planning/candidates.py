@@ -15,7 +15,7 @@ work is one schedule per slot count, not per offer. Machines alike are kept as c
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -40,7 +40,7 @@ class Cached(NamedTuple):
 
 class SlotFacts(NamedTuple):
     order: list[int]  # slots, longest first (ties in slot order)
-    by_slot: list[list[str]]  # each slot's job names
+    by_slot: list[list[int]]  # each slot's jobs (indexes), longest first
     parts: tuple[list[int], list[int]] | None  # per slot its reference ticks and job starts, where starts are counted
 
 
@@ -123,12 +123,13 @@ def _ticks(ref: Sequence[Decimal]) -> tuple[list[int], Decimal]:
 
 
 class _Names(Sequence):
-    """Each machine's job names, run by run of alike machines (a tuple per machine), built when
-    asked: for the recommendation, the JSON, a plot; not for the thousands of plans nobody reads
-    machine by machine."""
+    """Each machine's job names, longest first, run by run of alike machines (a tuple per
+    machine), built when asked: for the recommendation, the JSON, a plot; not for the thousands
+    of plans nobody reads machine by machine."""
 
-    def __init__(self, order: list[int], by_slot: list[list[str]], slots: int, counts: list[int]):
-        self.order, self.by_slot, self.slots = order, by_slot, slots
+    def __init__(self, order: list[int], by_slot: list[list[int]], slots: int, counts: list[int],
+                 named: Callable[[Iterable[int]], tuple[str, ...]]):
+        self.order, self.by_slot, self.slots, self.named = order, by_slot, slots, named
         self.first = [0, *itertools.accumulate(counts)]
 
     def __len__(self) -> int:
@@ -140,7 +141,7 @@ class _Names(Sequence):
         if not 0 <= run < len(self):
             raise IndexError(run)
         s, by_slot, order = self.slots, self.by_slot, self.order
-        return tuple(tuple(itertools.chain.from_iterable(by_slot[m] for m in order[v * s:(v + 1) * s]))
+        return tuple(self.named(itertools.chain.from_iterable(by_slot[m] for m in order[v * s:(v + 1) * s]))
                      for v in range(self.first[run], self.first[run + 1]))
 
 
@@ -164,6 +165,9 @@ class Planner:
         self.ticks, self.tick = _ticks(self.ref)
         self.total_ticks = sum(self.ticks)
         self.order = longest_first([self.ticks])  # lengthening every job by a job start keeps it
+        self.rank = [0] * len(self.order)  # job -> its place in self.order
+        for r, j in enumerate(self.order):
+            self.rank[j] = r
         self.names = [j.name for j in workload.jobs]
         self.start_s = workload.job_start_s  # fixed cost at every job start (seconds, any GPU)
         self.identical: dict[tuple[int, int], Schedule] = {}  # (slots, start ticks) -> schedule of the reference jobs
@@ -178,6 +182,18 @@ class Planner:
         self.exact_until: float | None = None  # exact solves stop then (time.perf_counter())
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _named(self, jobs: Iterable[int]) -> tuple[str, ...]:
+        """The jobs' names, longest first (ties in the workload's order): how a plan lists a
+        machine's jobs, the order `gpuplan run --plan` hands them out in."""
+        return tuple(self.names[j] for j in sorted(jobs, key=self.rank.__getitem__))
+
+    def _by_slot(self, assign: Sequence[int], slots: int) -> list[list[int]]:
+        """Each slot's jobs (indexes), longest first."""
+        by_slot: list[list[int]] = [[] for _ in range(slots)]
+        for j in self.order:
+            by_slot[assign[j]].append(j)
+        return by_slot
 
     def _seconds(self, factor: Decimal, ticks: int, starts: int = 0) -> int:
         """A slot's busy seconds: its jobs' reference time x the offer's factor plus the fixed
@@ -278,17 +294,14 @@ class Planner:
         """groups: (offer, machines, slots per machine) in slot order; each machine gets the
         longest remaining slots (which minimises the sum of machine maxima for these slots).
         Returns per machine its offer, its slots (longest first) and its jobs' names."""
-        by_slot: list[list[str]] = [[] for _ in loads_s]
-        for name, m in zip(self.names, assign):
-            by_slot[m].append(name)
+        by_slot = self._by_slot(assign, len(loads_s))
         out = []
         base = 0
         for offer, count, slots in groups:
             idx = sorted(range(base, base + count * slots), key=loads_s.__getitem__, reverse=True)  # stable
             for v in range(count):
                 mine = idx[v * slots:(v + 1) * slots]
-                names = by_slot[mine[0]] if slots == 1 else [n for m in mine for n in by_slot[m]]
-                out.append(MachineSlots(offer, mine, tuple(names)))
+                out.append(MachineSlots(offer, mine, self._named(j for m in mine for j in by_slot[m])))
             base += count * slots
         return out
 
@@ -300,9 +313,7 @@ class Planner:
         if have is not None and have.schedule is sched:
             return have.value
         loads = sched.loads
-        by_slot: list[list[str]] = [[] for _ in loads]
-        for name, m in zip(self.names, sched.assign):
-            by_slot[m].append(name)
+        by_slot = self._by_slot(sched.assign, len(loads))
         out = SlotFacts(sorted(range(len(loads)), key=loads.__getitem__, reverse=True), by_slot,
                         self._slot_parts(sched) if self.start_s else None)
         self.slots[key] = Cached(sched, out)
@@ -336,7 +347,7 @@ class Planner:
         for kind, run in itertools.groupby(each):
             kinds.append(kind)
             counts.append(sum(1 for _ in run))
-        out = Alike(kinds, counts, _Names(order, by_slot, slots, counts))
+        out = Alike(kinds, counts, _Names(order, by_slot, slots, counts, self._named))
         self.alike[key] = Cached(sched, out)
         return out
 
@@ -354,7 +365,7 @@ class Planner:
         out = []
         for v in range(n):
             mine = order[v * slots:(v + 1) * slots]
-            names = tuple(x for m in mine for x in by_slot[m])
+            names = self._named(j for m in mine for j in by_slot[m])
             per_gpu: list[list[tuple[int, ...]]] = [[] for _ in range(gpus)]
             for i, slot in enumerate(mine):  # longest first, snaking over the GPUs
                 g = i % gpus if (i // gpus) % 2 == 0 else gpus - 1 - i % gpus
@@ -557,7 +568,7 @@ class Planner:
                 continue
             starts = len(self.ref) * self.start_s
             jobs_s = model.ceil_s(sum(r / (sp * up) for r in self.ref) + starts)
-            loads = [model.Machine(offer, jobs_s, tuple(self.names), starts)] * n
+            loads = [model.Machine(offer, jobs_s, self._named(range(len(self.names))), starts)] * n
             notes = [f"speed on {offer.gpu}: {model.factor_text(sp)}x {w.reference_gpu} ({why})",
                      f"data-parallel over {n} x {offer.gpu_count} GPUs: {up}x one GPU ({why_up})"]
             if sharded is not None:

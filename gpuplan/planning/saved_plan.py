@@ -2,7 +2,8 @@
 read. One type, one writer (`dump`), one reader (`load`), a schema version in the file.
 
 Version 2 (this one) is the recommended plan's JSON (as `estimate --format json` lists it) with
-`schema_version`, the catalog snapshot and the workload. Version 1 files (no `schema_version`:
+`schema_version`, the catalog snapshot, the workload and `order`: every job's name, longest
+first (the order `run --plan` hands them out in; each machine's `jobs` are listed so too). Version 1 files (no `schema_version`:
 written before it, or by hand; possibly wrapped as {"recommended": {...}}) load the same way;
 a file from a newer gpuplan is refused in one line saying how to make one this version reads.
 Each reader checks what it needs: provision a provider, size and count; run the figures it
@@ -43,6 +44,7 @@ class SavedPlan:
     workload: str = ""
     snapshot: str = ""
     fleet: Any = None  # [{"instance_type", "count", ...}] for every offer type (a mixed fleet lists two)
+    order: Any = None  # every job's name, longest first (None in files written before it)
 
     def more(self) -> list[tuple[str, int]]:
         """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
@@ -108,9 +110,11 @@ class SavedPlan:
                      / int(_figure(m["billed_s"])) for m in machines if int(_figure(m["billed_s"])) > 0),
                     Decimal(0),
                 )
-                # the plan's job order, machine by machine in turn: the longest first on each
+                # the plan's job order: longest first; from a file without it, machine by machine in
+                # turn (each machine's jobs are listed longest first)
                 lists = [list(m.get("jobs") or ()) for m in machines]
-                order = [str(q[k]) for k in range(max(map(len, lists), default=0)) for q in lists if k < len(q)]
+                order = ([str(x) for x in self.order] if isinstance(self.order, list) else
+                         [str(q[k]) for k in range(max(map(len, lists), default=0)) for q in lists if k < len(q)])
                 fleet: list[Any] = self.fleet if isinstance(self.fleet, list) and self.fleet else [
                     {"instance_type": _text(self.instance_type), "count": len(machines)}]
                 return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
@@ -154,14 +158,24 @@ def data(est, plan_json: dict[str, Any]) -> dict[str, Any]:
     """The file's content for the estimate's recommendation, given its JSON object (the CLI's
     plan_dict: the same fields `estimate --format json` lists)."""
     rec = est.recommended
+    work = est.workload
     return {
         "schema_version": SCHEMA_VERSION,
         **plan_json,
         "snapshot": est.snapshot,
-        "workload": est.workload.name,
+        "workload": work.name,
+        "order": longest_first(work),
         "setup_mode": rec.setup,
         "count": rec.fleet[0][1],  # workers of the first (or only) type; `fleet` lists a mix in full
     }
+
+
+def longest_first(workload) -> list[str]:
+    """The workload's job names, longest first; ties in the workload's order (as the planner
+    lists each machine's jobs: scheduling.longest_first)."""
+    jobs = list(workload.jobs)
+    seconds = [workload.job_seconds(j) for j in jobs]
+    return [jobs[i].name for i in sorted(range(len(jobs)), key=lambda i: -seconds[i])]
 
 
 def dump(content: dict[str, Any], path: Path) -> None:
@@ -201,6 +215,7 @@ def load(path: Path) -> SavedPlan:
         region=get("region"), count=get("count"), setup=plan.get("setup", plan.get("setup_mode", _MISSING)),
         market="spot" if plan.get("market") == "spot" else "on-demand",
         wall_minutes=get("wall_minutes"), cost_jpy=plan.get("cost_exact_jpy", plan.get("cost_jpy", _MISSING)),
-        machines=get("machines"), fleet=plan.get("fleet"), workload=_text(plan.get("workload", top.get("workload"))),
+        machines=get("machines"), fleet=plan.get("fleet"), order=plan.get("order", top.get("order")),
+        workload=_text(plan.get("workload", top.get("workload"))),
         snapshot=_text(plan.get("snapshot", top.get("snapshot"))),
     )
