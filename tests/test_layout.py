@@ -57,3 +57,40 @@ def test_the_test_script_checks_types_against_a_baseline_that_may_only_shrink():
     assert '"mypy' in (root / "pyproject.toml").read_text()
     baseline = (root / "scripts" / "mypy-baseline.txt").read_text()
     assert "gpuplan/planning/" not in baseline  # planning has none: it is checked strictly
+
+
+# The DOK run backend (and the `gpuplan dok` commands, which are DOK's own) may speak of DOK;
+# everything else asks the run-backend registry (operating/backends.py), never a cluster's name.
+DOK_OWN = {"operating/dok_runs.py", "operating/dok_batch.py", "operating/backends.py", "cli/sakura.py"}
+DOK_SWITCH = (r"""[!=]=\s*["']dok""", r"""["']dok["']\s*[!=]=""", r"""in\s*\(\s*["']dok""", r"is_dok\(", "DOK_CLUSTER",
+              r"[!=]=\s*dok_runs\.CLUSTER", r"dok_runs\.CLUSTER\s*[!=]=", r"""startswith\(\s*["']dok""")
+
+
+def test_no_dok_switch_is_left_outside_the_dok_backend():
+    import re
+
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if rel in DOK_OWN:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if any(re.search(p, line) for p in DOK_SWITCH):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == []
+
+
+def test_the_run_modules_import_no_circle():
+    """runner (Ray), dok_runs (DOK), backends (the registry) and launcher: each arrow one way."""
+    names = ("runner", "dok_runs", "dok_batch", "backends", "launcher", "engine", "containers")
+    graph = {n: {m.rsplit(".", 1)[-1] for m in imports(PKG / "operating" / f"{n}.py")
+                 if m.startswith("gpuplan.operating") and m.rsplit(".", 1)[-1] in names} - {n} for n in names}
+    # the modules a module may reach by following imports must not include itself
+    for start in names:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])
+        assert start not in seen, f"{start} imports itself back through {sorted(seen)}"

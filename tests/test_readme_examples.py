@@ -70,6 +70,8 @@ def world(moto_aws, gpuplan_home, tmp_path, monkeypatch):
     monkeypatch.setattr(catalog_refresh, "new_session", fake.session)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "videos.txt").write_text("clip-a.mp4\nclip-b.mp4\nclip-c.mp4\n")
+    batch = re.search(r"^## Run it.*?```yaml\n(.*?)```", README.read_text(), re.S | re.M).group(1)
+    (tmp_path / "batch.yaml").write_text(batch)  # the README's own batch file
     hosts = start_hosts(2, tmp_path / "hosts")
     inventory = write_inventory(gpuplan_home / "config" / "inventory.yaml", hosts)
     # Ray binds to the nodes' private addresses: on these loopback hosts, that is loopback
@@ -111,6 +113,8 @@ def test_every_readme_example_runs(world, cli, capfd):
     spot = ran["gpuplan provision aws:g4dn.xlarge x4 --region ap-northeast-1 --spot --ttl 4h --dry-run"]
     assert "spot at ¥" in spot and "TTL 4:00 h" in spot
     assert "would build image" in ran["gpuplan image build nc6 --dry-run"]
+    launch = ran["gpuplan launch batch.yaml --dry-run"]
+    assert "launch 3 items on" in launch and "max_yen ¥500" in launch and "dry run: nothing was created" in launch
     assert "H100" in ran["gpuplan catalog --gpu h100"]
     assert "japaneast (azure): 6 rows added" in " ".join(
         ran["gpuplan catalog refresh --provider azure --region japaneast,japanwest --dry-run"].split())

@@ -367,7 +367,7 @@ def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path,
     (["dok", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "name the DOK plan: gpuplan run dok:PLAN"),
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--timeout", "60", "--", "w", "{item}"], "at least 600 s"),
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--per-gpu", "2", "--", "w", "{item}"], "one container task per item"),
-    (["somecluster", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "are for DOK task runs"),
+    (["somecluster", "--env", "A=1", "--items", "ITEMS", "--", "w", "{item}"], "are for DOK task runs"),  # --image runs containers on a cluster now
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--env", "SAKURA_X=1", "--", "w", "{item}"],
      "SAKURA_ are DOK's own"),
     (["dok:h100-8gpu-80gb", "--image", "i:1", "--items", "ITEMS", "--env", f"BIG={'x' * 9000}", "--", "w", "{item}"],

@@ -253,12 +253,11 @@ def run(
         raise UsageError(f"--workdir {workdir}: no such folder; give the folder to copy to every node")
     if workdir is not None and resume:
         raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
-    from gpuplan.operating import dok_runs
-
-    if not dok_runs.is_dok(cluster) and (env or registry):
+    on_tasks = not backends.for_target(cluster).has_cluster  # dok:PLAN: 高火力 DOK tasks, no cluster
+    if not on_tasks and (env or registry):
         raise UsageError("--env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE ...; a private"
                          " image on a cluster: --registry-user USER --registry-password-env VAR")
-    if dok_runs.is_dok(cluster) and (registry_user or registry_password_env or max_yen is not None):
+    if on_tasks and (registry_user or registry_password_env or max_yen is not None):
         raise UsageError("--registry-user, --registry-password-env and --max-yen are for cluster runs; on DOK, --registry"
                          " names credentials registered with DOK and --timeout bounds each task's bill")
     if (registry_user or registry_password_env) and not (registry_user and registry_password_env):
@@ -269,7 +268,7 @@ def run(
         raise UsageError("--registry-user and --registry-password-env log in to pull --image IMAGE: give the image")
     cap = _max_yen(max_yen)
     predicted = runner.read_plan(plan) if plan else None
-    if dok_runs.is_dok(cluster):
+    if on_tasks:
         if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover:
             raise UsageError("a DOK run is one container task per item (or one 8-GPU task, one item per GPU):"
                              " --torchrun, --workdir, --down, --per-gpu, --retries and --recover do not apply (put the code in the image; `--resume JOB`"
@@ -637,7 +636,7 @@ def jobs(
     if format not in ("table", "json"):
         raise UsageError(f"--format {format!r}: choose table or json")
     state = State.open_default()
-    if state.cluster(cluster) is None and cluster != runner.DOK_CLUSTER:
+    if state.cluster(cluster) is None and cluster not in backends.pseudo_clusters():
         raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     rows = []
     for row in state.jobs(cluster):
@@ -703,89 +702,25 @@ def logs(
     fetch: Annotated[Optional[Path], typer.Option("--fetch", help="Copy back what the item (or every ended item) wrote in its output dir ($GPUPLAN_OUTPUT_DIR, {out}) into DIR/<n>-<item>/.", metavar="DIR")] = None,
 ) -> None:
     """Print an item's log from the node it ran on (or the batch driver's log); --fetch copies its outputs back."""
-    from gpuplan.operating import engine, runner
     from gpuplan.operating.state import State
 
     state = State.open_default()
-    _job_of(state, cluster, job)
-    if cluster == runner.DOK_CLUSTER:
-        if fetch is not None:
-            raise UsageError("a DOK task's outputs are its artifact: `gpuplan dok artifacts --run JOB --out DIR`")
-        _dok_item_logs(state, job, item, follow)
-        return
+    row = _job_of(state, cluster, job)
     if fetch is not None:
         if follow:
             raise UsageError("--fetch copies what has ended; leave out --follow")
         if fetch.exists() and not fetch.is_dir():
             raise UsageError(f"--fetch {fetch}: not a folder; give the folder to copy the outputs into")
-        items, files = runner.fetch_outputs(state, job, item, fetch)
-        _console().print(f"{fmt.plural(files, 'file')} of {fmt.plural(items, 'item')} copied into {fetch}", markup=False)
+        got = backends.outputs(state, job, fetch, item)
+        _console().print(f"{fmt.plural(got.files, 'file')} of {fmt.plural(got.items, 'item')} copied into {fetch}",
+                         markup=False)
         return
-    eng = engine.engine_of(state, cluster)
-    if item is None:
-        sys.stdout.write(engine.driver_logs(eng, job))
-        return
-    backends.refresh(state, job)
-    it = state.job_item(job, item)
-    if it is None:
-        raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
-    if not it["node"] or it["node"] not in engine.node_hosts(eng):
-        raise UsageError(f"item {item!r} of job {job} has not started yet ({it['status']})")
-    host = engine.node_hosts(eng)[it["node"]]
-    path = it["log_path"] or f"$HOME/{engine.JOBS_DIR}/{job}/logs/{it['idx']}.{it['attempts']}.log"
 
     def write(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    if not follow:
-        from gpuplan.operating import remote
-
-        r = remote.run(host, f"cat {path}", timeout=120)
-        if not r.ok:
-            raise UsageError(f"no log for item {item!r} on {it['node']}: {r.tail(2)}")
-        write(r.stdout)
-        return
-
-    def item_over() -> bool:
-        backends.refresh(state, job)
-        now = state.job_item(job, item)
-        return now["status"] not in ("running", "queued")
-
-    engine.stream(host, path, write, item_over)
-
-
-def _dok_item_logs(state, job: str, item: str | None, follow: bool) -> None:
-    """An item's output from its DOK task's log stream (streamed only while the task runs)."""
-    from gpuplan.operating import dok_runs
-
-    if item is None:
-        raise UsageError(f"DOK keeps one log per task: give the item, `gpuplan logs dok {job} ITEM`")
-    client = dok_runs.default_client()
-    dok_runs.refresh(state, job, client)
-    task = dok_runs.item_task(state, job, item, client)
-    if dok_runs.is_batch(_job_of(state, dok_runs.CLUSTER, job)):
-        it = state.job_item(job, item)
-        if task.finished:  # each item's own log is in the task's artifact
-            if (it["log_path"] or "").startswith("not run: "):
-                raise UsageError(f"item {item!r} of job {job} has no log: {it['log_path'].removeprefix('not run: ')}")
-            if follow:
-                raise UsageError(f"job {job}'s task has ended; leave out --follow")
-            from gpuplan.operating import dok_batch
-
-            text = dok_batch.item_log(dok_runs.artifact(state, client, task, job), it["idx"])
-            if text is None:
-                raise UsageError(f"the artifact of job {job} holds no log of item {item!r}")
-            sys.stdout.write(text.decode(errors="replace"))
-            sys.stdout.flush()
-            return
-        if task.status == "running":
-            _console(stderr=True).print(f"job {job} runs in one 8-GPU task: this is its stream, every item interleaved;"
-                                        f" item {item!r}'s own log comes with the task's artifact once it ends",
-                                        markup=False)
-    for text in client.logs(task.id, follow=follow):
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
+    backends.of(row).logs(state, job, item, follow, write, lambda line: _console(stderr=True).print(line, markup=False))
 
 
 def cancel(
@@ -802,16 +737,12 @@ def cancel(
     if row["state"] in runner.JOB_STATES_OVER and row["state"] != "lost":
         _console().print(f"job {job} is already {row['state']}; nothing to stop", markup=False)
         return
-    running = state.job_counts(job).get("running", 0)
     stopped = backends.cancel(state, job)
     runner.record_finished(state, job)
     counts = state.job_counts(job)
-    if cluster == runner.DOK_CLUSTER:
-        _console().print(f"job {job} cancelled: {fmt.plural(counts.get('ok', 0), 'item')} had succeeded;"
-                         f" {fmt.plural(stopped, 'DOK task')} cancelled (waiting or running)", markup=False)
-        return
-    _console().print(f"job {job} cancelled: {fmt.plural(counts.get('ok', 0), 'item')} had succeeded; {fmt.plural(running, 'running item')} stopped"
-                     f" on every node", markup=False)
+    noun, verb = backends.of(state.job(job)).stopped
+    _console().print(f"job {job} cancelled: {fmt.plural(counts.get('ok', 0), 'item')} had succeeded;"
+                     f" {fmt.plural(stopped, noun)} {verb}", markup=False)
 
 
 def dashboard(

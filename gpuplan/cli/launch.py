@@ -97,11 +97,7 @@ def launch(
     state = State.open_default()
     progress = _progress(err)
     todo = [(i, it) for i, it in runner.run_order(todo_items, runner.read_plan(plan))[0]]
-    if pick.backend == "dok":
-        job = launcher.submit_dok(state, pick, batch, todo, outputs_dir, progress)
-    else:
-        launcher.provision(state, pick, batch, cluster, progress)
-        job = launcher.submit_ray(state, pick, batch, cluster, todo, outputs_dir, progress)
+    job = launcher.start(state, pick, batch, cluster, todo, outputs_dir, progress)
     where = _cluster_of(state, job)
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows

@@ -12,6 +12,7 @@ CLI and the launcher call; `get(name)` and `of(row)` the registry.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from decimal import Decimal
@@ -35,6 +36,14 @@ class RunBackend(Protocol):
     name: str
     has_cluster: bool  # its batches run on a cluster of machines gpuplan made (torn down after a launch)
     poll_s: float  # how often a follower looks (an API asked over the internet: not every second)
+    stopped: tuple[str, str]  # what cancel counts and what became of them: ("running item", "stopped on every node")
+    pseudo_clusters: tuple[str, ...]  # names its batches are listed under when they have no cluster
+
+    def names(self, target: str) -> bool:
+        """Does `target` (what the user typed where a cluster goes: `dok`, `dok:h100-80gb`) name this backend?"""
+
+    def serves(self, offer: Any) -> bool:
+        """Does a plan on this catalog offer run through this backend (a DOK task plan: DOK's)?"""
 
     def claims(self, row: dict) -> bool:
         """A job recorded before jobs named their backend: is it this backend's?"""
@@ -54,17 +63,29 @@ class RunBackend(Protocol):
     def summary(self, state: State, job: str) -> RunSummary:
         """The job as a RunSummary: one result per item, set-aside nodes, wall and yen."""
 
-    def outputs(self, state: State, job: str, into: Path) -> Fetched:
-        """Copy back what every ended item wrote into `into`."""
+    def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
+        """Copy back what every ended item (or one) wrote into `into`."""
+
+    def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
+             note: Callable[[str], None]) -> None:
+        """Write an item's log (or the batch's own) through `write`; `note` for a remark about it."""
 
 
 class RayBackend:
     name = "ray"
     has_cluster = True
     poll_s = 1.0
+    stopped = ("running item", "stopped on every node")
+    pseudo_clusters: tuple[str, ...] = ()
+
+    def names(self, target: str) -> bool:
+        return not any(b.pseudo_clusters and b.names(target) for b in _BACKENDS.values())
+
+    def serves(self, offer: Any) -> bool:
+        return offer.kind != "task"  # machines: cloud VMs, rented servers, owned hosts
 
     def claims(self, row: dict) -> bool:
-        return not get("dok").claims(row)
+        return not any(b.pseudo_clusters and b.claims(row) for b in _BACKENDS.values())
 
     def session(self, state: State, job: str) -> AbstractContextManager[Any]:
         from gpuplan.operating import engine, remote
@@ -79,7 +100,9 @@ class RayBackend:
     def cancel(self, state: State, job: str) -> int:
         from gpuplan.operating import runner
 
-        return runner.cancel_engine(state, job)
+        running = state.job_counts(job).get("running", 0)
+        runner.cancel_engine(state, job)
+        return running  # the items that were running, each stopped on its node (process group, container)
 
     def yen(self, state: State, row: dict, at: Any = None) -> Decimal | None:
         from gpuplan.operating import runner
@@ -91,17 +114,33 @@ class RayBackend:
 
         return runner.engine_summary(state, job)
 
-    def outputs(self, state: State, job: str, into: Path) -> Fetched:
+    def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
         from gpuplan.operating import runner
 
-        items, files = runner.fetch_outputs(state, job, None, into)
+        items, files = runner.fetch_outputs(state, job, item, into)
         return Fetched(items, files)
+
+    def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
+             note: Callable[[str], None]) -> None:
+        from gpuplan.operating import runner
+
+        runner.engine_logs(state, job, item, follow, write)
 
 
 class DokBackend:
     name = "dok"
     has_cluster = False
     poll_s = 10.0
+    stopped = ("DOK task", "cancelled (waiting or running)")
+    pseudo_clusters = ("dok",)
+
+    def names(self, target: str) -> bool:
+        from gpuplan.operating import dok_runs
+
+        return dok_runs.is_dok(target)
+
+    def serves(self, offer: Any) -> bool:
+        return offer.kind == "task" and offer.name.startswith("dok-")
 
     def claims(self, row: dict) -> bool:
         from gpuplan.operating import dok_runs
@@ -131,14 +170,23 @@ class DokBackend:
 
         return dok_runs.summary(state, job)
 
-    def outputs(self, state: State, job: str, into: Path) -> Fetched:
+    def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
         from gpuplan.operating import dok_runs
 
+        if item is not None:
+            raise UsageError("a DOK task's outputs are its artifact: fetch them all with `--fetch DIR` (no ITEM)")
         items, files = dok_runs.fetch_artifacts(state, job, into)
         return Fetched(items, files)
 
+    def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
+             note: Callable[[str], None]) -> None:
+        from gpuplan.operating import dok_runs
+
+        dok_runs.item_logs(state, job, item, follow, write, note)
+
 
 _BACKENDS: dict[str, RunBackend] = {"ray": RayBackend(), "dok": DokBackend()}
+CLUSTERS = "ray"  # the backend of a batch on a cluster gpuplan provisioned or claimed
 
 
 def get(name: str) -> RunBackend:
@@ -146,6 +194,22 @@ def get(name: str) -> RunBackend:
         return _BACKENDS[name]
     except KeyError:
         raise UsageError(f"unknown run backend {name!r}: one of {', '.join(_BACKENDS)}") from None
+
+
+def for_target(target: str) -> RunBackend:
+    """The backend a `run` target names: `dok:PLAN` names DOK's; anything else is a cluster's name (Ray)."""
+    named = [b for b in _BACKENDS.values() if b.pseudo_clusters and b.names(target)]
+    return named[0] if named else get(CLUSTERS)
+
+
+def for_offer(offer: Any) -> RunBackend:
+    """The backend a plan on `offer` runs through."""
+    return next(b for b in _BACKENDS.values() if b.serves(offer))
+
+
+def pseudo_clusters() -> tuple[str, ...]:
+    """Names batches without a cluster are listed under (`gpuplan jobs dok`): no cluster may take one."""
+    return tuple(n for b in _BACKENDS.values() for n in b.pseudo_clusters)
 
 
 def of(row: dict) -> RunBackend:
@@ -187,5 +251,5 @@ def summary(state: State, job: str) -> RunSummary:
     return of(_row(state, job)).summary(state, job)
 
 
-def outputs(state: State, job: str, into: Path) -> Fetched:
-    return of(_row(state, job)).outputs(state, job, into)
+def outputs(state: State, job: str, into: Path, item: str | None = None) -> Fetched:
+    return of(_row(state, job)).outputs(state, job, into, item)

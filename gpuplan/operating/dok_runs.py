@@ -460,3 +460,33 @@ def _batch_tag() -> str:
     from gpuplan.operating import dok_batch
 
     return dok_batch.ITEM_TAG
+
+
+def item_logs(state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
+              note: Callable[[str], None]) -> None:
+    """An item's output from its DOK task's log stream (streamed only while the task runs); an
+    8-GPU task's items, each its own log from the artifact once the task has ended."""
+    if item is None:
+        raise UsageError(f"DOK keeps one log per task: give the item, `gpuplan logs dok {job} ITEM`")
+    client = default_client()
+    refresh(state, job, client)
+    task = item_task(state, job, item, client)
+    if is_batch(_row(state, job)):
+        it = state.job_item(job, item)
+        if task.finished:  # each item's own log is in the task's artifact
+            if (it["log_path"] or "").startswith("not run: "):
+                raise UsageError(f"item {item!r} of job {job} has no log: {it['log_path'].removeprefix('not run: ')}")
+            if follow:
+                raise UsageError(f"job {job}'s task has ended; leave out --follow")
+            from gpuplan.operating import dok_batch
+
+            text = dok_batch.item_log(artifact(state, client, task, job), it["idx"])
+            if text is None:
+                raise UsageError(f"the artifact of job {job} holds no log of item {item!r}")
+            write(text.decode(errors="replace"))
+            return
+        if task.status == "running":
+            note(f"job {job} runs in one 8-GPU task: this is its stream, every item interleaved;"
+                 f" item {item!r}'s own log comes with the task's artifact once it ends")
+    for text in client.logs(task.id, follow=follow):
+        write(text if text.endswith("\n") else text + "\n")

@@ -94,7 +94,9 @@ def pick_of(plan_path: Path, region: str | None = None) -> Pick:
     provider, size, plan_region, count, setup = saved.target()
     offer = launch.resolve_offer(f"{provider}:{size}", region or plan_region)
     pred = saved.prediction()
-    backend = "dok" if offer.kind == "task" else "ray"
+    from gpuplan.operating import backends
+
+    backend = backends.for_offer(offer).name
     return Pick(plan_path, offer, count, setup, saved.market, Decimal(str(pred.get("plan_yen") or pred.get("yen") or 0)),
                 Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backend)
 
@@ -141,9 +143,11 @@ def outputs_dir(batch: Batch, name: str) -> Path:
 
 def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
     """The launch's sequence in words, with its yen: shown before the question and by --dry-run."""
+    from gpuplan.operating import backends
+
     outputs = outputs_dir(batch, name)
     out = []
-    if pick.backend == "dok":
+    if not backends.get(pick.backend).has_cluster:
         out.append(f"1. send {fmt.plural(items, 'DOK task')} on {pick.offer.name.removeprefix('dok-')} from image"
                    f" {batch.image or '(none given)'}, one running at a time")
         out.append(f"2. follow them; each task's artifact (SAKURA_ARTIFACT_DIR) is fetched into {outputs}")
@@ -161,6 +165,18 @@ def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
     out.append(f"plan: {fmt.yen(pick.yen)}, wall {fmt.duration(pick.wall_s)}"
                + (f"; stopped before it passes max_yen {fmt.yen(batch.max_yen)}" if batch.max_yen is not None else ""))
     return out
+
+
+def start(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
+          progress: Progress) -> str:
+    """Build what the pick needs and submit the batch to its backend; returns the job id. A
+    backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first."""
+    from gpuplan.operating import backends
+
+    if not backends.get(pick.backend).has_cluster:
+        return submit_dok(state, pick, batch, todo, outputs, progress)
+    provision(state, pick, batch, name, progress)
+    return submit_ray(state, pick, batch, name, todo, outputs, progress)
 
 
 # --- a cluster (Ray backend) -----------------------------------------------------------------

@@ -87,8 +87,12 @@ def check_name(name: str, what: str = "cluster") -> str:
         raise UsageError(
             f"bad {what} name {name!r}: use 1-32 lowercase letters, digits and dashes, starting with a letter"
         )
-    if what == "cluster" and name == "dok":  # `gpuplan jobs dok` lists 高火力 DOK task batches
-        raise UsageError("the cluster name dok is kept for Sakura 高火力 DOK task batches (gpuplan run dok:PLAN); choose another")
+    if what == "cluster":
+        from gpuplan.operating import backends
+
+        if name in backends.pseudo_clusters():  # `gpuplan jobs dok` lists 高火力 DOK task batches
+            raise UsageError(f"the cluster name {name} is kept for Sakura 高火力 DOK task batches (gpuplan run dok:PLAN);"
+                             " choose another")
     return name
 
 

@@ -569,3 +569,36 @@ def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
     # Under a yen the prediction is all rounding: a percentage of it says nothing.
     yen_error = err(summary.yen, py) if py is not None and py >= 1 else None
     return Comparison(summary.wall_seconds, summary.yen, pw, py, err(wall, pw), yen_error)
+
+
+def engine_logs(state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None]) -> None:
+    """The batch driver's log, or an item's log from the node it ran on (`follow`: as it grows,
+    until the item ends); the Ray backend's logs."""
+    from gpuplan.operating import engine
+
+    row = refresh_engine(state, job)
+    eng = engine.engine_of(state, row["cluster"])
+    if item is None:
+        write(engine.driver_logs(eng, job))
+        return
+    it = state.job_item(job, item)
+    if it is None:
+        raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+    if not it["node"] or it["node"] not in engine.node_hosts(eng):
+        raise UsageError(f"item {item!r} of job {job} has not started yet ({it['status']})")
+    host = engine.node_hosts(eng)[it["node"]]
+    path = it["log_path"] or f"$HOME/{engine.JOBS_DIR}/{job}/logs/{it['idx']}.{it['attempts']}.log"
+    if not follow:
+        from gpuplan.operating import remote
+
+        r = remote.run(host, f"cat {path}", timeout=120)
+        if not r.ok:
+            raise UsageError(f"no log for item {item!r} on {it['node']}: {r.tail(2)}")
+        write(r.stdout)
+        return
+
+    def item_over() -> bool:
+        refresh_engine(state, job)
+        return state.job_item(job, item)["status"] not in ("running", "queued")
+
+    engine.stream(host, path, write, item_over)
