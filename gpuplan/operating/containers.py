@@ -96,9 +96,11 @@ def check_image(image: str) -> None:
 
 def check_script(gpus: int) -> str:
     """Prints the docker command that works for the SSH user ("docker" or "sudo -n docker"), or
-    exits 10 (no docker), 11 (docker does not answer), 12 (no NVIDIA runtime on a GPU node)."""
-    runtime = (' case "$($d info --format "{{json .Runtimes}}" 2>/dev/null)" in *nvidia*) ;; *) exit 12;; esac;'
-               if gpus else "")
+    exits 10 (no docker), 11 (docker does not answer), 12 (no NVIDIA runtime on a GPU node:
+    `gpus` from the state, or where it says 0, what nvidia-smi lists)."""
+    has_gpus = "true" if gpus else "nvidia-smi -L 2>/dev/null | grep -q '^GPU '"  # 0: the state does not know
+    runtime = (f" if {has_gpus}; then"
+               ' case "$($d info --format "{{json .Runtimes}}" 2>/dev/null)" in *nvidia*) ;; *) exit 12;; esac; fi;')
     return ("command -v docker >/dev/null 2>&1 || exit 10; d=''; err=$(docker info 2>&1 >/dev/null); rc=$?;"
             " [ $rc -ne 127 ] || exit 10; if [ $rc -eq 0 ]; then d=docker;"
             " elif sudo -n docker info >/dev/null 2>&1; then d='sudo -n docker'; fi;"
