@@ -217,14 +217,16 @@ class Planner:
 
     def _overhead(self, offer: Offer, mode: str) -> int:
         setup, capture, launch, _ = model.provider_times(offer, self.w, self.s)
-        return (setup + capture + launch if mode == "image" else setup) + self.w.staging_s
+        own = model.run_start(offer, self.w, self.s)[0]
+        return (setup + capture + launch if mode == "image" else setup) + own + self.w.staging_s
 
     def _min_overhead(self, offers: Sequence[Offer], mode: str) -> int:
         """The earliest any machine of the fleet can start on its jobs (for a wall-time bound)."""
         setup, capture, _, _ = model.provider_times(offers[0], self.w, self.s)
         if mode == "image":
-            return setup + capture + self.w.staging_s
-        return min(model.provider_times(o, self.w, self.s)[0] for o in offers) + self.w.staging_s
+            return setup + capture + model.run_start(offers[0], self.w, self.s)[0] + self.w.staging_s
+        return min(model.provider_times(o, self.w, self.s)[0] + model.run_start(o, self.w, self.s)[0]
+                   for o in offers) + self.w.staging_s
 
     @staticmethod
     def _floor(plan: Plan) -> Decimal:

@@ -613,12 +613,18 @@ def billed(seconds: int, offer: Offer) -> int:
     return billing.billed_seconds(seconds, offer.billing_granularity_s, offer.billing_minimum_s)
 
 
-# The run engine (`gpuplan run`): Ray installed into its own venv and started on every machine.
-# Measured on this project's 2-core test machine: `pip install ray[default]==2.60.0` into a fresh
-# venv 156 s; `ray start --head` 24 s, a worker joins in 9 s (docs/run-engine.md).
+# The run engine (`gpuplan run`): Ray installed into its own venv on every machine, started, and
+# each batch submitted to it as a Ray Job (docs/run-engine.md).
 ENGINE_RAY = "2.60.0"
-ENGINE_SETUP_S = 180
-ENGINE_START_S = 24
+# `pip install ray[default]==2.60.0` into a fresh venv: 156 s on this project's 2-core test machine
+ENGINE_INSTALL_S = 156
+# Ray started on the cluster (head, the other nodes joining, a worker for each GPU slot): 67 s on
+# two owned hosts (issue 30, measured; 22.8-54.7 s for 4 loopback hosts x 4 slots sharing the
+# 2-core test machine, benchmarks/run_bench.py, 2026-11-26)
+ENGINE_START_S = 67
+# one submission to a warm cluster, from the client's start until the batch's driver began:
+# 2.70 s, median of 5 (benchmarks/run_bench.py, 4 loopback hosts x 4 slots, 2026-11-26), rounded up
+SUBMIT_S = 3
 
 
 def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, int, int, list[str]]:
@@ -646,14 +652,29 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
         notes.append(f"setup {fmt.duration(setup)} on {offer.provider}: catalog {setting.catalog.snapshot} ({src})")
     engine = setting.measured_engine.get((offer.provider, offer.name))
     if engine is not None and workload.setup_s is None:
-        setup += engine[0] + ENGINE_START_S
-        notes.append(f"run engine (Ray {ENGINE_RAY}) install + start {fmt.duration(engine[0] + ENGINE_START_S)} on"
-                     f" {offer.name}: measured ({engine[1]}), counted in setup")
-    elif workload.setup_s is None:
-        notes.append(f"run engine (Ray {ENGINE_RAY}) install + start about {fmt.duration(ENGINE_SETUP_S)} per machine"
-                     f" (docs/run-engine.md): not counted until `gpuplan run` measures it on {offer.name}")
+        setup += engine[0]
+        notes.append(f"run engine (Ray {ENGINE_RAY}) install {fmt.duration(engine[0])} on {offer.name}: measured"
+                     f" ({engine[1]}), counted in setup")
     notes.append(f"image capture {fmt.duration(capture)}, launch from image {fmt.duration(launch)} on {offer.provider} ({src})")
     return setup, capture, launch, notes
+
+
+def run_start(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, list[str]]:
+    """Seconds every machine of the offer spends before its jobs on `gpuplan run` itself: the
+    run engine's start and one submission (ENGINE_START_S + SUBMIT_S), and what the plan says
+    of them. Counted where gpuplan has run its engine on the offer (the `ray` playbook measured
+    there); elsewhere 0, and the plan says what it leaves out. A container task (DOK) runs no
+    engine: its image pull is its start (provider_times)."""
+    if offer.kind == "task":
+        return 0, []
+    if (offer.provider, offer.name) in setting.measured_engine:
+        return ENGINE_START_S + SUBMIT_S, [
+            f"run engine (Ray {ENGINE_RAY}) start {ENGINE_START_S} s (measured on two owned hosts) and one submission"
+            f" {SUBMIT_S} s (client until the batch's driver began, measured by benchmarks/run_bench.py) on {offer.name}:"
+            " counted in every machine's setup, before its jobs (docs/model.md)"]
+    install = "" if workload.setup_s is not None else f"install about {fmt.duration(ENGINE_INSTALL_S)} per machine, "
+    return 0, [f"run engine (Ray {ENGINE_RAY}) {install}start about {ENGINE_START_S} s and one submission about"
+               f" {SUBMIT_S} s per batch (docs/model.md): not counted until `gpuplan run` has run on {offer.name}"]
 
 
 def image_problem(offers: Sequence[Offer], setting: Setting) -> Outcome | None:
@@ -820,6 +841,15 @@ def make_plan(
     bw = builder_is_worker(first, setting)
     staging = workload.staging_s
     runs: list[_Run] = []
+    # `gpuplan run`'s own start on every machine that runs jobs (run_start), before its jobs
+    starts_at: dict[int, int] = {}
+
+    def own_start(o: Offer) -> int:
+        if id(o) not in starts_at:
+            starts_at[id(o)], said = run_start(o, workload, setting)
+            time_notes.extend(n for n in said if n not in time_notes)
+        return starts_at[id(o)]
+
     if setup_mode == "image":
         start_workers = setup + capture + launch
         if bw:
@@ -827,20 +857,21 @@ def make_plan(
             # a synchronous (data-parallel) job starts on every machine at once: the builder is held,
             # and billed, until the workers have launched (counted with its capture)
             wait = launch if workload.data_parallel is not None and (rest or len(loads) > 1) else 0
-            runs.append(_Run(builder.offer, "builder+worker", 0, setup, capture + wait, staging, builder))
+            runs.append(_Run(builder.offer, "builder+worker", 0, setup + own_start(builder.offer), capture + wait, staging,
+                             builder))
             if wait:
                 time_notes.append(f"the builder waits {fmt.duration(wait)} for the workers to launch before the"
                                   " synchronous job starts: held and billed (with its capture)")
             loads = ([rest] if rest else []) + loads[1:]
         else:
             runs.append(_Run(first, "builder", 0, setup, 0, 0, Loads(first, (0,), (1,))))
-        runs.extend(_Run(g.offer, "worker", start_workers, 0, 0, staging, g) for g in loads)
+        runs.extend(_Run(g.offer, "worker", start_workers, own_start(g.offer), 0, staging, g) for g in loads)
     else:
         setups = {id(first): setup}
         for g in loads:
             if id(g.offer) not in setups:
                 setups[id(g.offer)] = provider_times(g.offer, workload, setting)[0]
-            runs.append(_Run(g.offer, "worker", 0, setups[id(g.offer)], 0, staging, g))
+            runs.append(_Run(g.offer, "worker", 0, setups[id(g.offer)] + own_start(g.offer), 0, staging, g))
 
     # a builder that is not a worker is released after capture: unbilled, but wall time
     wall = max(start + s + c + st + max(g.jobs_s) + (capture if role == "builder" else 0)
