@@ -138,12 +138,11 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     with open(pid_file, "w") as fh:  # `gpuplan cancel` kills this process group on every node
         fh.write(f"{proc.pid}\n")
     timed_out = capped = False
-    wait = timeout_s if stop_at is None else max(0.0, min(timeout_s, stop_at - time.time()))
+    by_cap = stop_at is not None and stop_at - time.time() < timeout_s  # which deadline comes first
     try:
-        code = proc.wait(timeout=wait)
+        code = proc.wait(timeout=max(0.0, stop_at - time.time()) if by_cap and stop_at is not None else timeout_s)
     except subprocess.TimeoutExpired:
-        capped = stop_at is not None and time.time() >= stop_at
-        timed_out = not capped
+        capped, timed_out = by_cap, not by_cap
         _kill_group(proc.pid, signal.SIGTERM)  # the docker client passes it on to the container
         try:
             code = proc.wait(timeout=CAP_GRACE_S if capped else TERM_GRACE_S)
