@@ -24,12 +24,16 @@ class FakeConn:
         self.cmds: list[tuple[str, str | None]] = []
         self.puts: list[str] = []
         self.requests: list[dict] = []
+        self.closed = False
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        return None
+        self.close()
+
+    def close(self):
+        self.closed = True
 
     def run(self, cmd, timeout=600, sudo=False, stdin=None):
         self.cmds.append((cmd, stdin))
@@ -67,6 +71,11 @@ def _engine(nodes: int = 2) -> engine.Engine:
     hosts = [remote.Host(f"c-{i}", "127.0.0.1", 2200 + i, "root", None, "ssh-ed25519 AAAA") for i in range(nodes)]
     return engine.Engine("c", tuple(engine.Node(h.name, h, h.address, 1, i) for i, h in enumerate(hosts)),
                          engine.Layout("/opt/ray", 6380))
+
+
+@pytest.fixture(autouse=True)
+def nothing_kept(monkeypatch):
+    monkeypatch.setattr(engine, "_kept", {})
 
 
 @pytest.fixture
@@ -130,28 +139,58 @@ def test_a_refused_job_is_not_tried_again(head):
     assert len(conn.answers) == 1
 
 
-def test_a_warm_cluster_skips_the_playbook_and_any_start(monkeypatch):
+def test_a_warm_cluster_skips_the_playbook_and_any_start_and_its_head_connection_serves_the_submit(monkeypatch):
     from gpuplan.operating import playbook
 
     eng = _engine(3)
     monkeypatch.setattr(engine, "engine_of", lambda state, cluster: eng)
-    asked: list[str] = []
+    opened: list[tuple[str, FakeConn]] = []
 
-    def run(host, cmd, timeout=600, **_kw):
-        asked.append(host.name)
-        return remote.Result(0 if host.name != down else 1, "", "", 0.01)
+    class Node(FakeConn):
+        def run(self, cmd, timeout=600, sudo=False, stdin=None):
+            if "dist-info" in cmd:
+                return remote.Result(0 if self.name != down else 1, "", "", 0.01)
+            return super().run(cmd, timeout, sudo, stdin)
+
+    def connect(host, **_kw):
+        conn = Node(engine.code_tag(), [(200, "{}")])
+        conn.name = host.name
+        opened.append((host.name, conn))
+        return conn
 
     def bootstrap(*_a, **_kw):
         raise AssertionError("bootstrapped")
 
-    monkeypatch.setattr(remote, "run", run)
+    monkeypatch.setattr(remote, "connect", connect)
     monkeypatch.setattr(playbook, "bootstrap_cluster", bootstrap)
     down = ""
     assert engine.ensure_up(None, "c") == (eng, {})
-    assert sorted(asked) == ["c-0", "c-1", "c-2"]  # one command per node
+    assert sorted(name for name, _ in opened) == ["c-0", "c-1", "c-2"]  # one command per node
+    assert [name for name, c in opened if not c.closed] == ["c-0"]  # the head's is kept for the submission
+    engine.submit(eng, "c-1", {})
+    assert len(opened) == 3 and all(c.closed for _, c in opened)
+    head = next(c for name, c in opened if name == "c-0")
+    assert len(head.requests) == 1 and "spec.json" in head.cmds[-1][0]
+    engine.submit(eng, "c-2", {})  # nothing kept now: a connection of its own
+    assert len(opened) == 4
     down = "c-2"  # Ray stopped there: the full path (playbook, starts) runs
     with pytest.raises(AssertionError, match="bootstrapped"):
         engine.ensure_up(None, "c")
+
+
+def test_a_kept_connection_that_dropped_is_replaced(monkeypatch):
+    eng = _engine(1)
+    dead = FakeConn(engine.code_tag(), [])
+
+    def broken(*_a, **_kw):
+        raise remote.RemoteError("c-0: could not start a command: SSH session not active")
+
+    dead.run = broken
+    engine._keep(eng.head.host, dead)
+    fresh = FakeConn(engine.code_tag(), [(200, "{}")])
+    monkeypatch.setattr(remote, "connect", lambda host, **_kw: fresh)
+    engine.submit(eng, "c-1", {})
+    assert dead.closed and fresh.closed and len(fresh.requests) == 1
 
 
 def test_the_warm_check_reads_the_pinned_version_from_pips_record(tmp_path, monkeypatch):

@@ -210,10 +210,44 @@ def warm(eng: Engine) -> bool:
     One command per node, all at once (about 0.2 s for 4 nodes): a submission to a warm cluster
     skips the `ray` playbook, whose check starts Ray's CLI on every node (1.3 s of CPU each).
     Anything else (a node unreachable, its host key changed, Ray missing or stopped) is False:
-    `ensure_up` then takes its full path, which starts what is missing and says why a node is out."""
-    got = remote.run_many([n.host for n in eng.nodes],
-                          lambda h: remote.run(h, _warm_check(eng, _node(eng, h)), timeout=30).ok)
+    `ensure_up` then takes its full path, which starts what is missing and says why a node is out.
+    The head's connection is kept for the submission that follows (`_head_connection`)."""
+    def check(h: remote.Host) -> bool:
+        conn = remote.connect(h)
+        ok = False
+        try:
+            ok = conn.run(_warm_check(eng, _node(eng, h)), timeout=30).ok
+        finally:
+            if ok and h == eng.head.host:
+                _keep(h, conn)
+            else:
+                conn.close()
+        return ok
+
+    got = remote.run_many([n.host for n in eng.nodes], check)
     return all(ok is True for ok in got)
+
+
+KEEP_S = 30  # how long the head's connection from `warm` waits for the submission
+_kept: dict[remote.Host, tuple[remote.Connection, float]] = {}
+
+
+def _keep(host: remote.Host, conn: remote.Connection) -> None:
+    old = _kept.pop(host, None)
+    if old is not None:
+        old[0].close()
+    _kept[host] = (conn, time.monotonic())
+
+
+def _head_connection(host: remote.Host) -> tuple[remote.Connection, bool]:
+    """The connection `warm` kept to the head, if fresh (saves an SSH handshake per submission),
+    else a new one; and whether it was kept (a kept one that has dropped is replaced once)."""
+    kept = _kept.pop(host, None)
+    if kept is not None and time.monotonic() - kept[1] < KEEP_S:
+        return kept[0], True
+    if kept is not None:
+        kept[0].close()
+    return remote.connect(host), False
 
 
 def stop_script(eng: Engine, node: Node) -> str:
@@ -379,9 +413,18 @@ def submit(eng: Engine, job: str, spec: dict) -> None:
 
     d, tag = _jobdir(job), code_tag()
     code = f"$HOME/{CODE_DIR}/{tag}"
-    with remote.connect(eng.head.host) as conn:
-        r = conn.run(f"mkdir -p {d} {code} && cat > {d}/spec.json && echo \"$HOME\" && cd {code} &&"
-                     f" {{ cat {' '.join(CODE_FILES)} 2>/dev/null | sha256sum; }}", timeout=120, stdin=json.dumps(spec))
+    first = (f"mkdir -p {d} {code} && cat > {d}/spec.json && echo \"$HOME\" && cd {code} &&"
+             f" {{ cat {' '.join(CODE_FILES)} 2>/dev/null | sha256sum; }}")
+    conn, kept = _head_connection(eng.head.host)
+    try:
+        try:
+            r = conn.run(first, timeout=120, stdin=json.dumps(spec))
+        except RemoteError:
+            if not kept:
+                raise
+            conn.close()  # the kept connection dropped: the command never started
+            conn = remote.connect(eng.head.host)
+            r = conn.run(first, timeout=120, stdin=json.dumps(spec))
         lines = r.stdout.split("\n")
         if not r.ok or len(lines) < 2:
             raise EngineError(f"{eng.head.name}: cannot write the job's spec: {r.tail(3)}")
@@ -398,6 +441,8 @@ def submit(eng: Engine, job: str, spec: dict) -> None:
         entrypoint = (f'"{eng.layout.venv}/bin/python" {shlex.quote(f"{code}/ray_driver.py")}'
                       f" {shlex.quote(f'{where}/spec.json')}")
         _submit_job(conn, eng, job, entrypoint)
+    finally:
+        conn.close()
 
 
 def _submit_job(conn: remote.Connection, eng: Engine, job: str, entrypoint: str) -> None:
