@@ -62,6 +62,11 @@ def test_the_default_pick_of_estimate_launches_through_dok(dok_env, cli, tmp_pat
     assert r.code == 0, r.err
     saved = json.loads(plan.read_text())
     assert (saved["provider"], saved["instance_type"]) == ("sakura", "dok-v100-32gb")  # today's default pick
+    # the next step the estimate names works for this pick; provision, which has no machine to make, names it too
+    assert f"`gpuplan launch --plan {plan} --items FILE -- CMD {{item}}` runs a batch on it" in r.err
+    assert "add --image IMAGE" in r.err and "gpuplan provision --plan" not in r.err
+    r = cli("provision", "--plan", str(plan), "--dry-run")
+    assert r.code == 2 and f"`gpuplan launch --plan {plan} --image IMAGE" in r.err
     worker = _time_passes(dok_env, 4, 900)
     r = cli("launch", "--plan", str(plan), "--image", "registry.example/me/colorize:1", "--items", str(_items(tmp_path)),
             "-y", "--", "colorize", "{item}")

@@ -872,6 +872,17 @@ def _japan(cat, region: str | None, as_of: str | None, tax: bool):
     return cat, notes
 
 
+def next_step(plan, path: Path) -> str:
+    """What to run with a saved plan, for every kind of pick: `launch` builds and runs any of
+    them; a pick of machines can also be provisioned alone (a DOK task plan has none)."""
+    from gpuplan.operating import backends
+
+    launch = f"`gpuplan launch --plan {path} --items FILE -- CMD {{item}}` runs a batch on it"
+    if not backends.for_offer(plan.fleet[0][0]).has_cluster:
+        return launch + " (each item a 高火力 DOK task: add --image IMAGE)"
+    return launch + f", or `gpuplan provision --plan {path}` creates its machines"
+
+
 def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None, region: str | None = None,
                   deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
@@ -994,7 +1005,7 @@ def register(app: typer.Typer) -> None:
                             tax=tax)
         if save is not None and est.recommended is not None:
             save_plan(est, save)
-            print(f"plan saved to {save}: `gpuplan provision --plan {save}` creates it", file=sys.stderr)
+            print(f"plan saved to {save}: {next_step(est.recommended, save)}", file=sys.stderr)
         if plot is not None:
             from gpuplan.planning import plot as plotting
             from gpuplan.planning.units import parse_duration

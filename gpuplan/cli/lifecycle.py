@@ -172,8 +172,8 @@ def _print_status(out, statuses) -> None:
     from rich.text import Text
 
     if not statuses:
-        out.print("no clusters; `gpuplan estimate --videos 4 --save plan.json` then `gpuplan provision --plan plan.json`"
-                  " creates one, or `gpuplan provision NC4as_T4_v3 x2`")
+        out.print("no clusters; `gpuplan launch batch.yaml` plans, builds and runs a batch on whatever the pick is"
+                  " (docs/batch.md), or `gpuplan provision NC4as_T4_v3 x2` creates one")
         return
     text = Text()
     for s in statuses:

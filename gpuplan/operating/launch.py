@@ -182,9 +182,10 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
         offer, mapped = _live(target, region)
         n = parse_count(count or "x1")
     if offer.kind == "task":  # issue 22
-        raise UsageError(f"{offer.provider}:{offer.name} is a 高火力 DOK task plan: there is no machine to provision; "
-                         f"run the batch with `gpuplan run dok:{offer.name.removeprefix('dok-')} --image IMAGE --items FILE"
-                         " -- CMD {item}` (or `gpuplan run dok --plan plan.json ...`)")
+        how = (f"`gpuplan launch --plan {plan} --image IMAGE --items FILE -- CMD {{item}}`" if plan is not None else
+               f"`gpuplan run dok:{offer.name.removeprefix('dok-')} --image IMAGE --items FILE -- CMD {{item}}`")
+        raise UsageError(f"{offer.provider}:{offer.name} is a 高火力 DOK task plan: there is no machine to provision;"
+                         f" run the batch with {how}")
     ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
     if ttl_s is not None and ttl_s < MIN_TTL_S:
         raise UsageError(f"bad --ttl {ttl!r}: at least {MIN_TTL_S // 60}m (machines take minutes to start and set "
