@@ -229,3 +229,38 @@ def fmt_yen(value: Decimal) -> str:
     from gpuplan.planning import fmt
 
     return fmt.yen(value)
+
+
+def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(owned_hosts, cli, tmp_path):
+    """`launch` killed with SIGKILL once the batch is submitted: the batch runs on; `launch
+    --resume JOB` follows it to its end, fetches its outputs and tears the cluster down."""
+    import signal
+    import subprocess
+    import sys
+
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+    from support.ray_env import tagged_pids
+
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
+                             "command": "sh -c 'sleep 4; echo {item} > $GPUPLAN_OUTPUT_DIR/r'", "outputs": "out"})
+    client = subprocess.Popen([sys.executable, "-m", "gpuplan", "launch", str(path), "-y"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    job = None
+    for line in client.stdout:  # the estimate's table first, then the job id (flushed) once the batch is on the cluster
+        if line.startswith("job ") and " submitted" in line:
+            job = line.split()[1]
+            break
+    client.send_signal(signal.SIGKILL)
+    client.communicate()
+    assert job == "batch-1" and client.returncode == -signal.SIGKILL
+    state = State(paths.state_db())
+    assert state.cluster("batch").status == "ready"  # nothing was torn down by the kill
+    r = cli("jobs", "batch", "--format", "json")
+    assert r.code == 0 and ('"state": "running"' in r.out or '"state": "submitted"' in r.out), r.out + r.err
+    r = cli("launch", "--resume", job)
+    assert r.code == 0, r.out + r.err
+    assert "4 ok of 4 items" in " ".join(r.out.split()) and "cluster batch torn down" in r.out
+    assert sorted(p.read_text() for p in (tmp_path / "out").glob("*/r")) == [f"{i}\n" for i in ITEMS]
+    assert state.cluster("batch").status == "gone" and tagged_pids("batch-") == []
+    state.close()
