@@ -130,9 +130,11 @@ def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_host
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
                              "command": "sh -c 'echo done {item} > $GPUPLAN_OUTPUT_DIR/result.txt'",
+                             "setup": ["mkdir -p $HOME/venv", "echo ready > $HOME/venv/setup-done"],
                              "outputs": "results"})
     r = cli("launch", str(path), "-y")
     assert r.code == 0, r.out + r.err
+    assert all((h.fake_root / "root" / "venv" / "setup-done").read_text() == "ready\n" for h in owned_hosts)
     assert "2x t4" in r.out and "launch 4 items on 2x baremetal:t4" in r.err  # the estimate's pick, shown, then built
     assert "4 ok of 4 items" in " ".join(r.out.split())
     got = sorted(p.parent.name for p in (tmp_path / "results").glob("*/result.txt"))

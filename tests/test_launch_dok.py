@@ -137,3 +137,23 @@ def test_the_same_batch_file_with_an_image_launches_on_dok_with_only_infra_chang
         ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", "sh", "-c",
          f"echo in-container {i} > $GPUPLAN_OUTPUT_DIR/result.txt"] for i in ITEMS)
     assert len(list((tmp_path / "results").glob("*.tar.gz"))) == 4
+
+
+def test_launch_detach_returns_with_the_job_and_resume_finishes_it(dok_env, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _items(tmp_path, 2)
+    batch = tmp_path / "batch.yaml"
+    batch.write_text(yaml.safe_dump({"workload": "colorize-hd", "items": "videos.txt", "infra": ["dok"],
+                                     "image": "img:1", "command": "colorize {item}"}))
+    r = cli("launch", str(batch), "-y", "--detach")
+    assert r.code == 0, r.out + r.err
+    assert "job dok-1 submitted: 2 items" in r.out and "`gpuplan launch --resume dok-1`" in r.out
+    assert len(dok_env.tasks) == 2 and not (tmp_path / "outputs").exists()  # sent; nothing followed or fetched yet
+    worker = _time_passes(dok_env, 2, 60)
+    r = cli("launch", "--resume", "dok-1")
+    worker.join(5)
+    assert r.code == 0, r.out + r.err
+    assert "2 ok of 2 items" in " ".join(r.out.split())
+    assert len(list((tmp_path / "outputs" / "batch").glob("*.tar.gz"))) == 2
+    r = cli("launch", "--resume", "nosuch")
+    assert r.code == 2 and "no launch with job 'nosuch'" in r.err
