@@ -623,7 +623,8 @@ ENGINE_INSTALL_S = 156
 # 2-core test machine, benchmarks/run_bench.py, 2026-11-26)
 ENGINE_START_S = 67
 # one submission to a warm cluster, from the client's start until the batch's driver began:
-# 2.70 s, median of 5 (benchmarks/run_bench.py, 4 loopback hosts x 4 slots, 2026-11-26), rounded up
+# 2.09-3.09 s, medians of 5 in four runs at load 1-25 (benchmarks/run_bench.py, 4 loopback hosts
+# x 4 slots on the 2-core test machine, 2026-11-26)
 SUBMIT_S = 3
 
 
