@@ -74,3 +74,18 @@ def test_charge_yen_rounds_a_fraction_up():
     assert charge_yen(1801, Terms(Decimal(1981), HOUR_S, 1, 0)) == 992
     assert charge_yen(1, Terms(Decimal(3600), HOUR_S, 1, 0)) == 1
     assert charge_yen(2, Terms(Decimal(1800), HOUR_S, 1, 0)) == 1
+
+
+def test_seconds_within_a_cap_is_the_last_second_the_charge_stays_under_it():
+    from decimal import Decimal
+
+    from gpuplan.planning import billing
+
+    by_the_second = billing.per_second(Decimal(3600))  # ¥1 a second
+    assert billing.seconds_within(lambda s: billing.charge(s, by_the_second), Decimal(10), 86400) == 10
+    hourly = billing.Terms(Decimal(100), 3600, 3600, 3600)  # ¥100 an hour, every started hour billed
+    # 1 s to 3,600 s cost ¥100, 3,601 s ¥200: a cap of ¥150 allows 3,600 s, ¥99 none past 0
+    assert billing.seconds_within(lambda s: billing.charge(s, hourly), Decimal(150), 86400) == 3600
+    assert billing.seconds_within(lambda s: billing.charge(s, hourly), Decimal(99), 86400) == 0
+    assert billing.seconds_within(lambda s: billing.charge(s, hourly), Decimal(10 ** 6), 86400) == 86400  # the horizon
+    assert billing.seconds_within(lambda s: Decimal(5) + s, Decimal(3), 100) == -1  # over the cap already

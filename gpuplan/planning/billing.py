@@ -16,7 +16,7 @@ the period is a field of `Terms` so a caller that knows better can say so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING
@@ -155,3 +155,19 @@ def measured_yen(seconds: float | Decimal, machines: int, terms: Terms | None) -
         return None
     whole = int(Decimal(str(seconds)).to_integral_value(rounding=ROUND_CEILING))
     return charge(whole, terms) * machines
+
+
+def seconds_within(charge_at: Callable[[int], Decimal], cap: Decimal, horizon_s: int) -> int:
+    """The most whole seconds (0..horizon_s) whose charge stays within `cap`: where a yen cap
+    must stop what bills by `charge_at` (any of this module's charges: they never fall as time
+    goes on, so the last such second is found by halving). horizon_s when even it stays within;
+    -1 when not even 0 seconds do."""
+    if charge_at(horizon_s) <= cap:
+        return horizon_s
+    if charge_at(0) > cap:
+        return -1
+    low, high = 0, horizon_s  # within at low, over at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if charge_at(mid) <= cap else (low, mid)
+    return low
