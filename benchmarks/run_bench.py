@@ -109,14 +109,12 @@ def _overhead(state, job: str, slots: int) -> dict:
     last end. Per item: on each slot, the time between its first item's start and its last
     item's end that no item was running, summed over slots, per item; the batch's start-up
     (until every slot has started an item) is the one-time part."""
-    from gpuplan.operating.state import parse_time
-
     row = state.job(job)
     items = state.job_items(job)
-    begin = parse_time(row["started_at"])
+    begin = row.started_at
     by_slot: dict[str, list[tuple]] = {}
     for i in items:
-        by_slot.setdefault(i["slot"], []).append((parse_time(i["started_at"]), parse_time(i["ended_at"])))
+        by_slot.setdefault(i.slot, []).append((i.started_at, i.ended_at))
     own = sum((e - s).total_seconds() for runs in by_slot.values() for s, e in runs)
     wall = (max(e for runs in by_slot.values() for _, e in runs) - begin).total_seconds()
     gaps = sum((max(e for _, e in runs) - min(s for s, _ in runs)).total_seconds() - sum((e - s).total_seconds() for s, e in runs)

@@ -53,7 +53,8 @@ def test_a_node_whose_failures_succeed_elsewhere_is_set_aside_and_nothing_is_los
             i = b.next_for(node)
             if i is not None:
                 (b.failed(i, node, 9) if node == "bad" else b.succeeded(i, node))
-    assert list(b.out) == ["bad"] and "2 items failed there (exit 9)" in b.out["bad"]
+    assert list(b.out) == ["bad"] and "2 items failed there (exit 9)" in b.out["bad"].reason
+    assert b.out["bad"].code == rules.FAILURES
     assert all(s.status == rules.OK for s in b.items.values())
 
 
@@ -61,7 +62,7 @@ def test_an_item_that_failed_on_a_node_set_aside_later_is_queued_again():
     b = _batch(3, ["a", "b"])
     assert b.next_for("b") == 0 and b.failed(0, "b", 9) == rules.QUEUED
     assert b.next_for("a") == 0 and b.failed(0, "a", 9) == rules.BAD_INPUT
-    assert b.quarantine("b", "lost: gone") == ["b"]
+    assert b.quarantine("b", rules.LOST, "lost: gone") == ["b"]
     # its failure on b no longer counts: one failure on a, no untried node left
     assert b.items[0].status == rules.FAILED
 
@@ -100,4 +101,4 @@ def test_two_attempts_lost_in_a_row_set_a_node_aside_before_the_engine_says_it_i
     assert b.next_for("a") == 0 and b.next_for("a") == 1
     assert b.lost(0, "a", node_gone=False, reason="ActorDiedError") == []
     assert b.lost(1, "a", node_gone=False, reason="ActorDiedError") == ["a"]
-    assert b.out["a"] == "lost: ActorDiedError" and [b.items[i].status for i in (0, 1)] == [rules.QUEUED] * 2
+    assert b.out["a"] == rules.SetAside(rules.LOST, "lost: ActorDiedError") and [b.items[i].status for i in (0, 1)] == [rules.QUEUED] * 2

@@ -146,7 +146,7 @@ def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_host
     assert not any((h.fake_root / "root" / ".gpuplan" / "claim").exists() for h in owned_hosts)
     assert tagged_pids("batch-") == []  # no Ray process of the cluster is left on the hosts
     job = state.jobs("batch")[-1]
-    assert (job["backend"], job["state"], job["options"]["launch"]["cluster"]) == ("ray", "succeeded", "batch")
+    assert (job.backend, job.state, job.options["launch"]["cluster"]) == ("ray", "succeeded", "batch")
     state.close()
     r = cli("launch", str(path), "-y", "--outputs", "again")  # the same batch again: the name is free once torn down
     assert r.code == 0, r.out + r.err
@@ -217,8 +217,8 @@ def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owne
     assert r.code == 6, r.out + r.err
     assert f"stopped at max_yen {fmt_yen(cap)}" in r.err
     job = state.jobs("batch")[-1]
-    counts = state.job_counts(job["id"])
-    assert job["state"] == "capped" and counts.get("ok") == 2 and counts.get("cancelled") == 2
+    counts = state.job_counts(job.id)
+    assert job.state == "capped" and counts.get("ok") == 2 and counts.get("cancelled") == 2
     total = state.ledger_seconds_and_yen("batch")[1]  # every node from its claim to its release, teardown included
     assert total <= cap + per_second  # within the cap plus one billing increment (a second of both hosts)
     assert sorted(p.parent.name for p in (tmp_path / "second").glob("*/r")) == ["0000-fast-3", "0001-fast-4"]

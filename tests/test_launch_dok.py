@@ -83,7 +83,7 @@ def test_the_default_pick_of_estimate_launches_through_dok(dok_env, cli, tmp_pat
     assert sorted(p.name for p in outputs.glob("*.tar.gz")) == [f"dok-1-{i}.tar.gz" for i in range(4)]
     state = State(paths.state_db())
     job = state.job("dok-1")
-    assert (job["backend"], job["state"]) == ("dok", "succeeded")
+    assert (job.backend, job.state) == ("dok", "succeeded")
     state.close()
 
 

@@ -201,7 +201,7 @@ def test_a_private_image_is_pulled_with_a_login_whose_secret_reaches_no_disk_and
     places = [h.fake_root for h in hosts] + [paths.state_db().parent, Path("/dev/shm")]
     leaks = [str(f) for p in places for f in p.rglob("*") if f.is_file() and _holds(f, hidden)]
     assert leaks == []
-    assert state.job(job)["options"]["image"] == image and secret not in json.dumps(state.job(job)["options"])
+    assert state.job(job).options["image"] == image and secret not in json.dumps(state.job(job).options)
     # a refused login is one line, without the secret; and the job is not submitted
     monkeypatch.setenv("TEAM_REGISTRY_TOKEN", "wrong")
     jobs_before = len(state.jobs(CLUSTER))
@@ -232,7 +232,7 @@ def test_a_timed_out_and_a_cancelled_item_have_their_containers_killed(docker_re
              "sh", "-c", "trap '' TERM; sleep 331; : {item}")
     assert r.code == 5, r.err + r.out
     job = _submitted(r.out)
-    assert state.job_items(job)[0]["timed_out"]
+    assert state.job_items(job)[0].timed_out
     runs = _runs(hosts, job)
     assert len(runs) == 2  # a failure is tried once more on the other node
     for run in runs:
@@ -267,19 +267,19 @@ def test_the_yen_cap_stops_the_batch_on_the_cluster_with_no_client_following(doc
     stop_at = datetime.now(timezone.utc) + timedelta(seconds=20)
     items = [(i, f"v{i}") for i in range(6)]  # 4 slots: four run, two wait
     job = runner.submit(state, CLUSTER, items, ["sh", "-c", "sleep 37; : {item}"], image=IMAGE, stop_at=stop_at)
-    assert state.job(job)["options"]["stop_at"] == stop_at.isoformat(timespec="milliseconds")
+    assert state.job(job).options["stop_at"] == stop_at.isoformat(timespec="milliseconds")
     _wait(lambda: len(processes_running(["sleep", "37"])) == 4, timeout=60)
-    row = _wait(lambda: (r := backends.refresh(state, job))["state"] in runner.JOB_STATES_OVER and r, timeout=60)
-    assert row["state"] == "capped"
-    statuses = sorted(it["status"] for it in state.job_items(job))
+    row = _wait(lambda: (r := backends.refresh(state, job)).state in runner.JOB_STATES_OVER and r, timeout=60)
+    assert row.state == "capped"
+    statuses = sorted(it.status for it in state.job_items(job))
     assert statuses == ["cancelled"] * 4 + ["queued"] * 2
     assert not processes_running(["sleep", "37"]) and _pids_left(hosts, job) == [] and _containers_left(hosts) == []
     for it in state.job_items(job, statuses=("cancelled",)):
-        log = _cli("logs", CLUSTER, job, it["item"])
+        log = _cli("logs", CLUSTER, job, it.item)
         assert "stopped at the yen cap" in log.out
     # billed no later than the cap plus one increment (per second here: 2 nodes x ¥367.20/h)
-    started = datetime.fromisoformat(row["started_at"])
-    terms, nodes = state.ledger_terms(CLUSTER), row["nodes"]
+    started = row.started_at
+    terms, nodes = state.ledger_terms(CLUSTER), row.nodes
     at_cap = runner.yen_for(terms, PRICE, nodes, (stop_at - started).total_seconds())
     assert backends.yen(state, row) <= at_cap + runner.yen_for(terms, PRICE, nodes, 1)
 
@@ -295,11 +295,11 @@ def test_run_max_yen_stops_at_what_the_nodes_may_be_billed_and_exits_6(docker_re
     assert r.code == 6, r.err + r.out
     job = _submitted(r.out)
     row = state.job(job)
-    assert row["state"] == "capped" and row["options"]["max_yen"] == "4"
+    assert row.state == "capped" and row.options["max_yen"] == "4"
     assert f"capped at ¥4: {_yen(backends.yen(state, row))} spent" in " ".join(r.err.split())
     assert backends.yen(state, row) <= Decimal(4)
     assert not processes_running(["sleep", "38"]) and _pids_left(hosts, job) == []
-    assert {it["status"] for it in state.job_items(job)} <= {"cancelled", "queued"}
+    assert {it.status for it in state.job_items(job)} <= {"cancelled", "queued"}
 
 
 def _yen(value: Decimal) -> str:

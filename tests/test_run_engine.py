@@ -186,6 +186,7 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
     assert j["succeeded"] == 8
     assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"]
     assert "failed there (exit 9) and then succeeded on other nodes" in j["quarantined"][0]["reason"]
+    assert j["quarantined"][0]["code"] == "failures"
     assert "set aside raydemo-1" in " ".join(r.out.split())
 
 
@@ -198,9 +199,9 @@ def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     out = " ".join(r.out.split())
     assert "order: the plan's (longest first; 8 of 8 items named in it)" in out
     rows = state.job_items(_submitted(r.out))
-    assert [it["item"] for it in rows] == ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"]
+    assert [it.item for it in rows] == ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"]
     # 4 slots: the four long items start first, the short ones only as slots free up
-    assert max(it["started_at"] for it in rows[:4]) < min(it["started_at"] for it in rows[4:])
+    assert max(it.started_at for it in rows[:4]) < min(it.started_at for it in rows[4:])
     assert "calibration recorded" in out  # the whole batch, on the fleet the plan was for
 
 
@@ -226,7 +227,7 @@ def test_logs_fetch_copies_each_items_outputs_back_from_its_node(ray_cluster, tm
     r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", script)
     assert r.code == 0, r.err + r.out
     job = _submitted(r.out)
-    assert len({it["node"] for it in state.job_items(job)}) == 2  # the outputs lie on both nodes
+    assert len({it.node for it in state.job_items(job)}) == 2  # the outputs lie on both nodes
     back = tmp_path / "back"
     r = _cli("logs", CLUSTER, job, "--fetch", str(back))
     assert r.code == 0, r.err
@@ -299,7 +300,7 @@ def test_torchrun_runs_as_a_ray_gang_one_rank_per_node(ray_cluster, tmp_path):
                     "prog=", "train.py", "--epochs", "1"] for k in (0, 1)]
     job = _jobs()[_submitted(r.out)]
     assert (job["state"], job["succeeded"], job["total"]) == ("succeeded", 2, 2)
-    assert {(it["item"], it["node"]) for it in state.job_items(job["id"])} == {("rank0", f"{CLUSTER}-0"),
+    assert {(it.item, it.node) for it in state.job_items(job["id"])} == {("rank0", f"{CLUSTER}-0"),
                                                                                  ("rank1", f"{CLUSTER}-1")}
     # one rank fails: the other, waiting on it, is stopped rather than left hanging
     for f in seen.iterdir():
@@ -344,9 +345,10 @@ def test_a_node_whose_host_key_changed_is_set_aside_and_the_others_run_its_items
         state.pin_host_key(hosts[1].host, hosts[1].port, hosts[1].host_public_key, cluster=CLUSTER, node=f"{CLUSTER}-1")
     assert r.code == 0, r.err + r.out
     j = _jobs()[_submitted(r.out)]
-    assert j["succeeded"] == 4 and {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
+    assert j["succeeded"] == 4 and {it.node for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
     [q] = j["quarantined"]
     assert q["node"] == f"{CLUSTER}-1" and q["reason"].startswith("host key refused: ") and "--accept-host-key" in q["reason"]
+    assert q["code"] == "left_out"
 
 
 def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster, tmp_path):
@@ -372,9 +374,10 @@ def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster,
     j = _jobs()[_submitted(r.out)]
     assert j["succeeded"] == 4
     assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"] and j["quarantined"][0]["reason"].startswith("lost: ")
+    assert j["quarantined"][0]["code"] == "lost"
 
     state, _, _ = ray_cluster
-    assert {it["node"] for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
+    assert {it.node for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
 
 
 def test_owned_hosts_close_their_ray_ports_to_all_but_the_clusters_members(ray_cluster):

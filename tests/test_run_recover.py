@@ -61,9 +61,10 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         assert "rec-2 joined the batch in place of rec-1" in err
         state = State(paths.state_db())
         job = next(j for j in state.jobs("rec"))
-        rows = state.job_items(job["id"])
-        assert [it["status"] for it in rows] == ["ok"] * 12
-        assert "rec-2" in {it["node"] for it in rows}  # the replacement ran items of this batch
+        rows = state.job_items(job.id)
+        assert [it.status for it in rows] == ["ok"] * 12
+        assert "rec-2" in {it.node for it in rows}  # the replacement ran items of this batch
+        assert [(q.node, q.code) for q in state.job_quarantines(job.id)] == [("rec-1", "lost")]
         status = {n.name: n.status for n in state.nodes("rec")}
         assert status == {"rec-0": "running", "rec-1": "lost", "rec-2": "running"}
         assert any(j.op == "create-nodes" and j.target == "rec-2" for j in state.journal("rec"))

@@ -80,7 +80,7 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
     [job] = json.loads(r.out)
     assert (job["state"], job["running"], job["queued"]) == ("running", 10, 0)
     task_id = next(iter(fake.tasks))
-    assert {it["slot"] for it in state.job_items("dok-1")} == {f"task {task_id}"}
+    assert {it.slot for it in state.job_items("dok-1")} == {f"task {task_id}"}
 
     fake.advance(seconds=45)  # the fake runs the runner here; DOK reports 45 s of execution
     assert fake.tasks[task_id]["status"] == "error"  # one item failed, so the task exits non-zero
@@ -89,12 +89,12 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
     assert (job["state"], job["succeeded"], job["failed"]) == ("failed", 9, 1)
     # one task of 45 s billed at its 60 s minimum at ¥0.83 a second: ¥49.80 (not ¥0.83 x 60 x 10 items)
     assert job["yen"] == "49.80" and job["wall_s"] == 45.0
-    items = {it["item"]: it for it in state.job_items("dok-1")}
-    assert items["fail"]["status"] == "failed" and items["fail"]["exit_code"] == 3
-    assert all(it["status"] == "ok" and it["exit_code"] == 0 for name, it in items.items() if name != "fail")
-    gpus = {it["slot"].rpartition(" gpu ")[2] for it in items.values()}
+    items = {it.item: it for it in state.job_items("dok-1")}
+    assert items["fail"].status == "failed" and items["fail"].exit_code == 3
+    assert all(it.status == "ok" and it.exit_code == 0 for name, it in items.items() if name != "fail")
+    gpus = {it.slot.rpartition(" gpu ")[2] for it in items.values()}
     assert gpus == {str(g) for g in range(8)}  # spread over the 8 GPUs
-    assert all(it["slot"].startswith(f"task {task_id} gpu ") for it in items.values())
+    assert all(it.slot.startswith(f"task {task_id} gpu ") for it in items.values())
 
     r = cli("logs", "dok", "dok-1", ITEMS[4])  # that item's own output, from the artifact
     assert r.code == 0, r.err

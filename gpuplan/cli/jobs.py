@@ -9,15 +9,20 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import asdict
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from gpuplan.errors import UsageError
 from gpuplan.operating import backends
 from gpuplan.planning import fmt
+
+if TYPE_CHECKING:
+    from gpuplan.operating.state import JobRow
 
 
 def _console(stderr: bool = False):
@@ -285,13 +290,13 @@ def run(
             job = runner.submit_torchrun(state, cluster, command, python=python, master_port=master_port, timeout=timeout,
                                          options={"plan": str(plan.resolve()) if plan else None}, local_workdir=workdir,
                                          progress=progress)
-        todo = [(it["idx"], it["item"]) for it in state.job_items(job)]
+        todo = [(it.idx, it.item) for it in state.job_items(job)]
         order_note = "one rank per node, started together (a Ray gang)"
     elif resume:
         old, todo = _resumable(state, cluster, resume, command)
         if not todo:
             return
-        command, opts = old["command"], old["options"]
+        command, opts = list(old.command), old.options
         node_workdir = opts.get("workdir") or ""
         per_gpu, retries, timeout = opts.get("per_gpu", per_gpu), opts.get("retries", retries), opts.get("timeout_s", timeout)
         image = image or opts.get("image")  # in the job's own image
@@ -324,7 +329,7 @@ def run(
     _follow(state, cluster, job, _recoverer(state, cluster, job, yes) if recover else None)
     runner.record_finished(state, job)
     ended = _job_of(state, cluster, job)
-    if cap is not None and ended["state"] == "capped":
+    if cap is not None and ended.state == "capped":
         _print_summary(backends.summary(state, job), predicted, job)
         if down:
             _down(state, cluster)
@@ -394,8 +399,8 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
         old, todo = _resumable(state, dok_runs.CLUSTER, resume, command)
         if not todo:
             return
-        o = old["options"]
-        command, dok_plan, image = old["command"], o["dok_plan"], image or o["image"]
+        o = old.options
+        command, dok_plan, image = list(old.command), o["dok_plan"], image or o["image"]
         environment, registry, timeout = environment or o.get("environment") or {}, registry or o.get("registry"), o.get("time_limit_s") or timeout
         order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
     else:
@@ -434,11 +439,11 @@ def _refuse_busy(state, cluster: str, why: str) -> None:
     from gpuplan.operating import runner
 
     for row in state.jobs(cluster):
-        if row["state"] not in runner.JOB_STATES_OVER:
-            row = backends.refresh(state, row["id"])
-            if row["state"] not in runner.JOB_STATES_OVER:
-                raise UsageError(f"job {row['id']} is still {row['state']} on {cluster} and {why}: wait for it or"
-                                 f" `gpuplan cancel {cluster} {row['id']}` first")
+        if row.state not in runner.JOB_STATES_OVER:
+            row = backends.refresh(state, row.id)
+            if row.state not in runner.JOB_STATES_OVER:
+                raise UsageError(f"job {row.id} is still {row.state} on {cluster} and {why}: wait for it or"
+                                 f" `gpuplan cancel {cluster} {row.id}` first")
 
 
 def env_pairs(env: Optional[list[str]]) -> dict[str, str]:
@@ -452,83 +457,84 @@ def env_pairs(env: Optional[list[str]]) -> dict[str, str]:
     return environment
 
 
-def _resumable(state, cluster: str, resume: str, command: list[str]) -> tuple[dict, list[tuple[int, str]]]:
+def _resumable(state, cluster: str, resume: str, command: list[str]) -> tuple[JobRow, list[tuple[int, str]]]:
     """`run --resume JOB`: the job (ended, its own command) and its items that did not succeed;
     none (said here) when every one did."""
     from gpuplan.operating import runner
 
     _job_of(state, cluster, resume)
     old = backends.refresh(state, resume)
-    if old["state"] not in runner.JOB_STATES_OVER:
-        raise UsageError(f"job {resume} is still {old['state']}; wait for it or `gpuplan cancel {cluster} {resume}` first")
-    if (old["options"] or {}).get("torchrun"):
+    if old.state not in runner.JOB_STATES_OVER:
+        raise UsageError(f"job {resume} is still {old.state}; wait for it or `gpuplan cancel {cluster} {resume}` first")
+    if old.options.get("torchrun"):
         raise UsageError(f"job {resume} is a --torchrun job: its ranks run together or not at all; start it again with"
                          " --torchrun")
-    if command and command != old["command"]:
+    if command and tuple(command) != old.command:
         raise UsageError(f"--resume runs job {resume}'s own command; leave out the command after --")
-    todo = [(it["idx"], it["item"]) for it in state.job_items(resume) if it["status"] != "ok"]
+    todo = [(it.idx, it.item) for it in state.job_items(resume) if it.status != "ok"]
     if not todo:
         _console().print(f"job {resume}: every item succeeded; nothing to resume")
     return old, todo
 
 
-def _job_of(state, cluster: str, job: str) -> dict:
+def _job_of(state, cluster: str, job: str) -> JobRow:
     row = state.job(job)
-    if row is None or row["cluster"] != cluster:
+    if row is None or row.cluster != cluster:
         raise UsageError(f"no job {job!r} on cluster {cluster!r}; `gpuplan jobs {cluster}` lists them")
     return row
 
 
-def _progress_line(state, row: dict) -> str:
+def _progress_line(state, row: JobRow) -> str:
     from gpuplan.operating import runner
 
-    counts = state.job_counts(row["id"])
+    counts = state.job_counts(row.id)
     ok = counts.get("ok", 0)
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out"))
     running = counts.get("running", 0)
-    total = row["total"]
+    total = row.total
     elapsed = runner.job_seconds(row)
     left = total - ok - failed
     eta = "-" if not ok or not left else fmt.duration(elapsed / (ok + failed) * left)
     yen = backends.yen(state, row)
-    return (f"{row['id']} {row['state']}: {ok} done, {failed} failed, {running} running / {total};"
+    return (f"{row.id} {row.state}: {ok} done, {failed} failed, {running} running / {total};"
             f" ETA {eta if left else '0 s'}; {fmt.yen(yen)} so far")
 
 
 def _recoverer(state, cluster: str, job: str, yes: bool):
     """For `run --recover`: called after each look at the batch; a node the batch lost (set
-    aside as "lost: ...") is replaced once, after its yen is shown and the user agrees."""
+    aside with code LOST) is replaced once, after its yen is shown and the user agrees."""
     from gpuplan.operating import recover, runner
+    from gpuplan.operating.batch_rules import LOST
 
     handled: set[str] = set()
     err = _console(stderr=True)
 
-    def look(row: dict) -> None:
+    def look(row: JobRow) -> None:
         for q in state.job_quarantines(job):
-            if not q["reason"].startswith("lost: ") or q["node"] in handled or row["state"] in runner.JOB_STATES_OVER:
+            if q.code != LOST or q.node in handled or row.state in runner.JOB_STATES_OVER:
                 continue
-            handled.add(q["node"])
+            handled.add(q.node)
             counts = state.job_counts(job)
             done = counts.get("ok", 0) + sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out"))
-            left = row["total"] - done
+            left = row.total - done
             elapsed = runner.job_seconds(row)
             eta = elapsed / done * left if done else elapsed
             c = recover.cost(state, cluster, eta + recover.SETUP_GUESS_S)
-            err.print(f"{q['node']} was lost ({q['reason'][6:][:120]}); a replacement, {c.what}, costs"
+            err.print(f"{q.node} was lost ({q.reason.removeprefix('lost: ')[:120]}); a replacement, {c.what}, costs"
                       f" {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the batch's"
                       f" {fmt.duration(eta)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup", markup=False)
             if not yes:
                 if not sys.stdin.isatty():
                     err.print("not replacing it: no one to ask; `run --recover -y` replaces without asking", markup=False)
                     continue
-                if not typer.confirm(f"Replace {q['node']}?", default=True):
+                if not typer.confirm(f"Replace {q.node}?", default=True):
                     continue
             try:
-                new = recover.replace_node(state, cluster, q["node"], _progress(err))
+                new = recover.replace_node(state, cluster, q.node, _progress(err))
             except Exception as exc:  # noqa: BLE001 - the batch goes on on the nodes it has
-                err.print(f"could not replace {q['node']}: {exc}; the batch goes on without it", markup=False)
+                err.print(f"could not replace {q.node}: {exc}; the batch goes on without it", markup=False)
                 continue
-            err.print(f"{new} joined the batch in place of {q['node']}", markup=False)
+            err.print(f"{new} joined the batch in place of {q.node}", markup=False)
 
     return look
 
@@ -547,7 +553,7 @@ def _follow(state, cluster: str, job: str, on_look=None) -> None:
             while True:
                 row = backends.refresh(state, job, conn)
                 line = _progress_line(state, row)
-                over = row["state"] in runner.JOB_STATES_OVER
+                over = row.state in runner.JOB_STATES_OVER
                 if line != last and (over or time.monotonic() - last_at >= quiet_s):
                     err.print(line, markup=False, highlight=False)
                     last, last_at = line, time.monotonic()
@@ -640,23 +646,24 @@ def jobs(
         raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     rows = []
     for row in state.jobs(cluster):
-        if row["state"] not in runner.JOB_STATES_OVER:
+        if row.state not in runner.JOB_STATES_OVER:
             try:
-                row = backends.refresh(state, row["id"])
-                if row["state"] in runner.JOB_STATES_OVER:
-                    runner.record_finished(state, row["id"])
+                row = backends.refresh(state, row.id)
+                if row.state in runner.JOB_STATES_OVER:
+                    runner.record_finished(state, row.id)
                     _calibrate_detached(state, row)
             except Exception as exc:  # an unreachable head: show what the state knows, say why
-                _console(stderr=True).print(f"{row['id']}: not refreshed ({type(exc).__name__}: {exc})", markup=False)
-        counts = state.job_counts(row["id"])
+                _console(stderr=True).print(f"{row.id}: not refreshed ({type(exc).__name__}: {exc})", markup=False)
+        counts = state.job_counts(row.id)
         rows.append((row, counts))
     if format == "json":
-        out = [{"id": r["id"], "state": r["state"], "total": r["total"], "succeeded": c.get("ok", 0),
+        out = [{"id": r.id, "state": r.state, "total": r.total, "succeeded": c.get("ok", 0),
                 "failed": c.get("failed", 0), "bad_input": c.get("bad input", 0), "timed_out": c.get("timed out", 0),
-                "running": c.get("running", 0), "queued": c.get("queued", 0), "resumes": r["resumes"],
-                "submitted_at": r["submitted_at"], "started_at": r["started_at"], "ended_at": r["ended_at"],
+                "running": c.get("running", 0), "queued": c.get("queued", 0), "resumes": r.resumes,
+                "submitted_at": _iso(r.submitted_at), "started_at": _iso(r.started_at), "ended_at": _iso(r.ended_at),
                 "wall_s": round(runner.job_seconds(r), 3), "yen": _yen_text(backends.yen(state, r)),
-                "command": r["command"], "quarantined": state.job_quarantines(r["id"])} for r, c in rows]
+                "command": list(r.command), "quarantined": [asdict(q) for q in state.job_quarantines(r.id)]}
+               for r, c in rows]
         sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
         return
     if not rows:
@@ -666,32 +673,37 @@ def jobs(
     table = Table("job", "state", "ok", "failed", "running", "total", "started", "wall", "yen")
     for r, c in rows:
         failed = c.get("failed", 0) + c.get("bad input", 0) + c.get("timed out", 0)
-        table.add_row(r["id"], r["state"], str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r["total"]),
-                      (r["started_at"] or "-")[:19].replace("T", " "), fmt.duration(runner.job_seconds(r)),
+        table.add_row(r.id, r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
+                      f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(runner.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
     _console().print(table)
 
 
-def _calibrate_detached(state, row: dict) -> None:
+def _calibrate_detached(state, row: JobRow) -> None:
     """A batch submitted with --plan that ended while nobody followed it: record (or not) its
     calibration now, as `run` does at the end, and say so on stderr."""
     from gpuplan.operating import runner
 
-    plan = (row["options"] or {}).get("plan")
-    if not plan or row["state"] != "succeeded":
+    plan = row.options.get("plan")
+    if not plan or row.state != "succeeded":
         return
     try:
         predicted = runner.read_plan(Path(plan))
     except UsageError as exc:
-        _console(stderr=True).print(f"{row['id']}: not calibrated ({exc})", markup=False)
+        _console(stderr=True).print(f"{row.id}: not calibrated ({exc})", markup=False)
         return
-    line = runner.calibrate(state, backends.summary(state, row["id"]), predicted)
+    line = runner.calibrate(state, backends.summary(state, row.id), predicted)
     if line:
-        _console(stderr=True).print(f"{row['id']}: {line}", markup=False)
+        _console(stderr=True).print(f"{row.id}: {line}", markup=False)
 
 
 def _yen_text(value: Decimal | None) -> str | None:
     return None if value is None else str(value.quantize(Decimal("0.01")))
+
+
+def _iso(t: datetime | None) -> str | None:
+    """A job's time as the state holds it (whole seconds, or milliseconds from the driver)."""
+    return None if t is None else t.isoformat(timespec="milliseconds" if t.microsecond else "seconds")
 
 
 def logs(
@@ -734,8 +746,8 @@ def cancel(
     state = State.open_default()
     _job_of(state, cluster, job)
     row = backends.refresh(state, job)
-    if row["state"] in runner.JOB_STATES_OVER and row["state"] != "lost":
-        _console().print(f"job {job} is already {row['state']}; nothing to stop", markup=False)
+    if row.state in runner.JOB_STATES_OVER and row.state != "lost":
+        _console().print(f"job {job} is already {row.state}; nothing to stop", markup=False)
         return
     stopped = backends.cancel(state, job)
     runner.record_finished(state, job)

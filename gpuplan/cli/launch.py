@@ -109,7 +109,7 @@ def launch(
 
 
 def _cluster_of(state, job: str) -> str:
-    return state.job(job)["cluster"]
+    return state.job(job).cluster
 
 
 def _resume(job: str, keep: bool, detach: bool) -> None:
@@ -117,7 +117,7 @@ def _resume(job: str, keep: bool, detach: bool) -> None:
 
     state = State.open_default()
     row = state.job(job)
-    if row is None or not (row["options"] or {}).get("launch"):
+    if row is None or not row.options.get("launch"):
         raise UsageError(f"no launch with job {job!r}; `gpuplan jobs CLUSTER` lists the jobs")
     if detach:
         raise UsageError("--resume follows the job to its end; leave out --detach")
@@ -131,13 +131,13 @@ def _finish(state, job: str, keep: bool) -> None:
     from gpuplan.operating import backends, launcher, runner
 
     row = state.job(job)
-    opts = row["options"]["launch"]
-    cluster = row["cluster"]
+    opts = row.options["launch"]
+    cluster = row.cluster
     cap = launcher.max_yen_of(row)
     _follow(state, cluster, job, launcher.cap_watch(state, job, cap) if cap is not None else None)
     runner.record_finished(state, job)
     summary = backends.summary(state, job)
-    predicted = runner.read_plan(Path(row["options"]["plan"])) if row["options"].get("plan") else None
+    predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
     _print_summary(summary, predicted, job)
     out = _console()
     got = launcher.fetch(state, job, Path(opts["outputs"]))

@@ -225,15 +225,15 @@ def status(
         place = {s.cluster.name: i for i, s in enumerate(statuses)}  # in the clusters' order, then as submitted
         out = _out_console()
         pending = state.unfinished_jobs()
-        unfinished = sorted((j for j in pending if j["cluster"] in place), key=lambda j: place[j["cluster"]])
+        unfinished = sorted((j for j in pending if j.cluster in place), key=lambda j: place[j.cluster])
         if cluster is None:  # batches of a backend without clusters (高火力 DOK: gpuplan run dok:PLAN)
             from gpuplan.operating import backends
 
             unfinished += [j for j in pending if not backends.of(j).has_cluster]
         for j in unfinished:  # as of the last look (`gpuplan jobs` reads the cluster)
-            ok = state.job_counts(j["id"]).get("ok", 0)
-            out.print(f"batch {j['id']} on {j['cluster']}: {j['state']}, {ok} of {fmt.plural(j['total'], 'item')}"
-                      f" done when last looked at; `gpuplan jobs {j['cluster']}` for now", markup=False)
+            ok = state.job_counts(j.id).get("ok", 0)
+            out.print(f"batch {j.id} on {j.cluster}: {j.state}, {ok} of {fmt.plural(j.total, 'item')}"
+                      f" done when last looked at; `gpuplan jobs {j.cluster}` for now", markup=False)
 
 
 def _status_json(s) -> dict:

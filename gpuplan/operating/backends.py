@@ -23,7 +23,7 @@ from gpuplan.errors import NotFound, UsageError
 
 if TYPE_CHECKING:
     from gpuplan.operating.runner import RunSummary
-    from gpuplan.operating.state import State
+    from gpuplan.operating.state import JobRow, State
 
 
 @dataclass(frozen=True)
@@ -45,19 +45,19 @@ class RunBackend(Protocol):
     def serves(self, offer: Any) -> bool:
         """Does a plan on this catalog offer run through this backend (a DOK task plan: DOK's)?"""
 
-    def claims(self, row: dict) -> bool:
+    def claims(self, row: JobRow) -> bool:
         """A job recorded before jobs named their backend: is it this backend's?"""
 
     def session(self, state: State, job: str) -> AbstractContextManager[Any]:
         """What a follower holds open while it looks again and again (passed to refresh as `conn`)."""
 
-    def refresh(self, state: State, job: str, conn: Any = None) -> dict:
+    def refresh(self, state: State, job: str, conn: Any = None) -> JobRow:
         """Read what is new about the job and write it into the state; the job's row."""
 
     def cancel(self, state: State, job: str) -> int:
         """Stop the job everywhere; how many running things (process groups, tasks) were stopped."""
 
-    def yen(self, state: State, row: dict, at: Any = None) -> Decimal | None:
+    def yen(self, state: State, row: JobRow, at: Any = None) -> Decimal | None:
         """What the job has cost so far (or by `at`), by the one billing rule."""
 
     def summary(self, state: State, job: str) -> RunSummary:
@@ -84,15 +84,15 @@ class RayBackend:
     def serves(self, offer: Any) -> bool:
         return offer.kind != "task"  # machines: cloud VMs, rented servers, owned hosts
 
-    def claims(self, row: dict) -> bool:
+    def claims(self, row: JobRow) -> bool:
         return not any(b.pseudo_clusters and b.claims(row) for b in _BACKENDS.values())
 
     def session(self, state: State, job: str) -> AbstractContextManager[Any]:
         from gpuplan.operating import engine, remote
 
-        return remote.connect(engine.engine_of(state, _row(state, job)["cluster"]).head.host)
+        return remote.connect(engine.engine_of(state, job_row(state, job).cluster).head.host)
 
-    def refresh(self, state: State, job: str, conn: Any = None) -> dict:
+    def refresh(self, state: State, job: str, conn: Any = None) -> JobRow:
         from gpuplan.operating import runner
 
         return runner.refresh_engine(state, job, conn)
@@ -104,7 +104,7 @@ class RayBackend:
         runner.cancel_engine(state, job)
         return running  # the items that were running, each stopped on its node (process group, container)
 
-    def yen(self, state: State, row: dict, at: Any = None) -> Decimal | None:
+    def yen(self, state: State, row: JobRow, at: Any = None) -> Decimal | None:
         from gpuplan.operating import runner
 
         return runner.engine_job_yen(state, row, at)
@@ -132,7 +132,7 @@ class DokBackend:
     has_cluster = False
     poll_s = 10.0
     stopped = ("DOK task", "cancelled (waiting or running)")
-    pseudo_clusters = ("dok",)
+    pseudo_clusters: tuple[str, ...] = ("dok",)
 
     def names(self, target: str) -> bool:
         from gpuplan.operating import dok_runs
@@ -142,15 +142,15 @@ class DokBackend:
     def serves(self, offer: Any) -> bool:
         return offer.kind == "task" and offer.name.startswith("dok-")
 
-    def claims(self, row: dict) -> bool:
+    def claims(self, row: JobRow) -> bool:
         from gpuplan.operating import dok_runs
 
-        return dok_runs.is_dok(row["cluster"])
+        return dok_runs.is_dok(row.cluster)
 
     def session(self, state: State, job: str) -> AbstractContextManager[Any]:
         return nullcontext()  # DOK is asked over its public API, one request at a time
 
-    def refresh(self, state: State, job: str, conn: Any = None) -> dict:
+    def refresh(self, state: State, job: str, conn: Any = None) -> JobRow:
         from gpuplan.operating import dok_runs
 
         return dok_runs.refresh(state, job)
@@ -160,7 +160,7 @@ class DokBackend:
 
         return dok_runs.cancel(state, job)
 
-    def yen(self, state: State, row: dict, at: Any = None) -> Decimal | None:
+    def yen(self, state: State, row: JobRow, at: Any = None) -> Decimal | None:
         from gpuplan.operating import dok_runs
 
         return dok_runs.job_yen(state, row, at)
@@ -212,14 +212,15 @@ def pseudo_clusters() -> tuple[str, ...]:
     return tuple(n for b in _BACKENDS.values() for n in b.pseudo_clusters)
 
 
-def of(row: dict) -> RunBackend:
+def of(row: JobRow) -> RunBackend:
     """The backend a job runs on: the one its row names (older rows: the one that claims it)."""
-    if row.get("backend"):
-        return get(row["backend"])
+    if row.backend:
+        return get(row.backend)
     return next(b for b in _BACKENDS.values() if b.claims(row))
 
 
-def _row(state: State, job: str) -> dict:
+def job_row(state: State, job: str) -> JobRow:
+    """The job's row; NotFound where the state has none."""
     row = state.job(job)
     if row is None:
         raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
@@ -229,27 +230,27 @@ def _row(state: State, job: str) -> dict:
 # --- the batch service ------------------------------------------------------------------------
 
 
-def refresh(state: State, job: str, conn: Any = None) -> dict:
+def refresh(state: State, job: str, conn: Any = None) -> JobRow:
     """The job's row, with what is new read from where it runs (an ended job as it is)."""
     from gpuplan.operating.runner import JOB_STATES_OVER
 
-    row = _row(state, job)
-    if row["state"] in JOB_STATES_OVER:
+    row = job_row(state, job)
+    if row.state in JOB_STATES_OVER:
         return row
     return of(row).refresh(state, job, conn)
 
 
 def cancel(state: State, job: str) -> int:
-    return of(_row(state, job)).cancel(state, job)
+    return of(job_row(state, job)).cancel(state, job)
 
 
-def yen(state: State, row: dict, at: Any = None) -> Decimal | None:
+def yen(state: State, row: JobRow, at: Any = None) -> Decimal | None:
     return of(row).yen(state, row, at)
 
 
 def summary(state: State, job: str) -> RunSummary:
-    return of(_row(state, job)).summary(state, job)
+    return of(job_row(state, job)).summary(state, job)
 
 
 def outputs(state: State, job: str, into: Path, item: str | None = None) -> Fetched:
-    return of(_row(state, job)).outputs(state, job, into, item)
+    return of(job_row(state, job)).outputs(state, job, into, item)

@@ -29,6 +29,23 @@ LOST_IN_A_ROW = 2  # attempts whose worker died on a node the engine still lists
 
 OK, FAILED, BAD_INPUT, QUEUED, RUNNING = "ok", "failed", "bad input", "queued", "running"
 
+# Why a node was set aside: the "code" of the driver's quarantine events, stored in the client's
+# state beside the words shown (`run --recover` replaces LOST nodes).
+LOST = "lost"  # the engine lost it, or attempts died with their worker there LOST_IN_A_ROW times in a row
+FAILURES = "failures"  # items failed there and then succeeded on other nodes
+LEFT_OUT = "left_out"  # the client could not reach it or start Ray on it when it submitted the batch
+NOT_IN_RAY = "not_in_ray"  # its Ray node was not running when the batch began
+UNKNOWN = "unknown"  # set aside before quarantines carried a code
+QUARANTINE_CODES = (LOST, FAILURES, LEFT_OUT, NOT_IN_RAY, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """Why a node left the pool: one of the codes above, and one line for people."""
+
+    code: str
+    reason: str
+
 
 @dataclass
 class ItemState:
@@ -48,7 +65,7 @@ class Batch:
     order: list[int]
     nodes: list[str]
     retries: int = 0
-    out: dict[str, str] = field(default_factory=dict)  # quarantined node -> why
+    out: dict[str, SetAside] = field(default_factory=dict)  # quarantined node -> why
     _strikes: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # node -> (item, exit) failed there, ok elsewhere
     _queued: list[int] = field(default_factory=list)
     _running: int = 0
@@ -118,8 +135,8 @@ class Batch:
                 self._strikes[other].append((index, code))
                 if len({i for i, _ in self._strikes[other]}) >= STRIKES_TO_QUARANTINE:
                     codes = ", ".join(sorted({str(c) for _, c in self._strikes[other]}))
-                    gone += self.quarantine(other, f"{len(self._strikes[other])} items failed there (exit {codes})"
-                                                   f" and then succeeded on other nodes")
+                    gone += self.quarantine(other, FAILURES, f"{len(self._strikes[other])} items failed there"
+                                                             f" (exit {codes}) and then succeeded on other nodes")
         return gone
 
     def failed(self, index: int, node: str, exit_code: int) -> str:
@@ -151,14 +168,15 @@ class Batch:
         self._requeue(index)
         self._lost[node] = self._lost.get(node, 0) + 1
         if node_gone or self._lost[node] >= LOST_IN_A_ROW:
-            return self.quarantine(node, f"lost: {reason}")
+            return self.quarantine(node, LOST, f"lost: {reason}")
         return []
 
-    def quarantine(self, node: str, reason: str) -> list[str]:
-        """Set `node` aside; items whose failures there had ended them go back on the queue."""
+    def quarantine(self, node: str, code: str, reason: str) -> list[str]:
+        """Set `node` aside (`code`: one of QUARANTINE_CODES; `reason`: the words shown); items
+        whose failures there had ended them go back on the queue."""
         if node in self.out or node not in self.nodes:
             return []
-        self.out[node] = reason
+        self.out[node] = SetAside(code, reason)
         for s in self.items.values():
             if s.status in (FAILED, BAD_INPUT) and node in s.failed_on:
                 s.status = self._after_failure(s)

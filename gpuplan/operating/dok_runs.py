@@ -40,7 +40,7 @@ from gpuplan.planning import fmt
 from gpuplan.planning.units import DOK_TASK_LIMIT_S
 
 if TYPE_CHECKING:
-    from gpuplan.operating.state import State
+    from gpuplan.operating.state import JobRow, State
     from gpuplan.planning.billing import Terms
 
 CLUSTER = "dok"  # the pseudo-cluster DOK batches are recorded under (no cluster may take the name)
@@ -66,11 +66,11 @@ def plan_of(target: str, predicted: Mapping | None) -> str:
     return plan
 
 
-def is_batch(row: Mapping) -> bool:
+def is_batch(row: JobRow) -> bool:
     """A job run as one 8-GPU task (every item in it) rather than one task per item."""
     from gpuplan.operating import dok_batch
 
-    return (row["options"] or {}).get("dok_plan") == dok_batch.PLAN
+    return row.options.get("dok_plan") == dok_batch.PLAN
 
 
 def terms_of(plan: str) -> Terms:
@@ -88,10 +88,10 @@ def _terms_json(t: Terms) -> dict:
             "minimum_s": t.minimum_s}
 
 
-def job_terms(row: Mapping) -> Terms:
+def job_terms(row: JobRow) -> Terms:
     from gpuplan.planning.billing import Terms
 
-    t = (row["options"] or {})["terms"]
+    t = row.options["terms"]
     return Terms(Decimal(t["price_jpy"]), int(t["period_s"]), int(t["granularity_s"]), int(t["minimum_s"]))
 
 
@@ -244,14 +244,12 @@ def batch_task(state: State, client, job: str):
     return next((t for t in _tasks(state, client, job) if _item_tag(t) == dok_batch.ITEM_TAG), None)
 
 
-def refresh(state: State, job: str, client=None) -> dict:
+def refresh(state: State, job: str, client=None) -> JobRow:
     """Read the job's tasks from the API and write what changed into the state."""
-    from gpuplan.operating.state import now, parse_time
+    from gpuplan.operating.state import now
 
-    row = state.job(job)
-    if row is None:
-        raise NotFound(f"no job {job!r}; `gpuplan jobs dok` lists them")
-    if row["state"] in OVER:
+    row = _row(state, job)
+    if row.state in OVER:
         return row
     client = client or default_client()
     if is_batch(row):
@@ -261,27 +259,26 @@ def refresh(state: State, job: str, client=None) -> dict:
     events: list[dict] = []
     first = at  # the batch began when its first task did (as far as the API says)
     for it in state.job_items(job):
-        t = tasks.get(it["idx"])
-        if t is None or it["status"] in ("ok", "failed", "bad input"):
+        t = tasks.get(it.idx)
+        if t is None or it.status in ("ok", "failed", "bad input"):
             continue
-        if t.status == "running" and it["status"] != "running":
-            events.append({"t": "start", "i": it["idx"], "attempt": 1, "node": CLUSTER, "at": _iso(at)})
+        if t.status == "running" and it.status != "running":
+            events.append({"t": "start", "i": it.idx, "attempt": 1, "node": CLUSTER, "at": _iso(at)})
         elif t.finished:
-            seen = parse_time(it["started_at"])
-            started = at - timedelta(seconds=t.execution_s) if t.execution_s is not None else (seen or at)
+            started = at - timedelta(seconds=t.execution_s) if t.execution_s is not None else (it.started_at or at)
             first = min(first, started)
-            events.append({"t": "end", "i": it["idx"], "status": "ok" if t.status == "done" else "failed", "attempt": 1,
+            events.append({"t": "end", "i": it.idx, "status": "ok" if t.status == "done" else "failed", "attempt": 1,
                            "node": CLUSTER, "slot": f"task {t.id}", "start": _iso(started), "end": _iso(at),
                            "exit": t.exit_code, "timed_out": t.status == "aborted", "log": f"dok task {t.id} ({t.status})"})
-    if row["state"] == "submitted" and any(t.status != "waiting" for t in tasks.values()):
+    if row.state == "submitted" and any(t.status != "waiting" for t in tasks.values()):
         events.insert(0, {"t": "begin", "at": _iso(first)})
     if events:
-        state.record_job_events(job, events, row["events_read"])
+        state.record_job_events(job, events, row.events_read)
     counts = state.job_counts(job)
-    if not counts.get("queued") and not counts.get("running") and _row(state, job)["state"] not in OVER:
-        ok = counts.get("ok", 0) == row["total"]
+    if not counts.get("queued") and not counts.get("running") and _row(state, job).state not in OVER:
+        ok = counts.get("ok", 0) == row.total
         state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": _iso(at)}],
-                                row["events_read"])
+                                row.events_read)
     return _row(state, job)
 
 
@@ -291,55 +288,55 @@ _NOT_RUN = {"canceled": "the task was cancelled before this item ended",
             "error": "the task ended (error) before this item ended", "done": "the task ended before this item ran"}
 
 
-def _refresh_batch(state: State, row: Mapping, client) -> dict:
+def _refresh_batch(state: State, row: JobRow, client) -> JobRow:
     """The 8-GPU job's one task, read back: its items queued, running, or (once it has ended)
     each one's outcome from the runner's status file in the artifact."""
     from datetime import datetime, timezone
 
     from gpuplan.operating import dok_batch
-    from gpuplan.operating.state import now, parse_time
+    from gpuplan.operating.state import now
 
-    job = row["id"]
+    job = row.id
     task = batch_task(state, client, job)
     if task is None or task.status == "waiting":
         return _row(state, job)
     at = now()
     events: list[dict] = []
-    open_items = [it for it in state.job_items(job) if it["status"] in ("queued", "running")]
+    open_items = [it for it in state.job_items(job) if it.status in ("queued", "running")]
     if not task.finished:
-        if row["state"] == "submitted":
+        if row.state == "submitted":
             events.append({"t": "begin", "at": _iso(at)})
-        events += [{"t": "start", "i": it["idx"], "attempt": 1, "node": CLUSTER, "slot": f"task {task.id}",
-                    "at": _iso(at)} for it in open_items if it["status"] == "queued"]
+        events += [{"t": "start", "i": it.idx, "attempt": 1, "node": CLUSTER, "slot": f"task {task.id}",
+                    "at": _iso(at)} for it in open_items if it.status == "queued"]
         if events:
-            state.record_job_events(job, events, row["events_read"])
+            state.record_job_events(job, events, row.events_read)
         return _row(state, job)
     found = dok_batch.statuses(artifact(state, client, task, job)) if task.artifact_id else {}
     began = (at - timedelta(seconds=task.execution_s) if task.execution_s is not None
-             else parse_time(row["started_at"]) or at)
+             else row.started_at or at)
     for it in open_items:
-        s = found.get(it["idx"])
+        s = found.get(it.idx)
         if s is None:
             why = _NOT_RUN.get(task.status, f"the task ended ({task.status})")
             if task.artifact_id is None and task.status in ("done", "error"):
                 why = f"the task ended ({task.status}) and left no artifact to read this item's outcome from"
-            events.append({"t": "end", "i": it["idx"], "status": "failed", "attempt": 1, "node": CLUSTER,
+            events.append({"t": "end", "i": it.idx, "status": "failed", "attempt": 1, "node": CLUSTER,
                            "slot": f"task {task.id}", "start": _iso(at), "end": _iso(at), "exit": None,
                            "timed_out": task.status == "aborted", "log": f"not run: {why}"})
             continue
-        events.append({"t": "end", "i": it["idx"], "status": "ok" if s.exit_code == 0 else "failed", "attempt": 1,
+        events.append({"t": "end", "i": it.idx, "status": "ok" if s.exit_code == 0 else "failed", "attempt": 1,
                        "node": CLUSTER, "slot": f"task {task.id} gpu {s.gpu}",
                        "start": _iso(datetime.fromtimestamp(s.start, timezone.utc)),
                        "end": _iso(datetime.fromtimestamp(s.end, timezone.utc)), "exit": s.exit_code,
-                       "timed_out": s.timed_out, "log": f"gpuplan/{it['idx']}.log in the artifact of task {task.id}"})
-    if row["state"] == "submitted":
+                       "timed_out": s.timed_out, "log": f"gpuplan/{it.idx}.log in the artifact of task {task.id}"})
+    if row.state == "submitted":
         events.insert(0, {"t": "begin", "at": _iso(began)})
-    state.record_job_events(job, events, row["events_read"])
-    ok = state.job_counts(job).get("ok", 0) == row["total"]
+    state.record_job_events(job, events, row.events_read)
+    ok = state.job_counts(job).get("ok", 0) == row.total
     # the job's start and end are the task's: its wall is the one figure DOK bills
     state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": _iso(at),
                                    "started": _iso(began) if task.execution_s is not None else None}],
-                            row["events_read"])
+                            row.events_read)
     return _row(state, job)
 
 
@@ -354,7 +351,7 @@ def artifact(state: State, client, task, job: str):
     return path
 
 
-def _row(state: State, job: str) -> dict:
+def _row(state: State, job: str) -> JobRow:
     row = state.job(job)
     if row is None:
         raise NotFound(f"no job {job!r}; `gpuplan jobs dok` lists them")
@@ -373,30 +370,30 @@ def task_seconds(state: State, job: str, at=None) -> list[int]:
     runs. An 8-GPU job is one task: one figure, its run time (the job's wall)."""
     from decimal import ROUND_CEILING
 
-    from gpuplan.operating.state import now, parse_time
+    from gpuplan.operating.state import now
 
     row = _row(state, job)
     if is_batch(row):
         from gpuplan.operating import runner
 
-        if not row["started_at"]:
+        if not row.started_at:
             return []
         wall = Decimal(str(runner.job_seconds(row, at)))
         return [int(wall.to_integral_value(rounding=ROUND_CEILING))]
     out = []
     for it in state.job_items(job):
-        start = parse_time(it["started_at"])
-        if start is None or it["slot"] == "not submitted":
+        start = it.started_at
+        if start is None or it.slot == "not submitted":
             continue
-        end = parse_time(it["ended_at"]) or at or now()
+        end = it.ended_at or at or now()
         out.append(int(Decimal(str(max(0.0, (end - start).total_seconds()))).to_integral_value(rounding=ROUND_CEILING)))
     return out
 
 
-def job_yen(state: State, row: Mapping, at=None) -> Decimal:
+def job_yen(state: State, row: JobRow, at=None) -> Decimal:
     from gpuplan.planning import billing
 
-    return billing.charge_tasks(task_seconds(state, row["id"], at), job_terms(row))
+    return billing.charge_tasks(task_seconds(state, row.id, at), job_terms(row))
 
 
 def cancel(state: State, job: str, client=None) -> int:
@@ -419,7 +416,7 @@ def item_task(state: State, job: str, item: str, client=None):
     if it is None:
         raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
     client = client or default_client()
-    task = batch_task(state, client, job) if is_batch(_row(state, job)) else tasks_of(state, client, job).get(it["idx"])
+    task = batch_task(state, client, job) if is_batch(_row(state, job)) else tasks_of(state, client, job).get(it.idx)
     if task is None:
         raise UsageError(f"item {item!r} of job {job} has no DOK task (it was not submitted)")
     return task
@@ -432,8 +429,8 @@ def summary(state: State, job: str):
     from gpuplan.operating import runner
 
     row = _row(state, job)
-    return runner.RunSummary(row["cluster"], runner.item_results(state, job), runner.job_seconds(row), 1, None,
-                             Path(f"dok artifacts of {job}"), (), "sakura", f"dok-{row['options']['dok_plan']}",
+    return runner.RunSummary(row.cluster, runner.item_results(state, job), runner.job_seconds(row), 1, None,
+                             Path(f"dok artifacts of {job}"), (), "sakura", f"dok-{row.options['dok_plan']}",
                              job_terms(row), tuple(task_seconds(state, job)))
 
 
@@ -473,14 +470,17 @@ def item_logs(state: State, job: str, item: str | None, follow: bool, write: Cal
     task = item_task(state, job, item, client)
     if is_batch(_row(state, job)):
         it = state.job_item(job, item)
+        if it is None:
+            raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
         if task.finished:  # each item's own log is in the task's artifact
-            if (it["log_path"] or "").startswith("not run: "):
-                raise UsageError(f"item {item!r} of job {job} has no log: {it['log_path'].removeprefix('not run: ')}")
+            why = it.log_path or ""
+            if why.startswith("not run: "):
+                raise UsageError(f"item {item!r} of job {job} has no log: {why.removeprefix('not run: ')}")
             if follow:
                 raise UsageError(f"job {job}'s task has ended; leave out --follow")
             from gpuplan.operating import dok_batch
 
-            text = dok_batch.item_log(artifact(state, client, task, job), it["idx"])
+            text = dok_batch.item_log(artifact(state, client, task, job), it.idx)
             if text is None:
                 raise UsageError(f"the artifact of job {job} holds no log of item {item!r}")
             write(text.decode(errors="replace"))

@@ -31,7 +31,7 @@ from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
     from gpuplan.batchfile import Batch
-    from gpuplan.operating.state import State
+    from gpuplan.operating.state import JobRow, State
     from gpuplan.planning.types import Offer
 
 Progress = Callable[[str], None]
@@ -337,19 +337,19 @@ def _seconds_within(charge: Callable[[int], Decimal], cap: Decimal, horizon: int
 # --- after the batch ------------------------------------------------------------------------------
 
 
-def max_yen_of(row: dict) -> Decimal | None:
-    cap = ((row["options"] or {}).get("launch") or {}).get("max_yen")
+def max_yen_of(row: JobRow) -> Decimal | None:
+    cap = (row.options.get("launch") or {}).get("max_yen")
     return Decimal(cap) if cap is not None else None
 
 
-def cap_watch(state: State, job: str, cap: Decimal) -> Callable[[dict], None]:
+def cap_watch(state: State, job: str, cap: Decimal) -> Callable[[JobRow], None]:
     """For the follower: after each look, a batch whose yen so far (its backend's, by the one
     billing rule) has reached the cap is cancelled and marked capped. A cluster's driver stops the
     batch at its stop_at on its own; this also holds where the backend has no driver (DOK)."""
     from gpuplan.operating import backends, runner
 
-    def look(row: dict) -> None:
-        if row["state"] in runner.JOB_STATES_OVER:
+    def look(row: JobRow) -> None:
+        if row.state in runner.JOB_STATES_OVER:
             return
         spent = backends.yen(state, row)
         if spent is not None and spent >= cap:
@@ -370,10 +370,10 @@ def teardown(state: State, job: str, progress: Progress) -> int | None:
     """Tear down the cluster the job ran on (None where its backend has none); the resources deleted."""
     from gpuplan.operating import backends, lifecycle
 
-    row = state.job(job)
-    if not backends.of(row).has_cluster or state.cluster(row["cluster"]) is None:
+    row = backends.job_row(state, job)
+    cluster = state.cluster(row.cluster)
+    if not backends.of(row).has_cluster or cluster is None:
         return None
-    cluster = state.cluster(row["cluster"])
     report = lifecycle.teardown(state, lifecycle.get_provider(cluster.provider), cluster.name, progress=progress)
     return len(report.deleted)
 
@@ -382,13 +382,13 @@ def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
     """Exit non-zero where the batch did not finish: capped (6) or items failed (5)."""
     from gpuplan.operating import backends, runner
 
-    row = state.job(job)
+    row = backends.job_row(state, job)
     counts = state.job_counts(job)
-    if row["state"] == "capped":
+    if row.state == "capped":
         spent = backends.yen(state, row)
         raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap)}: {fmt.yen(spent)} spent on the batch,"
-                     f" {counts.get('ok', 0)} of {fmt.plural(row['total'], 'item')} done; the rest did not run")
+                     f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
     if failed:
-        raise runner.JobsFailed(f"{failed} of {fmt.plural(row['total'], 'item')} did not succeed; logs:"
-                                f" `gpuplan logs {row['cluster']} {job} ITEM`")
+        raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; logs:"
+                                f" `gpuplan logs {row.cluster} {job} ITEM`")

@@ -31,7 +31,7 @@ directory on the head; the client reads it (over SSH, from where it stopped) whe
   {"t": "start", "i", "node", "attempt", "at"}
   {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"}
   {"t": "lost", "i", "node", "reason"}            an attempt that died with its worker or node
-  {"t": "quarantine", "node", "reason"}
+  {"t": "quarantine", "node", "code", "reason"}   a node set aside: code from batch_rules (LOST, FAILURES, ...)
   {"t": "requeue", "i"}                           an ended item queued again (its node was set aside)
   {"t": "capped", "at", "stop_at", "running"}   the yen cap's time came: nothing more is handed out
   {"t": "done", "state", "at"}                    succeeded | failed | cancelled | capped
@@ -251,6 +251,14 @@ def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
     return found
 
 
+def _absent(rules, name: str, left_out: dict) -> tuple[str, str]:
+    """The code and words of a node the batch begins without: left out by the client (its words
+    say why), or not in the Ray cluster."""
+    if name in left_out:
+        return rules.LEFT_OUT, left_out[name] or "left out when the batch was submitted"
+    return rules.NOT_IN_RAY, "not in the Ray cluster (its Ray node is not running)"
+
+
 def main(spec_path: str) -> int:
     import batch_rules as rules
     import ray
@@ -287,8 +295,8 @@ def main(spec_path: str) -> int:
     batch = rules.Batch.of([(int(i), it) for i, it in spec["items"]], list(gpus), int(spec["retries"]))
     for name in gpus:
         if name not in ids:
-            batch.quarantine(name, left_out.get(name) or "not in the Ray cluster (its Ray node is not running)")
-            events.write(t="quarantine", node=name, reason=batch.out[name])
+            batch.quarantine(name, *_absent(rules, name, left_out))
+            events.write(t="quarantine", node=name, code=batch.out[name].code, reason=batch.out[name].reason)
     tag = spec.get("code_tag", "")
 
     def new_slot(node: str, i: int):
@@ -320,7 +328,7 @@ def main(spec_path: str) -> int:
         if not nodes:
             return
         for node in nodes:
-            events.write(t="quarantine", node=node, reason=batch.out[node])
+            events.write(t="quarantine", node=node, code=batch.out[node].code, reason=batch.out[node].reason)
         for index in sorted(requeue_watch):
             if batch.items[index].status == rules.QUEUED:
                 requeue_watch.discard(index)
@@ -503,6 +511,7 @@ def gang(ray, spec: dict, jobdir: str, events: Events, stopped) -> int:
     node in gpuplan's order (the head), and its private address (from gpuplan's state, as its Ray
     node was started with) hosts torchrun's rendezvous. When one rank fails the others are stopped: a
     data-parallel job without one of its ranks only waits."""
+    import batch_rules as rules
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
@@ -518,8 +527,8 @@ def gang(ray, spec: dict, jobdir: str, events: Events, stopped) -> int:
         time.sleep(1)
     for name in order:
         if name not in ids:
-            reason = left_out.get(name) or "not in the Ray cluster (its Ray node is not running)"
-            events.write(t="quarantine", node=name, reason=reason)
+            code, reason = _absent(rules, name, left_out)
+            events.write(t="quarantine", node=name, code=code, reason=reason)
     ranks = [n for n in order if n in ids]
     for r in range(len(ranks), len(wanted)):  # the client counted a rank for a node that is not in Ray now
         events.write(t="end", i=r, node="-", slot="-", attempt=0, start=None, end=None, exit=None, timed_out=False,

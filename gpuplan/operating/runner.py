@@ -32,7 +32,7 @@ from gpuplan.errors import GpuplanError, NotFound, UsageError
 from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
-    from gpuplan.operating.state import State
+    from gpuplan.operating.state import JobRow, State
     from gpuplan.planning.billing import Terms
 
 MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
@@ -78,9 +78,10 @@ class JobResult:
 
 @dataclass(frozen=True)
 class Quarantine:
-    """A node taken out of a run's slot pool, and why (one line)."""
+    """A node taken out of a run's slot pool: why as a code (batch_rules.QUARANTINE_CODES) and in one line."""
 
     node: str
+    code: str
     reason: str
 
 
@@ -358,56 +359,60 @@ def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[in
     return job
 
 
-def refresh_engine(state: State, job: str, conn=None) -> dict:
+def refresh_engine(state: State, job: str, conn=None) -> JobRow:
     """Read what the job's driver recorded since we last looked and write it into the state.
     A driver that ended without saying how (killed, its head node gone) leaves the job "lost".
     (The Ray backend's refresh: callers go through operating/backends.py.)"""
     from gpuplan.operating import engine
 
+    row = _job_row(state, job)
+    if row.state in JOB_STATES_OVER:
+        return row
+    eng = engine.engine_of(state, row.cluster)
+    while True:
+        p = engine.poll(eng.head.host, job, row.events_read, conn)
+        if p.events or p.offset != row.events_read:
+            state.record_job_events(job, p.events, p.offset)
+        row = _job_row(state, job)
+        if not p.events or row.state in JOB_STATES_OVER:
+            break
+    if row.state not in JOB_STATES_OVER and not p.driver_alive and (
+            row.state != "submitted" or job_age_s(row) > DRIVER_START_S):
+        state.set_job_state(job, "lost")  # `gpuplan logs CLUSTER JOB` shows the driver's own log
+        row = _job_row(state, job)
+    return row
+
+
+def _job_row(state: State, job: str) -> JobRow:
     row = state.job(job)
     if row is None:
         raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
-    if row["state"] in JOB_STATES_OVER:
-        return row
-    eng = engine.engine_of(state, row["cluster"])
-    while True:
-        p = engine.poll(eng.head.host, job, row["events_read"], conn)
-        if p.events or p.offset != row["events_read"]:
-            state.record_job_events(job, p.events, p.offset)
-        row = state.job(job)
-        if not p.events or row["state"] in JOB_STATES_OVER:
-            break
-    if row["state"] not in JOB_STATES_OVER and not p.driver_alive and (
-            row["state"] != "submitted" or job_age_s(row) > DRIVER_START_S):
-        state.set_job_state(job, "lost")  # `gpuplan logs CLUSTER JOB` shows the driver's own log
-        row = state.job(job)
     return row
 
 
 DRIVER_START_S = 300  # a submitted driver that has not started by then never will
 
 
-def job_age_s(row: dict) -> float:
-    from gpuplan.operating.state import now, parse_time
+def job_age_s(row: JobRow) -> float:
+    from gpuplan.operating.state import now
 
-    return (now() - parse_time(row["submitted_at"])).total_seconds()
+    return (now() - row.submitted_at).total_seconds()
 
 
-def job_seconds(row: dict, at=None) -> float:
+def job_seconds(row: JobRow, at=None) -> float:
     """The batch's wall time: from its driver's start to its end (or `at`, or now)."""
-    from gpuplan.operating.state import now, parse_time
+    from gpuplan.operating.state import now
 
-    start = parse_time(row["started_at"])
-    if start is None:
+    if row.started_at is None:
         return 0.0
-    end = parse_time(row["ended_at"]) or at or now()
-    return max(0.0, (end - start).total_seconds())
+    end = row.ended_at or at or now()
+    return max(0.0, (end - row.started_at).total_seconds())
 
 
-def engine_job_yen(state: State, row: dict, at=None) -> Decimal | None:
+def engine_job_yen(state: State, row: JobRow, at=None) -> Decimal | None:
     """Every node of the cluster billed for the batch's wall time (the Ray backend's yen)."""
-    cluster = state.cluster(row["cluster"])
-    return yen_for(state.ledger_terms(row["cluster"]), cluster.price_jpy_per_hour if cluster else None, row["nodes"],
+    cluster = state.cluster(row.cluster)
+    return yen_for(state.ledger_terms(row.cluster), cluster.price_jpy_per_hour if cluster else None, row.nodes,
                    job_seconds(row, at))
 
 
@@ -415,28 +420,26 @@ def item_results(state: State, job: str) -> tuple[JobResult, ...]:
     """One JobResult per item of the job, as the state has it."""
     results = []
     for it in state.job_items(job):
-        status = "ok" if it["status"] == "ok" else ("timed out" if it["timed_out"] and it["status"] in ("failed", "bad input")
-                                                    else it["status"])
+        status = "ok" if it.status == "ok" else ("timed out" if it.timed_out and it.status in ("failed", "bad input")
+                                                 else it.status)
         seconds = 0.0
-        if it["started_at"] and it["ended_at"]:
-            from gpuplan.operating.state import parse_time
-
-            seconds = (parse_time(it["ended_at"]) - parse_time(it["started_at"])).total_seconds()
-        results.append(JobResult(job_name(it["idx"], it["item"]), it["item"], it["slot"] or "-", it["node"] or "-", status,
-                                 it["attempts"], seconds, Path(it["log_path"] or "-")))
+        if it.started_at and it.ended_at:
+            seconds = (it.ended_at - it.started_at).total_seconds()
+        results.append(JobResult(job_name(it.idx, it.item), it.item, it.slot or "-", it.node or "-", status,
+                                 it.attempts, seconds, Path(it.log_path or "-")))
     return tuple(results)
 
 
 def engine_summary(state: State, job: str) -> RunSummary:
     """A finished (or current) batch on a cluster as a RunSummary: one JobResult per item,
     quarantined nodes, wall and yen (the Ray backend's summary)."""
-    row = state.job(job)
-    cluster = state.cluster(row["cluster"])
+    row = _job_row(state, job)
+    cluster = state.cluster(row.cluster)
     results = item_results(state, job)
-    quarantined = tuple(Quarantine(q["node"], q["reason"]) for q in state.job_quarantines(job))
-    return RunSummary(row["cluster"], tuple(results), job_seconds(row), row["nodes"],
+    quarantined = tuple(Quarantine(q.node, q.code, q.reason) for q in state.job_quarantines(job))
+    return RunSummary(row.cluster, tuple(results), job_seconds(row), row.nodes,
                       cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
-                      cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row["cluster"]))
+                      cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row.cluster))
 
 
 def _jobs_dir() -> str:
@@ -447,14 +450,12 @@ def _jobs_dir() -> str:
 
 def record_finished(state: State, job: str) -> None:
     """Each item's final outcome also as a `runs` row (what `estimate_vs_measured` reads)."""
-    from gpuplan.operating.state import parse_time
-
-    row = state.job(job)
+    row = _job_row(state, job)
     for it in state.job_items(job, statuses=("ok", "failed", "bad input")):
-        started = parse_time(it["started_at"]) or parse_time(row["submitted_at"])
-        seconds = ((parse_time(it["ended_at"]) - started).total_seconds() if it["ended_at"] else 0.0)
-        state.record_run(row["cluster"], job_name(it["idx"], it["item"]), it["node"] or "-", it["slot"] or "-",
-                         "ok" if it["status"] == "ok" else "failed", it["attempts"], seconds, it["log_path"], started)
+        started = it.started_at or row.submitted_at
+        seconds = (it.ended_at - started).total_seconds() if it.ended_at else 0.0
+        state.record_run(row.cluster, job_name(it.idx, it.item), it.node or "-", it.slot or "-",
+                         "ok" if it.status == "ok" else "failed", it.attempts, seconds, it.log_path, started)
 
 
 def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple[int, int]:
@@ -474,19 +475,19 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple
         if one is None:
             raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
         rows = [one]
-    ended = [it for it in rows if it["node"] and it["node"] != "-" and it["status"] not in ("queued", "running")]
+    ended = [it for it in rows if it.node and it.node != "-" and it.status not in ("queued", "running")]
     if item is not None and not ended:
-        raise UsageError(f"item {item!r} of job {job} has not ended ({rows[0]['status']}); fetch its outputs when it has")
-    names = {it["idx"]: job_name(it["idx"], it["item"]) for it in ended}
+        raise UsageError(f"item {item!r} of job {job} has not ended ({rows[0].status}); fetch its outputs when it has")
+    names = {it.idx: job_name(it.idx, it.item) for it in ended}
     taken = [n for n in names.values() if (into / n).exists()]
     if taken:
         raise UsageError(f"{into / taken[0]} exists already: fetch into another folder, or move it away first")
-    eng = engine.engine_of(state, row["cluster"])
+    eng = engine.engine_of(state, row.cluster)
     hosts = engine.node_hosts(eng)
     by_node: dict[str, list[int]] = {}
     for it in ended:
-        if it["node"] in hosts:
-            by_node.setdefault(it["node"], []).append(it["idx"])
+        if it.node in hosts:
+            by_node.setdefault(it.node, []).append(it.idx)
     into.mkdir(parents=True, exist_ok=True)
     got, files = 0, 0
     with tempfile.TemporaryDirectory(dir=into, prefix=".gpuplan-fetch-") as tmp:
@@ -504,7 +505,7 @@ def cancel_engine(state: State, job: str) -> int:
     from gpuplan.operating import engine
 
     row = refresh_engine(state, job)
-    eng = engine.engine_of(state, row["cluster"])
+    eng = engine.engine_of(state, row.cluster)
     killed = engine.cancel(eng, job)
     refresh_engine(state, job)
     state.set_job_state(job, "cancelled")
@@ -577,28 +578,29 @@ def engine_logs(state: State, job: str, item: str | None, follow: bool, write: C
     from gpuplan.operating import engine
 
     row = refresh_engine(state, job)
-    eng = engine.engine_of(state, row["cluster"])
+    eng = engine.engine_of(state, row.cluster)
     if item is None:
         write(engine.driver_logs(eng, job))
         return
     it = state.job_item(job, item)
     if it is None:
         raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
-    if not it["node"] or it["node"] not in engine.node_hosts(eng):
-        raise UsageError(f"item {item!r} of job {job} has not started yet ({it['status']})")
-    host = engine.node_hosts(eng)[it["node"]]
-    path = it["log_path"] or f"$HOME/{engine.JOBS_DIR}/{job}/logs/{it['idx']}.{it['attempts']}.log"
+    if not it.node or it.node not in engine.node_hosts(eng):
+        raise UsageError(f"item {item!r} of job {job} has not started yet ({it.status})")
+    host = engine.node_hosts(eng)[it.node]
+    path = it.log_path or f"$HOME/{engine.JOBS_DIR}/{job}/logs/{it.idx}.{it.attempts}.log"
     if not follow:
         from gpuplan.operating import remote
 
         r = remote.run(host, f"cat {path}", timeout=120)
         if not r.ok:
-            raise UsageError(f"no log for item {item!r} on {it['node']}: {r.tail(2)}")
+            raise UsageError(f"no log for item {item!r} on {it.node}: {r.tail(2)}")
         write(r.stdout)
         return
 
     def item_over() -> bool:
         refresh_engine(state, job)
-        return state.job_item(job, item)["status"] not in ("running", "queued")
+        latest = state.job_item(job, item)
+        return latest is None or latest.status not in ("running", "queued")
 
     engine.stream(host, path, write, item_over)

@@ -16,15 +16,17 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from gpuplan import faults, paths
 from gpuplan.errors import UsageError
+from gpuplan.operating.batch_rules import UNKNOWN
 from gpuplan.planning import billing
 from gpuplan.planning.billing import Terms
 
@@ -179,7 +181,8 @@ CREATE TABLE IF NOT EXISTS job_items (
 CREATE TABLE IF NOT EXISTS job_quarantines (
     job TEXT NOT NULL,
     node TEXT NOT NULL,
-    reason TEXT NOT NULL
+    reason TEXT NOT NULL,
+    code TEXT                       -- why, as batch_rules' code (lost | failures | left_out | not_in_ray); NULL on older rows
 );
 CREATE TABLE IF NOT EXISTS speed_points (  -- a batch on a fleet other than the plan's: seconds per job per GPU
     workload TEXT NOT NULL,
@@ -295,6 +298,8 @@ MIGRATIONS = [
     ("ledger", "monthly_cap_jpy", "TEXT"),
     # the run backend a job was submitted through (operating/backends.py); NULL on older rows
     ("jobs", "backend", "TEXT"),
+    # why a node was set aside, as a code (batch_rules.QUARANTINE_CODES); NULL on older rows: read as "unknown"
+    ("job_quarantines", "code", "TEXT"),
 ]
 
 
@@ -373,6 +378,53 @@ class ImageRow:
     status: str
     playbooks: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A batch (the jobs table). `options` is the JSON-decoded dict it was submitted with."""
+
+    id: str
+    cluster: str
+    state: str  # submitted | running | succeeded | failed | cancelled | capped | lost
+    command: tuple[str, ...]
+    options: Mapping[str, Any]
+    total: int
+    nodes: int
+    resumes: str | None
+    events_read: int
+    submitted_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    backend: str | None  # None on rows older than the column (operating/backends.py: of)
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One item of a batch (the job_items table)."""
+
+    job: str
+    idx: int  # its place in the items file
+    item: str
+    position: int  # its place in the run order
+    status: str  # queued | running | ok | failed | bad input | cancelled
+    timed_out: bool  # its latest attempt was killed at --timeout
+    attempts: int
+    node: str | None
+    slot: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    exit_code: int | None
+    log_path: str | None
+
+
+@dataclass(frozen=True)
+class QuarantineRow:
+    """A node a batch set aside: `code` one of batch_rules.QUARANTINE_CODES, `reason` the words shown."""
+
+    node: str
+    code: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -862,14 +914,14 @@ class State:
         numbers = [int(r["id"].rsplit("-", 1)[1]) for r in rows if r["id"].rsplit("-", 1)[-1].isdigit()]
         return max(numbers, default=0) + 1
 
-    def job(self, job: str) -> dict | None:
+    def job(self, job: str) -> JobRow | None:
         rows = self._query("SELECT * FROM jobs WHERE id=?", (job,))
         return _job(rows[0]) if rows else None
 
-    def jobs(self, cluster: str) -> list[dict]:
+    def jobs(self, cluster: str) -> list[JobRow]:
         return [_job(r) for r in self._query("SELECT * FROM jobs WHERE cluster=? ORDER BY submitted_at, rowid", (cluster,))]
 
-    def unfinished_jobs(self) -> list[dict]:
+    def unfinished_jobs(self) -> list[JobRow]:
         """Every cluster's batches not known to be over (submitted or running), in one query:
         `status` of 1,000 clusters must not ask 1,000 times."""
         return [_job(r) for r in self._query("SELECT * FROM jobs WHERE state IN ('submitted', 'running')"
@@ -899,7 +951,8 @@ class State:
                 elif kind in ("lost", "requeue"):
                     db.execute("UPDATE job_items SET status='queued' WHERE job=? AND idx=?", (job, e["i"]))
                 elif kind == "quarantine":
-                    db.execute("INSERT INTO job_quarantines (job, node, reason) VALUES (?,?,?)", (job, e["node"], e["reason"]))
+                    db.execute("INSERT INTO job_quarantines (job, node, reason, code) VALUES (?,?,?,?)",
+                               (job, e["node"], e["reason"], e.get("code")))
                 elif kind == "done":
                     db.execute("UPDATE jobs SET state=?, ended_at=?, started_at=COALESCE(?, started_at) WHERE id=?",
                                (e["state"], e["at"], e.get("started"), job))
@@ -911,7 +964,7 @@ class State:
                            " ELSE status END AS s, COUNT(*) AS n FROM job_items WHERE job=? GROUP BY s", (job,))
         return {r["s"]: r["n"] for r in rows}
 
-    def job_items(self, job: str, statuses: Sequence[str] | None = None, limit: int | None = None) -> list[dict]:
+    def job_items(self, job: str, statuses: Sequence[str] | None = None, limit: int | None = None) -> list[ItemRow]:
         sql, args = "SELECT * FROM job_items WHERE job=?", (job,)
         if statuses:
             sql += f" AND status IN ({','.join('?' * len(statuses))})"
@@ -919,17 +972,19 @@ class State:
         sql += " ORDER BY position"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [dict(r) for r in self._query(sql, args)]
+        return [_item(r) for r in self._query(sql, args)]
 
-    def job_item(self, job: str, item: str) -> dict | None:
+    def job_item(self, job: str, item: str) -> ItemRow | None:
         """An item by its text or its index in the items file."""
         rows = self._query("SELECT * FROM job_items WHERE job=? AND item=? ORDER BY idx LIMIT 1", (job, item))
         if not rows and item.isdigit():
             rows = self._query("SELECT * FROM job_items WHERE job=? AND idx=?", (job, int(item)))
-        return dict(rows[0]) if rows else None
+        return _item(rows[0]) if rows else None
 
-    def job_quarantines(self, job: str) -> list[dict]:
-        return [dict(r) for r in self._query("SELECT node, reason FROM job_quarantines WHERE job=? ORDER BY rowid", (job,))]
+    def job_quarantines(self, job: str) -> list[QuarantineRow]:
+        """The nodes the job set aside, in order; a row older than the code column has code "unknown"."""
+        rows = self._query("SELECT node, code, reason FROM job_quarantines WHERE job=? ORDER BY rowid", (job,))
+        return [QuarantineRow(r["node"], r["code"] or UNKNOWN, r["reason"]) for r in rows]
 
     def job_wall_seconds(self, job: str) -> float | None:
         """From the first item's start to the last item's end."""
@@ -951,8 +1006,19 @@ class State:
         return [dict(r) for r in self._query("SELECT * FROM speed_points WHERE workload=? ORDER BY rowid", (workload,))]
 
 
-def _job(r: sqlite3.Row) -> dict:
-    return {**dict(r), "command": json.loads(r["command"]), "options": json.loads(r["options"])}
+def _job(r: sqlite3.Row) -> JobRow:
+    return JobRow(
+        r["id"], r["cluster"], r["state"], tuple(json.loads(r["command"])), json.loads(r["options"]) or {}, r["total"],
+        r["nodes"], r["resumes"], r["events_read"], datetime.fromisoformat(r["submitted_at"]), parse_time(r["started_at"]),
+        parse_time(r["ended_at"]), r["backend"],
+    )
+
+
+def _item(r: sqlite3.Row) -> ItemRow:
+    return ItemRow(
+        r["job"], r["idx"], r["item"], r["position"], r["status"], bool(r["timed_out"]), r["attempts"], r["node"],
+        r["slot"], parse_time(r["started_at"]), parse_time(r["ended_at"]), r["exit_code"], r["log_path"],
+    )
 
 
 def _cluster(r: sqlite3.Row) -> ClusterRow:
