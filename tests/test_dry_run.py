@@ -8,6 +8,7 @@ as it was."""
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 import yaml
@@ -28,6 +29,8 @@ CASES = {
     "bootstrap": [["demo", "--dry-run"]],
     "catalog refresh": [["--provider", "sakura", "--dry-run"]],
     "bench": [["colorize", "--on", f"aws:g4dn.xlarge@{REGION}", "--dry-run", "--yes"]],
+    "launch": [["--items", str(Path(__file__).parent / "fixtures" / "launch" / "videos.txt"), "--workload", "colorize-hd",
+                "--infra", "aws", "--region", REGION, "--dry-run", "--yes", "--", "echo", "{item}"]],
 }
 
 

@@ -79,6 +79,7 @@ def test_the_default_pick_of_estimate_launches_through_dok(dok_env, cli, tmp_pat
     assert "4 ok of 4 items" in " ".join(r.out.split())
     # 4 tasks x 900 s at ¥0.016 a second: ¥57.60, as `run dok` bills them
     assert "¥58 (4 tasks each billed for its own run time at ¥57.60/h, at least 1 s a task)" in r.out
+    assert "calibration recorded" in r.out  # the whole planned batch on the planned fleet, as `run --plan` records it
     outputs = tmp_path / "outputs" / "videos"
     assert sorted(p.name for p in outputs.glob("*.tar.gz")) == [f"dok-1-{i}.tar.gz" for i in range(4)]
     state = State(paths.state_db())

@@ -136,10 +136,15 @@ def _finish(state, job: str, keep: bool) -> None:
     cap = launcher.max_yen_of(row)
     _follow(state, cluster, job, launcher.cap_watch(state, job, cap) if cap is not None else None)
     runner.record_finished(state, job)
+    row = state.job(job)
     summary = backends.summary(state, job)
     predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
     _print_summary(summary, predicted, job)
     out = _console()
+    if row.state != "capped":  # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
+        line = runner.calibrate(state, summary, predicted)
+        if line:
+            out.print(line, markup=False)
     got = launcher.fetch(state, job, Path(opts["outputs"]))
     out.print(f"outputs: {fmt.plural(got.files, 'file')} of {fmt.plural(got.items, 'item')} in {opts['outputs']}",
               markup=False)

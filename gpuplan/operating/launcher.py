@@ -236,25 +236,20 @@ def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | N
 
     if max_yen is None:
         return None
+    from gpuplan.planning import billing
+
     start = now()
-    allowance = timedelta(seconds=TEARDOWN_ALLOWANCE_S)
-
-    def within(at: datetime) -> bool:
-        return state.ledger_seconds_and_yen(cluster, at + allowance)[1] <= max_yen
-
-    if not within(start):
+    horizon = 366 * 86400
+    seconds = billing.seconds_within(
+        lambda s: state.ledger_seconds_and_yen(cluster, start + timedelta(seconds=s + TEARDOWN_ALLOWANCE_S))[1], max_yen,
+        horizon)
+    if seconds < 0:
         from gpuplan.operating.runner import Capped
 
         raise Capped(f"cluster {cluster} has already spent {fmt.yen(state.ledger_seconds_and_yen(cluster)[1])} of"
-                     f" max_yen {fmt.yen(max_yen)}: nothing was run")
-    horizon = 366 * 86400
-    if within(start + timedelta(seconds=horizon)):
-        return None  # it never reaches the cap within a year (a fleet billed nothing)
-    low, high = 0, horizon  # within at low, not at high
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if within(start + timedelta(seconds=mid)) else (low, mid)
-    return start + timedelta(seconds=low)
+                     f" max_yen {fmt.yen(max_yen)} (with {TEARDOWN_ALLOWANCE_S} s kept for fetch and teardown):"
+                     " nothing was run")
+    return None if seconds == horizon else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
 
 
 def launch_options(batch: Batch, pick: Pick, name: str, outputs: Path) -> dict:
@@ -269,20 +264,15 @@ def submit_ray(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence
     """The batch on cluster `name`'s Ray engine; returns the job id."""
     from gpuplan.operating import locks, runner
 
-    command = env_command(batch)
-    kwargs = {}
-    if batch.image:
-        kwargs["image"] = batch.image
-        if batch.registry is not None and batch.registry.username:
-            kwargs["registry"] = batch.registry
+    registry = batch.registry if batch.image and batch.registry is not None and batch.registry.username else None
     cap = stop_at(state, name, batch.max_yen)
     if cap is not None:
-        kwargs["stop_at"] = cap
         progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
     with locks.cluster(name):
-        return runner.submit(state, name, todo, command, per_gpu=batch.per_gpu, retries=batch.retries,
+        return runner.submit(state, name, todo, env_command(batch), per_gpu=batch.per_gpu, retries=batch.retries,
                              timeout=batch.timeout_s, options=launch_options(batch, pick, name, outputs),
-                             resumes=resumes, local_workdir=batch.workdir, progress=progress, **kwargs)
+                             resumes=resumes, local_workdir=batch.workdir, progress=progress, image=batch.image or None,
+                             registry=registry, stop_at=cap)
 
 
 def env_command(batch: Batch) -> list[str]:
@@ -312,8 +302,8 @@ def submit_dok(state: State, pick: Pick, batch: Batch, todo: Sequence[tuple[int,
         from gpuplan.planning import billing
 
         terms = dok_runs.terms_of(plan)
-        most = _seconds_within(lambda s: billing.charge(s, terms), batch.max_yen)
-        limit = max(MIN_TIME_LIMIT_S, min(limit, most))
+        most = billing.seconds_within(lambda s: billing.charge(s, terms), batch.max_yen, limit)
+        limit = max(MIN_TIME_LIMIT_S, most)
     registry = batch.registry.dok_registry if batch.registry is not None and batch.registry.dok_registry else None
     name = dok_runs.CLUSTER
     # $GPUPLAN_OUTPUT_DIR is where an item's outputs go on every backend: on DOK, the task's artifact folder
@@ -321,17 +311,6 @@ def submit_dok(state: State, pick: Pick, batch: Batch, todo: Sequence[tuple[int,
     return dok_runs.submit(state, client or dok_runs.default_client(), plan, batch.image, todo, command,
                            environment=dict(batch.env), registry=registry, time_limit_s=limit, resumes=resumes,
                            options=launch_options(batch, pick, name, outputs), progress=progress)
-
-
-def _seconds_within(charge: Callable[[int], Decimal], cap: Decimal, horizon: int = 366 * 86400) -> int:
-    """The most whole seconds whose charge stays within `cap` (charge is monotone)."""
-    if charge(horizon) <= cap:
-        return horizon
-    low, high = 0, horizon
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if charge(mid) <= cap else (low, mid)
-    return low
 
 
 # --- after the batch ------------------------------------------------------------------------------
