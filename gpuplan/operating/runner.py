@@ -127,7 +127,7 @@ def yen_for(terms: Terms | None, price_jpy_per_hour: Decimal | None, nodes: int,
 def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | None = None) -> datetime:
     """`run --max-yen`: the time at which the batch must stop so that the cluster's nodes, billed
     from `now` by its ledger's terms (yen_for), cost at most `max_yen`: now plus the largest whole
-    second t with yen_for(terms, price, nodes, t) <= max_yen (billing is monotone: bisected)."""
+    second t with yen_for(terms, price, nodes, t) <= max_yen (billing.seconds_within)."""
     from datetime import timedelta
 
     from gpuplan.planning.units import MAX_DURATION_S
@@ -144,13 +144,10 @@ def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | No
     def yen(t: int) -> Decimal:
         return yen_for(terms, row.price_jpy_per_hour, nodes, t) or Decimal(0)
 
-    low, high = 0, MAX_DURATION_S
-    if yen(high) <= max_yen:
-        low = high
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if yen(mid) <= max_yen else (low, mid)
-    if low == 0:
+    from gpuplan.planning import billing
+
+    low = billing.seconds_within(yen, max_yen, MAX_DURATION_S)
+    if low <= 0:
         raise UsageError(f"--max-yen {max_yen}: {fmt.plural(nodes, 'node')} of {cluster} cost {fmt.yen(yen(1))} for their"
                          " first billed second already; raise the cap")
     return (now or datetime.now(timezone.utc)) + timedelta(seconds=low)
