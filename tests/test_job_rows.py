@@ -124,7 +124,12 @@ def test_run_recover_replaces_the_nodes_set_aside_as_lost_by_their_code(gpuplan_
         replaced = []
         monkeypatch.setattr(recover, "cost", lambda *_a: recover.Cost("1x test:t4", Decimal(100), Decimal(50), 600.0))
         monkeypatch.setattr(recover, "replace_node", lambda _s, _c, node, _p: replaced.append(node) or "c-9")
-        look = jobs._recoverer(state, "c", "c-1", yes=True)
+        from gpuplan.operating import batches
+
+        handled: set[str] = set()
+        assert [lost.node for lost in batches.newly_lost(state, "c", state.job("c-1"), handled)] == ["c-2"]
+        assert batches.newly_lost(state, "c", state.job("c-1"), handled) == []  # each lost node once
+        look = jobs._recoverer(state, "c", yes=True)
         look(state.job("c-1"))
         look(state.job("c-1"))
         assert replaced == ["c-2"]

@@ -219,6 +219,8 @@ def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owne
     job = state.jobs("batch")[-1]
     counts = state.job_counts(job.id)
     assert job.state == "capped" and counts.get("ok") == 2 and counts.get("cancelled") == 2
+    listed = cli("jobs", "batch", "--format", "json")
+    assert listed.code == 0 and '"cancelled": 2' in listed.out and '"state": "capped"' in listed.out
     total = state.ledger_seconds_and_yen("batch")[1]  # every node from its claim to its release, teardown included
     assert total <= cap + per_second  # within the cap plus one billing increment (a second of both hosts)
     assert sorted(p.parent.name for p in (tmp_path / "second").glob("*/r")) == ["0000-fast-3", "0001-fast-4"]

@@ -5,7 +5,6 @@ the cluster's engine, or one data-parallel job through torchrun) and the batch c
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 import time
@@ -326,7 +325,7 @@ def run(
         out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
                   f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
         return
-    _follow(state, cluster, job, _recoverer(state, cluster, job, yes) if recover else None)
+    _follow(state, cluster, job, _recoverer(state, cluster, yes) if recover else None)
     runner.record_finished(state, job)
     ended = _job_of(state, cluster, job)
     if cap is not None and ended.state == "capped":
@@ -335,7 +334,7 @@ def run(
             _down(state, cluster)
         raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, ended))} spent;"
                             f" `gpuplan run {cluster} --resume {job}` runs the items it did not finish")
-    _finish(state, backends.summary(state, job), predicted, job)
+    _finish(state, job, predicted)
     if down:
         _down(state, cluster)
 
@@ -428,7 +427,7 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
     _follow(state, dok_runs.CLUSTER, job)
     runner.record_finished(state, job)
     try:
-        _finish(state, backends.summary(state, job), predicted, job)
+        _finish(state, job, predicted)
     finally:
         out.print(f"artifacts (each task's SAKURA_ARTIFACT_DIR, for 72 hours): `gpuplan dok artifacts --run {job} --out DIR`",
                   markup=False)
@@ -484,101 +483,80 @@ def _job_of(state, cluster: str, job: str) -> JobRow:
     return row
 
 
-def _progress_line(state, row: JobRow) -> str:
-    from gpuplan.operating import runner
-
-    counts = state.job_counts(row.id)
-    ok = counts.get("ok", 0)
-    failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out"))
-    running = counts.get("running", 0)
-    total = row.total
-    elapsed = runner.job_seconds(row)
-    left = total - ok - failed
-    eta = "-" if not ok or not left else fmt.duration(elapsed / (ok + failed) * left)
-    yen = backends.yen(state, row)
-    return (f"{row.id} {row.state}: {ok} done, {failed} failed, {running} running / {total};"
-            f" ETA {eta if left else '0 s'}; {fmt.yen(yen)} so far")
+def _progress_line(p) -> str:
+    """One look at a batch (batches.Progress) in words."""
+    eta = "-" if p.eta_s is None else fmt.duration(p.eta_s)
+    return (f"{p.job} {p.state}: {p.ok} done, {p.failed} failed, {p.running} running / {p.total};"
+            f" ETA {eta}; {fmt.yen(p.yen)} so far")
 
 
-def _recoverer(state, cluster: str, job: str, yes: bool):
-    """For `run --recover`: called after each look at the batch; a node the batch lost (set
-    aside with code LOST) is replaced once, after its yen is shown and the user agrees."""
-    from gpuplan.operating import recover, runner
-    from gpuplan.operating.batch_rules import LOST
+def _recoverer(state, cluster: str, yes: bool):
+    """For `run --recover`: after each look at the batch, each node it has newly lost
+    (batches.newly_lost) is replaced once, after its yen is shown and the user agrees."""
+    from gpuplan.operating import batches, recover
 
     handled: set[str] = set()
     err = _console(stderr=True)
 
     def look(row: JobRow) -> None:
-        for q in state.job_quarantines(job):
-            if q.code != LOST or q.node in handled or row.state in runner.JOB_STATES_OVER:
-                continue
-            handled.add(q.node)
-            counts = state.job_counts(job)
-            done = counts.get("ok", 0) + sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out"))
-            left = row.total - done
-            elapsed = runner.job_seconds(row)
-            eta = elapsed / done * left if done else elapsed
-            c = recover.cost(state, cluster, eta + recover.SETUP_GUESS_S)
-            err.print(f"{q.node} was lost ({q.reason.removeprefix('lost: ')[:120]}); a replacement, {c.what}, costs"
+        for lost in batches.newly_lost(state, cluster, row, handled):
+            c = lost.cost
+            err.print(f"{lost.node} was lost ({lost.reason.removeprefix('lost: ')[:120]}); a replacement, {c.what}, costs"
                       f" {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the batch's"
-                      f" {fmt.duration(eta)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup", markup=False)
+                      f" {fmt.duration(lost.left_s)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup", markup=False)
             if not yes:
                 if not sys.stdin.isatty():
                     err.print("not replacing it: no one to ask; `run --recover -y` replaces without asking", markup=False)
                     continue
-                if not typer.confirm(f"Replace {q.node}?", default=True):
+                if not typer.confirm(f"Replace {lost.node}?", default=True):
                     continue
             try:
-                new = recover.replace_node(state, cluster, q.node, _progress(err))
+                new = recover.replace_node(state, cluster, lost.node, _progress(err))
             except Exception as exc:  # noqa: BLE001 - the batch goes on on the nodes it has
-                err.print(f"could not replace {q.node}: {exc}; the batch goes on without it", markup=False)
+                err.print(f"could not replace {lost.node}: {exc}; the batch goes on without it", markup=False)
                 continue
-            err.print(f"{new} joined the batch in place of {q.node}", markup=False)
+            err.print(f"{new} joined the batch in place of {lost.node}", markup=False)
 
     return look
 
 
 def _follow(state, cluster: str, job: str, on_look=None) -> None:
-    """Print the batch's progress until it ends. Ctrl-C stops following, not the batch."""
-    from gpuplan.operating import runner
+    """Print the batch's progress until it ends (batches.follow). Ctrl-C stops following, not the batch."""
+    from gpuplan.operating import batches
 
     err = _console(stderr=True)
-    backend = backends.of(state.job(job))
-    every = float(os.environ.get("GPUPLAN_POLL_S") or backend.poll_s)
     quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
     last, last_at = "", 0.0
+
+    def look(row: JobRow, p) -> None:
+        nonlocal last, last_at
+        line = _progress_line(p)
+        if line != last and (p.over or time.monotonic() - last_at >= quiet_s):
+            err.print(line, markup=False, highlight=False)
+            last, last_at = line, time.monotonic()
+        if not p.over and on_look is not None:
+            on_look(row)
+
     try:
-        with backend.session(state, job) as conn:  # an engine's batch: one SSH connection to its head
-            while True:
-                row = backends.refresh(state, job, conn)
-                line = _progress_line(state, row)
-                over = row.state in runner.JOB_STATES_OVER
-                if line != last and (over or time.monotonic() - last_at >= quiet_s):
-                    err.print(line, markup=False, highlight=False)
-                    last, last_at = line, time.monotonic()
-                if over:
-                    return
-                if on_look is not None:
-                    on_look(row)
-                time.sleep(every)
+        batches.follow(state, job, look)
     except KeyboardInterrupt:
         err.print(f"stopped following; job {job} goes on on the cluster: `gpuplan jobs {cluster}`,"
                   f" `gpuplan cancel {cluster} {job}`", markup=False)
         raise typer.Exit(130) from None
 
 
-def _finish(state, summary, predicted, job: str | None = None) -> None:
-    from gpuplan.operating import runner
+def _finish(state, job: str, predicted) -> None:
+    """An ended batch: its summary, whether it calibrated its plan, exit 5 when items failed."""
+    from gpuplan.operating import batches, runner
 
+    summary, line = batches.finish(state, job, predicted)
     _print_summary(summary, predicted, job)
-    line = runner.calibrate(state, summary, predicted)
     if line:
         _console().print(line, markup=False)
     if summary.failed:
-        where = f"`gpuplan logs {summary.cluster} {job} ITEM`" if job else str(summary.log_dir)
         raise runner.JobsFailed(f"{len(summary.failed)} of {fmt.plural(len(summary.jobs), 'item')} failed:"
-                                f" {', '.join(j.item or j.job for j in summary.failed[:5])}; logs: {where}")
+                                f" {', '.join(j.item or j.job for j in summary.failed[:5])}; logs:"
+                                f" `gpuplan logs {summary.cluster} {job} ITEM`")
 
 
 def _print_summary(summary, predicted, job: str | None = None) -> None:
@@ -636,30 +614,25 @@ def jobs(
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster)."""
     from rich.table import Table
 
-    from gpuplan.operating import runner
+    from gpuplan.operating import batches, runner
     from gpuplan.operating.state import State
 
     if format not in ("table", "json"):
         raise UsageError(f"--format {format!r}: choose table or json")
     state = State.open_default()
-    if state.cluster(cluster) is None and cluster not in backends.pseudo_clusters():
-        raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    err = _console(stderr=True)
     rows = []
-    for row in state.jobs(cluster):
-        if row.state not in runner.JOB_STATES_OVER:
-            try:
-                row = backends.refresh(state, row.id)
-                if row.state in runner.JOB_STATES_OVER:
-                    runner.record_finished(state, row.id)
-                    _calibrate_detached(state, row)
-            except Exception as exc:  # an unreachable head: show what the state knows, say why
-                _console(stderr=True).print(f"{row.id}: not refreshed ({type(exc).__name__}: {exc})", markup=False)
-        counts = state.job_counts(row.id)
-        rows.append((row, counts))
+    for v in batches.overview(state, cluster):
+        if v.not_refreshed:
+            err.print(f"{v.row.id}: not refreshed ({v.not_refreshed})", markup=False)
+        if v.calibration:
+            err.print(f"{v.row.id}: {v.calibration}", markup=False)
+        rows.append((v.row, v.counts))
     if format == "json":
         out = [{"id": r.id, "state": r.state, "total": r.total, "succeeded": c.get("ok", 0),
                 "failed": c.get("failed", 0), "bad_input": c.get("bad input", 0), "timed_out": c.get("timed out", 0),
-                "running": c.get("running", 0), "queued": c.get("queued", 0), "resumes": r.resumes,
+                "running": c.get("running", 0), "queued": c.get("queued", 0), "cancelled": c.get("cancelled", 0),
+                "resumes": r.resumes,
                 "submitted_at": _iso(r.submitted_at), "started_at": _iso(r.started_at), "ended_at": _iso(r.ended_at),
                 "wall_s": round(runner.job_seconds(r), 3), "yen": _yen_text(backends.yen(state, r)),
                 "command": list(r.command), "quarantined": [asdict(q) for q in state.job_quarantines(r.id)]}
@@ -677,24 +650,6 @@ def jobs(
                       f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(runner.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
     _console().print(table)
-
-
-def _calibrate_detached(state, row: JobRow) -> None:
-    """A batch submitted with --plan that ended while nobody followed it: record (or not) its
-    calibration now, as `run` does at the end, and say so on stderr."""
-    from gpuplan.operating import runner
-
-    plan = row.options.get("plan")
-    if not plan or row.state != "succeeded":
-        return
-    try:
-        predicted = runner.read_plan(Path(plan))
-    except UsageError as exc:
-        _console(stderr=True).print(f"{row.id}: not calibrated ({exc})", markup=False)
-        return
-    line = runner.calibrate(state, backends.summary(state, row.id), predicted)
-    if line:
-        _console(stderr=True).print(f"{row.id}: {line}", markup=False)
 
 
 def _yen_text(value: Decimal | None) -> str | None:
