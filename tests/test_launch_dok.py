@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from support.sakura_dok_fake import DokFake
+from support.sakura_dok_fake import DokFake, run_the_queue
 
 
 @pytest.fixture
@@ -26,22 +26,9 @@ def dok_env(monkeypatch):
     assert fake.unknown == []
 
 
-def _time_passes(fake, count, seconds, limit_s=120.0):
-    """Once the `count` tasks are queued, end the running one after `seconds` each time, until all have."""
-    import time
-
-    def run():
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            if len(fake.tasks) < count:
-                continue
-            if fake.running():
-                fake.advance(seconds=seconds)
-            elif not any(t["status"] == "waiting" for t in fake.tasks.values()):
-                return
-
-    worker = threading.Thread(target=run, daemon=True)
+def _time_passes(fake, count, seconds):
+    """In the background, once the `count` tasks are queued, end the running one after `seconds` each time."""
+    worker = threading.Thread(target=run_the_queue, args=(fake, count, lambda: fake.advance(seconds=seconds)), daemon=True)
     worker.start()
     return worker
 

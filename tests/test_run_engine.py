@@ -23,39 +23,11 @@ CLUSTER = "raydemo"
 
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
-    from support.ray_env import free_port_range, ray_venv, stop_ray
-    from support.sshd import start_hosts, stop_hosts
+    """Two loopback sshd hosts as the cluster CLUSTER, 2 GPUs each, its Ray started once for the module."""
+    from support.ray_env import loopback_ray_cluster
 
-    venv = ray_venv()
-    home = tmp_path_factory.mktemp("ray-home")
-    hosts = start_hosts(2, home)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GPUPLAN_HOME", str(home / "gpuplan-home"))
-        mp.setenv("GPUPLAN_RAY_VENV", str(venv))
-        port = free_port_range(2)
-        mp.setenv("GPUPLAN_RAY_PORT", str(port))
-        mp.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
-        mp.setenv("GPUPLAN_POLL_S", "0.3")
-        from gpuplan import paths
-        from gpuplan.operating import engine
-        from gpuplan.operating.state import State
-
-        state = State(paths.state_db())
-        state.add_cluster(CLUSTER, "baremetal", "loopback", "Standard_NC24", 2, ssh_user="root", price_jpy_per_hour=PRICE)
-        state.save_ssh_key(CLUSTER, hosts[0].client_key_path, "")
-        for i, h in enumerate(hosts):
-            state.add_node(CLUSTER, f"{CLUSTER}-{i}", gpus=2)
-            state.update_node(CLUSTER, f"{CLUSTER}-{i}", status="running", public_ip=h.host, private_ip=h.host,
-                              ssh_port=h.port, provider_id=f"bm-{i}")
-            state.pin_host_key(h.host, h.port, h.host_public_key, cluster=CLUSTER, node=f"{CLUSTER}-{i}")
-        state.set_cluster_status(CLUSTER, "ready")
-        try:
-            engine.ensure_up(state, CLUSTER)
-            yield state, hosts, home
-        finally:
-            stop_ray(f"{CLUSTER}-", port, 2)
-            state.close()
-            stop_hosts(hosts)
+    with loopback_ray_cluster(tmp_path_factory.mktemp("ray-home"), CLUSTER, PRICE) as running:
+        yield running
 
 
 def _cli(*args):

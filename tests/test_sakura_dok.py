@@ -7,7 +7,7 @@ import pytest
 
 from gpuplan.errors import AuthMissing, ProviderError, UsageError
 from support.cli import Terminal
-from support.sakura_dok_fake import DokFake, client_for
+from support.sakura_dok_fake import DokFake, client_for, run_the_queue
 
 
 @pytest.fixture
@@ -256,22 +256,6 @@ def test_websocket_reader_answers_pings_and_joins_fragments():
 
 # --- `gpuplan run dok:PLAN`: one task per item, followed through jobs / logs / cancel -----------
 
-def _run_the_queue(fake, count, end_the_running_one, limit_s=120.0):
-    """Time passing for a followed batch: once all `count` tasks are queued, end the running one
-    whenever there is one, until every task has finished (or `limit_s`)."""
-    import time
-
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        if len(fake.tasks) < count:
-            continue
-        if fake.running():
-            end_the_running_one()
-        elif not any(t["status"] == "waiting" for t in fake.tasks.values()):
-            return
-
-
 def _items(tmp_path, *names):
     path = tmp_path / "clips.txt"
     path.write_text("\n".join(names) + "\n")
@@ -333,7 +317,7 @@ def test_run_dok_follows_to_the_end_and_bills_each_task_with_its_own_minimum(dok
     lengths = iter([30, 30, 600])  # seconds each task runs
 
     def time_passes():
-        _run_the_queue(dok_env, 3, lambda: dok_env.advance(seconds=next(lengths)))
+        run_the_queue(dok_env, 3, lambda: dok_env.advance(seconds=next(lengths)))
 
     worker = threading.Thread(target=time_passes, daemon=True)
     worker.start()
@@ -353,7 +337,7 @@ def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path,
     outcomes = iter(["done", "error"])
 
     def time_passes():
-        _run_the_queue(dok_env, 2, lambda: dok_env.advance(next(outcomes), seconds=120))
+        run_the_queue(dok_env, 2, lambda: dok_env.advance(next(outcomes), seconds=120))
 
     threading.Thread(target=time_passes, daemon=True).start()
     r = cli("run", "-y", "dok:v100-32gb", "--image", "img:1", "--items", _items(tmp_path, "x", "y"), "--", "work", "{item}")
@@ -438,7 +422,7 @@ def test_run_dok_takes_the_plan_from_a_saved_dok_pick_and_compares_with_it(dok_e
     assert (saved["provider"], saved["instance_type"]) == ("sakura", "dok-v100-32gb")  # today's pick for 4 videos
 
     def time_passes():
-        _run_the_queue(dok_env, 4, lambda: dok_env.advance(seconds=900))
+        run_the_queue(dok_env, 4, lambda: dok_env.advance(seconds=900))
 
     threading.Thread(target=time_passes, daemon=True).start()
     r = cli("run", "-y", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, *[f"v{i}.mp4" for i in range(4)]),

@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 from gpuplan.operating.engine import PORTS_PER_NODE, RAY_VERSION
@@ -95,3 +96,44 @@ def processes_running(argv: list[str]) -> list[int]:
         except OSError:
             continue
     return found
+
+
+@contextmanager
+def loopback_ray_cluster(home: Path, cluster: str, price_jpy_per_hour, gpus: int = 2):
+    """Two loopback sshd hosts recorded as the ready cluster `cluster` (each node `gpus` GPUs,
+    priced per hour) under a GPUPLAN_HOME in `home`, its Ray started by the engine itself; yields
+    (state, hosts, home). Ray and the hosts are stopped on the way out."""
+    import pytest
+
+    from support.sshd import start_hosts, stop_hosts
+
+    venv = ray_venv()
+    hosts = start_hosts(2, home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPUPLAN_HOME", str(home / "gpuplan-home"))
+        mp.setenv("GPUPLAN_RAY_VENV", str(venv))
+        port = free_port_range(2)
+        mp.setenv("GPUPLAN_RAY_PORT", str(port))
+        mp.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
+        mp.setenv("GPUPLAN_POLL_S", "0.3")
+        from gpuplan import paths
+        from gpuplan.operating import engine
+        from gpuplan.operating.state import State
+
+        state = State(paths.state_db())
+        state.add_cluster(cluster, "baremetal", "loopback", "Standard_NC24", 2, ssh_user="root",
+                          price_jpy_per_hour=price_jpy_per_hour)
+        state.save_ssh_key(cluster, hosts[0].client_key_path, "")
+        for i, h in enumerate(hosts):
+            state.add_node(cluster, f"{cluster}-{i}", gpus=gpus)
+            state.update_node(cluster, f"{cluster}-{i}", status="running", public_ip=h.host, private_ip=h.host,
+                              ssh_port=h.port, provider_id=f"bm-{i}")
+            state.pin_host_key(h.host, h.port, h.host_public_key, cluster=cluster, node=f"{cluster}-{i}")
+        state.set_cluster_status(cluster, "ready")
+        try:
+            engine.ensure_up(state, cluster)
+            yield state, hosts, home
+        finally:
+            stop_ray(f"{cluster}-", port, 2)
+            state.close()
+            stop_hosts(hosts)

@@ -297,3 +297,19 @@ def client_for(fake: DokFake, root: str, **kw):
     kw.setdefault("poll_s", 0.001)
     kw.setdefault("retry_base_s", 0.001)
     return DokClient({}, env=fake.env(root), **kw)
+
+
+def run_the_queue(fake, count, end_the_running_one, limit_s=120.0):
+    """Time passing for a followed batch: once all `count` tasks are queued, end the running one
+    whenever there is one, until every task has finished (or `limit_s`)."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if len(fake.tasks) < count:
+            continue
+        if fake.running():
+            end_the_running_one()
+        elif not any(t["status"] == "waiting" for t in fake.tasks.values()):
+            return
