@@ -12,9 +12,10 @@ CLI and the launcher call; `get(name)` and `of(row)` the registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +25,29 @@ from gpuplan.errors import NotFound, UsageError
 if TYPE_CHECKING:
     from gpuplan.operating.runner import RunSummary
     from gpuplan.operating.state import JobRow, State
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A batch to submit, on any backend. `target`: where it goes (the cluster's name; on DOK, the
+    task plan); `items` (index in the items file, item) in run order; `registry`: a private
+    image's login (containers.login_of reads it; on DOK, `dok_registry` names credentials kept
+    there); `stop_at`: the yen cap's moment (UTC), where the backend stops a batch itself;
+    `options`: recorded with the job."""
+
+    target: str
+    items: tuple[tuple[int, str], ...]
+    command: tuple[str, ...]
+    image: str = ""
+    registry: Any = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    per_gpu: int = 1
+    retries: int = 0
+    timeout_s: int = 24 * 3600
+    workdir: Path | None = None
+    stop_at: datetime | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    resumes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +68,12 @@ class RunBackend(Protocol):
 
     def serves(self, offer: Any) -> bool:
         """Does a plan on this catalog offer run through this backend (a DOK task plan: DOK's)?"""
+
+    def target_of(self, offer: Any, cluster: str) -> str:
+        """Where a batch planned on `offer` is submitted: the cluster made for it, or the offer itself."""
+
+    def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
+        """Record the batch and start it where it runs; the job id."""
 
     def claims(self, row: JobRow) -> bool:
         """A job recorded before jobs named their backend: is it this backend's?"""
@@ -83,6 +113,21 @@ class RayBackend:
 
     def serves(self, offer: Any) -> bool:
         return offer.kind != "task"  # machines: cloud VMs, rented servers, owned hosts
+
+    def target_of(self, offer: Any, cluster: str) -> str:
+        return cluster
+
+    def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
+        from gpuplan.operating import locks, runner
+
+        command = list(sub.command)
+        if sub.env:  # `env` runs inside the container too, where there is one
+            command = ["env", *(f"{k}={v}" for k, v in sub.env.items()), *command]
+        with locks.cluster(sub.target):  # no teardown or bootstrap while the batch is submitted
+            return runner.submit(state, sub.target, list(sub.items), command, per_gpu=sub.per_gpu, retries=sub.retries,
+                                 timeout=sub.timeout_s, options=dict(sub.options), resumes=sub.resumes,
+                                 local_workdir=sub.workdir, progress=progress, image=sub.image or None,
+                                 registry=sub.registry, stop_at=sub.stop_at)
 
     def claims(self, row: JobRow) -> bool:
         return not any(b.pseudo_clusters and b.claims(row) for b in _BACKENDS.values())
@@ -141,6 +186,22 @@ class DokBackend:
 
     def serves(self, offer: Any) -> bool:
         return offer.kind == "task" and offer.name.startswith("dok-")
+
+    def target_of(self, offer: Any, cluster: str) -> str:
+        return offer.name.removeprefix("dok-")  # the task plan
+
+    def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
+        from gpuplan.operating import dok_runs
+
+        if not sub.image:
+            raise UsageError(f"{sub.target} is a 高火力 DOK task plan: every item runs in a container there; give the"
+                             " batch an image (image: or --image), e.g. one built from your code's Dockerfile")
+        # $GPUPLAN_OUTPUT_DIR is where an item's outputs go on every backend: on DOK, the task's artifact folder
+        command = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", *sub.command]
+        registry = getattr(sub.registry, "dok_registry", "") or None
+        return dok_runs.submit(state, dok_runs.default_client(), sub.target, sub.image, list(sub.items), command,
+                               environment=dict(sub.env), registry=registry, time_limit_s=sub.timeout_s,
+                               resumes=sub.resumes, options=dict(sub.options), progress=progress)
 
     def claims(self, row: JobRow) -> bool:
         from gpuplan.operating import dok_runs

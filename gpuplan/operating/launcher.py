@@ -170,13 +170,35 @@ def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
 def start(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
           progress: Progress) -> str:
     """Build what the pick needs and submit the batch to its backend; returns the job id. A
-    backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first."""
+    backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first, and
+    the cap as the moment its driver stops the batch; on one without, each task's time limit is
+    at most what the cap buys (DOK bills a task for the seconds it runs)."""
     from gpuplan.operating import backends
 
-    if not backends.get(pick.backend).has_cluster:
-        return submit_dok(state, pick, batch, todo, outputs, progress)
-    provision(state, pick, batch, name, progress)
-    return submit_ray(state, pick, batch, name, todo, outputs, progress)
+    backend = backends.get(pick.backend)
+    timeout_s, cap = batch.timeout_s, None
+    if backend.has_cluster:
+        provision(state, pick, batch, name, progress)
+        cap = stop_at(state, name, batch.max_yen)
+        if cap is not None:
+            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
+    elif batch.max_yen is not None:
+        timeout_s = task_limit_within(pick, batch.max_yen, timeout_s)
+    sub = backends.Submission(
+        target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
+        registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
+        timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap,
+        options=launch_options(batch, pick, name if backend.has_cluster else None, outputs))
+    return backend.submit(state, sub, progress)
+
+
+def task_limit_within(pick: Pick, max_yen: Decimal, limit_s: int) -> int:
+    """The longest a task on the pick may run (at most `limit_s`) and still cost at most `max_yen`."""
+    from gpuplan.planning import billing
+    from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
+
+    terms = billing.terms_for(pick.offer)
+    return max(MIN_TIME_LIMIT_S, billing.seconds_within(lambda s: billing.charge(s, terms), max_yen, limit_s))
 
 
 # --- a cluster (Ray backend) -----------------------------------------------------------------
@@ -252,65 +274,11 @@ def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | N
     return None if seconds == horizon else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
 
 
-def launch_options(batch: Batch, pick: Pick, name: str, outputs: Path) -> dict:
-    """What a launch's job row keeps for --resume: where it runs, its outputs, its cap."""
+def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) -> dict:
+    """What a launch's job row keeps for --resume: the cluster made for it (None: none), its outputs, its cap."""
     return {"plan": str(pick.plan_path), "launch": {
         "cluster": name, "backend": pick.backend, "outputs": str(outputs.resolve()),
         "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image}}
-
-
-def submit_ray(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
-               progress: Progress, resumes: str | None = None) -> str:
-    """The batch on cluster `name`'s Ray engine; returns the job id."""
-    from gpuplan.operating import locks, runner
-
-    registry = batch.registry if batch.image and batch.registry is not None and batch.registry.username else None
-    cap = stop_at(state, name, batch.max_yen)
-    if cap is not None:
-        progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
-    with locks.cluster(name):
-        return runner.submit(state, name, todo, env_command(batch), per_gpu=batch.per_gpu, retries=batch.retries,
-                             timeout=batch.timeout_s, options=launch_options(batch, pick, name, outputs),
-                             resumes=resumes, local_workdir=batch.workdir, progress=progress, image=batch.image or None,
-                             registry=registry, stop_at=cap)
-
-
-def env_command(batch: Batch) -> list[str]:
-    """The command with the batch's `env` set for it (inside the container too)."""
-    if not batch.env:
-        return list(batch.command)
-    return ["env", *(f"{k}={v}" for k, v in batch.env.items()), *batch.command]
-
-
-# --- 高火力 DOK (DOK backend) ---------------------------------------------------------------------
-
-
-def submit_dok(state: State, pick: Pick, batch: Batch, todo: Sequence[tuple[int, str]], outputs: Path,
-               progress: Progress, resumes: str | None = None, client=None) -> str:
-    """Every item as a DOK task from the batch's image; returns the job id. A DOK task outlives
-    this client; the cap bounds each task's time limit by what is left of max_yen (DOK bills a
-    task for the seconds it runs), and the follower cancels what is left once the cap is reached."""
-    from gpuplan.operating import dok_runs
-    from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
-
-    if not batch.image:
-        raise UsageError(f"the pick is a 高火力 DOK task plan ({pick.offer.name}): every item runs in a container there;"
-                         " give the batch an image (image: or --image), e.g. one built from your code's Dockerfile")
-    plan = pick.offer.name.removeprefix("dok-")
-    limit = batch.timeout_s
-    if batch.max_yen is not None:
-        from gpuplan.planning import billing
-
-        terms = dok_runs.terms_of(plan)
-        most = billing.seconds_within(lambda s: billing.charge(s, terms), batch.max_yen, limit)
-        limit = max(MIN_TIME_LIMIT_S, most)
-    registry = batch.registry.dok_registry if batch.registry is not None and batch.registry.dok_registry else None
-    name = dok_runs.CLUSTER
-    # $GPUPLAN_OUTPUT_DIR is where an item's outputs go on every backend: on DOK, the task's artifact folder
-    command = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", *batch.command]
-    return dok_runs.submit(state, client or dok_runs.default_client(), plan, batch.image, todo, command,
-                           environment=dict(batch.env), registry=registry, time_limit_s=limit, resumes=resumes,
-                           options=launch_options(batch, pick, name, outputs), progress=progress)
 
 
 # --- after the batch ------------------------------------------------------------------------------
