@@ -9,12 +9,13 @@ from __future__ import annotations
 import base64
 import json
 import shlex
-import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.sshd
 PRICE = Decimal("367.20")  # NC24 per hour, report A
@@ -54,16 +55,6 @@ def _items(tmp_path, names) -> str:
 
 def _submitted(out: str) -> str:
     return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
-
-
-def _wait(what, timeout=90.0, every=0.3):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = what()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _calls(host) -> list[list[str]]:
@@ -209,18 +200,18 @@ def test_a_timed_out_and_a_cancelled_item_have_their_containers_killed(docker_re
     assert len(runs) == 2  # a failure is tried once more on the other node
     for run in runs:
         assert ["docker", "rm", "-f", _opt(run, "--name")[0]] in [c for h in hosts for c in _calls(h)]
-    _wait(lambda: not processes_running(["sleep", "331"]), timeout=10)
+    wait_for(lambda: not processes_running(["sleep", "331"]), timeout=10)
     assert _containers_left(hosts) == []
 
     r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["x", "y"]), "--image", IMAGE, "--detach", "--",
              "sh", "-c", "trap '' TERM; sleep 632; : {item}")
     assert r.code == 0, r.err
     job = _submitted(r.out)
-    _wait(lambda: len(processes_running(["sleep", "632"])) == 2)
+    wait_for(lambda: len(processes_running(["sleep", "632"])) == 2)
     r = _cli("cancel", CLUSTER, job)
     assert r.code == 0, r.err
-    _wait(lambda: not processes_running(["sleep", "632"]), timeout=20)
-    _wait(lambda: not _containers_left(hosts), timeout=10)
+    wait_for(lambda: not processes_running(["sleep", "632"]), timeout=20)
+    wait_for(lambda: not _containers_left(hosts), timeout=10)
     names = {_opt(a, "--name")[0] for a in _runs(hosts, job)}
     removed = {c[3] for h in hosts for c in _calls(h) if c[1:3] == ["rm", "-f"]}
     assert len(names) == 2 and names <= removed
@@ -240,8 +231,8 @@ def test_the_yen_cap_stops_the_batch_on_the_cluster_with_no_client_following(doc
     items = [(i, f"v{i}") for i in range(6)]  # 4 slots: four run, two wait
     job = runner.submit(state, CLUSTER, items, ["sh", "-c", "sleep 37; : {item}"], image=IMAGE, stop_at=stop_at)
     assert state.job(job).options["stop_at"] == stop_at.isoformat(timespec="milliseconds")
-    _wait(lambda: len(processes_running(["sleep", "37"])) == 4, timeout=60)
-    row = _wait(lambda: (r := backends.refresh(state, job)).state in runner.JOB_STATES_OVER and r, timeout=60)
+    wait_for(lambda: len(processes_running(["sleep", "37"])) == 4, timeout=60)
+    row = wait_for(lambda: (r := backends.refresh(state, job)).state in runner.JOB_STATES_OVER and r, timeout=60)
     assert row.state == "capped"
     statuses = sorted(it.status for it in state.job_items(job))
     assert statuses == ["cancelled"] * 4 + ["queued"] * 2

@@ -16,6 +16,8 @@ from decimal import Decimal
 
 import pytest
 
+from support.waiting import wait_for
+
 pytestmark = pytest.mark.sshd
 PRICE = Decimal("367.20")  # NC24 per hour, report A
 CLUSTER = "raydemo"
@@ -48,16 +50,6 @@ def _items(tmp_path, names) -> str:
     return str(f)
 
 
-def _wait(what, timeout=90.0, every=0.5):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = what()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _submitted(out: str) -> str:
     return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
 
@@ -85,7 +77,7 @@ def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
     client.communicate()
     assert client.returncode == -signal.SIGKILL  # killed mid-batch: 8 items of 3 s on 4 slots take two rounds
     assert _jobs()[job]["state"] == "running"
-    done = _wait(lambda: (j := _jobs()[job])["state"] in ("succeeded", "failed") and j)
+    done = wait_for(lambda: (j := _jobs()[job])["state"] in ("succeeded", "failed") and j)
     assert (done["state"], done["succeeded"], done["total"]) == ("succeeded", 8, 8)
     assert Decimal(done["yen"]) > 0 and done["wall_s"] >= 6
     # nobody followed it to the end: the `jobs` that saw it end recorded the plan's calibration
@@ -100,14 +92,14 @@ def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
     assert r.code == 0, r.err
     job = _submitted(r.out)
     assert f"gpuplan cancel {CLUSTER} {job}" in " ".join(r.out.split())
-    _wait(lambda: len(processes_running(["sleep", "600"])) == 3)
+    wait_for(lambda: len(processes_running(["sleep", "600"])) == 3)
     assert _jobs()[job]["running"] == 3
     status = _cli("status", CLUSTER)
     assert status.code == 0 and f"batch {job} on {CLUSTER}: running, 0 of 3 items done" in " ".join(status.out.split())
     r = _cli("cancel", CLUSTER, job)
     assert r.code == 0, r.err
     assert "3 running items stopped" in r.out
-    _wait(lambda: not processes_running(["sleep", "600"]), timeout=10)
+    wait_for(lambda: not processes_running(["sleep", "600"]), timeout=10)
     assert _jobs()[job]["state"] == "cancelled"
 
 
@@ -225,7 +217,7 @@ def test_the_dashboard_is_reached_through_ssh(ray_cluster):
     got, done = [], threading.Event()
     t = threading.Thread(target=engine.serve_dashboard, args=(eng, 0, got.append, done.is_set), daemon=True)
     t.start()
-    _wait(lambda: got, timeout=30, every=0.1)
+    wait_for(lambda: got, timeout=30, every=0.1)
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{got[0]}/api/version", timeout=30) as resp:
             version = json.loads(resp.read())
@@ -335,7 +327,7 @@ def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster,
     lay = engine.layout()
 
     def lose_node_1() -> None:
-        _wait(lambda: len(processes_running(["sleep", "6"])) == 4, timeout=60, every=0.1)
+        wait_for(lambda: len(processes_running(["sleep", "6"])) == 4, timeout=60, every=0.1)
         stop_ray(f"{CLUSTER}-{lay.base(1)}")
 
     killer = threading.Thread(target=lose_node_1, daemon=True)
