@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from support.cli import items_file, submitted_job
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.sshd
@@ -47,16 +48,6 @@ def _cli(*args):
     return run_cli(*args)
 
 
-def _items(tmp_path, names) -> str:
-    f = tmp_path / "items.txt"
-    f.write_text("".join(f"{n}\n" for n in names))
-    return str(f)
-
-
-def _submitted(out: str) -> str:
-    return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
-
-
 def _calls(host) -> list[list[str]]:
     """Every docker call on this host (the stand-in's log), as argv."""
     log = host.fake_root / "docker.log"
@@ -86,7 +77,7 @@ def test_a_node_without_docker_is_named_with_the_playbook_to_run(docker_ready, t
     installed.rename(installed.with_suffix(".away"))
     jobs_before = len(state.jobs(CLUSTER))
     try:
-        r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["a"]), "--image", IMAGE, "--", "echo", "{item}")
+        r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["a"]), "--image", IMAGE, "--", "echo", "{item}")
     finally:
         installed.with_suffix(".away").rename(installed)
     assert r.code == 4, r.err + r.out
@@ -102,10 +93,10 @@ def test_items_run_in_containers_with_their_gpu_mounts_and_variables_and_outputs
     (code / "show.sh").write_text('echo "item=$1 gpu=$NVIDIA_VISIBLE_DEVICES cuda=${CUDA_VISIBLE_DEVICES-none}'
                                   ' job=$GPUPLAN_JOB attempt=$GPUPLAN_ATTEMPT pwd=$PWD" > "$GPUPLAN_OUTPUT_DIR/r.txt"\n')
     names = ["a", "b", "c", "d"]
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, names), "--image", IMAGE, "--workdir", str(code), "--",
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, names), "--image", IMAGE, "--workdir", str(code), "--",
              "sh", "show.sh", "{item}")
     assert r.code == 0, r.err + r.out
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     for h in hosts:  # pulled once per node, before any item ran there
         calls = [c for c in _calls(h) if c[1] in ("pull", "run")]
         pulls = [i for i, c in enumerate(calls) if c[1] == "pull" and c[-1] == IMAGE]
@@ -145,10 +136,10 @@ def test_a_private_image_is_pulled_with_a_login_whose_secret_reaches_no_disk_and
     monkeypatch.setenv("TEAM_REGISTRY_TOKEN", secret)
     image = "private.example/team/colorize:2"
     before = {h.name: len(_calls(h)) for h in hosts}
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["p"]), "--image", image, "--registry-user", "bob",
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["p"]), "--image", image, "--registry-user", "bob",
              "--registry-password-env", "TEAM_REGISTRY_TOKEN", "--", "sh", "-c", "echo {item}")
     assert r.code == 0, r.err + r.out
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     for h in hosts:
         new = _calls(h)[before[h.name]:]
         logins = [c for c in new if c[1] == "login"]
@@ -168,12 +159,12 @@ def test_a_private_image_is_pulled_with_a_login_whose_secret_reaches_no_disk_and
     # a refused login is one line, without the secret; and the job is not submitted
     monkeypatch.setenv("TEAM_REGISTRY_TOKEN", "wrong")
     jobs_before = len(state.jobs(CLUSTER))
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["p"]), "--image", image, "--registry-user", "bob",
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["p"]), "--image", image, "--registry-user", "bob",
              "--registry-password-env", "TEAM_REGISTRY_TOKEN", "--", "sh", "-c", "echo {item}")
     assert r.code == 4 and "the registry refused the login of bob at private.example" in r.err
     assert len(state.jobs(CLUSTER)) == jobs_before
     # without a login the private image cannot be pulled: one line naming the node and the image
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["p"]), "--image", image, "--", "sh", "-c", "echo {item}")
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["p"]), "--image", image, "--", "sh", "-c", "echo {item}")
     assert r.code == 4 and f"{CLUSTER}-0 cannot pull {image}: Error response from daemon: pull access denied" in r.err
 
 
@@ -191,10 +182,10 @@ def test_a_timed_out_and_a_cancelled_item_have_their_containers_killed(docker_re
     state, hosts, _ = docker_ready
     # the command ignores SIGTERM: killing the docker client's group leaves its container running,
     # and only `docker rm -f` stops it
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["slow"]), "--image", IMAGE, "--timeout", "2", "--",
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["slow"]), "--image", IMAGE, "--timeout", "2", "--",
              "sh", "-c", "trap '' TERM; sleep 331; : {item}")
     assert r.code == 5, r.err + r.out
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     assert state.job_items(job)[0].timed_out
     runs = _runs(hosts, job)
     assert len(runs) == 2  # a failure is tried once more on the other node
@@ -203,10 +194,10 @@ def test_a_timed_out_and_a_cancelled_item_have_their_containers_killed(docker_re
     wait_for(lambda: not processes_running(["sleep", "331"]), timeout=10)
     assert _containers_left(hosts) == []
 
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["x", "y"]), "--image", IMAGE, "--detach", "--",
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["x", "y"]), "--image", IMAGE, "--detach", "--",
              "sh", "-c", "trap '' TERM; sleep 632; : {item}")
     assert r.code == 0, r.err
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     wait_for(lambda: len(processes_running(["sleep", "632"])) == 2)
     r = _cli("cancel", CLUSTER, job)
     assert r.code == 0, r.err
@@ -253,10 +244,10 @@ def test_run_max_yen_stops_at_what_the_nodes_may_be_billed_and_exits_6(docker_re
 
     state, hosts, _ = docker_ready
     # 2 nodes x ¥367.20/h = ¥0.204 a second: ¥4 buys 19 s
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, [f"m{i}" for i in range(5)]), "--max-yen", "4", "--",
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, [f"m{i}" for i in range(5)]), "--max-yen", "4", "--",
              "sh", "-c", "sleep 38; : {item}")
     assert r.code == 6, r.err + r.out
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     row = state.job(job)
     assert row.state == "capped" and row.options["max_yen"] == "4"
     assert f"capped at ¥4: {_yen(backends.yen(state, row))} spent" in " ".join(r.err.split())

@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import pytest
 
+from support.cli import items_file, submitted_job
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.sshd
@@ -44,16 +45,6 @@ def _jobs(state=None) -> dict:
     return {j["id"]: j for j in json.loads(r.out)}
 
 
-def _items(tmp_path, names) -> str:
-    f = tmp_path / "items.txt"
-    f.write_text("".join(f"{n}\n" for n in names))
-    return str(f)
-
-
-def _submitted(out: str) -> str:
-    return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
-
-
 def _plan(tmp_path, names, workload="w") -> str:
     """A saved plan for this cluster's fleet (2 x Standard_NC24, baremetal), its jobs dealt over two machines."""
     plan = tmp_path / "plan.json"
@@ -67,11 +58,11 @@ def _plan(tmp_path, names, workload="w") -> str:
 def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
     names = [f"clip-{i}.mp4" for i in range(8)]
-    items = _items(tmp_path, names)
+    items = items_file(tmp_path, names)
     client = subprocess.Popen([sys.executable, "-c", "from gpuplan.cli import main; main()", "run", CLUSTER, "--items", items,
                                "--plan", _plan(tmp_path, names, "killed"), "--", "sh", "-c", "sleep 3; echo done {item}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ), text=True)
-    job = _submitted(client.stdout.readline())  # printed (and flushed) once the batch is on the cluster
+    job = submitted_job(client.stdout.readline())  # printed (and flushed) once the batch is on the cluster
     time.sleep(4)
     client.send_signal(signal.SIGKILL)
     client.communicate()
@@ -87,10 +78,10 @@ def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
 def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
     from support.ray_env import processes_running
 
-    items = _items(tmp_path, ["a", "b", "c"])
+    items = items_file(tmp_path, ["a", "b", "c"])
     r = _cli("run", CLUSTER, "--items", items, "--detach", "--", "sh", "-c", "sleep 600; : {item}")
     assert r.code == 0, r.err
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     assert f"gpuplan cancel {CLUSTER} {job}" in " ".join(r.out.split())
     wait_for(lambda: len(processes_running(["sleep", "600"])) == 3)
     assert _jobs()[job]["running"] == 3
@@ -106,11 +97,11 @@ def test_detach_then_cancel_leaves_no_item_process(ray_cluster, tmp_path):
 def test_resume_runs_only_what_did_not_succeed_and_bad_input_sets_no_node_aside(ray_cluster, tmp_path):
     ran = tmp_path / "ran.txt"
     fixed = tmp_path / "fixed"
-    items = _items(tmp_path, ["a", "bad-b", "c", "bad-d"])
+    items = items_file(tmp_path, ["a", "bad-b", "c", "bad-d"])
     script = f"echo {{item}} >> {ran}; case {{item}} in bad*) [ -e {fixed} ] || exit 3;; esac"
     r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", script)
     assert r.code == 5, r.err + r.out
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     first = _jobs()[job]
     # each bad item failed on both nodes: bad input; neither node was set aside for it
     assert (first["succeeded"], first["bad_input"], first["quarantined"]) == (2, 2, [])
@@ -119,7 +110,7 @@ def test_resume_runs_only_what_did_not_succeed_and_bad_input_sets_no_node_aside(
     ran.write_text("")
     r = _cli("run", CLUSTER, "--resume", job)
     assert r.code == 0, r.err + r.out
-    again = _jobs()[_submitted(r.out)]
+    again = _jobs()[submitted_job(r.out)]
     assert (again["resumes"], again["total"], again["succeeded"]) == (job, 2, 2)
     assert sorted(ran.read_text().split()) == ["bad-b", "bad-d"]
 
@@ -127,11 +118,11 @@ def test_resume_runs_only_what_did_not_succeed_and_bad_input_sets_no_node_aside(
 def test_a_timed_out_item_has_its_processes_killed(ray_cluster, tmp_path):
     from support.ray_env import processes_running
 
-    items = _items(tmp_path, ["slow"])
+    items = items_file(tmp_path, ["slow"])
     r = _cli("run", CLUSTER, "--items", items, "--timeout", "2", "--", "sh", "-c", "sleep 301 & sleep 302; : {item}")
     assert r.code == 5, r.err + r.out
     assert "timed out" in r.out
-    job = _jobs()[_submitted(r.out)]
+    job = _jobs()[submitted_job(r.out)]
     assert job["timed_out"] == 1
     assert not processes_running(["sleep", "301"]) and not processes_running(["sleep", "302"])
 
@@ -140,13 +131,13 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
     state, hosts, _ = ray_cluster
     (hosts[1].fake_root / "broken").touch()  # raydemo-1: every item dies at once (a broken driver, say)
     try:
-        items = _items(tmp_path, [f"c{i}" for i in range(8)])
+        items = items_file(tmp_path, [f"c{i}" for i in range(8)])
         job = '[ ! -e "$GPUPLAN_FAKE_ROOT/broken" ] || exit 9; sleep 0.5; echo {item}'
         r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", job)
     finally:
         (hosts[1].fake_root / "broken").unlink()
     assert r.code == 0, r.err + r.out  # --retries 0, yet nothing lost
-    j = _jobs()[_submitted(r.out)]
+    j = _jobs()[submitted_job(r.out)]
     assert j["succeeded"] == 8
     assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"]
     assert "failed there (exit 9) and then succeeded on other nodes" in j["quarantined"][0]["reason"]
@@ -157,12 +148,12 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
 def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
     plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"])  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
-    items = _items(tmp_path, ["s4", "s3", "s2", "s1", "l4", "l3", "l2", "l1"])  # file order: shortest first
+    items = items_file(tmp_path, ["s4", "s3", "s2", "s1", "l4", "l3", "l2", "l1"])  # file order: shortest first
     r = _cli("run", CLUSTER, "--items", items, "--plan", plan, "--", "sh", "-c", "sleep 1; : {item}")
     assert r.code == 0, r.err + r.out
     out = " ".join(r.out.split())
     assert "order: the plan's (longest first; 8 of 8 items named in it)" in out
-    rows = state.job_items(_submitted(r.out))
+    rows = state.job_items(submitted_job(r.out))
     assert [it.item for it in rows] == ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"]
     # 4 slots: the four long items start first, the short ones only as slots free up
     assert max(it.started_at for it in rows[:4]) < min(it.started_at for it in rows[4:])
@@ -173,10 +164,10 @@ def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ra
     code = tmp_path / "code"
     code.mkdir()
     (code / "show.sh").write_text('echo "item=$1 gpu=$CUDA_VISIBLE_DEVICES share=$GPUPLAN_MEMORY_FRACTION"\n')
-    items = _items(tmp_path, ["x"])
+    items = items_file(tmp_path, ["x"])
     r = _cli("run", CLUSTER, "--items", items, "--per-gpu", "2", "--workdir", str(code), "--", "sh", "show.sh", "{item}")
     assert r.code == 0, r.err + r.out
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     log = _cli("logs", CLUSTER, job, "x")
     assert log.code == 0, log.err
     driver = _cli("logs", CLUSTER, job)  # the driver's own log, through `ray job logs` on the head
@@ -186,11 +177,11 @@ def test_k_per_gpu_items_share_a_gpu_with_a_fixed_memory_share_in_the_workdir(ra
 
 def test_logs_fetch_copies_each_items_outputs_back_from_its_node(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
-    items = _items(tmp_path, ["a", "b", "c", "d"])
+    items = items_file(tmp_path, ["a", "b", "c", "d"])
     script = 'echo result-{item} > {out}/r.txt; mkdir "$GPUPLAN_OUTPUT_DIR/sub"; echo {item} > "$GPUPLAN_OUTPUT_DIR/sub/y"'
     r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", script)
     assert r.code == 0, r.err + r.out
-    job = _submitted(r.out)
+    job = submitted_job(r.out)
     assert len({it.node for it in state.job_items(job)}) == 2  # the outputs lie on both nodes
     back = tmp_path / "back"
     r = _cli("logs", CLUSTER, job, "--fetch", str(back))
@@ -262,7 +253,7 @@ def test_torchrun_runs_as_a_ray_gang_one_rank_per_node(ray_cluster, tmp_path):
     # rank 0 on the head (node 0), whose private address hosts the rendezvous; every GPU of each node
     assert got == [[f"rank={k}", "nnodes=2", "nproc=2", "master=127.0.0.1:29123", f"node={CLUSTER}-{k}", "gpus=0,1",
                     "prog=", "train.py", "--epochs", "1"] for k in (0, 1)]
-    job = _jobs()[_submitted(r.out)]
+    job = _jobs()[submitted_job(r.out)]
     assert (job["state"], job["succeeded"], job["total"]) == ("succeeded", 2, 2)
     assert {(it.item, it.node) for it in state.job_items(job["id"])} == {("rank0", f"{CLUSTER}-0"),
                                                                                  ("rank1", f"{CLUSTER}-1")}
@@ -271,7 +262,7 @@ def test_torchrun_runs_as_a_ray_gang_one_rank_per_node(ray_cluster, tmp_path):
         f.unlink()
     r = _cli("run", CLUSTER, "--torchrun", "--python", str(python), "--", "python", "train.py", "fail-rank-1")
     assert r.code == 5, r.err + r.out
-    job = _jobs()[_submitted(r.out)]
+    job = _jobs()[submitted_job(r.out)]
     assert (job["state"], job["succeeded"], job["failed"]) == ("failed", 0, 2)
     assert not processes_running(["sleep", "303"])
     r = _cli("run", CLUSTER, "--resume", job["id"])
@@ -285,7 +276,7 @@ def test_torchrun_trains_resnet50_with_gloo_across_both_nodes(ray_cluster, tmp_p
              "python", "-m", "gpuplan.jobs.resnet50", "--json", "--device", "cpu", "--quick", "--threads", "1",
              "--steps", "2", "--warmup", "1")
     assert r.code == 0, r.err + r.out
-    log = _cli("logs", CLUSTER, _submitted(r.out), "rank0")
+    log = _cli("logs", CLUSTER, submitted_job(r.out), "rank0")
     assert log.code == 0, log.err
     rec = json.loads(next(line for line in log.out.splitlines() if line.startswith("{")))
     assert rec["world_size"] == 4 and rec["nodes"] == 2  # two ranks (the node's two GPU slots) on each node
@@ -304,11 +295,11 @@ def test_a_node_whose_host_key_changed_is_set_aside_and_the_others_run_its_items
     state, hosts, _ = ray_cluster
     hosts[1].restart(new_host_key=True)  # raydemo-1 was rebuilt: its pinned key no longer matches
     try:
-        r = _cli("run", CLUSTER, "--items", _items(tmp_path, [f"k{i}" for i in range(4)]), "--", "sh", "-c", "echo {item}")
+        r = _cli("run", CLUSTER, "--items", items_file(tmp_path, [f"k{i}" for i in range(4)]), "--", "sh", "-c", "echo {item}")
     finally:
         state.pin_host_key(hosts[1].host, hosts[1].port, hosts[1].host_public_key, cluster=CLUSTER, node=f"{CLUSTER}-1")
     assert r.code == 0, r.err + r.out
-    j = _jobs()[_submitted(r.out)]
+    j = _jobs()[submitted_job(r.out)]
     assert j["succeeded"] == 4 and {it.node for it in state.job_items(j["id"])} == {f"{CLUSTER}-0"}
     [q] = j["quarantined"]
     assert q["node"] == f"{CLUSTER}-1" and q["reason"].startswith("host key refused: ") and "--accept-host-key" in q["reason"]
@@ -323,7 +314,7 @@ def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster,
     from gpuplan.operating import engine
     from support.ray_env import processes_running, stop_ray
 
-    items = _items(tmp_path, ["a", "b", "c", "d"])
+    items = items_file(tmp_path, ["a", "b", "c", "d"])
     lay = engine.layout()
 
     def lose_node_1() -> None:
@@ -335,7 +326,7 @@ def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster,
     r = _cli("run", CLUSTER, "--items", items, "--", "sh", "-c", "sleep 6; : {item}")
     killer.join(1)
     assert r.code == 0, r.err + r.out
-    j = _jobs()[_submitted(r.out)]
+    j = _jobs()[submitted_job(r.out)]
     assert j["succeeded"] == 4
     assert [q["node"] for q in j["quarantined"]] == [f"{CLUSTER}-1"] and j["quarantined"][0]["reason"].startswith("lost: ")
     assert j["quarantined"][0]["code"] == "lost"
@@ -375,7 +366,7 @@ def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_pa
     state, hosts, _ = ray_cluster
     paths.config_dir().mkdir(parents=True, exist_ok=True)
     write_inventory(paths.config_dir() / "inventory.yaml", hosts)  # the owned hosts, as teardown reads them
-    r = _cli("run", CLUSTER, "--items", _items(tmp_path, ["last"]), "--down", "--", "sh", "-c", "echo {item}")
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["last"]), "--down", "--", "sh", "-c", "echo {item}")
     assert r.code == 0, r.err + r.out
     assert "1 ok of 1 item" in r.out and f"cluster {CLUSTER} torn down" in " ".join(r.out.split())
     assert state.cluster(CLUSTER).status == "gone"

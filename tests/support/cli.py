@@ -32,3 +32,15 @@ class Terminal(io.StringIO):
 
     def isatty(self) -> bool:
         return True
+
+
+def items_file(folder, names) -> str:
+    """An items file in `folder` with one of `names` a line; its path."""
+    f = folder / "items.txt"
+    f.write_text("".join(f"{n}\n" for n in names))
+    return str(f)
+
+
+def submitted_job(out: str) -> str:
+    """The job id from `gpuplan run`'s (or launch's) "job ID submitted" line."""
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("job ") and " submitted" in line)
