@@ -266,3 +266,23 @@ def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(ow
     assert sorted(p.read_text() for p in (tmp_path / "out").glob("*/r")) == [f"{i}\n" for i in ITEMS]
     assert state.cluster("batch").status == "gone" and tagged_pids("batch-") == []
     state.close()
+
+
+def test_missing_credentials_are_said_before_the_question_and_nothing_is_made(cli, tmp_path, monkeypatch, gpuplan_home):
+    for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}", "infra": ["aws"]})
+    r = cli("launch", str(path), "-y")
+    assert r.code != 0 and "no AWS credentials: set AWS_PROFILE" in r.err and "Traceback" not in r.err
+    assert "launch 4 items on" not in r.err  # said before the sequence is shown and asked about
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    state = State(paths.state_db())
+    assert state.cluster("batch") is None and state.jobs("batch") == []
+    state.close()

@@ -91,10 +91,11 @@ def launch(
             shutil.rmtree(plan.parent, ignore_errors=True)
         return
     _need_answer(yes, "launch")
-    _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     from gpuplan.operating.state import State
 
     state = State.open_default()
+    launcher.preflight(state, pick, batch, cluster)  # credentials, features, quota: before the question
+    _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     progress = _progress(err)
     todo = [(i, it) for i, it in runner.run_order(todo_items, runner.read_plan(plan))[0]]
     job = launcher.start(state, pick, batch, cluster, todo, outputs_dir, progress)

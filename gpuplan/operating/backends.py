@@ -72,6 +72,9 @@ class RunBackend(Protocol):
     def target_of(self, offer: Any, cluster: str) -> str:
         """Where a batch planned on `offer` is submitted: the cluster made for it, or the offer itself."""
 
+    def preflight(self, image: str) -> None:
+        """What this backend can check before anything is bought (credentials; an image where it needs one)."""
+
     def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
         """Record the batch and start it where it runs; the job id."""
 
@@ -116,6 +119,9 @@ class RayBackend:
 
     def target_of(self, offer: Any, cluster: str) -> str:
         return cluster
+
+    def preflight(self, image: str) -> None:
+        return None  # the cluster's provider is checked by whoever makes the cluster
 
     def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
         from gpuplan.operating import locks, runner
@@ -189,6 +195,14 @@ class DokBackend:
 
     def target_of(self, offer: Any, cluster: str) -> str:
         return offer.name.removeprefix("dok-")  # the task plan
+
+    def preflight(self, image: str) -> None:
+        from gpuplan.operating import dok_runs
+
+        if not image:
+            raise UsageError("the pick is a 高火力 DOK task plan: every item runs in a container there; give the batch an"
+                             " image (image: or --image), e.g. one built from your code's Dockerfile")
+        dok_runs.default_client().check_credentials()
 
     def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
         from gpuplan.operating import dok_runs

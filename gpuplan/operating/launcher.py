@@ -167,6 +167,21 @@ def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
     return out
 
 
+def preflight(state: State, pick: Pick, batch: Batch, name: str) -> None:
+    """What can be checked before anything is bought, checked before the question: the pick's
+    backend (DOK: its API key) and, for a fleet not up yet, the provider's credentials, features
+    and quota, as `provision` checks them."""
+    from gpuplan.operating import backends, launch, lifecycle
+
+    backend = backends.get(pick.backend)
+    backend.preflight(batch.image)
+    row = state.cluster(name)
+    if not backend.has_cluster or (row is not None and row.status != "gone"):
+        return  # no fleet to make, or one that is up already (provision checks it is the pick's)
+    order = launch.order(None, None, plan=pick.plan_path, name=name, spot=pick.market == "spot")
+    launch.check(state, lifecycle.get_provider(order.request.provider), order, None)
+
+
 def start(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
           progress: Progress) -> str:
     """Build what the pick needs and submit the batch to its backend; returns the job id. A
