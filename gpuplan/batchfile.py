@@ -20,7 +20,7 @@ import os
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,12 @@ class Registry:
     dok_registry: str = ""
 
     def password(self) -> str:
+        """The secret, read from `password_env` now ("" where the login names none)."""
         if not self.password_env:
             return ""
-        value = os.environ.get(self.password_env)
-        if value is None:
-            raise UsageError(f"registry.password_env names {self.password_env}, which is not set: export it with the"
-                             " registry's password or token")
-        return value
+        from gpuplan.operating.containers import secret_from_env
+
+        return secret_from_env(self.password_env)
 
 
 @dataclass(frozen=True)
@@ -170,10 +169,6 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         timeout_s=_whole(at("timeout"), timeout, 1, 366 * 86400),
         playbooks=None if data.get("playbooks") is None else _words(at("playbooks"), data.get("playbooks")),
         params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)), source=source)
-
-
-def with_command(batch: Batch, command: tuple[str, ...]) -> Batch:
-    return replace(batch, command=command) if command else batch
 
 
 def _text(at: str, value: Any) -> str:

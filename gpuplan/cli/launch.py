@@ -39,7 +39,7 @@ def launch(
     from gpuplan import batchfile
     from gpuplan.cli.jobs import _console, _progress
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
-    from gpuplan.operating import launcher, runner
+    from gpuplan.operating import backends, launcher, runner
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
         # no batch file, a command after --: its first word landed in BATCH.yaml's place
@@ -94,12 +94,11 @@ def launch(
     from gpuplan.operating.state import State
 
     state = State.open_default()
-    launcher.preflight(state, pick, batch, cluster)  # credentials, features, quota: before the question
+    order = launcher.preflight(state, pick, batch, cluster)  # credentials, features, quota: before the question
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
-    progress = _progress(err)
-    todo = [(i, it) for i, it in runner.run_order(todo_items, runner.read_plan(plan))[0]]
-    job = launcher.start(state, pick, batch, cluster, todo, outputs_dir, progress)
-    where = _cluster_of(state, job)
+    todo, _ = runner.run_order(todo_items, runner.read_plan(plan))
+    job = launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err))
+    where = backends.job_row(state, job).cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
     if detach:
@@ -107,10 +106,6 @@ def launch(
                   f" `gpuplan launch --resume {job}` follows it, fetches its outputs and tears down", markup=False)
         return
     _finish(state, job, keep)
-
-
-def _cluster_of(state, job: str) -> str:
-    return state.job(job).cluster
 
 
 def _resume(job: str, keep: bool, detach: bool) -> None:
@@ -129,24 +124,21 @@ def _finish(state, job: str, keep: bool) -> None:
     """Follow the job to its end (the cap checked on every look), print what it did, fetch its
     outputs, tear the cluster down (unless --keep); exit non-zero when it was capped or items failed."""
     from gpuplan.cli.jobs import _console, _follow, _print_summary
-    from gpuplan.operating import backends, launcher, runner
+    from gpuplan.operating import backends, batches, launcher, runner
 
     row = state.job(job)
     opts = row.options["launch"]
     cluster = row.cluster
     cap = launcher.max_yen_of(row)
     _follow(state, cluster, job, launcher.cap_watch(state, job, cap) if cap is not None else None)
-    runner.record_finished(state, job)
-    row = state.job(job)
-    summary = backends.summary(state, job)
     predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
+    # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
+    summary, calibration = batches.finish(state, job, predicted)
     _print_summary(summary, predicted, job)
     out = _console()
-    if row.state != "capped":  # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
-        line = runner.calibrate(state, summary, predicted)
-        if line:
-            out.print(line, markup=False)
-    got = launcher.fetch(state, job, Path(opts["outputs"]))
+    if calibration:
+        out.print(calibration, markup=False)
+    got = backends.outputs(state, job, Path(opts["outputs"]))
     out.print(f"outputs: {fmt.plural(got.files, 'file')} of {fmt.plural(got.items, 'item')} in {opts['outputs']}",
               markup=False)
     if not keep:

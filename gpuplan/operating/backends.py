@@ -136,7 +136,7 @@ class RayBackend:
                                  registry=sub.registry, stop_at=sub.stop_at)
 
     def claims(self, row: JobRow) -> bool:
-        return not any(b.pseudo_clusters and b.claims(row) for b in _BACKENDS.values())
+        return self.names(row.cluster)
 
     def session(self, state: State, job: str) -> AbstractContextManager[Any]:
         from gpuplan.operating import engine, remote
@@ -199,17 +199,13 @@ class DokBackend:
     def preflight(self, image: str) -> None:
         from gpuplan.operating import dok_runs
 
-        if not image:
-            raise UsageError("the pick is a 高火力 DOK task plan: every item runs in a container there; give the batch an"
-                             " image (image: or --image), e.g. one built from your code's Dockerfile")
+        _need_image(image, "the pick")
         dok_runs.default_client().check_credentials()
 
     def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
         from gpuplan.operating import dok_runs
 
-        if not sub.image:
-            raise UsageError(f"{sub.target} is a 高火力 DOK task plan: every item runs in a container there; give the"
-                             " batch an image (image: or --image), e.g. one built from your code's Dockerfile")
+        _need_image(sub.image, sub.target)
         # $GPUPLAN_OUTPUT_DIR is where an item's outputs go on every backend: on DOK, the task's artifact folder
         command = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", *sub.command]
         registry = getattr(sub.registry, "dok_registry", "") or None
@@ -218,9 +214,7 @@ class DokBackend:
                                resumes=sub.resumes, options=dict(sub.options), progress=progress)
 
     def claims(self, row: JobRow) -> bool:
-        from gpuplan.operating import dok_runs
-
-        return dok_runs.is_dok(row.cluster)
+        return self.names(row.cluster)
 
     def session(self, state: State, job: str) -> AbstractContextManager[Any]:
         return nullcontext()  # DOK is asked over its public API, one request at a time
@@ -258,6 +252,12 @@ class DokBackend:
         from gpuplan.operating import dok_runs
 
         dok_runs.item_logs(state, job, item, follow, write, note)
+
+
+def _need_image(image: str, what: str) -> None:
+    if not image:
+        raise UsageError(f"{what} is a 高火力 DOK task plan: every item runs in a container there; give the batch an"
+                         " image (image: or --image), e.g. one built from your code's Dockerfile")
 
 
 _BACKENDS: dict[str, RunBackend] = {"ray": RayBackend(), "dok": DokBackend()}

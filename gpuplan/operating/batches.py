@@ -144,14 +144,12 @@ def newly_lost(state: State, cluster: str, row: JobRow, handled: set[str]) -> li
 
     if row.state in runner.JOB_STATES_OVER:
         return []
-    out = []
-    for q in state.job_quarantines(row.id):
-        if q.code != LOST or q.node in handled:
-            continue
-        handled.add(q.node)
-        p = progress(state, row)
-        done = p.ok + p.failed
-        elapsed = runner.job_seconds(row)
-        left = elapsed / done * (row.total - done) if done else elapsed
-        out.append(Lost(q.node, q.reason, left, recover.cost(state, cluster, left + recover.SETUP_GUESS_S)))
-    return out
+    lost = [q for q in state.job_quarantines(row.id) if q.code == LOST and q.node not in handled]
+    if not lost:
+        return []
+    p = progress(state, row)
+    done = p.ok + p.failed
+    elapsed = runner.job_seconds(row)
+    left = elapsed / done * (row.total - done) if done else elapsed
+    handled.update(q.node for q in lost)
+    return [Lost(q.node, q.reason, left, recover.cost(state, cluster, left + recover.SETUP_GUESS_S)) for q in lost]

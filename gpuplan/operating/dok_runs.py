@@ -446,17 +446,11 @@ def fetch_artifacts(state: State, job: str, into, client=None) -> tuple[int, int
     if taken:
         raise UsageError(f"{into / (taken[0] + '.tar.gz')} exists already: fetch into another folder, or move it away first")
     into.mkdir(parents=True, exist_ok=True)
-    items = 0
     for t in tasks:
         client.download_artifact(t, into / f"{t.name}.tar.gz")
-        items += state.job_counts(job).get("ok", 0) if _item_tag(t) == _batch_tag() else 1
+    # the 8-GPU plan's one task holds every item that ran; otherwise a task is an item
+    items = state.job_counts(job).get("ok", 0) if tasks and is_batch(_row(state, job)) else len(tasks)
     return items, len(tasks)
-
-
-def _batch_tag() -> str:
-    from gpuplan.operating import dok_batch
-
-    return dok_batch.ITEM_TAG
 
 
 def item_logs(state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],

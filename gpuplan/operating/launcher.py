@@ -31,6 +31,7 @@ from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
     from gpuplan.batchfile import Batch
+    from gpuplan.operating.launch import Order
     from gpuplan.operating.state import JobRow, State
     from gpuplan.planning.types import Offer
 
@@ -87,18 +88,15 @@ def workload_for(batch: Batch, items: Sequence[str]):
 
 def pick_of(plan_path: Path, region: str | None = None) -> Pick:
     """The saved plan as a Pick, its offer resolved as `provision --plan` resolves it."""
-    from gpuplan.operating import launch
+    from gpuplan.operating import backends, launch
     from gpuplan.planning import saved_plan
 
     saved = saved_plan.load(plan_path)
     provider, size, plan_region, count, setup = saved.target()
     offer = launch.resolve_offer(f"{provider}:{size}", region or plan_region)
     pred = saved.prediction()
-    from gpuplan.operating import backends
-
-    backend = backends.for_offer(offer).name
     return Pick(plan_path, offer, count, setup, saved.market, Decimal(str(pred.get("plan_yen") or pred.get("yen") or 0)),
-                Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backend)
+                Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name)
 
 
 def refuse_over_cap(pick: Pick, max_yen: Decimal | None) -> None:
@@ -167,23 +165,25 @@ def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
     return out
 
 
-def preflight(state: State, pick: Pick, batch: Batch, name: str) -> None:
+def preflight(state: State, pick: Pick, batch: Batch, name: str) -> Order | None:
     """What can be checked before anything is bought, checked before the question: the pick's
     backend (DOK: its API key) and, for a fleet not up yet, the provider's credentials, features
-    and quota, as `provision` checks them."""
+    and quota, as `provision` checks them. Returns that fleet's checked order (None: no fleet to
+    make, or one that is up already: `provision` checks it is the pick's), which `start` carries out."""
     from gpuplan.operating import backends, launch, lifecycle
 
     backend = backends.get(pick.backend)
     backend.preflight(batch.image)
     row = state.cluster(name)
     if not backend.has_cluster or (row is not None and row.status != "gone"):
-        return  # no fleet to make, or one that is up already (provision checks it is the pick's)
+        return None
     order = launch.order(None, None, plan=pick.plan_path, name=name, spot=pick.market == "spot")
-    launch.check(state, lifecycle.get_provider(order.request.provider), order, None)
+    checked, _ = launch.check(state, lifecycle.get_provider(order.request.provider), order, None)
+    return checked
 
 
-def start(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
-          progress: Progress) -> str:
+def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None, todo: Sequence[tuple[int, str]],
+          outputs: Path, progress: Progress) -> str:
     """Build what the pick needs and submit the batch to its backend; returns the job id. A
     backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first, and
     the cap as the moment its driver stops the batch; on one without, each task's time limit is
@@ -193,7 +193,7 @@ def start(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tupl
     backend = backends.get(pick.backend)
     timeout_s, cap = batch.timeout_s, None
     if backend.has_cluster:
-        provision(state, pick, batch, name, progress)
+        provision(state, pick, batch, name, order, progress)
         cap = stop_at(state, name, batch.max_yen)
         if cap is not None:
             progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
@@ -219,9 +219,10 @@ def task_limit_within(pick: Pick, max_yen: Decimal, limit_s: int) -> int:
 # --- a cluster (Ray backend) -----------------------------------------------------------------
 
 
-def provision(state: State, pick: Pick, batch: Batch, name: str, progress: Progress) -> None:
-    """The pick's fleet as cluster `name`, bootstrapped; a cluster of that name that is ready and
-    of the pick's kind is used as it is (a launch cut off after provisioning picks up there)."""
+def provision(state: State, pick: Pick, batch: Batch, name: str, order: Order | None, progress: Progress) -> None:
+    """The pick's fleet as cluster `name` from `order` (preflight's, checked), bootstrapped; a
+    cluster of that name that is ready and of the pick's kind is used as it is (a launch cut off
+    after provisioning picks up there)."""
     from gpuplan.operating import launch, lifecycle
     from gpuplan.operating.playbook import bootstrap_cluster
 
@@ -234,9 +235,9 @@ def provision(state: State, pick: Pick, batch: Batch, name: str, progress: Progr
                              " the batch another name (name: or --name), or `gpuplan teardown " + name + "` first")
         progress(f"cluster {name} is up already: using it")
     else:
-        order = launch.order(None, None, plan=pick.plan_path, name=name, spot=pick.market == "spot")
+        if order is None:  # the name was free when preflight looked: none was checked
+            raise UsageError(f"cluster {name} went while the launch was asked about; launch again")
         prov = lifecycle.get_provider(order.request.provider)
-        order, _ = launch.check(state, prov, order, None)
         books = default_playbooks(pick, batch)
         launch.provision(state, prov, order, playbooks=books or None, bootstrap=False, progress=progress)
         if books:
@@ -319,13 +320,6 @@ def cap_watch(state: State, job: str, cap: Decimal) -> Callable[[JobRow], None]:
             state.set_job_state(job, "capped")
 
     return look
-
-
-def fetch(state: State, job: str, into: Path):
-    """The ended items' outputs into `into` (its backend's way: files from the nodes, DOK's artifacts)."""
-    from gpuplan.operating import backends
-
-    return backends.outputs(state, job, into)
 
 
 def teardown(state: State, job: str, progress: Progress) -> int | None:
