@@ -29,8 +29,9 @@ from gpuplan.errors import UsageError
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
-                    "playbooks", "params", "spot"})
+                    "playbooks", "params", "spot", "probe"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
+PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
 MAX_YEN = Decimal(10) ** 12  # a trillion yen: a cap past it is a typo, not a budget
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -56,6 +57,17 @@ class Registry:
         from gpuplan.operating.containers import secret_from_env
 
         return secret_from_env(self.password_env)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How `gpuplan probe` measures the batch's own job: `command` with {units} (how much work:
+    the workload's unit) and {item} (the first item), run at two sizes so that the start cost
+    and the time per unit come apart; `units` those sizes (None: from the planned speed, about
+    half a minute and two minutes of work)."""
+
+    command: tuple[str, ...]
+    units: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,7 @@ class Batch:
     playbooks: tuple[str, ...] | None = None  # None: the default for the machines (cloud VMs: the GPU stack; owned: none)
     params: Mapping[str, str] = field(default_factory=dict)
     spot: bool = False
+    probe: Probe | None = None  # None: the batch says no way to measure its job in a few units
     source: Path | None = None  # the batch file it was read from (None: the command line alone)
 
 
@@ -168,7 +181,8 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         retries=_whole(at("retries"), data.get("retries", 0), 0, 100),
         timeout_s=_whole(at("timeout"), timeout, 1, 366 * 86400),
         playbooks=None if data.get("playbooks") is None else _words(at("playbooks"), data.get("playbooks")),
-        params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)), source=source)
+        params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)),
+        probe=_probe(at("probe"), data.get("probe"), command), source=source)
 
 
 def _text(at: str, value: Any) -> str:
@@ -196,6 +210,45 @@ def _command(at: str, value: Any) -> tuple[str, ...]:
     if not any("{item}" in w for w in words):
         raise UsageError(f"{at} {shlex.join(words)!r} has no {{item}}: say where each item goes")
     return tuple(_text(at, w) for w in words)
+
+
+def _probe(at: str, value: Any, command: tuple[str, ...]) -> Probe | None:
+    """`probe: {command: ..., units: [A, B]}`; a command alone is the probe command; none given:
+    the batch's own command where it has {units}."""
+    if value in (None, ""):
+        return Probe(command) if any("{units}" in w for w in command) else None
+    if isinstance(value, (str, list)):
+        value = {"command": value}
+    if not isinstance(value, dict):
+        raise UsageError(f"{at}: a mapping with command (with {{units}}) and units: [A, B]")
+    unknown = sorted(set(map(str, value)) - PROBE_FIELDS)
+    if unknown:
+        raise UsageError(f"{at}: unknown field {unknown[0]!r}; use command and units")
+    words = command
+    if value.get("command") not in (None, "", []):
+        raw = value["command"]
+        if isinstance(raw, str):
+            try:
+                words = tuple(shlex.split(raw))
+            except ValueError as exc:
+                raise UsageError(f"{at}.command: {exc}; quote it as a shell command line") from None
+        elif isinstance(raw, list) and all(isinstance(w, (str, int)) and not isinstance(w, bool) for w in raw):
+            words = tuple(str(w) for w in raw)
+        else:
+            raise UsageError(f"{at}.command: a command line (text) or a list of words")
+        words = tuple(_text(f"{at}.command", w) for w in words)
+    if not any("{units}" in w for w in words):
+        raise UsageError(f"{at}.command {shlex.join(words)!r} has no {{units}}: say where the amount of work goes"
+                         " (e.g. --steps {units}), so that two sizes can be timed")
+    units = value.get("units")
+    if units is None:
+        return Probe(words)
+    if not isinstance(units, list) or len(units) != 2:
+        raise UsageError(f"{at}.units {units!r}: two sizes, such as [2, 10] (the smaller first)")
+    a, b = (_whole(f"{at}.units", u, 1, 10**9) for u in units)
+    if a >= b:
+        raise UsageError(f"{at}.units {units!r}: two different sizes, the smaller first, such as [2, 10]")
+    return Probe(words, (a, b))
 
 
 def _words(at: str, value: Any) -> tuple[str, ...]:

@@ -179,10 +179,14 @@ def _measured(work, cat):
     state's profiles/measured/), each keyed on its offer's GPU, and one line per offer saying so."""
     from gpuplan.planning import model, profiles, workloads
 
+    from gpuplan.planning.probing import SOURCE as PROBED
+
     job = workloads.bench_job(work.name)
-    if not job:
-        return work, []
-    found, problems = profiles.measured_profiles(job)
+    found, problems = profiles.measured_profiles(job) if job else ([], [])
+    if work.name != job:  # the user's own job, timed by `gpuplan probe` under its workload's name
+        probed, unread = profiles.measured_profiles(work.name)
+        found = sorted([*found, *probed], key=lambda pair: (pair[1].provenance.date, pair[0].stat().st_mtime))
+        problems = problems + unread
     speeds, lines = {}, {}
     for path, prof in found:  # oldest first: a later measurement of the same GPU wins
         p = prof.provenance
@@ -195,8 +199,11 @@ def _measured(work, cat):
             was = f" (was {model.factor_text(model.speed(work, offer, cat.gpus)[0])}x)"
         except model.Infeasible:
             pass
-        lines[offer.gpu] = (f"measured: {work.name} on {offer.provider}:{offer.name} ({offer.gpu}, {p.gpu or '?'}) by"
-                            f" `gpuplan bench --on`, {p.date}: {prof.seconds_per_unit:.6g} s per {prof.unit},"
+        how = ("measured (probe)", "`gpuplan probe`") if p.source == PROBED else ("measured", "`gpuplan bench --on`")
+        start = (f", start {prof.fixed_seconds_per_job:.0f} s" if p.source == PROBED and prof.fixed_seconds_per_job
+                 is not None else "")
+        lines[offer.gpu] = (f"{how[0]}: {work.name} on {offer.provider}:{offer.name} ({offer.gpu}, {p.gpu or '?'}) by"
+                            f" {how[1]}, {p.date}: {prof.seconds_per_unit:.6g} s per {prof.unit}{start},"
                             f" {model.factor_text(speeds[offer.gpu])}x {work.reference_gpu}{was}"
                             + (" [quick run: tiny shapes, not real speed]" if p.quick else "") + f" (profile {path})")
     if speeds:
@@ -517,27 +524,15 @@ def _settle_line(est) -> str:
     """Where the pick's yen range (wall range with --objective time) overlaps another shown plan's
     on GPUs whose speeds are not measured, the measurement that would settle which is better:
     `gpuplan bench WORKLOAD --on OFFER,OFFER` over the unmeasured offers of both."""
-    from gpuplan.planning import evidence, workloads
+    from gpuplan.planning import evidence, probing, workloads
 
     rec = est.recommended
     streams = est.workload.streams is not None
     if rec is None or streams:
         return ""
-    mine = evidence.plan_range(rec)
-    if mine is None:
-        return ""
     by_time = est.ranked_on == "time"
-    sure = (evidence.SpeedKind.MEASURED, evidence.SpeedKind.CALIBRATED)
-    rivals = []
-    for p in _visible(est, False)[0]:
-        if p is rec or not p.feasible or not p.recommendable:
-            continue
-        theirs = evidence.plan_range(p)
-        if theirs is None or {e.gpu for e in p.speeds} == {e.gpu for e in rec.speeds}:
-            continue  # one GPU's error moves both plans alike
-        a, b = (mine.wall_s, theirs.wall_s) if by_time else (mine.cost, theirs.cost)
-        if a[0] <= b[1] and b[0] <= a[1] and any(e.kind not in sure for e in (*p.speeds, *rec.speeds)):
-            rivals.append(p)
+    sure = probing.SURE
+    rivals = probing.rivals(rec, _visible(est, False)[0], by_time)
     if not rivals:
         return ""
     offers: dict[str, str] = {}
@@ -886,10 +881,12 @@ def next_step(plan, path: Path) -> str:
 def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None, region: str | None = None,
                   deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
-                  release: str = "when-done", spot: bool = False, tax: bool = False, providers: tuple[str, ...] = ()):
+                  release: str = "when-done", spot: bool = False, tax: bool = False, providers: tuple[str, ...] = (),
+                  offers: tuple[str, ...] = ()):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
-    what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all)."""
+    what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
+    `offers`: only these offer keys (a probe's plan of one offer)."""
     from gpuplan.planning import catalog, optimizer, workloads
     from gpuplan.planning.model import Setting
     from gpuplan.planning.units import parse_duration
@@ -919,6 +916,10 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         if not cat.offers:
             raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
                              f" catalog {cat.snapshot}; see `gpuplan catalog`")
+    if offers:  # one offer alone (a probe's plan)
+        from dataclasses import replace as with_offers
+
+        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key in offers))
     work = workloads.with_catalog_gpus(work, cat)
     state = _user_state()
     if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)

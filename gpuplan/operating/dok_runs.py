@@ -148,10 +148,9 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     terms = terms_of(plan)
     client.check_credentials()
     confirm(spend(plan, 1 if batch else len(items), len(items), task_limit_s, terms))
-    job = f"{CLUSTER}-{state.next_job_number(CLUSTER)}"
     opts = {"dok_plan": plan, "image": image, "environment": dict(environment or {}), "registry": registry,
             "time_limit_s": time_limit_s, "terms": _terms_json(terms), **(options or {})}
-    state.add_job(job, CLUSTER, list(command), opts, items, 1, resumes, backend="dok")
+    job = state.add_numbered_job(CLUSTER, list(command), opts, items, 1, resumes, backend="dok")
     installation = state.installation_id()
     if runner_script is not None:
         _submit_batch(state, client, job, plan, image, items, runner_script, environment, registry, task_limit_s,

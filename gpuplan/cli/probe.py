@@ -1,0 +1,144 @@
+"""`gpuplan probe BATCH.yaml`: time the batch's own job on the offers that contend for the pick,
+then plan again from what was measured (gpuplan/planning/probing.py chooses and prices,
+gpuplan/operating/probe.py carries out; docs/batch.md). `gpuplan launch --probe` does the same
+before it builds the pick."""
+
+from __future__ import annotations
+
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gpuplan.errors import UsageError
+from gpuplan.planning import fmt
+
+
+def probe(
+    batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file (docs/batch.md); its `probe:` says how to run the job at a few units.", metavar="BATCH.yaml")] = None,
+    items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (the first is probed).", metavar="FILE")] = None,
+    workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with.", metavar="NAME|FILE")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", help="Run the probe in this container image.", metavar="IMAGE")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
+    objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
+    probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="At most this for all the probes: a share of the pick's yen (2%, the default) or yen (500).", metavar="PERCENT|YEN")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show which offers would be probed and what each may cost; run nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when stdin is not a terminal).")] = False,
+) -> None:
+    """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
+    from gpuplan import batchfile
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli.jobs import _console
+    from gpuplan.operating import launcher, runner
+
+    overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
+                 "objective": objective}
+    batch = batchfile.read(batch_file, overrides)
+    todo = runner.read_items(batch.items)
+    work = launcher.workload_for(batch, todo)
+    est = estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
+                                     objective=batch.objective, spot=batch.spot,
+                                     providers=launcher.infra_providers(batch.infra))
+    estimate_cli._render_table(est, False)
+    if est.recommended is None:
+        raise UsageError(est.reason)
+    after = probe_and_plan_again(batch, work, todo[0], est, probe_budget, yes, dry_run)
+    if after is not None:
+        sys.stdout.flush()
+        _console().print("planned again with what the probes measured:", markup=False)
+        estimate_cli._render_table(after, False)
+
+
+def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | None, yes: bool, dry_run: bool):
+    """Choose, price, show and (once agreed) run the probes; the estimate planned again from what
+    they measured (None: a dry run, or nothing to probe). Raises UsageError where the batch says
+    no way to probe, or no probe fits the budget."""
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
+    from gpuplan.operating import launcher
+    from gpuplan.operating import probe as probing_ops
+    from gpuplan.planning import probing
+
+    out, err = _console(), _console(stderr=True)
+    rec = est.recommended
+    rivals = probing.rivals(rec, estimate_cli._visible(est, False)[0], est.ranked_on == "time")
+    offers = probing.offers_to_probe([rec, *rivals])
+    if not offers:
+        out.print("nothing to probe: the pick's speed and its rivals' are measured for this workload, or no rival's"
+                  " range overlaps the pick's", markup=False)
+        return None
+    if batch.probe is None:
+        raise UsageError("the batch says no way to run its job at a few units: add `probe: {command: ... {units} ...}`"
+                         " (or {units} in its command) to the batch file (docs/batch.md)")
+    speeds = {e.gpu: e.speed for p in (rec, *rivals) for e in p.speeds}
+    priced, estimates = [], {}
+    for offer in offers:
+        per_unit = work.seconds_per_unit / speeds.get(offer.gpu, Decimal(1))
+        units = batch.probe.units or probing.default_units(per_unit)
+        pest = estimate_cli.plan_estimate(
+            probing.probe_workload(work, units), objective="cost", offers=(offer.key,),
+            owned=[f"{offer.name}=1"] if offer.kind == "owned" else None)
+        plan = probing.probe_plan(pest.plans, offer)
+        why = "" if plan is not None else (pest.reason or "no plan of one machine fits it")
+        priced.append(probing.Priced(offer, units, plan, probing.yen_at_most(plan) if plan else Decimal(0), why))
+        estimates[offer.key] = pest
+    budget = probing.budget_of(budget_text, rec.cost)
+    take, skip = probing.within(priced, budget)
+    lines = [f"probe: the batch's own job timed at two sizes on {fmt.plural(len(priced), 'offer')} (the pick and the"
+             f" rivals whose {'wall' if est.ranked_on == 'time' else 'yen'} range overlaps it), one machine each:"]
+    for p in priced:
+        role = "the pick" if any(o.key == p.offer.key for o, _ in rec.fleet) else "a rival"
+        what = (f"{p.units[0]} and {p.units[1]} {work.unit}s, at most {fmt.yen(p.yen)}, about"
+                f" {fmt.duration(p.plan.wall_s)}" if p.plan is not None else f"cannot be planned: {p.why}")
+        left = "" if p in take else (" — skipped: past the probe budget" if p.plan is not None else " — skipped")
+        lines.append(f"  {p.offer.provider}:{p.offer.name} ({p.offer.gpu}, {role}): {what}{left}")
+    share = (budget_text or probing.DEFAULT_BUDGET).strip()
+    basis = f"{share} of the pick's {fmt.yen(rec.cost)}" if share.endswith("%") else "--probe-budget"
+    lines.append(f"budget {fmt.yen(budget)} ({basis}): {fmt.plural(len(take), 'probe')}, at most"
+                 f" {fmt.yen(sum((p.yen for p in take), Decimal(0)))} in all")
+    if not take:
+        _print_lines(err, lines)
+        cheapest = min((p.yen for p in priced if p.plan is not None), default=None)
+        raise UsageError(f"no probe fits the budget {fmt.yen(budget)}" + (
+            f"; the cheapest may cost {fmt.yen(cheapest)}: raise --probe-budget" if cheapest is not None else ""))
+    if dry_run:
+        _print_lines(out, lines + ["dry run: nothing was run"])
+        return None
+    _need_answer(yes, "probe")
+    _confirm(lines, f"Spend at most {fmt.yen(sum((p.yen for p in take), Decimal(0)))} on probes?", yes, default=True)
+    from dataclasses import replace
+
+    from gpuplan import paths
+
+    folder = paths.state_dir() / "probes"
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for p in take:
+        path = folder / f"{probing_ops.cluster_name(p.offer)}.plan.json"
+        estimate_cli.save_plan(replace(estimates[p.offer.key], recommended=p.plan), path)
+        runs.append((p, path))
+    results = probing_ops.run(work, batch, first_item, runs, _progress(err))
+    for r in results:
+        where = f"{r.offer.provider}:{r.offer.name} ({r.offer.gpu})"
+        cost = f", cost {fmt.yen(r.yen)}" if r.yen is not None else ""
+        if r.problem:
+            out.print(f"probe {where}: not measured: {r.problem}{cost}", markup=False)
+        else:
+            assert r.fit is not None and r.seconds is not None
+            out.print(f"probe {where}: {r.units[0]} {work.unit}s in {r.seconds[0]:.1f} s, {r.units[1]} in"
+                      f" {r.seconds[1]:.1f} s: {r.fit.per_unit_s:.4g} s per {work.unit}, start {r.fit.start_s:.0f} s"
+                      f"{cost}; profile {r.profile}", markup=False)
+    spent = sum((r.yen for r in results if r.yen is not None), Decimal(0))
+    out.print(f"probes: {sum(1 for r in results if not r.problem)} of {fmt.plural(len(results), 'offer')} measured,"
+              f" {fmt.yen(spent)} spent of at most {fmt.yen(budget)}", markup=False)
+    return estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
+                                      objective=batch.objective, spot=batch.spot,
+                                      providers=launcher.infra_providers(batch.infra))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe)

@@ -1,0 +1,155 @@
+"""`gpuplan probe`: time the batch's own job on the contending offers, in parallel, and save a
+profile per offer (gpuplan/planning/probing.py says which offers, what each may cost and how
+the two sizes are read).
+
+Each probe is a small launch of its own, through the same steps `gpuplan launch` takes (so it
+runs on every backend: cloud VMs and owned hosts on Ray, 高火力 DOK task plans as tasks): the
+probe plan (one machine of the offer, the two sizes as two items) is saved, its fleet provisioned
+or claimed, bootstrapped and set up as the batch says, the two sizes run with the probe's
+priced yen as their cap, and the fleet torn down whatever happened. Offers run side by side;
+owned hosts one offer after another (their Ray ports are the same on every group, and two groups
+may be one machine). The CLI asks and renders; this module carries out and returns typed results.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuplan.errors import GpuplanError
+
+if TYPE_CHECKING:
+    from gpuplan.batchfile import Batch
+    from gpuplan.planning.plan_types import Workload
+    from gpuplan.planning.probing import Fit, Priced
+    from gpuplan.planning.types import Offer
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One offer's probe: its fit and profile where it measured, else the one line why not."""
+
+    offer: Offer
+    units: tuple[int, int]
+    seconds: tuple[Decimal, Decimal] | None = None
+    fit: Fit | None = None
+    profile: Path | None = None
+    yen: Decimal | None = None  # what it cost, by the one billing rule (None: nothing ran that bills)
+    problem: str = ""
+
+
+def probe_command(batch: Batch, first_item: str) -> tuple[str, ...]:
+    """The probe's command as a batch command: {item} is the first item, {units} each size (the
+    probe's items are its sizes)."""
+    assert batch.probe is not None
+    return tuple(w.replace("{item}", first_item).replace("{units}", "{item}") for w in batch.probe.command)
+
+
+def cluster_name(offer: Offer) -> str:
+    """probe-<offer>-<4 hex>, as a cluster name may be (lowercase, digits, '-', at most 40): its
+    own, so that a probe never uses (nor tears down) a cluster another command works on."""
+    import secrets
+
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{offer.provider}-{offer.name}".lower()).strip("-")
+    return f"{f'probe-{slug}'[:34].rstrip('-')}-{secrets.token_hex(2)}"
+
+
+def run(work: Workload, batch: Batch, first_item: str, probes: Sequence[tuple[Priced, Path]], progress: Progress
+        ) -> list[Result]:
+    """Every probe (with its saved plan), side by side; owned offers one after another. Results in
+    the order given."""
+    lanes: dict[str, list[int]] = {}
+    for i, (p, _) in enumerate(probes):
+        lanes.setdefault("owned" if p.offer.kind == "owned" else f"offer {i}", []).append(i)
+    results: list[Result | None] = [None] * len(probes)
+    lock = threading.Lock()
+
+    def said(offer: Offer) -> Progress:
+        def say(msg: str) -> None:
+            with lock:
+                progress(f"{offer.provider}:{offer.name}: {msg}")
+        return say
+
+    def lane(indexes: list[int]) -> None:
+        for i in indexes:
+            p, plan_path = probes[i]
+            results[i] = one(work, batch, first_item, p, plan_path, said(p.offer))
+
+    with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:
+        for f in [pool.submit(lane, ix) for ix in lanes.values()]:
+            f.result()
+    return [r for r in results if r is not None]
+
+
+def one(work: Workload, batch: Batch, first_item: str, priced: Priced, plan_path: Path, progress: Progress) -> Result:
+    """One offer's probe, start to teardown; never raises for what went wrong on the offer (a
+    GpuplanError becomes the result's problem), and leaves nothing running."""
+    from gpuplan import paths
+    from gpuplan.operating import backends, batches, launcher
+    from gpuplan.operating.state import State
+    from gpuplan.planning import probing
+
+    state = State.open_default()
+    name = cluster_name(priced.offer)
+    units = priced.units
+    job = None
+    try:
+        pick = launcher.pick_of(plan_path)
+        outputs = paths.state_dir() / "probes" / name / "outputs"
+        probe_batch = replace(batch, command=probe_command(batch, first_item), name=name, max_yen=priced.yen,
+                              outputs=outputs, per_gpu=1, retries=0)
+        order = launcher.preflight(state, pick, probe_batch, name)
+        todo = [(0, str(units[0])), (1, str(units[1]))]
+        job = launcher.start(state, pick, probe_batch, name, order, todo, outputs, progress)
+        backend = backends.of(backends.job_row(state, job))
+        watch = launcher.cap_watch(state, job, priced.yen)
+        batches.follow(state, job, lambda row, _: watch(row))
+        summary = backend.summary(state, job)
+        spent = backends.yen(state, backends.job_row(state, job))
+        by_item = {r.item: r for r in summary.jobs}
+        timed = [by_item.get(str(u)) for u in units]
+        if any(r is None or r.status != "ok" for r in timed):
+            bad = next(r for r in timed if r is None or r.status != "ok")
+            why = "it did not run (stopped at the probe's cap)" if bad is None else f"{bad.status}, log {bad.log_path}"
+            return Result(priced.offer, units, yen=spent, problem=f"the probe of {bad.item if bad else units} units:"
+                          f" {why}; `gpuplan logs {summary.cluster} {job} ITEM`")
+        seconds = tuple(Decimal(str(r.seconds)) for r in timed if r is not None)
+        assert len(seconds) == 2
+        f = probing.fit(units, (seconds[0], seconds[1]))
+        prof = probing.profile(work, priced.offer, f, units, (seconds[0], seconds[1]),
+                               shlex.join(batch.probe.command if batch.probe else ()), date.today())
+        from gpuplan.planning.profiles import measured_path, save_profile
+
+        path = save_profile(prof, measured_path(work.name, priced.offer.key))
+        return Result(priced.offer, units, (seconds[0], seconds[1]), f, path, spent)
+    except GpuplanError as exc:
+        return Result(priced.offer, units, problem=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    finally:
+        _down(state, name, job, progress)
+        state.close()
+
+
+def _down(state, name: str, job: str | None, progress: Progress) -> None:
+    """The probe's fleet torn down, whether or not its job ran (a launch cut off mid-provision
+    leaves a cluster without a job): nothing a probe made is left."""
+    from gpuplan.operating import launcher, lifecycle
+
+    try:
+        if job is not None:
+            launcher.teardown(state, job, progress)
+            return
+        row = state.cluster(name)
+        if row is not None and row.status != "gone":
+            lifecycle.teardown(state, lifecycle.get_provider(row.provider), name, progress=progress)
+    except GpuplanError as exc:
+        progress(f"teardown of {name} did not finish ({exc}); run `gpuplan teardown {name}`")
