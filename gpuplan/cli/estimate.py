@@ -178,7 +178,6 @@ def _measured(work, cat):
     """The workload with the speeds `gpuplan bench --on` measured (one profile per offer, in the
     state's profiles/measured/), each keyed on its offer's GPU, and one line per offer saying so."""
     from gpuplan.planning import model, profiles, workloads
-
     from gpuplan.planning.probing import SOURCE as PROBED
 
     job = workloads.bench_job(work.name)
@@ -916,10 +915,13 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         if not cat.offers:
             raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
                              f" catalog {cat.snapshot}; see `gpuplan catalog`")
-    if offers:  # one offer alone (a probe's plan)
+    if offers:  # one offer alone (a probe's plan); the inventory's other hosts are not planned
         from dataclasses import replace as with_offers
 
         cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key in offers))
+        kept = {n.lower() for o in cat.offers for n in (o.name, *o.aliases)}
+        owned = [n for n in owned if n.split("=")[0].lower() in kept]
+        owned_count = {n: c for n, c in owned_count.items() if n.lower() in kept}
     work = workloads.with_catalog_gpus(work, cat)
     state = _user_state()
     if state is not None and not as_of:  # today's quotas, as `gpuplan check` read them (not for a past month)

@@ -65,8 +65,10 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
 
     out, err = _console(), _console(stderr=True)
     rec = est.recommended
-    rivals = probing.rivals(rec, estimate_cli._visible(est, False)[0], est.ranked_on == "time")
-    offers = probing.offers_to_probe([rec, *rivals])
+    # every plan, not only the short view's: a plan dearer and slower on today's figures may still
+    # win once both are measured, where the ranges overlap
+    rivals = probing.rivals(rec, est.plans, est.ranked_on == "time")
+    offers = probing.offers_to_probe([rec, *rivals])[:probing.MAX_OFFERS]
     if not offers:
         out.print("nothing to probe: the pick's speed and its rivals' are measured for this workload, or no rival's"
                   " range overlaps the pick's", markup=False)

@@ -36,6 +36,7 @@ DEFAULT_BUDGET = "2%"  # of the pick's estimated yen
 SMALL_S = Decimal(30)  # the default sizes: about this much work at the planned speed...
 LARGE_S = Decimal(120)  # ...and this much: long enough that the start cost does not hide the per-unit time
 SURE = (SpeedKind.MEASURED, SpeedKind.CALIBRATED)
+MAX_OFFERS = 6  # GPUs one probe campaign names at most (in the order they contend; the budget may take fewer)
 
 
 def rivals(rec: Plan, shown: Sequence[Plan], by_time: bool) -> list[Plan]:
