@@ -132,3 +132,45 @@ def test_the_dok_pick_itself_is_probed_and_the_next_estimate_plans_from_it(dok_e
     assert "measured (probe): colorize-hd on sakura:dok-h100-8gpu-80gb (H100 PCIe" in said
     assert "→  1x dok-v100-32gb" in after.out
     assert [t for t in dok_env.tasks.values() if t["status"] in ("waiting", "running")] == []
+
+
+def test_launch_probe_measures_first_then_launches_the_pick_planned_again(dok_env, cli, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "videos.txt").write_text("".join(f"v{i}.mp4\n" for i in range(4)))
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
+        "workload": "colorize-hd", "items": "videos.txt", "infra": ["dok"], "image": "registry.example/me/colorize:1",
+        "command": "echo {item}", "probe": {"command": STAND_IN, "units": [2, 10]}}))
+    r = cli("launch", "batch.yaml", "--probe", "--probe-budget", "5", "--dry-run")
+    assert r.code == 0, r.err
+    assert "budget ¥5 (--probe-budget): 1 probe, at most ¥2 in all" in r.out and "dry run: nothing was run" in r.out
+    assert "launch 4 items on 1x sakura:dok-v100-32gb" in r.out and "dry run: nothing was created" in r.out
+    assert [p for m, p, _ in dok_env.requests if m == "POST"] == []
+
+    def time_passes() -> None:  # the probe's two tasks, then the batch's four
+        end = _end_by_size(dok_env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if dok_env.running():
+                c = dok_env.running()[0]["containers"][0]
+                if c["command"][-1].isdigit():
+                    end()
+                else:
+                    dok_env.advance(seconds=600)
+            elif len(dok_env.tasks) >= 6 and not any(t["status"] == "waiting" for t in dok_env.tasks.values()):
+                return
+
+    worker = threading.Thread(target=time_passes, daemon=True)
+    worker.start()
+    r = cli("launch", "batch.yaml", "--probe", "--probe-budget", "5", "-y")
+    worker.join(70)
+    assert r.code == 0, r.out + r.err
+    assert "probe sakura:dok-v100-32gb (V100): 2 epochs in 14.0 s, 10 in 30.0 s: 2.0 s per epoch" in r.out
+    assert "planned again with what the probes measured:" in r.out
+    again = r.out[r.out.index("planned again"):]
+    assert "→  1x dok-v100-32gb" in again and "measured (probe): colorize-hd on sakura:dok-v100-32gb" in again
+    posted = [b["containers"][0] for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]
+    assert [c["command"][-1] for c in posted][2:] == [f"v{i}.mp4" for i in range(4)]  # then the batch itself
+    assert "4 ok of 4 items" in " ".join(r.out.split())

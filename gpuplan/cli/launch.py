@@ -34,6 +34,8 @@ def launch(
     keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster up after the batch.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the whole sequence with its yen; create nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when stdin is not a terminal).")] = False,
+    probe: Annotated[bool, typer.Option("--probe", help="First time the batch's own job on the pick and its rivals (`gpuplan probe`), then plan again from what was measured.")] = False,
+    probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="With --probe: at most this for the probes, a share of the pick's yen (2%, the default) or yen.", metavar="PERCENT|YEN")] = None,
 ) -> None:
     """Plan a batch, build the pick, run the batch on it, fetch its outputs, tear it down."""
     from gpuplan import batchfile
@@ -44,6 +46,8 @@ def launch(
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
         # no batch file, a command after --: its first word landed in BATCH.yaml's place
         command, batch_file = [str(batch_file), *(command or [])], None
+    if (probe or probe_budget) and plan is not None:
+        raise UsageError("--probe plans again from what it measures: leave out --plan (or probe first: `gpuplan probe`)")
     if resume:
         if batch_file is not None or command or plan is not None:
             raise UsageError("--resume picks up a launch from its job alone; leave out the batch file, --plan and the command")
@@ -66,6 +70,16 @@ def launch(
         estimate_cli._render_table(est, False)
         if est.recommended is None:
             raise UsageError(est.reason)
+        if probe:
+            from gpuplan.cli.probe import probe_and_plan_again
+
+            again = probe_and_plan_again(batch, work, todo_items[0], est, probe_budget, yes, dry_run)
+            if again is not None:
+                out.print("planned again with what the probes measured:", markup=False)
+                estimate_cli._render_table(again, False)
+                if again.recommended is None:
+                    raise UsageError(again.reason)
+                est = again
         if dry_run:  # nothing is written: the plan goes to a file that is gone once the sequence is shown
             import tempfile
 

@@ -68,6 +68,7 @@ def run(work: Workload, batch: Batch, first_item: str, probes: Sequence[tuple[Pr
         ) -> list[Result]:
     """Every probe (with its saved plan), side by side; owned offers one after another. Results in
     the order given."""
+    STOP.clear()
     lanes: dict[str, list[int]] = {}
     for i, (p, _) in enumerate(probes):
         lanes.setdefault("owned" if p.offer.kind == "owned" else f"offer {i}", []).append(i)
@@ -86,9 +87,23 @@ def run(work: Workload, batch: Batch, first_item: str, probes: Sequence[tuple[Pr
             results[i] = one(work, batch, first_item, p, plan_path, said(p.offer))
 
     with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:
-        for f in [pool.submit(lane, ix) for ix in lanes.values()]:
-            f.result()
+        futures = [pool.submit(lane, ix) for ix in lanes.values()]
+        try:
+            for f in futures:
+                f.result()
+        except KeyboardInterrupt:  # every probe stops its job and tears down; then the interrupt goes on
+            STOP.set()
+            for f in futures:
+                f.result()
+            raise
     return [r for r in results if r is not None]
+
+
+STOP = threading.Event()  # set on Ctrl-C: each running probe cancels its job and tears down
+
+
+class Stopped(GpuplanError):
+    """The probe was stopped (Ctrl-C) before it measured."""
 
 
 def one(work: Workload, batch: Batch, first_item: str, priced: Priced, plan_path: Path, progress: Progress) -> Result:
@@ -113,7 +128,13 @@ def one(work: Workload, batch: Batch, first_item: str, priced: Priced, plan_path
         job = launcher.start(state, pick, probe_batch, name, order, todo, outputs, progress)
         backend = backends.of(backends.job_row(state, job))
         watch = launcher.cap_watch(state, job, priced.yen)
-        batches.follow(state, job, lambda row, _: watch(row))
+
+        def look(row, _progress) -> None:
+            if STOP.is_set():
+                raise Stopped("stopped (Ctrl-C) before it measured")
+            watch(row)
+
+        batches.follow(state, job, look)
         summary = backend.summary(state, job)
         spent = backends.yen(state, backends.job_row(state, job))
         by_item = {r.item: r for r in summary.jobs}
@@ -135,8 +156,23 @@ def one(work: Workload, batch: Batch, first_item: str, priced: Priced, plan_path
     except GpuplanError as exc:
         return Result(priced.offer, units, problem=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     finally:
+        _stop(state, job)
         _down(state, name, job, progress)
         state.close()
+
+
+def _stop(state, job: str | None) -> None:
+    """A probe's job still running (interrupted, or an error while it was followed) is cancelled:
+    on DOK its tasks would run on, and bill, with nothing to tear down."""
+    from gpuplan.operating import backends, runner
+
+    if job is None:
+        return
+    try:
+        if backends.refresh(state, job).state not in runner.JOB_STATES_OVER:
+            backends.cancel(state, job)
+    except GpuplanError:
+        pass  # the teardown that follows stops a cluster's batch too
 
 
 def _down(state, name: str, job: str | None, progress: Progress) -> None:
