@@ -572,11 +572,12 @@ def _speed_line(est, settled: bool = False) -> str:
     o = generic[0]
     job = workloads.bench_job(w.name)
     slug = o.name.lower().replace(".", "-").replace("_", "-")
+    probe = "`gpuplan probe BATCH.yaml` times your own job on it and its rivals (a batch file with `probe:`, docs/batch.md)"
     if not job:
-        how = f"time one job on one {o.gpu} and give it as `speed:` in the workload"
-    elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: bench inside one
-        how = (f"run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok submit` task"
-               f" from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
+        how = f"{probe}, or time one job on one {o.gpu} and give it as `speed:` in the workload"
+    elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: probe or bench inside one
+        how = (f"{probe}; or run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok"
+               f" submit` task from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
     elif settled:
         how = "the campaign on the settle line below"
     else:  # issue 19: one campaign measures the pick's GPU and its rivals', then every estimate reads them
