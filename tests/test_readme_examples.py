@@ -115,6 +115,9 @@ def test_every_readme_example_runs(world, cli, capfd):
     assert "would build image" in ran["gpuplan image build nc6 --dry-run"]
     launch = ran["gpuplan launch batch.yaml --dry-run"]
     assert "launch 3 items on" in launch and "max_yen ¥500" in launch and "dry run: nothing was created" in launch
+    probe = ran["gpuplan probe batch.yaml --probe-budget 20 --dry-run"]
+    assert "(the pick and the rivals whose yen range overlaps it)" in probe and "budget ¥20 (--probe-budget)" in probe
+    assert "dry run: nothing was run" in probe
     assert "H100" in ran["gpuplan catalog --gpu h100"]
     assert "japaneast (azure): 6 rows added" in " ".join(
         ran["gpuplan catalog refresh --provider azure --region japaneast,japanwest --dry-run"].split())
