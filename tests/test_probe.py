@@ -174,3 +174,20 @@ def test_launch_probe_measures_first_then_launches_the_pick_planned_again(dok_en
     posted = [b["containers"][0] for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]
     assert [c["command"][-1] for c in posted][2:] == [f"v{i}.mp4" for i in range(4)]  # then the batch itself
     assert "4 ok of 4 items" in " ".join(r.out.split())
+
+
+def test_a_probe_that_fails_says_why_on_one_line_and_leaves_nothing_running(dok_env, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "videos.txt").write_text("v0.mp4\nv1.mp4\n")
+    broken = "python3 -c 'import sys; sys.exit(3 if int(sys.argv[1]) > 5 else 0)' {units}"  # the larger size fails
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
+        "workload": "colorize-hd", "items": "videos.txt", "infra": ["dok"], "image": "registry.example/me/colorize:1",
+        "command": "echo {item}", "probe": {"command": broken, "units": [2, 10]}}))
+    worker = threading.Thread(target=run_the_queue, args=(dok_env, 3, _end_by_size(dok_env)), daemon=True)
+    worker.start()
+    r = cli("probe", "batch.yaml", "--probe-budget", "2000", "-y")
+    worker.join(30)
+    assert r.code == 5 and "no probe measured" in r.err and "Traceback" not in r.err
+    lines = [ln for ln in r.out.splitlines() if ln.startswith("probe sakura:")]
+    assert len(lines) == 2 and all("not measured: the probe of 10 units: failed" in ln for ln in lines)
+    assert [t for t in dok_env.tasks.values() if t["status"] in ("waiting", "running")] == []

@@ -135,8 +135,14 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
                       f" {r.seconds[1]:.1f} s: {r.fit.per_unit_s:.4g} s per {work.unit}, start {r.fit.start_s:.0f} s"
                       f"{cost}; profile {r.profile}", markup=False)
     spent = sum((r.yen for r in results if r.yen is not None), Decimal(0))
-    out.print(f"probes: {sum(1 for r in results if not r.problem)} of {fmt.plural(len(results), 'offer')} measured,"
+    measured = sum(1 for r in results if not r.problem)
+    out.print(f"probes: {measured} of {fmt.plural(len(results), 'offer')} measured,"
               f" {fmt.yen(spent)} spent of at most {fmt.yen(budget)}", markup=False)
+    if not measured:  # nothing learnt: the plan would be the same guess, so say so and stop
+        from gpuplan.operating.runner import JobsFailed
+
+        raise JobsFailed("no probe measured (each says why above); fix the batch's `probe:` command, or plan without"
+                         " probing")
     return estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
                                       objective=batch.objective, spot=batch.spot,
                                       providers=launcher.infra_providers(batch.infra))
