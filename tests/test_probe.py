@@ -191,3 +191,28 @@ def test_a_probe_that_fails_says_why_on_one_line_and_leaves_nothing_running(dok_
     lines = [ln for ln in r.out.splitlines() if ln.startswith("probe sakura:")]
     assert len(lines) == 2 and all("not measured: the probe of 10 units: failed" in ln for ln in lines)
     assert [t for t in dok_env.tasks.values() if t["status"] in ("waiting", "running")] == []
+
+
+def test_what_would_stop_a_probe_is_said_before_the_question_and_nothing_is_made(cli, tmp_path, monkeypatch,
+                                                                                 gpuplan_home):
+    for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "videos.txt").write_text("v0.mp4\n")
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
+        "workload": "colorize-hd", "items": "videos.txt", "infra": ["aws"], "command": "echo {item}",
+        "probe": "run {item} --epochs {units}"}))
+    r = cli("probe", "batch.yaml", "--probe-budget", "5000", "-y")
+    assert r.code == 2 and "no offer can be probed: each line above says why" in r.err and "Traceback" not in r.err
+    lines = [ln for ln in r.err.splitlines() if ln.startswith("  aws:")]
+    assert lines and all("cannot be probed: no AWS credentials: set AWS_PROFILE" in ln for ln in lines)
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    state = State(paths.state_db())
+    assert state.clusters(include_gone=True) == []
+    state.close()

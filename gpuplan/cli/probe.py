@@ -89,13 +89,17 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
         priced.append(probing.Priced(offer, units, plan, probing.yen_at_most(plan) if plan else Decimal(0), why))
         estimates[offer.key] = pest
     budget = probing.budget_of(budget_text, rec.cost)
-    take, skip = probing.within(priced, budget)
+    prepared: dict[str, probing_ops.Prepared] = {}
+    if not dry_run:  # what can be checked before anything is bought, checked before the question
+        _need_answer(yes, "probe")
+        priced = _checked(priced, estimates, batch, first_item, prepared)
+    take, _ = probing.within(priced, budget)
     lines = [f"probe: the batch's own job timed at two sizes on {fmt.plural(len(priced), 'offer')} (the pick and the"
              f" rivals whose {'wall' if est.ranked_on == 'time' else 'yen'} range overlaps it), one machine each:"]
     for p in priced:
         role = "the pick" if any(o.key == p.offer.key for o, _ in rec.fleet) else "a rival"
         what = (f"{p.units[0]} and {p.units[1]} {work.unit}s, at most {fmt.yen(p.yen)}, about"
-                f" {fmt.duration(p.plan.wall_s)}" if p.plan is not None else f"cannot be planned: {p.why}")
+                f" {fmt.duration(p.plan.wall_s)}" if p.plan is not None else f"cannot be probed: {p.why}")
         left = "" if p in take else (" — skipped: past the probe budget" if p.plan is not None else " — skipped")
         lines.append(f"  {p.offer.provider}:{p.offer.name} ({p.offer.gpu}, {role}): {what}{left}")
     share = (budget_text or probing.DEFAULT_BUDGET).strip()
@@ -105,25 +109,15 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     if not take:
         _print_lines(err, lines)
         cheapest = min((p.yen for p in priced if p.plan is not None), default=None)
-        raise UsageError(f"no probe fits the budget {fmt.yen(budget)}" + (
-            f"; the cheapest may cost {fmt.yen(cheapest)}: raise --probe-budget" if cheapest is not None else ""))
+        if cheapest is None:
+            raise UsageError("no offer can be probed: each line above says why")
+        raise UsageError(f"no probe fits the budget {fmt.yen(budget)}; the cheapest may cost {fmt.yen(cheapest)}:"
+                         " raise --probe-budget")
     if dry_run:
         _print_lines(out, lines + ["dry run: nothing was run"])
         return None
-    _need_answer(yes, "probe")
     _confirm(lines, f"Spend at most {fmt.yen(sum((p.yen for p in take), Decimal(0)))} on probes?", yes, default=True)
-    from dataclasses import replace
-
-    from gpuplan import paths
-
-    folder = paths.state_dir() / "probes"
-    folder.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for p in take:
-        path = folder / f"{probing_ops.cluster_name(p.offer)}.plan.json"
-        estimate_cli.save_plan(replace(estimates[p.offer.key], recommended=p.plan), path)
-        runs.append((p, path))
-    results = probing_ops.run(work, batch, first_item, runs, _progress(err))
+    results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], _progress(err))
     for r in results:
         where = f"{r.offer.provider}:{r.offer.name} ({r.offer.gpu})"
         cost = f", cost {fmt.yen(r.yen)}" if r.yen is not None else ""
@@ -150,3 +144,35 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
 
 def register(app: typer.Typer) -> None:
     app.command("probe")(probe)
+
+
+def _checked(priced, estimates, batch, first_item: str, prepared: dict) -> list:
+    """Each probe that has a plan, its plan saved and checked as its launch would check it
+    (credentials, quota, DOK's key and image); one that fails keeps its place with why, unplanned."""
+    from dataclasses import replace
+
+    from gpuplan import paths
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.errors import GpuplanError
+    from gpuplan.operating import probe as probing_ops
+    from gpuplan.operating.state import State
+
+    folder = paths.state_dir() / "probes"
+    folder.mkdir(parents=True, exist_ok=True)
+    state = State.open_default()
+    out = []
+    try:
+        for p in priced:
+            if p.plan is None:
+                out.append(p)
+                continue
+            path = folder / f"{probing_ops.cluster_name(p.offer)}.plan.json"
+            estimate_cli.save_plan(replace(estimates[p.offer.key], recommended=p.plan), path)
+            try:
+                prepared[p.offer.key] = probing_ops.prepare(state, p, path, batch, first_item)
+                out.append(p)
+            except GpuplanError as exc:
+                out.append(replace(p, plan=None, why=str(exc).splitlines()[0]))
+    finally:
+        state.close()
+    return out

@@ -25,9 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import GpuplanError
+from gpuplan.operating import launcher
+from gpuplan.operating.state import State
+from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
     from gpuplan.batchfile import Batch
+    from gpuplan.operating.launch import Order
     from gpuplan.planning.plan_types import Workload
     from gpuplan.planning.probing import Fit, Priced
     from gpuplan.planning.types import Offer
@@ -64,14 +68,38 @@ def cluster_name(offer: Offer) -> str:
     return f"{f'probe-{slug}'[:34].rstrip('-')}-{secrets.token_hex(2)}"
 
 
-def run(work: Workload, batch: Batch, first_item: str, probes: Sequence[tuple[Priced, Path]], progress: Progress
-        ) -> list[Result]:
-    """Every probe (with its saved plan), side by side; owned offers one after another. Results in
-    the order given."""
+@dataclass(frozen=True)
+class Prepared:
+    """One probe checked before the question: its plan saved, its cluster's name, its launch
+    pick, the batch it runs (the probe command at its sizes, capped at its priced yen) and the
+    fleet's checked order (None: nothing to provision, as on DOK)."""
+
+    priced: Priced
+    plan_path: Path
+    name: str
+    pick: launcher.Pick
+    batch: Batch
+    order: Order | None
+
+
+def prepare(state: State, priced: Priced, plan_path: Path, batch: Batch, first_item: str) -> Prepared:
+    """What can be checked before anything is bought, checked (the backend's key and image; a
+    fleet's credentials, features and quota, as `launch` checks them); a GpuplanError says why not."""
+    from gpuplan import paths
+
+    name = cluster_name(priced.offer)
+    pick = launcher.pick_of(plan_path)
+    probe_batch = replace(batch, command=probe_command(batch, first_item), name=name, max_yen=priced.yen,
+                          outputs=paths.state_dir() / "probes" / name / "outputs", per_gpu=1, retries=0)
+    return Prepared(priced, plan_path, name, pick, probe_batch, launcher.preflight(state, pick, probe_batch, name))
+
+
+def run(work: Workload, batch: Batch, probes: Sequence[Prepared], progress: Progress) -> list[Result]:
+    """Every probe, side by side; owned offers one after another. Results in the order given."""
     STOP.clear()
     lanes: dict[str, list[int]] = {}
-    for i, (p, _) in enumerate(probes):
-        lanes.setdefault("owned" if p.offer.kind == "owned" else f"offer {i}", []).append(i)
+    for i, p in enumerate(probes):
+        lanes.setdefault("owned" if p.priced.offer.kind == "owned" else f"offer {i}", []).append(i)
     results: list[Result | None] = [None] * len(probes)
     lock = threading.Lock()
 
@@ -83,8 +111,7 @@ def run(work: Workload, batch: Batch, first_item: str, probes: Sequence[tuple[Pr
 
     def lane(indexes: list[int]) -> None:
         for i in indexes:
-            p, plan_path = probes[i]
-            results[i] = one(work, batch, first_item, p, plan_path, said(p.offer))
+            results[i] = one(work, batch, probes[i], said(probes[i].priced.offer))
 
     with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:
         futures = [pool.submit(lane, ix) for ix in lanes.values()]
@@ -106,26 +133,19 @@ class Stopped(GpuplanError):
     """The probe was stopped (Ctrl-C) before it measured."""
 
 
-def one(work: Workload, batch: Batch, first_item: str, priced: Priced, plan_path: Path, progress: Progress) -> Result:
+def one(work: Workload, batch: Batch, prepared: Prepared, progress: Progress) -> Result:
     """One offer's probe, start to teardown; never raises for what went wrong on the offer (a
     GpuplanError becomes the result's problem), and leaves nothing running."""
-    from gpuplan import paths
-    from gpuplan.operating import backends, batches, launcher
-    from gpuplan.operating.state import State
+    from gpuplan.operating import backends, batches
     from gpuplan.planning import probing
 
     state = State.open_default()
-    name = cluster_name(priced.offer)
-    units = priced.units
+    priced, units = prepared.priced, prepared.priced.units
     job = None
     try:
-        pick = launcher.pick_of(plan_path)
-        outputs = paths.state_dir() / "probes" / name / "outputs"
-        probe_batch = replace(batch, command=probe_command(batch, first_item), name=name, max_yen=priced.yen,
-                              outputs=outputs, per_gpu=1, retries=0)
-        order = launcher.preflight(state, pick, probe_batch, name)
         todo = [(0, str(units[0])), (1, str(units[1]))]
-        job = launcher.start(state, pick, probe_batch, name, order, todo, outputs, progress)
+        job = launcher.start(state, prepared.pick, prepared.batch, prepared.name, prepared.order, todo,
+                             Path(str(prepared.batch.outputs)), progress)
         backend = backends.of(backends.job_row(state, job))
         watch = launcher.cap_watch(state, job, priced.yen)
 
@@ -134,30 +154,31 @@ def one(work: Workload, batch: Batch, first_item: str, priced: Priced, plan_path
                 raise Stopped("stopped (Ctrl-C) before it measured")
             watch(row)
 
-        batches.follow(state, job, look)
+        row = batches.follow(state, job, look)
         summary = backend.summary(state, job)
         spent = backends.yen(state, backends.job_row(state, job))
+        if row.state == "capped":
+            return Result(priced.offer, units, yen=spent, problem=f"stopped at its cap {fmt.yen(priced.yen)}: the job ran"
+                          f" slower than the slow end of the {priced.offer.gpu}'s speed band")
         by_item = {r.item: r for r in summary.jobs}
-        timed = [by_item.get(str(u)) for u in units]
-        if any(r is None or r.status != "ok" for r in timed):
-            bad = next(r for r in timed if r is None or r.status != "ok")
-            why = "it did not run (stopped at the probe's cap)" if bad is None else f"{bad.status}, log {bad.log_path}"
-            return Result(priced.offer, units, yen=spent, problem=f"the probe of {bad.item if bad else units} units:"
-                          f" {why}; `gpuplan logs {summary.cluster} {job} ITEM`")
-        seconds = tuple(Decimal(str(r.seconds)) for r in timed if r is not None)
-        assert len(seconds) == 2
-        f = probing.fit(units, (seconds[0], seconds[1]))
-        prof = probing.profile(work, priced.offer, f, units, (seconds[0], seconds[1]),
+        for u in units:
+            r = by_item.get(str(u))
+            if r is None or r.status != "ok":
+                why = "it did not run" if r is None else f"{r.status}; `gpuplan logs {summary.cluster} {job} {u}`"
+                return Result(priced.offer, units, yen=spent, problem=f"the probe of {u} units: {why}")
+        seconds = (Decimal(str(by_item[str(units[0])].seconds)), Decimal(str(by_item[str(units[1])].seconds)))
+        f = probing.fit(units, seconds)
+        prof = probing.profile(work, priced.offer, f, units, seconds,
                                shlex.join(batch.probe.command if batch.probe else ()), date.today())
         from gpuplan.planning.profiles import measured_path, save_profile
 
         path = save_profile(prof, measured_path(work.name, priced.offer.key))
-        return Result(priced.offer, units, (seconds[0], seconds[1]), f, path, spent)
+        return Result(priced.offer, units, seconds, f, path, spent)
     except GpuplanError as exc:
         return Result(priced.offer, units, problem=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     finally:
         _stop(state, job)
-        _down(state, name, job, progress)
+        _down(state, prepared.name, job, progress)
         state.close()
 
 
