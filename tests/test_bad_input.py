@@ -235,6 +235,11 @@ CASES = [
      "installation-id"),
     ("installation-id-not-an-id", {"{home}/state/installation-id": "../../etc\n"}, ["teardown", "--sweep", "--dry-run"],
      "installation-id"),
+    # what provision can check without a cloud, checked before anything and by --dry-run (issue 32)
+    ("provision-playbook-unknown", {}, ["provision", "aws:g4dn.xlarge", "x1", "--playbook", "nosuch", *DRY], "nosuch"),
+    ("provision-playbook-unknown-yes", {}, ["provision", "aws:g4dn.xlarge", "x1", "--playbook", "nosuch", "-y"], "nosuch"),
+    ("provision-ssh-from-bogus", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ssh-from", "bogus", *DRY], "--ssh-from"),
+    ("bootstrap-param-empty", {}, ["bootstrap", "demo", "--param", "root="], "root has no value"),
     # --- typer's own usage errors: one line as well -------------------------------------------
     ("videos-not-a-number", {}, ["estimate", "--videos", "abc"], "--videos"),
     ("unknown-option", {}, ["estimate", "--nosuch"], "--nosuch"),
@@ -394,3 +399,29 @@ def test_free_text_in_a_prices_file_prints_on_one_line_without_escape_codes(cli,
     assert rows[0]["notes"] == "note one\\x1b]0;title\\x07"
     shown = cli("catalog", "--provider", "aws", "--region", "us-east-1", "--all")
     assert shown.code == 0 and "\x1b" not in shown.out and "\x07" not in shown.out
+
+
+@pytest.mark.parametrize("how", ["closed", "full", "pipe"])
+def test_output_that_cannot_be_written_ends_quietly_with_a_non_zero_code(how, gpuplan_home, tmp_path):
+    """stdout closed (`>&-`), full (`>/dev/full`) or a pipe whose reader has gone: one line on
+    stderr (none for the pipe), exit 1, no traceback."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "gpuplan", "catalog", "--all"]
+    if how == "pipe":
+        reader = subprocess.Popen(["true"], stdin=subprocess.PIPE)
+        reader.wait()  # gone before a byte is written
+        r = subprocess.run(argv, stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=120)
+        reader.stdin.close()
+    else:
+        out = subprocess.DEVNULL if how == "closed" else open("/dev/full", "w")  # noqa: SIM115
+        pre = (lambda: os.close(1)) if how == "closed" else None
+        r = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=pre)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+    if how == "pipe":
+        assert r.stderr == ""
+    else:
+        assert r.stderr.strip().splitlines() == [
+            f"gpuplan: error: cannot write the output ({'standard output is closed' if how == 'closed' else 'No space left on device'});"
+            " nothing else went wrong"]

@@ -103,8 +103,68 @@ def _quiet_libraries() -> None:
         root.addHandler(logging.NullHandler())
 
 
+class _OutputError(OSError):
+    """Writing the command's output failed: stdout closed, full, or a pipe nobody reads."""
+
+
+class _Output:
+    """sys.stdout as the CLI writes it: a failed write or flush is an _OutputError, so that the
+    one place that reports errors tells the output failing from any other OSError."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream  # None: started with stdout closed (`>&-`)
+
+    def _closed(self) -> _OutputError:
+        import errno
+
+        return _OutputError(errno.EBADF, "standard output is closed")
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise self._closed()
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _OutputError(exc.errno, exc.strerror) from None
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise _OutputError(exc.errno, exc.strerror) from None
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def _output_failed(exc: OSError) -> None:
+    """stdout closed, full or a pipe whose reader went: one line on stderr (none for a closed
+    pipe, as `head` users expect), exit 1, and no second error when Python flushes at exit."""
+    if exc.errno != 32:
+        try:
+            print(f"gpuplan: error: cannot write the output ({exc.strerror or exc}); nothing else went wrong",
+                  file=sys.stderr)
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())  # type: ignore[union-attr]
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     command = _register_commands()
+    if not isinstance(sys.stdout, _Output):
+        sys.stdout = _Output(sys.stdout)  # type: ignore[assignment]
     _survive_narrow_encodings()
     _quiet_libraries()
     try:
@@ -132,6 +192,8 @@ def main(argv: list[str] | None = None) -> None:
         print("gpuplan: interrupted; run `gpuplan teardown` to remove anything half-created", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:  # a bug or an unmapped SDK error: one line unless --debug
+        if isinstance(exc, _OutputError):
+            _output_failed(exc)
         if _debug:
             raise
         print(

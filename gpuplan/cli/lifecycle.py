@@ -138,6 +138,13 @@ def provision(
     from gpuplan.operating import launch, lifecycle
 
     o = launch.order(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot, idle=idle)
+    # what needs no cloud, checked before anything (and by --dry-run): a playbook that is not
+    # there would otherwise stop the provision after the machines were made
+    from gpuplan.operating.playbook import load as load_playbook
+
+    for book in playbook or []:
+        load_playbook(book)
+    lifecycle.check_ssh_from(ssh_from)
     _say_mapped(o)
     if dry_run:
         lines = _create_lines(o) + [f"  {n}" for n in launch.dry_run_notes(o)]

@@ -217,6 +217,12 @@ def ssh_source(prov: Provider, asked: str | None = None) -> str | None:
     return str(ipaddress.ip_network(address))
 
 
+def check_ssh_from(asked: str | None) -> None:
+    """--ssh-from's form, checked where nothing else is yet (a dry run, before any question)."""
+    if asked is not None:
+        _cidr(asked.strip(), "--ssh-from")
+
+
 def _cidr(raw: str, where: str) -> str:
     try:
         net = ipaddress.ip_network(raw, strict=False)

@@ -231,6 +231,9 @@ def parse_params(pairs: Sequence[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip().isidentifier():
             raise UsageError(f"bad --param {pair!r}: use NAME=VALUE, e.g. --param cuda_version=12.6")
+        if not value.strip():  # an empty value would replace the playbook's default with nothing (root= is /)
+            raise UsageError(f"bad --param {pair!r}: {key.strip()} has no value; give one, or leave the --param out for"
+                             " the playbook's default")
         out[key.strip()] = value
     return out
 
