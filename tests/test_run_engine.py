@@ -366,10 +366,15 @@ def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_pa
     state, hosts, _ = ray_cluster
     paths.config_dir().mkdir(parents=True, exist_ok=True)
     write_inventory(paths.config_dir() / "inventory.yaml", hosts)  # the owned hosts, as teardown reads them
-    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["last"]), "--down", "--", "sh", "-c", "echo {item}")
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["last"]), "--down", "--fetch", str(tmp_path / "got"), "--",
+             "sh", "-c", "echo {item} > $GPUPLAN_OUTPUT_DIR/out.txt")
     assert r.code == 0, r.err + r.out
     assert "1 ok of 1 item" in r.out and f"cluster {CLUSTER} torn down" in " ".join(r.out.split())
     assert state.cluster(CLUSTER).status == "gone"
+    # the outputs were fetched before the teardown; afterwards there is nothing to fetch, and it says why
+    assert (tmp_path / "got" / "0000-last" / "out.txt").read_text() == "last\n"
+    r = _cli("logs", CLUSTER, submitted_job(r.out), "--fetch", str(tmp_path / "again"))
+    assert r.code == 2 and f"cluster {CLUSTER!r} was torn down" in r.err
     # Ray and everything under it stopped on the (owned) hosts: `ray stop` returns while the last
     # workers may still be exiting, so give them a few seconds
     deadline = time.monotonic() + 15

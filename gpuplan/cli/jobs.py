@@ -216,7 +216,8 @@ def run(
     python: Annotated[str, typer.Option("--python", help="Python on the nodes, for --torchrun.", metavar="PATH")] = "python3",
     master_port: Annotated[int, typer.Option("--master-port", help="torchrun rendezvous port on the first node.", metavar="PORT")] = 29500,
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds one item may run; then its processes are killed.", metavar="SECONDS")] = 24 * 3600,
-    down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end).")] = False,
+    down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end); the outputs are fetched first.")] = False,
+    fetch: Annotated[Optional[Path], typer.Option("--fetch", help="With --down: fetch the items' outputs into DIR before the teardown (default outputs/CLUSTER-JOB).", metavar="DIR")] = None,
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.", metavar="DIR")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Each item runs in a container of this image: on a cluster `docker run --gpus` (pulled on every node first; `gpuplan bootstrap CLUSTER --playbook docker-gpu` installs Docker); with dok:PLAN the task's image (linux/amd64, at most 30 GB).", metavar="IMAGE")] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*).", metavar="KEY=VALUE")] = None,
@@ -248,6 +249,11 @@ def run(
         raise UsageError("give --items FILE (one job per item), --resume JOB or --torchrun (one job over all GPUs): one of them")
     if detach and down:
         raise UsageError("--down waits for the batch to end; it cannot go with --detach")
+    if fetch is not None and not down:
+        raise UsageError("--fetch goes with --down (the outputs are fetched before the teardown); on a cluster that stays"
+                         " up: `gpuplan logs CLUSTER JOB --fetch DIR`")
+    if fetch is not None and fetch.exists() and (not fetch.is_dir() or any(fetch.iterdir())):
+        raise UsageError(f"--fetch {fetch} is not an empty folder: name another, or move it away")
     if recover and (detach or torchrun):
         raise UsageError("--recover replaces lost nodes while `run` follows the batch: it cannot go with --detach or"
                          " --torchrun")
@@ -331,12 +337,12 @@ def run(
     if cap is not None and ended.state == "capped":
         _print_summary(backends.summary(state, job), predicted, job)
         if down:
-            _down(state, cluster)
+            _down(state, cluster, job, fetch)
         raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, ended))} spent;"
                             f" `gpuplan run {cluster} --resume {job}` runs the items it did not finish")
     _finish(state, job, predicted)
     if down:
-        _down(state, cluster)
+        _down(state, cluster, job, fetch)
 
 
 def _max_yen(text: Optional[str]) -> Decimal | None:
@@ -598,9 +604,20 @@ def _pct(value: Decimal | None) -> str:
     return "n/a" if value is None else f"{value:+.1f}%"
 
 
-def _down(state, cluster: str) -> None:
+def _down(state, cluster: str, job: str, into: Path | None) -> None:
+    """--down: the job's outputs fetched (into `into`, else outputs/CLUSTER-JOB), then the cluster
+    torn down. A fetch that fails stops here with the cluster up: its outputs are still on it."""
+    from gpuplan.errors import GpuplanError
     from gpuplan.operating import lifecycle
 
+    folder = into or Path("outputs") / f"{cluster}-{job}"
+    try:
+        got = backends.outputs(state, job, folder)
+    except GpuplanError as exc:
+        raise type(exc)(f"--down: the outputs could not be fetched ({exc}); cluster {cluster} is left up with them:"
+                        f" `gpuplan logs {cluster} {job} --fetch DIR`, then `gpuplan teardown {cluster}`") from None
+    _console().print(f"--down: outputs of {fmt.plural(got.items, 'item')} ({fmt.plural(got.files, 'file')}) in {folder}",
+                     markup=False)
     row = state.cluster(cluster)
     report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), cluster,
                                 progress=lambda m: _console(stderr=True).print(f"… {m}", markup=False))

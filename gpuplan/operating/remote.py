@@ -430,6 +430,9 @@ def cluster_hosts(state: State, cluster: str, accept_host_keys: Sequence[str] = 
     row = state.cluster(cluster)
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
+    if row.status in ("gone", "tearing-down"):  # its machines (and what was on them) are gone or going
+        raise UsageError(f"cluster {cluster!r} was torn down: its nodes, and anything left on them, are gone"
+                         " (`run --down` fetches the outputs before it tears down)")
     key = state.ssh_key(cluster)
     if key is None:
         raise UsageError(f"cluster {cluster!r} has no SSH key in the state; was it provisioned by gpuplan?")
