@@ -23,12 +23,14 @@ def _json(cli, *args, code=0):
 # --- item 4: how the figures read ----------------------------------------------------------------
 
 def test_piped_output_is_plain_text_without_trailing_spaces_or_forced_width(cli):
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--all")
+    # report A's own figures: Azure's 2017 list prices, without consumption tax
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--all", "--tax", "excluded")
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     assert not [line for line in lines if line != line.rstrip()]  # no trailing spaces on any line
     assert "\x1b[" not in r.out  # no colour codes
-    assert lines[0] == "gpuplan estimate: colorize-hd (4 jobs), catalog 2017-08"  # not centred in 200 columns
+    # not centred in 200 columns; the tax basis every yen is on
+    assert lines[0] == "gpuplan estimate: colorize-hd (4 jobs), catalog 2017-08; yen exclude consumption tax"
     header = lines[1]
     assert len(header) < 200 and header.split() == ["fleet", "where", "setup", "wall", "billed", "yen", "speed", "kind,",
                                                     "yen,", "wall", "if", "off", "feasible", "/", "why", "excluded"]
@@ -44,7 +46,7 @@ def test_piped_output_is_plain_text_without_trailing_spaces_or_forced_width(cli)
 
 
 def test_assumptions_and_reasons_use_the_same_formats(cli):
-    data, _ = _json(cli, "--videos", "4", "--as-of", "2017-08", "--deadline", "3h")
+    data, _ = _json(cli, "--videos", "4", "--as-of", "2017-08", "--deadline", "3h", "--tax", "excluded")  # report A's
     nc24 = next(p for p in data["plans"] if p["instance_type"] == "Standard_NC24" and p["setup"] == "scratch")
     assert nc24["reason"] == "misses the deadline by 30 min (wall 3:30 h > 3:00 h)"
     text = "\n".join(data["recommended"]["assumptions"])
@@ -136,7 +138,7 @@ def test_the_billing_floor_is_a_lower_bound_of_every_schedule():
 
 
 def test_no_feasible_plan_names_the_deadline_by_how_much_and_exits_2(cli):
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--deadline", "2h")
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--deadline", "2h", "--tax", "excluded")  # report A's yen
     assert r.code == 2
     assert "4x Standard_NC6" in r.out  # the plans are still shown
     err = r.err.strip().splitlines()
@@ -156,10 +158,11 @@ def test_spot_plans_only_with_spot_priced_at_the_spot_row(cli, tmp_path):
     data, _ = _json(cli, *base, "--all", "--spot")
     rec = data["recommended"]
     assert (rec["instance_type"], rec["market"], rec["count"]) == ("g4dn.xlarge", "spot", 1)
-    # priced at 0.2158 USD/h x the catalog's FX, per second
+    # priced at 0.2158 USD/h x the catalog's FX, per second, plus 10 % consumption tax (AWS lists without it)
     fx = catalog.load("2026-11").fx["USD"].jpy_per_unit
     billed = sum(m["billed_s"] for m in rec["machines"])
-    assert Decimal(rec["cost_exact_jpy"]) == (Decimal(billed) * Decimal("0.2158") * fx / 3600).quantize(Decimal("0.01"))
+    assert Decimal(rec["cost_exact_jpy"]) == (Decimal(billed) * Decimal("0.2158") * fx * Decimal("1.1") / 3600
+                                              ).quantize(Decimal("0.01"))
     assert rec["warnings"][0].startswith("spot (g4dn.xlarge): EC2 may stop or terminate a Spot Instance with a"
                                          " two-minute notice")
     assert any("0.2158 USD/hour" in a for a in rec["assumptions"])

@@ -88,7 +88,7 @@ def test_estimate_videos_4_fits_a_screen_and_all_lists_every_row(cli, gpuplan_ho
     config.write_text(regions)
     data = _json(cli, "--videos", "4")
     faster = data["faster"]
-    assert faster.startswith("for +¥13 (5.9 %), 4x g5.xlarge aws us-east-1 finishes in 47 min")
+    assert faster.startswith("for +¥15 (5.9 %), 4x g5.xlarge aws us-east-1 finishes in 47 min")  # with consumption tax
     shown = cli("estimate", "--videos", "4").out.splitlines()
     assert any(x.startswith("·  4x g5.xlarge ") and " 47 min " in x for x in shown)
     assert "speed on A10G" in "\n".join(shown)

@@ -30,7 +30,9 @@ def test_estimate_save_writes_the_current_schema_and_both_readers_take_it(saved)
     assert plan.target() == ("azure", "Standard_NC6", "westus2", 4, "image")
     assert launch.read_plan(saved) == ("azure", "Standard_NC6", "westus2", 4, "image", "on-demand")
     pred = runner.read_plan(saved)
-    assert pred["plan_yen"] == Decimal("826.20") and pred["workload"] == "colorize-hd" and pred["jobs"] == 4
+    # report A's ¥826.20 (Azure's list price, without consumption tax) with the 10 % tax every estimate adds
+    assert pred["plan_yen"] == Decimal("908.82") and pred["workload"] == "colorize-hd" and pred["jobs"] == 4
+    assert (data["tax"], plan.tax, pred["tax"], pred["listed_tax"]) == ("included", "included", "included", "excluded")
 
 
 def test_a_version_1_file_still_loads(tmp_path):
@@ -41,6 +43,7 @@ def test_a_version_1_file_still_loads(tmp_path):
     assert plan.schema_version == 1
     assert plan.target() == ("aws", "g4dn.xlarge", None, 2, "scratch")
     assert plan.prediction()["basis"] == "the whole plan"
+    assert (plan.tax, plan.prediction()["tax"]) == ("as-listed", "as-listed")  # written before plans said their basis
 
 
 def test_a_file_from_a_newer_gpuplan_is_refused_in_one_line(tmp_path, cli):

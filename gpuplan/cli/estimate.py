@@ -300,7 +300,8 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: boo
         "market": _market(o for o, _ in plan.fleet),
         "count": count if len(plan.fleet) == 1 else plan.count,
         "fleet": [{"instance_type": o.name, "count": n, "gpu": o.gpu, "gpus_per_machine": o.gpu_count,
-                   "market": o.market, "billing": _terms_dict(plan, o)} for o, n in plan.fleet],
+                   "market": o.market, "billing": _terms_dict(plan, o), "listed_tax": o.listed_tax or o.tax}
+                  for o, n in plan.fleet],
         "setup": plan.setup,
         "per_gpu": plan.per_gpu,
         "wall_minutes": _minutes(plan.wall_s),
@@ -630,7 +631,10 @@ def _render_table(est, show_all: bool) -> None:
     line per row, columns padded with spaces, no colour, no width limit, no trailing spaces."""
     from rich.console import Console
 
-    title = f"gpuplan estimate: {est.workload.name} ({work_size(est.workload)}), catalog {est.snapshot}"
+    from gpuplan.planning import tax as taxes
+
+    title = (f"gpuplan estimate: {est.workload.name} ({work_size(est.workload)}), catalog {est.snapshot};"
+             f" {taxes.said(est.tax)}")
     rows = _rows(est, show_all)
     summary = _summary(est, show_all)
     console = Console(highlight=False)  # on a terminal every line is wrapped to its width
@@ -746,6 +750,7 @@ def write_json(est, out, schedules: bool = False) -> None:
     head = {
         "snapshot": est.snapshot,
         "workload": name,
+        "tax": est.tax,  # the basis every yen below is on: included / excluded (planning/tax.py)
         "jobs": len(est.workload.jobs),
         "recommended": _SLOT,
         "reason": est.reason,
@@ -818,32 +823,18 @@ def _inventory(cat):
     return cat, {o.name.lower(): n for o, n in pairs}, notes
 
 
-def _japan(cat, region: str | None, as_of: str | None, tax: bool):
-    """The catalog on the user's tax basis and in their preferred regions (config.yaml
-    `preferred_regions:`, unless --region names one), and the notes that say so; plus one line
-    when an exchange rate the offers use is older than 90 days."""
+def _japan(cat, region: str | None, as_of: str | None, basis: str):
+    """The catalog on one tax basis (planning/tax.py: "included", what a Japanese company pays,
+    or "excluded") and in the user's preferred regions (config.yaml `preferred_regions:`, unless
+    --region names one), and the notes that say so; plus one line when an exchange rate the
+    offers use is older than 90 days."""
     from datetime import date
 
     from gpuplan import config
     from gpuplan.planning import catalog, regions
 
-    notes: dict[str, str] = {}
-    if tax:
-        unknown = sum(1 for o in cat.offers if o.tax == "unknown")
-        cat = catalog.with_tax(cat, "included")
-        notes["tax"] = ("tax: every yen figure includes Japan's 10 % consumption tax (prices listed without it x 1.1"
-                        + (f"; {unknown} offers whose source does not say are shown as listed" if unknown else "") + ")")
-    else:
-        bases: dict[str, set[str]] = {}
-        for o in cat.offers:
-            bases.setdefault(o.provider, set()).add(o.tax)
-        said = [f"{label} {', '.join(sorted(p for p, b in bases.items() if b == {basis}))}"
-                for basis, label in (("included", "including 10 % consumption tax:"), ("excluded", "without it:"),
-                                     ("unknown", "not stated:"))
-                if any(b == {basis} for b in bases.values())]
-        mixed = sorted(p for p, b in bases.items() if len(b) > 1)
-        said += [f"mixed: {', '.join(mixed)}"] if mixed else []
-        notes["tax"] = f"tax: yen as each price is listed ({'; '.join(said)}); --tax shows every figure including it"
+    notes: dict[str, str] = {"tax": _tax_note(cat, basis)}
+    cat = catalog.with_tax(cat, basis)
     preferred = [] if region else config.preferred_regions()
     if preferred:
         mine = catalog.in_regions(cat, preferred)
@@ -867,6 +858,20 @@ def _japan(cat, region: str | None, as_of: str | None, tax: bool):
     return cat, notes
 
 
+def _tax_note(cat, basis: str) -> str:
+    """The note that says the basis every yen is on, which providers' rows it moved and which
+    rows it could not (their source does not say)."""
+    from gpuplan.planning import tax as taxes
+
+    moved = sorted({o.provider for o in cat.offers if o.tax == ("excluded" if basis == "included" else "included")})
+    unknown = sorted({o.provider for o in cat.offers if o.tax == "unknown"})
+    how = [f"{', '.join(moved)} listed {'without' if basis == 'included' else 'with'} it:"
+           f" {'x 1.1' if basis == 'included' else '/ 1.1'}" if moved else "no price moved"]
+    how += [f"{', '.join(unknown)}: some rows do not say, shown as listed"] if unknown else []
+    other = "--tax excluded shows them without it" if basis == "included" else "--tax included (the default) with it"
+    return f"tax: {taxes.said(basis)} ({'; '.join(how)}); {other}"
+
+
 def next_step(plan, path: Path) -> str:
     """What to run with a saved plan, for every kind of pick: `launch` builds and runs any of
     them; a pick of machines can also be provisioned alone (a DOK task plan has none)."""
@@ -881,13 +886,15 @@ def next_step(plan, path: Path) -> str:
 def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None, region: str | None = None,
                   deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
-                  release: str = "when-done", spot: bool = False, tax: bool = False, providers: tuple[str, ...] = (),
+                  release: str = "when-done", spot: bool = False, tax: str = "included", providers: tuple[str, ...] = (),
                   offers: tuple[str, ...] = ()):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
-    `offers`: only these offer keys (a probe's plan of one offer)."""
+    `offers`: only these offer keys (a probe's plan of one offer). Every yen is on the `tax` basis
+    (planning/tax.py: "included" by default, what a Japanese company pays; "excluded")."""
     from gpuplan.planning import catalog, optimizer, workloads
+    from gpuplan.planning import tax as taxes
     from gpuplan.planning.model import Setting
     from gpuplan.planning.units import parse_duration
 
@@ -900,11 +907,13 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     if note:
         print(note, file=sys.stderr)
     check_quotas(quotas, cat)
-    cat, japan_notes = _japan(cat, region, as_of, tax)
+    basis = taxes.parse(tax)
+    cat, japan_notes = _japan(cat, region, as_of, basis)
     owned, owned_count = parse_owned(owned or [])
     hosts: dict[str, int] = {}
     if not as_of:  # the inventory's hosts are today's machines (issue 19)
         cat, hosts, host_notes = _inventory(cat)
+        cat = catalog.with_tax(cat, basis)  # the inventory's hosts on the same basis
         japan_notes.update({f"inventory {i + 1}": line for i, line in enumerate(host_notes)})
         owned = owned + [name for name in hosts if name not in {n.lower() for n in owned}]
         owned_count = {**hosts, **owned_count}  # --owned NAME=N says how many of them to plan on
@@ -954,11 +963,17 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         from dataclasses import replace
 
         est = replace(est, extra={**est.extra, **{f"measured {i + 1}": line for i, line in enumerate(measured)}})
-    if japan_notes:
-        from dataclasses import replace
+    from dataclasses import replace
 
-        est = replace(est, extra={**est.extra, **japan_notes})
-    return est
+    return replace(est, extra={**est.extra, **japan_notes}, tax=basis)
+
+
+def tax_basis(value: str | None) -> str:
+    """--tax's value checked as it is parsed (the bare flag of older gpuplan took the next option
+    as its value: this says so before the rest is read)."""
+    from gpuplan.planning import tax as taxes
+
+    return taxes.parse(value)
 
 
 def register(app: typer.Typer) -> None:
@@ -983,7 +998,7 @@ def register(app: typer.Typer) -> None:
         plot: Annotated[Optional[Path], typer.Option(metavar="FILE.svg|png", help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
         schedules: Annotated[bool, typer.Option("--schedules", help="With --format json, list every plan's machines with their jobs (by default only the recommendation's).")] = False,
-        tax: Annotated[bool, typer.Option("--tax", help="Show every yen figure including Japan's 10 % consumption tax (prices listed without it x 1.1).")] = False,
+        tax: Annotated[str, typer.Option("--tax", metavar="included|excluded", callback=tax_basis, help="The one tax basis every yen is compared and shown on: included (the default: Japan's 10 % consumption tax on every provider, what a Japanese company pays; prices listed without it x 1.1) or excluded (prices listed with it / 1.1).")] = "included",
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
         from gpuplan.planning import workloads

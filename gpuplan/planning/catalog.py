@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import Any, Literal, overload
 
 from gpuplan.errors import UsageError
+from gpuplan.planning import tax
 from gpuplan.planning.types import Offer
 
 HOURS_PER_MONTH = Decimal(730)  # 8760 / 12: the hourly equivalent of a month's rent
@@ -324,31 +325,32 @@ def load(as_of: str | None = None, prices_file: Path | None = None, *, user_pric
     return _apply_overrides(base, path, _read_yaml(path))
 
 
-CONSUMPTION_TAX = Decimal("0.10")  # Japan's standard consumption tax rate since 2019-10-01
 FX_STALE_DAYS = 90
 
 
 def with_tax(cat: Catalog, basis: str) -> Catalog:
-    """The catalog with every price on one tax basis: "included" adds Japan's 10 % consumption tax
-    to rows listed without it, "excluded" takes it out of rows listed with it, "as-listed" changes
-    nothing. Rows whose source does not say ("unknown") stay as listed and keep saying so."""
+    """The catalog with every price on one tax basis (planning/tax.py): "included" adds Japan's
+    10 % consumption tax to rows listed without it, "excluded" takes it out of rows listed with
+    it, "as-listed" changes nothing. Rows whose source does not say ("unknown") stay as listed
+    and keep saying so."""
     if basis == "as-listed":
         return cat
-    if basis not in ("included", "excluded"):
-        raise UsageError(f"bad --tax {basis!r}: use included, excluded or as-listed")
-    up = 1 + CONSUMPTION_TAX
-    offers = []
-    for o in cat.offers:
-        if o.tax in ("unknown", basis):
-            offers.append(o)
-            continue
-        factor = (up, Decimal(1)) if basis == "included" else (Decimal(1), up)
-        offers.append(dataclasses.replace(
-            o, price=_times(o.price, factor), price_jpy_per_hour=_times(o.price_jpy_per_hour, factor),
-            daily_cap_jpy=_times(o.daily_cap_jpy, factor), monthly_cap_jpy=_times(o.monthly_cap_jpy, factor), tax=basis,
-            notes=f"{o.notes}; shown with 10 % consumption tax {basis} (listed {o.tax})" if o.notes
-            else f"shown with 10 % consumption tax {basis} (listed {o.tax})"))
-    return dataclasses.replace(cat, offers=tuple(offers))
+    if basis not in tax.BASES:
+        raise UsageError(f"bad --tax {basis!r}: use included or excluded")
+    return dataclasses.replace(cat, offers=tuple(offer_with_tax(o, basis) for o in cat.offers))
+
+
+def offer_with_tax(o: Offer, basis: str) -> Offer:
+    """One offer on `basis` (with_tax): its price, hourly price and caps times the same factor."""
+    factor = tax.factor(o.tax, basis)
+    if o.tax in ("unknown", basis) or factor == (1, 1):
+        return o
+    return dataclasses.replace(
+        o, price=_times(o.price, factor), price_jpy_per_hour=_times(o.price_jpy_per_hour, factor),
+        daily_cap_jpy=_times(o.daily_cap_jpy, factor), monthly_cap_jpy=_times(o.monthly_cap_jpy, factor), tax=basis,
+        listed_tax=o.listed_tax or o.tax,
+        notes=f"{o.notes}; shown with 10 % consumption tax {basis} (listed {o.tax})" if o.notes
+        else f"shown with 10 % consumption tax {basis} (listed {o.tax})")
 
 
 def _times(x: Decimal | None, factor: tuple[Decimal, Decimal]) -> Decimal | None:

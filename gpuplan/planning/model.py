@@ -48,7 +48,7 @@ from datetime import timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gpuplan.planning import billing, evidence, fmt, outcomes
+from gpuplan.planning import billing, evidence, fmt, outcomes, tax
 from gpuplan.planning.catalog import link_of
 from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Code, Outcome
@@ -1126,6 +1126,11 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
                  f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({where}); purchase {fmt.yen(offer.price)} ({offer.source})"]
     else:
         unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
+        if offer.listed_tax and offer.listed_tax != offer.tax and offer.price is not None:  # on one basis (tax.py)
+            times, over = tax.factor(offer.listed_tax, offer.tax)
+            listed = f"{(offer.price * over / times).normalize():f}"
+            unit = f"{listed} {offer.currency}/{offer.price_unit} " + (
+                "+ 10 % consumption tax" if times > 1 else "/ 1.1 (without its 10 % consumption tax)")
         notes = [f"{offer.name} {offer.region}: {unit} = {fmt.yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "
                  f"(source: {offer.source}; as of {offer.as_of or '?'})"]
     if offer.currency != "JPY" and offer.currency in cat.fx:

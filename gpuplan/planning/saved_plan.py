@@ -3,7 +3,10 @@ read. One type, one writer (`dump`), one reader (`load`), a schema version in th
 
 Version 2 (this one) is the recommended plan's JSON (as `estimate --format json` lists it) with
 `schema_version`, the catalog snapshot, the workload and `order`: every job's name, longest
-first (the order `run --plan` hands them out in; each machine's `jobs` are listed so too). Version 1 files (no `schema_version`:
+first (the order `run --plan` hands them out in; each machine's `jobs` are listed so too), and `tax`: the basis
+its yen are on ("included": Japan's 10 % consumption tax on every provider, or "excluded"; each fleet
+entry's `listed_tax` says its row's own basis, so the yen can be put on another; a file without
+`tax` is read as its rows list their prices, as gpuplan planned then). Version 1 files (no `schema_version`:
 written before it, or by hand; possibly wrapped as {"recommended": {...}}) load the same way;
 a file from a newer gpuplan is refused in one line saying how to make one this version reads.
 Each reader checks what it needs: provision a provider, size and count; run the figures it
@@ -45,6 +48,7 @@ class SavedPlan:
     snapshot: str = ""
     fleet: Any = None  # [{"instance_type", "count", ...}] for every offer type (a mixed fleet lists two)
     order: Any = None  # every job's name, longest first (None in files written before it)
+    tax: str = "as-listed"  # the basis its yen are on: included / excluded (planning/tax.py); older files: as listed
 
     def more(self) -> list[tuple[str, int]]:
         """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
@@ -95,7 +99,9 @@ class SavedPlan:
         the share of its billed time spent on jobs and idle tail (setup, capture and staging left
         out). The whole plan's wall and yen are kept beside it. Returns {"wall_s", "yen", "basis",
         "plan_wall_s", "plan_yen"} with Decimal figures, and where the plan lists its machines, the
-        "workload", "provider", "instance_type" and number of "jobs" it planned (for calibration)."""
+        "workload", "provider", "instance_type" and number of "jobs" it planned (for calibration); always
+        "tax", the basis the yen are on, and "listed_tax", the first offer's own (a measured yen is put
+        on the plan's basis before it is compared)."""
         path = self.path
         try:
             wall = _figure(self.wall_minutes) * 60 if self.wall_minutes not in (None, _MISSING) else None
@@ -118,6 +124,7 @@ class SavedPlan:
                 fleet: list[Any] = self.fleet if isinstance(self.fleet, list) and self.fleet else [
                     {"instance_type": _text(self.instance_type), "count": len(machines)}]
                 return {"wall_s": jobs_wall, "yen": jobs_yen, "basis": "the plan's jobs phase (setup excluded)",
+                        "tax": self.tax, "listed_tax": self.listed_tax(),
                         "plan_wall_s": wall, "plan_yen": yen, "workload": self.workload,
                         "provider": _text(self.provider), "instance_type": _text(self.instance_type),
                         "jobs": sum(len(m.get("jobs") or ()) for m in machines), "order": order,
@@ -128,7 +135,14 @@ class SavedPlan:
             raise UsageError(f"plan file {path}: unreadable figure ({why}); {FIX}") from None
         if wall is None or yen is None:
             raise UsageError(f"plan file {path} has no wall time or cost; {FIX}")
-        return {"wall_s": wall, "yen": yen, "basis": "the whole plan", "plan_wall_s": wall, "plan_yen": yen}
+        return {"wall_s": wall, "yen": yen, "basis": "the whole plan", "plan_wall_s": wall, "plan_yen": yen,
+                "tax": self.tax, "listed_tax": self.listed_tax()}
+
+    def listed_tax(self) -> str:
+        """The tax basis the first offer's row lists its price on ("unknown" where the file does not say)."""
+        first = self.fleet[0] if isinstance(self.fleet, list) and self.fleet and isinstance(self.fleet[0], dict) else {}
+        listed = first.get("listed_tax")
+        return listed if listed in ("included", "excluded", "unknown") else "unknown"
 
 
 class _Missing:
@@ -163,6 +177,7 @@ def data(est, plan_json: dict[str, Any]) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         **plan_json,
         "snapshot": est.snapshot,
+        "tax": est.tax,
         "workload": work.name,
         "order": longest_first(work),
         "setup_mode": rec.setup,
@@ -218,4 +233,14 @@ def load(path: Path) -> SavedPlan:
         machines=get("machines"), fleet=plan.get("fleet"), order=plan.get("order", top.get("order")),
         workload=_text(plan.get("workload", top.get("workload"))),
         snapshot=_text(plan.get("snapshot", top.get("snapshot"))),
+        tax=_basis(path, plan.get("tax", top.get("tax"))),
     )
+
+
+def _basis(path: Path, value: Any) -> str:
+    """A plan file's `tax`: included or excluded; absent (older files): as its rows list them."""
+    if value is None:
+        return "as-listed"
+    if value not in ("included", "excluded"):
+        raise UsageError(f"plan file {path}: tax must be included or excluded, not {value!r}; {FIX}")
+    return value

@@ -52,8 +52,10 @@ class Offer:
     daily_cap_jpy: Decimal | None = None
     monthly_cap_jpy: Decimal | None = None
     # Whether `price` includes Japan's 10 % consumption tax: "included", "excluded" or
-    # "unknown" (the source does not say); `gpuplan estimate --tax` puts every row on one basis.
+    # "unknown" (the source does not say); every estimate puts every row on one basis
+    # (catalog.with_tax, planning/tax.py), and `listed_tax` then keeps the row's own ("": as `tax`).
     tax: str = "unknown"
+    listed_tax: str = ""
 
     @property
     def key(self) -> str:
