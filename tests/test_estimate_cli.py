@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-
 REPORT_A_BASIS = ("--tax", "excluded")  # report A's yen as Azure listed them: without consumption tax
 
 
