@@ -48,7 +48,8 @@ def test_workload_fields_are_the_readers():
 def test_prices_offer_fields_are_the_readers():
     offer = _schema("prices")["properties"]["offers"]["items"]["properties"]
     assert set(offer) == catalog._OFFER_FIELDS | {"snapshot"}
-    assert catalog._OFFER_FIELDS == {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour"}
+    # price_jpy_per_hour is worked out; listed_tax is set where an estimate moves a row to one tax basis
+    assert catalog._OFFER_FIELDS == {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour", "listed_tax"}
 
 
 def test_profile_fields_are_what_bench_writes():
@@ -83,6 +84,14 @@ WORKLOADS = [  # (file, what the reader says)
     ({"name": "w", "reference_gpu": "T4", "jobs": [{"minutes": 30, "count": 0}]}, "jobs[0].count"),
     ({"name": "w", "reference_gpu": "T4", "jobs": [{"minutes": 30}], "colocation": {"slowdown": {2: 0.5}}},
      "is below 1"),
+    ({"name": "w", "reference_gpu": "T4", "jobs": [{"minutes": 30}],
+      "memory_fraction": {"min": 0.25, "card_gib": 8, "context_gib": 0.3, "source": "report C"}}, None),
+    ({"name": "w", "reference_gpu": "T4", "jobs": [{"minutes": 30}],
+      "memory_fraction": {"min": 1.5, "card_gib": 8, "context_gib": 0.3}}, "is above 1"),
+    ({"name": "w", "reference_gpu": "T4", "jobs": [{"minutes": 30}],
+      "memory_fraction": {"min": 0.25, "card_gib": 8}}, "memory_fraction needs context_gib"),
+    ({"name": "w", "reference_gpu": "T4", "jobs": [{"minutes": 30}], "memory_gib": 3,
+      "memory_fraction": {"min": 0.25, "card_gib": 8, "context_gib": 0.3}}, "not both"),
 ]
 
 
@@ -167,6 +176,8 @@ BATCHES = [  # (file, what the reader says)
     ({"items": "v.txt", "command": "run {item}", "registry": {"username": "me"}}, "give both username and password_env"),
     ({"items": "v.txt", "command": "run {item}", "per_gpu": 0}, "from 1 to 16"),
     ({"command": "run {item}"}, "names no items"),
+    ({"items": "v.txt", "command": "run {item}", "tax": "exclude", "max_yen": 500}, None),
+    ({"items": "v.txt", "command": "run {item}", "tax": "gross"}, "takes a basis: included"),
 ]
 
 

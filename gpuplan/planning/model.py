@@ -45,7 +45,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuplan.planning import billing, evidence, fmt, outcomes, tax
@@ -288,16 +288,72 @@ def packing_table(workload: Workload, offer: Offer) -> tuple[Mapping[int, Decima
     return None, ""
 
 
+PERCENT = Decimal("0.01")
+
+
+def memory_share(workload: Workload, offer: Offer) -> Decimal | None:
+    """The fixed share of the offer's GPU memory a job of a `memory_fraction` workload runs in:
+    the smallest whole percent of this card that holds what ran as fast on the card the minimum
+    was measured on (minimum x that card's GiB; on that card, the minimum itself). None where the
+    workload gives no fraction."""
+    mf = workload.memory_fraction
+    if mf is None:
+        return None
+    share = (mf.inside_gib / offer.gpu_memory_gib / PERCENT).to_integral_value(rounding=ROUND_CEILING) * PERCENT
+    return share
+
+
+def memory_need(workload: Workload, offer: Offer) -> Decimal | None:
+    """GPU memory one job takes on the offer's GPU: a fixed share of this card + the context
+    outside it (a `memory_fraction` workload), else the workload's memory_gib (None: not given)."""
+    share = memory_share(workload, offer)
+    if share is None:
+        return workload.memory_gib
+    assert workload.memory_fraction is not None
+    return share * offer.gpu_memory_gib + workload.memory_fraction.context_gib
+
+
+def most_share(workload: Workload, offer: Offer, k: int) -> Decimal | None:
+    """The largest whole-percent share each of k jobs may take of the offer's GPU, their contexts
+    counted (report C: three at 25 % ran, three at 30 % did not start); None without a fraction."""
+    mf = workload.memory_fraction
+    if mf is None:
+        return None
+    room = (offer.gpu_memory_gib / k - mf.context_gib) / offer.gpu_memory_gib
+    return max(Decimal(0), (room / PERCENT).to_integral_value(rounding=ROUND_FLOOR) * PERCENT)
+
+
+def _percent(share: Decimal) -> str:
+    return f"{number_text(share * 100)} %"
+
+
+def fraction_note(workload: Workload, offer: Offer, k: int) -> str:
+    """One line: the fixed fraction to set for k jobs per GPU and how much room that leaves; "" without one."""
+    share, need, most = memory_share(workload, offer), memory_need(workload, offer), most_share(workload, offer, k)
+    mf = workload.memory_fraction
+    if share is None or need is None or most is None or mf is None:
+        return ""
+    return (f"memory: per_process_gpu_memory_fraction {share} ({_percent(share)} of {number_text(offer.gpu_memory_gib)}"
+            f" GiB = {number_text(share * offer.gpu_memory_gib)} GiB, the least that ran as fast: {_percent(mf.minimum)} of"
+            f" {number_text(mf.card_gib)} GiB) + {number_text(mf.context_gib)} GiB CUDA context outside it ="
+            f" {number_text(need)} GiB per job; {k} per {offer.gpu} take {number_text(k * need)} GiB, and each could"
+            f" take up to {_percent(most)} ({mf.source})")
+
+
 def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
     """Time factor for k jobs sharing one GPU all the time; raises Infeasible when they cannot."""
     if k == 1:
         return Decimal(1), ""
-    mem = workload.memory_gib
+    mem = memory_need(workload, offer)
     if mem is None:
         raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="no_memory"))
     if k * mem > offer.gpu_memory_gib:
+        share = memory_share(workload, offer)
+        fraction = {} if share is None or workload.memory_fraction is None else {
+            "share": share, "context_gib": workload.memory_fraction.context_gib,
+            "most_share": most_share(workload, offer, k)}
         raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="memory", need_gib=mem,
-                                     gpu_memory_gib=offer.gpu_memory_gib, gpu=offer.gpu))
+                                     gpu_memory_gib=offer.gpu_memory_gib, gpu=offer.gpu, **fraction))
     table, _ = packing_table(workload, offer)
     if table is None:
         pk = workload.packing
@@ -312,9 +368,10 @@ def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
         raise Infeasible(outcomes.of(Code.PACKING, per_gpu=k, why="no_figure", gpu=offer.gpu))
     startup = workload.packing.startup_factor
     factor = startup / eff
+    memory = fraction_note(workload, offer, k)
     return factor, (f"{k} per GPU: per-stream efficiency {eff} on {offer.gpu}, start-up factor {startup}"
                     f" -> each job takes {factor:.3f}x while {k} share the GPU; fewer left run at the efficiency"
-                    " for their count (alone: full speed)")
+                    " for their count (alone: full speed)" + (f"; {memory}" if memory else ""))
 
 
 def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: int) -> tuple[int, str]:
@@ -334,12 +391,13 @@ def stream_capacity(workload: Workload, offer: Offer, gpus: Mapping, gpus_busy: 
     table, _ = packing_table(workload, offer)
     measured = table or {}
     best, why_not = 1, ""
+    mem = memory_need(workload, offer)
     for k in sorted(k for k in measured if k > 1):
         eff = measured[k]
-        if eff is None or (workload.memory_gib is not None and k * workload.memory_gib > offer.gpu_memory_gib):
+        if eff is None or (mem is not None and k * mem > offer.gpu_memory_gib):
             why_not = f"{k} do not fit its memory"
             break
-        if workload.memory_gib is None:
+        if mem is None:
             why_not = "packing needs the workload's memory_gib"
             break
         if alone / eff > need:
@@ -416,8 +474,9 @@ def check_offer(workload: Workload, offer: Offer, setting: Setting) -> None:
     if offer.available_from is not None and offer.available_from.isoformat()[:7] > month:
         raise Infeasible(outcomes.of(Code.NOT_AVAILABLE, offer=offer.name, available_from=offer.available_from.isoformat()))
     sharded = workload.data_parallel is not None and workload.data_parallel.memory is not None
-    if workload.memory_gib is not None and workload.memory_gib > offer.gpu_memory_gib and not sharded:
-        raise Infeasible(outcomes.of(Code.MEMORY, need_gib=workload.memory_gib, gpu_memory_gib=offer.gpu_memory_gib,
+    need = memory_need(workload, offer)
+    if need is not None and need > offer.gpu_memory_gib and not sharded:
+        raise Infeasible(outcomes.of(Code.MEMORY, need_gib=need, gpu_memory_gib=offer.gpu_memory_gib,
                                      gpu=offer.gpu))
     # where a workload gives no need, the offer's own memory bounds it: nothing more to check
     speed(workload, offer, cat.gpus)
@@ -465,6 +524,11 @@ def job_start(workload: Workload) -> tuple[Decimal, str]:
 
 def memory_note(workload: Workload) -> str:
     """One line on the memory figure fits and packing use, and the peak kept apart."""
+    mf = workload.memory_fraction
+    if mf is not None:
+        return (f"memory per job: a fixed fraction of the GPU (per_process_gpu_memory_fraction) holding"
+                f" {number_text(mf.inside_gib)} GiB ({_percent(mf.minimum)} of {number_text(mf.card_gib)} GiB, the least"
+                f" that ran as fast) + {number_text(mf.context_gib)} GiB CUDA context outside it ({mf.source})")
     if workload.memory_gib is None:
         return f"memory per job: not given for {workload.name}; any GPU is assumed to fit one job"
     peak = (f"; uncapped peak {number_text(workload.memory_peak_gib)} GiB, not a need (an allocator takes what is free)"

@@ -150,6 +150,11 @@ def _packing(f: Mapping[str, Any]) -> str:
     k, why = f["per_gpu"], f["why"]
     if why == "no_memory":
         return f"{k} per GPU needs a fixed memory fraction per job; the workload gives no memory_gib"
+    if why == "memory" and f.get("share") is not None:
+        share, most = Decimal(f["share"]) * 100, Decimal(f["most_share"]) * 100
+        return (f"{k} per GPU: {k} x {number(f['need_gib'])} GiB (a fixed fraction of {number(share)} % + "
+                f"{number(f['context_gib'])} GiB CUDA context each) exceed the {f['gpu_memory_gib']} GiB of a {f['gpu']};"
+                f" {k} fit at most {number(most)} % each, below the least that ran as fast")
     if why == "memory":
         return (f"{k} per GPU: {k} x {number(f['need_gib'])} GiB fixed fractions exceed the {f['gpu_memory_gib']} GiB "
                 f"of a {f['gpu']}")

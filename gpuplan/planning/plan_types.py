@@ -49,6 +49,24 @@ class Packing:
 
 
 @dataclass(frozen=True)
+class MemoryFraction:
+    """A job that runs in a fixed share of its GPU's memory (TensorFlow's
+    per_process_gpu_memory_fraction) plus a CUDA context outside that share. minimum: the smallest
+    share that ran as fast as the whole card, measured on a card of card_gib (so minimum x card_gib
+    GiB inside the share is what the job needs on any card); context_gib: the memory each process
+    takes outside its share; source says where these come from."""
+
+    minimum: Decimal
+    card_gib: Decimal
+    context_gib: Decimal
+    source: str = ""
+
+    @property
+    def inside_gib(self) -> Decimal:
+        return self.minimum * self.card_gib
+
+
+@dataclass(frozen=True)
 class ShardedMemory:
     """A data-parallel job's GPU memory in parts (GiB, unsharded, per replica): parameters,
     gradients, optimizer state and activations. stage says what is split over the GPUs (ZeRO
@@ -99,6 +117,9 @@ class Workload:
     memory_gib: GPU memory one job needs (the smallest cap at which it runs at full speed where
         measured): fits and packing use it. memory_peak_gib: the uncapped peak, shown, never
         used for fits (an allocator takes what is free). memory_source: where memory_gib comes from.
+    memory_fraction: the job runs in a fixed share of the card plus a context outside it
+        (MemoryFraction); its need on a card then follows from the card (model.memory_need) and
+        memory_gib is that need on the card the share was measured on.
     speed: measured speed per GPU key relative to the reference GPU (overrides the generic table).
     speed_kinds: the kind of a `speed` entry that is not a measurement of this workload (a
         calibration by `gpuplan run`); the others are measured.
@@ -130,6 +151,7 @@ class Workload:
     memory_gib: Decimal | None = None
     memory_peak_gib: Decimal | None = None
     memory_source: str = ""
+    memory_fraction: MemoryFraction | None = None
     job_start_s: Decimal = Decimal(0)
     job_start_source: str = ""
     speed: Mapping[str, Decimal] = field(default_factory=dict)

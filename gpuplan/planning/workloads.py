@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuplan.errors import UsageError
 from gpuplan.planning.evidence import SpeedKind
-from gpuplan.planning.plan_types import DataParallel, Job, Packing, ShardedMemory, Streams, Workload
+from gpuplan.planning.plan_types import DataParallel, Job, MemoryFraction, Packing, ShardedMemory, Streams, Workload
 
 VIDEOS_WORKLOAD = "colorize-hd"
 
@@ -34,7 +34,7 @@ _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
-    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed",
+    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed", "memory_fraction",
 }
 
 
@@ -225,6 +225,13 @@ def from_dict(data: Any, where: str) -> Workload:
         raise UsageError(f"{where}: data_parallel.overlap = {overlap} is above 1; it is the share of a step's compute"
                          " the allreduce can hide behind")
 
+    fraction = _fraction(where, data.get("memory_fraction"))
+    if fraction is not None and data.get("memory_gib") is not None:
+        raise UsageError(f"{where}: give memory_gib or memory_fraction, not both (with a fixed fraction the need"
+                         " follows from the card: the fraction x its memory + the context)")
+    memory_gib = (_dec(where, "memory_gib", data["memory_gib"], positive=True) if data.get("memory_gib") is not None
+                  else fraction.inside_gib + fraction.context_gib if fraction is not None else None)
+
     js = _map(where, "job_start", data.get("job_start"))
     _only(where, "job_start", js, {"seconds", "source"})
     job_start_s = _dec(where, "job_start.seconds", js["seconds"]) if js.get("seconds") is not None else Decimal(0)
@@ -270,10 +277,11 @@ def from_dict(data: Any, where: str) -> Workload:
         seconds_per_unit=spu,
         reference_gpu=_text(where, "reference_gpu", data["reference_gpu"]),
         kind=_text(where, "kind", data.get("kind") or "cnn-train"),
-        memory_gib=_dec(where, "memory_gib", data["memory_gib"], positive=True) if data.get("memory_gib") is not None else None,
+        memory_gib=memory_gib,
         memory_peak_gib=_dec(where, "memory_peak_gib", data["memory_peak_gib"], positive=True)
         if data.get("memory_peak_gib") is not None else None,
-        memory_source=where if data.get("memory_gib") is not None else "",
+        memory_source=(fraction.source if fraction is not None else where) if memory_gib is not None else "",
+        memory_fraction=fraction,
         job_start_s=job_start_s,
         job_start_source=str(js.get("source") or where) if job_start_s else "",
         speed=MappingProxyType(speed),
@@ -360,6 +368,8 @@ def apply_profile(workload: Workload, profile_path: str | Path) -> Workload:
     elif o["memory_peak_gib"] is not None:
         changes["memory_gib"] = o["memory_peak_gib"]
         changes["memory_source"] = f"uncapped peak, need not measured: overstates it ({source})"
+    if "memory_gib" in changes:
+        changes["memory_fraction"] = None  # the profile's memory figure replaces the workload's fixed fraction
     if o["memory_peak_gib"] is not None:
         changes["memory_peak_gib"] = o["memory_peak_gib"]
     if len(o["colocation_slowdown"]) > 1:
@@ -488,6 +498,24 @@ def _sharded(where: str, raw: Any) -> ShardedMemory | None:
         optimizer_gib=_dec(where, "data_parallel.memory.optimizer_gib", m.get("optimizer_gib", 0)),
         activations_gib=_dec(where, "data_parallel.memory.activations_gib", m.get("activations_gib", 0)),
         stage=stage, degree=degree, source=str(m.get("source") or where))
+
+
+def _fraction(where: str, raw: Any) -> MemoryFraction | None:
+    """memory_fraction: the fixed share of the card a job runs in, and the context outside it."""
+    if raw is None:
+        return None
+    m = _map(where, "memory_fraction", raw)
+    _only(where, "memory_fraction", m, {"min", "card_gib", "context_gib", "source"})
+    for needed in ("min", "card_gib", "context_gib"):
+        if m.get(needed) is None:
+            raise UsageError(f"{where}: memory_fraction needs {needed} (min: the smallest share of the card that ran as"
+                             " fast as all of it; card_gib: that card's memory; context_gib: memory outside the share)")
+    share = _dec(where, "memory_fraction.min", m["min"], positive=True)
+    if share > 1:
+        raise UsageError(f"{where}: memory_fraction.min = {m['min']} is above 1; it is a share of the card's memory")
+    return MemoryFraction(minimum=share, card_gib=_dec(where, "memory_fraction.card_gib", m["card_gib"], positive=True),
+                          context_gib=_dec(where, "memory_fraction.context_gib", m["context_gib"]),
+                          source=str(m.get("source") or where))
 
 
 def _packing(where: str, name: str, raw: Any) -> dict[int, Decimal | None]:
