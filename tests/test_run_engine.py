@@ -220,7 +220,9 @@ def test_the_dashboard_is_reached_through_ssh(ray_cluster):
 
 STAND_IN_TORCHRUN = """#!/bin/sh
 # Stands in for `python -m torch.distributed.run ARGS PROGRAM`: records what its node was given,
-# then waits until every rank has started (a gang starts together, or this times out).
+# then waits until every rank has started (a gang starts together, or this times out). Asked
+# whether torch imports (`-c 'import torch...'`) it says yes.
+[ "$1" = "-c" ] && exit 0
 shift 2
 while [ $# -gt 0 ]; do
   case $1 in
@@ -267,6 +269,13 @@ def test_torchrun_runs_as_a_ray_gang_one_rank_per_node(ray_cluster, tmp_path):
     assert not processes_running(["sleep", "303"])
     r = _cli("run", CLUSTER, "--resume", job["id"])
     assert r.code == 2 and "--torchrun job" in r.err
+    # a Python without torch on the nodes: said before anything is submitted, naming the nodes
+    bare = tmp_path / "bare-python"  # a Python with no torch: its import fails
+    bare.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named torch' >&2\nexit 1\n")
+    bare.chmod(0o755)
+    r = _cli("run", CLUSTER, "--torchrun", "--python", str(bare), "--", "python", "train.py")
+    assert r.code == 2 and f"{bare} cannot import torch on {CLUSTER}-0, {CLUSTER}-1" in r.err
+    assert " submitted" not in r.out
 
 
 @pytest.mark.torch

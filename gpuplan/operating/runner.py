@@ -313,12 +313,33 @@ def submit_torchrun(state: State, cluster: str, command: Sequence[str], *, pytho
     node's private address. Recorded as a job with one item per rank ("rank0", "rank1", ...), so
     `jobs`, `logs`, `cancel` and `--detach` work as for a batch."""
     program = torchrun_program(command)
+    check_torch(state, cluster, python, progress)
     argv = torchrun_argv(python, nodes="{nnodes}", nproc_per_node="{nproc}", node_rank="{node_rank}",
                          master_addr="{master_addr}", master_port=master_port, program=program)
     spec = {"mode": "gang", "argv": argv}
     return _submit(state, cluster, lambda up: [(r, f"rank{r}") for r in range(up)], list(command), spec,
                    {"torchrun": True, "python": python, "master_port": master_port, **(options or {})}, timeout, None, "",
                    local_workdir, progress)
+
+
+def check_torch(state: State, cluster: str, python: str, progress: Callable[[str], None] = lambda _m: None) -> None:
+    """Before a --torchrun job is submitted: `python` imports torch's launcher on every node (else
+    every rank would start, then fail). Bad input, naming the nodes and how to provide it."""
+    from gpuplan.errors import RemoteError
+    from gpuplan.operating import remote
+
+    hosts = remote.cluster_hosts(state, cluster)
+    progress(f"checking that {python} imports torch on {fmt.plural(len(hosts), 'node')}")
+    check = f"{shlex.quote(python)} -c 'import torch.distributed.run'"
+    results = remote.run_many(hosts, lambda h: remote.run(h, check, timeout=300))
+    for h, r in zip(hosts, results):
+        if isinstance(r, BaseException):
+            raise RemoteError(f"--torchrun: could not check torch on {h.name}: {r}")
+    missing = [h.name for h, r in zip(hosts, results) if not isinstance(r, BaseException) and not r.ok]
+    if missing:
+        raise UsageError(f"--torchrun: {python} cannot import torch on {', '.join(missing)}: install it there (a venv"
+                         " and --python /path/to/venv/bin/python, or `pip install torch` in a bootstrap playbook;"
+                         " docs/run-engine.md#--torchrun-one-data-parallel-job-as-a-ray-gang)")
 
 
 def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[int, str]]], command: Sequence[str],
