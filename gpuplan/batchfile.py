@@ -29,7 +29,7 @@ from gpuplan.errors import UsageError
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
-                    "playbooks", "params", "spot", "probe"})
+                    "playbooks", "params", "spot", "probe", "tax"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
@@ -97,6 +97,7 @@ class Batch:
     playbooks: tuple[str, ...] | None = None  # None: the default for the machines (cloud VMs: the GPU stack; owned: none)
     params: Mapping[str, str] = field(default_factory=dict)
     spot: bool = False
+    tax: str = "included"  # the tax basis its yen are planned and capped on (planning/tax.py)
     probe: Probe | None = None  # None: the batch says no way to measure its job in a few units
     source: Path | None = None  # the batch file it was read from (None: the command line alone)
 
@@ -151,6 +152,8 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     workload = _text(at("workload"), data.get("workload") or "")
     if workload and (workload.endswith((".yaml", ".yml")) or "/" in workload) and "workload" not in flags:
         workload = str(base / workload) if not Path(workload).is_absolute() else workload
+    from gpuplan.planning import tax as taxes
+
     objective = _text(at("objective"), data.get("objective") or "balanced")
     if objective not in OBJECTIVES:
         raise UsageError(f"{at('objective')} {objective!r}: use balanced, cost or time")
@@ -182,6 +185,7 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         timeout_s=_whole(at("timeout"), timeout, 1, 366 * 86400),
         playbooks=None if data.get("playbooks") is None else _words(at("playbooks"), data.get("playbooks")),
         params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)),
+        tax=taxes.parse(_text(at("tax"), data.get("tax") or "included"), at("tax")),
         probe=_probe(at("probe"), data.get("probe"), command), source=source)
 
 

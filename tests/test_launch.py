@@ -77,6 +77,20 @@ def test_launch_refuses_a_plan_over_its_cap_and_a_full_outputs_folder_before_any
     assert (tmp_path / "outputs" / "batch" / "old.txt").read_text() == "mine"  # nothing the user had is lost
 
 
+def test_a_batch_plans_and_caps_on_its_tax_basis(cli, tmp_path, monkeypatch):
+    # issue 31: 4 colorize-hd items on AWS, 1x g5.xlarge: ¥228.01 as AWS lists it, ¥250.81 with Japan's
+    # 10 % consumption tax (the default basis); a max_yen of 240 is on the batch's basis too
+    monkeypatch.chdir(tmp_path)
+    batch = {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}", "infra": ["aws"], "max_yen": 240}
+    r = cli("launch", str(_write(tmp_path, batch)), "--dry-run")
+    assert r.out.startswith("gpuplan estimate: colorize-hd (4 jobs), catalog 2026-11; yen include Japan's 10 %")
+    assert r.code == 2 and "is estimated at ¥251, over max_yen ¥240" in r.err
+    r = cli("launch", str(_write(tmp_path, {**batch, "tax": "excluded"})), "--dry-run")
+    assert r.code == 0, r.err
+    assert r.out.startswith("gpuplan estimate: colorize-hd (4 jobs), catalog 2026-11; yen exclude consumption tax")
+    assert "Recommended: 1x g5.xlarge aws us-east-1, from scratch: ¥228" in r.out and "max_yen ¥240" in r.out
+
+
 def test_dry_run_prints_the_whole_sequence_with_yen_and_writes_nothing(cli, tmp_path, monkeypatch, gpuplan_home):
     monkeypatch.chdir(tmp_path)
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}",

@@ -65,7 +65,7 @@ def launch(
 
         work = launcher.workload_for(batch, todo_items)
         est = estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                         objective=batch.objective, spot=batch.spot,
+                                         objective=batch.objective, spot=batch.spot, tax=batch.tax,
                                          providers=launcher.infra_providers(batch.infra))
         estimate_cli._render_table(est, False)
         if est.recommended is None:
@@ -90,7 +90,7 @@ def launch(
             plan = paths.state_dir() / "launches" / f"{cluster}.plan.json"
             plan.parent.mkdir(parents=True, exist_ok=True)
         estimate_cli.save_plan(est, plan)
-    pick = launcher.pick_of(plan, batch.region or None)
+    pick = launcher.pick_of(plan, batch.region or None, batch.tax)
     launcher.refuse_over_cap(pick, batch.max_yen)
     outputs_dir = launcher.outputs_dir(batch, cluster)
     if outputs_dir.exists() and (not outputs_dir.is_dir() or any(outputs_dir.iterdir())):

@@ -40,7 +40,7 @@ def probe(
     todo = runner.read_items(batch.items)
     work = launcher.workload_for(batch, todo)
     est = estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                     objective=batch.objective, spot=batch.spot,
+                                     objective=batch.objective, spot=batch.spot, tax=batch.tax,
                                      providers=launcher.infra_providers(batch.infra))
     estimate_cli._render_table(est, False)
     if est.recommended is None:
@@ -82,7 +82,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
         per_unit = work.seconds_per_unit / speeds.get(offer.gpu, Decimal(1))
         units = batch.probe.units or probing.default_units(per_unit)
         pest = estimate_cli.plan_estimate(
-            probing.probe_workload(work, units), objective="cost", offers=(offer.key,),
+            probing.probe_workload(work, units), objective="cost", offers=(offer.key,), tax=batch.tax,
             owned=[f"{offer.name}=1"] if offer.kind == "owned" else None)
         plan = probing.probe_plan(pest.plans, offer)
         why = "" if plan is not None else (pest.reason or "no plan of one machine fits it")
@@ -138,7 +138,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
         raise JobsFailed("no probe measured (each says why above); fix the batch's `probe:` command, or plan without"
                          " probing")
     return estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                      objective=batch.objective, spot=batch.spot,
+                                      objective=batch.objective, spot=batch.spot, tax=batch.tax,
                                       providers=launcher.infra_providers(batch.infra))
 
 

@@ -86,17 +86,32 @@ def workload_for(batch: Batch, items: Sequence[str]):
     return replace(work, jobs=tuple(Job(Path(item).name or item, units) for item in items))
 
 
-def pick_of(plan_path: Path, region: str | None = None) -> Pick:
-    """The saved plan as a Pick, its offer resolved as `provision --plan` resolves it."""
+def pick_of(plan_path: Path, region: str | None = None, tax: str | None = None) -> Pick:
+    """The saved plan as a Pick, its offer resolved as `provision --plan` resolves it; its yen on
+    the `tax` basis (the batch's: planning/tax.py) where given, else on the plan's own."""
     from gpuplan.operating import backends, launch
     from gpuplan.planning import saved_plan
+    from gpuplan.planning import tax as taxes
 
     saved = saved_plan.load(plan_path)
     provider, size, plan_region, count, setup = saved.target()
     offer = launch.resolve_offer(f"{provider}:{size}", region or plan_region)
     pred = saved.prediction()
-    return Pick(plan_path, offer, count, setup, saved.market, Decimal(str(pred.get("plan_yen") or pred.get("yen") or 0)),
+    yen = Decimal(str(pred.get("plan_yen") or pred.get("yen") or 0))
+    if tax is not None:
+        yen = taxes.moved(yen, saved.listed_tax(), saved.tax, tax)
+    return Pick(plan_path, offer, count, setup, saved.market, yen,
                 Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name)
+
+
+def billed_cap(pick: Pick, batch: Batch) -> Decimal | None:
+    """The batch's max_yen (on its tax basis) in the yen the provider bills and the ledger counts
+    (the offer's price as listed): max_yen / 1.1 where the batch counts a tax the price leaves out."""
+    from gpuplan.planning import tax as taxes
+
+    if batch.max_yen is None:
+        return None
+    return taxes.moved(batch.max_yen, pick.offer.tax, batch.tax, "as-listed")
 
 
 def refuse_over_cap(pick: Pick, max_yen: Decimal | None) -> None:
@@ -194,11 +209,11 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
     timeout_s, cap = batch.timeout_s, None
     if backend.has_cluster:
         provision(state, pick, batch, name, order, progress)
-        cap = stop_at(state, name, batch.max_yen)
+        cap = stop_at(state, name, billed_cap(pick, batch))
         if cap is not None:
             progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
     elif batch.max_yen is not None:
-        timeout_s = task_limit_within(pick, batch.max_yen, timeout_s)
+        timeout_s = task_limit_within(pick, billed_cap(pick, batch) or batch.max_yen, timeout_s)
     sub = backends.Submission(
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
         registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
