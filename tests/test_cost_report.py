@@ -70,3 +70,33 @@ def test_the_cli_reports_from_the_ledger(cli, gpuplan_home):
     assert cli("cost-report", "--month", month).code == 0
     r = cli("cost-report", "--month", "2026-13")
     assert r.code == 2 and "bad --month '2026-13'" in r.err
+
+
+def test_cost_report_shows_every_line_on_the_estimates_tax_basis(cli, gpuplan_home):
+    # issue 31: the ledger keeps what the provider bills (AWS without consumption tax, Sakura with it);
+    # cost-report puts every line on one basis, by default the estimate's: with the 10 % tax on all
+    from gpuplan.operating.state import State
+
+    import time
+
+    state = State.open_default()
+    rows = (("a", "aws", "g4dn.xlarge", "110", "excluded"), ("s", "sakura", "24Core-240GB-H100x1", "990", "included"),
+            ("o", "sakura", "24Core-240GB-H100x1", "990", None))
+    for cluster, provider, size, price, listed in rows:
+        state.ledger_start(cluster, f"{cluster}-0", provider, size, Decimal(price),
+                           billing.Terms(Decimal(price), 3600, 3600, 3600), **({"tax": listed} if listed else {}))
+    time.sleep(1.1)  # the ledger keeps whole seconds
+    for cluster, *_ in rows:
+        state.ledger_stop(cluster, f"{cluster}-0")  # one started hour each
+    taxed = json.loads(cli("cost-report", "--format", "json").out)
+    plain = json.loads(cli("cost-report", "--format", "json", "--tax", "exclude").out)
+    yen = {d["tax"]: {x["cluster"]: x["cost_jpy"] for x in d["lines"]} for d in (taxed, plain)}
+    # a row recorded before the ledger kept its basis ("o") stays as billed in both views
+    assert yen == {"included": {"a": "121.00", "s": "990.00", "o": "990.00"},
+                   "excluded": {"a": "110.00", "s": "900.00", "o": "990.00"}}
+    assert {x["cluster"]: x["listed_tax"] for x in taxed["lines"]} == {"a": "excluded", "s": "included", "o": "unknown"}
+    r = cli("cost-report")
+    assert "gpuplan cost-report; yen include Japan's 10 % consumption tax" in r.out
+    assert "total: ¥2,101" in r.out and "1 line whose price does not say" in r.out
+    assert "gpuplan cost-report; yen exclude consumption tax" in cli("cost-report", "--tax", "excluded").out
+    assert cli("cost-report", "--tax", "gross").code == 2

@@ -9,16 +9,20 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.cli.estimate import tax_basis
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
+from gpuplan.planning import tax as taxes
 
 
 def cost_report(
     month: Annotated[Optional[str], typer.Option("--month", metavar="YYYY-MM", help="Only this month (UTC).")] = None,
     out_format: Annotated[str, typer.Option("--format", metavar="table|json", help="Print a table (for people) or JSON (for programs).")] = "table",
+    tax: Annotated[str, typer.Option("--tax", metavar="included|excluded", callback=tax_basis, help="The one tax basis every yen is shown on, as `gpuplan estimate`'s: included (the default: Japan's 10 % consumption tax on every provider) or excluded.")] = "included",
 ) -> None:
     """Yen per cluster and per month from the cost ledger, each machine billed as its provider
-    bills it (granularity, minimum, daily and monthly caps), running machines up to now."""
+    bills it (granularity, minimum, daily and monthly caps), running machines up to now, on one
+    tax basis (the estimate's)."""
     from gpuplan.cli import tables
     from gpuplan.cli.tables import Column
     from gpuplan.operating import costs
@@ -28,13 +32,16 @@ def cost_report(
         raise UsageError(f"bad --format {out_format!r}: use table or json")
     if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):
         raise UsageError(f"bad --month {month!r}: write it as YYYY-MM, e.g. 2026-11")
-    lines = costs.report(State.open_default().ledger_rows(), month.strip() if month else None)
+    lines = costs.on_basis(costs.report(State.open_default().ledger_rows(), month.strip() if month else None), tax)
     total = sum((line.yen for line in lines), Decimal(0))
+    unknown = sum(1 for x in lines if x.tax == "unknown")
+    basis = f"{taxes.said(tax)}" + (f"; {fmt.plural(unknown, 'line')} whose price does not say (or was recorded"
+                                     " before gpuplan kept it): as billed" if unknown else "")
     if out_format == "json":
-        print(json.dumps({"month": month, "total_jpy": _exact(total), "lines": [
+        print(json.dumps({"month": month, "tax": tax, "total_jpy": _exact(total), "lines": [
             {"month": x.month, "cluster": _name(x.cluster), "provider": x.provider, "instance_type": x.size,
              "machines": x.machines, "machine_seconds": x.seconds, "cost_jpy": _exact(x.yen), "running": x.running,
-             "billing": x.terms} for x in lines]}, indent=2, ensure_ascii=False))
+             "billing": x.terms, "listed_tax": x.tax} for x in lines]}, indent=2, ensure_ascii=False))
         return
     out = tables.console()
     if not lines:
@@ -46,13 +53,14 @@ def cost_report(
     held = fmt.durations([x.seconds for x in lines])
     rows = [[x.month, _name(x.cluster) + (" (running)" if x.running else ""),
              f"{x.machines}x {x.provider}:{x.size}", h, fmt.yen(x.yen), x.terms] for x, h in zip(lines, held)]
-    tables.render(out, columns, rows, title="gpuplan cost-report" + (f" {month}" if month else ""))
+    tables.render(out, columns, rows, title="gpuplan cost-report" + (f" {month}" if month else "") + f"; {taxes.said(tax)}")
     by_month: dict[str, Decimal] = {}
     for x in lines:
         by_month[x.month] = by_month.get(x.month, Decimal(0)) + x.yen
     for m, yen in by_month.items():
         out.print(f"{m}: {fmt.yen(yen)}")
     out.print(f"total: {fmt.yen(total)} (each line rounded once; machines still held counted up to now)")
+    out.print(f"tax: {basis}; --tax {'excluded' if tax == 'included' else 'included'} shows the other view")
 
 
 def _name(cluster: str) -> str:

@@ -27,6 +27,7 @@ class CostLine:
     yen: Decimal  # exact; the table rounds once
     running: bool  # a machine of it is still held (the figure grows)
     terms: str  # how it is billed, in words
+    tax: str = "unknown"  # whether `yen` includes consumption tax, as the provider bills it (planning/tax.py)
 
 
 def terms_for_row(row: dict) -> tuple[billing.Terms, str]:
@@ -49,8 +50,19 @@ def _month_starts(start: datetime, stop: datetime) -> list[datetime]:
     return out + [stop]
 
 
+def on_basis(lines: list[CostLine], basis: str) -> list[CostLine]:
+    """The lines with their yen on one tax basis (planning/tax.py), as estimates compare them: a line
+    billed without consumption tax x 1.1 for "included"; one whose basis is unknown as billed."""
+    from dataclasses import replace
+
+    from gpuplan.planning import tax
+
+    return [replace(x, yen=tax.on_basis(x.yen, x.tax, basis)) for x in lines]
+
+
 def report(rows: list[dict], month: str | None = None, at: datetime | None = None) -> list[CostLine]:
-    """Cost lines per (month, cluster, provider, size), oldest month first; only `month`'s if given."""
+    """Cost lines per (month, cluster, provider, size), oldest month first; only `month`'s if given;
+    each line's yen as the provider bills them (`tax` says whether with consumption tax: on_basis)."""
     at = at or datetime.now(timezone.utc)
     lines: dict[tuple, dict] = {}
     for row in rows:
@@ -67,12 +79,12 @@ def report(rows: list[dict], month: str | None = None, at: datetime | None = Non
             upto = int((hi - start).total_seconds())
             key = (lo.strftime("%Y-%m"), row["cluster"], row["provider"], row["size"])
             line = lines.setdefault(key, {"machines": set(), "seconds": 0, "yen": Decimal(0), "running": False,
-                                          "terms": words})
+                                          "terms": words, "tax": row.get("tax") or "unknown"})
             line["machines"].add(row["node"])
             line["seconds"] += upto - before
             line["yen"] += billing.charge(upto, terms) - billing.charge(before, terms)
             line["running"] |= row["stopped_at"] is None
-    out = [CostLine(m, c, p, s, len(v["machines"]), v["seconds"], v["yen"], v["running"], v["terms"])
+    out = [CostLine(m, c, p, s, len(v["machines"]), v["seconds"], v["yen"], v["running"], v["terms"], v["tax"])
            for (m, c, p, s), v in lines.items()]
     if month is not None:
         out = [line for line in out if line.month == month]

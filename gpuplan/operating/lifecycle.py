@@ -65,6 +65,7 @@ class ProvisionRequest:
     idle_s: int | None = None  # --idle: each node stops itself after this long with no batch (operating/idle.py)
     vcpus: int | None = None  # per machine, from the catalog row (None: the provider's own figure)
     billing: Terms | None = None  # how each machine is billed (the ledger charges by it); None: per second
+    tax: str = "unknown"  # whether that price includes consumption tax, as its row lists it (planning/tax.py)
     more: tuple[ProvisionRequest, ...] = ()  # a mixed fleet's other sizes: one cluster, machines numbered on
 
     @property
@@ -150,6 +151,7 @@ def request_from_offer(
         ssh_cidr=ssh_cidr,
         vcpus=offer.vcpus or None,
         billing=_terms(offer),
+        tax=offer.listed_tax or offer.tax,
     )
 
 
@@ -445,7 +447,7 @@ def _record_instances(
                 state.pin_host_key(address, inst.ssh_port, own or injected, cluster=req.name, node=inst.name,
                                    origin="node" if own else "injected")
             state.ledger_start(req.name, inst.name, req.provider, req.size, req.price_jpy_per_hour or Decimal(0),
-                               req.billing)
+                               req.billing, req.tax)
 
 
 def resolve_image(state: State, req: ProvisionRequest) -> str | None:

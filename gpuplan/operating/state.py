@@ -116,7 +116,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     granularity_s INTEGER NOT NULL DEFAULT 1,
     minimum_s INTEGER NOT NULL DEFAULT 0,
     daily_cap_jpy TEXT,
-    monthly_cap_jpy TEXT
+    monthly_cap_jpy TEXT,
+    tax TEXT                        -- included / excluded / unknown: the price's basis as its row lists it
 );
 CREATE TABLE IF NOT EXISTS setup_times (
     provider TEXT NOT NULL,
@@ -296,6 +297,8 @@ MIGRATIONS = [
     ("ledger", "minimum_s", "INTEGER NOT NULL DEFAULT 0"),
     ("ledger", "daily_cap_jpy", "TEXT"),
     ("ledger", "monthly_cap_jpy", "TEXT"),
+    # whether the row's price includes consumption tax, as listed (planning/tax.py); NULL on older rows: "unknown"
+    ("ledger", "tax", "TEXT"),
     # the run backend a job was submitted through (operating/backends.py); NULL on older rows
     ("jobs", "backend", "TEXT"),
     # why a node was set aside, as a code (batch_rules.QUARANTINE_CODES); NULL on older rows: read as "unknown"
@@ -791,8 +794,9 @@ class State:
     # --- cost ledger ---------------------------------------------------------------------
 
     def ledger_start(self, cluster: str, node: str, provider: str, size: str, price_jpy_per_hour: Decimal,
-                     terms: Terms | None = None) -> None:
-        """A node starts being billed, by `terms` (default: its hourly price by the second)."""
+                     terms: Terms | None = None, tax: str = "unknown") -> None:
+        """A node starts being billed, by `terms` (default: its hourly price by the second), at a
+        price that `tax` says includes consumption tax or not, as the provider bills it."""
         t = terms or billing.per_second(price_jpy_per_hour)
         with self._tx() as db:
             open_rows = db.execute(
@@ -801,9 +805,9 @@ class State:
             if not open_rows:
                 db.execute(
                     "INSERT INTO ledger (cluster, node, provider, size, price_jpy_per_hour, started_at, price_jpy, period_s,"
-                    " granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy, tax) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (cluster, node, provider, size, str(price_jpy_per_hour), _iso(), str(t.price_jpy), t.period_s,
-                     t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy), _text(t.monthly_cap_jpy)),
+                     t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy), _text(t.monthly_cap_jpy), tax),
                 )
 
     def ledger_stop(self, cluster: str, node: str) -> None:
@@ -832,10 +836,11 @@ class State:
     def ledger_rows(self) -> list[dict]:
         """Every ledger row (one machine held from started_at to stopped_at, or still held),
         oldest first: cluster, node, provider, size, price_jpy_per_hour (Decimal), started_at,
-        stopped_at (None while held), terms (the billing Terms the row was started with)."""
+        stopped_at (None while held), terms (the billing Terms the row was started with), tax (whether
+        its price includes consumption tax as the provider bills it; "unknown" on rows older than that)."""
         return [{"cluster": r["cluster"], "node": r["node"], "provider": r["provider"], "size": r["size"],
                  "price_jpy_per_hour": Decimal(r["price_jpy_per_hour"]), "started_at": parse_time(r["started_at"]),
-                 "stopped_at": parse_time(r["stopped_at"]), "terms": _terms(r)}
+                 "stopped_at": parse_time(r["stopped_at"]), "terms": _terms(r), "tax": r["tax"] or "unknown"}
                 for r in self._query("SELECT * FROM ledger ORDER BY started_at, id")]
     def ledger_terms(self, cluster: str) -> Terms | None:
         """The billing terms of the cluster's latest ledger row (None where it has none)."""
