@@ -60,6 +60,14 @@ def test_a_sakura_node_up_ten_minutes_costs_990_in_status_and_in_runs_measured_y
     assert summary.yen == Decimal(990)
     cmp = runner.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(990)})
     assert cmp.measured_yen == Decimal(990) and cmp.yen_error_pct == 0
+    # issue 31: the measured yen go on the plan's tax basis first (Sakura bills with consumption tax)
+    assert state.ledger_rows()[0]["tax"] == "included"  # provision recorded the row's basis
+    cmp = runner.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(900), "tax": "excluded",
+                                   "listed_tax": "included"})
+    assert cmp.measured_yen == Decimal(900) and cmp.yen_error_pct == 0
+    cmp = runner.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(990), "tax": "included",
+                                   "listed_tax": "included"})
+    assert cmp.measured_yen == Decimal(990) and cmp.yen_error_pct == 0
     r = cli("teardown", "--yes", "tenmin")
     assert r.code == 0, r.err
 

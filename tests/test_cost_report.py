@@ -75,9 +75,9 @@ def test_the_cli_reports_from_the_ledger(cli, gpuplan_home):
 def test_cost_report_shows_every_line_on_the_estimates_tax_basis(cli, gpuplan_home):
     # issue 31: the ledger keeps what the provider bills (AWS without consumption tax, Sakura with it);
     # cost-report puts every line on one basis, by default the estimate's: with the 10 % tax on all
-    from gpuplan.operating.state import State
-
     import time
+
+    from gpuplan.operating.state import State
 
     state = State.open_default()
     rows = (("a", "aws", "g4dn.xlarge", "110", "excluded"), ("s", "sakura", "24Core-240GB-H100x1", "990", "included"),

@@ -585,9 +585,14 @@ def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
     wall = Decimal(str(summary.wall_seconds))
     pw = predicted["wall_s"] if predicted else None
     py = predicted["yen"] if predicted else None
+    measured = summary.yen
+    if measured is not None and predicted:  # the yen billed (as listed), on the plan's tax basis (planning/tax.py)
+        from gpuplan.planning import tax
+
+        measured = tax.on_basis(measured, predicted.get("listed_tax") or "unknown", predicted.get("tax") or "as-listed")
     # Under a yen the prediction is all rounding: a percentage of it says nothing.
-    yen_error = err(summary.yen, py) if py is not None and py >= 1 else None
-    return Comparison(summary.wall_seconds, summary.yen, pw, py, err(wall, pw), yen_error)
+    yen_error = err(measured, py) if py is not None and py >= 1 else None
+    return Comparison(summary.wall_seconds, measured, pw, py, err(wall, pw), yen_error)
 
 
 def engine_logs(state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None]) -> None:
