@@ -334,10 +334,9 @@ def fraction_note(workload: Workload, offer: Offer, k: int) -> str:
     if share is None or need is None or most is None or mf is None:
         return ""
     return (f"memory: per_process_gpu_memory_fraction {share} ({_percent(share)} of {number_text(offer.gpu_memory_gib)}"
-            f" GiB = {number_text(share * offer.gpu_memory_gib)} GiB, the least that ran as fast: {_percent(mf.minimum)} of"
-            f" {number_text(mf.card_gib)} GiB) + {number_text(mf.context_gib)} GiB CUDA context outside it ="
-            f" {number_text(need)} GiB per job; {k} per {offer.gpu} take {number_text(k * need)} GiB, and each could"
-            f" take up to {_percent(most)} ({mf.source})")
+            f" GiB = {number_text(share * offer.gpu_memory_gib)} GiB, the least that ran as fast) +"
+            f" {number_text(mf.context_gib)} GiB CUDA context outside it = {number_text(need)} GiB per job; {k} per"
+            f" {offer.gpu} take {number_text(k * need)} GiB, and each could take up to {_percent(most)}")
 
 
 def packing(workload: Workload, offer: Offer, k: int) -> tuple[Decimal, str]:
