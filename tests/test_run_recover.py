@@ -42,6 +42,10 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         inventory.write_text(inventory.read_text().replace("192.168.0.", "127.0.0."))  # Ray binds the private address
         r = cli("provision", "baremetal:t4", "x2", "--name", "rec", "--no-bootstrap", "--yes")
         assert r.code == 0, r.err
+        # bootstrapped with parameters of its own: the replacement must get the same ones
+        r = cli("bootstrap", "rec", "--playbook", "cuda", "--param", "root=$GPUPLAN_FAKE_ROOT",
+                "--param", "cuda_version=12.8")
+        assert r.code == 0, r.err
         items = tmp_path / "items.txt"
         items.write_text("".join(f"i{k}\n" for k in range(12)))
         lay = engine.layout()
@@ -68,6 +72,11 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         status = {n.name: n.status for n in state.nodes("rec")}
         assert status == {"rec-0": "running", "rec-1": "lost", "rec-2": "running"}
         assert any(j.op == "create-nodes" and j.target == "rec-2" for j in state.journal("rec"))
+        # rec-2 got cuda with the cluster's recorded parameters, on its own fake root (root="" would
+        # have been this machine's /etc) and CUDA 12.8 (not the default 12.6), as rec-0 has it
+        profile = "etc/profile.d/gpuplan-cuda.sh"
+        assert "/usr/local/cuda-12.8/bin" in (hosts[2].fake_root / profile).read_text()
+        assert (hosts[2].fake_root / profile).read_text() == (hosts[0].fake_root / profile).read_text()
         state.close()
     finally:
         stop_ray("rec-", port, 3)

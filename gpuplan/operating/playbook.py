@@ -450,6 +450,7 @@ def bootstrap_cluster(
     accept_host_keys: Sequence[str] = (),
     raise_on_failure: bool = True,
     reboot_timeout_s: float = 900,
+    only: Sequence[str] = (),
 ) -> BootstrapReport:
     """Run playbooks (default DEFAULT_PLAYBOOKS) on every live node of `cluster` in the state.
 
@@ -458,10 +459,13 @@ def bootstrap_cluster(
     playbook list (a re-run after a failure or a repeat would under-count a fresh machine).
     Raises BootstrapFailed (a RemoteError, exit 4) naming host, step, exit code and output tail
     when a step fails, unless `raise_on_failure` is False. Holds the cluster's lock (not for a
-    dry run)."""
+    dry run). `only`: run on these nodes alone (a replacement joining its peers); the parameters
+    that depend on the cluster (cluster-network's) still come from every node. A successful run
+    records the playbooks and the parameters given with the cluster (State.record_bootstrap)."""
     names = list(playbooks or DEFAULT_PLAYBOOKS)
     books = [load(n) for n in names]
     params = dict(params or {})
+    given = dict(params)
     row = state.cluster(cluster)
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
@@ -476,11 +480,15 @@ def bootstrap_cluster(
                 params.setdefault(k, v)
         target = ",".join(names)
         first = not any(j.op == "bootstrap" and j.target == target for j in state.journal(cluster))
+        if only:
+            hosts = [h for h in hosts if h.name in set(only)]
         with state.journaled("bootstrap", target, cluster, f"{len(hosts)} hosts"):
             report = run_playbooks(hosts, books, params, progress=progress, reboot_timeout_s=reboot_timeout_s)
             if not report.ok and raise_on_failure:
                 raise BootstrapFailed(report)
+        if report.ok and not only:
+            state.record_bootstrap(cluster, names, given)
         seconds = report.setup_seconds()
-        if first and seconds is not None:
+        if first and seconds is not None and not only:
             state.record_setup_time(row.provider, row.size, target, seconds, cluster)
         return report

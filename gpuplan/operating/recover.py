@@ -84,13 +84,30 @@ def replace_node(state: State, cluster: str, lost: str, progress: Callable[[str]
         with state.journaled("wait-ready", name, cluster):
             ready = prov.wait_ready(row.region, [i.id for i in instances])
             lifecycle._record_instances(state, req, ready, host_keys=host_keys, running=True)
-    done = []
-    for j in state.journal(cluster):
-        if j.op == "bootstrap" and j.target not in done and not set(j.target.split(",")) <= set(SKIPPED_PLAYBOOKS):
-            done.append(j.target)
-    for target in done:  # steps already done on the other nodes are checked and skipped there
-        progress(f"bootstrapping {name}: {target}")
-        playbook.bootstrap_cluster(state, cluster, [p for p in target.split(",") if p not in SKIPPED_PLAYBOOKS],
-                                   progress=progress)
+    for books, params in bootstraps(state, cluster):  # on the new node alone, as its peers got them
+        progress(f"bootstrapping {name}: {', '.join(books)}")
+        playbook.bootstrap_cluster(state, cluster, books, params, progress=progress, only=[name])
     engine.ensure_up(state, cluster, progress)
     return name
+
+
+def bootstraps(state: State, cluster: str) -> list[tuple[list[str], dict[str, str]]]:
+    """The playbooks the cluster was bootstrapped with, in order, each with the parameters it was
+    given (recorded with the cluster); Ray and the idle watchdog left out (SKIPPED_PLAYBOOKS).
+    A cluster bootstrapped before parameters were recorded: the journal's names, no parameters."""
+    row = state.cluster(cluster)
+    recorded = (row.spec.get("bootstrapped") if row is not None else None) or []
+    if recorded:
+        pairs = [(list(b["playbooks"]), dict(b.get("params") or {})) for b in recorded]
+    else:
+        names: list[str] = []
+        for j in state.journal(cluster):
+            if j.op == "bootstrap" and j.phase == "ok" and j.target not in names:
+                names.append(j.target)
+        pairs = [(t.split(","), {}) for t in names]
+    out = []
+    for books, params in pairs:
+        kept = [b for b in books if b not in SKIPPED_PLAYBOOKS]
+        if kept:
+            out.append((kept, params))
+    return out

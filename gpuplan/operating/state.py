@@ -632,6 +632,19 @@ class State:
                 ),
             )
 
+    def record_bootstrap(self, cluster: str, playbooks: Sequence[str], params: Mapping[str, str]) -> None:
+        """The playbooks a cluster was bootstrapped with and the parameters given (kept in its
+        spec, in order, each list once with its latest parameters): what a replacement node
+        (`run --recover`) gets, so that it matches its peers."""
+        with self._tx() as db:
+            row = db.execute("SELECT spec FROM clusters WHERE name=?", (cluster,)).fetchone()
+            if row is None:
+                return
+            spec = json.loads(row["spec"] or "{}")
+            done = [b for b in spec.get("bootstrapped", []) if b.get("playbooks") != list(playbooks)]
+            spec["bootstrapped"] = [*done, {"playbooks": list(playbooks), "params": dict(params)}]
+            db.execute("UPDATE clusters SET spec=?, updated_at=? WHERE name=?", (json.dumps(spec), _iso(), cluster))
+
     def set_cluster_status(self, name: str, status: str) -> None:
         with self._tx() as db:
             db.execute("UPDATE clusters SET status=?, updated_at=? WHERE name=?", (status, _iso(), name))
