@@ -164,7 +164,7 @@ def _output_failed(exc: OSError) -> None:
 def main(argv: list[str] | None = None) -> None:
     command = _register_commands()
     if not isinstance(sys.stdout, _Output):
-        sys.stdout = _Output(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = _Output(sys.stdout)
     _survive_narrow_encodings()
     _quiet_libraries()
     try:
