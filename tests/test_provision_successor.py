@@ -42,9 +42,20 @@ def test_a_2017_plan_on_nc6_provisions_the_successor(cli, tmp_path):
     assert "using its successor azure:Standard_NC4as_T4_v3" in r.err
     count = json.loads(plan.read_text())["count"]
     assert f": {count}x azure:Standard_NC4as_T4_v3 in " in r.out
-    # issue 19: its yen and wall re-estimated on today's catalog, beside the saved ones, before asking
+    # issue 19: its yen and wall re-estimated on today's catalog, beside the saved ones, before asking; issue
+    # 31: on the plan's own tax basis (with 10 % consumption tax: ¥826 x 1.1 = ¥909, ¥282.26 x 1.1 = ¥310)
     assert (f"re-estimated on today's catalog, as its offer was retired since it was saved: {count}x"
-            " Standard_NC4as_T4_v3 now ¥282, wall 82 min (saved: ¥826, wall 3:00 h)") in r.err
+            " Standard_NC4as_T4_v3 now ¥310, wall 82 min (saved: ¥909, wall 3:00 h)") in r.err
+
+
+@pytest.mark.parametrize("basis", ["included", "excluded"])
+def test_a_plan_of_todays_catalog_is_not_called_repriced_on_either_tax_basis(cli, tmp_path, basis):
+    # the saved price is on the plan's tax basis and to the sen: the offer is compared on the same
+    plan = tmp_path / "plan.json"
+    assert cli("estimate", "--videos", "4", "--provider", "azure", "--tax", basis, "--save", str(plan)).code == 0
+    r = cli("provision", "--plan", str(plan), "--dry-run")
+    assert r.code == 0, r.err
+    assert "re-estimate" not in r.err and "price changed" not in r.err
 
 
 def test_image_build_of_a_retired_size_maps_before_it_asks(cli):

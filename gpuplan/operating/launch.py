@@ -118,7 +118,7 @@ def replanned(path: Path, offer: Offer, count: int, setup: str, mapped: bool) ->
     """Where the plan's offer changed since it was saved (retired for a successor, re-priced),
     one line with its yen and wall re-estimated on today's catalog beside the saved ones; ""
     where nothing changed. The workload is rebuilt where the plan names a built-in one."""
-    from decimal import Decimal
+    from decimal import ROUND_HALF_UP, Decimal
 
     from gpuplan.planning import catalog, optimizer, workloads
     from gpuplan.planning.billing import terms_for
@@ -128,7 +128,9 @@ def replanned(path: Path, offer: Offer, count: int, setup: str, mapped: bool) ->
     fleet = saved.fleet if isinstance(saved.fleet, list) and saved.fleet else [{}]
     old = ((fleet[0] or {}).get("billing") or {}).get("price_jpy") if isinstance(fleet[0], dict) else None
     try:
-        repriced = old is not None and Decimal(str(old)) != terms_for(offer).price_jpy
+        # the saved price is on the plan's tax basis, to the sen: the offer's on the same one (planning/tax.py)
+        now = terms_for(catalog.offer_with_tax(offer, saved.tax)).price_jpy
+        repriced = old is not None and Decimal(str(old)) != now.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
     except (ArithmeticError, ValueError):
         repriced = False
     if not (mapped or repriced):
@@ -144,8 +146,8 @@ def replanned(path: Path, offer: Offer, count: int, setup: str, mapped: bool) ->
     why = "its offer was retired since it was saved" if mapped else "its price changed since it was saved"
     if work is None:
         return f"{why} ({was}): re-estimate it with `gpuplan estimate ... --save` before relying on its figures"
-    est = optimizer.estimate(work, Setting(catalog=catalog.load()), provider=offer.provider, region=offer.region,
-                             mixes=False)
+    est = optimizer.estimate(work, Setting(catalog=catalog.with_tax(catalog.load(), saved.tax)), provider=offer.provider,
+                             region=offer.region, mixes=False)
     same = next((p for p in est.plans if p.feasible and p.fleet[0][0].name == offer.name and len(p.fleet) == 1
                  and p.count == count and p.setup == setup and p.per_gpu == 1), None)
     if same is None:
