@@ -1,23 +1,28 @@
-"""The uncertainty band of each kind of speed (gpuplan/planning/evidence.py BANDS), derived from
-the figures we have and printed.
+"""The uncertainty band of each kind of speed, per speed class (gpuplan/planning/evidence.py
+BANDS), derived from the figures we have and printed with every point and its source.
 
 Run: .venv/bin/python benchmarks/speed_band.py
 
-Each point is one observed speed ratio divided by the ratio the planner would have used: below 1
-the figure was too fast (the job ran slower than planned), above 1 too slow. A kind's band is the
+A speed class is a column of catalog/gpus.csv: the published figure of one reference job per GPU,
+relative to the V100 (cnn-train: ResNet-50 fp32 img/s; transformer-train: BERT-large SQuAD fp16
+seq/s). Each point is one observed speed ratio divided by the ratio the planner would have used:
+below 1 the figure was too fast (the job ran slower than planned), above 1 too slow. A band is the
 smallest and the largest point of its group, rounded outward to 3 decimals: every figure we have
-lies inside it. A new point outside widens it. No point is a figure a test checks the band
-against (tests/test_speed_evidence.py checks that BANDS is what this prints, and what the bands
-do to plans, not that they contain a point).
+lies inside it. A new point outside widens it. No point is a figure a test checks the band against
+(tests/test_speed_evidence.py checks that BANDS is what this prints, and what the bands do to
+plans, not that they contain a point).
 
-Groups:
-- measured: the same job on the same GPU measured twice (both ways round: either could be the
-  profile); a calibration is such a measurement of the planned fleet, so it shares the band.
-- scaled: two GPUs of one architecture; how their table ratio moves when the job changes
-  (ResNet-50 fp32 -> mixed precision, one suite), both ways round.
-- generic: the table (fp32 ResNet-50 relative to V100) against measured jobs across
-  architectures: field report A, this project's H100 profiles against the workloads' reference
-  figures, the same suite's mixed-precision and transformer jobs.
+Groups, per class:
+- measured (every class): the same job on the same GPU measured twice (both ways round: either
+  could be the profile); a calibration is such a measurement of the planned fleet, so it shares
+  the band.
+- scaled: two GPUs of one architecture; how their column ratio moves when the job is another job
+  of the class, or the class's job in the other precision (same suite), both ways round.
+- generic: the column against other jobs of the class across architectures (every other job and
+  precision of the class in the same suite), and, for cnn-train, the field report and this
+  project's H100 profiles against the figures the workloads were planned from.
+A GPU with no figure in a class has no band there: the planner leaves its offers unplanned
+(`no_speed`) rather than guess from another class.
 """
 
 from __future__ import annotations
@@ -25,12 +30,12 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 D = Decimal
+CLASSES = ("cnn-train", "transformer-train")
 
-# shared/refdata/gpus.csv: rel_v100_fp32, rel_v100_mixed (Lambda PyTorch NGC, V100 = 1; T4 and
-# L40S are proxies there, kept as the table keeps them)
+# shared/refdata/gpus.csv: rel_v100_fp32, rel_v100_mixed (Lambda PyTorch, V100 = 1; L40S is the RTX
+# 6000 Ada's figure there). T4's pair is left out: it is an inference figure, not training.
 REL = {  # gpu: (architecture, fp32, mixed)
     "GTX 1080 Ti": ("Pascal", D("0.533"), D("0.278")),
-    "T4": ("Turing", D("0.34"), D("0.35")),
     "A10": ("Ampere", D("0.946"), D("0.766")),
     "A100 40GB PCIe": ("Ampere", D("2.39"), D("1.68")),
     "A100 40GB SXM4": ("Ampere", D("2.17"), D("1.46")),
@@ -42,26 +47,40 @@ REL = {  # gpu: (architecture, fp32, mixed)
     "H200": ("Hopper", D("6.12"), D("3.7")),
 }
 
-# lambdal/deeplearning-benchmark pytorch/pytorch-train-throughput-fp16.csv @0551cb70 (NGC 22.10):
-# one GPU, fp16 (mixed precision); resnet50 img/s, then three transformer jobs (bert_base_squad,
-# bert_large_squad, transformerxllarge)
-LAMBDA_FP16 = {
-    "V100": (833, 189, 57, 6071),
-    "A10": (638, 135, 42, 5614),
-    "A100 40GB PCIe": (1396, 368, 117, 16034),
-    "A100 80GB PCIe": (1527, 415, 140, 17082),
-    "A100 80GB SXM4": (1582, 443, 152, 17918),
-    "RTX 3090": (905, 172, 52, 7821),
-    "RTX A6000": (916, 198, 68, 11126),
-    "RTX 4090": (1301, 297, 93, 14509),
-    "RTX 6000 Ada": (1146, 255, 79, 16049),
-    "H100 PCIe": (1866, 567, 203, 22586),
-    "H100 SXM": (2616, 812, 301, 30841),
+SUITE = "lambdal/deeplearning-benchmark pytorch/pytorch-train-throughput-{fp32,fp16}.csv @0551cb70 (NGC 22.10, one GPU)"
+JOBS = ("ssd", "bert_base_squad", "bert_large_squad", "resnet50", "transformerxllarge")
+# SUITE's figures per GPU, JOBS order (img/s or seq/s): (architecture, fp32, fp16)
+LAMBDA = {
+    "V100": ("Volta", (104, 42, 12, 369, 2081), (229, 189, 57, 833, 6071)),
+    "Quadro RTX 8000": ("Turing", (81, 41, 12, 274, 2515), (182, 146, 50, 651, 7853)),
+    "A10": ("Ampere", (98, 70, 19, 349, 3031), (174, 135, 42, 638, 5614)),
+    "A100 40GB PCIe": ("Ampere", (256, 179, 53, 882, 10388), (395, 368, 117, 1396, 16034)),
+    "A100 80GB PCIe": ("Ampere", (288, 224, 70, 1014, 12455), (437, 415, 140, 1527, 17082)),
+    "A100 80GB SXM4": ("Ampere", (304, 239, 75, 1066, 13353), (458, 443, 152, 1582, 17918)),
+    "RTX 3090": ("Ampere", (144, 85, 24, 513, 4165), (236, 172, 52, 905, 7821)),
+    "RTX A6000": ("Ampere", (153, 101, 33, 514, 6143), (260, 198, 68, 916, 11126)),
+    "RTX 4090": ("Ada", (224, 137, 44, 721, 7905), (379, 297, 93, 1301, 14509)),
+    "RTX 6000 Ada": ("Ada", (196, 136, 44, 647, 8641), (341, 255, 79, 1146, 16049)),
+    "H100 PCIe": ("Hopper", (355, 292, 97, 1197, 15459), (566, 567, 203, 1866, 22586)),
+    "H100 SXM": ("Hopper", (524, 408, 141, 1753, 22251), (782, 812, 301, 2616, 30841)),
 }
-# the fp32 table's ResNet-50 figures for the same GPUs (same file, fp32; V100 369)
-LAMBDA_FP32_RN50 = {"V100": 369, "A10": 349, "A100 40GB PCIe": 882, "A100 80GB PCIe": 1014, "A100 80GB SXM4": 1066,
-                    "RTX 3090": 513, "RTX A6000": 514, "RTX 4090": 721, "RTX 6000 Ada": 647, "H100 PCIe": 1197,
-                    "H100 SXM": 1753}
+# each class: its column (job, precision) and the other jobs of the class in SUITE
+COLUMN = {"cnn-train": ("resnet50", "fp32"), "transformer-train": ("bert_large_squad", "fp16")}
+CLASS_JOBS = {"cnn-train": ("resnet50", "ssd"), "transformer-train": ("bert_large_squad", "bert_base_squad",
+                                                                       "transformerxllarge")}
+
+
+def _figure(gpu: str, job: str, precision: str) -> Decimal:
+    _, fp32, fp16 = LAMBDA[gpu]
+    return D((fp32 if precision == "fp32" else fp16)[JOBS.index(job)])
+
+
+def _ratio(gpu: str, job: str, precision: str) -> Decimal:
+    return _figure(gpu, job, precision) / _figure("V100", job, precision)
+
+
+def _others(klass: str) -> list[tuple[str, str]]:
+    return [(j, p) for j in CLASS_JOBS[klass] for p in ("fp32", "fp16") if (j, p) != COLUMN[klass]]
 
 
 def measured_points() -> list[tuple[str, Decimal]]:
@@ -82,37 +101,48 @@ def measured_points() -> list[tuple[str, Decimal]]:
     return out
 
 
-def scaled_points() -> list[tuple[str, Decimal]]:
+def scaled_points(klass: str = "cnn-train") -> list[tuple[str, Decimal]]:
     out = []
-    for a, (arch_a, f_a, m_a) in REL.items():
-        for b, (arch_b, f_b, m_b) in REL.items():
-            if a != b and arch_a == arch_b:
-                out.append((f"{a} / {b} ({arch_a}): mixed-precision ratio over the fp32 table's", (m_a / m_b) / (f_a / f_b)))
+    if klass == "cnn-train":
+        for a, (arch_a, f_a, m_a) in REL.items():
+            for b, (arch_b, f_b, m_b) in REL.items():
+                if a != b and arch_a == arch_b:
+                    out.append((f"{a} / {b} ({arch_a}): RN50 mixed precision over the fp32 column (shared/refdata/gpus.csv)",
+                                (m_a / m_b) / (f_a / f_b)))
+    job, precision = COLUMN[klass]
+    for a, (arch_a, _, _) in LAMBDA.items():
+        for b, (arch_b, _, _) in LAMBDA.items():
+            if a == b or arch_a != arch_b:
+                continue
+            column = _ratio(a, job, precision) / _ratio(b, job, precision)
+            for j, p in _others(klass):
+                if klass == "cnn-train" and j == "resnet50":
+                    continue  # RN50 mixed precision within one architecture: the REL pairs above
+                out.append((f"{a} / {b} ({arch_a}): {j} {p} over the {klass} column (Lambda NGC 22.10)",
+                            (_ratio(a, j, p) / _ratio(b, j, p)) / column))
     return out
 
 
-def generic_points() -> list[tuple[str, Decimal]]:
-    out = [
-        # shared/domain.md A: 1 epoch about 8 s on the GTX 1080 Ti and on the K80 half; table 0.533 / 0.13
-        ("report A: GTX 1080 Ti vs K80 half, colorize (observed 1.0, table 4.1)", D(1) / (D("0.533") / D("0.13"))),
-        # catalog/profiles colorize-h100-sxm-2026-11-22 (0.187079 s/epoch) vs report A's 7.2 s on a K80
-        ("H100 SXM profile vs report A's K80, colorize", (D("7.2") / D("0.187079")) / (D("5.14") / D("0.13"))),
-        # catalog/profiles resnet50-h100-sxm-2026-11-22 (821.87 s/epoch) vs resnet50's 3472 s on a V100
-        ("H100 SXM profile vs resnet50's V100 figure", (D(3472) / D("821.870596")) / D("5.14")),
-    ]
-    for gpu, (arch, f, m) in REL.items():
-        if arch != "Volta":
-            out.append((f"{gpu} vs V100, RN50 mixed precision over the fp32 table", m / f))
-    v = LAMBDA_FP16["V100"]
-    for gpu, figures in LAMBDA_FP16.items():
+def generic_points(klass: str = "cnn-train") -> list[tuple[str, Decimal]]:
+    out = []
+    if klass == "cnn-train":
+        out += [
+            # shared/domain.md A: 1 epoch about 8 s on the GTX 1080 Ti and on the K80 half; table 0.533 / 0.13
+            ("report A: GTX 1080 Ti vs K80 half, colorize (observed 1.0, table 4.1)", D(1) / (D("0.533") / D("0.13"))),
+            # catalog/profiles colorize-h100-sxm-2026-11-22 (0.187079 s/epoch) vs report A's 7.2 s on a K80
+            ("H100 SXM profile vs report A's K80, colorize", (D("7.2") / D("0.187079")) / (D("5.14") / D("0.13"))),
+            # catalog/profiles resnet50-h100-sxm-2026-11-22 (821.87 s/epoch) vs resnet50's 3472 s on a V100
+            ("H100 SXM profile vs resnet50's V100 figure", (D(3472) / D("821.870596")) / D("5.14")),
+        ]
+        for gpu, (_, f, m) in REL.items():
+            out.append((f"{gpu} vs V100, RN50 mixed precision over the fp32 column (shared/refdata/gpus.csv)", m / f))
+    job, precision = COLUMN[klass]
+    for gpu in LAMBDA:
         if gpu == "V100":
             continue
-        table = D(LAMBDA_FP32_RN50[gpu]) / LAMBDA_FP32_RN50["V100"]
-        for job, i in (("bert_base_squad", 1), ("transformerxllarge", 3)):
-            # a transformer job against the transformer class's own column (bert_large fp16)
-            column = D(figures[2]) / v[2]
-            out.append((f"{gpu} vs V100, {job} fp16 over the transformer-train column", (D(figures[i]) / v[i]) / column))
-        out.append((f"{gpu} vs V100, RN50 fp16 over the cnn-train table", (D(figures[0]) / v[0]) / table))
+        column = _ratio(gpu, job, precision)
+        for j, p in _others(klass):
+            out.append((f"{gpu} vs V100, {j} {p} over the {klass} column (Lambda NGC 22.10)", _ratio(gpu, j, p) / column))
     return out
 
 
@@ -122,20 +152,30 @@ def band(points: list[tuple[str, Decimal]]) -> tuple[Decimal, Decimal]:
             max(values).quantize(D("0.001"), rounding=ROUND_CEILING))
 
 
-def bands() -> dict[str, tuple[Decimal, Decimal]]:
+def bands() -> dict[str, dict[str, tuple[Decimal, Decimal]]]:
+    """class -> kind -> (low, high)."""
     measured = band(measured_points())
-    return {"measured": measured, "calibrated": measured, "scaled": band(scaled_points()),
-            "generic": band(generic_points())}
+    return {k: {"measured": measured, "calibrated": measured, "scaled": band(scaled_points(k)),
+                "generic": band(generic_points(k))} for k in CLASSES}
 
 
 def main() -> None:
-    for name, points in (("measured", measured_points()), ("scaled", scaled_points()), ("generic", generic_points())):
-        print(f"{name}: {len(points)} points")
-        for what, v in sorted(points, key=lambda x: x[1]):
-            print(f"  {v:.3f}  {what}")
+    derived = bands()
+    print(f"sources: {SUITE}; shared/refdata/gpus.csv and rn50_measurements.csv; shared/domain.md A;"
+          " catalog/profiles; shared/measurements/h100-2026-11-22")
+    for klass in CLASSES:
+        job, precision = COLUMN[klass]
+        print(f"\n== {klass} (column: {job} {precision} relative to V100)")
+        for name, points in (("measured", measured_points()), ("scaled", scaled_points(klass)),
+                             ("generic", generic_points(klass))):
+            low, high = derived[klass][name]
+            print(f"{name}: x{low}-{high}, {len(points)} points")
+            for what, v in sorted(points, key=lambda x: x[1]):
+                print(f"  {v:.3f}  {what}")
     print()
-    for kind, (low, high) in bands().items():
-        print(f"{kind:<10} band x{low}-{high}: wall and job yen up to {1 / low:.2f}x, down to {1 / high:.2f}x")
+    for klass in CLASSES:
+        for kind, (low, high) in derived[klass].items():
+            print(f"{klass:<18} {kind:<10} band x{low}-{high}: wall and job yen up to {1 / low:.2f}x, down to {1 / high:.2f}x")
 
 
 if __name__ == "__main__":

@@ -510,8 +510,8 @@ def _range_line(est) -> str:
     span = evidence.plan_range(rec, est.workload.streams is not None)
     if span is None:
         return ""
-    kinds = ", ".join(f"{e.gpu} {e.kind.value} x{evidence.band_of(e.kind).low}-{evidence.band_of(e.kind).high}"
-                      for e in rec.speeds)
+    kinds = ", ".join(f"{e.gpu} {e.kind.value} x{b.low}-{b.high}"
+                      for e in rec.speeds for b in [evidence.band_of(e.kind, e.speed_class)])
     if not span.shown:  # the table's kind says it
         return ""
     return (f"range: speeds {kinds} (docs/model.md): {_yen_span(*span.cost)}, wall {_span(*span.wall_s)}")

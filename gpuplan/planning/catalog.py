@@ -59,6 +59,17 @@ class GpuInfo:
     source: str
     architecture: str = ""  # NVIDIA's architecture ("Ampere"): a measured GPU's speed scales within one
     speed_sources: Mapping[str, str] = field(default_factory=dict)  # workload class -> where its figure comes from
+    # workload class -> how the figure reaches the reference V100 (SPEED_BASES): "same-suite", "bridged", ...
+    speed_basis: Mapping[str, str] = field(default_factory=dict)
+
+
+# how a class figure of gpus.csv reaches the reference V100 (docs/catalog.md, "Speed classes")
+SPEED_BASES = {
+    "same-suite": "measured in the table that measured the V100",
+    "bridged": "two published tables joined through a GPU both measured",
+    "cross-suite": "the same benchmark, the V100 from another release or suite",
+    "proxy": "another product on the same chip, measured in one of the above",
+}
 
 
 @dataclass(frozen=True)
@@ -675,14 +686,25 @@ def _gpus() -> Mapping[str, GpuInfo]:
     out = {}
     for line, row in _rows("gpus.csv"):
         where = _Where(f"catalog/gpus.csv line {line}")
-        speeds, sources = {}, {}
-        for column in row:  # one column per workload class: rel_speed_cnn_train, rel_speed_transformer_train
+        speeds, sources, bases = {}, {}, {}
+        # one column per workload class (rel_speed_cnn_train, ...), each with its basis_ and source_: a
+        # figure names both; a class without a published figure for the GPU is empty in all three
+        for column in row:
             if column.startswith("rel_speed_"):
-                kind = column.removeprefix("rel_speed_").replace("_", "-")
+                suffix = column.removeprefix("rel_speed_")
+                kind = suffix.replace("_", "-")
                 speed = _dec(where, column, row[column])
-                if speed is not None:
-                    speeds[kind] = speed
-                    sources[kind] = row.get(f"source_{column.removeprefix('rel_speed_')}") or row["source"]
+                basis = (row.get(f"basis_{suffix}") or "").strip()
+                source = (row.get(f"source_{suffix}") or "").strip()
+                if speed is None:
+                    if basis or source:
+                        raise where.bad(column, row[column], f"a figure, since basis_{suffix} or source_{suffix} is set")
+                    continue
+                if basis not in SPEED_BASES:
+                    raise where.bad(f"basis_{suffix}", basis, ", ".join(SPEED_BASES))
+                if not source:
+                    raise where.bad(f"source_{suffix}", source, f"where the {kind} figure comes from")
+                speeds[kind], sources[kind], bases[kind] = speed, source, basis
         out[row["gpu"]] = GpuInfo(
             name=row["gpu"],
             memory_gib=_dec(where, "memory_gib", row["memory_gib"], required=True),
@@ -691,6 +713,7 @@ def _gpus() -> Mapping[str, GpuInfo]:
             source=row["source"],
             architecture=row.get("architecture", ""),
             speed_sources=MappingProxyType(sources),
+            speed_basis=MappingProxyType(bases),
         )
     return MappingProxyType(out)
 

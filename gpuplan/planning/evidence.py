@@ -4,9 +4,11 @@ Every speed the planner uses is one of four kinds (SpeedKind): measured for this
 that GPU (a profile, the workload's own figures, a `speed:` it gives), calibrated by a `gpuplan
 run --plan` batch, scaled by the generic table's ratio from a GPU of the same architecture that
 was measured, or the generic table alone (scaled from the reference GPU across architectures).
-Each kind has a band: the true speed lies between `low` and `high` times the figure. The bands
-are the spread of the figures we have (benchmarks/speed_band.py derives and prints them;
-docs/model.md lists the figures), not fitted on any figure a test checks them against.
+Each kind has a band per speed class (the workload's `kind`, a column of catalog/gpus.csv): the
+true speed lies between `low` and `high` times the figure. The bands are the spread of the figures
+we have (benchmarks/speed_band.py derives and prints them with their sources), not fitted on any
+figure a test checks them against. A GPU with no published figure in the workload's class has no
+speed and no band: its offers are left unplanned (`no_speed`), never guessed from another class.
 
 A plan's range holds its schedule fixed and stretches every machine's jobs (not their job
 starts, setup, capture or staging) by its GPU's band; each machine is charged through
@@ -43,17 +45,31 @@ class Band:
     derived_from: str
 
 
-# printed by benchmarks/speed_band.py (tests/test_speed_evidence.py keeps them equal)
-BANDS = {
-    SpeedKind.MEASURED: Band(Decimal("0.925"), Decimal("1.082"), "the same job on the same GPU measured twice"
-                             " (colorize on one H100 at six memory caps; Lambda's H100 RN50 in two software releases)"),
-    SpeedKind.CALIBRATED: Band(Decimal("0.925"), Decimal("1.082"), "a calibration is a measurement of the planned"
-                               " fleet: the measured band"),
-    SpeedKind.SCALED: Band(Decimal("0.811"), Decimal("1.232"), "how the table's ratio between two GPUs of one"
-                           " architecture moves when the job changes (RN50 fp32 vs mixed precision, Lambda)"),
-    SpeedKind.GENERIC: Band(Decimal("0.243"), Decimal("1.908"), "the generic table against measured jobs and"
-                            " field reports across architectures (report A's GTX 1080 Ti: 0.244; H100 profiles;"
-                            " other precisions; other transformer jobs against the transformer column: up to 1.907)"),
+_MEASURED = Band(Decimal("0.925"), Decimal("1.082"), "the same job on the same GPU measured twice (colorize on one"
+                 " H100 at six memory caps; Lambda's H100 RN50 in two software releases)")
+_CALIBRATED = Band(_MEASURED.low, _MEASURED.high, "a calibration is a measurement of the planned fleet: the measured band")
+
+# per speed class (a column of catalog/gpus.csv), printed with every point and its source by
+# benchmarks/speed_band.py (tests/test_speed_evidence.py keeps them equal)
+BANDS: dict[str, dict[SpeedKind, Band]] = {
+    "cnn-train": {
+        SpeedKind.MEASURED: _MEASURED,
+        SpeedKind.CALIBRATED: _CALIBRATED,
+        SpeedKind.SCALED: Band(Decimal("0.811"), Decimal("1.232"), "how the column's ratio between two GPUs of one"
+                               " architecture moves when the job changes (RN50 fp32 vs mixed precision, SSD; Lambda)"),
+        SpeedKind.GENERIC: Band(Decimal("0.243"), Decimal("1.103"), "the cnn-train column against measured jobs across"
+                                " architectures (report A's GTX 1080 Ti: 0.244; H100 profiles; RN50 mixed precision;"
+                                " SSD in both precisions: up to 1.102)"),
+    },
+    "transformer-train": {
+        SpeedKind.MEASURED: _MEASURED,
+        SpeedKind.CALIBRATED: _CALIBRATED,
+        SpeedKind.SCALED: Band(Decimal("0.720"), Decimal("1.388"), "how the column's ratio between two GPUs of one"
+                               " architecture moves for BERT-base, Transformer-XL and fp32 (Lambda)"),
+        SpeedKind.GENERIC: Band(Decimal("0.813"), Decimal("2.996"), "the transformer-train column (BERT-large fp16)"
+                                " against BERT-base, Transformer-XL large and fp32 runs across architectures (Lambda:"
+                                " 0.814 to 2.996, Transformer-XL in fp32 on an RTX 6000 Ada)"),
+    },
 }
 
 # a range is shown (table, lines) where either end is more than this share off the point
@@ -71,10 +87,11 @@ class SpeedEvidence:
     low: Decimal
     high: Decimal
     source: str  # one line: from which figures
+    speed_class: str = "cnn-train"  # the workload's class: which column, and which bands
 
     def as_dict(self) -> dict[str, str]:
         return {"gpu": self.gpu, "kind": self.kind.value, "speed": f"{self.speed:.4f}", "low": f"{self.low:.4f}",
-                "high": f"{self.high:.4f}", "source": self.source}
+                "high": f"{self.high:.4f}", "source": self.source, "class": self.speed_class}
 
 
 @dataclass(frozen=True)
@@ -93,8 +110,9 @@ def weakest(speeds: Sequence[SpeedEvidence]) -> SpeedKind | None:
     return max((s.kind for s in speeds), key=STRENGTH.index)
 
 
-def band_of(kind: SpeedKind) -> Band:
-    return BANDS[kind]
+def band_of(kind: SpeedKind, speed_class: str = "cnn-train") -> Band:
+    """The band of `kind` in a speed class (every class of catalog/gpus.csv has its bands)."""
+    return BANDS[speed_class][kind]
 
 
 def plan_range(plan, streams: bool = False) -> Range | None:

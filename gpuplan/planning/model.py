@@ -30,8 +30,10 @@ Semantics (shared/domain.md, last section, reproduced by the field report A work
 - Memory: a job fits a GPU when its need (the smallest cap at which it runs at full speed,
   where measured) fits; k per GPU when k needs fit. An uncapped peak is never used as a need
   when a need is known.
-- Speed: the workload's measured factor for that GPU if it has one, else the generic table
-  (catalog gpus.csv, kind "cnn-train") scaled from the reference GPU: listed as an assumption.
+- Speed: the workload's measured factor for that GPU if it has one, else the published figure of
+  the workload's speed class (catalog gpus.csv, the column its `kind` names, "cnn-train" by
+  default) scaled from the reference GPU: listed as an assumption. A GPU with no figure in that
+  class is left unplanned (`no_speed`), never given another class's figure.
 - Data-parallel workloads run each job over every GPU of the fleet, one job after another;
   speed-up = g x n x the measured efficiency for (g x n GPUs, n machines) where the workload
   has one, else g x intra^(log2 g) on one machine of g GPUs, x inter^(log2 n) over n machines.
@@ -132,9 +134,12 @@ def _gpu_speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal
         ref_info = gpus.get(workload.reference_gpu)
         ref = ref_info.rel_speed.get(workload.kind) if ref_info is not None else None
     if ref is None or mine is None:
+        # no published figure in this class: the offer is left unplanned, never guessed from another
+        # class's column or from a spec sheet (catalog/gpus.csv keeps only published measurements)
         missing = offer.gpu if mine is None else workload.reference_gpu
         raise Infeasible(outcomes.of(Code.NO_SPEED, kind=workload.kind, gpu=missing))
     arch = info.architecture if info is not None else ""
+    basis = _basis(gpus, workload.kind, offer.gpu, workload.reference_gpu)
     # measured GPUs of the offer's architecture, the reference GPU first: the table's ratio within
     # one architecture is surer than across (evidence.BANDS)
     for anchor in dict.fromkeys((workload.reference_gpu, *workload.speed)):
@@ -143,12 +148,25 @@ def _gpu_speed(workload: Workload, offer: Offer, gpus: Mapping) -> tuple[Decimal
             continue
         theirs = a.rel_speed[workload.kind]
         s = mine / theirs * workload.speed.get(anchor, Decimal(1))
+        basis = _basis(gpus, workload.kind, offer.gpu, anchor)
         return s, (f"scaled from {anchor}, measured, by the generic {workload.kind} table within {arch} ({offer.gpu}"
-                   f" {mine} / {anchor} {theirs} vs V100), not measured for {workload.name}"), SpeedKind.SCALED
+                   f" {mine} / {anchor} {theirs} vs V100{basis}), not measured for {workload.name}"), SpeedKind.SCALED
     ref_s = workload.speed.get(workload.reference_gpu, Decimal(1))
-    why = (f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100), not measured "
-           f"for {workload.name}")
+    why = (f"generic {workload.kind} table ({offer.gpu} {mine} / {workload.reference_gpu} {ref} vs V100{basis}), not"
+           f" measured for {workload.name}")
     return mine / ref * ref_s, why, SpeedKind.GENERIC
+
+
+def _basis(gpus: Mapping, kind: str, *names: str) -> str:
+    """'; K80 cross-suite' for the figures of `names` in class `kind` not measured in the V100's own
+    table (catalog/gpus.csv basis_<class>: bridged, cross-suite or proxy); '' where all were."""
+    weak = []
+    for name in dict.fromkeys(names):
+        info = gpus.get(name)
+        basis = info.speed_basis.get(kind, "") if info is not None else ""
+        if basis and basis != "same-suite":
+            weak.append(f"{name} {basis}")
+    return f"; {', '.join(weak)}" if weak else ""
 
 
 def _limits(workload: Workload, offer: Offer, s: Decimal) -> tuple[Decimal, str, str]:
@@ -227,11 +245,11 @@ def speed_evidence(workload: Workload, offer: Offer, gpus: Mapping) -> SpeedEvid
     """The offer's GPU speed with its kind and band (evidence.py), the workload's limits applied
     to the band's ends as to the figure."""
     s, why, kind = _gpu_speed(workload, offer, gpus)
-    band = evidence.band_of(kind)
+    band = evidence.band_of(kind, workload.kind)
     point, _, _ = _limits(workload, offer, s)
     low, _, _ = _limits(workload, offer, s * band.low)
     high, _, _ = _limits(workload, offer, s * band.high)
-    return SpeedEvidence(offer.gpu, point, kind, low, high, why)
+    return SpeedEvidence(offer.gpu, point, kind, low, high, why, workload.kind)
 
 
 def colocation(workload: Workload, gpus_busy: int) -> tuple[Decimal, str]:

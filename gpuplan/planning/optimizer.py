@@ -55,6 +55,7 @@ from decimal import Decimal
 from gpuplan.planning import ranking
 from gpuplan.planning.candidates import EXACT, SWAPS, Planner
 from gpuplan.planning.model import Setting
+from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Estimate, Plan, Workload
 
 EXACT_BUDGET_S = 1.5  # no new exact solves once the estimate has run this long
@@ -134,6 +135,11 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     if planner.skipped_mixes:
         extra["skipped_mixes"] = (f"{planner.skipped_mixes} mixed fleets not scheduled: even their lower bounds "
                                   "are beaten by a listed plan or miss the deadline")
+    unmeasured = [p for p in plans if not p.feasible and p.excluded_by and p.excluded_by[0].code is Code.NO_SPEED]
+    if unmeasured:  # said in the estimate, not only under --all: these offers were not guessed
+        named = sorted({p.excluded_by[0].get("gpu") for p in unmeasured})
+        extra["no_speed"] = (f"no published {workload.kind} figure for {', '.join(named)}: {len(unmeasured)} plans"
+                             " left unplanned, not guessed from another class; `gpuplan probe` times your job on them")
     return Estimate(
         snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
         reason=reason, assumptions=rec.assumptions if rec else (), solver_seconds=time.perf_counter() - started,

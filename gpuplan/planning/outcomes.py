@@ -218,8 +218,8 @@ _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.NOT_AVAILABLE: lambda f: f"{f['offer']} not available until {f['available_from']}",
     Code.MEMORY: lambda f: (f"a job needs {number(f['need_gib'])} GiB, more than the {f['gpu_memory_gib']} GiB of a "
                             f"{f['gpu']}"),
-    Code.NO_SPEED: lambda f: (f"no {f['kind']} speed figure for {f['gpu']}; measure it (gpuplan bench) or add speed: to "
-                              "the workload"),
+    Code.NO_SPEED: lambda f: (f"no published {f['kind']} figure for {f['gpu']} (catalog/gpus.csv); measure it:"
+                              " `gpuplan probe` times your job on it, or add speed: to the workload"),
     Code.PACKING: _packing,
     Code.REAL_TIME: _real_time,
     Code.FLEET_LIMIT: lambda f: (f"{f['streams']} streams need {f['machines']} machines of {f['per_machine']} streams;"
