@@ -135,6 +135,7 @@ def load_inventory(path: Path) -> list[InventoryHost]:
 class BaremetalProvider(Provider):
     name = "baremetal"
     injects_host_keys = False  # owned hosts keep their keys: pinned from the inventory or a checked fingerprint
+    machines_outlive_teardown = True  # released for the next claim, not deleted
     unsupported = {
         Feature.SPOT: "owned hosts have no spot market; drop --spot",
         Feature.TTL: "owned hosts are not stopped by gpuplan after a TTL (nothing bills by the hour); drop --ttl",

@@ -77,6 +77,23 @@ class Layout:
         return f"http://127.0.0.1:{self.dashboard_port()}"
 
 
+def layout_of(state: State, cluster: str) -> Layout:
+    """The layout the cluster's engine was started with (saved with the cluster before its first
+    process started), else this shell's (`layout()`): a teardown from another shell, without the
+    run's GPUPLAN_RAY_PORT, still finds every port and temp dir."""
+    row = state.cluster(cluster)
+    saved = (row.spec.get("engine") if row is not None else None) or {}
+    if not saved:
+        return layout()
+    return Layout(str(saved["venv"]), int(saved["port"]), saved.get("object_store_mb"))
+
+
+def was_started(state: State, cluster: str) -> bool:
+    """Did the engine ever start (or begin to) on this cluster? Its settings were saved first."""
+    row = state.cluster(cluster)
+    return row is not None and bool(row.spec.get("engine"))
+
+
 def layout() -> Layout:
     venv = os.environ.get("GPUPLAN_RAY_VENV") or f"$HOME/.gpuplan/ray-{RAY_VERSION}"
     try:
@@ -128,10 +145,14 @@ def engine_of(state: State, cluster: str) -> Engine:
     nodes = tuple(Node(h.name, h, rows[h.name].private_ip or h.address, rows[h.name].gpus, number(h.name, i))
                   for i, h in enumerate(ordered))
     row = state.cluster(cluster)
-    return Engine(cluster, nodes, layout(), host_firewall=row is not None and row.provider in HOST_FIREWALL_PROVIDERS)
+    return Engine(cluster, nodes, layout_of(state, cluster),
+                  host_firewall=row is not None and row.provider in HOST_FIREWALL_PROVIDERS)
 
 
-HOST_FIREWALL_PROVIDERS = ("baremetal", "sakura-phy")
+# machines whose Ray ports only the node's own iptables can close: owned hosts and 高火力 PHY have
+# no cloud firewall, and Sakura VRT's stateless packet filter admits TCP 32768-61000 from anywhere
+# (the replies to the servers' own connections), which any port there would be open through
+HOST_FIREWALL_PROVIDERS = ("baremetal", "sakura-phy", "sakura")
 
 
 def _chain(eng: Engine, node: Node) -> str:
@@ -169,8 +190,12 @@ def unfirewall_script(eng: Engine, node: Node) -> str:
 
 
 def _env(eng: Engine, node: Node) -> str:
+    # Ray 2.60 opens the autoscaler's and the dashboard's metrics ports on every interface at
+    # fixed defaults (44217, 44227) unless told: inside the node's range, they are firewalled too
+    b = eng.layout.base(node.index)
     return (f"export RAY_USAGE_STATS_ENABLED=0 GPUPLAN_NODE={shlex.quote(node.name)}"
-            f" GPUPLAN_RAY_TAG={shlex.quote(eng.cluster)}-{eng.layout.base(node.index)}")
+            f" GPUPLAN_RAY_TAG={shlex.quote(eng.cluster)}-{b}"
+            f" AUTOSCALER_METRIC_PORT={b + 7} DASHBOARD_METRIC_PORT={b + 10}")
 
 
 def _start_script(eng: Engine, node: Node) -> str:
@@ -250,13 +275,60 @@ def _head_connection(host: remote.Host) -> tuple[remote.Connection, bool]:
     return remote.connect(host), False
 
 
+STOP_WAIT_S = 20  # how long stop_script keeps finding and killing before it says what is left
+
+
 def stop_script(eng: Engine, node: Node) -> str:
-    """Stop this node's Ray and everything started under it (its processes carry GPUPLAN_RAY_TAG)."""
-    tag = f"GPUPLAN_RAY_TAG={eng.cluster}-{eng.layout.base(node.index)}"
-    # twice: a worker Ray was starting while the first pass went by is caught by the second
-    return ("for pass in 1 2; do for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; [ \"$p\" != $$ ] || continue; "
-            f"tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF {shlex.quote(tag)} && kill -9 \"$p\" 2>/dev/null; done;"
-            f" sleep 0.5; done; rm -rf {eng.layout.temp_dir(node.index)}; true")
+    """Stop this node's Ray and everything started under it, and say what could not be stopped.
+    A process is the node's Ray's when its environment carries GPUPLAN_RAY_TAG, or when it holds
+    a file open in the node's temp dir: Ray rewrites the environment of the agents it renames
+    (ray::DashboardAgent, ray::RuntimeEnvAgent), but their logs stay open there. Found and killed
+    again until none is left (STOP_WAIT_S at most); then the temp dir goes. Prints one line
+    `left PID NAME` per process still there and `listening PORT` per TCP port of the node's range
+    still listening (whoever holds it: nothing outside the two marks is killed); none when clean."""
+    b = eng.layout.base(node.index)
+    tag, temp = f"GPUPLAN_RAY_TAG={eng.cluster}-{b}", eng.layout.temp_dir(node.index)
+    return f"""set +e
+tag={shlex.quote(tag)}; temp={shlex.quote(temp)}; lo={b}; hi={b + PORTS_PER_NODE - 1}
+ours() {{
+  for d in /proc/[0-9]*; do
+    p=${{d#/proc/}}; [ "$p" != $$ ] && [ "$p" != $BASHPID ] || continue
+    if tr '\\0' '\\n' 2>/dev/null < "$d/environ" | grep -qxF "$tag"; then echo "$p"; continue; fi
+    ls -l "$d/fd" 2>/dev/null | grep -qF -- "-> $temp/" && echo "$p"
+  done
+}}
+end=$((SECONDS + {STOP_WAIT_S}))
+while :; do
+  pids=$(ours)
+  [ -n "$pids" ] || break
+  kill -9 $pids 2>/dev/null
+  [ $SECONDS -lt $end ] || break
+  sleep 0.3
+done
+for p in $(ours); do echo "left $p $(tr -d '\\n' 2>/dev/null < /proc/$p/comm)"; done
+for f in /proc/net/tcp /proc/net/tcp6; do
+  [ -r "$f" ] || continue
+  while read -r _ local _ st _; do
+    [ "$st" = 0A ] || continue
+    port=$((16#${{local##*:}}))
+    [ "$port" -ge "$lo" ] && [ "$port" -le "$hi" ] && echo "listening $port"
+  done < <(tail -n +2 "$f")
+done
+rm -rf "$temp"
+exit 0
+"""
+
+
+def _leftovers(text: str) -> list[str]:
+    """stop_script's own report lines (`left PID NAME`, `listening PORT`), in words."""
+    out = []
+    for line in text.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "left":
+            out.append(f"process {rest.strip()}")
+        elif word == "listening":
+            out.append(f"a listener on port {rest.strip()}")
+    return out
 
 
 def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) -> tuple[Engine, dict[str, str]]:
@@ -267,6 +339,9 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
     them aside and their items go to the others. The head must be usable."""
     from gpuplan.operating import playbook
 
+    if not was_started(state, cluster):  # saved before anything of it runs: teardown finds it by these
+        lay = layout()
+        state.record_engine(cluster, {"venv": lay.venv, "port": lay.port, "object_store_mb": lay.object_store_mb})
     eng = engine_of(state, cluster)
     if warm(eng):
         return eng, {}
@@ -287,8 +362,7 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
     started = eng.head.name not in running
     if started:
         running = set()
-        remote.run_many([n.host for n in eng.nodes[1:] if n.name not in out],
-                        lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
+        remote.run_many([n.host for n in eng.nodes[1:] if n.name not in out], lambda h: _stop_node(eng, _node(eng, h)))
         progress(f"starting Ray {RAY_VERSION} head on {eng.head.name}")
         _start(eng, eng.head)
     todo = [n for n in eng.nodes[1:] if n.name not in running and n.name not in out]
@@ -356,26 +430,47 @@ def _start(eng: Engine, node: Node) -> None:
     if eng.host_firewall:  # before Ray listens: closed to the outside from its first second
         _close_ports(eng, node)
     r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
-    if not r.ok:
-        raise EngineError(f"{node.name}: `ray start` failed (exit {r.exit_code}): {r.tail(6)}")
+    if not r.ok:  # what the failed start left (processes, temp dir, the chain) goes with it
+        why = f"{node.name}: `ray start` failed (exit {r.exit_code}): {' '.join(r.tail(6).split())}"
+        try:
+            _stop_node(eng, node)
+            if eng.host_firewall:
+                remote.run(node.host, unfirewall_script(eng, node), timeout=60, sudo=True)
+        except GpuplanError:
+            pass
+        raise EngineError(why)
 
 
-def stop(eng: Engine) -> None:
-    """Stop Ray on every node (teardown of an owned host, or tests), and drop its firewall chain."""
-    remote.run_many([n.host for n in eng.nodes], lambda h: remote.run(h, stop_script(eng, _node(eng, h)), timeout=60))
+def _stop_node(eng: Engine, node: Node) -> list[str]:
+    """stop_script on one node; what it could not stop, in words (empty: all gone)."""
+    r = remote.run(node.host, "bash -c " + shlex.quote(stop_script(eng, node)), timeout=STOP_WAIT_S + 60)
+    return _leftovers(r.stdout)
+
+
+def stop(eng: Engine) -> dict[str, str]:
+    """Stop Ray on every node, then drop each node's firewall chain where nothing of it is left.
+    Returns, per node, what could not be stopped, or that it could not be reached (empty: clean)."""
+    results = remote.run_many([n.host for n in eng.nodes], lambda h: _stop_node(eng, _node(eng, h)))
+    left: dict[str, str] = {}
+    for n, r in zip(eng.nodes, results):
+        if isinstance(r, BaseException):
+            left[n.name] = f"unreachable: {' '.join(str(r).split())}"
+        elif r:
+            left[n.name] = "; ".join(r)
     if eng.host_firewall:
-        remote.run_many([n.host for n in eng.nodes],
-                        lambda h: remote.run(h, unfirewall_script(eng, _node(eng, h)), timeout=60, sudo=True))
+        clean = [n.host for n in eng.nodes if n.name not in left]
+        remote.run_many(clean, lambda h: remote.run(h, unfirewall_script(eng, _node(eng, h)), timeout=60, sudo=True))
+    return left
 
 
-def stop_all(state: State, cluster: str) -> None:
+def stop_all(state: State, cluster: str) -> dict[str, str]:
     """Before a teardown: stop Ray and every process started under it on the nodes that can
-    still be reached (best effort: a cloud machine about to be deleted takes them with it)."""
+    still be reached; per node, what is left or why it could not be reached (empty: clean)."""
     try:
         eng = engine_of(state, cluster)
     except GpuplanError:  # no live node, no key, no pinned host key: nothing to reach
-        return
-    stop(eng)
+        return {}
+    return stop(eng)
 
 
 # --- jobs ---------------------------------------------------------------------------------

@@ -543,11 +543,21 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     report = TeardownReport(cluster)
-    if state.jobs(cluster):  # the run engine ran here: owned machines outlive the teardown, its Ray must not
-        from gpuplan.operating import engine
+    from gpuplan.operating import engine
 
+    if state.jobs(cluster) or engine.was_started(state, cluster):
+        # the run engine ran (or began to) here: owned machines outlive the teardown, its Ray must not
         progress(f"stopping Ray and its batches on {cluster}")
-        engine.stop_all(state, cluster)
+        left = engine.stop_all(state, cluster)
+        for node, what in left.items():
+            progress(f"{node}: {what}")
+        running = {n: w for n, w in left.items() if not w.startswith("unreachable")}
+        if running and prov.machines_outlive_teardown:  # released with Ray still on it, a host is claimed so
+            from gpuplan.operating.engine import EngineError
+
+            raise EngineError(f"Ray of {cluster} could not be stopped on {', '.join(running)}"
+                              f" ({'; '.join(f'{n}: {w}' for n, w in running.items())}); nothing was released:"
+                              f" stop it there, then `gpuplan teardown {cluster}` again")
     state.set_cluster_status(cluster, "tearing-down")
     found = reconcile(state, prov, row)
     doomed = [r for r in found if r.kind != "image" or include_images]

@@ -151,6 +151,9 @@ class Provider(ABC):
     injects_host_keys: bool = True
     # Whether create() opens SSH in a firewall of its own (then NodeSpec.ssh_cidr matters).
     opens_ssh_ingress: bool = False
+    # Whether teardown releases the machines instead of deleting them (owned hosts, 高火力 PHY):
+    # whatever ran on them must be stopped first, or the next claim finds it still there.
+    machines_outlive_teardown: bool = False
     # Run over SSH on a builder just before capture_image (Azure: deprovision the agent's user).
     capture_prep_command: str | None = None
     # How wait_ready paces itself; providers set these from their config and tests inject them.

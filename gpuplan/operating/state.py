@@ -636,13 +636,25 @@ class State:
         """The playbooks a cluster was bootstrapped with and the parameters given (kept in its
         spec, in order, each list once with its latest parameters): what a replacement node
         (`run --recover`) gets, so that it matches its peers."""
+        def add(spec: dict) -> None:
+            done = [b for b in spec.get("bootstrapped", []) if b.get("playbooks") != list(playbooks)]
+            spec["bootstrapped"] = [*done, {"playbooks": list(playbooks), "params": dict(params)}]
+
+        self._update_spec(cluster, add)
+
+    def record_engine(self, cluster: str, settings: Mapping[str, Any]) -> None:
+        """The run engine's settings (its ports, temp dirs, venv), kept with the cluster before
+        its first process starts: whoever tears it down later finds it by them, whatever that
+        shell's environment says."""
+        self._update_spec(cluster, lambda spec: spec.__setitem__("engine", dict(settings)))
+
+    def _update_spec(self, cluster: str, change) -> None:
         with self._tx() as db:
             row = db.execute("SELECT spec FROM clusters WHERE name=?", (cluster,)).fetchone()
             if row is None:
                 return
             spec = json.loads(row["spec"] or "{}")
-            done = [b for b in spec.get("bootstrapped", []) if b.get("playbooks") != list(playbooks)]
-            spec["bootstrapped"] = [*done, {"playbooks": list(playbooks), "params": dict(params)}]
+            change(spec)
             db.execute("UPDATE clusters SET spec=?, updated_at=? WHERE name=?", (json.dumps(spec), _iso(), cluster))
 
     def set_cluster_status(self, name: str, status: str) -> None:

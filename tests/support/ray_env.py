@@ -137,3 +137,67 @@ def loopback_ray_cluster(home: Path, cluster: str, price_jpy_per_hour, gpus: int
             stop_ray(f"{cluster}-", port, 2)
             state.close()
             stop_hosts(hosts)
+
+
+def engine_remains(port: int, nodes: int) -> list[str]:
+    """What is left of a cluster's Ray nodes on this machine (the tests' loopback hosts), found by
+    what survives Ray renaming its agents: a process holding a file open in a node's temp dir,
+    a TCP port of a node's range still listening, the temp dir itself. Empty: nothing."""
+    from gpuplan.operating.engine import Layout
+
+    lay = Layout("", port)
+    dirs = [lay.temp_dir(i) for i in range(nodes)]
+    ranges = [(lay.base(i), lay.base(i) + PORTS_PER_NODE - 1) for i in range(nodes)]
+    left = [f"temp dir {d}" for d in dirs if Path(d).exists()]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            targets = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:
+            continue
+        if any(t.startswith(d + "/") for t in targets for d in dirs):
+            left.append(f"process {proc.name} holding a file in a temp dir")
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == "0A" and any(lo <= port <= hi for lo, hi in ranges):
+                left.append(f"a listener on port {port}")
+    return left
+
+
+def engine_listening(port: int, nodes: int, tag_prefix: str) -> dict[int, str]:
+    """The TCP ports the cluster's Ray processes listen on (port -> address), on this machine:
+    processes tagged `tag_prefix` or holding a file in a node's temp dir."""
+    from gpuplan.operating.engine import Layout
+
+    lay = Layout("", port)
+    dirs = [lay.temp_dir(i) for i in range(nodes)]
+    ours = set(tagged_pids(tag_prefix))
+    inodes: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            targets = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:
+            continue
+        if int(proc.name) in ours or any(t.startswith(d + "/") for t in targets for d in dirs):
+            inodes.update(t[len("socket:["):-1] for t in targets if t.startswith("socket:["))
+    out: dict[int, str] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                address, hex_port = fields[1].rsplit(":", 1)
+                out[int(hex_port, 16)] = address
+    return out

@@ -1,0 +1,107 @@
+"""Nothing of the run engine is left on owned hosts after a teardown (issue 32): real sshd, real
+Ray on two loopback hosts. The client killed with SIGKILL while the engine starts, then a
+teardown from a shell without the run's GPUPLAN_RAY_PORT: within 5 s no process of the cluster's
+Ray (its renamed agents included), no firewall chain, no temp dir, no port of its range
+listening. The same after a clean batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.sshd
+
+
+@pytest.fixture
+def hosts(tmp_path, gpuplan_home, monkeypatch):
+    from test_baremetal_provider import write_inventory
+
+    from gpuplan import paths
+    from support.ray_env import free_port_range, ray_venv, stop_ray
+    from support.sshd import start_hosts, stop_hosts
+
+    monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
+    monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.3")
+    port = free_port_range(2)
+    started = start_hosts(2, tmp_path)
+    paths.config_dir().mkdir(parents=True, exist_ok=True)
+    inventory = write_inventory(paths.config_dir() / "inventory.yaml", started)
+    inventory.write_text(inventory.read_text().replace("192.168.0.", "127.0.0."))  # Ray binds the private address
+    try:
+        yield started, port
+    finally:
+        stop_ray("gone-", port, 2)
+        stop_hosts(started)
+
+
+def _nothing_left(port: int, hosts, within_s: float = 5) -> list[str]:
+    from support.ray_env import engine_remains, tagged_pids
+
+    deadline = time.monotonic() + within_s
+    while True:
+        left = engine_remains(port, 2) + [f"tagged process {p}" for p in tagged_pids("gone-")]
+        left += [f"{h.name}: firewall chain" for h in hosts
+                 if "GPUPLAN-RAY" in ((h.fake_root / "iptables.rules").read_text()
+                                      if (h.fake_root / "iptables.rules").exists() else "")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _run(items, port: int):
+    """`gpuplan run gone` as its own process, with the run's GPUPLAN_RAY_PORT."""
+    env = {**os.environ, "GPUPLAN_RAY_PORT": str(port)}
+    return subprocess.Popen([sys.executable, "-m", "gpuplan", "run", "gone", "--items", str(items), "--", "sh", "-c",
+                             "sleep 1; : {item}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_client_killed_while_the_engine_starts_leaves_nothing_after_teardown(hosts, cli, tmp_path, monkeypatch):
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    started, port = hosts
+    assert cli("provision", "baremetal:t4", "x2", "--name", "gone", "--no-bootstrap", "--yes").code == 0
+    items = tmp_path / "items.txt"
+    items.write_text("a\nb\n")
+    client = _run(items, port)
+    for line in client.stderr:  # the engine's settings are saved, then `ray start` begins on the head
+        if "starting Ray" in line:
+            break
+    time.sleep(2)
+    client.send_signal(signal.SIGKILL)
+    client.wait(30)
+    # a fresh shell: no GPUPLAN_RAY_PORT; the state says where the engine was
+    monkeypatch.delenv("GPUPLAN_RAY_PORT", raising=False)
+    r = cli("teardown", "gone", "--yes")
+    assert r.code == 0, r.err + r.out
+    assert _nothing_left(port, started) == []
+    state = State(paths.state_db())
+    assert state.cluster("gone").status == "gone"
+    state.close()
+
+
+def test_a_clean_batch_leaves_nothing_after_teardown(hosts, cli, tmp_path, monkeypatch):
+    started, port = hosts
+    assert cli("provision", "baremetal:t4", "x2", "--name", "gone", "--no-bootstrap", "--yes").code == 0
+    items = tmp_path / "items.txt"
+    items.write_text("a\nb\nc\n")
+    client = _run(items, port)
+    out, err = client.communicate(timeout=600)
+    assert client.returncode == 0, out + err
+    assert "3 ok of 3 items" in " ".join(out.split())
+    # every port the running engine listens on is inside its nodes' firewalled ranges (the
+    # autoscaler's and the dashboard's metrics ports were at 44217 / 44227 on all interfaces)
+    from support.ray_env import engine_listening
+
+    listening = engine_listening(port, 2, "gone-")
+    assert listening and [p for p in listening if not port <= p < port + 200] == []
+    monkeypatch.delenv("GPUPLAN_RAY_PORT", raising=False)
+    r = cli("teardown", "gone", "--yes")
+    assert r.code == 0, r.err + r.out
+    assert _nothing_left(port, started) == []
