@@ -20,7 +20,8 @@ Groups, per class:
   of the class, or the class's job in the other precision (same suite), both ways round.
 - generic: the column against other jobs of the class across architectures (every other job and
   precision of the class in the same suite), and, for cnn-train, the field report and this
-  project's H100 profiles against the figures the workloads were planned from.
+  project's H100 profiles against the figures the workloads were planned from, and ResNet-50 in
+  another suite (GPU-Insights) against the column: what a cross-suite figure risks.
 A GPU with no figure in a class has no band there: the planner leaves its offers unplanned
 (`no_speed`) rather than guess from another class.
 """
@@ -64,6 +65,16 @@ LAMBDA = {
     "H100 PCIe": ("Hopper", (355, 292, 97, 1197, 15459), (566, 567, 203, 1866, 22586)),
     "H100 SXM": ("Hopper", (524, 408, 141, 1753, 22251), (782, 812, 301, 2616, 30841)),
 }
+# xiaoran007/GPU-Insights docs/data/benchmark-data.json @f4f228e0: a ResNet-50 training score (higher is
+# faster), fp32, one GPU, against the Tesla V100S-PCIE of the same release (ver1 11577, ver2 11032);
+# the T4's cnn-train figure is its ver2 ratio. gpu: (release, score, the cnn-train column's figure)
+INSIGHTS_V100S = {"ver1": 11577, "ver2": 11032}
+INSIGHTS = [
+    ("RTX 3090", "ver1", 16311, D("1.390")), ("RTX 3090", "ver2", 19614, D("1.390")),
+    ("RTX 3090", "ver2", 20166, D("1.390")), ("RTX 4090", "ver1", 24046, D("1.954")),
+    ("A100 40GB PCIe", "ver1", 27478, D("2.39")), ("TITAN X (Pascal)", "ver1", 5792, D("0.52")),
+]
+
 # each class: its column (job, precision) and the other jobs of the class in SUITE
 COLUMN = {"cnn-train": ("resnet50", "fp32"), "transformer-train": ("bert_large_squad", "fp16")}
 CLASS_JOBS = {"cnn-train": ("resnet50", "ssd"), "transformer-train": ("bert_large_squad", "bert_base_squad",
@@ -136,6 +147,9 @@ def generic_points(klass: str = "cnn-train") -> list[tuple[str, Decimal]]:
         ]
         for gpu, (_, f, m) in REL.items():
             out.append((f"{gpu} vs V100, RN50 mixed precision over the fp32 column (shared/refdata/gpus.csv)", m / f))
+        for gpu, release, score, column in INSIGHTS:  # the same job in another suite: what a cross-suite figure risks
+            out.append((f"{gpu} vs V100S, GPU-Insights ResNet-50 {release} ({score} / {INSIGHTS_V100S[release]}) over"
+                        f" the cnn-train column {column}", D(score) / INSIGHTS_V100S[release] / column))
     job, precision = COLUMN[klass]
     for gpu in LAMBDA:
         if gpu == "V100":
@@ -161,8 +175,9 @@ def bands() -> dict[str, dict[str, tuple[Decimal, Decimal]]]:
 
 def main() -> None:
     derived = bands()
-    print(f"sources: {SUITE}; shared/refdata/gpus.csv and rn50_measurements.csv; shared/domain.md A;"
-          " catalog/profiles; shared/measurements/h100-2026-11-22")
+    print(f"sources: {SUITE}; xiaoran007/GPU-Insights docs/data/benchmark-data.json @f4f228e0;"
+          " shared/refdata/gpus.csv and rn50_measurements.csv; shared/domain.md A; catalog/profiles;"
+          " shared/measurements/h100-2026-11-22")
     for klass in CLASSES:
         job, precision = COLUMN[klass]
         print(f"\n== {klass} (column: {job} {precision} relative to V100)")
