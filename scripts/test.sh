@@ -33,4 +33,5 @@ RAY_VENV="${GPUPLAN_TEST_RAY_VENV:-/tmp/gpuplan-test-ray-2.60.0}"
 .venv/bin/python scripts/mypy_baseline.py
 # The README's Examples on exactly the Quickstart's install, in a fresh venv (no test extras).
 bash scripts/fresh_install_examples.sh
-exec .venv/bin/python -m pytest "$@"
+# the slowest tests named at the end, with the wall time (CI runs on a busy 2-core machine)
+exec .venv/bin/python -m pytest --durations=15 "$@"
