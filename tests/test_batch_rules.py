@@ -102,3 +102,18 @@ def test_two_attempts_lost_in_a_row_set_a_node_aside_before_the_engine_says_it_i
     assert b.lost(0, "a", node_gone=False, reason="ActorDiedError") == []
     assert b.lost(1, "a", node_gone=False, reason="ActorDiedError") == ["a"]
     assert b.out["a"] == rules.SetAside(rules.LOST, "lost: ActorDiedError") and [b.items[i].status for i in (0, 1)] == [rules.QUEUED] * 2
+
+
+def test_a_node_set_aside_for_failures_that_turns_out_gone_is_recorded_as_lost():
+    """Its items were killed with it (exit -9) and succeeded elsewhere before the engine noticed it
+    had gone: set aside for failures first, then lost (`run --recover` replaces lost nodes)."""
+    b = _batch(4, ["a", "b"])
+    for i in (b.next_for("b"), b.next_for("b")):
+        assert i is not None
+        b.failed(i, "b", -9)
+    for i in (b.next_for("a"), b.next_for("a")):
+        b.succeeded(i, "a")
+    assert b.out["b"].code == rules.FAILURES
+    assert b.gone("b", "its Ray node is no longer in the cluster") == ["b"]
+    assert b.out["b"].code == rules.LOST and b.out["b"].reason == "lost: its Ray node is no longer in the cluster"
+    assert b.gone("b", "again") == [] and b.gone("a", "gone too") == ["a"]  # said once; a live node goes as lost

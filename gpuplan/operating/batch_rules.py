@@ -17,7 +17,8 @@ The rules:
   Its items move on, and items that had used up their retries there are queued again.
 - A node that disappears (the engine lost it, or two attempts in a row died with their worker
   there before the engine noticed) is set aside; its running items go back on the queue without
-  counting as failures.
+  counting as failures. A node set aside for failures that then turns out gone is recorded as
+  lost: its processes were killed with it, which is what made its items fail there.
 """
 
 from __future__ import annotations
@@ -171,9 +172,18 @@ class Batch:
             return self.quarantine(node, LOST, f"lost: {reason}")
         return []
 
+    def gone(self, node: str, reason: str) -> list[str]:
+        """The engine no longer lists the node: set it aside as lost (or say so, where failures had)."""
+        if node in self.out and self.out[node].code != FAILURES:
+            return []
+        return self.quarantine(node, LOST, f"lost: {reason}")
+
     def quarantine(self, node: str, code: str, reason: str) -> list[str]:
         """Set `node` aside (`code`: one of QUARANTINE_CODES; `reason`: the words shown); items
         whose failures there had ended them go back on the queue."""
+        if node in self.out and code == LOST and self.out[node].code == FAILURES:
+            self.out[node] = SetAside(code, reason)  # already out of the pool: only why changes
+            return [node]
         if node in self.out or node not in self.nodes:
             return []
         self.out[node] = SetAside(code, reason)

@@ -353,8 +353,16 @@ def main(spec_path: str) -> int:
                              reason="stopped at the yen cap; its node did not confirm it")
             inflight.clear()
             break
-        if recover and not capping and time.monotonic() - looked_for_nodes > 2:  # `run --recover`: replacements join
+        look = time.monotonic() - looked_for_nodes > 2
+        if look:
             looked_for_nodes = time.monotonic()
+            # a node the engine no longer lists is lost, even where its killed items made it look
+            # like failures first (they failed as it went)
+            alive = _ray_nodes(ray, list(batch.nodes))
+            for node in [n for n in batch.nodes if n not in alive and (n not in batch.out or batch.out[n].code
+                                                                         == rules.FAILURES)]:
+                set_aside(batch.gone(node, "its Ray node is no longer in the cluster"))
+        if recover and not capping and look:  # `run --recover`: replacements join
             for node, (node_id, node_gpus) in _joined(ray, set(batch.nodes)).items():
                 ids[node], gpus[node] = node_id, node_gpus
                 batch.add_node(node)

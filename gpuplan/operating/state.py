@@ -998,7 +998,8 @@ class State:
                                 int(bool(e["timed_out"])), e["log"], job, e["i"]))
                 elif kind in ("lost", "requeue"):
                     db.execute("UPDATE job_items SET status='queued' WHERE job=? AND idx=?", (job, e["i"]))
-                elif kind == "quarantine":
+                elif kind == "quarantine":  # one row a node: a later event says why anew (failures -> lost)
+                    db.execute("DELETE FROM job_quarantines WHERE job=? AND node=?", (job, e["node"]))
                     db.execute("INSERT INTO job_quarantines (job, node, reason, code) VALUES (?,?,?,?)",
                                (job, e["node"], e["reason"], e.get("code")))
                 elif kind == "done":
