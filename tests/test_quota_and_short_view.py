@@ -62,8 +62,12 @@ def test_a_known_quota_bounds_the_pick_and_drops_the_unknown_line(cli):
                       for p in p5)
 
 
-def test_a_tie_prefers_an_unknown_quota_to_one_known_to_need_an_increase(cli):
-    # one video: g4dn.xlarge (AWS, quota unknown) and NC4as_T4_v3 (Azure, default family quota 0) tie
+def test_a_tie_prefers_an_unknown_quota_to_one_known_to_need_an_increase(cli, gpuplan_home):
+    # one video: g4dn.xlarge (AWS, quota unknown) and NC4as_T4_v3 (Azure, default family quota 0)
+    # tie; g5.xlarge, cheaper than both on the T4's published training figure (issue 31), priced out
+    (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
+    (gpuplan_home / "config" / "prices.yaml").write_text(
+        "offers:\n  - {provider: aws, name: g5.xlarge, region: us-east-1, price: 100}\n")
     rec = _json(cli, "--videos", "1")["recommended"]
     assert rec["instance_type"] == "g4dn.xlarge"
 

@@ -447,29 +447,38 @@ def _stop_node(eng: Engine, node: Node) -> list[str]:
     return _leftovers(r.stdout)
 
 
-def stop(eng: Engine) -> dict[str, str]:
-    """Stop Ray on every node, then drop each node's firewall chain where nothing of it is left.
-    Returns, per node, what could not be stopped, or that it could not be reached (empty: clean)."""
+@dataclass(frozen=True)
+class Stopped:
+    """What stopping the engine left: per node, what could not be stopped there, and the nodes
+    that could not be reached (with why)."""
+
+    left: dict[str, str]
+    unreachable: dict[str, str]
+
+
+def stop(eng: Engine) -> Stopped:
+    """Stop Ray on every node, then drop each node's firewall chain where nothing of it is left."""
     results = remote.run_many([n.host for n in eng.nodes], lambda h: _stop_node(eng, _node(eng, h)))
     left: dict[str, str] = {}
+    unreachable: dict[str, str] = {}
     for n, r in zip(eng.nodes, results):
         if isinstance(r, BaseException):
-            left[n.name] = f"unreachable: {' '.join(str(r).split())}"
+            unreachable[n.name] = " ".join(str(r).split())
         elif r:
             left[n.name] = "; ".join(r)
     if eng.host_firewall:
-        clean = [n.host for n in eng.nodes if n.name not in left]
+        clean = [n.host for n in eng.nodes if n.name not in left and n.name not in unreachable]
         remote.run_many(clean, lambda h: remote.run(h, unfirewall_script(eng, _node(eng, h)), timeout=60, sudo=True))
-    return left
+    return Stopped(left, unreachable)
 
 
-def stop_all(state: State, cluster: str) -> dict[str, str]:
+def stop_all(state: State, cluster: str) -> Stopped:
     """Before a teardown: stop Ray and every process started under it on the nodes that can
-    still be reached; per node, what is left or why it could not be reached (empty: clean)."""
+    still be reached."""
     try:
         eng = engine_of(state, cluster)
     except GpuplanError:  # no live node, no key, no pinned host key: nothing to reach
-        return {}
+        return Stopped({}, {})
     return stop(eng)
 
 

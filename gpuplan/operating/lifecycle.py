@@ -548,16 +548,13 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
     if state.jobs(cluster) or engine.was_started(state, cluster):
         # the run engine ran (or began to) here: owned machines outlive the teardown, its Ray must not
         progress(f"stopping Ray and its batches on {cluster}")
-        left = engine.stop_all(state, cluster)
-        for node, what in left.items():
-            progress(f"{node}: {what}")
-        running = {n: w for n, w in left.items() if not w.startswith("unreachable")}
-        if running and prov.machines_outlive_teardown:  # released with Ray still on it, a host is claimed so
-            from gpuplan.operating.engine import EngineError
-
-            raise EngineError(f"Ray of {cluster} could not be stopped on {', '.join(running)}"
-                              f" ({'; '.join(f'{n}: {w}' for n, w in running.items())}); nothing was released:"
-                              f" stop it there, then `gpuplan teardown {cluster}` again")
+        stopped = engine.stop_all(state, cluster)
+        for name, why in stopped.unreachable.items():
+            progress(f"{name} could not be reached to stop Ray there: {why}")
+        if stopped.left and prov.machines_outlive_teardown:  # released with Ray still on it, a host is claimed so
+            raise engine.EngineError(f"Ray of {cluster} could not be stopped on {', '.join(stopped.left)}"
+                                     f" ({'; '.join(f'{n}: {w}' for n, w in stopped.left.items())}); nothing was"
+                                     f" released: stop it there, then `gpuplan teardown {cluster}` again")
     state.set_cluster_status(cluster, "tearing-down")
     found = reconcile(state, prov, row)
     doomed = [r for r in found if r.kind != "image" or include_images]

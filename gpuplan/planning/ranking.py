@@ -297,7 +297,7 @@ def _ties(rec: Plan, eligible: list[Plan], objective: str, lost: tuple[str, ...]
 def balanced_why(rec: Plan, eligible: list[Plan], choice: Choice) -> str:
     """The default rule in words, with the figures that applied it."""
     cheapest = min(eligible, key=lambda p: rank_key(p, "cost"))
-    slack = f"{choice.cost_slack * 100:f}".rstrip("0").rstrip(".")
+    slack = f"{choice.cost_slack * 100:f}".rstrip("0").rstrip(".") or "0"  # "0", not "" (--cost-slack 0)
     rule = f"rule: fastest within {slack} % of the cheapest, or cheaper within 5 % of its wall; --objective cost: cheapest"
     lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
     ties = _ties(rec, eligible, "cost", lost, lambda p: p.cost_jpy == rec.cost_jpy and p.wall_s == rec.wall_s)
