@@ -13,13 +13,9 @@ from support.azure_fake import SKUS, FakeARM, FakeSku, make_provider
 
 @pytest.fixture
 def no_credentials(monkeypatch, tmp_path):
-    for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_SUBSCRIPTION_ID",
-                "AZURE_CLIENT_ID", "SAKURACLOUD_ACCESS_TOKEN", "SAKURACLOUD_ACCESS_TOKEN_SECRET"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws, ~/.azure or ~/.usacloud
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from support.credentials import without_credentials
+
+    without_credentials(monkeypatch, tmp_path)
 
 
 def test_no_credentials_anywhere_says_what_to_set_and_exits_2(no_credentials, cli):

@@ -283,12 +283,9 @@ def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(ow
 
 
 def test_missing_credentials_are_said_before_the_question_and_nothing_is_made(cli, tmp_path, monkeypatch, gpuplan_home):
-    for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from support.credentials import without_credentials
+
+    without_credentials(monkeypatch, tmp_path)
     monkeypatch.chdir(tmp_path)
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}", "infra": ["aws"]})
     r = cli("launch", str(path), "-y")

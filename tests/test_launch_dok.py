@@ -11,19 +11,13 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from support.sakura_dok_fake import DokFake, run_the_queue
+from support.sakura_dok_fake import run_the_queue, serving
 
 
 @pytest.fixture
 def dok_env(monkeypatch):
-    fake = DokFake()
-    fake.root = fake.start()
-    for k, v in fake.env(fake.root).items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
-    yield fake
-    fake.stop()
-    assert fake.unknown == []
+    with serving(monkeypatch) as fake:
+        yield fake
 
 
 def _time_passes(fake, count, seconds):

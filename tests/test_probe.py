@@ -17,7 +17,7 @@ import yaml
 from gpuplan import batchfile
 from gpuplan.errors import UsageError
 from gpuplan.planning import probing
-from support.sakura_dok_fake import DokFake, run_the_queue
+from support.sakura_dok_fake import run_the_queue, serving
 
 D = Decimal
 
@@ -65,14 +65,8 @@ def test_a_probe_field_needs_units_in_its_command(tmp_path):
 
 @pytest.fixture
 def dok_env(monkeypatch):
-    fake = DokFake(execute=True)  # tasks' commands run here: the 8-GPU plan's items are timed by its own script
-    fake.root = fake.start()
-    for k, v in fake.env(fake.root).items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
-    yield fake
-    fake.stop()
-    assert fake.unknown == []
+    with serving(monkeypatch, execute=True) as fake:  # tasks' commands run here: the 8-GPU plan's items are timed by its own script
+        yield fake
 
 
 # The stand-in job sleeps 0.2 s + 0.5 s an epoch. A one-GPU task's time is what DOK reports
@@ -195,12 +189,9 @@ def test_a_probe_that_fails_says_why_on_one_line_and_leaves_nothing_running(dok_
 
 def test_what_would_stop_a_probe_is_said_before_the_question_and_nothing_is_made(cli, tmp_path, monkeypatch,
                                                                                  gpuplan_home):
-    for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from support.credentials import without_credentials
+
+    without_credentials(monkeypatch, tmp_path)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "videos.txt").write_text("v0.mp4\n")
     (tmp_path / "batch.yaml").write_text(yaml.safe_dump({

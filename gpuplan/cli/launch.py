@@ -64,22 +64,13 @@ def launch(
         from gpuplan.cli import estimate as estimate_cli
 
         work = launcher.workload_for(batch, todo_items)
-        est = estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                         objective=batch.objective, spot=batch.spot, tax=batch.tax,
-                                         providers=launcher.infra_providers(batch.infra))
-        estimate_cli._render_table(est, False)
-        if est.recommended is None:
-            raise UsageError(est.reason)
+        est = show_plan(plan_batch(batch, work))
         if probe:
             from gpuplan.cli.probe import probe_and_plan_again
 
             again = probe_and_plan_again(batch, work, todo_items[0], est, probe_budget, yes, dry_run)
             if again is not None:
-                out.print("planned again with what the probes measured:", markup=False)
-                estimate_cli._render_table(again, False)
-                if again.recommended is None:
-                    raise UsageError(again.reason)
-                est = again
+                est = show_plan(again, "planned again with what the probes measured:")
         if dry_run:  # nothing is written: the plan goes to a file that is gone once the sequence is shown
             import tempfile
 
@@ -120,6 +111,31 @@ def launch(
                   f" `gpuplan launch --resume {job}` follows it, fetches its outputs and tears down", markup=False)
         return
     _finish(state, job, keep)
+
+
+def plan_batch(batch, work):
+    """The estimate for a batch: its workload on its infra, region, deadline, objective, spot and
+    tax basis, as `estimate` plans it."""
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.operating import launcher
+
+    return estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
+                                      objective=batch.objective, spot=batch.spot, tax=batch.tax,
+                                      providers=launcher.infra_providers(batch.infra))
+
+
+def show_plan(est, title: str = ""):
+    """The estimate's short table (after `title`); one line and exit 2 where nothing can be picked."""
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli.jobs import _console
+
+    if title:
+        sys.stdout.flush()
+        _console().print(title, markup=False)
+    estimate_cli._render_table(est, False)
+    if est.recommended is None:
+        raise UsageError(est.reason)
+    return est
 
 
 def _resume(job: str, keep: bool, detach: bool) -> None:

@@ -5,7 +5,6 @@ before it builds the pick."""
 
 from __future__ import annotations
 
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Optional
@@ -30,8 +29,7 @@ def probe(
 ) -> None:
     """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
     from gpuplan import batchfile
-    from gpuplan.cli import estimate as estimate_cli
-    from gpuplan.cli.jobs import _console
+    from gpuplan.cli.launch import plan_batch, show_plan
     from gpuplan.operating import launcher, runner
 
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
@@ -39,17 +37,10 @@ def probe(
     batch = batchfile.read(batch_file, overrides)
     todo = runner.read_items(batch.items)
     work = launcher.workload_for(batch, todo)
-    est = estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                     objective=batch.objective, spot=batch.spot, tax=batch.tax,
-                                     providers=launcher.infra_providers(batch.infra))
-    estimate_cli._render_table(est, False)
-    if est.recommended is None:
-        raise UsageError(est.reason)
+    est = show_plan(plan_batch(batch, work))
     after = probe_and_plan_again(batch, work, todo[0], est, probe_budget, yes, dry_run)
     if after is not None:
-        sys.stdout.flush()
-        _console().print("planned again with what the probes measured:", markup=False)
-        estimate_cli._render_table(after, False)
+        show_plan(after, "planned again with what the probes measured:")
 
 
 def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | None, yes: bool, dry_run: bool):
@@ -59,7 +50,6 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     from gpuplan.cli import estimate as estimate_cli
     from gpuplan.cli.jobs import _console, _progress
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
-    from gpuplan.operating import launcher
     from gpuplan.operating import probe as probing_ops
     from gpuplan.planning import probing
 
@@ -137,9 +127,9 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
 
         raise JobsFailed("no probe measured (each says why above); fix the batch's `probe:` command, or plan without"
                          " probing")
-    return estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                      objective=batch.objective, spot=batch.spot, tax=batch.tax,
-                                      providers=launcher.infra_providers(batch.infra))
+    from gpuplan.cli.launch import plan_batch
+
+    return plan_batch(batch, work)
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,7 @@ import re
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
@@ -313,3 +314,19 @@ def run_the_queue(fake, count, end_the_running_one, limit_s=120.0):
             end_the_running_one()
         elif not any(t["status"] == "waiting" for t in fake.tasks.values()):
             return
+
+
+@contextmanager
+def serving(monkeypatch, execute: bool = False):
+    """A started fake with gpuplan's DOK settings pointing at it and a quick follower; stopped
+    after, and no request it did not know."""
+    fake = DokFake(execute=execute)
+    fake.root = fake.start()
+    for k, v in fake.env(fake.root).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.05")
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    assert fake.unknown == []
