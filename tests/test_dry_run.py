@@ -31,6 +31,9 @@ CASES = {
     "bench": [["colorize", "--on", f"aws:g4dn.xlarge@{REGION}", "--dry-run", "--yes"]],
     "launch": [["--items", str(Path(__file__).parent / "fixtures" / "launch" / "videos.txt"), "--workload", "colorize-hd",
                 "--infra", "aws", "--region", REGION, "--dry-run", "--yes", "--", "echo", "{item}"]],
+    "probe": [["--items", str(Path(__file__).parent / "fixtures" / "launch" / "videos.txt"), "--workload", "colorize-hd",
+               "--infra", "aws", "--region", REGION, "--probe-budget", "5000", "--dry-run", "--yes", "--", "run", "{item}",
+               "--epochs", "{units}"]],
 }
 
 

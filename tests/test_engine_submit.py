@@ -144,6 +144,7 @@ def test_a_warm_cluster_skips_the_playbook_and_any_start_and_its_head_connection
 
     eng = _engine(3)
     monkeypatch.setattr(engine, "engine_of", lambda state, cluster: eng)
+    monkeypatch.setattr(engine, "was_started", lambda state, cluster: True)  # no state here: its settings are eng's
     opened: list[tuple[str, FakeConn]] = []
 
     class Node(FakeConn):

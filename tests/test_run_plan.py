@@ -13,7 +13,7 @@ from gpuplan.operating import runner
 
 def test_plan_from_estimate_predicts_report_a_jobs_phase(cli, tmp_path):
     path = tmp_path / "plan.json"
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path))
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "excluded", "--save", str(path))  # report A: no tax
     assert r.code == 0, r.err
     pred = runner.read_plan(path)
     # Report A: 4x NC6 from an image; 60 min setup on the builder, then 120 min of four NC6 (¥826 in all).
@@ -76,7 +76,7 @@ def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
     # the four jobs took 150 min, not the 120 planned: the K80 runs this at 0.8x what the plan assumed
     assert "calibration recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path), pred)
 
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json")
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "excluded", "--format", "json")  # report A: no tax
     assert r.code == 0, r.err
     data = json.loads(r.out)
     rec = data["recommended"]

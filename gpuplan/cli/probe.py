@@ -17,6 +17,7 @@ from gpuplan.planning import fmt
 
 def probe(
     batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file (docs/batch.md); its `probe:` says how to run the job at a few units.", metavar="BATCH.yaml")] = None,
+    command: Annotated[Optional[list[str]], typer.Argument(help="After --: the job's command, with {item} and {units} (the amount of work to time); overrides the file's.")] = None,
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (the first is probed).", metavar="FILE")] = None,
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with.", metavar="NAME|FILE")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run the probe in this container image.", metavar="IMAGE")] = None,
@@ -32,8 +33,11 @@ def probe(
     from gpuplan.cli.launch import plan_batch, show_plan
     from gpuplan.operating import launcher, runner
 
+    if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
+        # no batch file, a command after --: its first word landed in BATCH.yaml's place
+        command, batch_file = [str(batch_file), *(command or [])], None
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
-                 "objective": objective}
+                 "objective": objective, "command": list(command) if command else None}
     batch = batchfile.read(batch_file, overrides)
     todo = runner.read_items(batch.items)
     work = launcher.workload_for(batch, todo)

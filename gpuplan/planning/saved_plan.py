@@ -238,9 +238,10 @@ def load(path: Path) -> SavedPlan:
 
 
 def _basis(path: Path, value: Any) -> str:
-    """A plan file's `tax`: included or excluded; absent (older files): as its rows list them."""
+    """A plan file's `tax`: included or excluded; as-listed (an estimate made on the catalog as it
+    lists its prices) or absent (older files): as its rows list them."""
     if value is None:
         return "as-listed"
-    if value not in ("included", "excluded"):
-        raise UsageError(f"plan file {path}: tax must be included or excluded, not {value!r}; {FIX}")
+    if value not in ("included", "excluded", "as-listed"):
+        raise UsageError(f"plan file {path}: tax must be included, excluded or as-listed, not {value!r}; {FIX}")
     return value
