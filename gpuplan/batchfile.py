@@ -21,11 +21,12 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import UsageError
+from gpuplan.planning.units import MAX_YEN
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
@@ -33,7 +34,6 @@ FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", 
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
-MAX_YEN = Decimal(10) ** 12  # a trillion yen: a cap past it is a typo, not a budget
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
 
@@ -308,18 +308,14 @@ def _registry(at: str, value: Any) -> Registry | None:
 
 
 def _yen(at: str, value: Any) -> Decimal | None:
+    from gpuplan.planning.units import yen
+
     if value in (None, ""):
         return None
-    if isinstance(value, bool):
-        raise UsageError(f"{at}: a number of yen")
-    text = str(value).replace(",", "").replace("¥", "").strip()
-    try:
-        yen = Decimal(text)
-    except InvalidOperation:
-        raise UsageError(f"{at} {value!r}: a number of yen, such as 500") from None
-    if not yen.is_finite() or yen <= 0 or yen > MAX_YEN:
-        raise UsageError(f"{at} {value!r}: a number of yen above 0 and at most {MAX_YEN:,}")
-    return yen
+    amount = yen(value)
+    if amount is None:
+        raise UsageError(f"{at} {value!r}: a number of yen above 0 and at most {MAX_YEN:,}, such as 500")
+    return amount
 
 
 def _whole(at: str, value: Any, low: int, high: int) -> int:

@@ -240,6 +240,13 @@ CASES = [
     ("provision-playbook-unknown-yes", {}, ["provision", "aws:g4dn.xlarge", "x1", "--playbook", "nosuch", "-y"], "nosuch"),
     ("provision-ssh-from-bogus", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ssh-from", "bogus", *DRY], "--ssh-from"),
     ("bootstrap-param-empty", {}, ["bootstrap", "demo", "--param", "root="], "root has no value"),
+    # numbers past what Decimal keeps exact (28 digits): bounded where they are read (issue 32)
+    ("budget-1e28", {}, ["estimate", "--videos", "4", "--budget", "1e28"], "--budget"),
+    ("max-yen-1e30", {}, ["run", "demo", "--items", "{tmp}/items.txt", "--max-yen", "1e30", "--", "echo", "{item}"],
+     "--max-yen"),
+    ("prices-fx-1e29", {"{home}/config/prices.yaml": "fx: {USD: 1e29}\n"}, ["estimate", "--videos", "4"], "below"),
+    ("prices-price-1e40", {"{home}/config/prices.yaml": "offers:\n- {provider: aws, name: g4dn.xlarge, price: 1e40}\n"},
+     ["estimate", "--videos", "4"], "below"),
     # --- typer's own usage errors: one line as well -------------------------------------------
     ("videos-not-a-number", {}, ["estimate", "--videos", "abc"], "--videos"),
     ("unknown-option", {}, ["estimate", "--nosuch"], "--nosuch"),

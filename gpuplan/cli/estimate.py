@@ -73,15 +73,14 @@ def parse_slack(text: str) -> Decimal:
 
 def parse_budget(text: str | None) -> Decimal | None:
     """--budget: "5000", "¥5,000" or "5000 JPY" -> Decimal yen (more than 0)."""
+    from gpuplan.planning.units import yen
+
     if text is None:
         return None
-    raw = text.strip().removeprefix("¥").removesuffix("JPY").replace(",", "").strip()
-    try:
-        value = Decimal(raw)
-    except ArithmeticError:
-        value = Decimal(0)
-    if not value.is_finite() or value <= 0:
-        raise UsageError(f"bad --budget {text!r}: give the most yen the batch may cost, such as 5000 or ¥5,000")
+    value = yen(text)
+    if value is None:
+        raise UsageError(f"bad --budget {text!r}: give the most yen the batch may cost, such as 5000 or ¥5,000"
+                         " (at most ¥1,000,000,000,000)")
     return value
 
 

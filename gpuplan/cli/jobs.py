@@ -347,16 +347,14 @@ def run(
 
 def _max_yen(text: Optional[str]) -> Decimal | None:
     """--max-yen N: a number of yen above 0."""
-    from decimal import InvalidOperation
+    from gpuplan.planning.units import yen
 
     if text is None:
         return None
-    try:
-        value = Decimal(text.replace(",", "").replace("¥", "").strip())
-    except InvalidOperation:
-        value = Decimal(-1)
-    if not value.is_finite() or value <= 0:
-        raise UsageError(f"bad --max-yen {text!r}: a number of yen above 0, e.g. --max-yen 500")
+    value = yen(text)
+    if value is None:
+        raise UsageError(f"bad --max-yen {text!r}: a number of yen above 0 and at most 1,000,000,000,000, e.g."
+                         " --max-yen 500")
     return value
 
 

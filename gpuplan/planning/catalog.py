@@ -490,6 +490,10 @@ class _Where:
         return UsageError(f"{self.label}: bad {fieldname} {value!r}: expected {expected}")
 
 
+# no price, rate, cap or size in a catalog comes near it; past 28 digits Decimal stops being exact
+CATALOG_NUMBER_LIMIT = Decimal(10) ** 12
+
+
 @overload
 def _dec(where: _Where, fieldname: str, value: Any, required: Literal[True]) -> Decimal: ...
 @overload
@@ -507,6 +511,8 @@ def _dec(where: _Where, fieldname: str, value: Any, required: bool = False) -> D
         raise where.bad(fieldname, value, "a number") from None
     if not d.is_finite() or d < 0:
         raise where.bad(fieldname, value, "a number zero or above")
+    if d >= CATALOG_NUMBER_LIMIT:
+        raise where.bad(fieldname, value, f"a number below {CATALOG_NUMBER_LIMIT:,}")
     return d
 
 

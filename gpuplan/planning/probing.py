@@ -115,10 +115,12 @@ def budget_of(text: str | None, pick_yen: Decimal) -> Decimal:
             if not share.is_finite() or not 0 < share <= 100:
                 raise InvalidOperation
             return pick_yen * share / 100
-        yen = Decimal(raw.replace(",", "").replace("¥", "").strip())
-        if not yen.is_finite() or yen <= 0 or yen > Decimal(10) ** 12:
+        from gpuplan.planning.units import yen
+
+        amount = yen(raw)
+        if amount is None:
             raise InvalidOperation
-        return yen
+        return amount
     except InvalidOperation:
         raise UsageError(f"bad --probe-budget {text!r}: a share of the pick's yen such as 2% (the default), or yen such"
                          " as 500") from None

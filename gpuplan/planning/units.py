@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal, InvalidOperation
 
 from gpuplan.errors import UsageError
 
@@ -14,6 +15,22 @@ MAX_MACHINES = 1000  # one cluster: each machine is its own create call, journal
 # another; the largest it accepts is not documented (shared/notes/sakura-koukaryoku.md), so gpuplan
 # never asks for more
 DOK_TASK_LIMIT_S = 1_728_000
+# a trillion yen: a budget or cap past it is a typo, and past 28 digits Decimal's arithmetic is no
+# longer exact (a yen figure that large failed deep in the planner with InvalidOperation)
+MAX_YEN = Decimal(10) ** 12
+
+
+def yen(text: object) -> Decimal | None:
+    """A number of yen as users type it ("5000", "¥5,000", "5000 JPY", 5000), above 0 and at
+    most MAX_YEN; None where it is not one (each caller says what it expected, in its own words)."""
+    if isinstance(text, bool) or text is None:
+        return None
+    raw = str(text).strip().removeprefix("¥").removesuffix("JPY").replace(",", "").strip()
+    try:
+        value = Decimal(raw)
+    except (InvalidOperation, ValueError):
+        return None
+    return value if value.is_finite() and 0 < value <= MAX_YEN else None
 
 
 def parse_duration(text: str, what: str = "duration") -> int:

@@ -16,6 +16,7 @@ from typing import Any
 from gpuplan.errors import UsageError
 from gpuplan.planning.evidence import SpeedKind
 from gpuplan.planning.plan_types import DataParallel, Job, MemoryFraction, Packing, ShardedMemory, Streams, Workload
+from gpuplan.planning.units import MAX_YEN
 
 VIDEOS_WORKLOAD = "colorize-hd"
 
@@ -29,7 +30,6 @@ MAX_JOB_SECONDS = 100 * 365 * 86400  # one job's work alone on the reference GPU
 MAX_SETUP_SECONDS = 366 * 86400  # setup or staging on one machine
 RATIOS = (Decimal("0.001"), Decimal(1000))  # speeds, slowdowns, efficiencies and factors: all within 1000x of 1
 MAX_KEY = 1024  # GPUs of one machine (colocation) or jobs sharing one GPU (packing)
-MAX_YEN = Decimal(10) ** 12
 _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
