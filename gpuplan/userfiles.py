@@ -177,6 +177,21 @@ def _strict_loader():
 
     Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_yaml_int)
     Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_yaml_float)
+    # YAML 1.2's core schema for plain scalars, not PyYAML's 1.1 one: `1:30` is not 5400 (base 60),
+    # `0x10` and `0o10` not 16 and 8, `1_000` not 1000, `yes` / `no` / `on` / `off` not booleans;
+    # they stay text, and the field that wanted a number or a boolean says so
+    import re
+
+    implicit = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    Strict.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in pairs if tag not in implicit]
+                                      for first, pairs in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Strict.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                 list("tTfF"))
+    Strict.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+    Strict.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+.0123456789"))
     _LOADER = Strict
     return Strict
 

@@ -240,6 +240,12 @@ CASES = [
     ("provision-playbook-unknown-yes", {}, ["provision", "aws:g4dn.xlarge", "x1", "--playbook", "nosuch", "-y"], "nosuch"),
     ("provision-ssh-from-bogus", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ssh-from", "bogus", *DRY], "--ssh-from"),
     ("bootstrap-param-empty", {}, ["bootstrap", "demo", "--param", "root="], "root has no value"),
+    # YAML 1.2's core schema: `1:30` is not 5,400 (base 60) nor `0x10` 16; they stay text and the field says so
+    ("batch-deadline-sexagesimal", {"items.txt": "a\n", "b.yaml": "items: items.txt\ncommand: echo {item}\n"
+                                    "workload: colorize-hd\ndeadline: 1:30\n"},
+     ["launch", "{tmp}/b.yaml", "--dry-run"], "deadline"),
+    ("workload-units-hex", {"w.yaml": WORKLOAD.replace("units: 10", "units: 0x10")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "units"),
     # numbers past what Decimal keeps exact (28 digits): bounded where they are read (issue 32)
     ("budget-1e28", {}, ["estimate", "--videos", "4", "--budget", "1e28"], "--budget"),
     ("max-yen-1e30", {}, ["run", "demo", "--items", "{tmp}/items.txt", "--max-yen", "1e30", "--", "echo", "{item}"],
