@@ -246,6 +246,9 @@ CASES = [
      ["launch", "{tmp}/b.yaml", "--dry-run"], "deadline"),
     ("workload-units-hex", {"w.yaml": WORKLOAD.replace("units: 10", "units: 0x10")},
      ["estimate", "--workload", "{tmp}/w.yaml"], "units"),
+    ("workload-duplicate-job-names", {"w.yaml": WORKLOAD.replace("  - {units: 10}", "  - {name: a, units: 10}\n"
+                                                                   "  - {name: a, units: 5}")},
+     ["estimate", "--workload", "{tmp}/w.yaml"], "two jobs are named 'a'"),
     # numbers past what Decimal keeps exact (28 digits): bounded where they are read (issue 32)
     ("budget-1e28", {}, ["estimate", "--videos", "4", "--budget", "1e28"], "--budget"),
     ("max-yen-1e30", {}, ["run", "demo", "--items", "{tmp}/items.txt", "--max-yen", "1e30", "--", "echo", "{item}"],

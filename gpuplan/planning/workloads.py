@@ -450,6 +450,11 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
                              f" {MAX_JOBS:,} at once; plan a part of the batch")
         name = _text(f"{where}: jobs[{i}]", "name", entry.get("name") or f"job{i + 1}")
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
+    seen: set[str] = set()
+    for job in out:  # a plan's schedule, a run's order and its outputs find each job by its name
+        if job.name in seen:
+            raise UsageError(f"{where}: two jobs are named {job.name!r}; give each jobs entry a name of its own")
+        seen.add(job.name)
     return tuple(out)
 
 
