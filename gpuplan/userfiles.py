@@ -22,14 +22,17 @@ MAX_BYTES = 16 * 2**20  # far above any hand-written file; stops a wrong path (a
 
 MAX_DEPTH = 64  # nesting of lists and mappings; hand-written files use a handful
 MAX_DIGITS = 30  # an integer longer than this is a typo (or an attack), never a count or a price
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# control characters, and the ones that reorder or break a line as shown: bidirectional
+# overrides, isolates and marks (a name can read as another), line and paragraph separators
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
 def printable(text: str) -> str:
     """`text` with control characters (newlines, terminal escape codes) shown as \\xNN escapes:
     what gpuplan prints of a name, path or region a user gave is one line and cannot drive the
     terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
 
 
 def one_line(text: str) -> str:
