@@ -171,6 +171,13 @@ def _strict_loader():
                                        node.start_mark)
             return super().construct_yaml_int(node)
 
+        def construct_yaml_timestamp(self, node):
+            try:
+                return super().construct_yaml_timestamp(node)
+            except ValueError as exc:  # 2026-13-45: the shape of a date, not a date
+                raise ConstructorError(None, None, f"{printable(str(node.value))!r} is not a valid date ({exc})",
+                                       node.start_mark) from None
+
         def construct_yaml_float(self, node):
             value = super().construct_yaml_float(node)
             if not math.isfinite(value):
@@ -180,6 +187,7 @@ def _strict_loader():
 
     Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_yaml_int)
     Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_yaml_float)
+    Strict.add_constructor("tag:yaml.org,2002:timestamp", Strict.construct_yaml_timestamp)
     # YAML 1.2's core schema for plain scalars, not PyYAML's 1.1 one: `1:30` is not 5400 (base 60),
     # `0x10` and `0o10` not 16 and 8, `1_000` not 1000, `yes` / `no` / `on` / `off` not booleans;
     # they stay text, and the field that wanted a number or a boolean says so

@@ -253,6 +253,15 @@ CASES = [
     ("workload-duplicate-job-names", {"w.yaml": WORKLOAD.replace("  - {units: 10}", "  - {name: a, units: 10}\n"
                                                                    "  - {name: a, units: 5}")},
      ["estimate", "--workload", "{tmp}/w.yaml"], "two jobs are named 'a'"),
+    ("profile-date-impossible", {"p.yaml": "workload: colorize\nunit: epoch\nreference_gpu: T4\nseconds_per_unit: 1\n"
+                                           "provenance: {source: me, date: 2026-13-45}\n"},
+     ["estimate", "--videos", "4", "--profile", "{tmp}/p.yaml"], "not a valid date"),
+    ("profile-date-words", {"p.yaml": "workload: colorize\nunit: epoch\nreference_gpu: T4\nseconds_per_unit: 1\n"
+                                      "provenance: {source: me, date: yesterday}\n"},
+     ["estimate", "--videos", "4", "--profile", "{tmp}/p.yaml"], "is not a date"),
+    ("prices-currency-without-rate", {"{home}/config/prices.yaml": "offers:\n- {provider: sakura, name: my-box, region: is1a,"
+                                                                    " gpu: T4, gpu_count: 1, price: 500, currency: XYZ}\n"},
+     ["catalog"], "no exchange rate"),
     # numbers past what Decimal keeps exact (28 digits): bounded where they are read (issue 32)
     ("budget-1e28", {}, ["estimate", "--videos", "4", "--budget", "1e28"], "--budget"),
     ("max-yen-1e30", {}, ["run", "demo", "--items", "{tmp}/items.txt", "--max-yen", "1e30", "--", "echo", "{item}"],

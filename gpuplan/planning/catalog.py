@@ -1004,6 +1004,10 @@ def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Cata
                                      f" the GPU table to take it from; known: {', '.join(sorted(base.gpus))})")
                 entry["gpu_memory_gib"] = info.memory_gib
             offers.append(_offer(where, entry))
+        for o in offers[-1:] if not hits else [offers[j] for j in hits]:  # a price gpuplan cannot turn into yen
+            if o.currency != "JPY" and o.price is not None and o.currency not in fx:
+                raise UsageError(f"{where.label}: currency {o.currency} has no exchange rate; give one in the same file"
+                                 f" (fx: {{{o.currency}: YEN_PER_UNIT}}) or the price in JPY")
     return _finish(base.snapshot, offers, fx, providers, prices_file=path)
 
 

@@ -220,6 +220,12 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     if unknown:
         raise UsageError(f"{where}: unknown provenance field(s) {sorted(unknown)}")
     fields: dict[str, Any] = {k: (bool(v) if k == "quick" else one_line(str(v))) for k, v in prov.items() if v is not None}
+    from datetime import date as calendar_date
+
+    try:  # the day it was measured: compared, sorted and shown as a date
+        calendar_date.fromisoformat(fields["date"])
+    except ValueError:
+        raise UsageError(f"{where}: provenance.date {fields['date']!r} is not a date: write it YYYY-MM-DD") from None
     provenance = Provenance(**fields)
 
     slowdown = {}
