@@ -34,7 +34,14 @@ def _load() -> dict[str, Any]:
         raise UsageError(f"{path}: not valid YAML ({yaml_problem(exc)}); fix or remove the file") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping at the top level")
+    unknown = sorted(set(map(str, data)) - KEYS)
+    if unknown:  # a misspelt or invented setting would otherwise change nothing, silently
+        raise UsageError(f"{path}: unknown setting {unknown[0]!r}; the settings are {', '.join(sorted(KEYS))}"
+                         " (owned hardware goes in the bare-metal inventory or `estimate --owned`)")
     return data
+
+
+KEYS = frozenset({"owner", "preferred_regions", "providers"})
 
 
 def provider_config(name: str) -> dict[str, str]:

@@ -83,6 +83,8 @@ def load_inventory(path: Path) -> list[InventoryHost]:
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
         raise UsageError(f"{path}: expected `hosts:` with a list of hosts")
     defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise UsageError(f"{path}: defaults must be a mapping of host fields (user: ..., key: ...)")
     hosts, seen = [], set()
     for i, raw in enumerate(data["hosts"]):
         if not isinstance(raw, dict):

@@ -262,6 +262,11 @@ CASES = [
     ("prices-currency-without-rate", {"{home}/config/prices.yaml": "offers:\n- {provider: sakura, name: my-box, region: is1a,"
                                                                     " gpu: T4, gpu_count: 1, price: 500, currency: XYZ}\n"},
      ["catalog"], "no exchange rate"),
+    ("config-unknown-setting", {"{home}/config/config.yaml": "owned: [nosuch]\n"}, ["estimate", "--videos", "4"],
+     "unknown setting 'owned'"),
+    ("inventory-defaults-a-list", {"inv.yaml": "defaults: [1]\nhosts:\n- {name: h1, address: 127.0.0.1, " + T4 + "}\n",
+                                   "{home}/config/config.yaml": INV_CONFIG}, ["provision", "baremetal:t4", "x1", *DRY],
+     "defaults must be a mapping"),
     # numbers past what Decimal keeps exact (28 digits): bounded where they are read (issue 32)
     ("budget-1e28", {}, ["estimate", "--videos", "4", "--budget", "1e28"], "--budget"),
     ("max-yen-1e30", {}, ["run", "demo", "--items", "{tmp}/items.txt", "--max-yen", "1e30", "--", "echo", "{item}"],
