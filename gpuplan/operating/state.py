@@ -930,31 +930,19 @@ class State:
                 nodes: int, resumes: str | None = None, backend: str | None = None) -> None:
         """A submitted batch and its items, `items` in run order as (index in the items file, item);
         `backend` the run backend it goes through (operating/backends.py)."""
-        at = _iso()
         with self._tx() as db:
-            db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at, backend)"
-                       " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (job, cluster, "submitted", json.dumps(command), json.dumps(options), len(items), nodes, resumes, at,
-                        backend))
-            db.executemany("INSERT INTO job_items (job, idx, item, position, status) VALUES (?,?,?,?,?)",
-                           ((job, idx, item, pos, "queued") for pos, (idx, item) in enumerate(items)))
+            _insert_job(db, job, cluster, command, options, items, nodes, resumes, backend)
 
     def add_numbered_job(self, cluster: str, command: list[str], options: dict, items: Sequence[tuple[int, str]],
                          nodes: int, resumes: str | None = None, backend: str | None = None) -> str:
         """add_job under the next free id CLUSTER-N, the number taken and the row written in one
         transaction: two batches sent at once (two terminals, a probe's DOK offers side by side)
         never take the same id."""
-        at = _iso()
         with self._tx() as db:
             rows = db.execute("SELECT id FROM jobs WHERE cluster=?", (cluster,)).fetchall()
             numbers = [int(r["id"].rsplit("-", 1)[1]) for r in rows if r["id"].rsplit("-", 1)[-1].isdigit()]
             job = f"{cluster}-{max(numbers, default=0) + 1}"
-            db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at, backend)"
-                       " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (job, cluster, "submitted", json.dumps(command), json.dumps(options), len(items), nodes, resumes, at,
-                        backend))
-            db.executemany("INSERT INTO job_items (job, idx, item, position, status) VALUES (?,?,?,?,?)",
-                           ((job, idx, item, pos, "queued") for pos, (idx, item) in enumerate(items)))
+            _insert_job(db, job, cluster, command, options, items, nodes, resumes, backend)
         return job
 
     def next_job_number(self, cluster: str) -> int:
@@ -1053,6 +1041,16 @@ class State:
 
     def speed_points(self, workload: str) -> list[dict]:
         return [dict(r) for r in self._query("SELECT * FROM speed_points WHERE workload=? ORDER BY rowid", (workload,))]
+
+
+def _insert_job(db: sqlite3.Connection, job: str, cluster: str, command: list[str], options: dict,
+                items: Sequence[tuple[int, str]], nodes: int, resumes: str | None, backend: str | None) -> None:
+    db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at, backend)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?)",
+               (job, cluster, "submitted", json.dumps(command), json.dumps(options), len(items), nodes, resumes, _iso(),
+                backend))
+    db.executemany("INSERT INTO job_items (job, idx, item, position, status) VALUES (?,?,?,?,?)",
+                   ((job, idx, item, pos, "queued") for pos, (idx, item) in enumerate(items)))
 
 
 def _job(r: sqlite3.Row) -> JobRow:

@@ -149,15 +149,26 @@ def engine_remains(port: int, nodes: int) -> list[str]:
     dirs = [lay.temp_dir(i) for i in range(nodes)]
     ranges = [(lay.base(i), lay.base(i) + PORTS_PER_NODE - 1) for i in range(nodes)]
     left = [f"temp dir {d}" for d in dirs if Path(d).exists()]
+    for pid, targets in _open_files():
+        if pid != os.getpid() and any(t.startswith(d + "/") for t in targets for d in dirs):
+            left.append(f"process {pid} holding a file in a temp dir")
+    left += [f"a listener on port {port}" for port, _, _ in _listening() if any(lo <= port <= hi for lo, hi in ranges)]
+    return left
+
+
+def _open_files():
+    """(pid, what each of its file descriptors points at) for every process that can be read."""
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+        if not proc.name.isdigit():
             continue
         try:
-            targets = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+            yield int(proc.name), [os.readlink(fd) for fd in (proc / "fd").iterdir()]
         except OSError:
             continue
-        if any(t.startswith(d + "/") for t in targets for d in dirs):
-            left.append(f"process {proc.name} holding a file in a temp dir")
+
+
+def _listening():
+    """(port, address, socket inode) of every TCP socket listening on this machine."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
@@ -165,10 +176,9 @@ def engine_remains(port: int, nodes: int) -> list[str]:
             continue
         for row in rows:
             fields = row.split()
-            port = int(fields[1].rsplit(":", 1)[1], 16)
-            if fields[3] == "0A" and any(lo <= port <= hi for lo, hi in ranges):
-                left.append(f"a listener on port {port}")
-    return left
+            if fields[3] == "0A":
+                address, hex_port = fields[1].rsplit(":", 1)
+                yield int(hex_port, 16), address, fields[9]
 
 
 def engine_listening(port: int, nodes: int, tag_prefix: str) -> dict[int, str]:
@@ -180,24 +190,7 @@ def engine_listening(port: int, nodes: int, tag_prefix: str) -> dict[int, str]:
     dirs = [lay.temp_dir(i) for i in range(nodes)]
     ours = set(tagged_pids(tag_prefix))
     inodes: set[str] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            targets = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
-        except OSError:
-            continue
-        if int(proc.name) in ours or any(t.startswith(d + "/") for t in targets for d in dirs):
+    for pid, targets in _open_files():
+        if pid in ours or any(t.startswith(d + "/") for t in targets for d in dirs):
             inodes.update(t[len("socket:["):-1] for t in targets if t.startswith("socket:["))
-    out: dict[int, str] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == "0A" and fields[9] in inodes:
-                address, hex_port = fields[1].rsplit(":", 1)
-                out[int(hex_port, 16)] = address
-    return out
+    return {port: address for port, address, inode in _listening() if inode in inodes}
