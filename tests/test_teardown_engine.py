@@ -54,10 +54,13 @@ def _nothing_left(port: int, hosts, within_s: float = 5) -> list[str]:
         time.sleep(0.2)
 
 
-def _run(items, port: int):
-    """`gpuplan run gone` as its own process, with the run's GPUPLAN_RAY_PORT."""
+def _run(cli, tmp_path, port: int, items: str):
+    """Cluster `gone` claimed from the two hosts, then `gpuplan run gone` over `items` as its own
+    process, with the run's GPUPLAN_RAY_PORT."""
+    assert cli("provision", "baremetal:t4", "x2", "--name", "gone", "--no-bootstrap", "--yes").code == 0
+    (tmp_path / "items.txt").write_text(items)
     env = {**os.environ, "GPUPLAN_RAY_PORT": str(port)}
-    return subprocess.Popen([sys.executable, "-m", "gpuplan", "run", "gone", "--items", str(items), "--", "sh", "-c",
+    return subprocess.Popen([sys.executable, "-m", "gpuplan", "run", "gone", "--items", str(tmp_path / "items.txt"), "--", "sh", "-c",
                              "sleep 1; : {item}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -66,10 +69,7 @@ def test_a_client_killed_while_the_engine_starts_leaves_nothing_after_teardown(h
     from gpuplan.operating.state import State
 
     started, port = hosts
-    assert cli("provision", "baremetal:t4", "x2", "--name", "gone", "--no-bootstrap", "--yes").code == 0
-    items = tmp_path / "items.txt"
-    items.write_text("a\nb\n")
-    client = _run(items, port)
+    client = _run(cli, tmp_path, port, "a\nb\n")
     for line in client.stderr:  # the engine's settings are saved, then `ray start` begins on the head
         if "starting Ray" in line:
             break
@@ -88,10 +88,7 @@ def test_a_client_killed_while_the_engine_starts_leaves_nothing_after_teardown(h
 
 def test_a_clean_batch_leaves_nothing_after_teardown(hosts, cli, tmp_path, monkeypatch):
     started, port = hosts
-    assert cli("provision", "baremetal:t4", "x2", "--name", "gone", "--no-bootstrap", "--yes").code == 0
-    items = tmp_path / "items.txt"
-    items.write_text("a\nb\nc\n")
-    client = _run(items, port)
+    client = _run(cli, tmp_path, port, "a\nb\nc\n")
     out, err = client.communicate(timeout=600)
     assert client.returncode == 0, out + err
     assert "3 ok of 3 items" in " ".join(out.split())

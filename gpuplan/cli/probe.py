@@ -98,8 +98,8 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
         lines.append(f"  {p.offer.provider}:{p.offer.name} ({p.offer.gpu}, {role}): {what}{left}")
     share = (budget_text or probing.DEFAULT_BUDGET).strip()
     basis = f"{share} of the pick's {fmt.yen(rec.cost)}" if share.endswith("%") else "--probe-budget"
-    lines.append(f"budget {fmt.yen(budget)} ({basis}): {fmt.plural(len(take), 'probe')}, at most"
-                 f" {fmt.yen(sum((p.yen for p in take), Decimal(0)))} in all")
+    at_most = sum((p.yen for p in take), Decimal(0))
+    lines.append(f"budget {fmt.yen(budget)} ({basis}): {fmt.plural(len(take), 'probe')}, at most {fmt.yen(at_most)} in all")
     if not take:
         _print_lines(err, lines)
         cheapest = min((p.yen for p in priced if p.plan is not None), default=None)
@@ -110,7 +110,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     if dry_run:
         _print_lines(out, lines + ["dry run: nothing was run"])
         return None
-    _confirm(lines, f"Spend at most {fmt.yen(sum((p.yen for p in take), Decimal(0)))} on probes?", yes, default=True)
+    _confirm(lines, f"Spend at most {fmt.yen(at_most)} on probes?", yes, default=True)
     results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], _progress(err))
     for r in results:
         where = f"{r.offer.provider}:{r.offer.name} ({r.offer.gpu})"

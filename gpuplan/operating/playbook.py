@@ -481,7 +481,7 @@ def bootstrap_cluster(
         target = ",".join(names)
         first = not any(j.op == "bootstrap" and j.target == target for j in state.journal(cluster))
         if only:
-            hosts = [h for h in hosts if h.name in set(only)]
+            hosts = [h for h in hosts if h.name in only]
         with state.journaled("bootstrap", target, cluster, f"{len(hosts)} hosts"):
             report = run_playbooks(hosts, books, params, progress=progress, reboot_timeout_s=reboot_timeout_s)
             if not report.ok and raise_on_failure:

@@ -70,12 +70,11 @@ def cluster_name(offer: Offer) -> str:
 
 @dataclass(frozen=True)
 class Prepared:
-    """One probe checked before the question: its plan saved, its cluster's name, its launch
-    pick, the batch it runs (the probe command at its sizes, capped at its priced yen) and the
-    fleet's checked order (None: nothing to provision, as on DOK)."""
+    """One probe checked before the question: its cluster's name, its launch pick (of the saved
+    probe plan), the batch it runs (the probe command at its sizes, capped at its priced yen) and
+    the fleet's checked order (None: nothing to provision, as on DOK)."""
 
     priced: Priced
-    plan_path: Path
     name: str
     pick: launcher.Pick
     batch: Batch
@@ -91,7 +90,7 @@ def prepare(state: State, priced: Priced, plan_path: Path, batch: Batch, first_i
     pick = launcher.pick_of(plan_path)
     probe_batch = replace(batch, command=probe_command(batch, first_item), name=name, max_yen=priced.yen,
                           outputs=paths.state_dir() / "probes" / name / "outputs", per_gpu=1, retries=0)
-    return Prepared(priced, plan_path, name, pick, probe_batch, launcher.preflight(state, pick, probe_batch, name))
+    return Prepared(priced, name, pick, probe_batch, launcher.preflight(state, pick, probe_batch, name))
 
 
 def run(work: Workload, batch: Batch, probes: Sequence[Prepared], progress: Progress) -> list[Result]:
@@ -154,9 +153,9 @@ def one(work: Workload, batch: Batch, prepared: Prepared, progress: Progress) ->
                 raise Stopped("stopped (Ctrl-C) before it measured")
             watch(row)
 
-        row = batches.follow(state, job, look)
+        row = batches.follow(state, job, look)  # the job's row as it ended
         summary = backend.summary(state, job)
-        spent = backends.yen(state, backends.job_row(state, job))
+        spent = backends.yen(state, row)
         if row.state == "capped":
             return Result(priced.offer, units, yen=spent, problem=f"stopped at its cap {fmt.yen(priced.yen)}: the job ran"
                           f" slower than the slow end of the {priced.offer.gpu}'s speed band")
@@ -199,7 +198,7 @@ def _stop(state, job: str | None) -> None:
 def _down(state, name: str, job: str | None, progress: Progress) -> None:
     """The probe's fleet torn down, whether or not its job ran (a launch cut off mid-provision
     leaves a cluster without a job): nothing a probe made is left."""
-    from gpuplan.operating import launcher, lifecycle
+    from gpuplan.operating import lifecycle
 
     try:
         if job is not None:
