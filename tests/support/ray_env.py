@@ -68,19 +68,23 @@ def tagged_pids(tag_prefix: str) -> list[int]:
 
 def stop_ray(tag_prefix: str, port: int | None = None, nodes: int = 0) -> None:
     """Kill every process started under these Ray nodes; with the layout's port and node count,
-    remove their temp dirs (/tmp/gpuplan-ray-<port>) too."""
+    also those holding a file in their temp dirs (the agents Ray renames lose their tag, as
+    engine.stop_script knows), then remove the temp dirs (/tmp/gpuplan-ray-<port>)."""
     import shutil
 
     from gpuplan.operating.engine import Layout
 
-    for pid in tagged_pids(tag_prefix):
+    dirs = [Layout("", port).temp_dir(i) for i in range(nodes)] if port is not None else []
+    doomed = set(tagged_pids(tag_prefix))
+    doomed |= {pid for pid, targets in _open_files() if pid != os.getpid()
+               and any(t.startswith(d + "/") for t in targets for d in dirs)}
+    for pid in doomed:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if port is not None:
-        for i in range(nodes):
-            shutil.rmtree(Layout("", port).temp_dir(i), ignore_errors=True)
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def processes_running(argv: list[str]) -> list[int]:
