@@ -151,7 +151,13 @@ def test_cli_lists_the_accounts_servers_and_reinstalls_one_on_request(fake, cli,
     r = cli("phy", "list")
     assert r.code == 0, r.err
     assert "100000000001" in r.out and "phy-h100x8" in r.out and "phy-h200x8" in r.out
+    # no password and no terminal to ask it on (the tests' stdin): one line, nothing sent
+    r = cli("phy", "reinstall", "100000000002", "--os", "ubuntu2204", "--yes")
+    assert r.code == 2 and "set GPUPLAN_PHY_PASSWORD" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert fake.installs == []
     monkeypatch.setenv("GPUPLAN_PHY_PASSWORD", "s3cret-pass")
+    r = cli("phy", "reinstall", "100000000002", "--os", "ubuntu2204")  # no --yes, no terminal
+    assert r.code == 2 and "rerun with --yes" in r.err and fake.installs == [], r.err
     from gpuplan.providers import sakura_phy
 
     monkeypatch.setattr(sakura_phy.SakuraPhyProvider, "_claims_of", lambda self, hosts: [None for _ in hosts])

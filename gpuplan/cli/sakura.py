@@ -178,8 +178,14 @@ def phy_reinstall(
     password is read from GPUPLAN_PHY_PASSWORD, else asked for."""
     import os
 
-    password = os.environ.get("GPUPLAN_PHY_PASSWORD") or typer.prompt("root password for the new OS", hide_input=True,
-                                                                       confirmation_prompt=True)
+    from gpuplan.cli.lifecycle import _need_answer
+
+    password = os.environ.get("GPUPLAN_PHY_PASSWORD")
+    if not password and not (sys.stdin is not None and sys.stdin.isatty()):
+        raise UsageError("phy reinstall needs the new OS's root password, but stdin is not a terminal to ask it on: "
+                         "set GPUPLAN_PHY_PASSWORD")
+    _need_answer(yes, f"reinstalling server {server}")
+    password = password or typer.prompt("root password for the new OS", hide_input=True, confirmation_prompt=True)
     if not yes and not typer.confirm(f"Reinstall server {server} with {os_image}? Everything on it is erased"):
         raise typer.Abort()
     _phy().reinstall(server, os_image, password)
