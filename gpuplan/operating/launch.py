@@ -36,16 +36,22 @@ MIN_TTL_S = 10 * 60
 
 def resolve_offer(target: str, region: str | None, as_of: str | None = None) -> Offer:
     """A catalog offer; owned hosts (`baremetal:<group or GPU>`) come from the user's inventory."""
+    return _resolve(target, region, as_of)[0]
+
+
+def _resolve(target: str, region: str | None, as_of: str | None = None) -> tuple[Offer, str]:
+    """resolve_offer, and the line saying which size a GPU name ("t4", "aws:h100") was read as
+    ("" where the size was named): catalog.Catalog.resolve_named."""
     from gpuplan.userfiles import check_plain
 
     check_plain(target, "instance type")
     if region is not None:
         check_plain(region, "--region")
     if target.startswith("baremetal:"):
-        return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1])
+        return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1]), ""
     from gpuplan.planning import catalog
 
-    return catalog.load(as_of).resolve(target, region=region)
+    return catalog.load(as_of).resolve_named(target, region=region)
 
 
 def _preferred_region(target: str) -> str | None:
@@ -69,13 +75,15 @@ def _preferred_region(target: str) -> str | None:
 
 
 def _live(target: str, region: str | None) -> tuple[Offer, str]:
-    """The offer to create for `target`: a retired size maps to its successor (and says so)."""
-    offer = resolve_offer(target, region)
+    """The offer to create for `target`, and what to say first: the size a GPU name was read as;
+    a retired size maps to its successor (and says so)."""
+    offer, read = _resolve(target, region)
     if not offer.retired(date.today()):
-        return offer, ""
+        return offer, read
     from gpuplan.planning import catalog
 
-    return lifecycle.live_offer(catalog.load(), offer, region)
+    offer, mapped = lifecycle.live_offer(catalog.load(), offer, region)
+    return offer, "; ".join(x for x in (read, mapped) if x)
 
 
 def _spot_priced(offer: Offer) -> tuple[Offer, str]:

@@ -45,6 +45,8 @@ from gpuplan.errors import UsageError
 from gpuplan.planning import tax
 from gpuplan.planning.types import Offer
 
+NAMES_LISTED = 6  # sizes a name that fits several lists at most (then "and N more")
+_PER_MACHINE_RE = re.compile(r"^(.+?)x(\d+)$")  # "t4x4": a GPU and how many a machine (normalized: no spaces)
 HOURS_PER_MONTH = Decimal(730)  # 8760 / 12: the hourly equivalent of a month's rent
 PRICES_ENV = "GPUPLAN_PRICES"
 _SNAPSHOT_RE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$", re.ASCII)  # shipped YYYY-MM, refreshed YYYY-MM-DD
@@ -193,12 +195,22 @@ class Catalog:
         return p
 
     def resolve(self, text: str, provider: str | None = None, region: str | None = None) -> Offer:
-        """The one offer `text` names: "nc6", "Standard_NC6", "azure:Standard_NC6", "aws:g4dn.xlarge".
+        """The one offer `text` names: "nc6", "Standard_NC6", "azure:Standard_NC6", "aws:g4dn.xlarge",
+        or a GPU ("t4", "aws:h100", "a100x8"): see `resolve_named`."""
+        return self.resolve_named(text, provider, region)[0]
 
-        Case, "Standard_" and punctuation are forgiven ("NC4as_T4_v3", "g4dn-XLARGE"); a name that
-        is the start of exactly one size names it ("nc24ads" is Standard_NC24ads_A100_v4); a name
-        that fits several lists them. Among several regions: `region` if given, else the
-        provider's default region, else the first row.
+    def resolve_named(self, text: str, provider: str | None = None, region: str | None = None) -> tuple[Offer, str]:
+        """The one offer `text` names, and a line saying which size a GPU name was read as ("" where
+        `text` named the size itself).
+
+        A size's name or alias: case, "Standard_" and punctuation are forgiven ("NC4as_T4_v3",
+        "g4dn-XLARGE"). Else a GPU ("t4", "h100", "a100-80"; "t4x4": four a machine): the sizes
+        with that GPU, of one GPU a machine where any has one and no count is given, sold by the
+        hour where any is, neither retired nor a 高火力 DOK task where any other fits; exactly one
+        such size is taken, several are listed (cheapest first, with their yen/h) and refused:
+        `aws:t4` names the provider too. Else the start of exactly one size's name ("nc24ads" is
+        Standard_NC24ads_A100_v4); a name that fits several lists them. Among several regions:
+        `region` if given, else the provider's default region, else the first row.
         """
         raw = text.strip()
         if ":" in raw:
@@ -210,7 +222,17 @@ class Catalog:
         if not _norm_size(raw):
             raise UsageError("empty instance type; name one such as nc6 (gpuplan catalog lists them)")
         pool = [o for o in self.offers if (provider is None or o.provider == provider) and o.market == "on-demand"]
-        matches = _size_matches(raw, pool)
+        want = _norm_size(raw)
+        matches = [o for o in pool if want in {_norm_size(n) for n in (o.name, *o.aliases)}]
+        if not matches:  # a GPU's name, or the start of one ("h100"), before the start of a size's name
+            by_gpu = self._gpu_sizes(raw, pool, provider, region, loose=False)
+            if by_gpu is not None:
+                return by_gpu
+            matches = [o for o in pool if any(_norm_size(n).startswith(want) for n in (o.name, *o.aliases))]
+        if not matches:  # a part of a GPU's name ("1080ti"): only where no size's name starts with it ("nv")
+            by_gpu = self._gpu_sizes(raw, pool, provider, region, loose=True)
+            if by_gpu is not None:
+                return by_gpu
         if not matches:
             names = sorted({n for o in pool for n in (o.name, *o.aliases)})
             import difflib
@@ -219,12 +241,20 @@ class Catalog:
             pretty = [next(n for n in names if n.lower() == c) for c in close]
             hint = f"; did you mean {' or '.join(pretty)}?" if pretty else ""
             where = f" at {provider}" if provider else ""
+            gpus = self.match_gpus(raw) if provider else []
+            if gpus and not hint:  # a GPU this provider has no size of ("aws:a10")
+                raise UsageError(f"no {provider} size has {' or '.join(gpus[:3])} GPUs (catalog {self.snapshot});"
+                                 f" `gpuplan catalog --gpu {raw.strip()}` lists the sizes that do")
             raise UsageError(f"unknown instance type {raw!r}{where}{hint} (gpuplan catalog lists them)")
         kinds = sorted({(o.provider, o.name) for o in matches})
         if len(kinds) > 1:
             choices = ", ".join(f"{p}:{n}" for p, n in kinds[:8]) + (f" and {len(kinds) - 8} more" if len(kinds) > 8 else "")
             raise UsageError(f"instance type {raw!r} fits several: {choices}; write one of them")
-        prov, name = kinds[0]
+        return self._in_region(matches, region), ""
+
+    def _in_region(self, matches: list[Offer], region: str | None) -> Offer:
+        """The row of one size (`matches`: its rows) in `region`, else in its provider's default region, else the first."""
+        prov, name = matches[0].provider, matches[0].name
         if region is not None:
             in_region = [o for o in matches if o.region.lower() == region.strip().lower()]
             if not in_region:
@@ -245,6 +275,68 @@ class Catalog:
                 if o.region == facts.default_region:
                     return o
         return matches[0]
+
+    def _gpu_sizes(self, raw: str, pool: list[Offer], provider: str | None, region: str | None,
+                   loose: bool) -> tuple[Offer, str] | None:
+        """`raw` read as a GPU ("t4", "h100", "t4x4": four a machine) among `pool`: the one size that
+        fits and the line that says so; None where `raw` is no GPU any row of `pool` has. A GPU's
+        name or its start; `loose`: a part of it too (`match_gpus`). Several sizes that fit are
+        refused with their list."""
+        def named(text: str) -> list[str]:
+            hits = self.match_gpus(text)
+            if not loose and not all(_norm_gpu(g).startswith(_norm_gpu(text)) for g in hits):
+                return []
+            return [g for g in hits if any(o.gpu == g for o in pool)]
+
+        per: int | None = None
+        gpus = named(raw)
+        if not gpus:
+            split = _PER_MACHINE_RE.match(_norm_gpu(raw))
+            if split is None:
+                return None
+            gpus = named(split.group(1))
+            per = int(split.group(2))
+            if not gpus:
+                return None
+        rows = [o for o in pool if o.gpu in gpus]
+        if per is not None:
+            rows = [o for o in rows if o.gpu_count == per]
+        elif any(o.gpu_count == 1 for o in rows):
+            rows = [o for o in rows if o.gpu_count == 1]
+        for keep in (lambda o: o.kind == "cloud", lambda o: o.kind != "task", lambda o: not o.retired(self.date)):
+            if any(keep(o) for o in rows):  # by the hour, then what can be provisioned, then what is still sold
+                rows = [o for o in rows if keep(o)]
+        which = " or ".join(gpus) if len(gpus) <= 3 else f"{', '.join(gpus[:3])} ..."
+        if per is None and rows and all(o.gpu_count == 1 for o in rows):
+            per = 1
+        gpu_words = f"{per}x {which}" if per is not None else f"{which} GPUs"
+        at = f"{provider} " if provider else ""
+        if region is not None:
+            there = [o for o in rows if o.region.lower() == region.strip().lower()]
+            if rows and not there:
+                raise UsageError(f"no {at}size with {gpu_words} is offered in {region} (catalog {self.snapshot});"
+                                 f" `gpuplan catalog --gpu {gpus[0].lower().replace(' ', '-')}` lists where they are")
+            rows = there
+        if not rows:
+            raise UsageError(f"no {at}size has {gpu_words} (catalog {self.snapshot}); `gpuplan catalog --gpu"
+                             f" {gpus[0].lower().replace(' ', '-')}` lists the sizes with that GPU")
+        sizes: dict[tuple[str, str], list[Offer]] = {}
+        for o in rows:
+            sizes.setdefault((o.provider, o.name), []).append(o)
+        picks = [self._in_region(same, region) for same in sizes.values()]
+        if len(picks) == 1:
+            o = picks[0]
+            typed = f"{provider}:{raw}" if provider else raw
+            return o, f"{typed!r} is {o.provider}:{o.name}: the only {at}size with {gpu_words}"
+        hourly = {id(o): offer_with_tax(o, "included").price_jpy_per_hour for o in picks}
+        picks.sort(key=lambda o: (hourly[id(o)] is None, hourly[id(o)] or 0, o.provider, o.name))
+        from gpuplan.planning import fmt
+
+        listed = ", ".join(f"{o.provider}:{o.name} {fmt.rate(hourly[id(o)])}/h" for o in picks[:NAMES_LISTED])
+        more = f" and {len(picks) - NAMES_LISTED} more" if len(picks) > NAMES_LISTED else ""
+        name_one = "" if provider else f", or name a provider too ({picks[0].provider}:{raw})"
+        raise UsageError(f"{raw!r} fits {len(picks)} {at}sizes with {gpu_words}: {listed}{more} (yen/h with 10 %"
+                         f" consumption tax); write one of them{name_one}")
 
     def match_gpus(self, text: str) -> list[str]:
         """The GPU names `text` means, forgiving case, spaces and suffixes: "t4" is T4, "h100" is
@@ -298,16 +390,6 @@ def _norm_size(text: str) -> str:
     t = (text or "").strip().lower()
     t = t[len("standard_"):] if t.startswith("standard_") else t
     return re.sub(r"[\s_\-.]+", "", t)
-
-
-def _size_matches(text: str, offers) -> list[Offer]:
-    """Offers whose name or alias is `text` (case and punctuation forgiven), else those whose
-    name or alias starts with it."""
-    want = _norm_size(text)
-    exact = [o for o in offers if want in {_norm_size(n) for n in (o.name, *o.aliases)}]
-    if exact:
-        return exact
-    return [o for o in offers if any(_norm_size(n).startswith(want) for n in (o.name, *o.aliases))]
 
 
 # ---------------------------------------------------------------------------------------------
