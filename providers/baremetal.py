@@ -429,21 +429,16 @@ class BaremetalProvider(Provider):
         return out
 
     def list(self, region: str, tags: Mapping[str, str]) -> list[Resource]:
-        """Claims carrying `tags`. A host that cannot be reached fails a cluster's listing (its
-        teardown cannot be sure), but a sweep's (no cluster tag) goes on without it: the host is
-        named in `unreachable` and its claim, if any, stays."""
+        """Claims carrying `tags`. A host that cannot be reached is left out and named in
+        `unreached`: its claim, if any, stays until it is back (a teardown keeps it held)."""
         hosts = self.inventory()
         claims = self._claims_of(hosts)
         found = []
-        self.unreachable = []
+        self.unreached = {}
         for h, c in zip(hosts, claims):
             if isinstance(c, BaseException):
-                why = unreachable(c) or str(c)
-                if TAG_CLUSTER not in tags:
-                    self.unreachable.append(f"bare-metal host {h.name} ({h.address}): {why}")
-                    continue
-                raise ProviderError(f"cannot read the claim on bare-metal host {h.name}: {why}; "
-                                    "bring it back or remove it from the inventory, then retry")
+                self.unreached[h.name] = f"bare-metal host {h.name} ({h.address}): {unreachable(c) or c}"
+                continue
             if c is None:
                 continue
             ctags = {str(k): str(v) for k, v in (c.get("tags") or {}).items()}

@@ -162,12 +162,14 @@ def test_gpu_count_mismatch_fails_and_the_partial_claims_can_be_removed(tmp_path
     assert p.list("local", {TAG_CLUSTER: "g"}) == [] and all(claim_of(h) is None for h in hosts)
 
 
-def test_unreachable_host_counts_as_used_and_blocks_list(tmp_path, hosts, provider):
+def test_unreachable_host_counts_as_used_and_is_named_by_list(tmp_path, hosts, provider):
     hosts[2].stop()
     q = provider.quota("local", "t4")[0]
     assert (q.limit, q.used) == (5, 1) and hosts[2].name in q.description
-    with pytest.raises(ProviderError, match=f"cannot read the claim on bare-metal host {hosts[2].name}"):
-        provider.list("local", {TAG_CLUSTER: "x"})
+    # a listing goes on without it and names it: a teardown keeps what it holds, a sweep says so
+    assert provider.list("local", {TAG_CLUSTER: "x"}) == []
+    assert list(provider.unreached) == [hosts[2].name]
+    assert provider.unreached[hosts[2].name].startswith(f"bare-metal host {hosts[2].name} (127.0.0.1): ")
 
 
 def test_images_are_refused_with_advice(provider):
@@ -194,3 +196,34 @@ def test_provision_status_teardown_through_the_cli(cli, gpuplan_home, hosts, tmp
     assert {f"{n['public_ip']}:{n['ssh_port']}" for n in c["nodes"]} <= {f"{h.host}:{h.port}" for h in hosts}
     assert cli("teardown", "--yes", "bm").code == 0
     assert all(claim_of(h) is None for h in hosts)
+
+
+def test_a_host_that_is_down_keeps_its_claim_and_does_not_block_the_rest(cli, gpuplan_home, hosts, tmp_path):
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    inventory = write_inventory(tmp_path / "inventory.yaml", hosts)
+    (gpuplan_home / "config").mkdir(parents=True)
+    (gpuplan_home / "config" / "config.yaml").write_text(yaml.safe_dump({"providers": {"baremetal": {"inventory": str(inventory)}}}))
+    assert cli("provision", "--yes", "baremetal:t4", "x2", "--name", "bm", "--no-bootstrap").code == 0
+    claimed = [h for h in hosts if claim_of(h) is not None]
+    down, up = sorted(claimed, key=lambda h: claim_of(h)["tags"][TAG_NODE])
+    down.stop()
+    r = cli("teardown", "--yes", "bm")
+    # the host that answered is released; the one that did not keeps its claim, named, exit 3
+    assert r.code == 3, r.err
+    assert "bm-0 was not reached (bare-metal host" in r.err and "its claim stays" in r.err
+    assert "run `gpuplan teardown bm` again once it is back" in r.err
+    assert claim_of(up) is None
+    state = State(paths.state_db())
+    assert state.cluster("bm").status == "tearing-down"
+    assert {n.name: n.status for n in state.nodes("bm")} == {"bm-0": "lost"}  # bm-1's row is deleted
+    state.close()
+    down.start()
+    assert claim_of(down)["tags"][TAG_NODE] == "bm-0"
+    r = cli("teardown", "--yes", "bm")
+    assert r.code == 0, r.err
+    assert claim_of(down) is None
+    state = State(paths.state_db())
+    assert state.cluster("bm").status == "gone"
+    state.close()

@@ -2,7 +2,7 @@
 Ray on two loopback hosts. The client killed with SIGKILL while the engine starts, then a
 teardown from a shell without the run's GPUPLAN_RAY_PORT: within 5 s no process of the cluster's
 Ray (its renamed agents included), no firewall chain, no temp dir, no port of its range
-listening. The same after a clean batch."""
+listening. The same after a clean batch, with one of its nodes marked lost."""
 
 from __future__ import annotations
 
@@ -98,6 +98,14 @@ def test_a_clean_batch_leaves_nothing_after_teardown(hosts, cli, tmp_path, monke
 
     listening = engine_listening(port, 2, "gone-")
     assert listening and [p for p in listening if not port <= p < port + 200] == []
+    # the batch lost gone-1 (as `run --recover` would have replaced it) and it came back: its Ray
+    # and firewall chain go with the teardown too
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+
+    state = State(paths.state_db())
+    state.update_node("gone", "gone-1", status="lost")
+    state.close()
     monkeypatch.delenv("GPUPLAN_RAY_PORT", raising=False)
     r = cli("teardown", "gone", "--yes")
     assert r.code == 0, r.err + r.out

@@ -130,12 +130,12 @@ class Engine:
         return self.nodes[0]
 
 
-def engine_of(state: State, cluster: str) -> Engine:
-    """The cluster's nodes in a fixed order (node 0 is the head), from the state. A node's index
-    (its Ray ports and temp dir) is the number in its name, so it stays put when another node
-    is lost or a replacement joins (`run --recover`)."""
+def engine_of(state: State, cluster: str, hosts: list[remote.Host] | None = None) -> Engine:
+    """The cluster's nodes in a fixed order (node 0 is the head), from the state: its live nodes,
+    or `hosts`. A node's index (its Ray ports and temp dir) is the number in its name, so it stays
+    put when another node is lost or a replacement joins (`run --recover`)."""
     rows = {n.name: n for n in state.nodes(cluster)}
-    hosts = remote.cluster_hosts(state, cluster)
+    hosts = remote.cluster_hosts(state, cluster) if hosts is None else hosts
 
     def number(name: str, position: int) -> int:
         tail = name.rsplit("-", 1)[-1]
@@ -473,13 +473,12 @@ def stop(eng: Engine) -> Stopped:
 
 
 def stop_all(state: State, cluster: str) -> Stopped:
-    """Before a teardown: stop Ray and every process started under it on the nodes that can
-    still be reached."""
-    try:
-        eng = engine_of(state, cluster)
-    except GpuplanError:  # no live node, no key, no pinned host key: nothing to reach
+    """Before a teardown: stop Ray and every process started under it on every node that may
+    still run it (lost ones too), as far as they can be reached."""
+    hosts = remote.hosts_to_stop(state, cluster)
+    if not hosts:  # no node with an address, a key and a pinned host key: nothing was started
         return Stopped({}, {})
-    return stop(eng)
+    return stop(engine_of(state, cluster, hosts))
 
 
 # --- jobs ---------------------------------------------------------------------------------

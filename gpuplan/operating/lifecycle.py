@@ -18,14 +18,14 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from gpuplan import config
-from gpuplan.errors import Busy, GpuplanError, NotFound, RetiredType, UsageError
+from gpuplan.errors import Busy, GpuplanError, NotFound, ProviderError, RetiredType, UsageError
 from gpuplan.operating import keys, locks
 from gpuplan.operating import provider as providers
 from gpuplan.operating import tags as tagging
@@ -482,6 +482,8 @@ def reconcile(state: State, prov: Provider, cluster: ClusterRow) -> list[Resourc
         r = instances.get(node.name)
         if r is not None:
             state.update_node(cluster.name, node.name, provider_id=r.id)
+        elif node.provider_id in prov.unreached:  # not asked: it still holds what it held
+            continue
         elif node.status in ("intent", "creating", "running", "deleting"):
             state.update_node(cluster.name, node.name, status="failed" if node.status != "deleting" else "deleted")
             state.ledger_stop(cluster.name, node.name)
@@ -545,6 +547,7 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
     report = TeardownReport(cluster)
     from gpuplan.operating import engine
 
+    not_stopped: dict[str, str] = {}  # node -> why Ray there could not be stopped (it was not reached)
     if state.jobs(cluster) or engine.was_started(state, cluster):
         # the run engine ran (or began to) here: owned machines outlive the teardown, its Ray must not
         progress(f"stopping Ray and its batches on {cluster}")
@@ -555,8 +558,13 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
             raise engine.EngineError(f"Ray of {cluster} could not be stopped on {', '.join(stopped.left)}"
                                      f" ({'; '.join(f'{n}: {w}' for n, w in stopped.left.items())}); nothing was"
                                      f" released: stop it there, then `gpuplan teardown {cluster}` again")
+        not_stopped = stopped.unreachable
     state.set_cluster_status(cluster, "tearing-down")
     found = reconcile(state, prov, row)
+    # An owned host that is down (or could not be reached to stop Ray) keeps its claim: released
+    # now, the next claim could find this cluster's Ray on it when it comes back. The rest go.
+    held = _held_back(state, prov, cluster, not_stopped) if prov.machines_outlive_teardown else {}
+    found = [r for r in found if r.name not in held]
     doomed = [r for r in found if r.kind != "image" or include_images]
     report.kept_images = len(found) - len(doomed)
     for node in state.nodes(cluster):
@@ -572,7 +580,8 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
                 prov.delete(row.region, batch)
     report.deleted = doomed
     with state.journaled("verify-gone", cluster, cluster):
-        left = [r for r in prov.list(row.region, cluster_tags(row)) if r.kind != "image" or include_images]
+        left = [r for r in prov.list(row.region, cluster_tags(row))
+                if (r.kind != "image" or include_images) and r.name not in held]
         if left:
             raise GpuplanError(
                 f"{len(left)} resource(s) of {cluster} still exist after delete "
@@ -580,12 +589,37 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
                 f"run `gpuplan teardown {cluster}` again"
             )
     for node in state.nodes(cluster):
+        if node.name in held:  # still claimed; the next teardown, once the host answers, releases it
+            state.update_node(cluster, node.name, status="lost")
+            continue
         state.update_node(cluster, node.name, status="deleted")
         state.ledger_stop(cluster, node.name)
+    if held:
+        raise HostsHeld(
+            f"{cluster}: {len(report.deleted)} resource(s) released or deleted, but "
+            + "; ".join(f"{n} was not reached ({why})" for n, why in held.items())
+            + f": {'its claim stays' if len(held) == 1 else 'their claims stay'} (Ray of {cluster} may still run"
+            f" there); run `gpuplan teardown {cluster}` again once {'it is' if len(held) == 1 else 'they are'} back")
     state.unpin_cluster_host_keys(cluster)
     keys.remove_cluster_keys(state, cluster)
     state.set_cluster_status(cluster, "gone")
     return report
+
+
+class HostsHeld(ProviderError):
+    """A teardown did all it could, but owned hosts that did not answer keep their claims."""
+
+
+def _held_back(state: State, prov: Provider, cluster: str, not_stopped: Mapping[str, str]) -> dict[str, str]:
+    """The cluster's nodes whose hosts keep their claims through this teardown, with why: the
+    listing could not ask them, or Ray there could not be reached to be stopped."""
+    held = {}
+    for n in state.nodes(cluster):
+        if n.provider_id and n.provider_id in prov.unreached:
+            held[n.name] = prov.unreached[n.provider_id]
+        elif n.name in not_stopped:
+            held[n.name] = not_stopped[n.name]
+    return held
 
 
 GRACE_S = 30 * 60  # a sweep leaves resources younger than this alone (a provision may be making them)
@@ -633,7 +667,7 @@ def sweep_find(
             with state.journaled("sweep-list", f"{prov.name}/{region}", None, tag):
                 for r in prov.list(region, {TAG_OWNER: tag}):
                     found.setdefault(r.id, r)
-            unreached = [u for u in getattr(prov, "unreachable", []) if u not in unreached] + unreached
+            unreached = [u for u in prov.unreached.values() if u not in unreached] + unreached
     groups: dict[str, list[Resource]] = {}
     for r in found.values():
         if (r.kind == "image" and include_images and r.id not in known_images) or (

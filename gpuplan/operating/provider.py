@@ -154,6 +154,9 @@ class Provider(ABC):
     # Whether teardown releases the machines instead of deleting them (owned hosts, 高火力 PHY):
     # whatever ran on them must be stopped first, or the next claim finds it still there.
     machines_outlive_teardown: bool = False
+    # The machines the last list() could not ask (owned hosts that are down), id -> why in words.
+    # The listing goes on without them; a teardown keeps what they hold, a sweep names them.
+    unreached: Mapping[str, str] = {}
     # Run over SSH on a builder just before capture_image (Azure: deprovision the agent's user).
     capture_prep_command: str | None = None
     # How wait_ready paces itself; providers set these from their config and tests inject them.

@@ -422,6 +422,24 @@ def _rotate(state: State, host: Host) -> Host:
     return rotated
 
 
+def hosts_to_stop(state: State, cluster: str) -> list[Host]:
+    """Before a teardown: every node that may still run something of the cluster, whatever the
+    cluster's status (a teardown cut off half way left it "tearing-down"), lost nodes included (a
+    lost owned host may be back). A node with no address or no pinned key is left out: nothing of
+    gpuplan's was started on it without them. No login happens here."""
+    key = state.ssh_key(cluster)
+    row = state.cluster(cluster)
+    if key is None or row is None:
+        return []
+    hosts = []
+    for n in state.nodes(cluster):
+        address = n.public_ip or n.private_ip
+        pinned = state.host_key(address, n.ssh_port) if address else None
+        if n.status not in ("intent", "deleted", "failed") and address and pinned:
+            hosts.append(Host(n.name, address, n.ssh_port, row.ssh_user, key[0], pinned, cluster))
+    return hosts
+
+
 def cluster_hosts(state: State, cluster: str, accept_host_keys: Sequence[str] = ()) -> list[Host]:
     """The cluster's nodes as Hosts, with pinned keys. A node with no pin (bare metal without
     host_key in the inventory) or a changed key is pinned only when the key it offers has a
