@@ -368,12 +368,45 @@ def test_a_state_db_path_that_is_a_directory_is_refused(cli, gpuplan_home):
     _check_one_line(cli("status"), "is not a file")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write any file")
-def test_a_read_only_state_db_is_one_line(cli, gpuplan_home):
+@pytest.fixture
+def unwritable():
+    """unwritable(path): no one may write it from now to the test's end, root included (chmod for
+    others, `chattr +i` for root; skipped where neither is possible)."""
+    made = []
+
+    def make(path):
+        if os.geteuid() != 0:
+            path.chmod(0o500 if path.is_dir() else 0o400)
+        elif subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("running as root where `chattr +i` is refused: nothing here is unwritable for root")
+        made.append(path)
+
+    yield make
+    for path in reversed(made):
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o700 if path.is_dir() else 0o600)
+
+
+def test_a_read_only_state_db_is_one_line(cli, gpuplan_home, unwritable):
     assert cli("status").code == 0  # makes the database
     db = gpuplan_home / "state" / "state.db"
-    db.chmod(0o400)
+    unwritable(db.parent)
+    unwritable(db)
     _check_one_line(cli("teardown", "--sweep", "--dry-run"), "read-only")
+    _check_one_line(cli("status"), "read-only")
+
+
+def test_an_unwritable_gpuplan_home_and_folder_are_one_line(cli, gpuplan_home, tmp_path, unwritable):
+    gpuplan_home.mkdir()
+    unwritable(gpuplan_home)
+    _check_one_line(cli("status"), "set GPUPLAN_HOME to a folder you can write")
+    r = cli("estimate", "--videos", "4")  # needs no state: still plans
+    assert r.code == 0 and "¥" in r.out, r.err
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    unwritable(folder)
+    _check_one_line(cli("estimate", "--videos", "4", "--save", str(folder / "plan.json")), "cannot write the plan")
 
 
 @pytest.mark.parametrize("argv, code", [(["estimate", "--videos", "4"], 0), (["estimate", "--videos", "abc"], 2),
