@@ -110,3 +110,21 @@ def test_a_clean_batch_leaves_nothing_after_teardown(hosts, cli, tmp_path, monke
     r = cli("teardown", "gone", "--yes")
     assert r.code == 0, r.err + r.out
     assert _nothing_left(port, started) == []
+
+
+def test_a_ray_start_that_fails_is_tried_once_more_and_leaves_nothing(hosts, cli, tmp_path, monkeypatch):
+    """`ray start` fails on the head (an object store below Ray's minimum: refused at once; a GCS
+    port in use fails the same way after Ray's 40 s wait): what it left goes, it is tried once
+    more (as on a busy machine, where a second start usually makes it), then the run fails in one
+    line naming the start's error, not its whole output flattened into one line."""
+    started, port = hosts
+    monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "1")
+    client = _run(cli, tmp_path, port, "a\n")
+    out, err = client.communicate(timeout=600)
+    assert client.returncode != 0, out + err
+    tried = [ln for ln in err.splitlines() if "`ray start` failed" in ln]
+    assert len(tried) == 2 and "starting it once more" in tried[0], err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gpuplan: error: gone-0: `ray start` failed (exit 1): ") and "object store" in last, err
+    assert "\\x0a" not in last and "Traceback" not in err, err
+    assert _nothing_left(port, started) == []

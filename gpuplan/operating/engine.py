@@ -364,13 +364,13 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
         running = set()
         remote.run_many([n.host for n in eng.nodes[1:] if n.name not in out], lambda h: _stop_node(eng, _node(eng, h)))
         progress(f"starting Ray {RAY_VERSION} head on {eng.head.name}")
-        _start(eng, eng.head)
+        _start(eng, eng.head, progress)
     todo = [n for n in eng.nodes[1:] if n.name not in running and n.name not in out]
     if todo and running and eng.host_firewall:  # a node joins running ones (run --recover): they admit it first
         remote.run_many([n.host for n in eng.nodes if n.name in running], lambda h: _close_ports(eng, _node(eng, h)))
     if todo:
         progress(f"starting Ray on {', '.join(n.name for n in todo)}")
-        for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h)))):
+        for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h), progress))):
             if isinstance(o, BaseException):
                 out[n.name] = _why(str(o), o)
     if started or todo:
@@ -426,19 +426,34 @@ def _close_ports(eng: Engine, node: Node) -> None:
                           f" {r.tail(3)}")
 
 
-def _start(eng: Engine, node: Node) -> None:
-    if eng.host_firewall:  # before Ray listens: closed to the outside from its first second
-        _close_ports(eng, node)
-    r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
-    if not r.ok:  # what the failed start left (processes, temp dir, the chain) goes with it
-        why = f"{node.name}: `ray start` failed (exit {r.exit_code}): {' '.join(r.tail(6).split())}"
+def _start(eng: Engine, node: Node, progress: Progress = lambda _m: None) -> None:
+    """`ray start` on the node, tried a second time after a failure: on a busy machine Ray's own
+    waits for its processes (GCS, raylet) run out now and then, and a second start after the
+    cleanup usually makes it. What a failed start left (processes, temp dir, chain) goes first."""
+    for attempt in (1, 2):
+        if eng.host_firewall:  # before Ray listens: closed to the outside from its first second
+            _close_ports(eng, node)
+        r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
+        if r.ok:
+            return
+        why = f"{node.name}: `ray start` failed (exit {r.exit_code}): {_last_line(r.tail(6))}"
         try:
             _stop_node(eng, node)
             if eng.host_firewall:
                 remote.run(node.host, unfirewall_script(eng, node), timeout=60, sudo=True)
         except GpuplanError:
             pass
-        raise EngineError(why)
+        if attempt == 1:
+            progress(f"{why}; cleaned up, starting it once more")
+    raise EngineError(why) from RemoteError(r.tail(40))  # the whole tail shows with --debug
+
+
+def _last_line(tail: str) -> str:
+    """The last line of a failed command's output that names an error (a traceback's last line,
+    Ray's "Failed to ..."), else its last line: not the whole tail flattened into one."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip().strip(".")]
+    errors = [ln for ln in lines if "rror" in ln or "ailed" in ln]
+    return (errors or lines or ["no output"])[-1]
 
 
 def _stop_node(eng: Engine, node: Node) -> list[str]:
