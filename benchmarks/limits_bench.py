@@ -9,7 +9,8 @@ mixed lengths (a workload file) without a deadline, with a 10 h one and with a t
 (thousands of machines); each against the 10 s target (issue 13); and the refusals of
 --videos 100000, a workload of 1,000,000 jobs (count:) and a workload file of one line per
 job past the file-size limit. Then (issue 18) `--format json` at MAX_JOBS: its time and how
-many bytes it writes (targets 10 s and 30 MB); and what --deadline costs: the same estimate of
+many bytes it writes (targets 10 s and 30 MB), and (issue 33) its time against the table's, the
+best of `--repeat` runs of each, taken in turn (target: at most 1.3x); and what --deadline costs: the same estimate of
 1,000 and of MAX_JOBS mixed jobs with and without --deadline 10h, the difference in time and in
 peak memory (targets: under 1 s more at 1,000 jobs; at MAX_JOBS, within 1.5x the memory).
 """
@@ -31,6 +32,7 @@ TARGET_S = 10  # issue 13: 20,000 jobs, tight deadline included, on the 2-CPU de
 
 
 JSON_TARGET_S, JSON_TARGET_MB = 10, 30  # issue 18: JSON at 20,000 jobs
+JSON_RATIO_TARGET = 1.3  # issue 33: JSON takes at most this many times the table's time (it was 1.93x)
 DEADLINE_TARGET_S, DEADLINE_MEMORY_RATIO = 1.0, 1.5  # issue 18: what --deadline may add
 
 
@@ -55,19 +57,29 @@ def mixed_file(path: Path, jobs: int, seed: int = 1) -> Path:
     return path
 
 
-def json_cases(work: Path, env: dict) -> None:
-    print(f"--format json at {MAX_JOBS:,} jobs (targets < {JSON_TARGET_S} s, < {JSON_TARGET_MB} MB written)")
+def json_cases(work: Path, env: dict, repeat: int = 3) -> None:
+    print(f"--format json at {MAX_JOBS:,} jobs (targets < {JSON_TARGET_S} s, < {JSON_TARGET_MB} MB written,"
+          f" at most {JSON_RATIO_TARGET}x the table's time; best of {repeat} runs each, taken in turn)")
     mixed = mixed_file(work / "mixed-json.yaml", MAX_JOBS)
     for label, args in ((f"--videos {MAX_JOBS:,}", ["--videos", str(MAX_JOBS)]),
                         (f"{MAX_JOBS:,} mixed jobs", ["--workload", str(mixed)])):
-        for fmt_args in (["--format", "table"], ["--format", "json"]):
-            with open(work / "out", "w") as out:
-                seconds, mib, code, _ = estimate(args + fmt_args, env, out)
-            size = (work / "out").stat().st_size
+        best: dict[str, tuple[float, int, int, int]] = {}
+        for _ in range(repeat):  # in turn: a shared machine's load falls on both alike
+            for kind in ("table", "json"):
+                with open(work / "out", "w") as out:
+                    seconds, mib, code, _ = estimate(args + ["--format", kind], env, out)
+                size = (work / "out").stat().st_size
+                if kind not in best or seconds < best[kind][0]:
+                    best[kind] = (seconds, mib, code, size)
+        for kind in ("table", "json"):
+            seconds, mib, code, size = best[kind]
             ok = seconds < JSON_TARGET_S and size < JSON_TARGET_MB * 10**6
-            verdict = f"  {'OK' if ok else 'OVER'}" if fmt_args[1] == "json" else ""
-            print(f"  {label:28s} {fmt_args[1]:5s} {seconds:6.1f} s  {size / 10**6:7.2f} MB written  {mib:5d} MiB peak"
+            verdict = f"  {'OK' if ok else 'OVER'}" if kind == "json" else ""
+            print(f"  {label:28s} {kind:5s} {seconds:6.1f} s  {size / 10**6:7.2f} MB written  {mib:5d} MiB peak"
                   f"  exit {code}{verdict}")
+        ratio = best["json"][0] / best["table"][0]
+        print(f"  {label:28s} json / table: {best['json'][0]:.2f} s / {best['table'][0]:.2f} s = {ratio:.2f}x"
+              f"  {'OK' if ratio <= JSON_RATIO_TARGET else 'OVER'} (target <= {JSON_RATIO_TARGET}x)")
 
 
 def deadline_cases(work: Path, env: dict) -> None:
@@ -93,12 +105,14 @@ def deadline_cases(work: Path, env: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma-separated: limits, json, deadline (default: all)")
-    only = set(filter(None, parser.parse_args().only.split(",")))
+    parser.add_argument("--repeat", type=int, default=3, help="json: runs of each format, the best one counted")
+    opts = parser.parse_args()
+    only = set(filter(None, opts.only.split(",")))
     work = Path(tempfile.mkdtemp())
     env = dict(os.environ, GPUPLAN_HOME=str(work / "home"))
     if only and "limits" not in only:
         if "json" in only:
-            json_cases(work, env)
+            json_cases(work, env, opts.repeat)
         if "deadline" in only:
             deadline_cases(work, env)
         return
@@ -130,7 +144,7 @@ def main() -> None:
         target = f"  target < {TARGET_S} s: {'OK' if seconds < TARGET_S else 'SLOW'}" if (label, args) in planned else ""
         print(f"  {label:52s} {seconds:6.1f} s  {mib:5d} MiB  exit {code}" + (f"  ({last[:70]})" if code else "") + target)
     if not only:
-        json_cases(work, env)
+        json_cases(work, env, opts.repeat)
         deadline_cases(work, env)
 
 

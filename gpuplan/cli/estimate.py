@@ -283,15 +283,17 @@ def _terms_dict(plan, offer) -> dict[str, Any] | None:
             "monthly_cap_jpy": None if t.monthly_cap_jpy is None else _yen2(t.monthly_cap_jpy)}
 
 
-def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: bool = False) -> dict[str, Any]:
+def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: bool = False,
+              memo: dict | None = None) -> dict[str, Any]:
     """A plan as data: fleet, figures, codes (excluded_by, warned_by) and its machines grouped by
     schedule shape; with `schedule`, every machine on its own with its jobs too. `speeds`: each
     GPU's speed with its kind and band; the ranges: wall and yen at the bands' ends (null where
-    there is none: excluded plans, real-time streams)."""
+    there is none: excluded plans, real-time streams). `memo`: evidence.plan_range's, one for
+    every plan of an estimate."""
     from gpuplan.planning import evidence
 
     first, count = plan.fleet[0]
-    span = evidence.plan_range(plan, streams)
+    span = evidence.plan_range(plan, streams, memo)
     return {
         "instance_type": first.name,
         "provider": plan.provider,
@@ -765,11 +767,12 @@ def write_json(est, out, schedules: bool = False) -> None:
     start, after_rec, after_plans, end = json.dumps(head, indent=2, ensure_ascii=False).split(json.dumps(_SLOT))
     out.write(start)
     streams = est.workload.streams is not None
-    out.write(_plan_json(est.recommended, name, 2, True, streams) if est.recommended else "null")
+    memo: dict = {}  # every plan's range worked out once, its machines' stretched seconds shared (evidence.plan_range)
+    out.write(_plan_json(est.recommended, name, 2, True, streams, memo) if est.recommended else "null")
     for text, listed in ((after_rec, est.plans), (after_plans, est.pareto)):
         out.write(text + ("[" if listed else "[]"))
         for i, plan in enumerate(listed):
-            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4, schedules, streams))
+            out.write(("\n    " if i == 0 else ",\n    ") + _plan_json(plan, name, 4, schedules, streams, memo))
         out.write("\n  ]" if listed else "")
     out.write(end + "\n")
 
@@ -777,8 +780,9 @@ def write_json(est, out, schedules: bool = False) -> None:
 _SLOT = "\0"  # where a part written on its own goes (no name or figure holds a NUL: files with one are refused)
 
 
-def _plan_json(plan, workload_name: str, indent: int, schedule: bool, streams: bool = False) -> str:
-    data = plan_dict(plan, workload_name, schedule, streams)
+def _plan_json(plan, workload_name: str, indent: int, schedule: bool, streams: bool = False,
+               memo: dict | None = None) -> str:
+    data = plan_dict(plan, workload_name, schedule, streams, memo)
     lists = {}
     for key in ("machine_groups", "machines"):
         if key in data:

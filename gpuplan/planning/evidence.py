@@ -115,49 +115,93 @@ def band_of(kind: SpeedKind, speed_class: str = "cnn-train") -> Band:
     return BANDS[speed_class][kind]
 
 
-def plan_range(plan, streams: bool = False) -> Range | None:
+def plan_range(plan, streams: bool = False, memo: dict | None = None) -> Range | None:
     """The plan's yen and wall if every GPU ran at its band's low end, and at its high end; None
     where the plan has no machines or no speeds (excluded plans), and for real-time `streams`
-    (their machines are held for the streams' duration whatever the speed)."""
+    (their machines are held for the streams' duration whatever the speed). `memo`: one dict
+    kept while the ranges of many plans are worked out (every plan of an estimate, in JSON):
+    plans of one fleet share their machines' seconds (scratch and image), stretched once."""
     if streams or not plan.machines or not plan.speeds:
         return None
+    if memo is not None:  # the pick is listed again among the plans, the frontier's plans too
+        hit = memo.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
     stretch = {s.gpu: (s.speed / s.low, s.speed / s.high) for s in plan.speeds}
     ends = []
     for end in (0, 1):
-        ends.append(_at(plan, {g: f[end] for g, f in stretch.items()}))
+        ends.append(_at(plan, {g: f[end] for g, f in stretch.items()}, memo))
     (wall_hi, cost_hi), (wall_lo, cost_lo) = ends
     wall, cost = plan.wall_s, plan.cost
     off = max(abs(wall_hi - wall), abs(wall - wall_lo)) > SHOWN_ABOVE * max(wall, 1) or (
         cost > 0 and max(abs(cost_hi - cost), abs(cost - cost_lo)) > SHOWN_ABOVE * cost)
-    return Range((wall_lo, wall_hi), (cost_lo, cost_hi), off)
+    span = Range((wall_lo, wall_hi), (cost_lo, cost_hi), off)
+    if memo is not None:
+        memo[id(plan)] = (plan, span)
+    return span
 
 
-def _at(plan, factor: dict[str, Decimal]) -> tuple[int, Decimal]:
-    """Wall and yen with each machine's job work (jobs less job starts) times its GPU's factor."""
-    ends_now: list[int] = []
-    ends_then: list[int] = []
-    groups = []
-    for m in plan.machines:
-        f = factor.get(m.offer.gpu, Decimal(1))
-        head = m.setup_s + m.capture_s + m.staging_s
-        jobs = []
-        for i, j in enumerate(m.jobs_s):
-            starts = m.job_starts_s[i] if m.job_starts_s else Decimal(0)
-            jobs.append(int(starts + (j - starts) * f + Decimal("0.999999")) if j else 0)
-        if m.role != "builder":
-            ends_now.append(m.start_s + head + max(m.jobs_s))
-            ends_then.append(m.start_s + head + max(jobs))
-        groups.append((m, head, jobs, f))
-    wall = plan.wall_s + (max(ends_then) - max(ends_now) if ends_now else 0)
+def slow_wall(machines, wall_s: int, speeds: Sequence[SpeedEvidence]) -> int:
+    """The wall seconds at the range's slow end (every GPU at its band's low end) of a plan whose
+    machines and point wall these are: what `--deadline ... --strict` is judged on."""
+    if not machines or not speeds:
+        return wall_s
+    factor = {s.gpu: s.speed / s.low for s in speeds}
+    return _wall(machines, wall_s, [_stretched(m, factor.get(m.offer.gpu, _ONE)) for m in machines])
+
+
+_ONE = Decimal(1)
+_UP = Decimal("0.999999")  # rounds a stretched busy time up to a whole second (a hair over stays)
+
+
+def _stretched(m, f: Decimal, memo: dict | None = None) -> list[int]:
+    """Each kind of the machines' busy seconds with its job work (jobs less job starts) times `f`,
+    rounded up to a second; a kind with no jobs stays 0. `memo`: see plan_range (keyed by the
+    very columns, which it keeps alive)."""
+    if f == _ONE:
+        return list(m.jobs_s)
+    if memo is not None:
+        key = (id(m.jobs_s), id(m.job_starts_s), f)
+        hit = memo.get(key)
+        if hit is not None and hit[0] is m.jobs_s and hit[1] is m.job_starts_s:
+            return hit[2]
+    up = _UP
+    if m.job_starts_s:
+        out = [int(s + (j - s) * f + up) if j else 0 for j, s in zip(m.jobs_s, m.job_starts_s)]
+    else:
+        out = [int(j * f + up) if j else 0 for j in m.jobs_s]
+    if memo is not None:
+        memo[key] = (m.jobs_s, m.job_starts_s, out)
+    return out
+
+
+def _wall(machines, wall_s: int, jobs: list[list[int]]) -> int:
+    """The plan's wall with each machine's busy seconds `jobs` instead of its own: the last
+    working machine's end moves by as much as it does."""
+    ends_now = [m.start_s + m.setup_s + m.capture_s + m.staging_s + max(m.jobs_s) for m in machines
+                if m.role != "builder"]
+    if not ends_now:
+        return wall_s
+    ends_then = [m.start_s + m.setup_s + m.capture_s + m.staging_s + max(j) for m, j in zip(machines, jobs)
+                 if m.role != "builder"]
+    return wall_s + max(ends_then) - max(ends_now)
+
+
+def _at(plan, factor: dict[str, Decimal], memo: dict | None = None) -> tuple[int, Decimal]:
+    """Wall and yen with each machine's job work (jobs less job starts) times its GPU's factor.
+    Each kind of machine is charged as billing.charge charges it, summed as the plan's own yen is
+    (billing.charge_sum)."""
+    factors = [factor.get(m.offer.gpu, _ONE) for m in plan.machines]
+    stretched = [_stretched(m, f, memo) for m, f in zip(plan.machines, factors)]
+    wall = _wall(plan.machines, plan.wall_s, stretched)
     cost = plan.breakdown.get("one_off", Decimal(0))
-    for m, head, jobs, f in groups:
-        for i, n in enumerate(m.counts):
-            if m.idle_s:  # kept until the last machine ends (release at-end)
-                held = wall - m.start_s
-            elif m.task_s:  # a DOK queue: each task billed on its own, with its minimum, at the factor
-                held = head + billing.billed_tasks([int(t * f + Decimal("0.999999")) for t in m.task_s],
-                                                   m.terms.granularity_s, m.terms.minimum_s)
-            else:
-                held = head + jobs[i]
-            cost += billing.charge(held, m.terms) * n
+    for m, f, jobs in zip(plan.machines, factors, stretched):
+        t, head, n = m.terms, m.setup_s + m.capture_s + m.staging_s, m.counts
+        if m.idle_s:  # kept until the last machine ends (release at-end)
+            cost += billing.charge(wall - m.start_s, t) * sum(n)
+        elif m.task_s:  # a DOK queue: each task billed on its own, with its minimum, at the factor
+            held = head + billing.billed_tasks([int(x * f + _UP) for x in m.task_s], t.granularity_s, t.minimum_s)
+            cost += billing.charge(held, t) * sum(n)
+        else:
+            cost += billing.charge_sum(head, jobs, n, t)
     return wall, cost
