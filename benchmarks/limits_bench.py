@@ -69,7 +69,7 @@ def json_cases(work: Path, env: dict, repeat: int = 3) -> None:
                 with open(work / "out", "w") as out:
                     seconds, mib, code, _ = estimate(args + ["--format", kind], env, out)
                 size = (work / "out").stat().st_size
-                if kind not in best or seconds < best[kind][0]:
+                if kind not in best or (code != 0, seconds) < (best[kind][2] != 0, best[kind][0]):  # a failed run never counts
                     best[kind] = (seconds, mib, code, size)
         for kind in ("table", "json"):
             seconds, mib, code, size = best[kind]
@@ -78,8 +78,9 @@ def json_cases(work: Path, env: dict, repeat: int = 3) -> None:
             print(f"  {label:28s} {kind:5s} {seconds:6.1f} s  {size / 10**6:7.2f} MB written  {mib:5d} MiB peak"
                   f"  exit {code}{verdict}")
         ratio = best["json"][0] / best["table"][0]
+        ok = ratio <= JSON_RATIO_TARGET and best["json"][2] == best["table"][2] == 0
         print(f"  {label:28s} json / table: {best['json'][0]:.2f} s / {best['table'][0]:.2f} s = {ratio:.2f}x"
-              f"  {'OK' if ratio <= JSON_RATIO_TARGET else 'OVER'} (target <= {JSON_RATIO_TARGET}x)")
+              f"  {'OK' if ok else 'OVER'} (target <= {JSON_RATIO_TARGET}x)")
 
 
 def deadline_cases(work: Path, env: dict) -> None:

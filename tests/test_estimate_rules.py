@@ -32,8 +32,8 @@ def test_piped_output_is_plain_text_without_trailing_spaces_or_forced_width(cli)
     # not centred in 200 columns; the tax basis every yen is on
     assert lines[0] == "gpuplan estimate: colorize-hd (4 jobs), catalog 2017-08; yen exclude consumption tax"
     header = lines[1]
-    assert len(header) < 200 and header.split() == ["fleet", "where", "setup", "wall", "billed", "yen", "speed", "kind,",
-                                                    "yen,", "wall", "if", "off", "feasible", "/", "why", "excluded"]
+    assert len(header) < 200 and header.split() == ["fleet", "where", "setup", "wall", "billed", "yen", "speed", "evidence",
+                                                    "yen", "range", "wall", "range", "feasible", "/", "why", "excluded"]
     # one line per plan, every column on it; minutes under 2 h, h:mm above, yen with separators
     row = next(line for line in lines if line.startswith("→"))
     assert re.search(r"4x Standard_NC6 +azure westus2 +image +3:00 h +9:00 h +¥826 +measured +yes", row)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from decimal import Decimal
 
 import pytest
@@ -71,3 +72,105 @@ def test_charge_sum_is_each_hold_charged_and_summed():
             counts = [rng.randint(1, 5) for _ in seconds]
             each = sum((billing.charge(head + s, t) * n for s, n in zip(seconds, counts)), Decimal(0))
             assert abs(billing.charge_sum(head, seconds, counts, t) - each) < Decimal("1e-18"), (t, head, seconds)
+
+
+# --- --deadline: a pick whose wall range passes it says so; --strict plans on the slow end -------
+
+def _line(out: str, start: str) -> str:
+    """The summary line starting `start`, its wrapped continuation lines joined."""
+    text = " ".join(out.split())
+    at = text.index(start)
+    ends = [i for i in (text.find(" breakdown:", at + 1), text.find(" optimal:", at + 1)) if i > 0]
+    return text[at:min(ends)] if ends else text[at:]
+
+
+def test_a_pick_whose_wall_range_passes_the_deadline_says_so_in_its_why_line(cli):
+    r = cli("estimate", "--videos", "4", "--deadline", "10m")
+    assert r.code == 0, r.err
+    pick = next(line for line in r.out.splitlines() if line.startswith("→"))
+    # 9 min on the generic table's speed, 7 to 27 min at its band's ends: it meets 10 min, but may not
+    assert pick.split()[1:3] == ["1x", "dok-h100-8gpu-80gb"]
+    assert re.search(r" 9 min +6 min +¥288 +generic +¥219–1,185 +7–27 min +yes \(wall range passes the deadline\)$", pick), pick
+    why = _line(r.out, "why:")
+    assert why.endswith("; deadline: its wall range reaches 27 min, past the deadline 10 min, if its speed is as far off"
+                        " as its band allows; --strict plans on the range's slow end"), why
+    data = json.loads(cli("estimate", "--videos", "4", "--deadline", "10m", "--format", "json").out)
+    rec = data["recommended"]
+    assert rec["wall_minutes"] == 8.78 and rec["wall_minutes_range"] == [7.4, 26.8]
+    assert "its wall range reaches 27 min, past the deadline 10 min" in data["reason"]
+
+
+def test_a_pick_within_the_deadline_at_its_slow_end_says_nothing_more(cli):
+    r = cli("estimate", "--videos", "4", "--deadline", "5h")  # the pick's range reaches 4:29 h
+    assert r.code == 0, r.err
+    assert "deadline" not in _line(r.out, "why:") and "passes the deadline" not in r.out
+
+
+def test_strict_judges_the_deadline_on_the_wall_ranges_slow_end(cli):
+    loose = json.loads(cli("estimate", "--videos", "4", "--deadline", "2h", "--format", "json").out)
+    assert loose["recommended"]["instance_type"] == "dok-v100-32gb"  # 74 min, but up to 4:29 h
+    assert loose["recommended"]["wall_minutes_range"] == [59.42, 268.8]
+    r = cli("estimate", "--videos", "4", "--deadline", "2h", "--strict", "--format", "json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    rec = data["recommended"]
+    # the cheapest plan whose slow end is within 2 h: 4x g5.xlarge from an image, 47 min, 43 to 98 min
+    assert (rec["instance_type"], rec["count"], rec["setup"], rec["cost_jpy"]) == ("g5.xlarge", 4, "image", 265)
+    assert rec["wall_minutes_range"] == [42.55, 97.92] and rec["wall_minutes_range"][1] <= 120
+    assert data["reason"].endswith("; deadline 2:00 h met at the wall range's slow end (1:38 h; --strict)")
+    v100 = next(p for p in data["plans"] if p["instance_type"] == "dok-v100-32gb")
+    # excluded on its slow end (4:29 h = 16,128 s), not its 74 min
+    assert not v100["feasible"] and v100["wall_minutes"] == 74.4
+    assert v100["excluded_by"] == [{"code": "deadline", "wall_s": 16128, "deadline_s": 7200, "slow_end": True}]
+    table = cli("estimate", "--videos", "4", "--deadline", "2h", "--strict", "--all")
+    assert ("no: misses the deadline by 2:29 h at its wall range's slow end (up to 4:29 h > 2:00 h; --strict)"
+            in table.out)
+
+
+def test_strict_with_no_plan_fast_enough_at_its_slow_end_names_the_deadline_that_works(cli):
+    r = cli("estimate", "--videos", "4", "--deadline", "10m", "--strict")
+    assert r.code == 2
+    err = [line for line in r.err.splitlines() if line.strip()]
+    assert len(err) == 1 and "Traceback" not in r.err
+    assert err[0].endswith("the fastest, 1x dok-h100-8gpu-80gb from scratch (¥288), takes up to 27 min at its wall range's"
+                           " slow end: give --deadline 27m or more")
+    r = cli("estimate", "--videos", "4", "--deadline", "27m", "--strict")
+    assert r.code == 0, r.err
+    assert _line(r.out, "why:").endswith("; deadline 27 min met at the wall range's slow end (27 min; --strict)")
+
+
+def test_strict_needs_a_deadline(cli):
+    r = cli("estimate", "--videos", "4", "--strict")
+    assert r.code == 2
+    assert r.err.strip() == ("gpuplan: error: --strict judges --deadline on each plan's wall range's slow end: give"
+                             " --deadline too")
+
+
+# --- the table: one unit per column, headers in plain words -------------------------------------
+
+def test_every_duration_of_the_table_reads_in_one_unit_under_plain_headers(cli):
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[1].split() == ["fleet", "where", "setup", "wall", "billed", "yen", "speed", "evidence", "yen", "range",
+                                "wall", "range", "feasible", "/", "why", "excluded"]
+    assert "speed kind" not in r.out and "if off" not in r.out
+    rows = [line for line in lines[3:] if line[:1] in ("→", "·", " ") and " yes" in line]
+    assert len(rows) >= 4
+    for row in rows:  # the longest figure (4:51 h) sets h:mm for wall, billed and the wall range alike
+        assert " min" not in row, row
+        assert re.search(r"\d+:\d\d h +\d+:\d\d h +¥[\d,]+ +generic +¥[\d,]+–[\d,]+ +\d+:\d\d–\d+:\d\d h +yes", row), row
+    # 74 min of wall beside 62 min billed read 1:14 h and 1:02 h, not "74 min" and "1:02 h"
+    assert re.search(r"1x dok-v100-32gb +sakura is1a +scratch +1:14 h +1:02 h +¥60", r.out)
+    # the pick's line says its pair in one unit too
+    assert "Recommended: 1x dok-v100-32gb sakura is1a, from scratch: ¥60, wall 74 min, billed 62 min" in r.out
+
+
+def test_a_table_of_minutes_stays_in_minutes(cli):
+    # only plans whose slow end is within 30 min: every figure of the table is under 2 h
+    r = cli("estimate", "--videos", "4", "--deadline", "30m", "--strict")
+    assert r.code == 0, r.err
+    rows = [line for line in r.out.splitlines() if line[:1] in ("→", "·", " ") and " yes" in line]
+    assert rows and all(re.search(r" \d+ min +\d+ min +¥[\d,]+ +generic +¥[\d,]+–[\d,]+ +\d+–\d+ min +yes", row)
+                        for row in rows), rows
+    assert ":" not in " ".join(row.split("¥")[0] for row in rows)  # no h:mm before the yen

@@ -94,7 +94,8 @@ def test_estimate_videos_4_fits_a_screen_and_all_lists_every_row(cli, gpuplan_ho
     faster = data["faster"]
     assert faster.startswith("for +¥15 (5.9 %), 4x g5.xlarge aws us-east-1 finishes in 47 min")  # with consumption tax
     shown = cli("estimate", "--videos", "4").out.splitlines()
-    assert any(x.startswith("·  4x g5.xlarge ") and " 47 min " in x for x in shown)
+    # its row in the table's one unit for every duration (the longest figure, 4:51 h, needs h:mm)
+    assert any(x.startswith("·  4x g5.xlarge ") and " 0:47 h " in x for x in shown)
     assert "speed on A10G" in "\n".join(shown)
     everything = cli("estimate", "--videos", "4", "--all").out.splitlines()
     assert len(everything) > 100 and any("no: Standard_NC6 retired on 2023-09-06" in x for x in everything)

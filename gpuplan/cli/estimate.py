@@ -390,25 +390,38 @@ def _excluded_line(est) -> str:
     return f"{fmt.plural(sum(counts.values()), 'plan')} excluded: {parts}; --all lists them with their reasons"
 
 
-_HEADER = ("", "fleet", "where", "setup", "wall", "billed", "yen", "speed kind, yen, wall if off", "feasible / why excluded")
-_RIGHT = {"wall", "billed", "yen"}
+_HEADER = ("", "fleet", "where", "setup", "wall", "billed", "yen", "speed evidence", "yen range", "wall range",
+           "feasible / why excluded")
+_RIGHT = {"wall", "billed", "yen", "yen range", "wall range"}
+_STATUS = "feasible / why excluded"
 
 
 def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
-    """The table's rows, one cell per _HEADER column, as plain text."""
+    """The table's rows, one cell per _HEADER column, as plain text. Every duration of the table
+    (wall, billed, wall range) reads in one unit, the one its longest figure needs (fmt.durations):
+    a row never reads "74 min" beside "1:02 h". The yen and wall ranges are the plan's at its
+    speeds' band ends (evidence.plan_range), shown where either end is more than 10 % off."""
+    from gpuplan.planning import evidence
+
     rows, alike = _visible(est, show_all)
     streams = est.workload.streams is not None
     pareto = {id(p) for p in est.pareto}
-    shown = [p for p in rows if p.feasible]  # each column of durations in one unit (fmt.durations)
-    walls = dict(zip(map(id, shown), fmt.durations([p.wall_s for p in shown])))
-    billed = dict(zip(map(id, shown), fmt.durations([p.billed_s for p in shown])))
+    shown = [p for p in rows if p.feasible]
+    spans: dict[int, evidence.Range | None] = {id(p): evidence.plan_range(p, streams) for p in shown}
+    ranged = {i: sp for i, sp in spans.items() if sp is not None and sp.shown}  # worth a figure in the table
+    every = [p.wall_s for p in shown] + [p.billed_s for p in shown] + [t for sp in ranged.values() for t in sp.wall_s]
+    scale = fmt.scale_of(every)
     out: list[tuple[str, ...]] = []
     for p in rows:
         mark = "→" if p is est.recommended else ("·" if id(p) in pareto else "")
         fleet = p.label + (f" ({p.per_gpu}/GPU)" if p.per_gpu > 1 else "")
         where = f"{p.provider} {p.region}"
         if p.feasible:
-            status = "yes" + (f" (warning: {', '.join(_warning_kinds(p.warned_by))})" if p.warned_by else "")
+            span = spans[id(p)]
+            late = est.deadline_s is not None and not est.strict and span is not None and span.wall_s[1] > est.deadline_s
+            said = ([f"warning: {', '.join(_warning_kinds(p.warned_by))}"] if p.warned_by else []) + (
+                ["wall range passes the deadline"] if late else [])
+            status = "yes" + (f" ({'; '.join(said)})" if said else "")
             if any(w.code is Code.RETIRES for w in p.warned_by):
                 status = "ends sale before it could end: not recommended"
             elif not p.recommendable:
@@ -416,12 +429,16 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
                           else "owned: not recommended without --owned")
             if not p.optimal:
                 status += " (schedule not proven optimal)"
-            out.append((mark, fleet, where, p.setup, walls[id(p)], billed[id(p)], fmt.yen(p.cost),
-                        _evidence_cell(p, streams), status))
+            kind = evidence.weakest(p.speeds)
+            wide = ranged.get(id(p))
+            yen_range = _yen_span(*wide.cost) if wide is not None else ""
+            wall_range = _span(wide.wall_s[0], wide.wall_s[1], scale) if wide is not None else ""
+            out.append((mark, fleet, where, p.setup, fmt.duration(p.wall_s, scale), fmt.duration(p.billed_s, scale),
+                        fmt.yen(p.cost), kind.value if kind is not None else "-", yen_range, wall_range, status))
         else:
             n = alike.get(id(p), 0)
             more = f" (and {n} more offer{'s' if n > 1 else ''} alike)" if n else ""
-            out.append((mark, fleet, where, "-", "-", "-", "-", "-", f"no: {p.reason}{more}"))
+            out.append((mark, fleet, where, "-", "-", "-", "-", "-", "-", "-", f"no: {p.reason}{more}"))
     return out
 
 
@@ -432,9 +449,10 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     if rec is None:  # the FX age, tax basis and regions still said (issue 22)
         return [("head", f"No recommendation: {est.reason}")] + [
             ("line", f"note: {est.extra[k]}") for k in ("fx", "tax", "regions") if k in est.extra]
+    wall, billed = fmt.durations([rec.wall_s, rec.billed_s])  # in one unit
     out = [("head", f"Recommended: {rec.label} {rec.provider} {rec.region}, "
                     f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
-                    f"{fmt.yen(rec.cost)}, wall {fmt.duration(rec.wall_s)}, billed {fmt.duration(rec.billed_s)}")]
+                    f"{fmt.yen(rec.cost)}, wall {wall}, billed {billed}")]
     parts = ", ".join(f"{k} {fmt.yen(v, 2)}" for k, v in rec.breakdown.items() if v)
     out.append(("line", f"breakdown: {parts} (total {fmt.yen(rec.cost, 2)} → {fmt.yen(rec.cost)})" if parts
                 else "breakdown: nothing more to pay for this batch (hardware you already have)"))
@@ -475,11 +493,15 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     return out
 
 
-def _span(low: int, high: int) -> str:
-    """A wall-time range in one unit, the longer end's: "60 min-4:19 h" reads as "1:00-4:19 h"."""
-    scale = fmt._scale(high)
-    if scale == "d":  # "8:25 h–2 d 11 h": days and hours do not share one unit
-        return f"{fmt.duration(low)}–{fmt.duration(high)}"
+def _span(low: int, high: int, scale: str | None = None) -> str:
+    """A wall-time range in one unit: `scale` (a table column's), else the longer end's: "60
+    min-4:19 h" reads as "1:00–4:19 h"."""
+    if scale is None:
+        scale = fmt.scale_of([high])
+        if scale == "d":  # "8:25 h–2 d 11 h": days and hours do not share one unit
+            return f"{fmt.duration(low)}–{fmt.duration(high)}"
+    if scale == "d":  # a column in days: "0 d 8 h–2 d 11 h"
+        return f"{fmt.duration(low, scale)}–{fmt.duration(high, scale)}"
     a, b = fmt.duration(low, scale), fmt.duration(high, scale)
     unit = b.rsplit(" ", 1)[-1]
     return f"{a.removesuffix(' ' + unit)}–{b}"
@@ -487,20 +509,6 @@ def _span(low: int, high: int) -> str:
 
 def _yen_span(low: Decimal, high: Decimal) -> str:
     return f"{fmt.yen(low)}–{fmt.yen(high).removeprefix('¥')}"
-
-
-def _evidence_cell(plan, streams: bool) -> str:
-    """The plan's weakest speed kind, and its yen and wall at the bands' ends where that matters
-    ("generic ¥55–246, 1:00–4:19 h")."""
-    from gpuplan.planning import evidence
-
-    kind = evidence.weakest(plan.speeds)
-    if kind is None:
-        return "-"
-    span = evidence.plan_range(plan, streams)
-    if span is None or not span.shown:
-        return kind.value
-    return f"{kind.value} {_yen_span(*span.cost)}, {_span(*span.wall_s)}"
 
 
 def _range_line(est) -> str:
@@ -648,22 +656,22 @@ def _render_table(est, show_all: bool) -> None:
 
     wide = console.width >= 120
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for col in _HEADER if wide else ("", "fleet", "wall", "billed", "yen", "feasible / why excluded"):
+    for col in _HEADER if wide else ("", "fleet", "wall", "billed", "yen", _STATUS):
         kw: dict[str, Any] = {"justify": "right", "no_wrap": True} if col in _RIGHT else {}
         if col in ("fleet", "where"):
             kw = {"no_wrap": True} if wide else {"min_width": 22, "overflow": "fold"}
-        if col == "feasible / why excluded" and not wide:
+        if col == _STATUS and not wide:
             kw = {"ratio": 1}
         table.add_column(col, **kw)
     for mark, fleet, where, setup, *figures in rows:
         cells = [escape(c) for c in figures]
         if wide:
             table.add_row(mark, escape(fleet), where, setup, *cells)
-        else:  # the speed's kind and range under the status
-            *figures_, speed, status = cells
-            kind, _, span = speed.partition(" ")
+        else:  # the speed evidence and the ranges under the status
+            *figures_, kind, yen_range, wall_range, status = cells
+            span = ", ".join(x for x in (yen_range, wall_range) if x)
             table.add_row(mark, f"{escape(fleet)}\n[dim]{where}, {setup}[/dim]", *figures_,
-                          status + (f"\n[dim]{kind} speed{': ' + span if span else ''}[/dim]" if speed != "-" else ""))
+                          status + (f"\n[dim]{kind} speed{': ' + span if span else ''}[/dim]" if kind != "-" else ""))
     console.print(table, soft_wrap=False)
     for kind, text in summary:
         if kind == "head":
@@ -890,18 +898,21 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
                   deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
                   release: str = "when-done", spot: bool = False, tax: str = "included", providers: tuple[str, ...] = (),
-                  offers: tuple[str, ...] = ()):
+                  offers: tuple[str, ...] = (), strict: bool = False):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
     `offers`: only these offer keys (a probe's plan of one offer). Every yen is on the `tax` basis
-    (planning/tax.py: "included" by default, what a Japanese company pays; "excluded")."""
+    (planning/tax.py: "included" by default, what a Japanese company pays; "excluded"). `strict`:
+    the deadline is met only where a plan's wall range's slow end meets it."""
     from gpuplan.planning import catalog, optimizer, workloads
     from gpuplan.planning import tax as taxes
     from gpuplan.planning.model import Setting
     from gpuplan.planning.units import parse_duration
 
     deadline_s = parse_duration(deadline, "--deadline") if deadline else None
+    if strict and deadline_s is None:
+        raise UsageError("--strict judges --deadline on each plan's wall range's slow end: give --deadline too")
     quotas = parse_quotas(quota or [])
     cat = catalog.load(as_of)
     from gpuplan.cli.catalog import as_of_note
@@ -943,7 +954,7 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         quotas = with_fields(quotas, read={(q["provider"], q["region"], q["name"]): (int(q["limit"]), q["read_at"])
                                            for q in state.quotas()})
     setting = Setting(
-        catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s,
+        catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s, strict_deadline=strict,
         release=release, measured_setup=_measured_setup(state, cat), measured_engine=_measured_engine(state, cat),
         owned=tuple(owned), owned_count=owned_count, spot=spot,
     )
@@ -988,6 +999,7 @@ def register(app: typer.Typer) -> None:
         provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers.")] = None,
         region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region's offers.")] = None,
         deadline: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The latest acceptable wall time, such as 90m, 3h, 1h30m or 2d.")] = None,
+        strict: Annotated[bool, typer.Option("--strict", help="With --deadline: a plan meets it only if its wall range's slow end does (every GPU at the low end of its speed's band), not its estimate alone.")] = False,
         objective: Annotated[str, typer.Option(metavar="balanced|cost|time", help="How to pick: balanced (the default: the fastest plan within --cost-slack of the cheapest), cost (strictly the cheapest) or time (the fastest).")] = "balanced",
         cost_slack: Annotated[str, typer.Option("--cost-slack", metavar="PERCENT", help="With the balanced pick: how much dearer than the cheapest a faster plan may be, such as 3% (the default) or 0.")] = "3%",
         budget: Annotated[Optional[str], typer.Option(metavar="YEN", help="Pick the fastest plan costing at most this many yen, such as 5000 or ¥5,000.")] = None,
@@ -1024,7 +1036,7 @@ def register(app: typer.Typer) -> None:
             work = workloads.apply_profile(work, profile)
         est = plan_estimate(work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
                             cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot,
-                            tax=tax)
+                            tax=tax, strict=strict)
         if save is not None and est.recommended is not None:
             save_plan(est, save)
             print(f"plan saved to {save}: {next_step(est.recommended, save)}", file=sys.stderr)

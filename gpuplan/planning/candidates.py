@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, NamedTuple
 
 from gpuplan.planning import billing, fmt, model, outcomes
@@ -430,6 +430,9 @@ class Planner:
             if s.deadline_s is not None:
                 factor, _ = model.job_factor(w, offer, s.catalog.gpus, k, min(offer.gpu_count, _ceil_div(nj, k)))
                 total = self._seconds(factor, self.total_ticks, nj)
+                if s.strict_deadline:  # the range's slow end must meet it (--strict): every job that much longer
+                    ev = model.speed_evidence(w, offer, s.catalog.gpus)
+                    total = int((total * ev.speed / ev.low).to_integral_value(rounding=ROUND_CEILING))
                 for mode in ("scratch", "image"):
                     room = s.deadline_s - self._overhead(offer, mode)
                     if room > 0:

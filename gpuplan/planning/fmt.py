@@ -5,7 +5,8 @@
 - Hourly prices in a price list (`gpuplan catalog`): sen kept under ¥1,000 ("¥83.21").
 - Durations: seconds under a minute ("45 s", "<1 s"), whole minutes under two hours ("86 min"), hours
   and minutes from two hours on ("3:00 h", "47:59 h"), days and hours from two days on ("3 d 20 h").
-  A column of durations reads in one unit, the one its longest needs (`durations`).
+  A column of durations reads in one unit, the one its longest needs (`durations`, `scale_of`):
+  `estimate`'s table writes wall, billed and the wall range all in one.
 - Counts: thousands separators ("20,000"); a counted noun agrees with its number ("1 job", "2 jobs").
 """
 
@@ -59,11 +60,18 @@ def duration(seconds: int | float | Decimal | None, scale: str | None = None) ->
     return f"{d:,} d {h} h"
 
 
+def scale_of(values) -> str | None:
+    """The unit ("s", "min", "h" or "d") the longest of `values` (seconds; None skipped) needs:
+    durations read together (a table's columns, a line's pair) are written in it; None where
+    none is known."""
+    known = [v for v in values if v is not None]
+    return _scale(_whole(max(known), 1)) if known else None
+
+
 def durations(values: list) -> list[str]:
     """A column of durations in one unit: the one its longest figure needs ("1:26 h" beside "3:00 h",
     never "86 min"); seconds stay as written while everything is under a minute."""
-    known = [v for v in values if v is not None]
-    scale = _scale(_whole(max(known), 1)) if known else None
+    scale = scale_of(values)
     return [duration(v, scale) for v in values]
 
 

@@ -93,6 +93,9 @@ class Setting:
     as_of_month: str = ""  # "YYYY-MM" the user planned for (default: the snapshot's)
     quotas: Quotas = field(default_factory=Quotas)
     deadline_s: int | None = None
+    # --strict: a plan meets the deadline only if its wall range's slow end does (every GPU at its
+    # speed band's low end, evidence.slow_wall), not its point estimate alone
+    strict_deadline: bool = False
     release: str = "when-done"  # or "at-end"
     measured_setup: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     # the `ray` playbook's measured seconds (run engine install) per (provider, machine type)
@@ -1021,8 +1024,14 @@ def make_plan(
     reasons: list[Outcome] = []
     warned: list[Outcome] = [w for w in warnings if w is not None]
     peak, qnotes = _quota(provider, fleet, setup_mode, bw, setting, reasons, warned)
-    if setting.deadline_s is not None and wall > setting.deadline_s:
-        reasons.append(outcomes.of(Code.DEADLINE, wall_s=wall, deadline_s=setting.deadline_s))
+    speeds = _speeds(workload, setting, fleet)
+    if setting.deadline_s is not None:
+        judged = wall
+        if setting.strict_deadline and workload.streams is None:  # streams hold their machines whatever the speed
+            judged = evidence.slow_wall(machines, wall, speeds)
+        if judged > setting.deadline_s:
+            slow = {"slow_end": True} if judged != wall else {}  # said: judged on the range (--strict)
+            reasons.append(outcomes.of(Code.DEADLINE, wall_s=judged, deadline_s=setting.deadline_s, **slow))
     retiring = _retires_during(fleet, wall, setting)
     warned.extend(retiring)
     warned.extend(_past_task_limit(machines))
@@ -1067,7 +1076,7 @@ def make_plan(
         machines=tuple(machines), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
         feasible=not reasons, excluded_by=tuple(reasons), warned_by=tuple(warned),
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
-        recommendable=recommendable, note=note, speeds=_speeds(workload, setting, fleet),
+        recommendable=recommendable, note=note, speeds=speeds,
     )
 
 

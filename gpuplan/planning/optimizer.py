@@ -122,6 +122,8 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
         gap, proven = ranking.gap(open_, rec, choice.base, setting.deadline_s, ranking.cost_cap(rec, eligible, choice))
 
     reason = ranking.why(rec, eligible, choice, plans, setting)
+    words = ranking.deadline_words(rec, setting, workload.streams is not None)
+    reason = f"{reason}; {words}" if words else reason
     faster = ranking.faster_for_more(rec, eligible)
     hourly = next((p for p in eligible if all(o.kind == "cloud" for o, _ in p.fleet)), None)
     plans = [ranking.break_even(p, hourly, setting) if p.fleet[0][0].kind in ("owned", "monthly") and p.feasible else p
@@ -144,7 +146,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
         snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
         reason=reason, assumptions=rec.assumptions if rec else (), solver_seconds=time.perf_counter() - started,
         proven=proven, gap=gap, extra=extra, faster=faster, named=tuple(ranking.named(rec, eligible, choice)),
-        ranked_on=choice.base,
+        ranked_on=choice.base, deadline_s=setting.deadline_s, strict=setting.strict_deadline,
     )
 
 

@@ -82,7 +82,7 @@ def shown(outcome: Outcome) -> Outcome:
     f = dict(outcome.figures)
     if outcome.code is Code.DEADLINE:
         return of(Code.DEADLINE, by=fmt.duration(f["wall_s"] - f["deadline_s"]), wall=fmt.duration(f["wall_s"]),
-                  deadline=fmt.duration(f["deadline_s"]))
+                  deadline=fmt.duration(f["deadline_s"]), **({"slow_end": True} if f.get("slow_end") else {}))
     if outcome.code is Code.TASK_LIMIT:
         return of(Code.TASK_LIMIT, offer=f["offer"], task=fmt.duration(f["task_s"]), limit=fmt.duration(f["limit_s"]))
     if outcome.code is Code.RETIRES:
@@ -109,6 +109,9 @@ def number(value: Decimal | int) -> str:
 
 
 def _deadline(f: Mapping[str, Any]) -> str:
+    if f.get("slow_end"):  # --strict: the wall range's slow end is judged
+        return (f"misses the deadline by {fmt.duration(f['wall_s'] - f['deadline_s'])} at its wall range's slow end"
+                f" (up to {fmt.duration(f['wall_s'])} > {fmt.duration(f['deadline_s'])}; --strict)")
     return (f"misses the deadline by {fmt.duration(f['wall_s'] - f['deadline_s'])} (wall {fmt.duration(f['wall_s'])} >"
             f" {fmt.duration(f['deadline_s'])})")
 

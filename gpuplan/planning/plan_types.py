@@ -334,4 +334,6 @@ class Estimate:
     faster: str = ""  # one line: a plan that finishes sooner for a little more than the pick ("" where none)
     named: tuple[Plan, ...] = ()  # the plans the reason names (the cheapest, the ties it lists)
     ranked_on: str = "cost"  # the figure the pick was ranked on first: "cost", or "time" (--objective time, --budget)
+    deadline_s: int | None = None  # --deadline, where given
+    strict: bool = False  # --strict: the deadline judged on each plan's wall range's slow end
     tax: str = "as-listed"  # the basis every yen is on: "included", "excluded" (planning/tax.py), or as each row lists it

@@ -331,13 +331,15 @@ def nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> str
         first = outcomes.render(best.excluded_by[0])
         text = f"no feasible plan: the {which}, {best.label} {how} ({fmt.yen(best.cost)}), {first}"
         if setting.deadline_s is not None and best.excluded_by[0].code is Code.DEADLINE:
-            fastest = min(scheduled, key=lambda p: p.wall_s)
-            least = format_duration(-(-fastest.wall_s // 60) * 60)
+            fastest = min(scheduled, key=judged_wall)
+            least = format_duration(-(-judged_wall(fastest) // 60) * 60)
+            takes = (f"takes up to {fmt.duration(judged_wall(fastest))} at its wall range's slow end"
+                     if setting.strict_deadline else f"takes {fmt.duration(fastest.wall_s)}")
             if fastest is best:
                 text += f"; no plan is faster: give --deadline {least} or more"
             else:
                 text += (f"; the fastest, {fastest.label} {'from an image' if fastest.setup == 'image' else 'from scratch'}"
-                         f" ({fmt.yen(fastest.cost)}), takes {fmt.duration(fastest.wall_s)}: give --deadline {least} or more")
+                         f" ({fmt.yen(fastest.cost)}), {takes}: give --deadline {least} or more")
         return text
     if not plans:
         return "no feasible plan: no candidates"
@@ -350,6 +352,34 @@ def nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> str
     others = len({outcomes.shown(p.excluded_by[0]) for p in plans}) - 1  # kinds as they read
     return (f"no feasible plan: the cheapest offer per GPU-hour, {best.fleet[0][0].name}, is excluded: {best.reason}"
             + (f" (and {others} other reason{'s' if others > 1 else ''}; --all lists them)" if others else ""))
+
+
+def judged_wall(plan: Plan) -> int:
+    """The wall time --deadline judged the plan on: its wall, or with --strict its wall range's
+    slow end (the figure its deadline exclusion carries)."""
+    late = next((o for o in plan.excluded_by if o.code is Code.DEADLINE), None)
+    return int(late.get("wall_s")) if late is not None else plan.wall_s
+
+
+def deadline_words(rec: Plan | None, setting: Setting, streams: bool = False) -> str:
+    """For the why line, where --deadline is given: with --strict, that the pick meets it at its
+    wall range's slow end; without, where that slow end passes it, that it may be missed (the
+    point estimate meets it; its speed's band says how far off that can be)."""
+    from gpuplan.planning import evidence
+
+    if rec is None or setting.deadline_s is None:
+        return ""
+    span = evidence.plan_range(rec, streams)
+    if span is None:
+        return ""
+    slow, deadline = span.wall_s[1], setting.deadline_s
+    slow_text, deadline_text = fmt.durations([slow, deadline])  # in one unit
+    if setting.strict_deadline:
+        return f"deadline {deadline_text} met at the wall range's slow end ({slow_text}; --strict)"
+    if slow <= deadline:
+        return ""
+    return (f"deadline: its wall range reaches {slow_text}, past the deadline {deadline_text}, if its speed is as far"
+            " off as its band allows; --strict plans on the range's slow end")
 
 
 def break_even(plan: Plan, hourly: Plan | None, setting: Setting) -> Plan:
