@@ -105,3 +105,15 @@ def test_the_start_of_several_size_names_still_lists_them(cli):
     r = cli("provision", "nv", "x1", "--dry-run")  # "nv" is part of "H100 NVL" but starts two Azure sizes
     assert r.code == 2
     assert "instance type 'nv' fits several: azure:Standard_NV12s_v3, azure:Standard_NV36ads_A10_v5" in r.err
+
+
+def test_a_region_narrows_the_sizes_a_gpu_name_fits(cli):
+    r = cli("provision", "t4", "x1", "--region", "ap-northeast-1", "--dry-run")  # Azure's T4 sizes are not there
+    assert r.code == 0, r.err
+    assert "'t4' is aws:g4dn.xlarge: the only size with 1x T4 in ap-northeast-1" in r.err
+    assert "1x aws:g4dn.xlarge in ap-northeast-1" in r.out
+    r = cli("provision", "t4", "x1", "--region", "japaneast", "--dry-run")  # a region the shipped catalog lacks
+    assert r.code == 2
+    line = _one_line(r.err)
+    assert line.startswith("gpuplan: error: no size with 1x T4 is offered in japaneast (catalog 2026-11);")
+    assert "gpuplan catalog refresh --provider azure --region japaneast" in line

@@ -314,8 +314,13 @@ class Catalog:
         if region is not None:
             there = [o for o in rows if o.region.lower() == region.strip().lower()]
             if rows and not there:
+                hint = ""
+                if not self.find(region=region):  # no rows there at all: say what adds them, where something can
+                    from gpuplan.planning import regions as known
+
+                    hint = f"; {known.no_offers([region], self.snapshot)}" if known.owner(region) else ""
                 raise UsageError(f"no {at}size with {gpu_words} is offered in {region} (catalog {self.snapshot});"
-                                 f" `gpuplan catalog --gpu {gpus[0].lower().replace(' ', '-')}` lists where they are")
+                                 f" `gpuplan catalog --gpu {gpus[0].lower().replace(' ', '-')}` lists where they are{hint}")
             rows = there
         if not rows:
             raise UsageError(f"no {at}size has {gpu_words} (catalog {self.snapshot}); `gpuplan catalog --gpu"
@@ -327,7 +332,8 @@ class Catalog:
         if len(picks) == 1:
             o = picks[0]
             typed = f"{provider}:{raw}" if provider else raw
-            return o, f"{typed!r} is {o.provider}:{o.name}: the only {at}size with {gpu_words}"
+            within = f" in {region.strip()}" if region is not None else ""
+            return o, f"{typed!r} is {o.provider}:{o.name}: the only {at}size with {gpu_words}{within}"
         hourly = {id(o): offer_with_tax(o, "included").price_jpy_per_hour for o in picks}
         picks.sort(key=lambda o: (hourly[id(o)] is None, hourly[id(o)] or 0, o.provider, o.name))
         from gpuplan.planning import fmt
