@@ -148,6 +148,7 @@ def console_host_key(output: str) -> str | None:
 class AwsProvider(Provider):
     name = "aws"
     default_ssh_user = "ubuntu"
+    sdk_modules = ("boto3",)
     injects_host_keys = False  # the node's own key comes from the console output
     opens_ssh_ingress = True
 

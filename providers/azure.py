@@ -111,6 +111,7 @@ def _all_deleted(begins: Sequence[Callable[[], object]]) -> None:
 class AzureProvider(Provider):
     name = "azure"
     default_ssh_user = "azureuser"
+    sdk_modules = ("azure.identity", "azure.mgmt.compute", "azure.mgmt.network", "azure.mgmt.resource")
     opens_ssh_ingress = True
     # Run with sudo on the builder before capture_image: Azure images must be deprovisioned first.
     capture_prep_command = "waagent -deprovision+user -force"

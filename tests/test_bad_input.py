@@ -241,7 +241,6 @@ CASES = [
      "installation-id"),
     # what provision can check without a cloud, checked before anything and by --dry-run (issue 32)
     ("provision-playbook-unknown", {}, ["provision", "aws:g4dn.xlarge", "x1", "--playbook", "nosuch", *DRY], "nosuch"),
-    ("provision-playbook-unknown-yes", {}, ["provision", "aws:g4dn.xlarge", "x1", "--playbook", "nosuch", "-y"], "nosuch"),
     ("provision-ssh-from-bogus", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ssh-from", "bogus", *DRY], "--ssh-from"),
     ("bootstrap-param-empty", {}, ["bootstrap", "demo", "--param", "root="], "root has no value"),
     # YAML 1.2's core schema: `1:30` is not 5,400 (base 60) nor `0x10` 16; they stay text and the field says so

@@ -15,7 +15,7 @@ from support.memory_provider import MemoryProvider
 def mem(monkeypatch):
     prov = MemoryProvider()
     provider.override("memory", lambda config: prov)
-    monkeypatch.setattr(launch, "resolve_offer", lambda target, region, as_of=None: offer())
+    monkeypatch.setattr(launch, "_resolve", lambda target, region, as_of=None: (offer(), ""))
     yield prov
     provider.override("memory", None)
 
@@ -46,16 +46,18 @@ def test_dry_run_prints_yen_per_hour_and_creates_nothing(cli, mem):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("provision", "memory:m1.gpu", "x-1"), "bad count 'x-1'"),
-        (("provision", "memory:m1.gpu", "x0"), "at least one machine"),
-        (("provision", "memory:m1.gpu", "x2", "--ttl", "soon"), "bad --ttl 'soon'"),
-        (("provision", "memory:m1.gpu", "x2", "--name", "Bad_Name"), "bad cluster name"),
+        (("provision", "memory:m1.gpu", "x-1", "--yes"), "bad count 'x-1'"),
+        (("provision", "memory:m1.gpu", "x0", "--yes"), "at least one machine"),
+        (("provision", "memory:m1.gpu", "x2", "--ttl", "soon", "--yes"), "bad --ttl 'soon'"),
+        (("provision", "memory:m1.gpu", "x2", "--name", "Bad_Name", "--yes"), "bad cluster name"),
         (("teardown", "nosuch"), "no cluster named 'nosuch'"),
         (("teardown",), "name a cluster"),
         (("status", "--format", "xml"), "bad --format"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(cli, mem, args, message):
+    """(provision with --yes: piped without it, the missing answer is listed beside the bad
+    input, tests/test_preflight.py)"""
     r = cli(*args)
     assert r.code == 2
     assert message in r.err

@@ -17,7 +17,7 @@ from support.memory_provider import MemoryProvider
 def mem(monkeypatch):
     prov = MemoryProvider()
     provider.override("memory", lambda config: prov)
-    monkeypatch.setattr(launch, "resolve_offer", lambda target, region, as_of=None: offer())
+    monkeypatch.setattr(launch, "_resolve", lambda target, region, as_of=None: (offer(), ""))
     yield prov
     provider.override("memory", None)
 

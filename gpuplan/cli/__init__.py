@@ -186,7 +186,14 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        print(f"gpuplan: error: {_plain(str(exc))}", file=sys.stderr)
+        from gpuplan.operating.preflight import Problems
+
+        if isinstance(exc, Problems) and len(exc.problems) > 1:  # one short block: a line each
+            print(f"gpuplan: error: {exc.doing} cannot start; fix these {len(exc.problems)} first:", file=sys.stderr)
+            for p in exc.problems:
+                print(f"  - {_plain(p.line)}", file=sys.stderr)
+        else:
+            print(f"gpuplan: error: {_plain(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("gpuplan: interrupted; run `gpuplan teardown` to remove anything half-created", file=sys.stderr)

@@ -135,23 +135,19 @@ def provision(
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
     per hour, the quota check and the TTL) unless --yes."""
-    from gpuplan.operating import launch, lifecycle
+    from gpuplan.operating import launch, lifecycle, preflight
 
-    o = launch.order(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot, idle=idle)
-    # what needs no cloud, checked before anything (and by --dry-run): a playbook that is not
-    # there would otherwise stop the provision after the machines were made
-    from gpuplan.operating.playbook import load as load_playbook
-
-    for book in playbook or []:
-        load_playbook(book)
-    lifecycle.check_ssh_from(ssh_from)
+    # everything that needs no cloud call, checked at once before anything (and by --dry-run)
+    ask = preflight.ProvisionAsk(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot,
+                                 idle=idle, playbooks=tuple(playbook or ()), bootstrap=not no_bootstrap,
+                                 ssh_from=ssh_from)
+    o = preflight.provision(ask, dry_run=dry_run, yes=yes, interactive=sys.stdin is not None and sys.stdin.isatty())
     _say_mapped(o)
     if dry_run:
         lines = _create_lines(o) + [f"  {n}" for n in launch.dry_run_notes(o)]
         lines[0] = "would " + lines[0]
         _print_lines(_out_console(), lines)
         return
-    _need_answer(yes, "provision")
     err = _err_console()
     state = _open_state()
     prov = lifecycle.get_provider(o.request.provider)

@@ -157,6 +157,9 @@ class Provider(ABC):
     # The machines the last list() could not ask (owned hosts that are down), id -> why in words.
     # The listing goes on without them; a teardown keeps what they hold, a sweep names them.
     unreached: Mapping[str, str] = {}
+    # The SDK modules the provider imports when it works (lazily): a missing one is named, with
+    # the pip extra that brings it, before anything else is checked (`missing_sdk`).
+    sdk_modules: tuple[str, ...] = ()
     # Run over SSH on a builder just before capture_image (Azure: deprovision the agent's user).
     capture_prep_command: str | None = None
     # How wait_ready paces itself; providers set these from their config and tests inject them.
@@ -168,6 +171,20 @@ class Provider(ABC):
     known_hosts: Mapping[str, str] = {}
 
     # --- the steps every provider shares -------------------------------------------------
+
+    def missing_sdk(self) -> UsageError | None:
+        """The one line for an SDK module this provider needs that is not installed (None: all
+        there). Looked up without importing anything."""
+        from importlib.util import find_spec
+
+        for module in self.sdk_modules:
+            try:
+                found = find_spec(module) is not None
+            except ModuleNotFoundError:  # its parent package is missing
+                found = False
+            if not found:
+                return missing_extra(self.name, ModuleNotFoundError(name=module))
+        return None
 
     def use_known_hosts(self, pinned: Mapping[str, str]) -> None:
         """Pinned host keys (from the state) for providers that reach machines over SSH themselves."""
@@ -348,9 +365,13 @@ def get(name: str, config: Mapping[str, str] | None = None) -> Provider:
     return cls(config or {})
 
 
+class MissingExtra(UsageError):
+    """A provider's SDK is not installed; the line names the pip extra that brings it."""
+
+
 def missing_extra(provider: str, exc: ImportError) -> UsageError:
     """The one line for a provider whose SDK is not installed: which pip extra brings it."""
-    return UsageError(
+    return MissingExtra(
         f"provider {provider!r} needs an extra package ({exc.name or exc}); install it with: pip install 'gpuplan[{provider}]'"
     )
 
