@@ -61,3 +61,15 @@ def test_dry_run_refuses_what_the_real_run_would_only_find_after_creating(flags,
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and culprit in r.err, r.err
     ok = cli("provision", "aws:g4dn.xlarge", "x1", "--dry-run")
     assert ok.code == 0 and ok.out.startswith("would create cluster"), ok.err
+
+
+def test_check_names_the_missing_extra_before_credentials(cli, no_credentials, monkeypatch):
+    from gpuplan.providers.azure import AzureProvider
+
+    monkeypatch.setattr(AzureProvider, "sdk_modules", ("azure.mgmt.nosuchmodule",))
+    import json
+
+    r = cli("check", "azure", "--format", "json")
+    [row] = json.loads(r.out)
+    assert row["provider"] == "azure" and row["ready"] is False
+    assert "pip install 'gpuplan[azure]'" in row["credentials"] and "AZURE_SUBSCRIPTION_ID" not in row["credentials"]

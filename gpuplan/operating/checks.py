@@ -83,6 +83,9 @@ def check_provider(name: str, region: str | None, catalog: Catalog) -> ProviderC
     try:
         prov = lifecycle.get_provider(name)
         where = _region(name, prov, region, catalog)
+        missing = prov.missing_sdk()
+        if missing is not None:  # before credentials: without the SDK nothing else can be asked
+            return ProviderCheck(name, where, str(missing))
         prov.check_credentials()
         # one authenticated call: refused credentials or an unreachable cloud are said once,
         # here, instead of once per quota call below
