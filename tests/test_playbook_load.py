@@ -143,3 +143,17 @@ def test_dry_run_renders_commands_without_connecting():
     assert "'blacklist lbm-nouveau'" in r.scripts["gpu-driver/blacklist-nouveau action"]
     assert r.scripts["gpu-driver/unload-nouveau action"].endswith("# then wait for the reboot")
     assert r.params["nccl_version"] == "2.23.4-1+cuda12.6"
+
+
+def test_a_failed_step_is_told_by_its_last_error_line():
+    """The line of a failed remote step is the output's last line naming an error (issue 33: a
+    flattened traceback came back as one "line" holding \\x0a); the rest stays for --debug."""
+    from gpuplan.operating.remote import Result
+
+    traceback_out = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    start()\n"
+                     "ConnectionError: Failed to connect to GCS at 10.0.0.1:6379\n\nPlease check the logs.\n")
+    assert Result(1, traceback_out, "", 0.1).why() == "ConnectionError: Failed to connect to GCS at 10.0.0.1:6379"
+    apt = "Reading package lists...\nE: Unable to locate package cuda-toolkit-12-9\n"
+    assert Result(100, "", apt, 0.1).why() == "E: Unable to locate package cuda-toolkit-12-9"
+    assert Result(3, "step one\nstep two\n", "", 0.1).why() == "step two"  # nothing names an error: the last line
+    assert Result(1, "", "", 0.1).why() == "no output"

@@ -141,7 +141,7 @@ def check(eng: Engine, skip: Sequence[str] = (), cluster: str | None = None) -> 
         if r.exit_code == 12:
             raise ContainerError(f"{node.name}: docker has no NVIDIA runtime (containers would not see the GPUs): {fix}")
         if not r.ok or r.stdout.strip() not in (DOCKER, SUDO_DOCKER):
-            raise ContainerError(f"{node.name}: cannot check docker (exit {r.exit_code}): {r.tail(2)}")
+            raise ContainerError(f"{node.name}: cannot check docker (exit {r.exit_code}): {r.why()}")
         return r.stdout.strip()
 
     return _each(nodes, one)

@@ -423,7 +423,7 @@ def _close_ports(eng: Engine, node: Node) -> None:
     r = remote.run(node.host, "bash -c " + shlex.quote(firewall_script(eng, node)), timeout=60, sudo=True)
     if not r.ok:
         raise EngineError(f"{node.name}: Ray's ports could not be closed to all but the cluster (exit {r.exit_code}):"
-                          f" {r.tail(3)}")
+                          f" {r.why()}")
 
 
 def _start(eng: Engine, node: Node, progress: Progress = lambda _m: None) -> None:
@@ -436,7 +436,7 @@ def _start(eng: Engine, node: Node, progress: Progress = lambda _m: None) -> Non
         r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
         if r.ok:
             return
-        why = f"{node.name}: `ray start` failed (exit {r.exit_code}): {_last_line(r.tail(6))}"
+        why = f"{node.name}: `ray start` failed (exit {r.exit_code}): {r.why()}"
         try:
             _stop_node(eng, node)
             if eng.host_firewall:
@@ -446,14 +446,6 @@ def _start(eng: Engine, node: Node, progress: Progress = lambda _m: None) -> Non
         if attempt == 1:
             progress(f"{why}; cleaned up, starting it once more")
     raise EngineError(why) from RemoteError(r.tail(40))  # the whole tail shows with --debug
-
-
-def _last_line(tail: str) -> str:
-    """The last line of a failed command's output that names an error (a traceback's last line,
-    Ray's "Failed to ..."), else its last line: not the whole tail flattened into one."""
-    lines = [ln.strip() for ln in tail.splitlines() if ln.strip().strip(".")]
-    errors = [ln for ln in lines if "rror" in ln or "ailed" in ln]
-    return (errors or lines or ["no output"])[-1]
 
 
 def _stop_node(eng: Engine, node: Node) -> list[str]:
@@ -545,7 +537,7 @@ def submit(eng: Engine, job: str, spec: dict) -> None:
             r = conn.run(first, timeout=120, stdin=json.dumps(spec))
         lines = r.stdout.split("\n")
         if not r.ok or len(lines) < 2:
-            raise EngineError(f"{eng.head.name}: cannot write the job's spec: {r.tail(3)}")
+            raise EngineError(f"{eng.head.name}: cannot write the job's spec: {r.why()}")
         home = lines[0].strip()
         where, code = f"{home}/{JOBS_DIR}/{job}", f"{home}/{CODE_DIR}/{tag}"
         if lines[1][:16] != tag:  # this version of the driver is not on the head (or not whole): upload it
@@ -555,7 +547,7 @@ def submit(eng: Engine, job: str, spec: dict) -> None:
             r = conn.run(" && ".join(f"mv -f {shlex.quote(f'{code}/{f}.{part}')} {shlex.quote(f'{code}/{f}')}"
                                      for f in CODE_FILES), timeout=60)
             if not r.ok:
-                raise EngineError(f"{eng.head.name}: cannot put the driver's code in place: {r.tail(3)}")
+                raise EngineError(f"{eng.head.name}: cannot put the driver's code in place: {r.why()}")
         entrypoint = (f'"{eng.layout.venv}/bin/python" {shlex.quote(f"{code}/ray_driver.py")}'
                       f" {shlex.quote(f'{where}/spec.json')}")
         _submit_job(conn, eng, job, entrypoint)
@@ -627,7 +619,7 @@ def push_workdir(eng: Engine, job: str, local_dir: Path) -> str:
                 r = conn.run(f"tar xzf $HOME/{JOBS_DIR}/{job}/workdir.tar.gz -C $HOME/{where}"
                              f" && rm $HOME/{JOBS_DIR}/{job}/workdir.tar.gz", timeout=600)
                 if not r.ok:
-                    raise EngineError(f"{host.name}: could not unpack the workdir: {r.tail(3)}")
+                    raise EngineError(f"{host.name}: could not unpack the workdir: {r.why()}")
 
         errors = [str(o) for o in remote.run_many([n.host for n in eng.nodes], push) if isinstance(o, BaseException)]
     if errors:
@@ -650,7 +642,7 @@ def fetch_outputs(host: remote.Host, job: str, indexes: Sequence[int], into: Pat
                      f' [ -d "$i" ] && found="$found $i"; done; [ -n "$found" ] || exit 0;'
                      f" tar czf $HOME/{bundle} $found && echo $HOME && echo $found", timeout=600)
         if not r.ok:
-            raise EngineError(f"{host.name}: cannot pack the outputs of job {job}: {r.tail(3)}")
+            raise EngineError(f"{host.name}: cannot pack the outputs of job {job}: {r.why()}")
         lines = r.stdout.split("\n")
         if len(lines) < 2 or not lines[0].strip():
             return []
@@ -681,7 +673,7 @@ def poll(host: remote.Host, job: str, offset: int, conn: remote.Connection | Non
            f" tail -c +{offset + 1} {d}/events.jsonl 2>/dev/null | head -c {max_bytes}")
     r = conn.run(cmd, timeout=60) if conn else remote.run(host, cmd, timeout=60)
     if r.exit_code != 0:
-        raise EngineError(f"{host.name}: cannot read the job's events: {r.tail(3)}")
+        raise EngineError(f"{host.name}: cannot read the job's events: {r.why()}")
     status, _, body = r.stdout.partition("\n")
     whole = body[: body.rfind("\n") + 1] if "\n" in body else ""
     events = [json.loads(line) for line in whole.splitlines() if line.strip()]

@@ -68,7 +68,7 @@ def _build(state: State, prov: Provider, offer: Offer, name: str, builder: str, 
             result = remote.run(host, prov.capture_prep_command, timeout=600, sudo=True)
             if not result.ok:
                 raise RemoteError(f"{node.name}: `{prov.capture_prep_command}` exited {result.exit_code} before capture: "
-                                  f"{result.tail(3)}")
+                                  f"{result.why()}")
         state.update_image(name, status="capturing")
         progress(f"capturing {name} from {node.name}")
         with state.journaled("capture-image", name, builder, node.provider_id or ""):

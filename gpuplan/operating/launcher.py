@@ -276,7 +276,7 @@ def run_setup(state: State, cluster: str, commands: Sequence[str], progress: Pro
         if isinstance(r, BaseException):
             raise RemoteError(f"setup on {h.name}: {r}")
         if not r.ok:
-            raise RemoteError(f"setup on {h.name} failed (exit {r.exit_code}): {r.tail(2)}; fix `setup:` and launch again"
+            raise RemoteError(f"setup on {h.name} failed (exit {r.exit_code}): {r.why()}; fix `setup:` and launch again"
                               " (the cluster stays up and is used as it is)")
 
 

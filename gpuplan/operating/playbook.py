@@ -273,10 +273,6 @@ def _tail(r: remote.Result, lines: int = 8) -> str:
     return r.tail(lines)
 
 
-def _one_line(text: str) -> str:
-    return " | ".join(line.strip() for line in text.splitlines() if line.strip())[-400:]
-
-
 def _run_host(
     host: remote.Host, playbooks: Sequence[Playbook], params: Mapping[str, str], progress: Progress,
     reboot_timeout_s: float,
@@ -348,7 +344,7 @@ def _run_host(
                 why = f" ({exc.why})" if exc.why else ""
                 progress(f"{label}: FAILED")
                 return finish(f"{host.name}: step {pb.name}/{step.name} failed with exit code {exc.result.exit_code}{why}: "
-                              f"{_one_line(_tail(shown, 4)) or 'no output'}")
+                              f"{shown.why()}")
             except RemoteError as exc:
                 results.append(StepResult(host.name, pb.name, step.name, "failed", time.monotonic() - t0, None, str(exc)))
                 progress(f"{label}: FAILED")

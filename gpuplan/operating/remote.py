@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shlex
 import socket
 import time
@@ -78,9 +79,17 @@ class Result:
         return self.exit_code == 0
 
     def tail(self, lines: int = 10) -> str:
-        """The last lines of stdout and stderr together, for a one-line error."""
+        """The last lines of stdout and stderr together."""
         text = (self.stdout.rstrip() + "\n" + self.stderr.rstrip()).strip()
         return "\n".join(text.splitlines()[-lines:])
+
+    def why(self) -> str:
+        """Why it failed, in one line: the last line of its output that names an error (a
+        traceback's last line, "E: Unable to locate package", "Failed to ..."), else its last
+        line. The rest is the caller's to keep for --debug."""
+        lines = [ln.strip() for ln in self.tail(40).splitlines() if ln.strip().strip(".")]
+        errors = [ln for ln in lines if re.search(r"rror|ailed|[Ff]atal|cannot|denied|not found|^E: ", ln)]
+        return (errors or lines or ["no output"])[-1][:400]
 
 
 def fingerprint(key_line: str) -> str:
@@ -325,7 +334,7 @@ def offered_host_key(address: str, port: int = 22, timeout: float = 15) -> str:
 def boot_id(conn: Connection, path: str = BOOT_ID_PATH) -> str:
     r = conn.run(f'cat "{path}"', timeout=30)  # double quotes: a $VAR in path expands on the host
     if not r.ok or not r.stdout.strip():
-        raise RemoteError(f"{conn.host.name}: cannot read the boot id from {path}: {r.tail(3)}")
+        raise RemoteError(f"{conn.host.name}: cannot read the boot id from {path}: {r.why()}")
     return r.stdout.strip()
 
 
@@ -409,12 +418,12 @@ def _rotate(state: State, host: Host) -> Host:
         made = conn.run(_make_new_host_key(), timeout=60, sudo=True)
         new_key = made.stdout.strip().splitlines()[-1] if made.ok and made.stdout.strip() else ""
         if not new_key.startswith("ssh-ed25519 "):
-            raise RemoteError(f"{host.name}: could not make a new host key: {made.tail(3)}")
+            raise RemoteError(f"{host.name}: could not make a new host key: {made.why()}")
         fingerprint(new_key)
         state.set_pending_host_key(host.address, host.port, new_key)
         installed = conn.run(_install_new_host_key(), timeout=60, sudo=True)
         if not installed.ok:
-            raise RemoteError(f"{host.name}: could not install the new host key: {installed.tail(3)}")
+            raise RemoteError(f"{host.name}: could not install the new host key: {installed.why()}")
     rotated = replace(host, host_key=new_key)
     with connect(rotated) as conn:  # the node now answers with the new key, and only that one
         conn.run("true", timeout=30)

@@ -617,7 +617,7 @@ def engine_logs(state: State, job: str, item: str | None, follow: bool, write: C
 
         r = remote.run(host, f"cat {path}", timeout=120)
         if not r.ok:
-            raise UsageError(f"no log for item {item!r} on {it.node}: {r.tail(2)}")
+            raise UsageError(f"no log for item {item!r} on {it.node}: {r.why()}")
         write(r.stdout)
         return
 
