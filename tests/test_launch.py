@@ -297,3 +297,19 @@ def test_missing_credentials_are_said_before_the_question_and_nothing_is_made(cl
     state = State(paths.state_db())
     assert state.cluster("batch") is None and state.jobs("batch") == []
     state.close()
+
+
+def test_piped_without_yes_and_credentials_both_are_said_at_once(cli, tmp_path, monkeypatch, gpuplan_home):
+    """Issue 33: piped, `--yes` was asked for before credentials were checked: one at a time."""
+    from support.credentials import without_credentials
+
+    without_credentials(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}", "infra": ["aws"]})
+    r = cli("launch", str(path))
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and "Traceback" not in r.err
+    assert lines[-3:] == ["gpuplan: error: launch cannot start; fix these 2 first:",
+                          "  - no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run"
+                          " `aws configure`",
+                          "  - launch asks for confirmation, but stdin is not a terminal: rerun with --yes (-y) to proceed"]

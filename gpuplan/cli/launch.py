@@ -40,7 +40,7 @@ def launch(
     """Plan a batch, build the pick, run the batch on it, fetch its outputs, tear it down."""
     from gpuplan import batchfile
     from gpuplan.cli.jobs import _console, _progress
-    from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
+    from gpuplan.cli.lifecycle import _confirm, _print_lines
     from gpuplan.operating import backends, launcher, runner
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
@@ -95,11 +95,11 @@ def launch(
 
             shutil.rmtree(plan.parent, ignore_errors=True)
         return
-    _need_answer(yes, "launch")
     from gpuplan.operating.state import State
 
     state = State.open_default()
-    order = launcher.preflight(state, pick, batch, cluster)  # credentials, features, quota: before the question
+    # extras, credentials, the backend, a terminal for the question: all at once; then quota
+    order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = runner.run_order(todo_items, runner.read_plan(plan))
     job = launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err))

@@ -26,7 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuplan.errors import UsageError
+from gpuplan.errors import AuthMissing, UsageError
 from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
@@ -180,17 +180,31 @@ def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
     return out
 
 
-def preflight(state: State, pick: Pick, batch: Batch, name: str) -> Order | None:
+def preflight(state: State, pick: Pick, batch: Batch, name: str, can_answer: bool = True) -> Order | None:
     """What can be checked before anything is bought, checked before the question: the pick's
-    backend (DOK: its API key) and, for a fleet not up yet, the provider's credentials, features
-    and quota, as `provision` checks them. Returns that fleet's checked order (None: no fleet to
-    make, or one that is up already: `provision` checks it is the pick's), which `start` carries out."""
+    backend (DOK: its API key and image) and, for a fleet not up yet, the provider's SDK and
+    credentials, then its features and quota, as `provision` checks them; everything that fails
+    before the quota, with a question no one can answer (`can_answer` False), at once
+    (preflight.Problems). Returns that fleet's checked order (None: no fleet to make, or one that
+    is up already: `provision` checks it is the pick's), which `start` carries out."""
     from gpuplan.operating import backends, launch, lifecycle
+    from gpuplan.operating import preflight as checks
 
     backend = backends.get(pick.backend)
-    backend.preflight(batch.image)
     row = state.cluster(name)
-    if not backend.has_cluster or (row is not None and row.status != "gone"):
+    fleet = backend.has_cluster and (row is None or row.status == "gone")
+    problems = checks.provider_problems(pick.offer.provider, credentials=True) if fleet else []
+    try:
+        backend.preflight(batch.image)
+    except UsageError as exc:
+        problems.append(checks.Problem(checks.Kind.CREDENTIALS if isinstance(exc, AuthMissing) else checks.Kind.INPUT,
+                                       str(exc)))
+    if not can_answer:
+        problems.append(checks.Problem(checks.Kind.TERMINAL, "launch asks for confirmation, but stdin is not a"
+                                                             " terminal: rerun with --yes (-y) to proceed"))
+    if problems:
+        raise checks.Problems("launch", problems)
+    if not fleet:
         return None
     order = launch.order(None, None, plan=pick.plan_path, name=name, spot=pick.market == "spot")
     checked, _ = launch.check(state, lifecycle.get_provider(order.request.provider), order, None)

@@ -76,7 +76,7 @@ def provision(ask: ProvisionAsk, *, dry_run: bool, yes: bool, interactive: bool)
         problems.append(Problem(Kind.INPUT, str(exc)))
     provider = order.request.provider if order is not None else _named_provider(ask.target)
     if provider:
-        problems += _provider_problems(provider, credentials=not dry_run)
+        problems += provider_problems(provider, credentials=not dry_run)
     for book in ask.playbooks:
         try:
             load_playbook(book)
@@ -108,7 +108,7 @@ def _named_provider(target: str | None) -> str | None:
     return head if ":" in (target or "") and head in registry.available() else None
 
 
-def _provider_problems(name: str, credentials: bool) -> list[Problem]:
+def provider_problems(name: str, credentials: bool) -> list[Problem]:
     """The provider's SDK, then (where asked and the SDK is there) its credentials."""
     from gpuplan.errors import AuthMissing
     from gpuplan.operating import lifecycle
