@@ -1,5 +1,6 @@
 """The contract every provider keeps, checked against each provider's stand-in: AWS against
-moto in server mode, Azure against the in-process ARM fake, Sakura against its HTTP fake, bare
+moto in server mode, Azure against the in-process ARM fake, GCP against its loopback Compute
+REST fake (tests/support/gcp_fake.py) through the real google-cloud-compute clients, Sakura against its HTTP fake, bare
 metal against loopback sshd hosts. Each case runs once per provider; what only one cloud does
 stays in that provider's own test module."""
 
@@ -17,6 +18,7 @@ from gpuplan.operating.state import State
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_NODE, TAG_OWNER
 from support.aws_moto import REGION as AWS_REGION
 from support.azure_fake import FakeARM, make_provider
+from support.gcp_fake import GceFake
 from support.sakura_fake import SakuraFake, provider_for
 
 OWNER = "contract-tester"
@@ -68,6 +70,19 @@ def _azure(request) -> Stand:
                  {"ssh_cidr": "198.51.100.7/32"})
 
 
+def _gcp(request) -> Stand:
+    fake = GceFake()
+    fake.start()
+    request.addfinalizer(fake.stop)
+
+    def limit(n: int) -> None:  # n1-standard-4 with one T4: 1 GPU of each GPU tier, 4 vCPUs
+        fake.quotas["global"]["GPUS_ALL_REGIONS"] = n
+        fake.quotas["asia-northeast1"].update({"NVIDIA_T4_GPUS": n, "CPUS": 4 * n})
+
+    return Stand(fake.provider(), "asia-northeast1", "n1-standard-4+nvidia-tesla-t4", "ubuntu",
+                 lambda: len(fake.held()), set(), limit, {"ssh_cidr": "203.0.113.5/32"})
+
+
 def _sakura(request) -> Stand:
     fake = SakuraFake()
     root = fake.start()
@@ -112,7 +127,7 @@ def _baremetal(request) -> Stand:
     return stand
 
 
-STANDS = {"aws": _aws, "azure": _azure, "sakura": _sakura,
+STANDS = {"aws": _aws, "azure": _azure, "gcp": _gcp, "sakura": _sakura,
           "baremetal": pytest.param(_baremetal, marks=pytest.mark.sshd)}
 
 
