@@ -1,0 +1,127 @@
+"""End to end through the CLI on GCP: provision / status / teardown, quota, sweep, check and estimate,
+against the loopback Compute REST fake (tests/support/gcp_fake.py) through the real client."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from gpuplan.operating import provider as registry
+from support.gcp_fake import GceFake
+
+OWNER = "e2e-owner"
+# A test-only offer, so the test does not depend on which GCP rows the shipped snapshot has.
+PRICES = {"offers": [{
+    "provider": "gcp", "name": "n1-standard-4+nvidia-tesla-t4", "aliases": ["e2e-t4"], "region": "asia-northeast1",
+    "gpu": "T4", "gpu_count": 1, "vcpus": 4, "ram_gib": 15, "price": 100, "currency": "JPY", "price_unit": "hour",
+}]}
+
+
+@pytest.fixture
+def fake(gpuplan_home):
+    f = GceFake()
+    f.start()
+    cfg = gpuplan_home / "config"
+    cfg.mkdir(parents=True)
+    (cfg / "config.yaml").write_text(yaml.safe_dump({"owner": OWNER, "providers": {"gcp": {"ssh_source": "198.51.100.7"}}}))
+    (cfg / "prices.yaml").write_text(yaml.safe_dump(PRICES))
+    registry.override("gcp", lambda conf: f.provider(conf))
+    yield f
+    registry.override("gcp", None)
+    f.stop()
+
+
+def test_provision_status_teardown(fake, cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap", "--ttl", "4h")
+    assert r.code == 0, r.err
+
+    vms = list(fake.instances.values())
+    assert sorted(v["labels"]["gpuplan-node"] for v in vms) == ["e2e-0", "e2e-1"]
+    assert all(v["labels"]["gpuplan-owner"] == OWNER and v["labels"]["gpuplan-cluster"] == "e2e" for v in vms)
+    assert all(v["scheduling"]["maxRunDuration"]["seconds"] == str(4 * 3600) for v in vms)
+    assert all(v["scheduling"]["instanceTerminationAction"] == "DELETE" for v in vms)
+    assert all(v["guestAccelerators"][0]["acceleratorType"].endswith("/nvidia-tesla-t4") for v in vms)
+    metadata = {i["key"]: i["value"] for i in vms[0]["metadata"]["items"]}
+    assert metadata["ssh-keys"].startswith("ubuntu:ssh-ed25519 ") and metadata["block-project-ssh-keys"] == "TRUE"
+    assert "PRIVATE KEY" not in json.dumps(vms)  # nothing secret in what the API returns
+    [ssh] = [f for f in fake.firewalls.values() if f["name"].endswith("-ssh")]
+    assert ssh["sourceRanges"] == ["198.51.100.7/32"] and ssh["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
+    [internal] = [f for f in fake.firewalls.values() if f["name"].endswith("-internal")]
+    assert internal["sourceTags"] == internal["targetTags"] == ssh["targetTags"] == vms[0]["tags"]["items"]
+
+    addresses = {v["networkInterfaces"][0]["accessConfigs"][0]["natIP"] for v in vms}
+    r = cli("status", "e2e")
+    assert r.code == 0, r.err
+    assert all(a in r.out for a in addresses) and r.out.count("running") == 2
+    r = cli("status", "e2e", "--format", "json")
+    [cluster] = json.loads(r.out)
+    assert {n["public_ip"] for n in cluster["nodes"]} == addresses
+
+    r = cli("teardown", "--yes", "e2e")
+    assert r.code == 0, r.err
+    assert fake.held() == []
+
+
+def test_failed_create_is_rolled_back(fake, cli):
+    fake.fail_insert_at = 2
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 3, r.err
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in r.err and "Traceback" not in r.err
+    assert fake.held() == []
+
+
+def test_a_new_project_s_zero_gpu_quota_is_one_line_exit_2_and_creates_nothing(fake, cli):
+    fake.new_project()
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 2, r.err
+    assert "GPUS_ALL_REGIONS" in r.err and "only 0 are free" in r.err and "Quotas" in r.err
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
+    assert fake.held() == []
+
+
+def test_sweep_removes_an_orphan_cluster_and_keeps_its_image_until_asked(fake, cli):
+    from gpuplan.operating.provider import NodeSpec
+
+    prov = fake.provider()
+    spec = NodeSpec(cluster="orphan", size="g2-standard-4", region="asia-northeast1", ssh_user="ubuntu",
+                    ssh_public_key="ssh-ed25519 AAAA", tags={"gpuplan-cluster": "orphan", "gpuplan-owner": OWNER},
+                    ssh_cidr="198.51.100.7/32")
+    [vm] = prov.create(spec, ["orphan-0"])
+    image = prov.capture_image("asia-northeast1", vm.id, "lost-image", {"gpuplan-owner": OWNER})
+
+    r = cli("teardown", "--yes", "--sweep", "--provider", "gcp")
+    assert r.code == 0, r.err
+    assert "deleted 4 stray resources" in r.out  # instance, disk, two firewall rules; not the image
+    assert fake.held() == [image.id]
+
+    r = cli("teardown", "--yes", "--sweep", "--images", "--provider", "gcp")
+    assert r.code == 0, r.err
+    assert fake.held() == []
+
+
+def test_check_reads_the_gpu_quota_tiers(fake, cli):
+    fake.new_project()
+    r = cli("check", "gcp", "--region", "asia-northeast1", "--format", "json")
+    [gcp] = json.loads(r.out)
+    assert gcp["credentials"] == "found", gcp
+    tiers = {q["name"]: q for q in gcp["quotas"]}
+    assert tiers["GPUS_ALL_REGIONS"]["limit"] == 0 and tiers["GPUS_ALL_REGIONS"]["unit"] == "GPUs"
+    assert "NVIDIA_T4_GPUS" in tiers and tiers["NVIDIA_T4_GPUS"]["free"] == 0
+
+
+def test_missing_credentials_say_what_to_set(gpuplan_home, cli, monkeypatch, tmp_path):
+    from support.credentials import without_credentials
+
+    without_credentials(monkeypatch, tmp_path)
+    for var in ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CONFIG", "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    r = cli("check", "gcp", "--format", "json")
+    assert r.code == 2
+    [gcp] = json.loads(r.out)
+    assert gcp["credentials"].startswith("no Google Cloud credentials found: run `gcloud auth application-default login`")
+    r = cli("provision", "--yes", "gcp:n1-standard-4+nvidia-tesla-t4", "x1", "--region", "asia-northeast1",
+            "--name", "nocreds", "--no-bootstrap")
+    assert r.code == 2 and "GOOGLE_APPLICATION_CREDENTIALS" in r.err and "Traceback" not in r.err
