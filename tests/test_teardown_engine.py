@@ -28,8 +28,8 @@ def hosts(tmp_path, gpuplan_home, monkeypatch):
     monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
     monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
     monkeypatch.setenv("GPUPLAN_POLL_S", "0.3")
-    port = free_port_range(2)
     started = start_hosts(2, tmp_path)
+    port = free_port_range(2)  # after the hosts: an sshd port inside the range would look like Ray's
     paths.config_dir().mkdir(parents=True, exist_ok=True)
     inventory = write_inventory(paths.config_dir() / "inventory.yaml", started)
     inventory.write_text(inventory.read_text().replace("192.168.0.", "127.0.0."))  # Ray binds the private address

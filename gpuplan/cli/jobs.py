@@ -226,6 +226,7 @@ def run(
     registry_password_env: Annotated[Optional[str], typer.Option("--registry-password-env", help="Cluster runs with --image: the environment variable holding the registry's password or token (fed to `docker login --password-stdin` on each node; never on a disk or a command line).", metavar="VAR")] = None,
     max_yen: Annotated[Optional[str], typer.Option("--max-yen", help="Cluster runs: stop the batch on the cluster once the nodes' bill for it would pass N yen (the items running are stopped, the rest stay queued; exit 6).", metavar="N")] = None,
     recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen.")] = False,
+    checkpoint_every: Annotated[Optional[str], typer.Option("--checkpoint-every", help="Cluster runs: each item gets $GPUPLAN_CHECKPOINT_DIR, kept on the head every DURATION (and at the attempt's end); an item run again (its node lost, a retry) starts from it.", metavar="DURATION")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
@@ -277,11 +278,12 @@ def run(
     if (registry_user or registry_password_env) and not image and not resume:
         raise UsageError("--registry-user and --registry-password-env log in to pull --image IMAGE: give the image")
     cap = _max_yen(max_yen)
+    every_s = runner.checkpoint_interval(checkpoint_every) if checkpoint_every is not None else 0
     predicted = runner.read_plan(plan) if plan else None
     if on_tasks:
-        if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover:
+        if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover or every_s:
             raise UsageError("a DOK run is one container task per item (or one 8-GPU task, one item per GPU):"
-                             " --torchrun, --workdir, --down, --per-gpu, --retries and --recover do not apply (put the code in the image; `--resume JOB`"
+                             " --torchrun, --workdir, --down, --per-gpu, --retries, --recover and --checkpoint-every do not apply (put the code in the image; `--resume JOB`"
                              " resubmits what failed)")
         _run_dok(cluster, command, items, resume, detach, plan, predicted, timeout, image, env, registry, yes)
         return
@@ -304,6 +306,7 @@ def run(
         command, opts = list(old.command), old.options
         node_workdir = opts.get("workdir") or ""
         per_gpu, retries, timeout = opts.get("per_gpu", per_gpu), opts.get("retries", retries), opts.get("timeout_s", timeout)
+        every_s = every_s or opts.get("checkpoint_every_s", 0)
         image = image or opts.get("image")  # in the job's own image
         order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
     else:
@@ -322,7 +325,7 @@ def run(
                                 options={"plan": str(plan.resolve()) if plan else None,
                                          **({"max_yen": str(cap)} if cap is not None else {})}, resumes=resume,
                                 workdir=node_workdir, local_workdir=workdir, recover=recover, progress=progress,
-                                image=image, registry=login, stop_at=stop_at)
+                                image=image, registry=login, stop_at=stop_at, checkpoint_every_s=every_s)
     out = _console()
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'rank' if torchrun else 'item')}; order: {order_note}",
               markup=False)

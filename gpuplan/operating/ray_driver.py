@@ -29,7 +29,8 @@ directory on the head; the client reads it (over SSH, from where it stopped) whe
   {"t": "begin", "at", "slots", "nodes"}
   {"t": "ready", "at"}                            every slot's worker is up; items are handed out from now
   {"t": "start", "i", "node", "attempt", "at"}
-  {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"}
+  {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"[, "restored"]}
+                                                  restored: bytes of checkpoint the attempt started from
   {"t": "lost", "i", "node", "reason"}            an attempt that died with its worker or node
   {"t": "quarantine", "node", "code", "reason"}   a node set aside: code from batch_rules (LOST, FAILURES, ...)
   {"t": "requeue", "i"}                           an ended item queued again (its node was set aside)
@@ -83,6 +84,8 @@ def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: l
         devices = ",".join(gpus)
         argv += ["--gpus", f"device={devices}" if len(gpus) == 1 else f'"device={devices}"']
     argv += ["-v", f"{out}:{out}"]
+    if env.get("GPUPLAN_CHECKPOINT_DIR"):
+        argv += ["-v", f"{env['GPUPLAN_CHECKPOINT_DIR']}:{env['GPUPLAN_CHECKPOINT_DIR']}"]
     if workdir:
         argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
     for key, value in env.items():
@@ -91,10 +94,16 @@ def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: l
 
 
 def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,
-             workdir: str, image: str = "", stop_at: float | None = None, docker: str = "docker") -> dict:
+             workdir: str, image: str = "", stop_at: float | None = None, docker: str = "docker",
+             checkpoints=None, checkpoint_every_s: float = 0) -> dict:
     """One attempt of one item, on the node Ray placed it on (runs in a Ray worker). With
     `image`, in a container (`docker`: how this node runs the docker CLI). At `stop_at` (epoch
-    seconds: the yen cap) the attempt is stopped like a timed-out one and returns "capped"."""
+    seconds: the yen cap) the attempt is stopped like a timed-out one and returns "capped".
+
+    With `checkpoints` (the batch's CheckpointStore on the head), the item gets an empty
+    $GPUPLAN_CHECKPOINT_DIR filled with what its last attempt anywhere left there, and what it
+    writes there goes to the store every `checkpoint_every_s` while it runs (when it changed)
+    and once more at its end: an attempt on another node (its node lost, a retry) starts from it."""
     import shutil
     import subprocess
 
@@ -116,6 +125,14 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
         shell = shell.replace("{out}", out)
     log = f"{home}/logs/{index}.{attempt}.log"
     extra = {"GPUPLAN_ITEM": item, "GPUPLAN_JOB": job, "GPUPLAN_ATTEMPT": str(attempt), "GPUPLAN_OUTPUT_DIR": out}
+    sync, restored = (lambda: None), 0
+    if checkpoints is not None:
+        ckpt = f"{home}/checkpoints/{index}"
+        shutil.rmtree(ckpt, ignore_errors=True)  # only what the store holds: never a stale copy on this node
+        os.makedirs(ckpt)
+        restored = unpack_checkpoint(ray.get(checkpoints.get.remote(index)), ckpt)
+        extra["GPUPLAN_CHECKPOINT_DIR"] = ckpt
+        sync = checkpoint_sync(checkpoints, index, ckpt)
     if memory_fraction:  # the reference jobs take this as their fixed GPU memory share
         extra["GPUPLAN_MEMORY_FRACTION"] = memory_fraction
     cwd = os.path.expanduser(workdir) if workdir else home
@@ -140,7 +157,8 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     timed_out = capped = False
     by_cap = stop_at is not None and stop_at - time.time() < timeout_s  # which deadline comes first
     try:
-        code = proc.wait(timeout=max(0.0, stop_at - time.time()) if by_cap and stop_at is not None else timeout_s)
+        code = _wait(proc, max(0.0, stop_at - time.time()) if by_cap and stop_at is not None else timeout_s,
+                     checkpoint_every_s if checkpoints is not None else 0, sync)
     except subprocess.TimeoutExpired:
         capped, timed_out = by_cap, not by_cap
         _kill_group(proc.pid, signal.SIGTERM)  # the docker client passes it on to the container
@@ -156,6 +174,7 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
                      else f"\n[gpuplan: timed out after {timeout_s:g} s; its processes were killed]\n")
     finally:
         _kill_group(proc.pid, signal.SIGKILL)  # what the command left running in the background
+        sync()  # what the attempt left, for the next one wherever it runs
         if name:  # killing the client leaves its container running: stop and remove it
             _remove_container(docker, name)
             try:
@@ -167,7 +186,83 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
         except OSError:
             pass
     return {"node": node, "slot": slot, "start": start, "end": _now(), "exit": code, "timed_out": timed_out, "log": log,
-            "capped": capped}
+            "capped": capped, "restored": restored}
+
+
+def _wait(proc, wait_s: float, every_s: float, sync) -> int:
+    """proc.wait(wait_s), calling sync() every `every_s` seconds meanwhile (0: never)."""
+    import subprocess
+
+    if not every_s:
+        return proc.wait(timeout=wait_s)
+    end = time.monotonic() + wait_s
+    while True:
+        left = end - time.monotonic()
+        try:
+            return proc.wait(timeout=max(0.0, min(every_s, left)))
+        except subprocess.TimeoutExpired:
+            if left <= every_s:
+                raise
+            sync()
+
+
+class CheckpointStore:
+    """The batch's checkpoints on the head (a Ray actor pinned there): item index -> the tar.gz of
+    its $GPUPLAN_CHECKPOINT_DIR as its last attempt last sent it."""
+
+    def __init__(self) -> None:
+        self._data: dict[int, bytes] = {}
+
+    def put(self, index: int, data: bytes) -> None:
+        self._data[index] = data
+
+    def get(self, index: int) -> bytes | None:
+        return self._data.get(index)
+
+
+def checkpoint_sync(store, index: int, folder: str):
+    """A function that sends `folder` (tar.gz) to the store when it changed since the last send."""
+    import io
+    import tarfile
+
+    import ray
+
+    last: list = [None]
+
+    def sync() -> None:
+        files = []
+        for root, _dirs, names in os.walk(folder):
+            for n in names:
+                try:
+                    st = os.stat(os.path.join(root, n))
+                except OSError:
+                    continue
+                files.append((os.path.join(root, n), st.st_size, st.st_mtime_ns))
+        seen = sorted(files)
+        if seen == last[0]:
+            return
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(folder, arcname=".")
+        ray.get(store.put.remote(index, buf.getvalue()))
+        last[0] = seen
+
+    return sync
+
+
+def unpack_checkpoint(data: bytes | None, folder: str) -> int:
+    """Unpack a checkpoint into `folder`; its size in bytes (0: there was none)."""
+    import io
+    import tarfile
+
+    if not data:
+        return 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):  # no paths outside the folder, no devices
+            tar.extractall(folder, filter="data")
+        else:
+            tar.extractall(folder)
+    return len(data)
 
 
 def _remove_container(docker: str, name: str) -> None:
@@ -337,6 +432,13 @@ def main(spec_path: str) -> int:
     requeue_watch: set[int] = set()  # ended items a quarantine may queue again
     recover = bool(spec.get("recover"))
     image, docker = spec.get("image") or "", spec.get("docker") or {}
+    checkpoints, every_s = None, float(spec.get("checkpoint_every_s") or 0)
+    if every_s:  # on the head, with the driver: a lost node takes no checkpoint with it
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        checkpoints = ray.remote(CheckpointStore).options(
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                                           soft=False)).remote()
     looked_for_nodes = time.monotonic()
     capping, backstop = False, False
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
@@ -379,7 +481,7 @@ def main(spec_path: str) -> int:
                 actor = free[node].pop()
                 ref = actor.run.remote(job, index, s.item, s.attempts, render(spec["command"], s.item),
                                        float(spec["timeout_s"]), fraction, spec.get("workdir") or "", image, stop_at,
-                                       docker.get(node) or "docker")
+                                       docker.get(node) or "docker", checkpoints, every_s)
                 inflight[ref] = (index, node, s.attempts, actor)
                 events.write(t="start", i=index, node=node, attempt=s.attempts, at=_now())
         if batch.stuck() or not inflight:
@@ -421,7 +523,8 @@ def main(spec_path: str) -> int:
                     requeue_watch.add(index)
                 gone = []
             events.write(t="end", i=index, node=node, slot=r["slot"], attempt=attempt, start=r["start"], end=r["end"],
-                         exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status)
+                         exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status,
+                         **({"restored": r["restored"]} if r.get("restored") else {}))
             set_aside(gone)
     if cancelled or os.path.exists(f"{jobdir}/cancel"):
         # The slots stay for the next batch: `gpuplan cancel` kills the items' process groups, and

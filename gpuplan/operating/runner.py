@@ -271,11 +271,24 @@ def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[
     return ordered, f"the plan's (longest first; {matched} of {len(items)} items named in it)"
 
 
+MIN_CHECKPOINT_S = 2  # a sync costs a tar of the folder and a copy to the head: not many a second
+
+
+def checkpoint_interval(text: str) -> int:
+    """--checkpoint-every / checkpoint.every: seconds, at least MIN_CHECKPOINT_S."""
+    from gpuplan.planning.units import parse_duration
+
+    every = parse_duration(text, "--checkpoint-every")
+    if every < MIN_CHECKPOINT_S:
+        raise UsageError(f"--checkpoint-every {text}: at least {MIN_CHECKPOINT_S} s")
+    return every
+
+
 def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command: Sequence[str], *, per_gpu: int = 1,
            retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
            workdir: str = "", local_workdir: Path | None = None, recover: bool = False,
            progress: Callable[[str], None] = lambda _m: None, image: str | None = None, registry: Any = None,
-           stop_at: datetime | None = None) -> str:
+           stop_at: datetime | None = None, checkpoint_every_s: int = 0) -> str:
     """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
     it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
     returns the job id.
@@ -285,12 +298,16 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     that cannot makes the submit fail. `registry`: the private registry's login (a
     containers.Login, or anything with username, server and password() / password_env, such as
     batchfile.Registry); its secret reaches the nodes only on `docker login`'s standard input.
-    `stop_at` (UTC): the yen cap's time; the driver on the cluster stops the batch then ("capped")."""
+    `stop_at` (UTC): the yen cap's time; the driver on the cluster stops the batch then ("capped").
+    `checkpoint_every_s`: each item's $GPUPLAN_CHECKPOINT_DIR is kept on the head this often
+    (ray_driver.run_item); 0: items get none."""
     from gpuplan.operating import engine
 
     engine.check_items_command(command)
     spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries, "recover": recover}
     opts = {"per_gpu": per_gpu, "retries": retries, **(options or {})}
+    if checkpoint_every_s:
+        spec["checkpoint_every_s"] = opts["checkpoint_every_s"] = checkpoint_every_s
     if image:
         from gpuplan.operating import containers
 
