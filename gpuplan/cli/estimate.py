@@ -290,7 +290,7 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: boo
     GPU's speed with its kind and band; the ranges: wall and yen at the bands' ends (null where
     there is none: excluded plans, real-time streams). `memo`: evidence.plan_range's, one for
     every plan of an estimate."""
-    from gpuplan.planning import evidence
+    from gpuplan.planning import evidence, spot_risk
 
     first, count = plan.fleet[0]
     span = evidence.plan_range(plan, streams, memo)
@@ -315,6 +315,8 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: boo
         "wall_minutes_range": None if span is None else [_minutes(t) for t in span.wall_s],
         "cost_jpy_range": None if span is None else [_whole_yen(c) for c in span.cost],
         "range_shown": False if span is None else span.shown,
+        # a spot plan's expected interruptions (docs/model.md, "Spot interruptions"): null without spot machines
+        "spot_risk": None if plan.risk is None else spot_risk.as_dict(plan.risk, plan.cost, plan.wall_s),
         "machine_groups": _machine_groups(plan),
         **({"machines": _machine_dicts(plan)} if schedule else {}),
         "peak_vcpus": plan.peak_vcpus,
@@ -464,6 +466,7 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     for line in (_speed_line(est, settled=bool(settle)), _range_line(est), settle):
         if line:
             out.append(("line", line))
+    out.extend(("line", line) for line in _risk_lines(est, show_all))
     notes = [f"note: {line}" for key, line in est.extra.items() if show_all or key != "skipped_mixes"]  # routine: --all, JSON
     shown = {id(p) for p in _visible(est, show_all)[0]}
     notes += [f"{p.label}: {p.note}" for p in est.plans if p.note and p.feasible and id(p) in shown]
@@ -490,6 +493,27 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
         speeds = [line for line in assumptions if line.startswith(("workload ", "speed on ", "FX "))]
         out.append(("head", f"Assumptions ({len(assumptions)}; --all lists every one):"))
         out.extend(("assumption", line) for line in speeds)
+    return out
+
+
+def _risk_lines(est, show_all: bool) -> list[str]:
+    """One line per shown spot plan: what its expected interruptions add to its uninterrupted yen
+    and wall (the point, and the range's ends at each figure's low and high end), and the
+    interruption figure each of its offers is planned on, with its source (planning/spot_risk.py)."""
+    from gpuplan.planning import spot_risk
+
+    out = []
+    for p in _visible(est, show_all)[0]:
+        risk = p.risk
+        if risk is None or not p.feasible:
+            continue
+        base = p.cost - risk.yen[1]
+        extra = "".join(f"; {o.name} {o.region} {spot_risk.cited(fig)}" for o, fig in risk.figures)
+        out.append(f"spot risk: {p.label} {p.provider} {p.region} {'from an image' if p.setup == 'image' else 'from scratch'}:"
+                   f" {fmt.yen(base, 2)} uninterrupted + {fmt.yen(risk.yen[1], 2)} expected"
+                   f" ({fmt.yen(risk.yen[0], 2)}–{fmt.yen(risk.yen[2], 2).removeprefix('¥')}),"
+                   f" wall +{fmt.duration(risk.wall_s[1])} ({_span(risk.wall_s[0], risk.wall_s[2])}),"
+                   f" {risk.interruptions[1].quantize(Decimal('0.001'))} interruptions expected{extra}")
     return out
 
 

@@ -43,7 +43,7 @@ from typing import Any, Literal, overload
 
 from gpuplan.errors import UsageError
 from gpuplan.planning import tax
-from gpuplan.planning.types import Offer
+from gpuplan.planning.types import Interruption, Offer
 
 NAMES_LISTED = 6  # sizes a name that fits several lists at most (then "and N more")
 _PER_MACHINE_RE = re.compile(r"^(.+?)x(\d+)$")  # "t4x4": a GPU and how many a machine (normalized: no spaces)
@@ -943,11 +943,13 @@ def _load_folder(name: str, folder, label: str) -> Catalog:
 
 def _spot_offers(folder, label: str, offers: list[Offer]) -> list[Offer]:
     """The snapshot's spot.csv (where it has one): each row is its on-demand offer again, at the
-    spot price, with the provider's interruption rule in its notes."""
+    spot price, with the provider's interruption rule in its notes and its interruption figure
+    (spot_interruptions.csv) where the snapshot has one."""
     path = folder / "spot.csv"
     if not path.is_file():
         return []
     by_key = {o.key: o for o in offers}
+    figures = _interruptions(folder, label)
     out = []
     for line, row in _read_rows(path.read_text(encoding="utf-8")):
         where = _Where(f"{label}/spot.csv line {line}")
@@ -958,7 +960,30 @@ def _spot_offers(folder, label: str, offers: list[Offer]) -> list[Offer]:
         out.append(dataclasses.replace(
             base, market="spot", price=_dec(where, "spot_price", row["spot_price"], required=True),
             currency=row["currency"].upper(), source=row["source"], as_of=row["as_of"],
-            notes=f"spot: {row['interruption']}" + (f"; {row['notes']}" if row["notes"] else "")))
+            notes=f"spot: {row['interruption']}" + (f"; {row['notes']}" if row["notes"] else ""),
+            interruption=figures.get(base.key)))
+    return out
+
+
+def _interruptions(folder, label: str) -> dict[str, Interruption]:
+    """The snapshot's spot_interruptions.csv (where it has one): each spot row's interruption
+    frequency a month as a range, with its source and date, by its on-demand offer's key. A row
+    nobody publishes a figure for says `unknown` with the range assumed (docs/model.md)."""
+    path = folder / "spot_interruptions.csv"
+    if not path.is_file():
+        return {}
+    out = {}
+    for line, row in _read_rows(path.read_text(encoding="utf-8")):
+        where = _Where(f"{label}/spot_interruptions.csv line {line}")
+        low = _dec(where, "low_pct", row["low_pct"], required=True)
+        high = _dec(where, "high_pct", row["high_pct"], required=True)
+        if not Decimal(0) <= low <= high <= Decimal(100):
+            raise UsageError(f"{where.label}: low_pct {low} and high_pct {high}: 0 <= low <= high <= 100")
+        if not row["source"].strip():
+            raise UsageError(f"{where.label}: no source: a figure says where it comes from (or that it is unknown)")
+        out[f"{row['provider']}:{row['name']}@{row['region']}"] = Interruption(
+            frequency=row["frequency"].strip() or "unknown", low_pct=low, high_pct=high, source=row["source"],
+            as_of=row["as_of"], notes=row.get("notes") or "", publisher=row.get("publisher") or "")
     return out
 
 

@@ -191,11 +191,13 @@ def _wall(machines, wall_s: int, jobs: Sequence[Sequence[int]]) -> int:
 def _at(plan, factor: dict[str, Decimal], memo: dict | None = None) -> tuple[int, Decimal]:
     """Wall and yen with each machine's job work (jobs less job starts) times its GPU's factor.
     Each kind of machine is charged as billing.charge charges it, summed as the plan's own yen is
-    (billing.charge_sum)."""
+    (billing.charge_sum); a spot plan's expected interruptions are added at their point."""
     factors = [factor.get(m.offer.gpu, _ONE) for m in plan.machines]
     stretched = [_stretched(m, f, memo) for m, f in zip(plan.machines, factors)]
     wall = _wall(plan.machines, plan.wall_s, stretched)
-    cost = plan.breakdown.get("one_off", Decimal(0))
+    # the one-off items, and a spot plan's expected interruptions at their point (held as they
+    # are: the speed band stretches the jobs, not the interruption frequency)
+    cost = plan.breakdown.get("one_off", Decimal(0)) + plan.breakdown.get("interruptions", Decimal(0))
     for m, f, jobs in zip(plan.machines, factors, stretched):
         t, head, n = m.terms, m.setup_s + m.capture_s + m.staging_s, m.counts
         if m.idle_s:  # kept until the last machine ends (release at-end)

@@ -50,7 +50,7 @@ from datetime import timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gpuplan.planning import billing, evidence, fmt, outcomes, tax
+from gpuplan.planning import billing, evidence, fmt, outcomes, spot_risk, tax
 from gpuplan.planning.catalog import link_of
 from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Code, Outcome
@@ -1018,6 +1018,11 @@ def make_plan(
     if capped:
         parts["cap"] = capped
     parts["one_off"] = workload.staging_jpy * workers
+    risk = None
+    if any(o.market == "spot" for o, _ in fleet):  # priced risk (issue 35): the expected interruptions
+        risk = _spot_risk(workload, machines, per_gpu, setup_mode, launch, starts_at, staging)
+        wall += risk.wall_s[1]
+        parts["interruptions"] = risk.yen[1]
     total = sum(parts.values(), Decimal(0))
 
     provider, region = first.provider, first.region
@@ -1052,6 +1057,8 @@ def make_plan(
         rule, _, where = o.notes.removeprefix("spot: ").partition("; ")
         warned.append(outcomes.of(Code.SPOT, offer=o.name, rule=rule))
         time_notes.append(f"{o.name} {o.region} at its spot price, not on demand" + (f" ({where})" if where else ""))
+    if risk is not None:
+        time_notes.extend(spot_risk.assumption(risk))
     warned.sort(key=lambda w: w.code is Code.QUOTA_UNKNOWN)  # what is known first
     assumptions = _assumptions(workload, setting, fleet, notes, time_notes, qnotes)
     recommendable, note = True, ""
@@ -1076,8 +1083,39 @@ def make_plan(
         machines=tuple(machines), wall_s=wall, billed_s=total_billed, cost=total, breakdown=parts,
         feasible=not reasons, excluded_by=tuple(reasons), warned_by=tuple(warned),
         assumptions=tuple(assumptions), optimal=optimal, peak_vcpus=peak,
-        recommendable=recommendable, note=note, speeds=speeds,
+        recommendable=recommendable, note=note, speeds=speeds, risk=risk,
     )
+
+
+def _spot_risk(workload: Workload, machines: Sequence[Machines], per_gpu: int, setup_mode: str, launch: int,
+               starts_at: Mapping[int, int], staging: int) -> spot_risk.Risk:
+    """The plan's spot machines as spot_risk exposures: each kind's held seconds, mean item length
+    and what a replacement takes to work again (from the image where the plan uses one: its run
+    engine start and staging, billed, after its launch; else its setup and staging)."""
+    synchronous = workload.data_parallel is not None
+    out = []
+    for m in machines:
+        o = m.offer
+        if o.market != "spot":
+            continue
+        head = m.setup_s + m.capture_s + m.staging_s
+        if setup_mode == "image" and m.role != "builder":
+            restart = starts_at.get(id(o), 0) + staging
+            restart_wall = launch + restart
+        else:
+            restart = restart_wall = m.setup_s + m.staging_s
+        slots = 1 if synchronous else max(1, o.gpu_count * per_gpu)
+        yen_per_s = m.terms.price_jpy / max(1, m.terms.period_s)
+        for i, n in enumerate(m.counts):
+            work = m.jobs_s[i]
+            if synchronous:  # one job after another, each over the whole fleet
+                back_to_back = max(1, len(workload.jobs))
+            else:
+                items = len(m.names[i][0]) if m.names and m.names[i] else 1
+                back_to_back = max(1, -(-items // slots))
+            out.append(spot_risk.Exposure(o, n, head, work, Decimal(work) / back_to_back, restart, restart_wall,
+                                          yen_per_s))
+    return spot_risk.expected(out, workload.checkpoint_s, synchronous)
 
 
 def _speeds(workload: Workload, setting: Setting, fleet: Sequence[tuple[Offer, int]]) -> tuple[SpeedEvidence, ...]:

@@ -193,8 +193,9 @@ def _image(f: Mapping[str, Any]) -> str:
 
 
 def _spot(f: Mapping[str, Any]) -> str:
-    return (f"spot ({f['offer']}): {f['rule']}; an interrupted job is lost and runs again, which this estimate does"
-            " not price (no sourced interruption rate): checkpoint long jobs, or plan on demand")
+    return (f"spot ({f['offer']}): {f['rule']}; an interrupted job redoes its work since its last checkpoint (or its"
+            " start): the expected cost is in this plan's yen and wall (the spot risk line); checkpoint long jobs, or"
+            " plan on demand")
 
 
 def _global_batch(f: Mapping[str, Any]) -> str:

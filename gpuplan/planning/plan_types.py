@@ -9,12 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from gpuplan.planning import outcomes
 from gpuplan.planning.billing import Terms
 from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Outcome
 from gpuplan.planning.types import Offer
+
+if TYPE_CHECKING:
+    from gpuplan.planning.spot_risk import Risk
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,10 @@ class Workload:
     owned: tuple[str, ...] = ()
     source: str = ""
     assumptions: tuple[str, ...] = ()
+    # how often a job saves its work (`checkpoint: {every: 10m}`): an interrupted spot machine's
+    # items redo their work since the last one (planning/spot_risk.py); None: from their start
+    checkpoint_s: int | None = None
+    checkpoint_path: str = ""  # where it saves them, for the run engine (the model does not read it)
 
     def job_seconds(self, job: Job) -> Decimal:
         return job.units * self.seconds_per_unit
@@ -280,6 +288,9 @@ class Plan:
     recommendable: bool = True  # False for owned hardware the user did not say they own, spot without --spot
     note: str = ""  # e.g. owned hardware's purchase price and break-even
     speeds: tuple[SpeedEvidence, ...] = ()  # per GPU of the fleet: its speed, kind and band (evidence.py)
+    # a spot plan's expected interruptions (planning/spot_risk.py): their point is in cost
+    # (breakdown "interruptions") and wall_s; None for a plan with no spot machine
+    risk: Risk | None = None
 
     @property
     def reason(self) -> str:

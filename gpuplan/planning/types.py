@@ -12,6 +12,25 @@ from decimal import Decimal
 
 
 @dataclass(frozen=True)
+class Interruption:
+    """How often a spot row's capacity is reclaimed: a share of machines a month, as a range
+    (low_pct to high_pct: a published bucket such as AWS's "10-15 %", or the range assumed where
+    nobody publishes one, `known` False), with its source and the date of the figure."""
+
+    frequency: str  # as published: "<5 %", "10-15 %", ">20 %"; "unknown" where none is
+    low_pct: Decimal
+    high_pct: Decimal
+    source: str
+    as_of: str = ""
+    notes: str = ""
+    publisher: str = ""  # who publishes the figure, in a few words ("AWS Spot Instance Advisor"); "" where none
+
+    @property
+    def known(self) -> bool:
+        return self.frequency != "unknown"
+
+
+@dataclass(frozen=True)
 class Offer:
     """One rentable (or owned) machine shape at one provider and region, from one snapshot row.
 
@@ -56,6 +75,9 @@ class Offer:
     # (catalog.with_tax, planning/tax.py), and `listed_tax` then keeps the row's own ("": as `tax`).
     tax: str = "unknown"
     listed_tax: str = ""
+    # a spot row's interruption figure (catalog spot_interruptions.csv); None: none in the
+    # snapshot (the model then assumes the unknown range, planning/spot_risk.py)
+    interruption: Interruption | None = None
 
     @property
     def key(self) -> str:
