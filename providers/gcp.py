@@ -64,6 +64,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
@@ -344,10 +345,10 @@ class GcpProvider(Provider):
             except Exception as exc:  # noqa: BLE001 - each is turned into one line below
                 failures.append((label, exc))
         if failures:
-            label, exc = failures[0]
+            first_label, first = failures[0]
             more = f" ({len(failures)} of {len(ops)} failed)" if len(failures) > 1 else ""
-            with self._gce(f"{what} {label}{more}", size, region):
-                raise exc
+            with self._gce(f"{what} {first_label}{more}", size, region):
+                raise first
 
     # --- placement, sizes and quota -------------------------------------------------------
 
@@ -466,7 +467,7 @@ class GcpProvider(Provider):
     def _network_tag(self, tags: Mapping[str, str]) -> str:
         return rfc1035(tagging.account_name(tags), 50)
 
-    def _aggregated(self, kind: str, match: Mapping[str, str]) -> list[tuple[str, object]]:
+    def _aggregated(self, kind: str, match: Mapping[str, str]) -> list[tuple[str, Any]]:
         """(zone, item) of every instance or disk whose labels carry `match` (encoded)."""
         client = self._client(kind)
         flt = " AND ".join(f'labels.{k} = "{v}"' for k, v in sorted(labels_of(match).items()))
@@ -685,6 +686,11 @@ class GcpProvider(Provider):
 
     # --- list and delete -----------------------------------------------------------------------
 
+    def default_regions(self) -> list[str]:
+        configured = self.config.get("regions", "")
+        return [r.strip() for r in configured.split(",") if r.strip()] or list(DEFAULT_REGIONS)
+
+
     def list(self, region: str, tags: Mapping[str, str]) -> list[Resource]:
         """Instances and disks in the region's zones, firewall rules and images (global) carrying all `tags`."""
         reg, _ = self._region_zone(region)
@@ -756,9 +762,6 @@ class GcpProvider(Provider):
         if kept:
             raise kept[0]
 
-    def default_regions(self) -> list[str]:
-        configured = self.config.get("regions", "")
-        return [r.strip() for r in configured.split(",") if r.strip()] or list(DEFAULT_REGIONS)
 
 
 def _zone_name(rid: str) -> tuple[str, str]:

@@ -125,3 +125,28 @@ def test_missing_credentials_say_what_to_set(gpuplan_home, cli, monkeypatch, tmp
     r = cli("provision", "--yes", "gcp:n1-standard-4+nvidia-tesla-t4", "x1", "--region", "asia-northeast1",
             "--name", "nocreds", "--no-bootstrap")
     assert r.code == 2 and "GOOGLE_APPLICATION_CREDENTIALS" in r.err and "Traceback" not in r.err
+
+
+def test_estimate_in_tokyo_lists_sourced_gcp_plans_and_the_zero_gpu_quota_line(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    r = cli("estimate", "--videos", "4", "--region", "asia-northeast1", "--all", "--format", "json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    text = json.dumps(doc)
+    assert "a2-highgpu-1g" in text and "n1-standard-8+nvidia-tesla-t4" in text
+    r = cli("estimate", "--videos", "4", "--region", "asia-northeast1")
+    assert r.code == 0, r.err
+    assert "gcp asia-northeast1" in r.out
+    assert "over gcp's default GPUS_ALL_REGIONS quota of 0: `gpuplan check gcp` reads yours" in r.out
+    assert "Quotas & System Limits" in r.out
+
+
+def test_shipped_gcp_rows_are_sourced_dated_and_billed_per_second_after_a_minute():
+    from gpuplan.planning.catalog import load
+
+    cat = load()
+    rows = [o for o in cat.offers if o.provider == "gcp"]
+    assert {o.region for o in rows} >= {"asia-northeast1", "us-central1"}
+    for o in rows:
+        assert o.source and o.as_of, o
+        assert (o.billing_granularity_s, o.billing_minimum_s) == (1, 60), o
