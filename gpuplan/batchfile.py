@@ -7,6 +7,7 @@ what to plan, the items, the command, where it may run and what it may cost, in 
     image: registry.example/me/colorize:1    # optional: each item runs in this container
     infra: [sakura, baremetal]       # optional: only these providers
     max_yen: 500                     # optional: the batch stops before it spends more
+    checkpoint: {every: 10m}         # optional: how often each item's job saves its work (spot risk)
 
 Paths are relative to the batch file. Every field can be given on the command line instead
 (`gpuplan launch --items v.txt --workload colorize-hd -- python colorize.py {item}`); a flag wins
@@ -30,7 +31,7 @@ from gpuplan.planning.units import MAX_YEN
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
-                    "playbooks", "params", "spot", "probe", "tax"})
+                    "playbooks", "params", "spot", "probe", "tax", "checkpoint"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
@@ -100,6 +101,20 @@ class Batch:
     tax: str = "included"  # the tax basis its yen are planned and capped on (planning/tax.py)
     probe: Probe | None = None  # None: the batch says no way to measure its job in a few units
     source: Path | None = None  # the batch file it was read from (None: the command line alone)
+    # `checkpoint: {every: 10m, path: DIR}`: how often each item's job saves its work (None: not
+    # said; the workload's own then holds) and where; the planner prices redone spot work with it
+    checkpoint_s: int | None = None
+    checkpoint_path: str = ""
+
+    def planned(self, workload):
+        """The workload as this batch plans it: with the batch's checkpoint where it gives one
+        (a batch's word wins over its workload file's)."""
+        from dataclasses import replace
+
+        if self.checkpoint_s is None:
+            return workload
+        return replace(workload, checkpoint_s=self.checkpoint_s,
+                       checkpoint_path=self.checkpoint_path or workload.checkpoint_path)
 
 
 def read(path: Path | None, overrides: Mapping[str, Any]) -> Batch:
@@ -169,6 +184,9 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     workdir = path_of("workdir")
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"{at('workdir')} {workdir}: no such folder; give the folder to copy to every node")
+    from gpuplan.planning.workloads import checkpoint
+
+    checkpoint_s, checkpoint_path = checkpoint(at("checkpoint"), data.get("checkpoint"))
     timeout = data.get("timeout", 24 * 3600)
     if isinstance(timeout, str):
         from gpuplan.planning.units import parse_duration
@@ -186,7 +204,8 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         playbooks=None if data.get("playbooks") is None else _words(at("playbooks"), data.get("playbooks")),
         params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)),
         tax=taxes.parse(_text(at("tax"), data.get("tax") or "included"), at("tax")),
-        probe=_probe(at("probe"), data.get("probe"), command), source=source)
+        probe=_probe(at("probe"), data.get("probe"), command), source=source, checkpoint_s=checkpoint_s,
+        checkpoint_path=checkpoint_path)
 
 
 def _text(at: str, value: Any) -> str:

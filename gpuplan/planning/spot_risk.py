@@ -20,7 +20,7 @@ from scratch; its run engine start and staging from the plan's image), restart_w
 and, from an image, its launch; wait: the capacity wait until a replacement starts (no source
 gives one: WAIT_S, an ESTIMATE range). The yen are the billed extra at the machine's price per
 second, unrounded (an expectation, not a bill: no billing granularity). The plan's wall grows
-by the wall extra of its machine held longest. A data-parallel job runs on every machine at
+by the largest wall extra of its machines. A data-parallel job runs on every machine at
 once: an interruption of any of its M machines makes all M redo their work since the
 checkpoint and holds the other M - 1 (billed) through the replacement's restart and wait, and
 every interruption delays the job.

@@ -34,7 +34,7 @@ _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
-    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed", "memory_fraction",
+    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed", "memory_fraction", "checkpoint",
 }
 
 
@@ -260,6 +260,8 @@ def from_dict(data: Any, where: str) -> Workload:
             raise UsageError(f"{where}: staging.size_gb / staging.bandwidth_mbps gives {staging_s:,} s of staging, over the"
                              f" limit of {MAX_SETUP_SECONDS // 86400} days; check both figures")
 
+    checkpoint_s, checkpoint_path = checkpoint(f"{where}: checkpoint", data.get("checkpoint"))
+
     owned = data.get("owned") or []
     if isinstance(owned, str):
         owned = [owned]
@@ -305,7 +307,37 @@ def from_dict(data: Any, where: str) -> Workload:
         owned=tuple(str(o) for o in owned),
         source=str(data.get("source") or where),
         assumptions=tuple(str(a) for a in assumptions),
+        checkpoint_s=checkpoint_s,
+        checkpoint_path=checkpoint_path,
     )
+
+
+def checkpoint(at: str, value: Any) -> tuple[int | None, str]:
+    """`checkpoint: {every: 10m, path: DIR}` of a workload or batch file (a duration alone is
+    `every`): seconds between the job's checkpoints (None: not given) and where it writes them
+    ("": not said). The model prices an interrupted spot machine's redone work with it
+    (planning/spot_risk.py); the path is the run engine's."""
+    from gpuplan.planning.units import parse_duration
+
+    if value in (None, ""):
+        return None, ""
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        value = {"every": value}
+    if not isinstance(value, dict):
+        raise UsageError(f"{at}: a mapping such as {{every: 10m, path: /data/ckpt}}")
+    unknown = sorted(set(map(str, value)) - {"every", "path"})
+    if unknown:
+        raise UsageError(f"{at}: unknown field {unknown[0]!r}; use every (how often: 10m) and path")
+    every = value.get("every")
+    if every in (None, ""):
+        raise UsageError(f"{at}: say how often the job checkpoints: every: 10m")
+    if isinstance(every, bool) or not isinstance(every, (str, int)):
+        raise UsageError(f"{at}.every {every!r}: a duration such as 10m, 1h or 90s")
+    seconds = parse_duration(str(every), f"{at}.every")
+    path = value.get("path")
+    if path is not None and (isinstance(path, bool) or not isinstance(path, (str, int))):
+        raise UsageError(f"{at}.path {path!r}: a folder path")
+    return seconds, "" if path is None else str(path)
 
 
 def with_measured_speeds(workload: Workload, speeds: Mapping[str, Decimal], why: list[str],
