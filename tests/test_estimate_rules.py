@@ -169,8 +169,12 @@ def test_spot_plans_only_with_spot_priced_at_the_spot_row(cli, tmp_path):
                 == ("g4dn.xlarge", "spot", 1, "scratch"))
     fx = catalog.load("2026-11").fx["USD"].jpy_per_unit
     billed = sum(m["billed_s"] for m in g4dn["machines"])
+    # issue 35: a spot plan's yen also holds its expected interruptions (breakdown "interruptions",
+    # docs/model.md "Spot interruptions"; its arithmetic is checked in tests/test_spot_risk.py)
+    risk = Decimal(g4dn["spot_risk"]["extra_jpy"][1])
+    assert risk > 0 and g4dn["breakdown"]["interruptions"] == g4dn["spot_risk"]["extra_jpy"][1]
     assert Decimal(g4dn["cost_exact_jpy"]) == (Decimal(billed) * Decimal("0.2158") * fx * Decimal("1.1") / 3600
-                                               ).quantize(Decimal("0.01"))
+                                               + risk).quantize(Decimal("0.01"))
     assert g4dn["warnings"][0].startswith("spot (g4dn.xlarge): EC2 may stop or terminate a Spot Instance with a"
                                           " two-minute notice")
     assert any("0.2158 USD/hour" in a for a in g4dn["assumptions"])

@@ -1029,7 +1029,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-_OFFER_FIELDS = {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour", "listed_tax"}  # listed_tax: set by with_tax
+# listed_tax: set by with_tax; interruption: a spot row's, from spot_interruptions.csv
+_OFFER_FIELDS = {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour", "listed_tax", "interruption"}
 
 
 def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Catalog:
