@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from gpuplan.cli.lifecycle import owned
 from gpuplan.errors import UsageError
 from gpuplan.operating import backends
 from gpuplan.planning import fmt
@@ -593,12 +594,19 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
     elif summary.task_seconds and summary.terms is not None:
         how = (f"{fmt.plural(len(summary.task_seconds), 'task')} each billed for its own run time at"
                f" {fmt.rate(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
+    elif owned(summary.provider):  # the user's own hosts: their power, as the estimate charges it
+        how = (f"{fmt.plural(summary.nodes, 'owned host')}' power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
+               if summary.price_jpy_per_hour is not None else "owned hosts")
     else:
         how = f"{fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h"
-    con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {fmt.yen(cmp.measured_yen)} ({how})", markup=False)
+    unpriced = owned(summary.provider) and summary.price_jpy_per_hour is None
+    spent = ("power not counted (no power_watts in the inventory)" if unpriced else
+             fmt.yen(cmp.measured_yen, 2 if owned(summary.provider) else 0))  # power: sen count
+    con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {spent} ({how})", markup=False)
     if predicted is not None:
+        yen_error = "" if unpriced else f", yen {_pct(cmp.yen_error_pct)}"
         con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
-                  f"  -> error wall {_pct(cmp.wall_error_pct)}, yen {_pct(cmp.yen_error_pct)}", markup=False)
+                  f"  -> error wall {_pct(cmp.wall_error_pct)}{yen_error}", markup=False)
 
 
 def _pct(value: Decimal | None) -> str:

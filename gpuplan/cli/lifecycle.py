@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from decimal import ROUND_HALF_UP, Decimal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.cli.progress import working
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
@@ -67,17 +67,36 @@ def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
         raise typer.Exit(1)
 
 
+OWNED = frozenset({"baremetal"})  # providers whose machines are the user's own: charged their power, never rented
+
+
+def owned(provider: str) -> bool:
+    """Owned hosts (the inventory): no hourly rental bill, only their power; released by teardown."""
+    return provider in OWNED
+
+
+def _power_words(per_hour, n: int = 1) -> str:
+    """An owned host's price in words: its power an hour, or why it is not counted."""
+    if per_hour is None:
+        return "power not counted: give the hosts power_watts in the inventory (nothing else bills by the hour)"
+    return (f"power {fmt.rate(per_hour)}/h per machine, {fmt.rate(per_hour * n)}/h for the cluster"
+            " (power_watts x the catalog's power price; nothing else bills by the hour)")
+
+
 def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
-    """What a provision (or an image builder) will create, what it costs per hour, the quota it
-    was checked against, how long it lives (`lifetime`, else the TTL), where SSH comes from, and
-    the order's notes (spot price, image setup)."""
+    """What a provision (or an image builder) will create, what it costs per hour (owned hosts:
+    their power), the quota it was checked against, how long it lives (`lifetime`, else the TTL
+    and idle stop), where SSH comes from, and the order's notes (spot price, image setup)."""
     offer, req = o.offer, o.request
     n = req.count
     per_hour = offer.price_jpy_per_hour
     total = per_hour * n if per_hour is not None else None
+    mine = owned(offer.provider)
     lines = [
         f"create cluster {req.name}: {n}x {offer.provider}:{offer.name} in {req.region}",
-        f"  GPUs {offer.gpu} x{offer.gpu_count} per machine, {offer.vcpus} vCPUs each, {offer.vcpus * n} vCPUs in all",
+        f"  GPUs {offer.gpu} x{offer.gpu_count} per machine"
+        + (f", {offer.vcpus} vCPUs each, {offer.vcpus * n} vCPUs in all" if offer.vcpus else ""),
+        f"  {_power_words(per_hour, n)} ({offer.source or 'no source'})" if mine else
         f"  {fmt.yen(per_hour)}/h per machine, {fmt.yen(total)}/h for the cluster "
         f"(catalog {offer.as_of or '?'}, {offer.source or 'no source'})",
     ]
@@ -95,20 +114,31 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
         need, tiers = quota
         lines += [f"  quota {t.name} ({t.description}): {_units(need, t.unit)} needed, {t.free} free "
                   f"(limit {t.limit}, used {t.used}): ok" for t in tiers] or ["  quota: the provider reports none"]
-    if lifetime:
-        lines.append(f"  {lifetime}")
-    elif req.ttl_s:
-        lines.append(f"  TTL {fmt.duration(req.ttl_s)}: the cloud itself stops the machines after that")
-    if req.idle_s:
-        from gpuplan.operating import idle
-
-        lines.append(f"  idle stop: a machine with no batch for {fmt.duration(req.idle_s)}"
-                     f" {idle.check(req.provider, req.idle_s).says}")
-    else:
-        lines.append(f"  no TTL: the machines run, and bill, until `gpuplan teardown {req.name}`")
+    lines += [f"  {line}" for line in _lifetime_lines(req, lifetime, mine)]
     if req.ssh_cidr:
         lines.append(f"  SSH from {req.ssh_cidr}" + ("  (every address: asked for)" if req.ssh_cidr == "0.0.0.0/0" else ""))
     return lines + [f"  {note}" for note in o.notes]
+
+
+def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
+    """How long the machines live and bill: one true line for each of TTL, idle stop, both and
+    neither (issue 33: the "no TTL" warning followed a TTL, and --idle alone hid it)."""
+    if lifetime:
+        return [lifetime]
+    if mine:
+        return [f"owned hosts: claimed for {req.name} until `gpuplan teardown {req.name}` releases them (never deleted)"]
+    lines = []
+    if req.ttl_s:
+        lines.append(f"TTL {fmt.duration(req.ttl_s)}: the cloud itself stops the machines after that")
+    if req.idle_s:
+        from gpuplan.operating import idle
+
+        lines.append(f"idle stop: a machine with no batch for {fmt.duration(req.idle_s)} {idle.check(req.provider, req.idle_s).says}")
+    if not req.ttl_s:
+        lines.append(f"no TTL: a machine running a batch runs, and bills, until it has been idle {fmt.duration(req.idle_s)}"
+                     f" or `gpuplan teardown {req.name}`" if req.idle_s else
+                     f"no TTL: the machines run, and bill, until `gpuplan teardown {req.name}`")
+    return lines
 
 
 def _units(n: int, unit: str) -> str:
@@ -132,11 +162,13 @@ def provision(
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="If a create fails, keep what was made (default: remove it).")] = False,
     ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP, metavar="CIDR")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
+    format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
     per hour, the quota check and the TTL) unless --yes."""
     from gpuplan.operating import launch, lifecycle, preflight
 
+    as_json = shapes.check_format(format)
     # everything that needs no cloud call, checked at once before anything (and by --dry-run)
     ask = preflight.ProvisionAsk(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot,
                                  idle=idle, playbooks=tuple(playbook or ()), bootstrap=not no_bootstrap,
@@ -146,7 +178,10 @@ def provision(
     if dry_run:
         lines = _create_lines(o) + [f"  {n}" for n in launch.dry_run_notes(o)]
         lines[0] = "would " + lines[0]
-        _print_lines(_out_console(), lines)
+        if as_json:
+            shapes.emit(shapes.order(o, True, lines))
+        else:
+            _print_lines(_out_console(), lines)
         return
     err = _err_console()
     state = _open_state()
@@ -156,7 +191,10 @@ def provision(
     with working(err, f"provisioning {o.request.name}") as step:
         cluster = launch.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
                                    keep_on_failure=keep_on_failure, progress=step)
-    _print_status(_out_console(), lifecycle.status(state, cluster.name))
+    if as_json:
+        shapes.emit(shapes.cluster(lifecycle.status(state, cluster.name)[0]))
+    else:
+        _print_status(_out_console(), lifecycle.status(state, cluster.name))
 
 
 def _say_mapped(o) -> None:
@@ -183,8 +221,14 @@ def _print_status(out, statuses) -> None:
         c = s.cluster
         ttl = f", released in {fmt.duration(max(0, s.ttl_left_s))}" if s.ttl_left_s is not None else ""
         text.append(c.name, style="bold")
+        if owned(c.provider):  # no rental bill: their power, where the inventory gives power_watts
+            cost = (f"power ≈{fmt.yen(s.yen_so_far)} so far ({fmt.rate(c.price_jpy_per_hour)}/h per machine)"
+                    if c.price_jpy_per_hour is not None else "power not counted (no power_watts in the inventory)")
+            cost += f"; owned hosts, released by `gpuplan teardown {c.name}`"
+        else:
+            cost = f"≈{fmt.yen(s.yen_so_far)} so far ({fmt.yen(c.price_jpy_per_hour)}/h per machine)"
         text.append(f"  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  up {fmt.duration(s.uptime_s)}"
-                    f"  ≈{fmt.yen(s.yen_so_far)} so far ({fmt.yen(c.price_jpy_per_hour)}/h per machine){ttl}\n")
+                    f"  {cost}{ttl}\n")
         # Addresses are what a user copies from here: never truncated (ids are in --format json).
         rows = [("node", "status", "ssh address", "private", "GPUs")]
         for nd in s.nodes:
@@ -200,14 +244,13 @@ def _print_status(out, statuses) -> None:
 
 def status(
     cluster: Annotated[Optional[str], typer.Argument(help="One cluster (default: all).")] = None,
-    format: Annotated[str, typer.Option("--format", help="Print a table (for people) or JSON (for programs).", metavar="table|json")] = "table",
+    format: Annotated[str, shapes.format_option()] = "table",
     refresh: Annotated[bool, typer.Option("--refresh", help="First ask each cluster's provider what its machines are now, bring the state in line and say what differed.")] = False,
 ) -> None:
     """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger)."""
     from gpuplan.operating import lifecycle
 
-    if format not in ("table", "json"):
-        raise UsageError(f"bad --format {format!r}: use table or json")
+    as_json = shapes.check_format(format)
     state = _open_state()
     if cluster and state.cluster(cluster) is None:
         raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
@@ -221,8 +264,8 @@ def status(
             err.print(f"refresh: {d.text}")
         err.print(f"refresh: {fmt.plural(len(found), 'difference')} with the cloud" + ("" if found else "; the state matched"))
     statuses = lifecycle.status(state, cluster)
-    if format == "json":
-        print(json.dumps([_status_json(s) for s in statuses], indent=2))
+    if as_json:
+        shapes.emit([shapes.cluster(s) for s in statuses])
     else:
         _print_status(_out_console(), statuses)
         place = {s.cluster.name: i for i, s in enumerate(statuses)}  # in the clusters' order, then as submitted
@@ -239,19 +282,6 @@ def status(
                       f" done when last looked at; `gpuplan jobs {j.cluster}` for now", markup=False)
 
 
-def _status_json(s) -> dict:
-    c = s.cluster
-    return {
-        "name": c.name, "provider": c.provider, "region": c.region, "instance_type": c.size, "count": c.count,
-        "status": c.status, "uptime_s": s.uptime_s, "machine_seconds": s.machine_seconds,
-        "yen_so_far": int(s.yen_so_far.quantize(Decimal(1), rounding=ROUND_HALF_UP)),
-        "price_jpy_per_hour": str(c.price_jpy_per_hour) if c.price_jpy_per_hour is not None else None,
-        "ttl_left_s": s.ttl_left_s,
-        "nodes": [{"name": n.name, "status": n.status, "public_ip": n.public_ip, "private_ip": n.private_ip,
-                   "ssh_port": n.ssh_port, "gpus": n.gpus, "id": n.provider_id} for n in s.nodes],
-    }
-
-
 def teardown(
     cluster: Annotated[Optional[str], typer.Argument(help="The cluster to remove.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every cluster in the state.")] = False,
@@ -264,6 +294,7 @@ def teardown(
     force: Annotated[bool, typer.Option("--force", help="With --sweep: take young resources too (no grace period).")] = False,
     legacy_owner: Annotated[bool, typer.Option("--legacy-owner", help="With --sweep: also sweep resources tagged by gpuplan versions before per-installation owners (user-host; shared by all your installations).")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
+    format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """Remove everything a cluster owns; idempotent and resumable (run it again to finish). Asks
     first (shows what will be deleted) unless --yes."""
@@ -275,9 +306,11 @@ def teardown(
     if cluster and all_:
         raise UsageError("give a cluster name or --all, not both")
     grace_s = parse_duration(grace, "--grace")
+    as_json = shapes.check_format(format)
     state = _open_state()
     err = _err_console()
-    out = _out_console()
+    out = err if as_json else _out_console()  # with --format json, stdout holds the JSON alone
+    doc: dict = {"dry_run": dry_run, "clusters": [], "images": [], "sweep": None}
     rows = state.clusters() if all_ else ([state.cluster(cluster)] if cluster else [])
     # `--sweep --force NAME`: NAME may be a cluster of another installation under a shared owner
     take = [cluster] if cluster and sweep and force else []
@@ -293,10 +326,15 @@ def teardown(
         lines += [f"delete image {r.name}: {r.provider}/{r.region} {r.provider_id or '-'} and its snapshots"
                   for r in image_rows]
         _print_lines(out, [f"would {line}" for line in lines])
+        doc["clusters"] = [_teardown_json(state, row, None) for row in rows]
+        doc["images"] = [{**shapes.image(r), "deleted": False} for r in image_rows]
         if sweep:
-            _sweep(state, provider, region, images, True, 0 if force else grace_s, legacy_owner, yes, out, err, take)
+            doc["sweep"] = _sweep(state, provider, region, images, True, 0 if force else grace_s, legacy_owner, yes, out,
+                                  err, take).as_json()
         if lines or not sweep:
             out.print("dry run: nothing was deleted")
+        if as_json:
+            shapes.emit(doc)
         return
     if rows or image_rows:
         _need_answer(yes, "teardown")
@@ -309,10 +347,12 @@ def teardown(
             with working(err, f"tearing down {row.name}") as step:
                 report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), row.name, progress=step)
             out.print(f"{row.name}: deleted {fmt.plural(len(report.deleted), 'resource')}; nothing of it is left", markup=False)
+            doc["clusters"].append(_teardown_json(state, row, report.deleted))
         except Exception as exc:  # keep going with the other clusters; report all at the end
             if not all_:
                 raise
             failures.append(f"{row.name}: {exc}")
+            doc["clusters"].append({**_teardown_json(state, row, []), "error": str(exc)})
     if images:
         from gpuplan.operating import images as image_service
 
@@ -322,10 +362,24 @@ def teardown(
         for row in image_rows:
             image_service.delete(state, lifecycle.get_provider(row.provider), row.name, progress=_progress(err))
             out.print(f"image {row.name}: deleted")
+            doc["images"].append({**shapes.image(row), "status": "deleted", "deleted": True})
     if sweep:
-        _sweep(state, provider, region, images, dry_run, 0 if force else grace_s, legacy_owner, yes, out, err, take)
+        doc["sweep"] = _sweep(state, provider, region, images, dry_run, 0 if force else grace_s, legacy_owner, yes, out,
+                              err, take).as_json()
+    if as_json:
+        shapes.emit(doc)
     if failures:
         raise UsageError("; ".join(failures) + " — run `gpuplan teardown --all` again")
+
+
+def _teardown_json(state, row, deleted) -> dict:
+    """A cluster of a teardown: its machines, and what was deleted (None: a dry run, nothing)."""
+    nodes = [n for n in state.nodes(row.name) if n.provider_id]
+    per_hour = row.price_jpy_per_hour * len(nodes) if row.price_jpy_per_hour is not None else None
+    return {"name": row.name, "provider": row.provider, "region": row.region, "instance_type": row.size,
+            "owned": owned(row.provider), "machines": [{"name": n.name, "id": n.provider_id} for n in nodes],
+            "cluster_jpy_per_hour": shapes.exact(per_hour),
+            "deleted": None if deleted is None else [shapes.resource(r, True) for r in deleted]}
 
 
 def _teardown_line(state, row) -> str:
@@ -336,8 +390,23 @@ def _teardown_line(state, row) -> str:
             f"{row.region} ({fmt.yen(per_hour)}/h){': ' + ids if ids else ''}, and everything else tagged with it")
 
 
+@dataclass
+class _SweepOutcome:
+    asked: list[str]  # providers whose resources were listed
+    skipped: list[str]  # providers that could not be asked (credentials, SDK)
+    found: list  # the stray Resources found
+    deleted: list  # the Resources deleted
+    kept: list  # (Resource, why) left alone
+
+    def as_json(self) -> dict:
+        gone = {(r.kind, r.id) for r in self.deleted}
+        return {"asked": self.asked, "not_asked": self.skipped,
+                "resources": [shapes.resource(r, (r.kind, r.id) in gone) for r in self.found],
+                "kept": [{**shapes.resource(r, False), "why": why} for r, why in self.kept]}
+
+
 def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, legacy: bool, yes: bool, out, err,
-           take: list[str] | None = None) -> None:
+           take: list[str] | None = None) -> _SweepOutcome:
     """Find this installation's tagged resources the state does not know, ask, delete them one
     cluster at a time (each re-checked under its lock), and list the clusters left running.
     Clusters of other installations under a shared owner are kept unless named in `take`."""
@@ -349,7 +418,13 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
     if config.owner():
         _print_lines(out, [f"owner {config.owner()!r} is shared (config.yaml `owner:`): clusters other installations "
                            "made under it are kept unless named (`gpuplan teardown --sweep --force NAME`)"])
-    for pname in provider or registry.available():
+    names = list(provider or registry.available())
+    asked: list[str] = []
+    skipped: list[str] = []
+    strays: list = []
+    deleted: list = []
+    kept: list = []
+    for pname in names:
         try:
             prov = lifecycle.get_provider(pname)
             prov.check_credentials()
@@ -357,10 +432,14 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
             if provider:
                 raise
             err.print(f"sweep: skipping {pname}: {exc}", style="dim", soft_wrap=True)
+            skipped.append(pname)
             continue
         regions = lifecycle.sweep_regions(state, prov, region or [])
         found = lifecycle.sweep_find(state, prov, regions, owners, include_images=images, grace_s=grace_s,
                                      take=take or ())
+        asked.append(pname)
+        strays += found.strays
+        kept += found.spared
         where = f"sweep {pname} ({', '.join(regions) or 'no regions'})"
         for r, why in found.spared:
             out.print(f"  kept {_resource_line(r)}: {why}")
@@ -375,6 +454,8 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
                   "does not know:"] + [f"  {_resource_line(r)}" for r in found.strays],
                  "Delete these stray resources?", yes, default=False)
         result = lifecycle.sweep_delete(state, prov, found.strays, progress=_progress(err))
+        deleted += result.deleted
+        kept += result.spared
         out.print(f"{where}: deleted {fmt.plural(len(result.deleted), 'stray resource')}", markup=False)
         for r in result.deleted:
             out.print(f"  {_resource_line(r)}")
@@ -385,6 +466,18 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
         out.print("clusters this state knows, left alone by the sweep (`gpuplan teardown NAME` removes one):")
         for c in live:
             out.print(f"  {c.name}  {c.status}  {c.count}x {c.provider}:{c.size} in {c.region}")
+    if not asked:  # nothing was looked for: not a clean bill of health (issue 33)
+        from gpuplan.errors import AuthMissing
+
+        raise AuthMissing(f"sweep{' --dry-run' if dry_run else ''} asked no provider: {', '.join(skipped) or 'none'} could"
+                          " not be asked (see the lines above); nothing was looked for: set up one provider's"
+                          " credentials (`gpuplan check` says what is missing) and sweep again")
+    found_words = (f"{fmt.plural(len(strays), 'stray resource')} found, none deleted (dry run)" if dry_run else
+                   f"{fmt.plural(len(strays), 'stray resource')} found, {len(deleted)} deleted")
+    out.print(f"sweep: asked {', '.join(asked)}{' (images too)' if images else ''}; {found_words}; "
+              + (f"not asked: {', '.join(skipped)} (see the lines above)" if skipped else "every provider asked"),
+              markup=False, soft_wrap=True)
+    return _SweepOutcome(asked, skipped, strays, deleted, kept)
 
 
 def _resource_line(r) -> str:
@@ -429,12 +522,18 @@ def image_build(
 
 
 @image_app.command("list")
-def image_list() -> None:
+def image_list(
+    format: Annotated[str, shapes.format_option()] = "table",
+) -> None:
     """Images gpuplan has built."""
     from gpuplan.cli import tables
     from gpuplan.cli.tables import Column
 
+    as_json = shapes.check_format(format)
     rows = _open_state().images()
+    if as_json:
+        shapes.emit([shapes.image(r) for r in rows])
+        return
     if not rows:
         _out_console().print("no images; `gpuplan image build NC4as_T4_v3` makes one")
         return
