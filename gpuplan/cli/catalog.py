@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
@@ -92,7 +93,7 @@ def catalog_command(
     gpu: Annotated[Optional[str], typer.Option(metavar="GPU", help="Only this GPU: t4, a100 (both sizes), h100 (every form), \"H100 SXM\"; case and spaces do not matter.")] = None,
     region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region or zone.")] = None,
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM) or day (YYYY-MM-DD).", metavar="YYYY-MM[-DD]")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
+    fmt: Annotated[str, shapes.format_option(csv=True)] = "table",
     show_all: Annotated[bool, typer.Option("--all", help="Also list retired instance types.")] = False,
     spot: Annotated[bool, typer.Option("--spot", help="Also list spot prices (interruptible capacity), where the snapshot has them.")] = False,
 ) -> None:
@@ -101,8 +102,7 @@ def catalog_command(
         return
     from gpuplan.planning import catalog
 
-    if fmt not in _FORMATS:
-        raise UsageError(f"bad --format {fmt!r}: use table, json or csv")
+    shapes.check_format(fmt, csv=True)
     cat = catalog.load(as_of)
     if as_of is None:  # your own hosts (the inventory) are offers too, as every estimate plans them
         from gpuplan.cli.estimate import _inventory

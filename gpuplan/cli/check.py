@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.errors import UsageError
 
 
 def check_command(
     providers: Annotated[Optional[list[str]], typer.Argument(help="Providers to check (default: every installed one).")] = None,
     region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Region or zone to read quota in (default: the catalog's default region).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Print a table (for people) or JSON (for programs).", metavar="table|json")] = "table",
+    fmt: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """Check credentials and GPU quota for each provider, as `sky check` does; nothing is created."""
     from gpuplan.operating import checks
     from gpuplan.planning import catalog
 
-    if fmt not in ("table", "json"):
-        raise UsageError(f"bad --format {fmt!r}: use table or json")
+    as_json = shapes.check_format(fmt)
     names = [p.strip().lower() for p in providers or []]
     if region and len(names) != 1:
         raise UsageError("--region applies to one provider: name it, e.g. `gpuplan check aws --region ap-northeast-1`")
     results = checks.check(names, region, catalog.load())
     _store(results)
-    if fmt == "json":
-        print(json.dumps([_as_dict(r) for r in results], indent=2, ensure_ascii=False))
+    if as_json:
+        shapes.emit([_as_dict(r) for r in results])
     else:
         _table(results)
     failed = [r for r in results if not r.ready]

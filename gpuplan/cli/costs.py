@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.cli.estimate import tax_basis
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
@@ -17,7 +17,7 @@ from gpuplan.planning import tax as taxes
 
 def cost_report(
     month: Annotated[Optional[str], typer.Option("--month", metavar="YYYY-MM", help="Only this month (UTC).")] = None,
-    out_format: Annotated[str, typer.Option("--format", metavar="table|json", help="Print a table (for people) or JSON (for programs).")] = "table",
+    out_format: Annotated[str, shapes.format_option()] = "table",
     tax: Annotated[str, typer.Option("--tax", metavar="included|excluded", callback=tax_basis, help="The one tax basis every yen is shown on, as `gpuplan estimate`'s: included (the default: Japan's 10 % consumption tax on every provider) or excluded.")] = "included",
 ) -> None:
     """Yen per cluster and per month from the cost ledger, each machine billed as its provider
@@ -28,8 +28,7 @@ def cost_report(
     from gpuplan.operating import costs
     from gpuplan.operating.state import State
 
-    if out_format not in ("table", "json"):
-        raise UsageError(f"bad --format {out_format!r}: use table or json")
+    as_json = shapes.check_format(out_format)
     if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):
         raise UsageError(f"bad --month {month!r}: write it as YYYY-MM, e.g. 2026-11")
     lines = costs.on_basis(costs.report(State.open_default().ledger_rows(), month.strip() if month else None), tax)
@@ -37,11 +36,11 @@ def cost_report(
     unknown = sum(1 for x in lines if x.tax == "unknown")
     basis = f"{taxes.said(tax)}" + (f"; {fmt.plural(unknown, 'line')} whose price does not say (or was recorded"
                                      " before gpuplan kept it): as billed" if unknown else "")
-    if out_format == "json":
-        print(json.dumps({"month": month, "tax": tax, "total_jpy": _exact(total), "lines": [
+    if as_json:
+        shapes.emit({"month": month, "tax": tax, "total_jpy": _exact(total), "lines": [
             {"month": x.month, "cluster": _name(x.cluster), "provider": x.provider, "instance_type": x.size,
              "machines": x.machines, "machine_seconds": x.seconds, "cost_jpy": _exact(x.yen), "running": x.running,
-             "billing": x.terms, "listed_tax": x.tax} for x in lines]}, indent=2, ensure_ascii=False))
+             "billing": x.terms, "listed_tax": x.tax} for x in lines]})
         return
     out = tables.console()
     if not lines:

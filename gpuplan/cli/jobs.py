@@ -4,18 +4,19 @@ the cluster's engine, or one data-parallel job through torchrun) and the batch c
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
-from dataclasses import asdict
-from datetime import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.cli.lifecycle import owned
 from gpuplan.errors import UsageError
 from gpuplan.operating import backends
@@ -25,10 +26,24 @@ if TYPE_CHECKING:
     from gpuplan.operating.state import JobRow
 
 
+# With --format json, stdout holds the JSON alone: every line of words goes to stderr.
+_words_to_stderr: ContextVar[bool] = ContextVar("words_to_stderr", default=False)
+
+
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=True)  # paths and names as written
+    return Console(stderr=stderr or _words_to_stderr.get(), highlight=False, markup=False,
+                   soft_wrap=True)  # paths and names as written
+
+
+@contextmanager
+def _json_mode(on: bool) -> Iterator[None]:
+    token = _words_to_stderr.set(on)
+    try:
+        yield
+    finally:
+        _words_to_stderr.reset(token)
 
 
 def _progress(console):
@@ -54,9 +69,20 @@ def bench(
     ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help="With --on: let SSH in from this address or CIDR only (default: as `gpuplan provision`).", metavar="CIDR")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --on: do not ask; go ahead (needed when stdin is not a terminal).")] = False,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="With --on: do not run the setup playbooks on cloud machines (their image has the driver and gpuplan[bench]).")] = False,
+    format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """Measure a reference job (alone, co-located, packed, data-parallel) and save a profile;
     with --on, on one new machine per offer, torn down after."""
+    as_json = shapes.check_format(format)
+    with _json_mode(as_json):  # the words on stderr, the profile as JSON on stdout
+        _bench(workload=workload, local=local, cluster=cluster, quick=quick, gpus=gpus, max_pack=max_pack, out=out,
+               python=python, timeout=timeout, job_args=job_args, on=on, dry_run=dry_run, ssh_from=ssh_from, yes=yes,
+               no_bootstrap=no_bootstrap)
+
+
+def _bench(workload, local, cluster, quick, gpus, max_pack, out, python, timeout, job_args, on, dry_run, ssh_from,
+           yes, no_bootstrap) -> None:
+    """`gpuplan bench`, its options checked by typer."""
     from gpuplan.operating import bench as bench_mod
 
     if sum((local, cluster is not None, on is not None)) != 1:
@@ -110,6 +136,8 @@ def bench(
         executor = nodes
     profile, path = bench_mod.bench(opts, executor, out)
     _print_profile(profile, path)
+    if _words_to_stderr.get():
+        shapes.emit(shapes.profile(profile, path))
 
 
 def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Optional[str], yes: bool, bootstrap: bool) -> None:
@@ -135,6 +163,9 @@ def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Opt
                  " `gpuplan estimate` reads it")
     if dry_run:
         _print_lines(_console(), lines + ["dry run: nothing was provisioned"])
+        if _words_to_stderr.get():
+            shapes.emit({"dry_run": True, "workload": opts.workload, "total_jpy": shapes.exact(total, "0.01"),
+                         "offers": [shapes.campaign_target(t, opts.workload) for t in targets], "profiles": []})
         return
     _need_answer(yes, "bench --on")
     state = State.open_default()
@@ -163,6 +194,12 @@ def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Opt
             err.print(f"{t.text}: {result}")
         else:
             _print_profile(*result)
+    if _words_to_stderr.get():
+        shapes.emit({"dry_run": False, "workload": opts.workload, "total_jpy": shapes.exact(total, "0.01"),
+                     "offers": [{**shapes.campaign_target(t, opts.workload),
+                                 "error": str(r) if isinstance(r, GpuplanError) else None}
+                                for t, r in zip(targets, results)],
+                     "profiles": [shapes.profile(*r) for r in results if not isinstance(r, GpuplanError)]})
     if failures:
         t, first = failures[0]
         names = ", ".join(f.text for f, _ in failures)
@@ -229,12 +266,26 @@ def run(
     recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen.")] = False,
     checkpoint_every: Annotated[Optional[str], typer.Option("--checkpoint-every", help="Cluster runs: each item gets $GPUPLAN_CHECKPOINT_DIR, kept on the head every DURATION (and at the attempt's end); an item run again (its node lost, a retry) starts from it.", metavar="DURATION")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
+    format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
     (e.g. dok:h100-80gb) runs each item as a Sakura 高火力 DOK task from --image instead: one task
     at a time per project, the rest wait; dok:h100-8gpu-80gb runs them all in one 8-GPU task, one
     item per GPU at a time; `gpuplan jobs dok`, `logs dok JOB ITEM`, `cancel dok JOB`."""
+    as_json = shapes.check_format(format)
+    with _json_mode(as_json):  # the words on stderr, the job as JSON on stdout
+        _run(cluster=cluster, command=command, items=items, resume=resume, detach=detach, per_gpu=per_gpu,
+             retries=retries, plan=plan, torchrun=torchrun, python=python, master_port=master_port, timeout=timeout,
+             down=down, fetch=fetch, workdir=workdir, image=image, env=env, registry=registry,
+             registry_user=registry_user, registry_password_env=registry_password_env, max_yen=max_yen,
+             recover=recover, checkpoint_every=checkpoint_every, yes=yes)
+
+
+def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchrun, python, master_port, timeout,
+         down, fetch, workdir, image, env, registry, registry_user, registry_password_env, max_yen, recover,
+         checkpoint_every, yes) -> None:
+    """`gpuplan run`, its options checked by typer."""
     from gpuplan.operating import locks, runner
     from gpuplan.operating.state import State
     from gpuplan.planning.units import MAX_DURATION_S
@@ -334,12 +385,15 @@ def run(
     if detach:
         out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
                   f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
+        _emit_job(state, job)
         return
     _follow(state, cluster, job, _recoverer(state, cluster, yes) if recover else None)
     runner.record_finished(state, job)
     ended = _job_of(state, cluster, job)
     if cap is not None and ended.state == "capped":
-        _print_summary(backends.summary(state, job), predicted, job)
+        summary = backends.summary(state, job)
+        _print_summary(summary, predicted, job)
+        _emit_job(state, job, summary, predicted)
         if down:
             _down(state, cluster, job, fetch)
         raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, ended))} spent;"
@@ -431,6 +485,7 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
     if detach:
         out.print(f"follow it with `gpuplan jobs dok`, `gpuplan logs dok {job} ITEM`; stop it with `gpuplan cancel dok {job}`;"
                   f" artifacts: `gpuplan dok artifacts --run {job}`", markup=False)
+        _emit_job(state, job)
         return
     _follow(state, dok_runs.CLUSTER, job)
     runner.record_finished(state, job)
@@ -481,6 +536,7 @@ def _resumable(state, cluster: str, resume: str, command: list[str]) -> tuple[Jo
     todo = [(it.idx, it.item) for it in state.job_items(resume) if it.status != "ok"]
     if not todo:
         _console().print(f"job {resume}: every item succeeded; nothing to resume")
+        _emit_job(state, resume)
     return old, todo
 
 
@@ -561,6 +617,7 @@ def _finish(state, job: str, predicted) -> None:
     _print_summary(summary, predicted, job)
     if line:
         _console().print(line, markup=False)
+    _emit_job(state, job, summary, predicted)
     if summary.failed:
         raise runner.JobsFailed(f"{len(summary.failed)} of {fmt.plural(len(summary.jobs), 'item')} failed:"
                                 f" {', '.join(j.item or j.job for j in summary.failed[:5])}; logs:"
@@ -588,6 +645,19 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
     for q in summary.quarantined:
         con.print(f"set aside {q.node}: {q.reason}", markup=False, soft_wrap=True)
     cmp = runner.compare(summary, predicted)
+    how = _billed_how(summary)
+    unpriced = owned(summary.provider) and summary.price_jpy_per_hour is None
+    spent = ("power not counted (no power_watts in the inventory)" if unpriced else
+             fmt.yen(cmp.measured_yen, 2 if owned(summary.provider) else 0))  # power: sen count
+    con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {spent} ({how})", markup=False)
+    if predicted is not None:
+        yen_error = "" if unpriced else f", yen {_pct(cmp.yen_error_pct)}"
+        con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
+                  f"  -> error wall {_pct(cmp.wall_error_pct)}{yen_error}", markup=False)
+
+
+def _billed_how(summary) -> str:
+    """How a run's measured yen was counted, in words."""
     if len(summary.task_seconds) == 1 and summary.terms is not None:
         how = (f"one task billed for its run time at {fmt.rate(summary.terms.price_jpy)}/h, at least"
                f" {summary.terms.minimum_s} s")
@@ -599,14 +669,21 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
                if summary.price_jpy_per_hour is not None else "owned hosts")
     else:
         how = f"{fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h"
-    unpriced = owned(summary.provider) and summary.price_jpy_per_hour is None
-    spent = ("power not counted (no power_watts in the inventory)" if unpriced else
-             fmt.yen(cmp.measured_yen, 2 if owned(summary.provider) else 0))  # power: sen count
-    con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {spent} ({how})", markup=False)
-    if predicted is not None:
-        yen_error = "" if unpriced else f", yen {_pct(cmp.yen_error_pct)}"
-        con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
-                  f"  -> error wall {_pct(cmp.wall_error_pct)}{yen_error}", markup=False)
+    return how
+
+
+def _emit_job(state, job: str, summary=None, predicted: dict | None = None) -> None:
+    """With --format json: the job's shape on stdout (shapes.job), and once it was followed to its
+    end, what it measured against the plan (shapes.outcome)."""
+    if not _words_to_stderr.get():
+        return
+    from gpuplan.operating import runner
+
+    row = state.job(job)
+    doc = shapes.job(state, row, state.job_counts(job))
+    if summary is not None:
+        doc.update(shapes.outcome(summary, runner.compare(summary, predicted), predicted, _billed_how(summary)))
+    shapes.emit(doc)
 
 
 def _pct(value: Decimal | None) -> str:
@@ -635,7 +712,7 @@ def _down(state, cluster: str, job: str, into: Path | None) -> None:
 
 def jobs(
     cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok for 高火力 DOK batches.")],
-    format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster)."""
     from rich.table import Table
@@ -643,8 +720,7 @@ def jobs(
     from gpuplan.operating import batches, runner
     from gpuplan.operating.state import State
 
-    if format not in ("table", "json"):
-        raise UsageError(f"--format {format!r}: choose table or json")
+    as_json = shapes.check_format(format)
     state = State.open_default()
     err = _console(stderr=True)
     rows = []
@@ -654,16 +730,8 @@ def jobs(
         if v.calibration:
             err.print(f"{v.row.id}: {v.calibration}", markup=False)
         rows.append((v.row, v.counts))
-    if format == "json":
-        out = [{"id": r.id, "state": r.state, "total": r.total, "succeeded": c.get("ok", 0),
-                "failed": c.get("failed", 0), "bad_input": c.get("bad input", 0), "timed_out": c.get("timed out", 0),
-                "running": c.get("running", 0), "queued": c.get("queued", 0), "cancelled": c.get("cancelled", 0),
-                "resumes": r.resumes,
-                "submitted_at": _iso(r.submitted_at), "started_at": _iso(r.started_at), "ended_at": _iso(r.ended_at),
-                "wall_s": round(runner.job_seconds(r), 3), "yen": _yen_text(backends.yen(state, r)),
-                "command": list(r.command), "quarantined": [asdict(q) for q in state.job_quarantines(r.id)]}
-               for r, c in rows]
-        sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+    if as_json:
+        shapes.emit([shapes.job(state, r, c) for r, c in rows])
         return
     if not rows:
         _console().print(f"no jobs on {cluster}; start one with `gpuplan run {cluster} --items FILE -- CMD {{item}}`",
@@ -676,15 +744,6 @@ def jobs(
                       f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(runner.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
     _console().print(table)
-
-
-def _yen_text(value: Decimal | None) -> str | None:
-    return None if value is None else str(value.quantize(Decimal("0.01")))
-
-
-def _iso(t: datetime | None) -> str | None:
-    """A job's time as the state holds it (whole seconds, or milliseconds from the driver)."""
-    return None if t is None else t.isoformat(timespec="milliseconds" if t.microsecond else "seconds")
 
 
 def logs(

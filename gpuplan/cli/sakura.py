@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
@@ -89,9 +90,14 @@ def dok_submit(
 @dok_app.command("status")
 def dok_status(
     run: Annotated[Optional[str], typer.Option("--run", help="Only this batch's tasks.")] = None,
+    format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """The project's tasks and their status (waiting, running, done, error, aborted, canceled)."""
+    as_json = shapes.check_format(format)
     tasks = _dok().tasks(f"{RUN_TAG}={run}" if run else None)
+    if as_json:
+        shapes.emit([shapes.dok_task(t) for t in tasks])
+        return
     _table("dok tasks", ("task", "name", "plan", "status", "artifact"),
            [(t.id, t.name, t.plan, t.status, "yes" if t.artifact_id else "-") for t in tasks])
     if not tasks:
@@ -161,9 +167,15 @@ def _phy():
 
 
 @phy_app.command("list")
-def phy_list() -> None:
+def phy_list(
+    format: Annotated[str, shapes.format_option()] = "table",
+) -> None:
     """The servers the account rents, as the PHY API lists them (one API request of the 300 an hour)."""
+    as_json = shapes.check_format(format)
     servers = _phy().servers()
+    if as_json:
+        shapes.emit([shapes.phy_server(s) for s in servers])
+        return
     _table("高火力 PHY servers", ("server", "nickname", "plan", "address", "size", "state"),
            [(s.id, s.nickname, s.plan, s.address or "-", s.catalog_name or "-", s.locked or "ready") for s in servers])
 
