@@ -15,19 +15,12 @@ from gpuplan.errors import AuthMissing
 from gpuplan.operating import provider as registry
 from support.memory_provider import MemoryProvider
 
-NO_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                  "AZURE_CLIENT_ID", "AZURE_SUBSCRIPTION_ID", "GOOGLE_APPLICATION_CREDENTIALS",
-                  "SAKURACLOUD_ACCESS_TOKEN", "SAKURACLOUD_ACCESS_TOKEN_SECRET")
-
 
 @pytest.fixture
 def no_credentials(monkeypatch, tmp_path):
-    for name in NO_CREDENTIALS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.aws, ~/.config/gcloud, ~/.usacloud
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from support.credentials import without_credentials
+
+    without_credentials(monkeypatch, tmp_path)
 
 
 # --- provision: TTL, idle stop, both, neither -------------------------------------------------
