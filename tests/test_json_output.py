@@ -293,3 +293,11 @@ def test_a_bad_format_is_one_line_and_exit_2(cli, command):
     r = cli(*command, *args, "--format", "xml")
     assert r.code == 2 and r.err == "gpuplan: error: bad --format 'xml': use table or json\n", r.err
     assert r.out == ""
+
+
+def test_docs_json_names_every_field_of_the_shared_shapes():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "json.md").read_text()
+    missing = sorted(k for k in CLUSTER_KEYS | NODE_KEYS | JOB_KEYS if f"`{k}`" not in text)
+    assert not missing, f"docs/json.md does not name {missing}"
