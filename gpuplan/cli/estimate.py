@@ -844,18 +844,20 @@ def _inventory(cat):
 
     from gpuplan import config
 
+    # Slurm partitions (providers/slurm.py, docs/slurm.md) join as the inventory's hosts do
+    cat, parts, part_notes = import_module("gpuplan.providers.slurm").with_partitions(cat)
     prov = import_module("gpuplan.providers.baremetal").BaremetalProvider(config.provider_config("baremetal"))
     path = prov.inventory_path()
     if not path.is_file():
-        return cat, {}, []
+        return cat, parts, part_notes
     try:
         pairs, notes = prov.owned_offers(cat)
     except UsageError as exc:  # the estimate still plans the rest; provision says the same in one line
-        return cat, {}, [f"inventory: its hosts are not planned: {exc}"]
+        return cat, parts, [*part_notes, f"inventory: its hosts are not planned: {exc}"]
     taken = {(o.provider, o.name.lower()) for o in cat.offers}
     pairs = [(o, n) for o, n in pairs if (o.provider, o.name.lower()) not in taken]
     cat = replace(cat, offers=cat.offers + tuple(o for o, _ in pairs))
-    return cat, {o.name.lower(): n for o, n in pairs}, notes
+    return cat, {**parts, **{o.name.lower(): n for o, n in pairs}}, part_notes + notes
 
 
 def _japan(cat, region: str | None, as_of: str | None, basis: str):

@@ -69,6 +69,33 @@ class MachineSlots(NamedTuple):
     names: tuple[str, ...]
 
 
+def queued(setting: Setting, plan: Plan) -> Plan:
+    """A plan on a Slurm partition (providers/slurm.py PartitionOffer) with the partition's queue
+    wait, an assumption the user sets (`queue_wait:`), in its wall: its machines start that much
+    later, unbilled (Slurm bills a job from its start), the deadline judged again, the assumption
+    said. Any other plan as it is."""
+    offer = plan.fleet[0][0] if plan.fleet else None
+    said = getattr(offer, "queue_wait_said", "")
+    if not said:
+        return plan
+    wait = getattr(offer, "queue_wait_s", 0)
+    kept = tuple(a for a in plan.assumptions if not a.startswith("run engine (Ray"))  # a Slurm job runs no Ray
+    plan = replace(plan, assumptions=(said, *kept), note=offer.notes if offer is not None else plan.note)
+    if not wait or not plan.machines:
+        return plan
+    from gpuplan.planning import evidence
+
+    machines = tuple(replace(m, start_s=m.start_s + wait) for m in plan.machines)
+    wall = plan.wall_s + wait
+    reasons = tuple(r for r in plan.excluded_by if r.code is not Code.DEADLINE)
+    if setting.deadline_s is not None:
+        judged = evidence.slow_wall(machines, wall, plan.speeds) if setting.strict_deadline else wall
+        if judged > setting.deadline_s:
+            slow = {"slow_end": True} if judged != wall else {}
+            reasons += (outcomes.of(Code.DEADLINE, wall_s=judged, deadline_s=setting.deadline_s, **slow),)
+    return replace(plan, machines=machines, wall_s=wall, excluded_by=reasons, feasible=not reasons)
+
+
 def _schedule_note(makespan_s: int, method: str, optimal: bool, bound_s: int) -> str:
     note = f"schedule: makespan {fmt.duration(makespan_s)} by {method}"
     if optimal:
@@ -471,8 +498,8 @@ class Planner:
         tasks: list[int] = []
         if offer.kind == "task" and offer.gpu_count == 1 and rates is None:  # a DOK queue: one task per job
             tasks = [self._seconds(factor, t, 1) for t in self.ticks]
-        plan = model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal,
-                               task_seconds=tasks)
+        plan = queued(self.s, model.make_plan(self.w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal,
+                                              task_seconds=tasks))
         jobs_lb = (_hourly(offer) * (factor * self.total_ticks * self.tick + len(self.ref) * self.start_s)
                    / (slots * model.HOUR))
 
@@ -522,7 +549,7 @@ class Planner:
         optimal = makespan_s <= bound_s
         how = _schedule_note(makespan_s, f"simulating {k} slots per GPU (fewer jobs left on a GPU run faster)",
                              optimal, bound_s)
-        plan = model.make_plan(w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal)
+        plan = queued(self.s, model.make_plan(w, self.s, [(offer, n)], mode, k, [loads], list(notes) + [how], optimal))
         jobs_lb = _hourly(offer) * max(work / best, nj * self.start_s / k) / (gpus * model.HOUR)
         cost_lb = self._cost_bound(plan, jobs_lb)
         return Candidate(plan, cost_lb, self._min_overhead([offer], mode) + bound_s)
@@ -552,7 +579,7 @@ class Planner:
                       " held for the whole duration (real time: frames cannot wait for a cheaper hour)"]
         modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
                                          and not model.image_problem([offer], s)) else ("scratch",)
-        return [model.make_plan(w, s, [(offer, n)], mode, k, [loads], notes) for mode in modes]
+        return [queued(s, model.make_plan(w, s, [(offer, n)], mode, k, [loads], notes)) for mode in modes]
 
     def _data_parallel(self, offer: Offer) -> list[Plan]:
         w, s = self.w, self.s
@@ -582,7 +609,7 @@ class Planner:
             modes = ("scratch", "image") if (n >= 2 and not owned and model.provider_times(offer, w, s)[0] > 0
                                              and not model.image_problem([offer], s)) else ("scratch",)
             for mode in modes:
-                plans.append(model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes, warnings=[batch]))
+                plans.append(queued(s, model.make_plan(w, s, [(offer, n)], mode, 1, loads, notes, warnings=[batch])))
         return plans
 
     # -- mixed fleets of two offer types ------------------------------------------------------
