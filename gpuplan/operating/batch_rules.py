@@ -15,6 +15,9 @@ The rules:
 - A node is set aside (quarantined) when two different items failed there and then succeeded
   on another node, with no success on it in between: the node, not the input, is the problem.
   Its items move on, and items that had used up their retries there are queued again.
+- A node the cloud announces it takes back (a spot interruption notice) is drained: set aside,
+  its running items told to stop (SIGTERM: time to checkpoint) and queued again without
+  counting as failures.
 - A node that disappears (the engine lost it, or two attempts in a row died with their worker
   there before the engine noticed) is set aside; its running items go back on the queue without
   counting as failures. A node set aside for failures that then turns out gone is recorded as
@@ -37,7 +40,8 @@ FAILURES = "failures"  # items failed there and then succeeded on other nodes
 LEFT_OUT = "left_out"  # the client could not reach it or start Ray on it when it submitted the batch
 NOT_IN_RAY = "not_in_ray"  # its Ray node was not running when the batch began
 UNKNOWN = "unknown"  # set aside before quarantines carried a code
-QUARANTINE_CODES = (LOST, FAILURES, LEFT_OUT, NOT_IN_RAY, UNKNOWN)
+INTERRUPTED = "interrupted"  # the cloud announced it takes the machine back (a spot interruption notice)
+QUARANTINE_CODES = (LOST, FAILURES, LEFT_OUT, NOT_IN_RAY, UNKNOWN, INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,14 @@ class Batch:
         if node_gone or self._lost[node] >= LOST_IN_A_ROW:
             return self.quarantine(node, LOST, f"lost: {reason}")
         return []
+
+    def interrupted(self, index: int, node: str) -> None:
+        """The attempt ended because its node was drained (told to checkpoint and stop before
+        the cloud takes the machine): queue the item again, not counted as a failure."""
+        s = self.items[index]
+        self._running -= 1
+        s.status = QUEUED
+        self._requeue(index)
 
     def gone(self, node: str, reason: str) -> list[str]:
         """The engine no longer lists the node: set it aside as lost (or say so, where failures had)."""

@@ -128,8 +128,9 @@ def _calibrate_detached(state: State, row: JobRow) -> str:
 
 @dataclass(frozen=True)
 class Lost:
-    """A node the batch lost (set aside with code LOST): what replacing it would cost for the
-    batch's time left and a replacement's setup."""
+    """A node the batch lost (set aside with code LOST, or drained on the cloud's interruption
+    notice: INTERRUPTED): what replacing it would cost for the batch's time left and a
+    replacement's setup."""
 
     node: str
     reason: str
@@ -140,11 +141,11 @@ class Lost:
 def newly_lost(state: State, cluster: str, row: JobRow, handled: set[str]) -> list[Lost]:
     """The nodes the running batch has lost that `handled` does not hold yet (added to it)."""
     from gpuplan.operating import recover, runner
-    from gpuplan.operating.batch_rules import LOST
+    from gpuplan.operating.batch_rules import INTERRUPTED, LOST
 
     if row.state in runner.JOB_STATES_OVER:
         return []
-    lost = [q for q in state.job_quarantines(row.id) if q.code == LOST and q.node not in handled]
+    lost = [q for q in state.job_quarantines(row.id) if q.code in (LOST, INTERRUPTED) and q.node not in handled]
     if not lost:
         return []
     p = progress(state, row)

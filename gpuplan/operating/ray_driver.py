@@ -32,6 +32,7 @@ directory on the head; the client reads it (over SSH, from where it stopped) whe
   {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"[, "restored"]}
                                                   restored: bytes of checkpoint the attempt started from
   {"t": "lost", "i", "node", "reason"}            an attempt that died with its worker or node
+  {"t": "notice", "node", "action", "time", "at"} the cloud announced it takes the node back: it is drained
   {"t": "quarantine", "node", "code", "reason"}   a node set aside: code from batch_rules (LOST, FAILURES, ...)
   {"t": "requeue", "i"}                           an ended item queued again (its node was set aside)
   {"t": "capped", "at", "stop_at", "running"}   the yen cap's time came: nothing more is handed out
@@ -95,7 +96,7 @@ def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: l
 
 def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,
              workdir: str, image: str = "", stop_at: float | None = None, docker: str = "docker",
-             checkpoints=None, checkpoint_every_s: float = 0) -> dict:
+             checkpoints=None, checkpoint_every_s: float = 0, *, on_start=None) -> dict:
     """One attempt of one item, on the node Ray placed it on (runs in a Ray worker). With
     `image`, in a container (`docker`: how this node runs the docker CLI). At `stop_at` (epoch
     seconds: the yen cap) the attempt is stopped like a timed-out one and returns "capped".
@@ -154,6 +155,8 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     pid_file = f"{home}/pids/{index}.{attempt}"
     with open(pid_file, "w") as fh:  # `gpuplan cancel` kills this process group on every node
         fh.write(f"{proc.pid}\n")
+    if on_start is not None:
+        on_start(proc.pid)
     timed_out = capped = False
     by_cap = stop_at is not None and stop_at - time.time() < timeout_s  # which deadline comes first
     try:
@@ -277,13 +280,61 @@ def _remove_container(docker: str, name: str) -> None:
 
 
 class SlotWorker:
-    """One GPU slot (1/k of a GPU with --per-gpu k) on one node: runs the items handed to it."""
+    """One GPU slot (1/k of a GPU with --per-gpu k) on one node: runs the items handed to it.
+    Two calls may run at once (max_concurrency 2): `drain` reaches the item `run` is running."""
+
+    def __init__(self) -> None:
+        self._group: int | None = None
 
     def ready(self) -> bool:
         return True
 
     def run(self, *args) -> dict:
-        return run_item(*args)
+        try:
+            return run_item(*args, on_start=self._started)
+        finally:
+            self._group = None
+
+    def _started(self, pid: int) -> None:
+        self._group = pid
+
+    def drain(self) -> bool:
+        """SIGTERM to the running item's process group, so that it checkpoints and stops before
+        the machine is taken back; whether one was running."""
+        group = self._group
+        if group is not None:
+            _kill_group(group, signal.SIGTERM)
+        return group is not None
+
+
+NOTICE_PATH = "/latest/meta-data/spot/instance-action"  # 404 until the cloud announces it takes the machine
+NOTICE_POLL_S = 5.0  # AWS gives two minutes' notice; it says to look every 5 s
+
+
+def watch_notice(endpoint: str, poll_s: float) -> dict:
+    """On one node (a Ray task pinned there): ask its instance metadata (IMDSv2: a session
+    token, then the spot instance-action) every `poll_s` until the cloud announces it takes the
+    machine back; returns the notice's action and time. `endpoint`: the metadata service's
+    (AWS_EC2_METADATA_SERVICE_ENDPOINT on the node, else 169.254.169.254)."""
+    import urllib.error
+    import urllib.request
+
+    base = (endpoint or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or "http://169.254.169.254").rstrip("/")
+    while True:
+        try:
+            ask = urllib.request.Request(f"{base}/latest/api/token", method="PUT",
+                                         headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+            with urllib.request.urlopen(ask, timeout=2) as r:
+                token = r.read().decode()
+            ask = urllib.request.Request(f"{base}{NOTICE_PATH}", headers={"X-aws-ec2-metadata-token": token})
+            with urllib.request.urlopen(ask, timeout=2) as r:
+                body = json.loads(r.read() or b"{}")
+            return {"action": str(body.get("action", "")), "time": str(body.get("time", ""))}
+        except urllib.error.HTTPError:
+            pass  # 404: no notice (yet)
+        except (OSError, ValueError):
+            pass  # no metadata service answering (not an AWS machine, or it blinked): look again
+        time.sleep(poll_s)
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -317,7 +368,8 @@ def make_slot(ray, node: str, node_id: str, i: int, per_gpu: int, has_gpu: bool,
     if not _SLOT_CLASS:
         _SLOT_CLASS.append(ray.remote(SlotWorker))
     return _SLOT_CLASS[0].options(name=slot_name(node, per_gpu, i, tag), namespace=POOL_NAMESPACE, lifetime="detached",
-                                  get_if_exists=True, num_cpus=0, num_gpus=(1 / per_gpu) if has_gpu else 0, max_restarts=0,
+                                  get_if_exists=True, num_cpus=0, max_concurrency=2,
+                                  num_gpus=(1 / per_gpu) if has_gpu else 0, max_restarts=0,
                                   scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
 
 
@@ -439,9 +491,37 @@ def main(spec_path: str) -> int:
         checkpoints = ray.remote(CheckpointStore).options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
                                                                            soft=False)).remote()
+    notice = spec.get("notice")  # {"endpoint": ...}: watch each node's instance metadata for the cloud's notice
+    watchers: dict = {}  # ref -> node
+    drained: set[str] = set()
+
+    def watch(node: str) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ref = ray.remote(watch_notice).options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ids[node], soft=False)).remote(notice.get("endpoint") or "", float(notice.get("poll_s") or NOTICE_POLL_S))
+        watchers[ref] = node
+
+    if notice is not None:
+        for n in ids:
+            watch(n)
     looked_for_nodes = time.monotonic()
     capping, backstop = False, False
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
+        noticed, _ = ray.wait(list(watchers), num_returns=len(watchers), timeout=0) if watchers else ([], [])
+        for ref in noticed:
+            node = watchers.pop(ref)
+            try:
+                said = ray.get(ref)
+            except Exception:  # the node went before it was announced: the lost-node rules see to it
+                continue
+            drained.add(node)
+            events.write(t="notice", node=node, action=said["action"], time=said["time"], at=_now())
+            set_aside(batch.quarantine(node, rules.INTERRUPTED, f"the cloud takes it back ({said['action'] or 'notice'}"
+                                                                f" at {said['time'] or 'soon'}): drained"))
+            for _index, where, _attempt, actor in inflight.values():
+                if where == node:
+                    actor.drain.remote()  # SIGTERM: the item checkpoints and stops; it runs again elsewhere
         if not capping and time.time() >= cap_t:
             capping = True  # the yen cap: nothing more is handed out; the running attempts stop themselves
             events.write(t="capped", at=_now(), stop_at=spec["stop_at"], running=len(inflight))
@@ -468,6 +548,8 @@ def main(spec_path: str) -> int:
             for node, (node_id, node_gpus) in _joined(ray, set(batch.nodes)).items():
                 ids[node], gpus[node] = node_id, node_gpus
                 batch.add_node(node)
+                if notice is not None:
+                    watch(node)
                 free[node] = [new_slot(node, i) for i in range(max(1, node_gpus) * per_gpu)]
                 for i, actor in enumerate(free[node]):
                     slot_of[actor] = i
@@ -514,6 +596,13 @@ def main(spec_path: str) -> int:
                                  end=r["end"], exit=r["exit"], timed_out=False, log=r["log"], status="cancelled",
                                  reason="stopped at the yen cap")
                 continue
+            if node in drained and (r["exit"] != 0 or r["timed_out"]):  # stopped by the drain: not its fault
+                batch.interrupted(index, node)
+                events.write(t="end", i=index, node=node, slot=r["slot"], attempt=attempt, start=r["start"], end=r["end"],
+                             exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status="interrupted",
+                             **({"restored": r["restored"]} if r.get("restored") else {}))
+                events.write(t="requeue", i=index)
+                continue
             if r["exit"] == 0 and not r["timed_out"]:
                 gone = batch.succeeded(index, node)
                 status = rules.OK
@@ -526,6 +615,8 @@ def main(spec_path: str) -> int:
                          exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status,
                          **({"restored": r["restored"]} if r.get("restored") else {}))
             set_aside(gone)
+    for ref in watchers:  # the nodes' metadata watchers end with the batch
+        ray.cancel(ref, force=True)
     if cancelled or os.path.exists(f"{jobdir}/cancel"):
         # The slots stay for the next batch: `gpuplan cancel` kills the items' process groups, and
         # the calls running them then return to nobody.

@@ -271,6 +271,9 @@ def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[
     return ordered, f"the plan's (longest first; {matched} of {len(items)} items named in it)"
 
 
+# Clouds whose machines say, on their instance metadata, that they are about to be taken back (AWS
+# spot: two minutes before): the driver watches every node there and drains the one announced.
+NOTICE_PROVIDERS = ("aws",)
 MIN_CHECKPOINT_S = 2  # a sync costs a tar of the folder and a copy to the head: not many a second
 
 
@@ -308,6 +311,9 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     opts = {"per_gpu": per_gpu, "retries": retries, **(options or {})}
     if checkpoint_every_s:
         spec["checkpoint_every_s"] = opts["checkpoint_every_s"] = checkpoint_every_s
+    row = state.cluster(cluster)
+    if row is not None and row.provider in NOTICE_PROVIDERS:  # each node watches for the cloud's notice
+        spec["notice"] = {}
     if image:
         from gpuplan.operating import containers
 

@@ -103,16 +103,19 @@ def processes_running(argv: list[str]) -> list[int]:
 
 
 @contextmanager
-def loopback_ray_cluster(home: Path, cluster: str, price_jpy_per_hour, gpus: int = 2):
+def loopback_ray_cluster(home: Path, cluster: str, price_jpy_per_hour, gpus: int = 2, provider: str = "baremetal",
+                         host_env: list[dict[str, str]] | None = None):
     """Two loopback sshd hosts recorded as the ready cluster `cluster` (each node `gpus` GPUs,
-    priced per hour) under a GPUPLAN_HOME in `home`, its Ray started by the engine itself; yields
-    (state, hosts, home). Ray and the hosts are stopped on the way out."""
+    priced per hour; recorded as made by `provider`, whose machines the engine treats as such)
+    under a GPUPLAN_HOME in `home`, its Ray started by the engine itself; yields (state, hosts,
+    home). `host_env`: more variables each host's logins (and so its Ray) get. Ray and the hosts
+    are stopped on the way out; nothing is asked of `provider` itself."""
     import pytest
 
     from support.sshd import start_hosts, stop_hosts
 
     venv = ray_venv()
-    hosts = start_hosts(2, home)
+    hosts = start_hosts(2, home, host_env=host_env)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPUPLAN_HOME", str(home / "gpuplan-home"))
         mp.setenv("GPUPLAN_RAY_VENV", str(venv))
@@ -125,7 +128,7 @@ def loopback_ray_cluster(home: Path, cluster: str, price_jpy_per_hour, gpus: int
         from gpuplan.operating.state import State
 
         state = State(paths.state_db())
-        state.add_cluster(cluster, "baremetal", "loopback", "Standard_NC24", 2, ssh_user="root",
+        state.add_cluster(cluster, provider, "loopback", "Standard_NC24", 2, ssh_user="root",
                           price_jpy_per_hour=price_jpy_per_hour)
         state.save_ssh_key(cluster, hosts[0].client_key_path, "")
         for i, h in enumerate(hosts):

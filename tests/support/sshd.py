@@ -170,10 +170,12 @@ def missing_prerequisite() -> str | None:
     return None
 
 
-def start_hosts(n: int, tmp_path: Path | None = None, gpus: int = 1) -> list[SshdHost]:
+def start_hosts(n: int, tmp_path: Path | None = None, gpus: int = 1,
+                host_env: list[dict[str, str]] | None = None) -> list[SshdHost]:
     """Start `n` sshd hosts; the caller must call stop_hosts() (or use the fixture pattern in
     the module docstring). `tmp_path` is unused for sshd state (StrictModes) but kept for
-    symmetry with other helpers."""
+    symmetry with other helpers. `host_env`: more variables each host's logins get (one mapping
+    per host; values without spaces), such as its own instance metadata endpoint."""
     missing = missing_prerequisite()
     if missing:
         import pytest  # only under pytest: scripts/demo.py checks missing_prerequisite() itself
@@ -196,7 +198,11 @@ def start_hosts(n: int, tmp_path: Path | None = None, gpus: int = 1) -> list[Ssh
             shutil.copy(str(client_key) + ".pub", d / "authorized_keys")
             os.chmod(d / "authorized_keys", 0o600)
             port = _free_port()
-            (d / "sshd_config").write_text(_CONFIG.format(port=port, dir=d, root=root, fakebin=FAKEBIN))
+            config = _CONFIG.format(port=port, dir=d, root=root, fakebin=FAKEBIN)
+            extra = (host_env or [{}] * n)[i]
+            if extra:
+                config = config.rstrip("\n") + "".join(f" {k}={v}" for k, v in extra.items()) + "\n"
+            (d / "sshd_config").write_text(config)
             start = d / "start-sshd.sh"
             start.write_text(_START.format(sshd=SSHD, dir=d))
             start.chmod(0o755)
