@@ -192,7 +192,7 @@ def load(path: Path | None = None) -> list[Cluster]:
             pwait = _wait(p["queue_wait"], f"{pwhere}: queue_wait") if "queue_wait" in p else wait
             pcost = p.get("cost", cost)
             _check_cost(pcost, pwhere)
-            partitions.append(Partition(pname, str(p["gpu"]), per_node, nodes, pwait[0], pwait[1], pcost))
+            partitions.append(Partition(pname, str(p["gpu"]), per_node, nodes, pwait[0], pwait[1], dict(pcost or {})))
         out.append(Cluster(name, address, port, user, key, host_key, tuple(partitions), workdir,
                            {str(k): str(v) for k, v in env.items()}))
     return out
@@ -259,7 +259,8 @@ def partition_offers(cat, clusters: list[Cluster] | None = None) -> tuple[list[t
     clusters = load() if clusters is None else clusters
     facts = cat.providers.get("baremetal")
     kwh = facts.power_price_jpy_per_kwh if facts is not None else None
-    out, notes = [], []
+    out: list[tuple[Offer, int]] = []
+    notes: list[str] = []
     for c in clusters:
         for p in c.partitions:
             gpu = catalog_gpu_key(p.gpu)
@@ -318,3 +319,12 @@ def with_partitions(cat):
     pairs = [(o, n) for o, n in pairs if (o.provider, o.name.lower()) not in taken]
     cat = replace(cat, offers=cat.offers + tuple(o for o, _ in pairs))
     return cat, {o.name.lower(): n for o, n in pairs}, notes
+
+
+def offer_of(name: str):
+    """The offer of a partition by its name (`lab.gpu`), as a saved plan names it."""
+    from gpuplan.planning import catalog
+
+    cluster, part = find(name)
+    offers, _ = partition_offers(catalog.load(), [cluster])
+    return next(o for o, _ in offers if o.name == offer_name(cluster.name, part.name))

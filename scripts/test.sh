@@ -14,6 +14,17 @@ if [ ! -x /usr/sbin/sshd ] || ! command -v ssh-keygen >/dev/null; then
     fi
 fi
 
+# A real Slurm for the Slurm backend's tests (tests/support/slurm.py starts slurmctld, slurmd, slurmdbd on
+# MariaDB and munge on this machine, each its own process under /run/gpuplan-test-slurm; no service is enabled).
+if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmdbd ] || [ ! -x /usr/sbin/mariadbd ] || [ ! -x /usr/sbin/munged ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm slurmdbd munge mariadb-server >/dev/null
+    else
+        echo "scripts/test.sh: slurm-wlm, slurmdbd, munge or mariadb-server is missing; install them or the Slurm tests are skipped" >&2
+    fi
+fi
+
 [ -x .venv/bin/python ] || python3 -m venv .venv
 # torch CPU build for the reference-job tests: 2.13.0 is the build this machine kind keeps on disk;
 # pinning it first keeps the bench extra from pulling a multi-GB CUDA build.

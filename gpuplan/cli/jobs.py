@@ -332,6 +332,12 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     cap = _max_yen(max_yen)
     every_s = runner.checkpoint_interval(checkpoint_every) if checkpoint_every is not None else 0
     predicted = runner.read_plan(plan) if plan else None
+    if on_tasks and backends.for_target(cluster).name == "slurm":  # one Slurm job array (operating/slurm_runs.py)
+        if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover or every_s or image:
+            raise UsageError("a Slurm run is one array task per item, one GPU each, on the nodes as they are: --torchrun,"
+                             " --workdir, --down, --per-gpu, --retries, --recover, --checkpoint-every and --image do not apply")
+        _run_slurm(cluster, command, items, resume, detach, plan, predicted, timeout, env)
+        return
     if on_tasks:
         if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover or every_s:
             raise UsageError("a DOK run is one container task per item (or one 8-GPU task, one item per GPU):"
@@ -494,6 +500,40 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
     finally:
         out.print(f"artifacts (each task's SAKURA_ARTIFACT_DIR, for 72 hours): `gpuplan dok artifacts --run {job} --out DIR`",
                   markup=False)
+
+
+def _run_slurm(target, command, items, resume, detach, plan, predicted, timeout, env) -> None:
+    """`gpuplan run slurm:CLUSTER[/PARTITION]`: the items as one Slurm job array (operating/slurm_runs.py)."""
+    from gpuplan.operating import runner, slurm_runs
+    from gpuplan.operating.state import State
+
+    state = State.open_default()
+    environment = env_pairs(env)
+    if resume:
+        old, todo = _resumable(state, slurm_runs.CLUSTER, resume, command)
+        if not todo:
+            return
+        o = old.options
+        command, target = list(old.command), f"slurm:{o['slurm_cluster']}/{o['partition']}"
+        environment, timeout = environment or o.get("env") or {}, o.get("timeout_s") or timeout
+        order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
+    else:
+        todo, order_note = runner.run_order(runner.read_items(items), predicted)
+    job = slurm_runs.submit(state, target, todo, command, env=environment, timeout_s=timeout, resumes=resume,
+                            options={"plan": str(plan.resolve()) if plan else None},
+                            progress=_progress(_console(stderr=True)))
+    out = _console()
+    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} as one Slurm job array; order: {order_note}",
+              markup=False)
+    sys.stdout.flush()
+    if detach:
+        out.print(f"follow it with `gpuplan jobs slurm`, `gpuplan logs slurm {job} ITEM`; stop it with"
+                  f" `gpuplan cancel slurm {job}`", markup=False)
+        _emit_job(state, job)
+        return
+    _follow(state, slurm_runs.CLUSTER, job)
+    runner.record_finished(state, job)
+    _finish(state, job, predicted)
 
 
 def _refuse_busy(state, cluster: str, why: str) -> None:

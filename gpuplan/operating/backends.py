@@ -5,6 +5,7 @@ job (read what is new, cancel it, what it cost, what it did, fetch its outputs) 
 
 - `ray`: a batch on a cluster's Ray engine (cloud VMs and owned hosts): operating/runner.py.
 - `dok`: items as Sakura 高火力 DOK tasks: operating/dok_runs.py.
+- `slurm`: items as one Slurm job array on a cluster of slurm.yaml: operating/slurm_runs.py.
 
 The module-level functions (refresh, cancel, yen, summary, outputs) are the batch service the
 CLI and the launcher call; `get(name)` and `of(row)` the registry.
@@ -116,7 +117,7 @@ class RayBackend:
         return not any(b.pseudo_clusters and b.names(target) for b in _BACKENDS.values())
 
     def serves(self, offer: Any) -> bool:
-        return offer.kind != "task"  # machines: cloud VMs, rented servers, owned hosts
+        return offer.kind != "task" and offer.provider != "slurm"  # machines: cloud VMs, rented servers, owned hosts
 
     def target_of(self, offer: Any, cluster: str) -> str:
         return cluster
@@ -255,13 +256,84 @@ class DokBackend:
         dok_runs.item_logs(state, job, item, follow, write, note)
 
 
+class SlurmBackend:
+    name = "slurm"
+    has_cluster = False
+    poll_s = 5.0
+    stopped = ("Slurm array task", "cancelled (pending or running), none left in squeue")
+    pseudo_clusters: tuple[str, ...] = ("slurm",)
+
+    def names(self, target: str) -> bool:
+        from gpuplan.operating import slurm_runs
+
+        return slurm_runs.is_slurm(target)
+
+    def serves(self, offer: Any) -> bool:
+        return offer.provider == "slurm"
+
+    def target_of(self, offer: Any, cluster: str) -> str:
+        return "slurm:" + offer.name.replace(".", "/", 1)  # CLUSTER.PARTITION -> slurm:CLUSTER/PARTITION
+
+    def preflight(self, image: str) -> None:
+        if image:
+            raise UsageError("the pick is a Slurm partition: its batch runs on the nodes as they are; containers"
+                             " (image:) are not supported there yet")
+
+    def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
+        from gpuplan.operating import slurm_runs
+
+        return slurm_runs.submit(state, sub.target, list(sub.items), sub.command, env=dict(sub.env),
+                                 timeout_s=sub.timeout_s, image=sub.image, options=dict(sub.options),
+                                 resumes=sub.resumes, progress=progress)
+
+    def claims(self, row: JobRow) -> bool:
+        return self.names(row.cluster)
+
+    def session(self, state: State, job: str) -> AbstractContextManager[Any]:
+        from gpuplan.operating import slurm_runs
+
+        return slurm_runs.session(state, job)  # one SSH connection to the login host while following
+
+    def refresh(self, state: State, job: str, conn: Any = None) -> JobRow:
+        from gpuplan.operating import slurm_runs
+
+        return slurm_runs.refresh(state, job, conn)
+
+    def cancel(self, state: State, job: str) -> int:
+        from gpuplan.operating import slurm_runs
+
+        return slurm_runs.cancel(state, job)
+
+    def yen(self, state: State, row: JobRow, at: Any = None) -> Decimal | None:
+        from gpuplan.operating import slurm_runs
+
+        return slurm_runs.job_yen(state, row, at)
+
+    def summary(self, state: State, job: str) -> RunSummary:
+        from gpuplan.operating import slurm_runs
+
+        return slurm_runs.summary(state, job)
+
+    def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
+        from gpuplan.operating import slurm_runs
+
+        items, files = slurm_runs.fetch_outputs(state, job, into, item)
+        return Fetched(items, files)
+
+    def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
+             note: Callable[[str], None]) -> None:
+        from gpuplan.operating import slurm_runs
+
+        slurm_runs.item_logs(state, job, item, follow, write, note)
+
+
 def _need_image(image: str, what: str) -> None:
     if not image:
         raise UsageError(f"{what} is a 高火力 DOK task plan: every item runs in a container there; give the batch an"
                          " image (image: or --image), e.g. one built from your code's Dockerfile")
 
 
-_BACKENDS: dict[str, RunBackend] = {"ray": RayBackend(), "dok": DokBackend()}
+_BACKENDS: dict[str, RunBackend] = {"ray": RayBackend(), "dok": DokBackend(), "slurm": SlurmBackend()}
 CLUSTERS = "ray"  # the backend of a batch on a cluster gpuplan provisioned or claimed
 
 
@@ -273,7 +345,8 @@ def get(name: str) -> RunBackend:
 
 
 def for_target(target: str) -> RunBackend:
-    """The backend a `run` target names: `dok:PLAN` names DOK's; anything else is a cluster's name (Ray)."""
+    """The backend a `run` target names: `dok:PLAN` names DOK's, `slurm:CLUSTER[/PARTITION]` Slurm's;
+    anything else is a cluster's name (Ray)."""
     named = [b for b in _BACKENDS.values() if b.pseudo_clusters and b.names(target)]
     return named[0] if named else get(CLUSTERS)
 

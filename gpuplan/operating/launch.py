@@ -49,6 +49,10 @@ def _resolve(target: str, region: str | None, as_of: str | None = None) -> tuple
         check_plain(region, "--region")
     if target.startswith("baremetal:"):
         return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1]), ""
+    if target.startswith("slurm:"):  # a partition of slurm.yaml (providers/slurm.py)
+        from gpuplan.providers import slurm
+
+        return slurm.offer_of(target.split(":", 1)[1]), ""
     from gpuplan.planning import catalog
 
     return catalog.load(as_of).resolve_named(target, region=region)

@@ -1,0 +1,149 @@
+"""Batches on a real Slurm (issue 34): Debian's slurmctld + slurmd + slurmdbd with munge on this
+machine (tests/support/slurm.py, two GPUs as GRES of stand-in device files), reached through a
+loopback sshd login host (tests/support/sshd.py). `gpuplan run slurm:lab/gpu` and `gpuplan launch`
+submit one job array, follow it with squeue/sacct, fetch its outputs; `cancel` leaves no task in
+squeue; the yen are the GPU-seconds sacct reports x the partition's points price."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import pytest
+import yaml
+
+from gpuplan import paths
+from support.slurm import start_cluster
+from support.sshd import start_hosts, stop_hosts
+
+PRICE = Decimal(30)  # 2 points a GPU-hour x ¥15 a point
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    cluster = start_cluster(gpus=2)
+    hosts = start_hosts(1)
+    try:
+        yield cluster, hosts[0]
+    finally:
+        stop_hosts(hosts)
+        cluster.stop()
+
+
+@pytest.fixture
+def lab(slurm, gpuplan_home, monkeypatch):
+    cluster, login = slurm
+    monkeypatch.setenv("GPUPLAN_POLL_S", "1")
+    config = paths.config_dir()
+    config.mkdir(parents=True, exist_ok=True)
+    doc = {"clusters": [{
+        "name": "lab", "queue_wait": "1m", "env": cluster.env, "workdir": "gpuplan-batches",
+        "login": {"address": login.host, "port": login.port, "user": login.user, "key": str(login.client_key_path),
+                  "host_key": login.host_public_key},
+        "cost": {"points_per_gpu_hour": 2, "yen_per_point": 15},
+        "partitions": [{"name": cluster.partition, "gpu": "V100", "gpus_per_node": cluster.gpus, "nodes": 1}]}]}
+    (config / "slurm.yaml").write_text(yaml.safe_dump(doc))
+    yield cluster
+    assert cluster.queue() == []  # every test leaves the queue empty
+
+
+def sacct_gpu_seconds(cluster, array: str) -> list[int]:
+    """The GPU-seconds of each task of the array, read from sacct by the test itself."""
+    r = cluster.run("sacct", "-j", array, "-X", "-P", "-n", "--format=JobID,ElapsedRaw,AllocTRES")
+    out = []
+    for line in r.stdout.splitlines():
+        _, elapsed, tres = line.split("|")
+        gpus = int(next((t.split("=")[1] for t in tres.split(",") if t.startswith("gres/gpu")), 0))  # pending: none
+        out.append(int(elapsed) * gpus)
+    return out
+
+
+def array_of(job: str) -> str:
+    from gpuplan.operating import slurm_runs
+    from gpuplan.operating.state import State
+
+    state = State.open_default()
+    return slurm_runs._array_of(state, state.job(job))[0]
+
+
+def items_file(tmp_path, n: int):
+    f = tmp_path / "items.txt"
+    f.write_text("".join(f"clip {i}.mp4\n" for i in range(n)))  # a space in each: items are shell words
+    return f
+
+
+COMMAND = ["sh", "-c", 'echo "done $1 on gpu ${SLURM_JOB_GPUS:-?}" > {out}/result.txt; sleep 2', "item", "{item}"]
+
+
+def test_a_batch_through_run_is_one_array_all_ok_billed_from_sacct_and_fetched(lab, cli, tmp_path):
+    from gpuplan.operating import backends
+    from gpuplan.operating.state import State
+
+    r = cli("run", "slurm:lab/gpu", "--items", str(items_file(tmp_path, 3)), "--", *COMMAND)
+    assert r.code == 0, r.out + r.err
+    assert "as one Slurm job array" in r.out
+    state = State.open_default()
+    job = next(row.id for row in state.jobs("slurm"))
+    assert state.job(job).state == "succeeded" and state.job_counts(job) == {"ok": 3}
+    array = array_of(job)
+    gpu_s = sacct_gpu_seconds(lab, array)
+    assert len(gpu_s) == 3 and all(s >= 2 for s in gpu_s)  # each task slept 2 s on its one GPU
+    # by hand: the GPU-seconds sacct reports x ¥30 a GPU-hour, each task on its own
+    want = sum(Decimal(s) * PRICE / 3600 for s in gpu_s)
+    assert backends.yen(state, state.job(job)) == want
+    assert backends.summary(state, job).yen == want
+    got = cli("logs", "slurm", job, "--fetch", str(tmp_path / "out"))
+    assert got.code == 0, got.err
+    results = sorted((tmp_path / "out").glob("*/result.txt"))
+    assert [p.read_text().split(" on ")[0] for p in results] == [f"done clip {i}.mp4" for i in range(3)]
+    log = cli("logs", "slurm", job, "clip 1.mp4")
+    assert log.code == 0, log.err
+
+
+def test_launch_picks_the_partition_and_runs_the_batch_there(lab, cli, tmp_path):
+    from gpuplan.operating import backends
+    from gpuplan.operating.state import State
+
+    items_file(tmp_path, 4)
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
+        "workload": "colorize-hd", "items": "items.txt", "command": COMMAND, "infra": ["slurm"],
+        "outputs": "results", "timeout": "10m"}))
+    r = cli("launch", str(tmp_path / "batch.yaml"), "-y")
+    assert r.code == 0, r.out + r.err
+    state = State.open_default()
+    job = next(row.id for row in state.jobs("slurm"))
+    assert state.job_counts(job) == {"ok": 4}
+    assert backends.yen(state, state.job(job)) == sum(Decimal(s) * PRICE / 3600 for s in sacct_gpu_seconds(lab, array_of(job)))
+    results = sorted((tmp_path / "results").glob("*/result.txt"))
+    assert [p.read_text().split(" on ")[0] for p in results] == [f"done clip {i}.mp4" for i in range(4)]
+    assert "lab.gpu" in r.out and "slurm" in r.out  # the pick it showed: the partition
+
+
+def test_cancel_leaves_no_task_in_squeue(lab, cli, tmp_path):
+    from gpuplan.operating.state import State
+
+    r = cli("run", "slurm:lab", "--items", str(items_file(tmp_path, 4)), "--detach", "--format", "json", "--",
+            "sh", "-c", "sleep 600", "x", "{item}")
+    assert r.code == 0, r.out + r.err
+    state = State.open_default()
+    job = next(row.id for row in state.jobs("slurm"))
+    array = array_of(job)
+    end = time.monotonic() + 90
+    while sum(1 for line in lab.queue() if line.endswith("RUNNING")) < 2:  # both GPUs busy, two tasks pending
+        assert time.monotonic() < end, lab.queue()
+        time.sleep(1)
+    time.sleep(3)  # they have run some seconds: billed
+    r = cli("cancel", "slurm", job)
+    assert r.code == 0, r.out + r.err
+    assert "4 Slurm array tasks cancelled" in r.out
+    assert lab.queue() == []
+    assert state.job(job).state == "cancelled"
+    assert state.job_counts(job) == {"cancelled": 4}
+    jobs = cli("jobs", "slurm", "--format", "json")
+    assert jobs.code == 0 and job in jobs.out
+    # the two tasks that ran until the cancel are billed for the GPU-seconds sacct reports; the others never ran
+    from gpuplan.operating import backends
+
+    ran = [s for s in sacct_gpu_seconds(lab, array) if s > 0]
+    assert len(ran) == 2, lab.run("sacct", "-j", array, "-X", "-P", "-n", "--format=JobID,State,ElapsedRaw,AllocTRES").stdout
+    assert backends.yen(state, state.job(job)) == sum(Decimal(s) * PRICE / 3600 for s in ran)
