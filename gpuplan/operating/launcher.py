@@ -83,7 +83,7 @@ def workload_for(batch: Batch, items: Sequence[str]):
         raise UsageError(f"workload {work.name} is {'real-time streams' if work.streams else 'one data-parallel job'}:"
                          " launch runs a batch of items, one job per item")
     units = work.jobs[0].units
-    return replace(work, jobs=tuple(Job(Path(item).name or item, units) for item in items))
+    return replace(batch.planned(work), jobs=tuple(Job(Path(item).name or item, units) for item in items))
 
 
 def pick_of(plan_path: Path, region: str | None = None, tax: str | None = None) -> Pick:
@@ -231,7 +231,7 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
     sub = backends.Submission(
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
         registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
-        timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap,
+        timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap, checkpoint_every_s=batch.checkpoint_s or 0,
         options=launch_options(batch, pick, name if backend.has_cluster else None, outputs))
     return backend.submit(state, sub, progress)
 
