@@ -104,7 +104,20 @@ def test_the_driver_codes_every_node_it_sets_aside():
     assert b.out["x"].reason == "lost: NodeDiedError"
     assert ray_driver._absent(rules, "w", {"w": "unreachable (timed out)"}) == (rules.LEFT_OUT, "unreachable (timed out)")
     assert ray_driver._absent(rules, "w", {}) == (rules.NOT_IN_RAY, "not in the Ray cluster (its Ray node is not running)")
-    assert set(rules.QUARANTINE_CODES) == {rules.LOST, rules.FAILURES, rules.LEFT_OUT, rules.NOT_IN_RAY, rules.UNKNOWN}
+    assert set(rules.QUARANTINE_CODES) == {rules.LOST, rules.FAILURES, rules.LEFT_OUT, rules.NOT_IN_RAY, rules.UNKNOWN,
+                                           rules.INTERRUPTED}
+
+
+def test_a_drained_node_queues_its_items_again_without_a_failure():
+    """The cloud's notice (issue 35): the node is set aside as interrupted; an attempt the drain
+    stopped goes back on the queue at its place, its attempt not counted as a failure there."""
+    b = rules.Batch.of([(0, "a"), (1, "b")], ["x", "y"], retries=0)
+    assert b.next_for("x") == 0 and b.next_for("y") == 1
+    assert b.quarantine("x", rules.INTERRUPTED, "the cloud takes it back (terminate at 12:00): drained") == ["x"]
+    b.interrupted(0, "x")
+    assert b.items[0].status == rules.QUEUED and b.items[0].failed_on == []
+    assert b.next_for("x") is None and b.succeeded(1, "y") == [] and b.next_for("y") == 0
+    assert b.succeeded(0, "y") == [] and b.done()
 
 
 def test_run_recover_replaces_the_nodes_set_aside_as_lost_by_their_code(gpuplan_home, monkeypatch):
