@@ -75,9 +75,12 @@ def test_provision_dry_run_prints_the_order_it_would_create(cli):
     assert order["dry_run"] and order["name"] == "plan" and order["ttl_s"] == 4 * 3600
     [m] = order["machines"]
     assert (m["instance_type"], m["count"], m["gpu"], m["vcpus_per_machine"]) == ("g4dn.xlarge", 2, "T4", 4)
-    # the table's "¥83/h per machine, ¥166/h for the cluster", exact
+    # the table's "¥91.53/h per machine, ¥183.06/h for the cluster (... tax; listed ¥83.21/h without it)"
     per, fleet = Decimal(m["price_jpy_per_hour"]), Decimal(order["cluster_jpy_per_hour"])
-    assert f"¥{per:,.0f}/h per machine, ¥{fleet:,.0f}/h for the cluster" in table.out and fleet == 2 * per
+    with_tax = Decimal(m["price_jpy_per_hour_on_basis"])
+    assert (order["tax_basis"], m["listed_tax"], with_tax) == ("included", "excluded", per * Decimal("1.1"))
+    assert f"¥{with_tax:,.2f}/h per machine, ¥{2 * with_tax:,.2f}/h for the cluster" in table.out and fleet == 2 * per
+    assert f"listed ¥{per:,.2f}/h without it" in table.out
     assert order["says"][0] == "would create cluster plan: 2x aws:g4dn.xlarge in us-east-1"
     _no_floats(order)
 

@@ -83,6 +83,19 @@ def _power_words(per_hour, n: int = 1) -> str:
             " (power_watts x the catalog's power price; nothing else bills by the hour)")
 
 
+def _rent_words(offer, per_hour, n: int) -> str:
+    """A rented machine's price an hour on the estimate's tax basis (issue 33: the estimate showed
+    AWS's g4dn.xlarge with tax, provision the same row without), and as listed where that differs."""
+    from gpuplan.planning import tax
+
+    if per_hour is None:
+        return "?/h per machine (the catalog has no price)"
+    basis = tax.on_basis(per_hour, offer.tax, tax.DEFAULT)
+    listed = "" if basis == per_hour else f"; listed {fmt.rate(per_hour)}/h without it"
+    said = tax.said(tax.DEFAULT) if basis != per_hour or offer.tax == "included" else "as listed"
+    return f"{fmt.rate(basis)}/h per machine, {fmt.rate(basis * n)}/h for the cluster ({said}{listed})"
+
+
 def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
     """What a provision (or an image builder) will create, what it costs per hour (owned hosts:
     their power), the quota it was checked against, how long it lives (`lifetime`, else the TTL
@@ -90,15 +103,13 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
     offer, req = o.offer, o.request
     n = req.count
     per_hour = offer.price_jpy_per_hour
-    total = per_hour * n if per_hour is not None else None
     mine = owned(offer.provider)
     lines = [
         f"create cluster {req.name}: {n}x {offer.provider}:{offer.name} in {req.region}",
         f"  GPUs {offer.gpu} x{offer.gpu_count} per machine"
         + (f", {offer.vcpus} vCPUs each, {offer.vcpus * n} vCPUs in all" if offer.vcpus else ""),
         f"  {_power_words(per_hour, n)} ({offer.source or 'no source'})" if mine else
-        f"  {fmt.yen(per_hour)}/h per machine, {fmt.yen(total)}/h for the cluster "
-        f"(catalog {offer.as_of or '?'}, {offer.source or 'no source'})",
+        f"  {_rent_words(offer, per_hour, n)} (catalog {offer.as_of or '?'}, {offer.source or 'no source'})",
     ]
     caps = [f"{fmt.yen(c)} a {per}" for c, per in ((offer.daily_cap_jpy, "day"), (offer.monthly_cap_jpy, "month")) if c]
     if caps:  # issue 22: Sakura VRT bills the lesser of hourly + daily, and monthly

@@ -99,16 +99,20 @@ def order(o, dry_run: bool, lines: list[str]) -> dict:
 
     offer, req = o.offer, o.request
 
+    from gpuplan.planning import tax
+
     def part(of, count: int) -> dict:
         per = of.price_jpy_per_hour
+        on_basis = tax.on_basis(per, of.tax, tax.DEFAULT) if per is not None else None
         return {"provider": of.provider, "instance_type": of.name, "count": count, "gpu": of.gpu,
                 "gpus_per_machine": of.gpu_count, "vcpus_per_machine": of.vcpus or None,
-                "price_jpy_per_hour": exact(per), "fleet_jpy_per_hour": exact(per * count if per is not None else None)}
+                "price_jpy_per_hour": exact(per), "fleet_jpy_per_hour": exact(per * count if per is not None else None),
+                "listed_tax": of.tax, "price_jpy_per_hour_on_basis": exact(on_basis)}
 
     parts = [part(offer, req.count)] + [part(of, p.count) for of, p in zip(getattr(o, "more", ()), req.more)]
     prices = [p["fleet_jpy_per_hour"] for p in parts]
     return {
-        "dry_run": dry_run, "name": req.name, "provider": offer.provider, "region": req.region,
+        "dry_run": dry_run, "name": req.name, "provider": offer.provider, "region": req.region, "tax_basis": tax.DEFAULT,
         "owned": owned(offer.provider), "machines": parts,
         "cluster_jpy_per_hour": None if None in prices else str(sum(Decimal(x) for x in prices if x is not None)),
         "ttl_s": req.ttl_s or None, "idle_s": req.idle_s or None, "spot": bool(req.spot), "ssh_cidr": req.ssh_cidr,
