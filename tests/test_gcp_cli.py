@@ -139,6 +139,10 @@ def test_estimate_in_tokyo_lists_sourced_gcp_plans_and_the_zero_gpu_quota_line(c
     assert "gcp asia-northeast1" in r.out
     assert "over gcp's default GPUS_ALL_REGIONS quota of 0: `gpuplan check gcp` reads yours" in r.out
     assert "Quotas & System Limits" in r.out
+    # the tier counts GPUs, as the pick's machines hold them (4x a2-highgpu-1g: 4 A100s), not vCPUs
+    pick = doc["recommended"]
+    gpus = pick["count"] * {"a2-highgpu-1g": 1, "n1-standard-8+nvidia-tesla-t4": 1}[pick["instance_type"]]
+    assert f"needs {gpus} GPUs, over gcp's default GPUS_ALL_REGIONS quota of 0" in r.out
 
 
 def test_shipped_gcp_rows_are_sourced_dated_and_billed_per_second_after_a_minute():

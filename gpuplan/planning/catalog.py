@@ -91,7 +91,7 @@ class ProviderFacts:
 
     name: str
     default_region: str
-    default_quota_vcpus: int | None  # total regional vCPUs on a default account; None = unknown/none
+    default_quota_vcpus: int | None  # total regional quota on a default account, in quota_unit; None = unknown/none
     family_quota_vcpus: Mapping[str, int]  # quota family -> default vCPUs (Azure GPU families: 0)
     quota_name: str
     how_to_raise: str
@@ -103,6 +103,7 @@ class ProviderFacts:
     source: str
     notes: str
     task_start_s: int = 0  # a container task's image pull and start (kind "task" offers): wall time, not billed
+    quota_unit: str = "vCPUs"  # what default_quota_vcpus counts: "vCPUs", or "GPUs" (GCP's GPUS_ALL_REGIONS)
 
 
 @dataclass(frozen=True)
@@ -812,6 +813,16 @@ def _gpus() -> Mapping[str, GpuInfo]:
     return MappingProxyType(out)
 
 
+def _quota_unit(where: _Where, value: str | None) -> str:
+    """What a provider's default total quota counts: vCPUs (AWS, Azure; the default) or GPUs (GCP's
+    GPUS_ALL_REGIONS)."""
+    if value in (None, "", "vCPUs"):
+        return "vCPUs"
+    if value != "GPUs":
+        raise where.bad("quota_unit", value, "vCPUs or GPUs")
+    return value
+
+
 def _providers(folder, label: str) -> dict[str, ProviderFacts]:
     families: dict[str, dict[str, int]] = {}
     for line, row in _read_rows((folder / "quotas.csv").read_text(encoding="utf-8")):
@@ -837,6 +848,7 @@ def _providers(folder, label: str) -> dict[str, ProviderFacts]:
             source=row["source"],
             notes=row["notes"],
             task_start_s=_int(where, "task_start_minutes", row.get("task_start_minutes"), default=0) * 60,
+            quota_unit=_quota_unit(where, row.get("quota_unit")),
         )
     return out
 

@@ -1207,8 +1207,11 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
                                        limit=read[fam][0], read_at=read[fam][1]))
     if not user_given and facts is not None:
         how = facts.how_to_raise or ""
-        if facts.default_quota_vcpus is not None and peak > facts.default_quota_vcpus:
-            warnings.append(outcomes.of(Code.DEFAULT_QUOTA, vcpus=peak, provider=provider, quota_name=facts.quota_name,
+        # GCP's default total counts GPUs (GPUS_ALL_REGIONS), AWS's and Azure's vCPUs
+        total = sum(o.gpu_count * n for o, n in fleet) if facts.quota_unit == "GPUs" else peak
+        if facts.default_quota_vcpus is not None and total > facts.default_quota_vcpus:
+            warnings.append(outcomes.of(Code.DEFAULT_QUOTA, vcpus=peak, need=total, unit=facts.quota_unit,
+                                        provider=provider, quota_name=facts.quota_name,
                                         limit=facts.default_quota_vcpus, how_to_raise=how))
         for fam, need in by_family.items():
             default = facts.family_quota_vcpus.get(fam)
@@ -1216,7 +1219,7 @@ def _quota(provider, fleet, setup_mode, bw, setting, reasons, warnings) -> tuple
                 warnings.append(outcomes.of(Code.DEFAULT_FAMILY_QUOTA, vcpus=need, family=fam, limit=default,
                                             how_to_raise=how, provider=provider))
         if facts.default_quota_vcpus is not None or facts.family_quota_vcpus:
-            notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} vCPUs total"
+            notes.append(f"{provider} default quotas: {facts.default_quota_vcpus} {facts.quota_unit} total"
                          + "".join(f", {f} {v}" for f, v in facts.family_quota_vcpus.items() if f in by_family)
                          + f" ({facts.source})")
     if (facts is not None and user_total is None and facts.default_quota_vcpus is None and facts.quota_name != "none"

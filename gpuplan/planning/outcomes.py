@@ -117,7 +117,8 @@ def _deadline(f: Mapping[str, Any]) -> str:
 
 
 def _default_quota(f: Mapping[str, Any]) -> str:
-    return (f"needs {f['vcpus']} vCPUs, over {f['provider']}'s default {f['quota_name']} quota of {f['limit']}:"
+    return (f"needs {f.get('need', f['vcpus'])} {f.get('unit', 'vCPUs')}, over {f['provider']}'s default"
+            f" {f['quota_name']} quota of {f['limit']}:"
             f" `gpuplan check {f['provider']}` reads yours")
 
 
