@@ -214,12 +214,19 @@ def refresh(providers: Sequence[str] | None = None, out_dir: Path | None = None,
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Providers in the catalog whose prices have no source refresh can read yet, with what to do.
+NO_SOURCE = {"gcp": "GCP prices have no refresh source yet (the Cloud Billing Catalog API needs an API key): the"
+                    " shipped rows stay (skypilot-catalog, dated); put your own in prices.yaml to plan on newer ones"}
+
+
 def _providers_arg(providers: Sequence[str] | None) -> tuple[str, ...]:
     if not providers:
         return PROVIDERS
     out = []
     for p in providers:
         name = p.strip().lower()
+        if name in NO_SOURCE:
+            raise UsageError(f"catalog refresh: {NO_SOURCE[name]}")
         if name not in PROVIDERS:
             raise UsageError(f"catalog refresh: unknown --provider {p!r}; use azure, aws or sakura "
                              "(owned hardware has no public price source)")
