@@ -117,6 +117,7 @@ def test_launch_picks_the_partition_and_runs_the_batch_there(lab, cli, tmp_path)
     results = sorted((tmp_path / "results").glob("*/result.txt"))
     assert [p.read_text().split(" on ")[0] for p in results] == [f"done clip {i}.mp4" for i in range(4)]
     assert "lab.gpu" in r.out and "slurm" in r.out  # the pick it showed: the partition
+    assert "1. submit 4 items to Slurm partition lab.gpu as one job array" in r.err and "DOK" not in r.err
 
 
 def test_cancel_leaves_no_task_in_squeue(lab, cli, tmp_path):

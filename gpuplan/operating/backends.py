@@ -61,6 +61,9 @@ class Fetched:
 class RunBackend(Protocol):
     name: str
     has_cluster: bool  # its batches run on a cluster of machines gpuplan made (torn down after a launch)
+
+    def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
+        """A launch's steps in words on a backend without a cluster (has_cluster False)."""
     poll_s: float  # how often a follower looks (an API asked over the internet: not every second)
     stopped: tuple[str, str]  # what cancel counts and what became of them: ("running item", "stopped on every node")
     pseudo_clusters: tuple[str, ...]  # names its batches are listed under when they have no cluster
@@ -198,6 +201,13 @@ class DokBackend:
     def target_of(self, offer: Any, cluster: str) -> str:
         return offer.name.removeprefix("dok-")  # the task plan
 
+    def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
+        from gpuplan.planning import fmt
+
+        return [f"1. send {fmt.plural(items, 'DOK task')} on {offer.name.removeprefix('dok-')} from image"
+                f" {image or '(none given)'}, one running at a time",
+                f"2. follow them; each task's artifact (SAKURA_ARTIFACT_DIR) is fetched into {outputs}"]
+
     def preflight(self, image: str) -> None:
         from gpuplan.operating import dok_runs
 
@@ -273,6 +283,13 @@ class SlurmBackend:
 
     def target_of(self, offer: Any, cluster: str) -> str:
         return "slurm:" + offer.name.replace(".", "/", 1)  # CLUSTER.PARTITION -> slurm:CLUSTER/PARTITION
+
+    def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
+        from gpuplan.planning import fmt
+
+        return [f"1. submit {fmt.plural(items, 'item')} to Slurm partition {offer.name} as one job array"
+                " (one GPU per task; the queue's wait comes first)",
+                f"2. follow it with squeue/sacct; each item's outputs are fetched into {outputs}"]
 
     def preflight(self, image: str) -> None:
         if image:

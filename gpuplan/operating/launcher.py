@@ -160,10 +160,9 @@ def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
 
     outputs = outputs_dir(batch, name)
     out = []
-    if not backends.get(pick.backend).has_cluster:
-        out.append(f"1. send {fmt.plural(items, 'DOK task')} on {pick.offer.name.removeprefix('dok-')} from image"
-                   f" {batch.image or '(none given)'}, one running at a time")
-        out.append(f"2. follow them; each task's artifact (SAKURA_ARTIFACT_DIR) is fetched into {outputs}")
+    backend = backends.get(pick.backend)
+    if not backend.has_cluster:
+        out += backend.task_steps(pick.offer, batch.image, items, outputs)
     else:
         what = "claim" if pick.offer.kind == "owned" else "provision"
         out.append(f"1. {what} {pick.count}x {pick.target} as cluster {name}"
