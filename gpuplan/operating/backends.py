@@ -125,6 +125,9 @@ class RayBackend:
     def target_of(self, offer: Any, cluster: str) -> str:
         return cluster
 
+    def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
+        return []  # a cluster's steps (provision, bootstrap, run, fetch, teardown) are launcher.steps' own
+
     def preflight(self, image: str) -> None:
         return None  # the cluster's provider is checked by whoever makes the cluster
 
