@@ -59,7 +59,17 @@ from datetime import datetime, timedelta, timezone
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
+from gpuplan.operating.provider import (
+    NEW_LIMIT,
+    Image,
+    Instance,
+    NodeSpec,
+    Provider,
+    QuotaUsage,
+    Resource,
+    cloud_config,
+    console_host_key,
+)
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 UBUNTU_SSM = "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
@@ -130,19 +140,6 @@ def user_data(expires_at: datetime | None) -> str:
             {"path": "/var/lib/cloud/scripts/per-boot/gpuplan-ttl.sh", "content": script, "permissions": "0755"},
         ]
     return cloud_config(doc)
-
-
-def console_host_key(output: str) -> str | None:
-    """The ed25519 key line in the last host-key block cloud-init printed to the console."""
-    blocks = output.split("-----BEGIN SSH HOST KEY KEYS-----")
-    if len(blocks) < 2:
-        return None
-    for line in blocks[-1].split("-----END SSH HOST KEY KEYS-----")[0].splitlines():
-        words = line.split()
-        if "ssh-ed25519" in words[:-1]:
-            i = words.index("ssh-ed25519")
-            return f"{words[i]} {words[i + 1]}"
-    return None
 
 
 class AwsProvider(Provider):

@@ -68,7 +68,17 @@ from typing import Any
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
 from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
+from gpuplan.operating.provider import (
+    NEW_LIMIT,
+    Image,
+    Instance,
+    NodeSpec,
+    Provider,
+    QuotaUsage,
+    Resource,
+    cloud_config,
+    console_host_key,
+)
 from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_INSTALLATION, TAG_NODE
 
 DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
@@ -126,19 +136,6 @@ def parse_size(size: str) -> tuple[str, str, int]:
         raise UsageError(f"GCP size {size!r} is not a machine type (g2-standard-4) or an N1 type with GPUs "
                          "attached (n1-standard-4+nvidia-tesla-t4, n1-standard-8+nvidia-tesla-t4x2)")
     return m["mt"], m["acc"] or "", int(m["n"] or (1 if m["acc"] else 0))
-
-
-def console_host_key(output: str) -> str | None:
-    """The ed25519 key line of the last host-key block cloud-init printed to the serial console."""
-    blocks = output.split("-----BEGIN SSH HOST KEY KEYS-----")
-    if len(blocks) < 2:
-        return None
-    for line in blocks[-1].split("-----END SSH HOST KEY KEYS-----")[0].splitlines():
-        words = line.split()
-        if "ssh-ed25519" in words[:-1]:
-            i = words.index("ssh-ed25519")
-            return f"{words[i]} {words[i + 1]}"
-    return None
 
 
 def _tags_in(description: str) -> dict[str, str]:

@@ -376,6 +376,20 @@ def missing_extra(provider: str, exc: ImportError) -> UsageError:
     )
 
 
+def console_host_key(output: str) -> str | None:
+    """The ed25519 key line in the last host-key block cloud-init printed to the console (AWS's
+    console output, GCE's serial port): the machine's own host key, to pin."""
+    blocks = output.split("-----BEGIN SSH HOST KEY KEYS-----")
+    if len(blocks) < 2:
+        return None
+    for line in blocks[-1].split("-----END SSH HOST KEY KEYS-----")[0].splitlines():
+        words = line.split()
+        if "ssh-ed25519" in words[:-1]:
+            i = words.index("ssh-ed25519")
+            return f"{words[i]} {words[i + 1]}"
+    return None
+
+
 def cloud_config(doc: dict) -> str:
     """A cloud-init `#cloud-config` document: multi-line strings (scripts, keys) as YAML
     literal blocks, so that what lands on the machine is byte for byte what was written."""
