@@ -84,3 +84,19 @@ def issue_19_regions(gpuplan_home):
     from support.issue_cases import ISSUE_19_REGIONS
 
     (gpuplan_home / "config" / "config.yaml").write_text(f"preferred_regions: [{', '.join(ISSUE_19_REGIONS)}]\n")
+
+
+@pytest.fixture
+def mem(monkeypatch):
+    """An in-memory provider registered as "memory", every size resolving to test_lifecycle's
+    offer (m1.gpu at ¥100/h): provision, status and teardown through the CLI without a cloud."""
+    from test_lifecycle import offer
+
+    from gpuplan.operating import launch, provider
+    from support.memory_provider import MemoryProvider
+
+    prov = MemoryProvider()
+    provider.override("memory", lambda config: prov)
+    monkeypatch.setattr(launch, "_resolve", lambda target, region, as_of=None: (offer(), ""))
+    yield prov
+    provider.override("memory", None)

@@ -9,10 +9,7 @@ import threading
 from decimal import Decimal
 
 import pytest
-from test_lifecycle import offer
 
-from gpuplan.operating import launch, provider
-from support.memory_provider import MemoryProvider
 from support.sakura_dok_fake import DokFake, run_the_queue
 from support.sakura_phy_fake import PhyFake
 
@@ -41,13 +38,6 @@ def _no_floats(doc, where="") -> None:
             _no_floats(v, where)
 
 
-@pytest.fixture
-def mem(monkeypatch):
-    prov = MemoryProvider()
-    provider.override("memory", lambda config: prov)
-    monkeypatch.setattr(launch, "_resolve", lambda target, region, as_of=None: (offer(), ""))
-    yield prov
-    provider.override("memory", None)
 
 
 # --- provision, status, teardown, cost-report, image list ----------------------------------------

@@ -4,20 +4,8 @@
 import json
 
 import pytest
-from test_lifecycle import offer
 
-from gpuplan.operating import launch, provider
 from support.cli import Terminal
-from support.memory_provider import MemoryProvider
-
-
-@pytest.fixture
-def mem(monkeypatch):
-    prov = MemoryProvider()
-    provider.override("memory", lambda config: prov)
-    monkeypatch.setattr(launch, "_resolve", lambda target, region, as_of=None: (offer(), ""))
-    yield prov
-    provider.override("memory", None)
 
 
 def test_provision_status_teardown(cli, mem):

@@ -6,21 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import pytest
-from test_lifecycle import offer
-
-from gpuplan.operating import launch, provider
-from support.memory_provider import MemoryProvider
-
-
-@pytest.fixture
-def mem(monkeypatch):
-    prov = MemoryProvider()
-    provider.override("memory", lambda config: prov)
-    monkeypatch.setattr(launch, "_resolve", lambda target, region, as_of=None: (offer(), ""))
-    yield prov
-    provider.override("memory", None)
-
 
 def test_refresh_marks_a_machine_deleted_outside_gpuplan_gone_and_says_so(cli, mem):
     assert cli("provision", "--yes", "memory:m1.gpu", "x3", "--name", "demo", "--no-bootstrap").code == 0

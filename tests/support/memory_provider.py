@@ -84,3 +84,4 @@ class MemoryProvider(Provider):
 
     def default_regions(self) -> list[str]:
         return ["mem-1"]
+
