@@ -273,11 +273,9 @@ def refresh(state: State, job: str, client=None) -> JobRow:
         events.insert(0, {"t": "begin", "at": _iso(first)})
     if events:
         state.record_job_events(job, events, row.events_read)
-    counts = state.job_counts(job)
-    if not counts.get("queued") and not counts.get("running") and _row(state, job).state not in OVER:
-        ok = counts.get("ok", 0) == row.total
-        state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": _iso(at)}],
-                                row.events_read)
+    from gpuplan.operating import backends
+
+    backends.settle(state, job, _iso(at))
     return _row(state, job)
 
 
