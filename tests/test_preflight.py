@@ -73,3 +73,13 @@ def test_check_names_the_missing_extra_before_credentials(cli, no_credentials, m
     [row] = json.loads(r.out)
     assert row["provider"] == "azure" and row["ready"] is False
     assert "pip install 'gpuplan[azure]'" in row["credentials"] and "AZURE_SUBSCRIPTION_ID" not in row["credentials"]
+
+
+def test_a_dry_run_names_a_missing_extra_in_a_note_and_still_shows_the_order(cli, no_credentials, monkeypatch):
+    """The Quickstart install has no cloud SDK: a dry run still shows what would be made."""
+    from gpuplan.providers.azure import AzureProvider
+
+    monkeypatch.setattr(AzureProvider, "sdk_modules", ("azure.mgmt.nosuchmodule",))
+    r = cli("provision", "azure:NC4as_T4_v3", "x1", "--dry-run")
+    assert r.code == 0 and r.out.startswith("would create cluster"), r.err
+    assert "note: provider 'azure' needs an extra package (azure.mgmt.nosuchmodule)" in r.out

@@ -249,7 +249,8 @@ def dry_run_notes(o: Order) -> list[str]:
     except UsageError as exc:
         return [f"note: {exc}"]
     prov.check_features(spot=o.request.spot, ttl_s=o.request.ttl_s)
-    return list(getattr(prov, "create_notes", ()))  # what the provider makes besides machines (issue 22)
+    missing = prov.missing_sdk()
+    return ([f"note: {missing}"] if missing is not None else []) + list(getattr(prov, "create_notes", ()))
 
 
 def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple[Order, tuple[int, list[QuotaUsage]]]:

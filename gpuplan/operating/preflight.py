@@ -2,8 +2,8 @@
 pass so that a user fixes them all at once (issue 33): the provider's SDK (the pip extra), its
 credentials, the order itself (size, region, count, TTL, name), the playbooks and flags that
 would only fail after the machines exist, the SSH source, and whether there is a terminal to
-answer the question. `--dry-run` runs the same checks, less the two it does not need
-(credentials and a terminal).
+answer the question. `--dry-run` runs the same checks, less what it does not need (the SDK,
+which it names in a note, credentials and a terminal).
 
 Each problem is a typed value with its kind; `Problems` orders them (extras first) and is the
 error the CLI shows."""
@@ -75,8 +75,8 @@ def provision(ask: ProvisionAsk, *, dry_run: bool, yes: bool, interactive: bool)
     except UsageError as exc:
         problems.append(Problem(Kind.INPUT, str(exc)))
     provider = order.request.provider if order is not None else _named_provider(ask.target)
-    if provider:
-        problems += provider_problems(provider, credentials=not dry_run)
+    if provider and not dry_run:  # a dry run names a missing extra as a note (launch.dry_run_notes)
+        problems += provider_problems(provider, credentials=True)
     for book in ask.playbooks:
         try:
             load_playbook(book)
