@@ -1,6 +1,6 @@
 """The chaos harness (benchmarks/chaos.py) in CI: a few randomized cycles against moto must leave
 nothing behind and never find the state and the cloud disagreeing. The long run is a benchmark
-(its result line is in the README)."""
+(its result line is in docs/development.md, "Benchmarks")."""
 
 from __future__ import annotations
 
