@@ -7,9 +7,11 @@ gpuplan command holds the cluster (run it again later).
 
 
 class GpuplanError(Exception):
-    """Base class: str(exc) is the one line shown to the user."""
+    """Base class: str(exc) is the one line shown to the user; `detail`, what --debug shows
+    besides (a failed remote step's whole output)."""
 
     exit_code = 1
+    detail = ""
 
 
 class UsageError(GpuplanError):

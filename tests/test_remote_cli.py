@@ -46,6 +46,8 @@ def test_bootstrap_failure_is_one_line_and_exit_4(cli, demo, hosts):
         "gpuplan: error: demo-1: step nccl/nccl failed with exit code 100: "
         "E: Unable to locate package libnccl-dev"  # the output's error line, not its last lines joined
     )
+    shown = cli("--debug", "bootstrap", "demo", "-p", "nccl", "--param", FAKE)  # and the rest with --debug
+    assert shown.code == 4 and "gpuplan: the remote output:\n" in shown.err and "Setting up libnccl2 (1.0)" in shown.err
     assert "FAILED (100)" in r.out  # the summary table is still shown
 
 

@@ -38,7 +38,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors, and a failed remote step's whole output."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print gpuplan's version and exit."),
 ) -> None:
@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
+            if exc.detail:
+                print(f"gpuplan: the remote output:\n{exc.detail}", file=sys.stderr)
         from gpuplan.operating.preflight import Problems
 
         if isinstance(exc, Problems) and len(exc.problems) > 1:  # one short block: a line each

@@ -445,7 +445,9 @@ def _start(eng: Engine, node: Node, progress: Progress = lambda _m: None) -> Non
             pass
         if attempt == 1:
             progress(f"{why}; cleaned up, starting it once more")
-    raise EngineError(why) from RemoteError(r.tail(40))  # the whole tail shows with --debug
+    error = EngineError(why)
+    error.detail = r.tail(40)  # what --debug shows besides
+    raise error
 
 
 def _stop_node(eng: Engine, node: Node) -> list[str]:

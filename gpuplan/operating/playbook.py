@@ -125,6 +125,8 @@ class BootstrapFailed(RemoteError):
     def __init__(self, report: BootstrapReport) -> None:
         super().__init__(report.first_error())
         self.report = report
+        failed = [s for h in report.failures[:1] for s in h.steps if s.status == "failed"]
+        self.detail = failed[0].output if failed else ""
 
 
 # --- loading -----------------------------------------------------------------------------
