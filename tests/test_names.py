@@ -19,8 +19,9 @@ def test_a_gpu_that_fits_several_sizes_lists_them_with_their_yen_and_exits_2(cli
     line = _one_line(r.err)
     assert "unknown instance type" not in line and "Traceback" not in line
     # every one-GPU T4 size of the catalog, cheapest first, each with its yen/h on one tax basis
-    assert line == ("gpuplan: error: 't4' fits 4 sizes with 1x T4: aws:g4dn.xlarge ¥91.53/h,"
+    assert line == ("gpuplan: error: 't4' fits 5 sizes with 1x T4: aws:g4dn.xlarge ¥91.53/h,"
                     " azure:Standard_NC4as_T4_v3 ¥91.53/h, azure:Standard_NC8as_T4_v3 ¥130.85/h,"
+                    " gcp:n1-standard-8+nvidia-tesla-t4 ¥149.21/h,"
                     " azure:Standard_NC16as_T4_v3 ¥209.51/h (yen/h with 10 % consumption tax); write one of them,"
                     " or name a provider too (aws:t4)")
     assert "NC64as" not in line  # four T4s a machine: not what `t4` asks for
@@ -76,9 +77,9 @@ def test_a_count_of_gpus_a_machine_chooses_among_the_sizes(cli):
 
 
 def test_one_fitting_size_is_taken_and_said(cli):
-    r = cli("provision", "a100", "x1", "--dry-run")  # the only one-A100 size: Azure's
+    r = cli("provision", "azure:a100", "x1", "--dry-run")  # Azure's only one-A100 size (GCP has one too)
     assert r.code == 0, r.err
-    assert "'a100' is azure:Standard_NC24ads_A100_v4: the only size with 1x A100" in r.err
+    assert "'azure:a100' is azure:Standard_NC24ads_A100_v4: the only azure size with 1x A100" in r.err
     assert "1x azure:Standard_NC24ads_A100_v4" in r.out
 
 

@@ -4,6 +4,7 @@
 import json
 from dataclasses import replace
 from datetime import date
+from decimal import Decimal
 
 import pytest
 
@@ -20,7 +21,9 @@ def test_nc6_x4_dry_run_names_the_successor_and_exits_0(cli, gpuplan_home):
     assert r.out.startswith("would create cluster gp-")
     assert ": 4x azure:Standard_NC4as_T4_v3 in westus2" in r.out.splitlines()[0]
     t4 = catalog.load().resolve("azure:Standard_NC4as_T4_v3", region="westus2")
-    assert f"¥{t4.price_jpy_per_hour * 4:,.0f}/h for the cluster" in r.out
+    # on the estimate's tax basis (with consumption tax: Azure lists without it), and as listed
+    assert f"¥{t4.price_jpy_per_hour * 4 * Decimal('1.1'):,.2f}/h for the cluster" in r.out
+    assert f"listed ¥{t4.price_jpy_per_hour:,.2f}/h without it" in r.out
     assert not (gpuplan_home / "state" / "state.db").exists()  # a dry run opens no state
 
 
@@ -101,7 +104,8 @@ def test_spot_dry_run_shows_the_spot_price_and_its_interruption_rule(cli):
     assert spot is not None and spot.price_jpy_per_hour < on_demand.price_jpy_per_hour
     r = cli("provision", "aws:g4dn.xlarge", "x2", "--region", "us-east-1", "--spot", "--dry-run")
     assert r.code == 0, r.err
-    assert f"¥{spot.price_jpy_per_hour:,.0f}/h per machine, ¥{spot.price_jpy_per_hour * 2:,.0f}/h for the cluster" in r.out
+    taxed = spot.price_jpy_per_hour * Decimal("1.1")  # the estimate's basis: AWS lists without consumption tax
+    assert f"¥{taxed:,.2f}/h per machine, ¥{taxed * 2:,.2f}/h for the cluster" in r.out
     assert (f"spot at ¥{spot.price_jpy_per_hour:,.0f}/h (on demand ¥{on_demand.price_jpy_per_hour:,.0f}/h): "
             "EC2 may stop or terminate a Spot Instance with a two-minute notice") in r.out
 

@@ -220,7 +220,7 @@ def test_both_tax_views_change_every_providers_yen_by_the_same_factor(cli):
     assert (taxed_doc["tax"], plain_doc["tax"]) == ("included", "excluded")
     taxed, plain = _by_plan(taxed_doc), _by_plan(plain_doc)
     assert plain.keys() == taxed.keys()
-    checked = {"aws": 0, "azure": 0, "sakura": 0, "baremetal": 0}
+    checked = {"aws": 0, "azure": 0, "gcp": 0, "sakura": 0, "baremetal": 0}
     for key, before in plain.items():
         after = taxed[key]
         if {f["listed_tax"] for f in after["fleet"]} == {"unknown"}:
@@ -234,8 +234,8 @@ def test_both_tax_views_change_every_providers_yen_by_the_same_factor(cli):
         assert abs(Decimal(after["cost_exact_jpy"]) - Decimal(before["cost_exact_jpy"]) * factor) <= Decimal("0.01")
         checked[key[0]] += 1
     assert all(checked.values()), checked
-    assert taxed_doc["notes"]["tax"].startswith("tax: yen include Japan's 10 % consumption tax (aws, azure listed"
-                                                " without it: x 1.1")
+    assert taxed_doc["notes"]["tax"].startswith("tax: yen include Japan's 10 % consumption tax (aws, azure, gcp"
+                                                " listed without it: x 1.1")
     assert plain_doc["notes"]["tax"].startswith("tax: yen exclude consumption tax (baremetal, sakura listed with it: / 1.1")
 
 

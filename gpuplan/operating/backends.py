@@ -413,18 +413,6 @@ def cancel(state: State, job: str) -> int:
     return of(job_row(state, job)).cancel(state, job)
 
 
-def settle(state: State, job: str, at_iso: str) -> None:
-    """For backends that follow items one by one (DOK tasks, Slurm array tasks): once no item is
-    queued or running, the job ends, succeeded when every item is ok, else failed."""
-    from gpuplan.operating.runner import JOB_STATES_OVER
-
-    counts = state.job_counts(job)
-    row = job_row(state, job)
-    if not counts.get("queued") and not counts.get("running") and row.state not in JOB_STATES_OVER:
-        ok = counts.get("ok", 0) == row.total
-        state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": at_iso}],
-                                row.events_read)
-
 
 def yen(state: State, row: JobRow, at: Any = None) -> Decimal | None:
     return of(row).yen(state, row, at)

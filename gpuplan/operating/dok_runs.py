@@ -273,9 +273,9 @@ def refresh(state: State, job: str, client=None) -> JobRow:
         events.insert(0, {"t": "begin", "at": _iso(first)})
     if events:
         state.record_job_events(job, events, row.events_read)
-    from gpuplan.operating import backends
+    from gpuplan.operating import job_end
 
-    backends.settle(state, job, _iso(at))
+    job_end.settle(state, job, _iso(at), OVER)
     return _row(state, job)
 
 
