@@ -115,6 +115,17 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=loader)
 
 
+def read_yaml(path: str | os.PathLike, what: str, fix: str):
+    """A user's YAML file as plain data ({} when empty): read_text's checks, then load_yaml's;
+    anything wrong is one line naming the file and saying to fix it."""
+    import yaml
+
+    try:
+        return load_yaml(read_text(path, what, fix)) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({yaml_problem(exc)}); fix the file") from None
+
+
 def _check_events(events):
     """Refuse an alias or nesting deeper than MAX_DEPTH among parser events."""
     import yaml

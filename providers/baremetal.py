@@ -69,17 +69,12 @@ def _norm(text: str) -> str:
 
 
 def load_inventory(path: Path) -> list[InventoryHost]:
-    import yaml
-
-    from gpuplan.userfiles import expand, load_yaml, printable, read_text, yaml_problem
+    from gpuplan.userfiles import expand, printable, read_yaml
 
     if not path.is_file():
         raise UsageError(f"bare-metal inventory {path} not found; write one (see `gpuplan` docs: hosts with name, address, "
                          "user, key, gpus) or set providers.baremetal.inventory in config.yaml")
-    try:
-        data = load_yaml(read_text(path, "bare-metal inventory", "fix the file (hosts with name, address, gpus)")) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({yaml_problem(exc)}); fix the file") from None
+    data = read_yaml(path, "bare-metal inventory", "fix the file (hosts with name, address, gpus)")
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
         raise UsageError(f"{path}: expected `hosts:` with a list of hosts")
     defaults = data.get("defaults") or {}

@@ -115,17 +115,12 @@ def clusters_path() -> Path:
 
 def load(path: Path | None = None) -> list[Cluster]:
     """The clusters of `slurm.yaml` (none where there is no such file); one line for a mistake."""
-    import yaml
-
-    from gpuplan.userfiles import expand, load_yaml, read_text, yaml_problem
+    from gpuplan.userfiles import expand, read_yaml
 
     path = path or clusters_path()
     if not path.is_file():
         return []
-    try:
-        data = load_yaml(read_text(path, "Slurm clusters", "fix the file (clusters with name, login, partitions)")) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({yaml_problem(exc)}); fix the file") from None
+    data = read_yaml(path, "Slurm clusters", "fix the file (clusters with name, login, partitions)")
     if not isinstance(data, dict) or not isinstance(data.get("clusters"), list):
         raise UsageError(f"{path}: expected `clusters:` with a list of Slurm clusters")
     out, seen = [], set()
