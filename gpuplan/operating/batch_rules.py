@@ -40,7 +40,9 @@ FAILURES = "failures"  # items failed there and then succeeded on other nodes
 LEFT_OUT = "left_out"  # the client could not reach it or start Ray on it when it submitted the batch
 NOT_IN_RAY = "not_in_ray"  # its Ray node was not running when the batch began
 UNKNOWN = "unknown"  # set aside before quarantines carried a code
-INTERRUPTED = "interrupted"  # the cloud announced it takes the machine back (a spot interruption notice)
+# the cloud announced it takes the machine back (a spot interruption notice); also the status of an
+# attempt its node's drain stopped (queued again: Batch.interrupted)
+INTERRUPTED = "interrupted"
 QUARANTINE_CODES = (LOST, FAILURES, LEFT_OUT, NOT_IN_RAY, UNKNOWN, INTERRUPTED)
 
 

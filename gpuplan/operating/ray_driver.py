@@ -311,15 +311,15 @@ NOTICE_PATH = "/latest/meta-data/spot/instance-action"  # 404 until the cloud an
 NOTICE_POLL_S = 5.0  # AWS gives two minutes' notice; it says to look every 5 s
 
 
-def watch_notice(endpoint: str, poll_s: float) -> dict:
+def watch_notice(poll_s: float = NOTICE_POLL_S) -> dict:
     """On one node (a Ray task pinned there): ask its instance metadata (IMDSv2: a session
     token, then the spot instance-action) every `poll_s` until the cloud announces it takes the
-    machine back; returns the notice's action and time. `endpoint`: the metadata service's
-    (AWS_EC2_METADATA_SERVICE_ENDPOINT on the node, else 169.254.169.254)."""
+    machine back; returns the notice's action and time. The metadata service is the node's
+    AWS_EC2_METADATA_SERVICE_ENDPOINT where set (as the AWS SDKs read it), else 169.254.169.254."""
     import urllib.error
     import urllib.request
 
-    base = (endpoint or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or "http://169.254.169.254").rstrip("/")
+    base = (os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or "http://169.254.169.254").rstrip("/")
     while True:
         try:
             ask = urllib.request.Request(f"{base}/latest/api/token", method="PUT",
@@ -484,25 +484,23 @@ def main(spec_path: str) -> int:
     requeue_watch: set[int] = set()  # ended items a quarantine may queue again
     recover = bool(spec.get("recover"))
     image, docker = spec.get("image") or "", spec.get("docker") or {}
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     checkpoints, every_s = None, float(spec.get("checkpoint_every_s") or 0)
     if every_s:  # on the head, with the driver: a lost node takes no checkpoint with it
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         checkpoints = ray.remote(CheckpointStore).options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
                                                                            soft=False)).remote()
-    notice = spec.get("notice")  # {"endpoint": ...}: watch each node's instance metadata for the cloud's notice
+    notice = bool(spec.get("notice"))  # watch each node's instance metadata for the cloud's notice
     watchers: dict = {}  # ref -> node
     drained: set[str] = set()
 
     def watch(node: str) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         ref = ray.remote(watch_notice).options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ids[node], soft=False)).remote(notice.get("endpoint") or "", float(notice.get("poll_s") or NOTICE_POLL_S))
+            ids[node], soft=False)).remote()
         watchers[ref] = node
 
-    if notice is not None:
+    if notice:
         for n in ids:
             watch(n)
     looked_for_nodes = time.monotonic()
@@ -548,7 +546,7 @@ def main(spec_path: str) -> int:
             for node, (node_id, node_gpus) in _joined(ray, set(batch.nodes)).items():
                 ids[node], gpus[node] = node_id, node_gpus
                 batch.add_node(node)
-                if notice is not None:
+                if notice:
                     watch(node)
                 free[node] = [new_slot(node, i) for i in range(max(1, node_gpus) * per_gpu)]
                 for i, actor in enumerate(free[node]):
@@ -596,24 +594,22 @@ def main(spec_path: str) -> int:
                                  end=r["end"], exit=r["exit"], timed_out=False, log=r["log"], status="cancelled",
                                  reason="stopped at the yen cap")
                 continue
+            gone = []
             if node in drained and (r["exit"] != 0 or r["timed_out"]):  # stopped by the drain: not its fault
                 batch.interrupted(index, node)
-                events.write(t="end", i=index, node=node, slot=r["slot"], attempt=attempt, start=r["start"], end=r["end"],
-                             exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status="interrupted",
-                             **({"restored": r["restored"]} if r.get("restored") else {}))
-                events.write(t="requeue", i=index)
-                continue
-            if r["exit"] == 0 and not r["timed_out"]:
+                status = rules.INTERRUPTED
+            elif r["exit"] == 0 and not r["timed_out"]:
                 gone = batch.succeeded(index, node)
                 status = rules.OK
             else:
                 status = batch.failed(index, node, r["exit"] if not r["timed_out"] else 124)
                 if status != rules.QUEUED:
                     requeue_watch.add(index)
-                gone = []
             events.write(t="end", i=index, node=node, slot=r["slot"], attempt=attempt, start=r["start"], end=r["end"],
                          exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status,
                          **({"restored": r["restored"]} if r.get("restored") else {}))
+            if status == rules.INTERRUPTED:
+                events.write(t="requeue", i=index)
             set_aside(gone)
     for ref in watchers:  # the nodes' metadata watchers end with the batch
         ray.cancel(ref, force=True)

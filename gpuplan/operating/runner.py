@@ -313,7 +313,7 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
         spec["checkpoint_every_s"] = opts["checkpoint_every_s"] = checkpoint_every_s
     row = state.cluster(cluster)
     if row is not None and row.provider in NOTICE_PROVIDERS:  # each node watches for the cloud's notice
-        spec["notice"] = {}
+        spec["notice"] = True
     if image:
         from gpuplan.operating import containers
 
