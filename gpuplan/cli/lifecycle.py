@@ -52,7 +52,9 @@ SSH_FROM_HELP = ("Let SSH in from this address or CIDR only (default: providers.
 def _need_answer(yes: bool, doing: str) -> None:
     """Before anything is shown or done: without --yes a person must be there to answer."""
     if not yes and not (sys.stdin is not None and sys.stdin.isatty()):
-        raise UsageError(f"{doing} asks for confirmation, but stdin is not a terminal: rerun with --yes (-y) to proceed")
+        from gpuplan.operating.preflight import no_terminal
+
+        raise UsageError(no_terminal(doing).line)
 
 
 def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:

@@ -192,15 +192,14 @@ def preflight(state: State, pick: Pick, batch: Batch, name: str, can_answer: boo
     backend = backends.get(pick.backend)
     row = state.cluster(name)
     fleet = backend.has_cluster and (row is None or row.status == "gone")
-    problems = checks.provider_problems(pick.offer.provider, credentials=True) if fleet else []
+    problems = checks.provider_problems(pick.offer.provider) if fleet else []
     try:
         backend.preflight(batch.image)
     except UsageError as exc:
         problems.append(checks.Problem(checks.Kind.CREDENTIALS if isinstance(exc, AuthMissing) else checks.Kind.INPUT,
                                        str(exc)))
     if not can_answer:
-        problems.append(checks.Problem(checks.Kind.TERMINAL, "launch asks for confirmation, but stdin is not a"
-                                                             " terminal: rerun with --yes (-y) to proceed"))
+        problems.append(checks.no_terminal("launch"))
     if problems:
         raise checks.Problems("launch", problems)
     if not fleet:

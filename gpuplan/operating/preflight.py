@@ -76,7 +76,7 @@ def provision(ask: ProvisionAsk, *, dry_run: bool, yes: bool, interactive: bool)
         problems.append(Problem(Kind.INPUT, str(exc)))
     provider = order.request.provider if order is not None else _named_provider(ask.target)
     if provider and not dry_run:  # a dry run names a missing extra as a note (launch.dry_run_notes)
-        problems += provider_problems(provider, credentials=True)
+        problems += provider_problems(provider)
     for book in ask.playbooks:
         try:
             load_playbook(book)
@@ -93,8 +93,7 @@ def provision(ask: ProvisionAsk, *, dry_run: bool, yes: bool, interactive: bool)
     except UsageError as exc:
         problems.append(Problem(Kind.INPUT, str(exc)))
     if not (dry_run or yes or interactive):
-        problems.append(Problem(Kind.TERMINAL, "provision asks for confirmation, but stdin is not a terminal:"
-                                               " rerun with --yes (-y) to proceed"))
+        problems.append(no_terminal("provision"))
     if problems:
         raise Problems("provision", problems)
     return order
@@ -108,8 +107,14 @@ def _named_provider(target: str | None) -> str | None:
     return head if ":" in (target or "") and head in registry.available() else None
 
 
-def provider_problems(name: str, credentials: bool) -> list[Problem]:
-    """The provider's SDK, then (where asked and the SDK is there) its credentials."""
+def no_terminal(doing: str) -> Problem:
+    """`doing` would ask a question that no one can answer (no --yes, stdin not a terminal)."""
+    return Problem(Kind.TERMINAL, f"{doing} asks for confirmation, but stdin is not a terminal: rerun with --yes (-y)"
+                                  " to proceed")
+
+
+def provider_problems(name: str) -> list[Problem]:
+    """The provider's SDK, then (where the SDK is there) its credentials."""
     from gpuplan.errors import AuthMissing
     from gpuplan.operating import lifecycle
     from gpuplan.operating.provider import MissingExtra
@@ -121,8 +126,6 @@ def provider_problems(name: str, credentials: bool) -> list[Problem]:
     missing = prov.missing_sdk()
     if missing is not None:
         return [Problem(Kind.EXTRA, str(missing))]
-    if not credentials:
-        return []
     try:
         prov.check_credentials()
     except AuthMissing as exc:
