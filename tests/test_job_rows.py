@@ -136,7 +136,7 @@ def test_run_recover_replaces_the_nodes_set_aside_as_lost_by_their_code(gpuplan_
             {"t": "quarantine", "node": "c-2", "code": rules.LOST, "reason": "its worker died twice"}], 3)
         replaced = []
         monkeypatch.setattr(recover, "cost", lambda *_a: recover.Cost("1x test:t4", Decimal(100), Decimal(50), 600.0))
-        monkeypatch.setattr(recover, "replace_node", lambda _s, _c, node, _p: replaced.append(node) or "c-9")
+        monkeypatch.setattr(recover, "replace_node", lambda _s, _c, node, _p, _market=None: replaced.append(node) or "c-9")
         from gpuplan.operating import batches
 
         handled: set[str] = set()

@@ -238,6 +238,26 @@ def test_the_yen_cap_stops_the_batch_on_the_cluster_with_no_client_following(doc
     assert backends.yen(state, row) <= at_cap + runner.yen_for(terms, PRICE, nodes, 1)
 
 
+def test_a_cap_moved_earlier_stops_the_attempts_already_running(ray_cluster):
+    """`run --recover` with a dearer replacement moves the cap earlier (engine.move_cap): the
+    driver stops at the new time, and the attempts it handed out before, which only know the old
+    one, are told to stop then."""
+    from gpuplan.operating import backends, engine, runner
+    from support.ray_env import processes_running
+
+    state, hosts, _ = ray_cluster
+    far = datetime.now(timezone.utc) + timedelta(seconds=900)
+    job = runner.submit(state, CLUSTER, [(i, f"w{i}") for i in range(6)], ["sh", "-c", "sleep 41; : {item}"],
+                        stop_at=far)
+    wait_for(lambda: len(processes_running(["sleep", "41"])) == 4, timeout=60)
+    moved = datetime.now(timezone.utc) + timedelta(seconds=2)
+    engine.move_cap(engine.engine_of(state, CLUSTER), job, moved)
+    row = wait_for(lambda: (r := backends.refresh(state, job)).state in runner.JOB_STATES_OVER and r, timeout=60)
+    assert row.state == "capped" and row.ended_at < far - timedelta(seconds=800)
+    assert sorted(it.status for it in state.job_items(job)) == ["cancelled"] * 4 + ["queued"] * 2
+    assert not processes_running(["sleep", "41"]) and _pids_left(hosts, job) == []
+
+
 def test_run_max_yen_stops_at_what_the_nodes_may_be_billed_and_exits_6(docker_ready, tmp_path):
     from gpuplan.operating import backends
     from support.ray_env import processes_running

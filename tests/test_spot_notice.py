@@ -1,11 +1,16 @@
 """The cloud's interruption notice (issue 35): on an AWS cluster every node watches its own
 instance metadata (IMDSv2: a session token, then spot/instance-action); the node announced is
-drained (set aside, its running items told to stop with SIGTERM), and its items run again on
-the other node from their checkpoints, not counted as failures.
+drained (set aside, its running items told to stop with SIGTERM), its items run again elsewhere
+from their checkpoints, not counted as failures, and `run --recover` buys a replacement at once.
 
-Two loopback sshd hosts recorded as an AWS cluster, real Ray on them, and a loopback stand-in of
-each node's instance metadata service (the node's AWS_EC2_METADATA_SERVICE_ENDPOINT, as the AWS
-SDKs read it). The notice is given once items run on the second node."""
+The cloud is moto in server mode, reached by gpuplan's own AWS provider (boto3): `provision
+--spot` makes spot instances there, the replacement is asked for there (spot first, then, its
+spot request refused for capacity, on-demand), and `teardown` removes them there. moto's
+instances cannot run anything, so the machines behind them are loopback sshd hosts: the test's
+provider hands out each instance moto made with a loopback host's address and host key (its
+login user root, and the cluster's key authorized there). Real Ray runs on those hosts, each with
+a loopback stand-in of its instance metadata service (the node's AWS_EC2_METADATA_SERVICE_ENDPOINT,
+as the AWS SDKs read it). The notice is given once items run on the second node."""
 
 from __future__ import annotations
 
@@ -75,43 +80,136 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def test_a_notice_drains_the_node_and_its_items_finish_elsewhere_from_their_checkpoints(tmp_path):
-    from support.cli import run_cli
-    from support.ray_env import loopback_ray_cluster
+def loopback_aws(hosts, spot_capacity: dict):
+    """A factory for gpuplan's AWS provider, talking to moto, whose machines are `hosts`: the n-th
+    instance that comes up gets the n-th host's address and host key; the cluster's login key is
+    authorized on every host. With spot_capacity["gone"] set, a spot RunInstances is refused as
+    AWS refuses it when spot capacity is gone."""
+    from dataclasses import replace
 
-    servers = [Metadata(), Metadata()]
-    env = [{"AWS_EC2_METADATA_SERVICE_ENDPOINT": s.url} for s in servers]
+    from botocore.exceptions import ClientError
+
+    from gpuplan.providers.aws import AwsProvider
+
+    given: dict[str, int] = {}  # instance id -> host index
+
+    class LoopbackAws(AwsProvider):
+        default_ssh_user = "root"  # the loopback hosts' login
+
+        def client(self, service, region):
+            made = (service, region) in self._clients
+            c = super().client(service, region)
+            if service == "ec2" and not made:
+                c.meta.events.register("before-parameter-build.ec2.RunInstances", refuse_spot)
+            return c
+
+        def create(self, spec, names):
+            for h in hosts:
+                with open(h.dir / "authorized_keys", "a") as fh:
+                    fh.write(spec.ssh_public_key.strip() + "\n")
+            return super().create(spec, names)
+
+        def wait_ready(self, region, ids):
+            out = []
+            for inst in super().wait_ready(region, ids):
+                h = hosts[given.setdefault(inst.id, len(given))]
+                out.append(replace(inst, public_ip=h.host, private_ip=h.host, ssh_port=h.port,
+                                   extra={**inst.extra, "host_key": h.host_public_key}))
+            return out
+
+    def refuse_spot(params, **_):
+        if spot_capacity.get("gone") and params.get("InstanceMarketOptions"):
+            raise ClientError({"Error": {"Code": "InsufficientInstanceCapacity", "Message":
+                               "There is no Spot capacity available that matches your request."}}, "RunInstances")
+
+    return LoopbackAws
+
+
+def test_on_moto_a_notice_drains_the_node_its_items_finish_from_checkpoints_and_a_replacement_joins(
+        tmp_path, moto_aws, gpuplan_home, monkeypatch, cli):
+    import yaml
+
+    from gpuplan import paths
+    from gpuplan.operating import provider as registry
+    from gpuplan.operating.state import State
+    from support.ray_env import free_port_range, ray_venv, stop_ray
+    from support.sshd import start_hosts, stop_hosts
+
+    monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
+    port = free_port_range(4)
+    monkeypatch.setenv("GPUPLAN_RAY_PORT", str(port))
+    monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
+    monkeypatch.setenv("GPUPLAN_POLL_S", "0.3")
+    monkeypatch.setenv("COLUMNS", "250")
+    servers = [Metadata(), Metadata(), Metadata()]
+    hosts = start_hosts(3, tmp_path, host_env=[{"AWS_EC2_METADATA_SERVICE_ENDPOINT": s.url} for s in servers])
+    spot_capacity: dict = {}
+    registry.override("aws", loopback_aws(hosts, spot_capacity))
     try:
-        with loopback_ray_cluster(tmp_path, CLUSTER, "10", provider="aws", host_env=env) as (state, hosts, _home):
-            second = hosts[1].fake_root / "root/.gpuplan/jobs"
+        paths.config_dir().mkdir(parents=True, exist_ok=True)
+        (paths.config_dir() / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": {
+            "ami": moto_aws.ami, "quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}}}))
+        r = cli("provision", "--yes", "aws:g4dn.xlarge", "x2", "--spot", "--name", CLUSTER, "--no-bootstrap")
+        assert r.code == 0, r.err
+        ec2 = moto_aws.ec2()
+        live = [i for res in ec2.describe_instances()["Reservations"] for i in res["Instances"]]
+        assert [i.get("InstanceLifecycle") for i in live] == ["spot", "spot"]
 
-            def announce_once_items_run_there() -> None:
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline:
-                    if any(p.read_text().strip() not in ("", "0") for p in second.glob("*/checkpoints/*/step")):
-                        servers[1].announce()
-                        return
-                    time.sleep(0.2)
+        second = hosts[1].fake_root / "root/.gpuplan/jobs"
 
-            watcher = threading.Thread(target=announce_once_items_run_there, daemon=True)
-            watcher.start()
-            (tmp_path / "items.txt").write_text("a\nb\nc\nd\n")
-            r = run_cli("run", CLUSTER, "--items", str(tmp_path / "items.txt"), "--checkpoint-every", "2s", "--",
-                        "sh", "-c", ITEM)
-            watcher.join(1)
-            assert r.code == 0, r.out + r.err
-            assert "4 ok of 4 items" in " ".join(r.out.split())
-            [job] = state.jobs(CLUSTER)
-            [q] = state.job_quarantines(job.id)
-            assert (q.node, q.code) == (f"{CLUSTER}-1", "interrupted") and "terminate" in q.reason
-            items = state.job_items(job.id)
-            assert {it.status for it in items} == {"ok"}
-            assert {it.node for it in items} == {f"{CLUSTER}-0"}  # every item ended on the node that stayed
-            first = hosts[0].fake_root / "root/.gpuplan/jobs" / job.id / "out"
-            results = sorted(p.read_text().split() for p in first.glob("*/result"))
-            resumed = [res for res in results if res[3] != "0"]
-            assert resumed, results  # the drained node's items went on from their checkpoints
-            assert servers[0].asked > 0 and servers[0].notice is None  # the head watched too, and stayed
+        def announce_once_items_run_there() -> None:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if any(p.read_text().strip() not in ("", "0") for p in second.glob("*/checkpoints/*/step")):
+                    spot_capacity["gone"] = True  # the region's spot capacity goes with it
+                    servers[1].announce()
+                    return
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=announce_once_items_run_there, daemon=True)
+        watcher.start()
+        (tmp_path / "items.txt").write_text("a\nb\nc\nd\n")
+        r = cli("run", CLUSTER, "--items", str(tmp_path / "items.txt"), "--checkpoint-every", "2s", "--recover",
+                "--on-demand-fallback", "-y", "--", "sh", "-c", ITEM)
+        watcher.join(1)
+        assert r.code == 0, r.out + r.err
+        assert "4 ok of 4 items" in " ".join(r.out.split())
+        err = " ".join(r.err.split())
+        assert f"{CLUSTER}-1 is being taken back by the cloud" in err, err
+        assert "a replacement, 1x aws:g4dn.xlarge (spot), costs" in err and "trying on-demand" in err, err
+        assert "a replacement, 1x aws:g4dn.xlarge, costs" in err, err
+        assert f"{CLUSTER}-3 joined the batch in place of {CLUSTER}-1" in err, err
+
+        state = State(paths.state_db())
+        [job] = state.jobs(CLUSTER)
+        [q] = state.job_quarantines(job.id)
+        assert (q.node, q.code) == (f"{CLUSTER}-1", "interrupted") and "terminate" in q.reason
+        items = state.job_items(job.id)
+        assert {it.status for it in items} == {"ok"}
+        assert f"{CLUSTER}-1" not in {it.node for it in items}  # nothing ended on the node taken back
+        results = sorted(p.read_text().split() for h in hosts
+                         for p in (h.fake_root / "root/.gpuplan/jobs" / job.id / "out").glob("*/result"))
+        assert len(results) == 4 and [res for res in results if res[3] != "0"], results  # resumed from checkpoints
+        assert servers[0].asked > 0 and servers[0].notice is None  # the head watched too, and stayed
+        # the replacement: the spot request refused (its node failed, nothing made), then on-demand in moto,
+        # billed at the on-demand price
+        status = {n.name: n.status for n in state.nodes(CLUSTER)}
+        assert status == {f"{CLUSTER}-0": "running", f"{CLUSTER}-1": "lost", f"{CLUSTER}-2": "failed",
+                          f"{CLUSTER}-3": "running"}
+        live = {next(t["Value"] for t in i["Tags"] if t["Key"] == "gpuplan-node"): i
+                for res in ec2.describe_instances()["Reservations"] for i in res["Instances"]}
+        assert sorted(live) == [f"{CLUSTER}-0", f"{CLUSTER}-1", f"{CLUSTER}-3"]
+        assert live[f"{CLUSTER}-3"].get("InstanceLifecycle") is None  # on-demand
+        prices = {row["node"]: row["price_jpy_per_hour"] for row in state.ledger_rows() if row["cluster"] == CLUSTER}
+        assert prices[f"{CLUSTER}-3"] > prices[f"{CLUSTER}-0"] == prices[f"{CLUSTER}-1"]
+        state.close()
+
+        r = cli("teardown", "--yes", CLUSTER)
+        assert r.code == 0, r.err
+        assert moto_aws.held() == {}
     finally:
+        registry.override("aws", None)
+        stop_ray(f"{CLUSTER}-", port, 4)
+        stop_hosts(hosts)
         for s in servers:
             s.shutdown()

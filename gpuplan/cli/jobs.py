@@ -263,7 +263,8 @@ def run(
     registry_user: Annotated[Optional[str], typer.Option("--registry-user", help="Cluster runs with --image: the private registry's user (its server is the image's).", metavar="USER")] = None,
     registry_password_env: Annotated[Optional[str], typer.Option("--registry-password-env", help="Cluster runs with --image: the environment variable holding the registry's password or token (fed to `docker login --password-stdin` on each node; never on a disk or a command line).", metavar="VAR")] = None,
     max_yen: Annotated[Optional[str], typer.Option("--max-yen", help="Cluster runs: stop the batch on the cluster once the nodes' bill for it would pass N yen (the items running are stopped, the rest stay queued; exit 6).", metavar="N")] = None,
-    recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen.")] = False,
+    recover: Annotated[bool, typer.Option("--recover", help="A node lost mid-batch, or announced by the cloud as taken back (AWS spot), gets a replacement of the same kind (provisioned, bootstrapped, joined), after showing its yen; within --max-yen (a dearer one stops the batch sooner).")] = False,
+    on_demand_fallback: Annotated[bool, typer.Option("--on-demand-fallback", help="With --recover on a spot cluster: a replacement that finds no spot capacity is bought on-demand instead, after showing its on-demand yen.")] = False,
     checkpoint_every: Annotated[Optional[str], typer.Option("--checkpoint-every", help="Cluster runs: each item gets $GPUPLAN_CHECKPOINT_DIR, kept on the head every DURATION (and at the attempt's end); an item run again (its node lost, a retry) starts from it.", metavar="DURATION")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
     format: Annotated[str, shapes.format_option()] = "table",
@@ -279,12 +280,12 @@ def run(
              retries=retries, plan=plan, torchrun=torchrun, python=python, master_port=master_port, timeout=timeout,
              down=down, fetch=fetch, workdir=workdir, image=image, env=env, registry=registry,
              registry_user=registry_user, registry_password_env=registry_password_env, max_yen=max_yen,
-             recover=recover, checkpoint_every=checkpoint_every, yes=yes)
+             recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes)
 
 
 def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchrun, python, master_port, timeout,
          down, fetch, workdir, image, env, registry, registry_user, registry_password_env, max_yen, recover,
-         checkpoint_every, yes) -> None:
+         on_demand_fallback, checkpoint_every, yes) -> None:
     """`gpuplan run`, its options checked by typer."""
     from gpuplan.operating import locks, runner
     from gpuplan.operating.state import State
@@ -307,6 +308,8 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
                          " up: `gpuplan logs CLUSTER JOB --fetch DIR`")
     if fetch is not None and fetch.exists() and (not fetch.is_dir() or any(fetch.iterdir())):
         raise UsageError(f"--fetch {fetch} is not an empty folder: name another, or move it away")
+    if on_demand_fallback and not recover:
+        raise UsageError("--on-demand-fallback says how --recover buys a replacement: give --recover too")
     if recover and (detach or torchrun):
         raise UsageError("--recover replaces lost nodes while `run` follows the batch: it cannot go with --detach or"
                          " --torchrun")
@@ -393,7 +396,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
                   f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
         _emit_job(state, job)
         return
-    _follow(state, cluster, job, _recoverer(state, cluster, yes) if recover else None)
+    _follow(state, cluster, job, _recoverer(state, cluster, yes, on_demand_fallback) if recover else None)
     runner.record_finished(state, job)
     ended = _job_of(state, cluster, job)
     if cap is not None and ended.state == "capped":
@@ -594,32 +597,68 @@ def _progress_line(p) -> str:
             f" ETA {eta}; {fmt.yen(p.yen)} so far")
 
 
-def _recoverer(state, cluster: str, yes: bool):
-    """For `run --recover`: after each look at the batch, each node it has newly lost
-    (batches.newly_lost) is replaced once, after its yen is shown and the user agrees."""
+def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
+    """For `run --recover`: after each look at the batch, each node it has newly lost, or that
+    the cloud announced it takes back (batches.newly_lost), is replaced once, after its yen is
+    shown and the user agrees: in the cluster's market; with `on_demand`, a spot cluster's
+    replacement that finds no spot capacity is bought on-demand instead. Never past the batch's
+    yen cap: a replacement that would reach it before it is set up is not made, and a dearer one
+    moves the cap earlier (recover.cap_time)."""
+    from datetime import datetime, timezone
+
+    from gpuplan.errors import CapacityUnavailable
     from gpuplan.operating import batches, recover
+    from gpuplan.operating.batch_rules import INTERRUPTED
 
     handled: set[str] = set()
     err = _console(stderr=True)
 
-    def look(row: JobRow) -> None:
-        for lost in batches.newly_lost(state, cluster, row, handled):
-            c = lost.cost
-            err.print(f"{lost.node} was lost ({lost.reason.removeprefix('lost: ')[:120]}); a replacement, {c.what}, costs"
-                      f" {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the batch's"
-                      f" {fmt.duration(lost.left_s)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup", markup=False)
+    def say(text: str) -> None:
+        err.print(text, markup=False)
+
+    def replace(row: JobRow, lost: batches.Lost) -> None:
+        went = "is being taken back by the cloud" if lost.code == INTERRUPTED else "was lost"
+        say(f"{lost.node} {went} ({lost.reason.removeprefix('lost: ')[:120]})")
+        markets = [None] + ([recover.ON_DEMAND] if on_demand and lost.cost.market == recover.SPOT else [])
+        for market in markets:
+            c = lost.cost if market is None else recover.cost(state, cluster, lost.cost.seconds, market)
+            stop = recover.cap_time(state, row, gone=[lost.node], joining=c.terms)
+            say(f"a replacement, {c.what}, costs {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the"
+                f" batch's {fmt.duration(lost.left_s)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup"
+                + (f"; with it the batch's {fmt.yen(recover.job_cap(row))} cap stops it at {stop:%H:%M:%S} UTC"
+                   if stop is not None else ""))
+            if stop is not None and (stop - datetime.now(timezone.utc)).total_seconds() < recover.SETUP_GUESS_S:
+                say(f"not replacing {lost.node}: the batch would reach its cap before a replacement is set up")
+                return
             if not yes:
                 if not sys.stdin.isatty():
-                    err.print("not replacing it: no one to ask; `run --recover -y` replaces without asking", markup=False)
-                    continue
+                    say("not replacing it: no one to ask; `run --recover -y` replaces without asking")
+                    return
                 if not typer.confirm(f"Replace {lost.node}?", default=True):
-                    continue
+                    return
             try:
-                new = recover.replace_node(state, cluster, lost.node, _progress(err))
+                new = recover.replace_node(state, cluster, lost.node, _progress(err), market)
+            except CapacityUnavailable as exc:
+                if market is None and len(markets) > 1:
+                    say(f"no spot capacity for the replacement ({exc}); trying on-demand")
+                    continue
+                say(f"could not replace {lost.node}: {exc}; the batch goes on without it")
+                return
             except Exception as exc:  # noqa: BLE001 - the batch goes on on the nodes it has
-                err.print(f"could not replace {lost.node}: {exc}; the batch goes on without it", markup=False)
-                continue
-            err.print(f"{new} joined the batch in place of {lost.node}", markup=False)
+                say(f"could not replace {lost.node}: {exc}; the batch goes on without it")
+                return
+            try:
+                moved = recover.move_cap(state, row)
+            except Exception as exc:  # noqa: BLE001 - the cap each attempt was given still holds
+                moved = None
+                say(f"could not move the batch's yen cap earlier for {new}: {exc}")
+            say(f"{new} joined the batch in place of {lost.node}"
+                + (f"; the yen cap now stops the batch at {moved:%H:%M:%S} UTC" if moved is not None else ""))
+            return
+
+    def look(row: JobRow) -> None:
+        for lost in batches.newly_lost(state, cluster, row, handled):
+            replace(row, lost)
 
     return look
 

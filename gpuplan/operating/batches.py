@@ -133,6 +133,7 @@ class Lost:
     replacement's setup."""
 
     node: str
+    code: str  # batch_rules LOST, or INTERRUPTED: the cloud announced it takes the node back
     reason: str
     left_s: float
     cost: Cost
@@ -153,4 +154,4 @@ def newly_lost(state: State, cluster: str, row: JobRow, handled: set[str]) -> li
     elapsed = runner.job_seconds(row)
     left = elapsed / done * (row.total - done) if done else elapsed
     handled.update(q.node for q in lost)
-    return [Lost(q.node, q.reason, left, recover.cost(state, cluster, left + recover.SETUP_GUESS_S)) for q in lost]
+    return [Lost(q.node, q.code, q.reason, left, recover.cost(state, cluster, left + recover.SETUP_GUESS_S)) for q in lost]

@@ -29,6 +29,7 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -699,6 +700,17 @@ def cancel(eng: Engine, job: str, wait_s: float = 15) -> int:
             " sleep 1; done; echo $n")
     counts = remote.run_many([n.host for n in eng.nodes], lambda h: remote.run(h, kill, timeout=120))
     return sum(int(c.stdout.strip() or 0) for c in counts if isinstance(c, remote.Result) and c.stdout.strip().isdigit())
+
+
+def move_cap(eng: Engine, job: str, stop_at: datetime) -> None:
+    """Tell the job's driver its yen cap is now `stop_at` (earlier than it was: ray_driver reads
+    the file every 2 s and only ever moves the cap earlier)."""
+    d = _jobdir(job)
+    at = shlex.quote(stop_at.astimezone(timezone.utc).isoformat())
+    r = remote.run(eng.head.host, f"mkdir -p {d} && printf %s {at} > {d}/stop_at.new && mv {d}/stop_at.new {d}/stop_at",
+                   timeout=60)
+    if not r.ok:
+        raise RemoteError(f"could not move job {job}'s yen cap on {eng.head.name}: {r.why()}")
 
 
 def driver_logs(eng: Engine, job: str) -> str:

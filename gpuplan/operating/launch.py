@@ -78,7 +78,7 @@ def _preferred_region(target: str) -> str | None:
     return None
 
 
-def _live(target: str, region: str | None) -> tuple[Offer, str]:
+def live(target: str, region: str | None) -> tuple[Offer, str]:
     """The offer to create for `target`, and what to say first: the size a GPU name was read as;
     a retired size maps to its successor (and says so)."""
     offer, read = _resolve(target, region)
@@ -115,7 +115,7 @@ def _more(path: Path, provider: str, region: str | None, name: str, spot: bool, 
     """A mixed plan's other sizes as requests of the same cluster, their offers and mapped lines."""
     reqs, offers, mapped = [], [], []
     for size, n in saved_plan.load(path).more():
-        offer, line = _live(f"{provider}:{size}", region)
+        offer, line = live(f"{provider}:{size}", region)
         if spot and offer.kind == "cloud":
             offer, _ = _spot_priced(offer)
         reqs.append(lifecycle.request_from_offer(offer, n, name=name, image=image, ttl_s=ttl_s, spot=spot,
@@ -187,13 +187,13 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
         if target or count:
             raise UsageError("give either an instance type and count or --plan, not both")
         provider, size, plan_region, n, setup, market = read_plan(plan)
-        offer, mapped = _live(f"{provider}:{size}", region or plan_region)
+        offer, mapped = live(f"{provider}:{size}", region or plan_region)
         spot = spot or market == "spot"  # a plan made with `estimate --spot` on a spot price
     else:
         if not target:
             raise UsageError("name what to provision, e.g. `gpuplan provision nc6 x4`, or give --plan plan.json")
         region = region or _preferred_region(target)
-        offer, mapped = _live(target, region)
+        offer, mapped = live(target, region)
         n = parse_count(count or "x1")
     if offer.kind == "task":  # issue 22
         how = (f"`gpuplan launch --plan {plan} --image IMAGE --items FILE -- CMD {{item}}`" if plan is not None else
@@ -235,7 +235,7 @@ def order(target: str | None, count: str | None, *, plan: Path | None = None, re
 
 def image_order(target: str, region: str | None, name: str | None) -> tuple[Order, str]:
     """What `gpuplan image build` would create (its one builder machine), and the image's name."""
-    offer, mapped = _live(target, region)
+    offer, mapped = live(target, region)
     name = lifecycle.check_name(name, "image") if name is not None else images.default_name(offer)
     req = lifecycle.request_from_offer(offer, 1, name=images.builder_name(name), region=region)
     return Order(offer, req, mapped=mapped), name

@@ -22,7 +22,10 @@ with `docker rm -f NAME` whatever ended it (exit, timeout, cancel, the cap).
 With a yen cap (spec "stop_at", an absolute UTC time), each attempt stops itself at that time on
 its own node (its process group and container killed, as for a timeout), so the cap holds on every
 node whatever happens to the client or the driver; the driver then hands out nothing more, records
-the stopped items "cancelled", leaves the others queued and ends the job "capped".
+the stopped items "cancelled", leaves the others queued and ends the job "capped". The client may
+move the cap earlier while the batch runs (a file `stop_at` in the job's directory: `run --recover`
+replaced a node by a dearer one); the attempts started before that are then told to stop (SIGTERM)
+at the new time, and killed CAP_BACKSTOP_S later if they did not.
 
 Everything the client needs is appended, one JSON object per line, to events.jsonl in the job's
 directory on the head; the client reads it (over SSH, from where it stopped) whenever it looks:
@@ -35,6 +38,7 @@ directory on the head; the client reads it (over SSH, from where it stopped) whe
   {"t": "notice", "node", "action", "time", "at"} the cloud announced it takes the node back: it is drained
   {"t": "quarantine", "node", "code", "reason"}   a node set aside: code from batch_rules (LOST, FAILURES, ...)
   {"t": "requeue", "i"}                           an ended item queued again (its node was set aside)
+  {"t": "cap", "stop_at", "at"}                  the cap moved earlier (`run --recover` added a dearer node)
   {"t": "capped", "at", "stop_at", "running"}   the yen cap's time came: nothing more is handed out
   {"t": "done", "state", "at"}                    succeeded | failed | cancelled | capped
 """
@@ -505,6 +509,7 @@ def main(spec_path: str) -> int:
             watch(n)
     looked_for_nodes = time.monotonic()
     capping, backstop = False, False
+    cap_moved, cap_stopped = False, set()  # the cap moved earlier; the attempts told to stop at it
     while not batch.done() and not cancelled and not os.path.exists(f"{jobdir}/cancel"):
         noticed, _ = ray.wait(list(watchers), num_returns=len(watchers), timeout=0) if watchers else ([], [])
         for ref in noticed:
@@ -522,6 +527,10 @@ def main(spec_path: str) -> int:
                     actor.drain.remote()  # SIGTERM: the item checkpoints and stops; it runs again elsewhere
         if not capping and time.time() >= cap_t:
             capping = True  # the yen cap: nothing more is handed out; the running attempts stop themselves
+            if cap_moved:  # those started before it moved do not know the new time: told to stop now
+                for index, _node, _attempt, actor in inflight.values():
+                    actor.drain.remote()
+                    cap_stopped.add(index)
             events.write(t="capped", at=_now(), stop_at=spec["stop_at"], running=len(inflight))
         if capping and inflight and time.time() >= cap_t + CAP_BACKSTOP_S and not backstop:
             backstop = True  # attempts that did not stop themselves (a node's clock behind the head's)
@@ -536,6 +545,12 @@ def main(spec_path: str) -> int:
         look = time.monotonic() - looked_for_nodes > 2
         if look:
             looked_for_nodes = time.monotonic()
+            moved = _moved_cap(jobdir)
+            if moved is not None and moved < cap_t:
+                cap_t = stop_at = moved
+                spec["stop_at"] = datetime.fromtimestamp(moved, timezone.utc).isoformat()
+                cap_moved = True
+                events.write(t="cap", stop_at=spec["stop_at"], at=_now())
             # a node the engine no longer lists is lost, even where its killed items made it look
             # like failures first (they failed as it went)
             alive = _ray_nodes(ray, list(batch.nodes))
@@ -586,7 +601,8 @@ def main(spec_path: str) -> int:
                     free[node].append(fresh)
                 continue
             free[node].append(actor)
-            if r.get("capped"):  # stopped at the yen cap (or never started: it stays queued)
+            if r.get("capped") or index in cap_stopped:  # stopped at the yen cap (or never started: it stays queued)
+                cap_stopped.discard(index)
                 if r.get("started") is False:
                     events.write(t="requeue", i=index)
                 else:
@@ -629,6 +645,15 @@ def main(spec_path: str) -> int:
     failed = any(s.status != rules.OK for s in batch.items.values())
     events.write(t="done", state="failed" if failed else "succeeded", at=_now())
     return 0
+
+
+def _moved_cap(jobdir: str) -> float | None:
+    """The cap's new time (epoch seconds) where the client moved it (engine.move_cap), else None."""
+    try:
+        with open(f"{jobdir}/stop_at") as fh:
+            return datetime.fromisoformat(fh.read().strip()).timestamp()
+    except (OSError, ValueError):
+        return None
 
 
 def warm(ray, spec: dict, events: Events, wait: bool = True) -> int:
