@@ -8,6 +8,8 @@ what to plan, the items, the command, where it may run and what it may cost, in 
     infra: [sakura, baremetal]       # optional: only these providers
     max_yen: 500                     # optional: the batch stops before it spends more
     checkpoint: {every: 10m}         # optional: how often each item's job saves its work (spot risk)
+    recover: true                    # optional: a node lost or taken back mid-batch is replaced
+    on_demand_fallback: true         # optional, with recover on spot: on-demand when spot capacity is gone
 
 Paths are relative to the batch file. Every field can be given on the command line instead
 (`gpuplan launch --items v.txt --workload colorize-hd -- python colorize.py {item}`); a flag wins
@@ -31,7 +33,7 @@ from gpuplan.planning.units import MAX_YEN
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
-                    "playbooks", "params", "spot", "probe", "tax", "checkpoint"})
+                    "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
@@ -105,6 +107,8 @@ class Batch:
     # said; the workload's own then holds) and where; the planner prices redone spot work with it
     checkpoint_s: int | None = None
     checkpoint_path: str = ""
+    recover: bool = False  # a node lost, or taken back by the cloud, mid-batch gets a replacement (run --recover)
+    on_demand_fallback: bool = False  # a spot cluster's replacement is bought on-demand when spot capacity is gone
 
     def planned(self, workload):
         """The workload as this batch plans it: with the batch's checkpoint where it gives one
@@ -187,6 +191,11 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     from gpuplan.planning.workloads import checkpoint
 
     checkpoint_s, checkpoint_path = checkpoint(at("checkpoint"), data.get("checkpoint"))
+    recover = _flag(at("recover"), data.get("recover", False))
+    on_demand_fallback = _flag(at("on_demand_fallback"), data.get("on_demand_fallback", False))
+    if on_demand_fallback and not recover:
+        raise UsageError(f"{at('on_demand_fallback')}: says how a replacement is bought; give recover: true (or"
+                         " --recover) too")
     timeout = data.get("timeout", 24 * 3600)
     if isinstance(timeout, str):
         from gpuplan.planning.units import parse_duration
@@ -205,7 +214,7 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)),
         tax=taxes.parse(_text(at("tax"), data.get("tax") or "included"), at("tax")),
         probe=_probe(at("probe"), data.get("probe"), command), source=source, checkpoint_s=checkpoint_s,
-        checkpoint_path=checkpoint_path)
+        checkpoint_path=checkpoint_path, recover=recover, on_demand_fallback=on_demand_fallback)
 
 
 def _text(at: str, value: Any) -> str:

@@ -44,6 +44,44 @@ def test_the_batch_file_is_read_relative_to_itself_and_flags_win(tmp_path, monke
     monkeypatch.setenv("GH_TOKEN", "s3cret")
     assert b.registry.password() == "s3cret"
     assert batchfile.read(path, {"max_yen": "90"}).max_yen == Decimal(90)
+    assert (b.recover, b.on_demand_fallback) == (False, False)
+    flagged = batchfile.read(path, {"recover": True, "on_demand_fallback": True})
+    assert (flagged.recover, flagged.on_demand_fallback) == (True, True)
+
+
+def test_a_launch_with_recover_replaces_what_its_batch_loses_as_run_recover_does(tmp_path, gpuplan_home, monkeypatch):
+    """The batch file's recover and on_demand_fallback go with the job (launch --resume keeps
+    them) and its follower replaces the nodes the batch lost."""
+    from gpuplan.cli import jobs, launch
+    from gpuplan.operating import launcher, recover
+    from gpuplan.operating.state import State
+
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}",
+                             "recover": True, "on_demand_fallback": True, "spot": True})
+    b = batchfile.read(path, {})
+    pick = launcher.Pick(tmp_path / "plan.json", None, 2, "scratch", "spot", Decimal(1), Decimal(1), "ray")
+    opts = launcher.launch_options(b, pick, "c", tmp_path / "out")
+    assert (opts["launch"]["recover"], opts["launch"]["on_demand_fallback"]) == (True, True)
+    gpuplan_home.mkdir(parents=True, exist_ok=True)
+    state = State(gpuplan_home / "state.db")
+    state.add_cluster("c", "aws", "us-east-1", "g4dn.xlarge", 2, price_jpy_per_hour=Decimal(33), spec={"spot": True})
+    state.add_job("c-1", "c", ["echo", "{item}"], opts, [(0, "a")], 2, backend="ray")
+    state.record_job_events("c-1", [{"t": "quarantine", "node": "c-1", "code": "interrupted", "reason": "notice"}], 1)
+    asked = []
+    monkeypatch.setattr(recover, "replace_node", lambda _s, _c, node, _p, market=None: asked.append((node, market)))
+
+    class Followed(Exception):
+        pass
+
+    def follow(_state, _cluster, _job, on_look):
+        on_look(state.job("c-1"))
+        raise Followed
+
+    monkeypatch.setattr(jobs, "_follow", follow)
+    with pytest.raises(Followed):
+        launch._finish(state, "c-1", keep=False, yes=True)
+    assert asked == [("c-1", None)]
+    state.close()
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -57,6 +95,8 @@ def test_the_batch_file_is_read_relative_to_itself_and_flags_win(tmp_path, monke
     ({"env": {"1BAD": "x"}}, "is not a variable name"),
     ({"per_gpu": 0}, "from 1 to 16"),
     ({"deadline": "soon"}, "deadline"),
+    ({"recover": "yes"}, "recover 'yes': true or false"),
+    ({"on_demand_fallback": True}, "give recover: true"),
 ])
 def test_a_bad_batch_file_is_one_line(tmp_path, fields, message):
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}", **fields})

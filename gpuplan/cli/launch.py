@@ -34,6 +34,8 @@ def launch(
     keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster up after the batch.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the whole sequence with its yen; create nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when stdin is not a terminal).")] = False,
+    recover: Annotated[bool, typer.Option("--recover", help="A node lost, or taken back by the cloud, mid-batch gets a replacement of the same kind, within max_yen (as `run --recover`).")] = False,
+    on_demand_fallback: Annotated[bool, typer.Option("--on-demand-fallback", help="With --recover on spot: a replacement that finds no spot capacity is bought on-demand.")] = False,
     probe: Annotated[bool, typer.Option("--probe", help="First time the batch's own job on the pick and its rivals (`gpuplan probe`), then plan again from what was measured.")] = False,
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="With --probe: at most this for the probes, a share of the pick's yen (2%, the default) or yen.", metavar="PERCENT|YEN")] = None,
 ) -> None:
@@ -51,11 +53,12 @@ def launch(
     if resume:
         if batch_file is not None or command or plan is not None:
             raise UsageError("--resume picks up a launch from its job alone; leave out the batch file, --plan and the command")
-        _resume(resume, keep, detach)
+        _resume(resume, keep, detach, yes)
         return
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "deadline": deadline, "max_yen": max_yen, "outputs": outputs, "name": name,
-                 "env": env, "command": list(command) if command else None}
+                 "env": env, "command": list(command) if command else None,
+                 "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     batch = batchfile.read(batch_file, overrides)
     todo_items = runner.read_items(batch.items)
     out, err = _console(), _console(stderr=True)
@@ -110,7 +113,7 @@ def launch(
         out.print(f"it runs on without this terminal: `gpuplan jobs {where}`, `gpuplan logs {where} {job} ITEM`;"
                   f" `gpuplan launch --resume {job}` follows it, fetches its outputs and tears down", markup=False)
         return
-    _finish(state, job, keep)
+    _finish(state, job, keep, yes)
 
 
 def plan_batch(batch, work):
@@ -138,7 +141,7 @@ def show_plan(est, title: str = ""):
     return est
 
 
-def _resume(job: str, keep: bool, detach: bool) -> None:
+def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:
     from gpuplan.operating.state import State
 
     state = State.open_default()
@@ -147,20 +150,29 @@ def _resume(job: str, keep: bool, detach: bool) -> None:
         raise UsageError(f"no launch with job {job!r}; `gpuplan jobs CLUSTER` lists the jobs")
     if detach:
         raise UsageError("--resume follows the job to its end; leave out --detach")
-    _finish(state, job, keep)
+    _finish(state, job, keep, yes)
 
 
-def _finish(state, job: str, keep: bool) -> None:
-    """Follow the job to its end (the cap checked on every look), print what it did, fetch its
-    outputs, tear the cluster down (unless --keep); exit non-zero when it was capped or items failed."""
-    from gpuplan.cli.jobs import _console, _follow, _print_summary
+def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
+    """Follow the job to its end (the cap checked on every look; with the batch's `recover`, its
+    lost nodes replaced as `run --recover` does), print what it did, fetch its outputs, tear the
+    cluster down (unless --keep); exit non-zero when it was capped or items failed."""
+    from gpuplan.cli.jobs import _console, _follow, _print_summary, _recoverer
     from gpuplan.operating import backends, batches, launcher, runner
 
     row = state.job(job)
     opts = row.options["launch"]
     cluster = row.cluster
     cap = launcher.max_yen_of(row)
-    _follow(state, cluster, job, launcher.cap_watch(state, job, cap) if cap is not None else None)
+    watchers = [launcher.cap_watch(state, job, cap)] if cap is not None else []
+    if opts.get("recover") and backends.of(row).has_cluster:
+        watchers.append(_recoverer(state, cluster, yes, bool(opts.get("on_demand_fallback"))))
+
+    def look(seen) -> None:
+        for watch in watchers:
+            watch(seen)
+
+    _follow(state, cluster, job, look if watchers else None)
     predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
     # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
     summary, calibration = batches.finish(state, job, predicted)

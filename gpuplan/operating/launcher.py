@@ -321,7 +321,8 @@ def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) ->
     """What a launch's job row keeps for --resume: the cluster made for it (None: none), its outputs, its cap."""
     return {"plan": str(pick.plan_path), "launch": {
         "cluster": name, "backend": pick.backend, "outputs": str(outputs.resolve()),
-        "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image}}
+        "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image,
+        "recover": batch.recover, "on_demand_fallback": batch.on_demand_fallback}}
 
 
 # --- after the batch ------------------------------------------------------------------------------
