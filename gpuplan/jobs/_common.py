@@ -7,6 +7,20 @@ line (from rank 0 when launched by torchrun) with these keys:
     (units per second over all ranks), seconds_per_unit, peak_memory_bytes, memory_source
     ("cuda" | "rss" | null), world_size, nodes, quick, status ("ok")
 
+The training jobs (colorize, resnet50, vgg_cifar) add epochs, steps_per_epoch and what their
+checkpoints did: checkpoint_dir, resumed_from_epoch and resumed_from_step (0 when fresh),
+checkpoint_saves, checkpoint_save_s (seconds spent saving, inside `seconds`) and checkpoint_bytes
+(the last saved file's size). `steps`, `units` and `seconds` count this process's timed steps
+only: a resumed run reports the part it trained. Stopped by SIGTERM, a run's status is
+"interrupted" and it exits 143.
+
+Checkpoints: with --checkpoint-dir DIR (default $GPUPLAN_CHECKPOINT_DIR, which `gpuplan run`
+gives each item), a training job first loads DIR/checkpoint.pt when it is there (model,
+optimizer, steps done, RNG state) and goes on from the step after it; it saves one every
+--checkpoint-every seconds (checked at epoch ends) and, on SIGTERM, after the step it is in,
+then exits 143. A save writes a temporary file and renames it, so DIR holds only the latest whole
+checkpoint. Without a checkpoint dir nothing of this happens and SIGTERM ends the job as before.
+
 torch is imported here at module load: this package is only ever imported by a job process,
 never by the CLI's start-up path.
 """
@@ -18,13 +32,17 @@ import json
 import os
 import platform
 import resource
+import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 EXIT_NO_FIT = 3  # a process that does not fit its memory share refuses with this code
+EXIT_STOPPED = 143  # 128 + SIGTERM: what a shell reports for a process that SIGTERM ended
+CHECKPOINT_FILE = "checkpoint.pt"
 
 
 def base_parser(job: str, description: str) -> argparse.ArgumentParser:
@@ -51,6 +69,29 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--steps must be at least 1 and --warmup at least 0")
     if args.memory_fraction is not None and not 0 < args.memory_fraction <= 1:
         p.error("--memory-fraction must be in (0, 1]")
+
+
+def training_options(p: argparse.ArgumentParser) -> None:
+    """--epochs and the checkpoint options of the training jobs (see the module docstring)."""
+    p.add_argument("--epochs", type=int, default=1, help="epochs; timed steps = epochs x --steps")
+    p.add_argument("--checkpoint-dir", default=os.environ.get("GPUPLAN_CHECKPOINT_DIR") or None, metavar="DIR",
+                   help=f"resume from DIR/{CHECKPOINT_FILE} when there is one, save there every --checkpoint-every"
+                        " seconds and on SIGTERM (then exit 143); default $GPUPLAN_CHECKPOINT_DIR")
+    p.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
+                   help="seconds between saves, checked at epoch ends (0: every epoch)")
+
+
+def training_steps(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Check the training options; make args.steps the timed steps of all epochs and return the
+    steps of one epoch (the --steps given)."""
+    check_args(p, args)
+    if args.epochs < 1:
+        p.error("--epochs must be at least 1")
+    if args.checkpoint_every < 0:
+        p.error("--checkpoint-every must be at least 0")
+    steps_per_epoch = args.steps
+    args.steps = args.epochs * steps_per_epoch
+    return steps_per_epoch
 
 
 def dist_env() -> tuple[int, int, int, int]:
@@ -93,19 +134,174 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(step: Callable[[], None], args: argparse.Namespace, device: torch.device) -> float:
-    """Run warmup then timed steps; seconds of the timed part (max over ranks under torchrun)."""
+def timed(step: Callable[[], None], args: argparse.Namespace, device: torch.device,
+          checkpoints: Checkpoints | None = None) -> float:
+    """Run warmup then timed steps; seconds of the timed part (max over ranks under torchrun).
+    With `checkpoints`, the timed steps start after the ones its checkpoint had done, it may
+    save after each step, and they end early when SIGTERM asked it to stop."""
     for _ in range(args.warmup):
         step()
     sync(device)
     barrier()
+    done = 0
+    if checkpoints is not None:
+        done = checkpoints.load()  # after the warm-up, so that the saved state replaces what its steps changed
     start_together()
     t0 = time.perf_counter()
-    for _ in range(args.steps):
+    while done < args.steps:
         step()
+        done += 1
+        if checkpoints is not None and checkpoints.after_step(done, args.steps):
+            break
     sync(device)
     seconds = time.perf_counter() - t0
+    if checkpoints is not None:
+        checkpoints.steps_done = done
     return all_max(seconds, device)
+
+
+class Checkpoints:
+    """A training job's state in one folder, one file: loaded before the timed steps when it is
+    there, saved every `--checkpoint-every` seconds at an epoch's end and after the step in which
+    SIGTERM came. With no folder (no --checkpoint-dir) it does nothing and leaves SIGTERM alone.
+
+    `parts` names what is saved: objects with state_dict() and load_state_dict() (models,
+    optimizers); the file also holds the steps done and the RNG state. Under torchrun rank 0
+    reads the file and sends what it read to the other ranks (a node of its own may not have
+    it), rank 0 alone writes, and after every step the ranks agree whether to stop or save, so
+    that they all do it after the same step."""
+
+    def __init__(self, job: str, args: argparse.Namespace, parts: dict[str, Any], device: torch.device,
+                 steps_per_epoch: int) -> None:
+        self.job = job
+        self.args = args
+        self.folder: str | None = args.checkpoint_dir
+        self.every_s = args.checkpoint_every
+        self.parts = parts
+        self.device = device
+        self.steps_per_epoch = steps_per_epoch
+        self.resumed_from_step = 0
+        self.steps_done = 0
+        self.saves = 0
+        self.save_seconds = 0.0
+        self.bytes = 0
+        self.stop_asked = False
+        self.stopped = False
+        self.last_save = time.monotonic()
+        if self.folder:
+            os.makedirs(self.folder, exist_ok=True)
+            for name in os.listdir(self.folder):  # a save cut short by the machine going away
+                if name.startswith(f".{CHECKPOINT_FILE}.") and name.endswith(".tmp"):
+                    os.unlink(os.path.join(self.folder, name))
+            signal.signal(signal.SIGTERM, self._ask_stop)
+
+    @property
+    def path(self) -> str | None:
+        return os.path.join(self.folder, CHECKPOINT_FILE) if self.folder else None
+
+    def _ask_stop(self, signum: int, frame: object) -> None:
+        self.stop_asked = True
+
+    def load(self) -> int:
+        """Restore the checkpoint if there is one; the steps it had done (0: none)."""
+        if self.path is None:
+            return 0
+        rank, world, _, _ = dist_env()
+        state = None
+        if rank == 0 and os.path.exists(self.path):
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        if world > 1:
+            import torch.distributed as dist
+
+            box = [state]
+            dist.broadcast_object_list(box, src=0)
+            state = box[0]
+        if state is None:
+            return 0
+        if state["job"] != self.job or state["steps_per_epoch"] != self.steps_per_epoch:
+            fail(self.args, f"{self.path} is a checkpoint of {state['job']} with {state['steps_per_epoch']} steps an"
+                 f" epoch, not of {self.job} with {self.steps_per_epoch}: use another --checkpoint-dir", 2)
+        for name, part in self.parts.items():
+            part.load_state_dict(state["parts"][name])
+        torch.set_rng_state(state["rng_cpu"])
+        if self.device.type == "cuda" and state["rng_cuda"] is not None:
+            torch.cuda.set_rng_state(state["rng_cuda"], self.device)
+        self.resumed_from_step = self.steps_done = int(state["steps_done"])
+        self.last_save = time.monotonic()
+        if rank == 0:
+            print(f"{self.job}: resumed from {self.path}: {self.resumed_from_step} steps done"
+                  f" (epoch {self.resumed_from_step // self.steps_per_epoch})", file=sys.stderr, flush=True)
+        return self.resumed_from_step
+
+    def after_step(self, steps_done: int, steps_total: int) -> bool:
+        """Save when SIGTERM asked to stop or, at an epoch's end, when a save is due; True: stop now.
+        After the last step it neither saves nor stops: the job is done."""
+        if self.path is None or steps_done >= steps_total:
+            return False
+        stop = self.stop_asked
+        due = steps_done % self.steps_per_epoch == 0 and time.monotonic() - self.last_save >= self.every_s
+        if dist_env()[1] > 1:
+            import torch.distributed as dist
+
+            flags = torch.tensor([float(stop), float(due)], device=self.device)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            stop, due = bool(flags[0]), bool(flags[1])
+        if stop or due:
+            self.save(steps_done)
+        if stop:
+            self.stopped = True
+            barrier()  # every rank waits for rank 0's file before any of them exits
+        return stop
+
+    def save(self, steps_done: int) -> None:
+        assert self.folder is not None and self.path is not None
+        sync(self.device)  # the steps' GPU work is not save time
+        t0 = time.perf_counter()
+        if dist_env()[0] == 0:
+            state = {
+                "job": self.job,
+                "steps_done": steps_done,
+                "steps_per_epoch": self.steps_per_epoch,
+                "parts": {name: part.state_dict() for name, part in self.parts.items()},
+                "rng_cpu": torch.get_rng_state(),
+                "rng_cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            }
+            temporary = os.path.join(self.folder, f".{CHECKPOINT_FILE}.{os.getpid()}.tmp")
+            torch.save(state, temporary)
+            os.replace(temporary, self.path)
+            self.bytes = os.path.getsize(self.path)
+        seconds = time.perf_counter() - t0
+        self.saves += 1
+        self.save_seconds += seconds
+        self.last_save = time.monotonic()
+        if dist_env()[0] == 0:
+            print(f"{self.job}: checkpoint saved after step {steps_done} (epoch {steps_done // self.steps_per_epoch}):"
+                  f" {self.bytes} bytes in {seconds:.2f} s", file=sys.stderr, flush=True)
+
+    @property
+    def steps_run(self) -> int:
+        """The timed steps this process trained."""
+        return self.steps_done - self.resumed_from_step
+
+    def fields(self) -> dict:
+        return {
+            "checkpoint_dir": self.folder,
+            "resumed_from_step": self.resumed_from_step,
+            "resumed_from_epoch": self.resumed_from_step // self.steps_per_epoch,
+            "checkpoint_saves": self.saves,
+            "checkpoint_save_s": self.save_seconds,
+            "checkpoint_bytes": self.bytes,
+        }
+
+
+def finish(record: dict, args: argparse.Namespace, checkpoints: Checkpoints) -> None:
+    """Emit a training job's record with its checkpoint fields; exit 143 when SIGTERM stopped it."""
+    record.update(checkpoints.fields())
+    if checkpoints.stopped:
+        record["status"] = "interrupted"
+    emit(record, args.json)
+    if checkpoints.stopped:
+        sys.exit(EXIT_STOPPED)
 
 
 def start_together(timeout: float = 600.0) -> None:
@@ -164,8 +360,9 @@ def device_facts(device: torch.device) -> dict:
 
 
 def result(job: str, args: argparse.Namespace, device: torch.device, *, seconds: float, units_per_rank: float,
-           unit: str, extra: dict | None = None) -> dict:
-    """The JSON record: throughput counts the units of every rank over the slowest rank's time."""
+           unit: str, extra: dict | None = None, steps: int | None = None) -> dict:
+    """The JSON record: throughput counts the units of every rank over the slowest rank's time.
+    `steps`: the timed steps this process ran, when not args.steps (a resumed or stopped run)."""
     _, world, _, nodes = dist_env()
     units = units_per_rank * world
     mem, source = peak_memory(device)
@@ -173,7 +370,7 @@ def result(job: str, args: argparse.Namespace, device: torch.device, *, seconds:
         "job": job,
         "status": "ok",
         **device_facts(device),
-        "steps": args.steps,
+        "steps": args.steps if steps is None else steps,
         "seconds": seconds,
         "units": units,
         "unit": unit,
@@ -315,16 +512,18 @@ def cifar_feed(images: int, seed: int = 0, recipe: str = "torchvision") -> dict:
 
 
 def classifier_training(job: str, model: torch.nn.Module, args: argparse.Namespace, device: torch.device, *,
-                        image_size: int, classes: int, batch_size: int) -> dict:
-    """Train `model` on one synthetic batch per step (SGD, cross-entropy); DDP under torchrun."""
+                        image_size: int, classes: int, batch_size: int, steps_per_epoch: int) -> tuple[dict, Checkpoints]:
+    """Train `model` on one synthetic batch per step (SGD, cross-entropy); DDP under torchrun.
+    The record, and the checkpoints for `finish`."""
     model = model.to(device).to(memory_format=torch.channels_last if device.type == "cuda" else torch.contiguous_format)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    checkpoints = Checkpoints(job, args, {"model": model, "optimizer": opt}, device, steps_per_epoch)
     world = dist_env()[1]
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     x = torch.randn(batch_size, 3, image_size, image_size, device=device)
     y = torch.randint(0, classes, (batch_size,), device=device)
@@ -335,6 +534,9 @@ def classifier_training(job: str, model: torch.nn.Module, args: argparse.Namespa
         loss.backward()
         opt.step()
 
-    seconds = timed(step, args, device)
-    return result(job, args, device, seconds=seconds, units_per_rank=batch_size * args.steps, unit="images",
-                  extra={"batch_size": batch_size, "image_size": image_size, "grad_bytes": grad_bytes})
+    seconds = timed(step, args, device, checkpoints)
+    record = result(job, args, device, seconds=seconds, units_per_rank=batch_size * checkpoints.steps_run,
+                    unit="images", steps=checkpoints.steps_run,
+                    extra={"batch_size": batch_size, "image_size": image_size, "grad_bytes": grad_bytes,
+                           "epochs": args.epochs, "steps_per_epoch": steps_per_epoch})
+    return record, checkpoints

@@ -7,7 +7,14 @@ the PatchGAN discriminator once and the U-Net generator once (GAN loss + 100 x L
     python -m gpuplan.jobs.colorize --json --epochs 1 --steps 10          # 1280x720
     python -m gpuplan.jobs.colorize --json --height 64 --width 64 --ngf 8 --levels 4 --steps 2
 
-Throughput is in frames per second (3 per step); seconds_per_epoch = seconds / epochs.
+Throughput is in frames per second (3 per step); seconds_per_epoch = seconds / epochs (the epochs
+this process trained).
+
+Checkpoints: with --checkpoint-dir DIR (default $GPUPLAN_CHECKPOINT_DIR, set by `gpuplan run`)
+it resumes from DIR/checkpoint.pt when there is one, saves every --checkpoint-every seconds
+(default 600, checked at epoch ends) and, on SIGTERM, after the step it is in, then exits 143.
+The JSON line says what happened (resumed_from_epoch, checkpoint_saves, checkpoint_save_s,
+checkpoint_bytes; details in _common.py). An epoch here is --steps steps.
 """
 
 from __future__ import annotations
@@ -92,28 +99,26 @@ class PatchDiscriminator(nn.Module):
 
 def main(argv: list[str] | None = None) -> None:
     p = _common.base_parser("colorize", "pix2pix colorization training on synthetic HD frames")
-    p.add_argument("--epochs", type=int, default=1, help="epochs; timed steps = epochs x --steps")
+    _common.training_options(p)
     p.add_argument("--height", type=int, default=720)
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--ngf", type=int, default=64, help="generator/discriminator base channels")
     p.add_argument("--levels", type=int, default=7, help="U-Net depth (stride-2 stages)")
     p.set_defaults(steps=10)
     args = p.parse_args(argv)
-    _common.check_args(p, args)
-    if args.epochs < 1:
-        p.error("--epochs must be at least 1")
+    steps_per_epoch = _common.training_steps(p, args)
     if args.quick:
         args.height, args.width, args.ngf, args.levels = 64, 64, 8, 4
     if min(args.height, args.width) < 2**args.levels // 4:
         p.error(f"--height/--width {args.height}x{args.width} are too small for --levels {args.levels}")
-    steps_per_epoch = args.steps
-    args.steps = args.epochs * steps_per_epoch
     device = _common.setup(args)
 
     gen = UNetGenerator(FRAMES, FRAMES * 3, args.ngf, args.levels).to(device)
     disc = PatchDiscriminator(FRAMES + FRAMES * 3, args.ngf).to(device)
     opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    checkpoints = _common.Checkpoints("colorize", args, {"generator": gen, "discriminator": disc, "optimizer_g": opt_g,
+                                                         "optimizer_d": opt_d}, device, steps_per_epoch)
     bce = nn.BCEWithLogitsLoss()
     gray = torch.rand(1, FRAMES, args.height, args.width, device=device) * 2 - 1
     colour = torch.rand(1, FRAMES * 3, args.height, args.width, device=device) * 2 - 1
@@ -133,16 +138,19 @@ def main(argv: list[str] | None = None) -> None:
         opt_g.step()
 
     try:
-        seconds = _common.timed(step, args, device)
+        seconds = _common.timed(step, args, device, checkpoints)
     except torch.cuda.OutOfMemoryError:
         _common.fail(args, f"{args.height}x{args.width} frames do not fit this GPU's memory share"
                      f" (fraction {args.memory_fraction or 1})", _common.EXIT_NO_FIT)
+    epochs_run = checkpoints.steps_run / steps_per_epoch  # all of --epochs unless resumed or stopped
     record = _common.result(
-        "colorize", args, device, seconds=seconds, units_per_rank=FRAMES * args.steps, unit="frames",
-        extra={"epochs": args.epochs, "steps_per_epoch": steps_per_epoch, "seconds_per_epoch": seconds / args.epochs,
+        "colorize", args, device, seconds=seconds, units_per_rank=FRAMES * checkpoints.steps_run, unit="frames",
+        steps=checkpoints.steps_run,
+        extra={"epochs": args.epochs, "steps_per_epoch": steps_per_epoch,
+               "seconds_per_epoch": seconds / epochs_run if epochs_run else None,
                "height": args.height, "width": args.width, "ngf": args.ngf, "levels": args.levels},
     )
-    _common.emit(record, args.json)
+    _common.finish(record, args, checkpoints)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ A compact ResNet-50 v1.5 (stride on the 3x3 convolution, as torchvision's): with
 it has 25,557,032 parameters, so its fp32 gradients are the 102 MB that field report B
 all-reduced. Under torchrun it trains with DistributedDataParallel (NCCL on GPU, gloo on CPU)
 and reports the throughput of all ranks together.
+
+Checkpoints: with --checkpoint-dir DIR (default $GPUPLAN_CHECKPOINT_DIR, set by `gpuplan run`)
+it resumes from DIR/checkpoint.pt when there is one, saves every --checkpoint-every seconds
+(default 600, checked at epoch ends) and, on SIGTERM, after the step it is in, then exits 143.
+The JSON line says what happened (resumed_from_epoch, checkpoint_saves, checkpoint_save_s,
+checkpoint_bytes; details in _common.py). An epoch here is --steps steps.
 """
 
 from __future__ import annotations
@@ -65,16 +71,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="per process")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--classes", type=int, default=1000)
+    _common.training_options(p)
     args = p.parse_args(argv)
-    _common.check_args(p, args)
+    steps_per_epoch = _common.training_steps(p, args)
     if args.quick:
         args.batch_size, args.image_size, args.classes = min(args.batch_size, 2), min(args.image_size, 32), 10
     device = _common.setup(args)
-    record = _common.classifier_training(
+    record, checkpoints = _common.classifier_training(
         "resnet50", ResNet50(args.classes), args, device,
-        image_size=args.image_size, classes=args.classes, batch_size=args.batch_size,
+        image_size=args.image_size, classes=args.classes, batch_size=args.batch_size, steps_per_epoch=steps_per_epoch,
     )
-    _common.emit(record, args.json)
+    _common.finish(record, args, checkpoints)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ its input pipeline needs (`--measure-feed`: CPU seconds per image of CIFAR-10's 
 normalise, run alone after the timed steps).
 
     python -m gpuplan.jobs.vgg_cifar --json --batch-size 128 --steps 50
+
+Checkpoints: with --checkpoint-dir DIR (default $GPUPLAN_CHECKPOINT_DIR, set by `gpuplan run`)
+it resumes from DIR/checkpoint.pt when there is one, saves every --checkpoint-every seconds
+(default 600, checked at epoch ends) and, on SIGTERM, after the step it is in, then exits 143.
+The JSON line says what happened (resumed_from_epoch, checkpoint_saves, checkpoint_save_s,
+checkpoint_bytes; details in _common.py). An epoch here is --steps steps.
 """
 
 from __future__ import annotations
@@ -42,18 +48,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--width", type=float, default=1.0, help="channel multiplier")
     p.add_argument("--feed-recipe", default="torchvision", choices=sorted(_common.CIFAR_FEED_RECIPES),
                    help="the input pipeline --measure-feed times: torchvision's CIFAR recipe or TensorFlow's tutorial one")
+    _common.training_options(p)
     args = p.parse_args(argv)
-    _common.check_args(p, args)
+    steps_per_epoch = _common.training_steps(p, args)
     if args.quick:
         args.batch_size, args.width = min(args.batch_size, 8), min(args.width, 0.25)
     device = _common.setup(args)
-    record = _common.classifier_training(
-        "vgg_cifar", VGG(10, args.width), args, device, image_size=32, classes=10, batch_size=args.batch_size
+    record, checkpoints = _common.classifier_training(
+        "vgg_cifar", VGG(10, args.width), args, device, image_size=32, classes=10, batch_size=args.batch_size,
+        steps_per_epoch=steps_per_epoch,
     )
-    if args.measure_feed and _common.dist_env()[0] == 0:
+    if args.measure_feed and _common.dist_env()[0] == 0 and not checkpoints.stopped:
         record.update(_common.cifar_feed(max(args.batch_size * args.steps, _common.FEED_MIN_IMAGES), args.seed,
                                             args.feed_recipe))
-    _common.emit(record, args.json)
+    _common.finish(record, args, checkpoints)
 
 
 if __name__ == "__main__":
