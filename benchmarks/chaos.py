@@ -1,17 +1,28 @@
-"""Chaos against moto: randomized provision / teardown / sweep cycles with kills, failing API
-calls and concurrent commands; counts what leaks and where the state and the cloud disagree.
+"""Chaos against a cloud's stand-in: randomized provision / teardown / sweep cycles with kills,
+failing API calls and concurrent commands; counts what leaks and where the state and the cloud
+disagree.
 
-    .venv/bin/python benchmarks/chaos.py --cycles 1000 [--seed 1] [--minutes 60]
+    .venv/bin/python benchmarks/chaos.py --cycles 1000 [--seed 1] [--minutes 60] [--provider aws|gcp]
 
 Every gpuplan command runs as its own process (`python -m gpuplan`, through this script's
---child mode, which can make one AWS call fail), against one moto server in server mode, with
-two installations (two GPUPLAN_HOMEs, no `owner:` configured). Each cycle is one scenario:
+--child mode), with two installations (two GPUPLAN_HOMEs, no `owner:` configured), against
+`--provider`'s stand-in:
+
+  aws  one moto server in server mode; the child makes one AWS call fail where asked.
+  gcp  the loopback Compute REST fake (tests/support/gcp_fake.py), served from this process,
+       reached by the real google-cloud-compute client in each child; its operations complete
+       after 50 ms, and this process makes one of them fail (the k-th instance insert, an
+       instance or firewall delete) before it starts the command.
+
+Each cycle is one scenario:
 
   plain          provision xN, teardown
   kill-provision provision killed with SIGKILL at a failpoint (GPUPLAN_FAILPOINT), then teardown
   kill-teardown  teardown killed at a failpoint, then teardown again
-  fail-create    the k-th RunInstances fails (InsufficientInstanceCapacity): rolled back
-  fail-teardown  TerminateInstances or DeleteSecurityGroup fails once: teardown again finishes
+  fail-create    the k-th RunInstances fails (InsufficientInstanceCapacity; GCP: the k-th
+                 instance insert ends in ZONE_RESOURCE_POOL_EXHAUSTED): rolled back
+  fail-teardown  TerminateInstances, DeleteSecurityGroup or DeleteKeyPair fails once (GCP: an
+                 instance or firewall rule delete): teardown again finishes
   twice          the same provision twice at once: one cluster, never duplicates
   sweep-during   a sweep (--force) in the same home while a provision runs
   sweep-other    a sweep (--force --legacy-owner) from the second home while a provision runs
@@ -24,11 +35,12 @@ two installations (two GPUPLAN_HOMEs, no `owner:` configured). Each cycle is one
                  back first (nothing left running), then a teardown with space again tidies the state
 
 Checks: after a provision that exits 0, the state says ready and its nodes' ids are exactly the
-instances moto runs for that cluster (N of them); after a teardown that exits 0, the state says
-gone and moto holds nothing of the cluster; an exit code the scenario does not allow is counted
-as unexpected. After every cycle, `teardown --all` in both homes, then whatever moto still holds
-(instances, volumes, security groups, key pairs, images, snapshots) is a leak. moto is wiped
-every 25 cycles once that check is done (its calls slow down with every terminated instance).
+instances the cloud runs for that cluster (N of them); after a teardown that exits 0, the state
+says gone and the cloud holds nothing of the cluster; an exit code the scenario does not allow
+is counted as unexpected. After every cycle, `teardown --all` in both homes, then whatever the
+stand-in still holds (AWS: instances, volumes, security groups, key pairs, images, snapshots;
+GCP: instances, disks, firewall rules, images) is a leak. The stand-in is wiped every 25 cycles
+once that check is done (moto's calls slow down with every terminated instance), and after a leak.
 Prints one line per problem and a result line; exits 1 if anything leaked or disagreed.
 """
 
@@ -49,6 +61,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 REGION = "us-east-1"
 SIZE = "g4dn.xlarge"
+GCP_REGION = "asia-northeast1"
 SCENARIOS = ["plain", "kill-provision", "kill-teardown", "fail-create", "fail-teardown", "twice",
              "sweep-during", "sweep-other", "down-during", "same-name", "lock-deleted", "shared-owner", "full-disk"]
 PROVISION_POINTS = ["before:create-nodes", "after:create-nodes", "before:wait-ready", "after:wait-ready"]
@@ -74,23 +87,170 @@ class Report:
         return not (self.leaks or self.disagreements or self.unexpected)
 
 
-class Chaos:
-    def __init__(self, url: str, workdir: Path, rng: random.Random, log=print) -> None:
+class AwsCloud:
+    """moto in server mode (tests/support/aws_moto.py); a child makes its own AWS call fail."""
+
+    name, region, target = "aws", REGION, f"aws:{SIZE}"
+    teardown_failures = ["TerminateInstances", "DeleteSecurityGroup", "DeleteKeyPair"]
+    prices: dict | None = None
+
+    def __init__(self) -> None:
+        import logging
+
         from support import aws_moto
 
-        self.url, self.rng, self.log = url, rng, log
-        self.moto = aws_moto.MotoAws(url)
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)  # moto's request log and its 501 tracebacks
+        self.url = aws_moto.server_url()
+        self.moto = aws_moto.MotoAws(self.url)
+        self.reset()
+
+    def reset(self) -> None:
+        from support import aws_moto
+
         aws_moto.reset()
         self.moto.ami = self.moto.register_ami()
+
+    def stop(self) -> None:
+        pass
+
+    def env(self, workdir: Path) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": "chaos", "AWS_SECRET_ACCESS_KEY": "chaos",
+                "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true",
+                "AWS_CONFIG_FILE": str(workdir / "no-aws-config"),
+                "AWS_SHARED_CREDENTIALS_FILE": str(workdir / "no-aws-credentials")}
+
+    def provider_config(self, max_workers: int) -> dict[str, str]:
+        return {"ami": self.moto.ami, "quota_vcpus": "4096", "ssh_cidr": "198.51.100.7", "poll_s": "0.01",
+                "max_workers": str(max_workers)}
+
+    def fail_create(self, nth: int) -> dict[str, str]:
+        """The environment of a provision whose nth create call fails."""
+        return {"CHAOS_FAIL": f"RunInstances:{nth}:InsufficientInstanceCapacity"}
+
+    def fail_teardown(self, operation: str) -> dict[str, str]:
+        return {"CHAOS_FAIL": f"{operation}:1:InternalError"}
+
+    def clear_failures(self) -> None:
+        pass
+
+    def instances(self, cluster: str, installation: str | None = None) -> list[str]:
+        """The cluster's instances moto has not terminated (paged: moto answers 100 reservations
+        a page, and terminated ones pile up over the cycles); with `installation`, only its own."""
+        mine = [{"Name": "tag:gpuplan-installation", "Values": [installation]}] if installation else []
+        pages = self.moto.ec2().get_paginator("describe_instances").paginate(Filters=mine + [
+            {"Name": "tag:gpuplan-cluster", "Values": [cluster]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}])
+        return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def resources(self, cluster: str, installation: str | None = None) -> list[str]:
+        ec2 = self.moto.ec2()
+        flt = [{"Name": "tag:gpuplan-cluster", "Values": [cluster]}]
+        if installation:
+            flt.append({"Name": "tag:gpuplan-installation", "Values": [installation]})
+        return ([f"instance {i}" for i in self.instances(cluster, installation)]
+                + [f"volume {v['VolumeId']}" for v in ec2.describe_volumes(Filters=flt)["Volumes"]]
+                + [f"security-group {g['GroupId']}" for g in ec2.describe_security_groups(Filters=flt)["SecurityGroups"]]
+                + [f"key-pair {k['KeyName']}" for k in ec2.describe_key_pairs(Filters=flt)["KeyPairs"]])
+
+    def held(self) -> object:
+        return self.moto.held()
+
+
+class GcpCloud:
+    """The loopback Compute REST fake, served from this process; this process makes its
+    operations fail (a child reaches the fake through GcpProvider's api_endpoint)."""
+
+    name, region, target = "gcp", GCP_REGION, "gcp:chaos-t4"
+    teardown_failures = ["instances.delete", "firewalls.delete"]
+    # A test-only offer, so the chaos does not depend on which GCP rows the shipped catalog has.
+    prices: dict | None = {"offers": [{
+        "provider": "gcp", "name": "n1-standard-4+nvidia-tesla-t4", "aliases": ["chaos-t4"], "region": GCP_REGION,
+        "gpu": "T4", "gpu_count": 1, "vcpus": 4, "ram_gib": 15, "price": 100, "currency": "JPY",
+        "price_unit": "hour"}]}
+
+    def __init__(self) -> None:
+        from support.gcp_fake import GceFake
+
+        self.fake = GceFake(delay_s=0.05)
+        self.fake.start()
+
+    def reset(self) -> None:
+        """Empty the fake; only between cycles, when no gpuplan process runs."""
+        fake = self.fake
+        with fake.lock:
+            for table in (fake.instances, fake.disks, fake.firewalls, fake.images, fake.operations):
+                table.clear()
+            fake._pending.clear()
+            fake.requests.clear()
+        fake.clear_failures()
+
+    def stop(self) -> None:
+        self.fake.stop()
+
+    def env(self, workdir: Path) -> dict[str, str]:
+        return {"CHAOS_GCP_ENDPOINT": self.fake.root, "CLOUDSDK_CONFIG": str(workdir / "no-gcloud-config")}
+
+    def provider_config(self, max_workers: int) -> dict[str, str]:
+        return {"project": self.fake.project, "ssh_source": "198.51.100.7"}
+
+    def fail_create(self, nth: int) -> dict[str, str]:
+        self.fake.fail_next("instances.insert", nth)
+        return {}
+
+    def fail_teardown(self, operation: str) -> dict[str, str]:
+        self.fake.fail_next(operation, 1)
+        return {}
+
+    def clear_failures(self) -> None:
+        self.fake.clear_failures()
+
+    def _labelled(self, table: dict, kind: str, cluster: str, installation: str | None) -> list[str]:
+        from gpuplan.providers.gcp import label_value
+
+        want = {"gpuplan-cluster": label_value(cluster)}
+        if installation:
+            want["gpuplan-installation"] = label_value(installation)
+        return sorted(f"zones/{zone}/{kind}/{name}" for (zone, name), item in table.items()
+                      if all(item.get("labels", {}).get(k) == v for k, v in want.items()))
+
+    def instances(self, cluster: str, installation: str | None = None) -> list[str]:
+        """The cluster's instances in any state, read from the fake itself (not through gpuplan)."""
+        with self.fake.lock:
+            self.fake._tick()
+            return self._labelled(self.fake.instances, "instances", cluster, installation)
+
+    def resources(self, cluster: str, installation: str | None = None) -> list[str]:
+        import json
+
+        with self.fake.lock:
+            self.fake._tick()
+            disks = self._labelled(self.fake.disks, "disks", cluster, installation)
+            rules = []
+            for name, rule in self.fake.firewalls.items():
+                tags = json.loads(rule.get("description") or "{}").get("gpuplan", {})
+                if tags.get("gpuplan-cluster") == cluster and (
+                        not installation or tags.get("gpuplan-installation") == installation):
+                    rules.append(f"global/firewalls/{name}")
+        return self.instances(cluster, installation) + disks + rules
+
+    def held(self) -> object:
+        return self.fake.held()
+
+
+CLOUDS = {"aws": AwsCloud, "gcp": GcpCloud}
+
+
+class Chaos:
+    def __init__(self, cloud, workdir: Path, rng: random.Random, log=print) -> None:
+        self.cloud, self.rng, self.log = cloud, rng, log
+        cloud.reset()
         self.homes = [workdir / "home-a", workdir / "home-b"]
         for home in self.homes:
             (home / "config").mkdir(parents=True, exist_ok=True)
             self.configure(home, max_workers=4)
-        self.env = {**os.environ, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "chaos",
-                    "AWS_SECRET_ACCESS_KEY": "chaos", "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true",
-                    "AWS_CONFIG_FILE": str(workdir / "no-aws-config"),
-                    "AWS_SHARED_CREDENTIALS_FILE": str(workdir / "no-aws-credentials"), "GPUPLAN_LOCK_WAIT": "60"}
-        for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "GPUPLAN_FAILPOINT", "CHAOS_FAIL"):
+        self.env = {**os.environ, **cloud.env(workdir), "GPUPLAN_LOCK_WAIT": "60"}
+        for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "GPUPLAN_FAILPOINT", "CHAOS_FAIL",
+                    "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT"):
             self.env.pop(var, None)
         self.report = Report()
         self.n = 0
@@ -99,8 +259,9 @@ class Chaos:
         import yaml
 
         (home / "config" / "config.yaml").write_text(yaml.safe_dump({**({"owner": owner} if owner else {}), "providers": {
-            "aws": {"ami": self.moto.ami, "quota_vcpus": "4096", "ssh_cidr": "198.51.100.7", "poll_s": "0.01",
-                    "max_workers": str(max_workers)}}}))
+            self.cloud.name: self.cloud.provider_config(max_workers)}}))
+        if self.cloud.prices:
+            (home / "config" / "prices.yaml").write_text(yaml.safe_dump(self.cloud.prices))
 
     # --- running gpuplan ----------------------------------------------------------------
 
@@ -115,7 +276,7 @@ class Chaos:
         return proc.returncode, (out + err).strip()
 
     def provision_args(self, name: str, count: int) -> tuple[str, ...]:
-        return ("provision", "--yes", f"aws:{SIZE}", f"x{count}", "--name", name, "--no-bootstrap")
+        return ("provision", "--yes", self.cloud.target, f"x{count}", "--name", name, "--no-bootstrap")
 
     # --- what the cloud and the state say ----------------------------------------------
 
@@ -124,25 +285,13 @@ class Chaos:
         return side.read_text().strip() if side.exists() else None
 
     def instances(self, cluster: str, home: int | None = None) -> list[str]:
-        """The cluster's instances moto has not terminated (paged: moto answers 100 reservations
-        a page, and terminated ones pile up over the cycles); with `home`, only that home's."""
-        mine = [{"Name": "tag:gpuplan-installation", "Values": [self.installation(home) or "-"]}] if home is not None else []
-        pages = self.moto.ec2().get_paginator("describe_instances").paginate(Filters=mine + [
-            {"Name": "tag:gpuplan-cluster", "Values": [cluster]},
-            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}])
-        return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        """The cluster's live instances in the cloud; with `home`, only that home's."""
+        return self.cloud.instances(cluster, None if home is None else self.installation(home) or "-")
 
     def cluster_resources(self, cluster: str, home: int | None = None) -> list[str]:
-        """What moto holds tagged with this cluster (with `home`: made by that home), read
+        """What the cloud holds tagged with this cluster (with `home`: made by that home), read
         directly (not through gpuplan's listing)."""
-        ec2 = self.moto.ec2()
-        flt = [{"Name": "tag:gpuplan-cluster", "Values": [cluster]}]
-        if home is not None:
-            flt.append({"Name": "tag:gpuplan-installation", "Values": [self.installation(home) or "-"]})
-        return ([f"instance {i}" for i in self.instances(cluster, home)]
-                + [f"volume {v['VolumeId']}" for v in ec2.describe_volumes(Filters=flt)["Volumes"]]
-                + [f"security-group {g['GroupId']}" for g in ec2.describe_security_groups(Filters=flt)["SecurityGroups"]]
-                + [f"key-pair {k['KeyName']}" for k in ec2.describe_key_pairs(Filters=flt)["KeyPairs"]])
+        return self.cloud.resources(cluster, None if home is None else self.installation(home) or "-")
 
     def state_of(self, cluster: str, home: int = 0):
         from gpuplan.operating.state import State
@@ -184,7 +333,7 @@ class Chaos:
         if row is None or row.status != "ready":
             self.disagree(f"{cluster}: provision exited 0 but the state says {row.status if row else 'nothing'}")
         if len(cloud) != count or known != cloud:
-            self.disagree(f"{cluster}: state knows {known}, moto runs {cloud} (want {count})")
+            self.disagree(f"{cluster}: state knows {known}, the cloud runs {cloud} (want {count})")
 
     def check_gone(self, cluster: str, home: int = 0) -> None:
         row, _ = self.state_of(cluster, home)
@@ -192,7 +341,7 @@ class Chaos:
         if row is not None and row.status != "gone":
             self.disagree(f"{cluster}: teardown exited 0 but the state says {row.status}")
         if left:
-            self.disagree(f"{cluster}: teardown exited 0 but moto holds {left}")
+            self.disagree(f"{cluster}: teardown exited 0 but the cloud holds {left}")
 
     def expect(self, what: str, code: int, output: str, allowed: tuple[int, ...]) -> None:
         if code not in allowed:
@@ -245,11 +394,14 @@ class Chaos:
         nth = self.rng.randint(1, count)
         keep = self.rng.random() < 0.3
         args = self.provision_args(name, count) + (("--keep-on-failure",) if keep else ())
-        code, out = self.run(*args, CHAOS_FAIL=f"RunInstances:{nth}:InsufficientInstanceCapacity")
-        self.expect(f"provision {name} with RunInstances #{nth} failing", code, out, (3,))
+        try:
+            code, out = self.run(*args, **self.cloud.fail_create(nth))
+        finally:
+            self.cloud.clear_failures()
+        self.expect(f"provision {name} with create #{nth} failing", code, out, (3,))
         if not keep and code == 3:
             if self.instances(name):
-                self.disagree(f"{name}: rolled back, but moto still runs {self.instances(name)}")
+                self.disagree(f"{name}: rolled back, but the cloud still runs {self.instances(name)}")
             row, _ = self.state_of(name)
             if row is not None and row.status != "gone":
                 self.disagree(f"{name}: rolled back, but the state says {row.status}")
@@ -258,8 +410,11 @@ class Chaos:
     def scenario_fail_teardown(self, name: str, count: int) -> None:
         if not self.provision_ok(name, count):
             return
-        op = self.rng.choice(["TerminateInstances", "DeleteSecurityGroup", "DeleteKeyPair"])
-        code, out = self.run("teardown", "--yes", name, CHAOS_FAIL=f"{op}:1:InternalError")
+        op = self.rng.choice(self.cloud.teardown_failures)
+        try:
+            code, out = self.run("teardown", "--yes", name, **self.cloud.fail_teardown(op))
+        finally:
+            self.cloud.clear_failures()
         self.expect(f"teardown {name} with {op} failing", code, out, (3,))
         self.teardown_ok(name)
 
@@ -271,7 +426,7 @@ class Chaos:
             for c, out in results:
                 self.expect(f"provision {name} twice at once", c, out, ())
         if len(self.instances(name)) != count:
-            self.disagree(f"{name}: provisioned twice at once, moto runs {len(self.instances(name))} (want {count})")
+            self.disagree(f"{name}: provisioned twice at once, the cloud runs {len(self.instances(name))} (want {count})")
         if 0 in codes:
             self.check_ready(name, count)
         self.teardown_ok(name)
@@ -294,8 +449,8 @@ class Chaos:
 
     def sweep_while_provisioning(self, name: str, count: int, *flags: str, home: int) -> None:
         pcode, pout, scode, sout = self.while_provisioning(
-            name, count, "teardown", "--yes", "--sweep", "--force", *flags, "--provider", "aws", "--region", REGION,
-            home=home)
+            name, count, "teardown", "--yes", "--sweep", "--force", *flags, "--provider", self.cloud.name,
+            "--region", self.cloud.region, home=home)
         self.expect(f"sweep (home {home}) while {name} provisions", scode, sout, (0,))
         self.expect(f"provision {name} under a sweep from home {home}", pcode, pout, (0,))
         if pcode == 0:
@@ -342,7 +497,7 @@ class Chaos:
             self.expect(f"provision {name} twice, lock file deleted", first.returncode, (fout + ferr).strip(), ())
             self.expect(f"second provision {name} after the lock file went", code, out, ())
         if len(self.instances(name)) != count:
-            self.disagree(f"{name}: lock file deleted under a provision, moto runs {len(self.instances(name))} "
+            self.disagree(f"{name}: lock file deleted under a provision, the cloud runs {len(self.instances(name))} "
                           f"(want {count})")
         if 0 in codes:
             self.check_ready(name, count)
@@ -354,8 +509,8 @@ class Chaos:
         try:
             if not self.provision_ok(name, count):
                 return
-            code, out = self.run("teardown", "--yes", "--sweep", "--force", "--provider", "aws", "--region", REGION,
-                                 home=1)
+            code, out = self.run("teardown", "--yes", "--sweep", "--force", "--provider", self.cloud.name,
+                                 "--region", self.cloud.region, home=1)
             self.expect("forced sweep from home 1 under a shared owner", code, out, (0,))
             self.check_ready(name, count)  # spared: another installation's live cluster
             self.teardown_ok(name)
@@ -367,68 +522,75 @@ class Chaos:
         code, out = self.run(*self.provision_args(name, count), CHAOS_DISK_FULL="after-create")
         self.expect(f"provision {name} with a full disk after the create", code, out, (1,))
         if self.instances(name):
-            self.disagree(f"{name}: full disk after the create, moto still runs {self.instances(name)}")
+            self.disagree(f"{name}: full disk after the create, the cloud still runs {self.instances(name)}")
         self.teardown_ok(name)
 
     # --- after every cycle --------------------------------------------------------------
 
     def finish(self) -> None:
-        from support import aws_moto
-
         for home in (0, 1):
             if self.live_clusters(home):
                 code, out = self.run("teardown", "--yes", "--all", home=home)
                 self.expect(f"final teardown --all (home {home})", code, out, (0,))
-        held = self.moto.held()
+        held = self.cloud.held()
         if held:
             self.report.leaks.append(f"cycle {self.n}: {held}")
             self.log(f"LEAK cycle {self.n}: {held}")
-        # A fresh moto after a leak (so one leak is counted once), and every 25 cycles anyway:
+        # A fresh stand-in after a leak (so one leak is counted once), and every 25 cycles anyway:
         # moto keeps terminated instances, and every describe call scans them all.
         if held or self.n % 25 == 0:
-            aws_moto.reset()
-            self.moto.ami = self.moto.register_ami()
+            self.cloud.reset()
             for home in self.homes:
                 self.configure(home, max_workers=4)
 
 
 def run(cycles: int, seed: int, minutes: float | None = None, log=print,
-        scenarios: list[str] | None = None) -> Report:
-    """Run `cycles` cycles (or until `minutes` have passed) against the shared moto server of
-    tests/support/aws_moto.py; scenarios (all, or those named) in a seeded random order that
-    covers every kind before repeating one."""
-    import logging
-
-    from support import aws_moto
-
-    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)  # moto's request log and its 501 tracebacks
-    url = aws_moto.server_url()
+        scenarios: list[str] | None = None, provider: str = "aws") -> Report:
+    """Run `cycles` cycles (or until `minutes` have passed) against `provider`'s stand-in (AWS:
+    the shared moto server of tests/support/aws_moto.py; GCP: a fake started here, stopped at
+    the end); scenarios (all, or those named) in a seeded random order that covers every kind
+    before repeating one."""
+    cloud = CLOUDS[provider]()
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="gpuplan-chaos-") as tmp:
-        chaos = Chaos(url, Path(tmp), rng, log)
-        started = time.monotonic()
-        order: list[str] = []
-        for i in range(cycles):
-            if minutes is not None and time.monotonic() - started > minutes * 60:
-                break
-            if not order:
-                kinds = scenarios or SCENARIOS
-                order = rng.sample(kinds, len(kinds))
-            chaos.cycle(order.pop())
-            if (i + 1) % 25 == 0:
-                log(f"... {chaos.report.line()} after {time.monotonic() - started:.0f} s")
-        return chaos.report
+        try:
+            return _cycles(Chaos(cloud, Path(tmp), rng, log), rng, cycles, minutes, log, scenarios)
+        finally:
+            cloud.stop()
+
+
+def _cycles(chaos: Chaos, rng: random.Random, cycles: int, minutes: float | None, log,
+            scenarios: list[str] | None) -> Report:
+    started = time.monotonic()
+    order: list[str] = []
+    for i in range(cycles):
+        if minutes is not None and time.monotonic() - started > minutes * 60:
+            break
+        if not order:
+            kinds = scenarios or SCENARIOS
+            order = rng.sample(kinds, len(kinds))
+        chaos.cycle(order.pop())
+        if (i + 1) % 25 == 0:
+            log(f"... {chaos.report.line()} after {time.monotonic() - started:.0f} s")
+    return chaos.report
 
 
 def child(argv: list[str]) -> None:
     """One gpuplan command; CHAOS_FAIL="Operation:n:Code" makes its n-th such AWS call fail;
-    CHAOS_DISK_FULL=after-create makes every state write fail once the machines exist."""
+    CHAOS_DISK_FULL=after-create makes every state write fail once the machines exist;
+    CHAOS_GCP_ENDPOINT points the GCP provider at the fake there (anonymous credentials)."""
+    from gpuplan.operating import provider as registry
+
+    gcp_endpoint = os.environ.get("CHAOS_GCP_ENDPOINT")
+    if gcp_endpoint:
+        from gpuplan.providers.gcp import GcpProvider as Base
+    else:
+        from gpuplan.providers.aws import AwsProvider as Base  # type: ignore[assignment]
+    cls = Base
     if os.environ.get("CHAOS_DISK_FULL"):
         import sqlite3
 
-        from gpuplan.operating import provider as registry
         from gpuplan.operating.state import State
-        from gpuplan.providers.aws import AwsProvider
 
         full: list[bool] = []
         real_tx = State._tx
@@ -438,18 +600,24 @@ def child(argv: list[str]) -> None:
                 raise sqlite3.OperationalError("database or disk is full")
             return real_tx(self)
 
-        class Filling(AwsProvider):
+        class Filling(Base):  # type: ignore[valid-type,misc]
             def create(self, spec, names):
                 made = super().create(spec, names)
                 full.append(True)
                 return made
 
         State._tx = tx
-        registry.override("aws", Filling)
+        cls = Filling
+        if not gcp_endpoint:
+            registry.override("aws", Filling)
+    if gcp_endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        registry.override("gcp", lambda conf: cls(conf, credentials=AnonymousCredentials(), api_endpoint=gcp_endpoint,
+                                                  poll_s=0.01))
     spec = os.environ.get("CHAOS_FAIL")
     if spec:
         operation, nth, code = spec.split(":")
-        from gpuplan.operating import provider as registry
         from gpuplan.providers.aws import AwsProvider
         from support.aws_moto import fail_nth_call
 
@@ -474,14 +642,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=None, help="stop after this long even if cycles remain")
     ap.add_argument("--scenario", action="append", choices=SCENARIOS, help="only these scenarios (repeat)")
+    ap.add_argument("--provider", choices=sorted(CLOUDS), default="aws", help="whose stand-in (default aws: moto)")
     args = ap.parse_args()
-    # this process reads moto directly (the checks); the gpuplan processes get the same values
-    os.environ.update(AWS_ACCESS_KEY_ID="chaos", AWS_SECRET_ACCESS_KEY="chaos", AWS_DEFAULT_REGION=REGION)
+    if args.provider == "aws":
+        # this process reads moto directly (the checks); the gpuplan processes get the same values
+        os.environ.update(AWS_ACCESS_KEY_ID="chaos", AWS_SECRET_ACCESS_KEY="chaos", AWS_DEFAULT_REGION=REGION)
     started = time.monotonic()
-    report = run(args.cycles, args.seed, args.minutes, scenarios=args.scenario)
+    report = run(args.cycles, args.seed, args.minutes, scenarios=args.scenario, provider=args.provider)
     for line in report.leaks + report.disagreements + report.unexpected:
         print(line)
-    print(f"{report.line()} in {time.monotonic() - started:.0f} s (seed {args.seed})")
+    print(f"{report.line()} in {time.monotonic() - started:.0f} s (seed {args.seed}, {args.provider})")
     sys.exit(0 if report.ok else 1)
 
 

@@ -29,3 +29,16 @@ def test_the_issue_21_scenarios_leak_nothing_and_agree(moto_aws):  # noqa: F811
     assert report.leaks == [], lines
     assert report.disagreements == [], lines
     assert report.unexpected == [], lines
+
+
+def test_gcp_chaos_cycles_leak_nothing_and_agree():
+    """The same scenarios against the GCP fake (operations done after 50 ms, one made to fail by
+    the harness): a failed insert, a failed delete, a killed provision, one name from two
+    installations, a full disk."""
+    lines: list[str] = []
+    kinds = ["fail-create", "fail-teardown", "kill-provision", "same-name", "full-disk"]
+    report = chaos.run(cycles=5, seed=34, log=lines.append, scenarios=kinds, provider="gcp")
+    assert report.cycles == 5 and sorted(report.by_scenario) == sorted(kinds)
+    assert report.leaks == [], lines
+    assert report.disagreements == [], lines
+    assert report.unexpected == [], lines

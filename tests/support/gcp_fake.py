@@ -9,14 +9,20 @@ firewalls insert/get/list/patch/delete, images insert/get/list/delete, and zone 
 operations. Anything else answers 404 with reason "fakeUnknownPath" (recorded in `unknown`), never a
 silent success.
 
-Operations are RUNNING for `delay_s` after they are made and then DONE; an instance is
-PROVISIONING/STAGING until its insert is done, then RUNNING with an external address, and its
-serial console shows cloud-init's host-key block one more `delay_s` later. Failure switches:
+Operations are RUNNING for `delay_s` after they are made and then DONE. An instance exists
+from its insert on: PROVISIONING (no address, counted in no quota) until the insert's operation
+is done, then RUNNING with an external address, and its serial console shows cloud-init's
+host-key block one more `delay_s` later; an insert that fails removes it, as GCE does. Failure
+switches:
 
     fake.fail_insert_at = 3                   # the 3rd instance insert's operation fails ...
     fake.fail_error = ("ZONE_RESOURCE_POOL_EXHAUSTED", "The zone ... does not have enough resources ...", 503)
+    fake.fail_next("firewalls.delete", 2)     # the 2nd firewall delete from now fails (its operation)
     fake.new_project()                        # every GPU quota 0, as in a new project
     fake.quotas["asia-northeast1"]["NVIDIA_T4_GPUS"] = 2
+
+fail_next knows instances.insert, instances.delete and firewalls.delete; what a failed delete
+targeted stays (an instance RUNNING again).
 
 Quota is enforced when an insert's operation completes (QUOTA_EXCEEDED, as GCE reports it in the
 operation's error); usage is counted from the instances the fake holds. The error codes and the
@@ -98,6 +104,7 @@ class GceFake(FakeApiServer):
             "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.",
             503)
         self.inserts = 0
+        self._failing: dict[str, tuple[int, tuple[str, str, int]]] = {}  # kind -> (calls to go, error)
         self.root = ""
 
     # --- wiring ------------------------------------------------------------------------------
@@ -156,6 +163,32 @@ class GceFake(FakeApiServer):
     def count(self, method: str, fragment: str) -> int:
         return sum(1 for m, p in self.requests if m == method and fragment in p)
 
+    def fail_next(self, kind: str, nth: int = 1, error: tuple[str, str, int] | None = None) -> None:
+        """Make the nth operation of `kind` (instances.insert, instances.delete, firewalls.delete)
+        from now end in `error` (default: the insert's stockout, or a delete's internal error)."""
+        if kind not in ("instances.insert", "instances.delete", "firewalls.delete"):
+            raise ValueError(f"fake: cannot fail {kind}")
+        default = self.fail_error if kind == "instances.insert" else (
+            "INTERNAL_ERROR", "Internal error. Please try again or contact Google Support. (injected)", 500)
+        with self.lock:
+            self._failing[kind] = (nth, error or default)
+
+    def clear_failures(self) -> None:
+        with self.lock:
+            self._failing.clear()
+            self.fail_insert_at = None
+
+    def _failure(self, kind: str) -> tuple[str, str, int] | None:
+        """The error this call of `kind` ends in, counting it against fail_next."""
+        if kind not in self._failing:
+            return None
+        left, error = self._failing[kind]
+        if left > 1:
+            self._failing[kind] = (left - 1, error)
+            return None
+        del self._failing[kind]
+        return error
+
     # --- dispatch ------------------------------------------------------------------------------
 
     def handle(self, method: str, raw_path: str, raw_body: bytes) -> tuple[int, dict]:
@@ -203,7 +236,7 @@ class GceFake(FakeApiServer):
         used: dict[str, int] = {}
         for (zone, _), vm in self.instances.items():
             region = zone.rsplit("-", 1)[0]
-            if scope != "global" and region != scope or vm["status"] in ("TERMINATED", "STOPPED"):
+            if scope != "global" and region != scope or vm["status"] in ("PROVISIONING", "TERMINATED", "STOPPED"):
                 continue
             for metric, n in vm["_counts"].items():
                 if metric == "GPUS_ALL_REGIONS" or scope != "global":
@@ -251,7 +284,7 @@ class GceFake(FakeApiServer):
                 code, message, http = err
                 op["error"] = {"errors": [{"code": code, "message": message}]}
                 op["httpErrorStatusCode"], op["httpErrorMessage"] = http, {
-                    403: "FORBIDDEN", 409: "CONFLICT", 503: "SERVICE UNAVAILABLE"}.get(http, "BAD REQUEST")
+                    403: "FORBIDDEN", 409: "CONFLICT", 500: "INTERNAL SERVER ERROR", 503: "SERVICE UNAVAILABLE"}.get(http, "BAD REQUEST")
 
         self._pending.append((time.monotonic() + self.delay_s, finish))
         return dict(op)
@@ -346,7 +379,9 @@ class GceFake(FakeApiServer):
             counts["GPUS_ALL_REGIONS"] = counts.get("GPUS_ALL_REGIONS", 0) + n
         self.inserts += 1
         link = f"{self.root}/compute/v1/projects/{self.project}/zones/{zone}/instances/{name}"
-        fail = self.fail_error if self.fail_insert_at == self.inserts else None
+        fail = self._failure("instances.insert")
+        if self.fail_insert_at == self.inserts:
+            fail = self.fail_error
         vm = {"kind": "compute#instance", "id": str(next(self._ids)), "name": name, "zone": zone,
               "machineType": f"{self.root}/compute/v1/projects/{self.project}/zones/{zone}/machineTypes/{mt}",
               "status": "PROVISIONING", "labels": body.get("labels") or {}, "description": body.get("description", ""),
@@ -359,21 +394,25 @@ class GceFake(FakeApiServer):
               "_counts": counts, "_boot": boot, "_console": "", "_console_at": 0.0}
 
         def done():
+            if self.instances.get((zone, name)) is not vm:
+                return None  # deleted while it was provisioning
             if fail is not None:
+                del self.instances[(zone, name)]
                 code, message, http = fail
                 return code, message.format(project=self.project, zone=zone), http
             over = self._over_quota(region, counts)
             if over:
+                del self.instances[(zone, name)]
                 return over
             ip = f"203.0.113.{next(self._ips)}"
-            vm["status"] = "RUNNING"
+            if vm["status"] == "PROVISIONING":  # not a delete under way
+                vm["status"] = "RUNNING"
             vm["networkInterfaces"][0]["accessConfigs"] = [{"type": "ONE_TO_ONE_NAT", "name": "External NAT", "natIP": ip}]
             key = _ed25519_blob(f"{zone}/{name}/{vm['id']}")
             vm["_console"] = (f"[   12.3] cloud-init[812]: Cloud-init v. 24.4 running 'modules:final'\n"
                               f"-----BEGIN SSH HOST KEY KEYS-----\necdsa-sha2-nistp256 AAAAE2VjZHNh root@{name}\n"
                               f"ssh-ed25519 {key} root@{name}\n-----END SSH HOST KEY KEYS-----\n")
             vm["_console_at"] = time.monotonic() + self.delay_s
-            self.instances[(zone, name)] = vm
             init = boot.get("initializeParams") or {}
             self.disks[(zone, name)] = {
                 "kind": "compute#disk", "id": str(next(self._ids)), "name": name, "zone": zone,
@@ -382,6 +421,7 @@ class GceFake(FakeApiServer):
                 "selfLink": vm["disks"][0]["source"], "users": [link], "_auto_delete": bool(boot.get("autoDelete"))}
             return None
 
+        self.instances[(zone, name)] = vm
         return self._op("insert", link, zone, done)
 
     def _over_quota(self, region: str, counts: dict[str, int]) -> tuple[str, str, int] | None:
@@ -395,9 +435,13 @@ class GceFake(FakeApiServer):
         return None
 
     def _delete_instance(self, zone: str, vm: dict) -> dict:
-        vm["status"] = "STOPPING"
+        was, vm["status"] = vm["status"], "STOPPING"
+        fail = self._failure("instances.delete")
 
         def done():
+            if fail is not None:
+                vm["status"] = "RUNNING" if vm["networkInterfaces"][0]["accessConfigs"] else was
+                return fail
             self.instances.pop((zone, vm["name"]), None)
             disk = self.disks.get((zone, vm["name"]))
             if disk is not None:
@@ -440,7 +484,8 @@ class GceFake(FakeApiServer):
         if method == "PATCH":
             return self._op("patch", rule["selfLink"], None, lambda: (rule.update(body), None)[1])
         if method == "DELETE":
-            return self._op("delete", rule["selfLink"], None, lambda: (self.firewalls.pop(p[0], None), None)[1])
+            fail = self._failure("firewalls.delete")
+            return self._op("delete", rule["selfLink"], None, lambda: fail or (self.firewalls.pop(p[0], None), None)[1])
         raise GceError(404, "fakeUnknownPath", f"fake: no route for {method} firewalls")
 
     def _image(self, method: str, p: list[str], query: dict, body: dict) -> dict:
