@@ -31,7 +31,10 @@ def cost_report(
     as_json = shapes.check_format(out_format)
     if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):
         raise UsageError(f"bad --month {month!r}: write it as YYYY-MM, e.g. 2026-11")
-    lines = costs.on_basis(costs.report(State.open_default().ledger_rows(), month.strip() if month else None), tax)
+    state = State.open_default()
+    month = month.strip() if month else None
+    lines = costs.on_basis(costs.report(state.ledger_rows(), month), tax)
+    interrupted = costs.report_interruptions(state, month, tax)
     total = sum((line.yen for line in lines), Decimal(0))
     unknown = sum(1 for x in lines if x.tax == "unknown")
     basis = f"{taxes.said(tax)}" + (f"; {fmt.plural(unknown, 'line')} whose price does not say (or was recorded"
@@ -40,7 +43,9 @@ def cost_report(
         shapes.emit({"month": month, "tax": tax, "total_jpy": _exact(total), "lines": [
             {"month": x.month, "cluster": _name(x.cluster), "provider": x.provider, "instance_type": x.size,
              "machines": x.machines, "machine_seconds": x.seconds, "cost_jpy": _exact(x.yen), "running": x.running,
-             "billing": x.terms, "listed_tax": x.tax} for x in lines]})
+             "billing": x.terms, "listed_tax": x.tax} for x in lines],
+            "interruptions": [{"month": b.month, "cluster": b.cluster, "job": b.job,
+                               **shapes.interruptions(b.interruptions)} for b in interrupted]})
         return
     out = tables.console()
     if not lines:
@@ -60,6 +65,10 @@ def cost_report(
         out.print(f"{m}: {fmt.yen(yen)}")
     out.print(f"total: {fmt.yen(total)} (each line rounded once; machines still held counted up to now)")
     out.print(f"tax: {basis}; --tax {'excluded' if tax == 'included' else 'included'} shows the other view")
+    from gpuplan.cli.jobs import interruption_words
+
+    for b in interrupted:  # in the month the batch started
+        out.print(f"{b.month} {b.cluster} {b.job} interrupted: {interruption_words(b.interruptions)}")
 
 
 def _name(cluster: str) -> str:

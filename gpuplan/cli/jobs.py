@@ -729,6 +729,8 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
     spent = ("power not counted (no power_watts in the inventory)" if unpriced else
              fmt.yen(cmp.measured_yen, 2 if owned(summary.provider) else 0))  # power: sen count
     con.print(f"measured: wall {fmt.duration(cmp.measured_wall_s)}, {spent} ({how})", markup=False)
+    if summary.interruptions is not None:
+        con.print(f"interrupted: {interruption_words(summary.interruptions)}", markup=False)
     if predicted is not None:
         yen_error = "" if unpriced else f", yen {_pct(cmp.yen_error_pct)}"
         con.print(f"plan:     wall {fmt.duration(cmp.predicted_wall_s)}, {fmt.yen(cmp.predicted_yen)} ({predicted['basis']})"
@@ -791,26 +793,33 @@ def _down(state, cluster: str, job: str, into: Path | None) -> None:
 
 def jobs(
     cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok for 高火力 DOK batches.")],
+    job: Annotated[Optional[str], typer.Argument(help="One job (see the list): its row, the nodes it set aside and what interruptions cost it.")] = None,
     format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
-    """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster)."""
+    """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster);
+    and what the cloud taking nodes back cost each interrupted one."""
     from rich.table import Table
 
-    from gpuplan.operating import batches, runner
+    from gpuplan.operating import batches, costs, runner
     from gpuplan.operating.state import State
 
     as_json = shapes.check_format(format)
     state = State.open_default()
+    if job is not None:
+        _job_of(state, cluster, job)
     err = _console(stderr=True)
     rows = []
     for v in batches.overview(state, cluster):
+        if job is not None and v.row.id != job:
+            continue
         if v.not_refreshed:
             err.print(f"{v.row.id}: not refreshed ({v.not_refreshed})", markup=False)
         if v.calibration:
             err.print(f"{v.row.id}: {v.calibration}", markup=False)
         rows.append((v.row, v.counts))
     if as_json:
-        shapes.emit([shapes.job(state, r, c) for r, c in rows])
+        docs = [shapes.job(state, r, c) for r, c in rows]
+        shapes.emit(docs[0] if job is not None else docs)
         return
     if not rows:
         _console().print(f"no jobs on {cluster}; start one with `gpuplan run {cluster} --items FILE -- CMD {{item}}`",
@@ -822,7 +831,26 @@ def jobs(
         table.add_row(r.id, r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
                       f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(runner.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
-    _console().print(table)
+    out = _console()
+    out.print(table)
+    for r, _c in rows:
+        if job is not None:
+            for q in state.job_quarantines(r.id):
+                out.print(f"set aside {q.node}: {q.reason}", markup=False)
+        cost = costs.interruptions(state, r)
+        if cost is not None:
+            out.print(f"{r.id} interrupted: {interruption_words(cost)}", markup=False)
+
+
+def interruption_words(cost) -> str:
+    """What the cloud taking nodes back cost a batch (costs.Interruptions), in words."""
+    from decimal import ROUND_HALF_UP
+
+    seconds = int(cost.redone_s.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    spent = ("their machine time's yen unknown (no price recorded)" if cost.yen is None else
+             f"{fmt.yen(cost.yen, 2)} of machine time spent on work done twice (part of the yen above, not added to it)")
+    return (f"{fmt.plural(cost.nodes, 'node')} taken back by the cloud, {fmt.plural(cost.attempts, 'attempt')} stopped;"
+            f" {fmt.count(seconds)} item-seconds redone, {spent}")
 
 
 def logs(

@@ -125,8 +125,9 @@ def job(state, row, counts: dict[str, int]) -> dict:
     """A batch (state.JobRow) with its items' counts: `jobs` lists them, `run` prints its own."""
     from dataclasses import asdict
 
-    from gpuplan.operating import backends, runner
+    from gpuplan.operating import backends, costs, runner
 
+    interrupted = costs.interruptions(state, row)
     return {"id": row.id, "cluster": row.cluster, "state": row.state, "total": row.total,
             "succeeded": counts.get("ok", 0), "failed": counts.get("failed", 0),
             "bad_input": counts.get("bad input", 0), "timed_out": counts.get("timed out", 0),
@@ -134,7 +135,14 @@ def job(state, row, counts: dict[str, int]) -> dict:
             "cancelled": counts.get("cancelled", 0), "resumes": row.resumes,
             "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at), "ended_at": iso(row.ended_at),
             "wall_s": round(runner.job_seconds(row), 3), "yen": exact(backends.yen(state, row), "0.01"),
-            "command": list(row.command), "quarantined": [asdict(q) for q in state.job_quarantines(row.id)]}
+            "command": list(row.command), "quarantined": [asdict(q) for q in state.job_quarantines(row.id)],
+            "interruptions": None if interrupted is None else interruptions(interrupted)}
+
+
+def interruptions(cost) -> dict:
+    """What the cloud taking nodes back cost a batch (costs.Interruptions)."""
+    return {"interrupted_attempts": cost.attempts, "nodes_taken_back": cost.nodes,
+            "redone_s": round(float(cost.redone_s), 3), "redone_jpy": exact(cost.yen, "0.01")}
 
 
 def outcome(summary, cmp, predicted: dict | None, how: str) -> dict:

@@ -5,15 +5,28 @@ caps), the one rule the planner uses too.
 A machine held across a month boundary is split exactly: the month's share is what the machine
 had cost by the month's end less what it had cost by its start, so the months add up to the
 machine's whole charge and a minimum or a started hour is billed once.
+
+What the cloud taking machines back cost a batch (`interruptions`): its attempts stopped by a
+node's drain, the nodes taken back, the item-seconds done twice (each such attempt from its last
+saved checkpoint, or from its start, to its end) and the yen of the machine time they held: the
+node's price per second (its ledger row's, as the planner prices a second: spot_risk's yen_per_s)
+x those seconds / the node's slots (GPUs x per_gpu), exact. It is a share of the machines' bill
+above, spent on work done twice, not a bill of its own (docs/operating.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
+from gpuplan.operating.batch_rules import INTERRUPTED
 from gpuplan.planning import billing
+
+if TYPE_CHECKING:
+    from gpuplan.operating.state import InterruptionRow, JobRow, State
 
 
 @dataclass(frozen=True)
@@ -89,3 +102,98 @@ def report(rows: list[dict], month: str | None = None, at: datetime | None = Non
     if month is not None:
         out = [line for line in out if line.month == month]
     return sorted(out, key=lambda line: (line.month, line.cluster))
+
+
+@dataclass(frozen=True)
+class Interruptions:
+    """What the cloud taking machines back cost one batch (or a month's batches)."""
+
+    attempts: int  # attempts stopped because their node was taken back (queued again, not failures)
+    nodes: int  # nodes taken back (set aside with batch_rules' INTERRUPTED)
+    redone_s: Decimal  # item-seconds done twice: each attempt from its last saved checkpoint (or its start) to its end
+    yen: Decimal | None  # the machine time those seconds held, exact; None where a node's price is unknown
+
+
+@dataclass(frozen=True)
+class BatchInterruptions:
+    """A batch's Interruptions as `cost-report` lists them: in the month (UTC) the batch started."""
+
+    month: str
+    cluster: str
+    job: str
+    interruptions: Interruptions
+
+
+def redone_seconds(attempt: InterruptionRow) -> Decimal:
+    """The attempt's work done twice: from its last saved checkpoint (none saved: its start) to its end."""
+    since = attempt.saved_at or attempt.started_at
+    if since is None or attempt.ended_at is None or attempt.ended_at <= since:
+        return Decimal(0)
+    gap = attempt.ended_at - since
+    return Decimal(gap.days * 86400 + gap.seconds) + Decimal(gap.microseconds) / 1_000_000
+
+
+def machine_share(terms: billing.Terms, seconds: Decimal, slots: int) -> Decimal:
+    """The yen of one slot's share of a machine billed by `terms` for `seconds`: its price per
+    second x seconds / its slots, exact (no granularity, minimum or cap: a share of machine time
+    already billed, not a bill)."""
+    return terms.price_jpy / max(1, terms.period_s) * seconds / max(1, slots)
+
+
+def node_terms(ledger: Sequence[dict], cluster: str, node: str, at: datetime) -> tuple[billing.Terms, str] | None:
+    """The billing terms and tax basis of `node` of `cluster` at `at`, from its ledger row then
+    (a torn-down cluster's rows keep its name as "<name>@<created>"); else its latest row before."""
+    rows = [r for r in ledger if r["node"] == node and r["cluster"].split("@", 1)[0] == cluster and r["started_at"] <= at]
+    if not rows:
+        return None
+    held = [r for r in rows if r["stopped_at"] is None or at <= r["stopped_at"]]
+    row = max(held or rows, key=lambda r: r["started_at"])
+    return row["terms"], row["tax"]
+
+
+def interruptions(state: State, row: JobRow, basis: str | None = None,
+                  ledger: Sequence[dict] | None = None) -> Interruptions | None:
+    """What the cloud taking machines back cost batch `row`; None where it took none and stopped
+    no attempt. Each attempt's yen by its node's own ledger row (a replacement may be dearer), as
+    billed, or on tax `basis` (planning/tax.py) where given; a node with no ledger row by the
+    cluster's hourly price."""
+    from gpuplan.planning import tax
+
+    attempts = state.job_interruptions(row.id)
+    nodes = sum(1 for q in state.job_quarantines(row.id) if q.code == INTERRUPTED)
+    if not attempts and not nodes:
+        return None
+    if ledger is None:
+        ledger = state.ledger_rows() if attempts else []
+    cluster = state.cluster(row.cluster)
+    per_gpu = int(row.options.get("per_gpu") or 1)
+    redone, yen = Decimal(0), Decimal(0)
+    priced = True
+    for a in attempts:
+        seconds = redone_seconds(a)
+        redone += seconds
+        found = node_terms(ledger, row.cluster, a.node, a.started_at) if a.started_at else None
+        if found is None and cluster is not None and cluster.price_jpy_per_hour is not None:
+            found = billing.per_second(cluster.price_jpy_per_hour), "unknown"
+        if found is None:
+            priced = priced and not seconds
+            continue
+        terms, listed = found
+        share = machine_share(terms, seconds, max(1, a.node_gpus) * per_gpu)
+        yen += tax.on_basis(share, listed, basis) if basis else share
+    return Interruptions(len(attempts), nodes, redone, yen if priced else None)
+
+
+def report_interruptions(state: State, month: str | None, basis: str) -> list[BatchInterruptions]:
+    """Every batch the cloud interrupted (only those started in `month`, if given), its yen on tax `basis`."""
+    out = []
+    ledger = state.ledger_rows()
+    for row in state.interrupted_jobs():
+        started = row.started_at or row.submitted_at
+        when = started.astimezone(timezone.utc).strftime("%Y-%m")
+        if month is not None and when != month:
+            continue
+        figures = interruptions(state, row, basis, ledger)
+        if figures is not None:
+            out.append(BatchInterruptions(when, row.cluster, row.id, figures))
+    return out

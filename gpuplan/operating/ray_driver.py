@@ -32,8 +32,9 @@ directory on the head; the client reads it (over SSH, from where it stopped) whe
   {"t": "begin", "at", "slots", "nodes"}
   {"t": "ready", "at"}                            every slot's worker is up; items are handed out from now
   {"t": "start", "i", "node", "attempt", "at"}
-  {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"[, "restored"]}
-                                                  restored: bytes of checkpoint the attempt started from
+  {"t": "end", "i", "node", "slot", "attempt", "start", "end", "exit", "timed_out", "log", "status"[, "restored"]
+   [, "saved"]}                                   restored: bytes of checkpoint the attempt started from; saved:
+                                                  when it last sent a changed checkpoint to the head (absent: never)
   {"t": "lost", "i", "node", "reason"}            an attempt that died with its worker or node
   {"t": "notice", "node", "action", "time", "at"} the cloud announced it takes the node back: it is drained
   {"t": "quarantine", "node", "code", "reason"}   a node set aside: code from batch_rules (LOST, FAILURES, ...)
@@ -51,6 +52,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 SLOT_WAIT_S = 0.5
@@ -108,7 +110,9 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     With `checkpoints` (the batch's CheckpointStore on the head), the item gets an empty
     $GPUPLAN_CHECKPOINT_DIR filled with what its last attempt anywhere left there, and what it
     writes there goes to the store every `checkpoint_every_s` while it runs (when it changed)
-    and once more at its end: an attempt on another node (its node lost, a retry) starts from it."""
+    and once more at its end: an attempt on another node (its node lost, a retry) starts from it.
+    The result's "saved" is when it last sent a changed folder there (None: never): the work
+    after it is what an interrupted attempt loses."""
     import shutil
     import subprocess
 
@@ -130,14 +134,21 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
         shell = shell.replace("{out}", out)
     log = f"{home}/logs/{index}.{attempt}.log"
     extra = {"GPUPLAN_ITEM": item, "GPUPLAN_JOB": job, "GPUPLAN_ATTEMPT": str(attempt), "GPUPLAN_OUTPUT_DIR": out}
-    sync, restored = (lambda: None), 0
+    send, restored = None, 0
     if checkpoints is not None:
         ckpt = f"{home}/checkpoints/{index}"
         shutil.rmtree(ckpt, ignore_errors=True)  # only what the store holds: never a stale copy on this node
         os.makedirs(ckpt)
         restored = unpack_checkpoint(ray.get(checkpoints.get.remote(index)), ckpt)
         extra["GPUPLAN_CHECKPOINT_DIR"] = ckpt
-        sync = checkpoint_sync(checkpoints, index, ckpt)
+        send = checkpoint_sync(checkpoints, index, ckpt)
+    saved: list[str] = []  # when a changed checkpoint went to the store
+
+    def sync() -> None:
+        at = send() if send is not None else None
+        if at:
+            saved.append(at)
+
     if memory_fraction:  # the reference jobs take this as their fixed GPU memory share
         extra["GPUPLAN_MEMORY_FRACTION"] = memory_fraction
     cwd = os.path.expanduser(workdir) if workdir else home
@@ -193,7 +204,7 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
         except OSError:
             pass
     return {"node": node, "slot": slot, "start": start, "end": _now(), "exit": code, "timed_out": timed_out, "log": log,
-            "capped": capped, "restored": restored}
+            "capped": capped, "restored": restored, "saved": saved[-1] if saved else None}
 
 
 def _wait(proc, wait_s: float, every_s: float, sync) -> int:
@@ -227,16 +238,16 @@ class CheckpointStore:
         return self._data.get(index)
 
 
-def checkpoint_sync(store, index: int, folder: str):
-    """A function that sends `folder` (tar.gz) to the store when it changed since the last send."""
+def checkpoint_sync(store, index: int, folder: str) -> Callable[[], str | None]:
+    """A function that sends `folder` (tar.gz) to the store when it changed since the last send,
+    and returns when it sent it (None: unchanged). The folder as it is now (what the store gave
+    the attempt) counts as sent: sending it back would be no save of the attempt's own."""
     import io
     import tarfile
 
     import ray
 
-    last: list = [None]
-
-    def sync() -> None:
+    def listing() -> list:
         files = []
         for root, _dirs, names in os.walk(folder):
             for n in names:
@@ -245,14 +256,20 @@ def checkpoint_sync(store, index: int, folder: str):
                 except OSError:
                     continue
                 files.append((os.path.join(root, n), st.st_size, st.st_mtime_ns))
-        seen = sorted(files)
+        return sorted(files)
+
+    last = [listing()]
+
+    def sync() -> str | None:
+        seen = listing()
         if seen == last[0]:
-            return
+            return None
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             tar.add(folder, arcname=".")
         ray.get(store.put.remote(index, buf.getvalue()))
         last[0] = seen
+        return _now()
 
     return sync
 
@@ -623,7 +640,8 @@ def main(spec_path: str) -> int:
                     requeue_watch.add(index)
             events.write(t="end", i=index, node=node, slot=r["slot"], attempt=attempt, start=r["start"], end=r["end"],
                          exit=r["exit"], timed_out=r["timed_out"], log=r["log"], status=status,
-                         **({"restored": r["restored"]} if r.get("restored") else {}))
+                         **({"restored": r["restored"]} if r.get("restored") else {}),
+                         **({"saved": r["saved"]} if r.get("saved") else {}))
             if status == rules.INTERRUPTED:
                 events.write(t="requeue", i=index)
             set_aside(gone)

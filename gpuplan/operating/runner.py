@@ -32,6 +32,7 @@ from gpuplan.errors import GpuplanError, NotFound, UsageError
 from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
+    from gpuplan.operating.costs import Interruptions
     from gpuplan.operating.state import JobRow, State
     from gpuplan.planning.billing import Terms
 
@@ -98,6 +99,7 @@ class RunSummary:
     size: str = ""
     terms: Terms | None = None  # how each node is billed (the cluster's ledger); None: its hourly price by the second
     task_seconds: tuple[int, ...] = ()  # a DOK batch: each task's billed run time (each task is billed on its own)
+    interruptions: Interruptions | None = None  # what the cloud taking nodes back cost it (None: it took none)
 
     @property
     def failed(self) -> list[JobResult]:
@@ -473,14 +475,17 @@ def item_results(state: State, job: str) -> tuple[JobResult, ...]:
 
 def engine_summary(state: State, job: str) -> RunSummary:
     """A finished (or current) batch on a cluster as a RunSummary: one JobResult per item,
-    quarantined nodes, wall and yen (the Ray backend's summary)."""
+    quarantined nodes, wall and yen, and what interruptions cost it (the Ray backend's summary)."""
+    from gpuplan.operating import costs
+
     row = _job_row(state, job)
     cluster = state.cluster(row.cluster)
     results = item_results(state, job)
     quarantined = tuple(Quarantine(q.node, q.code, q.reason) for q in state.job_quarantines(job))
     return RunSummary(row.cluster, tuple(results), job_seconds(row), row.nodes,
                       cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
-                      cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row.cluster))
+                      cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row.cluster),
+                      interruptions=costs.interruptions(state, row))
 
 
 def _jobs_dir() -> str:

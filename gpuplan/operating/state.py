@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuplan import faults, paths
 from gpuplan.errors import UsageError
-from gpuplan.operating.batch_rules import UNKNOWN
+from gpuplan.operating.batch_rules import INTERRUPTED, UNKNOWN
 from gpuplan.planning import billing
 from gpuplan.planning.billing import Terms
 
@@ -184,6 +184,17 @@ CREATE TABLE IF NOT EXISTS job_quarantines (
     node TEXT NOT NULL,
     reason TEXT NOT NULL,
     code TEXT                       -- why, as batch_rules' code (lost | failures | left_out | not_in_ray); NULL on older rows
+);
+CREATE TABLE IF NOT EXISTS job_interruptions (  -- an attempt stopped because the cloud took its node back
+    job TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    node_gpus INTEGER NOT NULL,     -- the node's GPUs then (its slots: GPUs x the job's per_gpu)
+    started_at TEXT,
+    ended_at TEXT,
+    saved_at TEXT,                  -- its last checkpoint sent to the head; NULL: none (or a driver older than it)
+    PRIMARY KEY (job, idx, attempt)
 );
 CREATE TABLE IF NOT EXISTS speed_points (  -- a batch on a fleet other than the plan's: seconds per job per GPU
     workload TEXT NOT NULL,
@@ -428,6 +439,21 @@ class QuarantineRow:
     node: str
     code: str
     reason: str
+
+
+@dataclass(frozen=True)
+class InterruptionRow:
+    """An attempt its node's drain stopped (the cloud took the machine back): the job_items row
+    holds only the item's latest attempt, this one is kept apart."""
+
+    job: str
+    idx: int
+    attempt: int
+    node: str
+    node_gpus: int  # the node's GPUs when it ran (0: CPU-only)
+    started_at: datetime | None
+    ended_at: datetime | None
+    saved_at: datetime | None  # its last checkpoint sent to the head; None: none saved
 
 
 @dataclass(frozen=True)
@@ -984,6 +1010,13 @@ class State:
                                " ended_at=?, exit_code=?, timed_out=?, log_path=? WHERE job=? AND idx=?",
                                (e["status"], e["attempt"], e["node"], e["slot"], e["start"], e["end"], e["exit"],
                                 int(bool(e["timed_out"])), e["log"], job, e["i"]))
+                    if e["status"] == INTERRUPTED:
+                        gpus = db.execute("SELECT n.gpus FROM nodes n JOIN jobs j ON n.cluster=j.cluster"
+                                          " WHERE j.id=? AND n.name=?", (job, e["node"])).fetchone()
+                        db.execute("INSERT OR REPLACE INTO job_interruptions (job, idx, attempt, node, node_gpus,"
+                                   " started_at, ended_at, saved_at) VALUES (?,?,?,?,?,?,?,?)",
+                                   (job, e["i"], e["attempt"], e["node"], gpus["gpus"] if gpus else 0, e["start"],
+                                    e["end"], e.get("saved")))
                 elif kind in ("lost", "requeue"):
                     db.execute("UPDATE job_items SET status='queued' WHERE job=? AND idx=?", (job, e["i"]))
                 elif kind == "quarantine":  # one row a node: a later event says why anew (failures -> lost)
@@ -1022,6 +1055,18 @@ class State:
         """The nodes the job set aside, in order; a row older than the code column has code "unknown"."""
         rows = self._query("SELECT node, code, reason FROM job_quarantines WHERE job=? ORDER BY rowid", (job,))
         return [QuarantineRow(r["node"], r["code"] or UNKNOWN, r["reason"]) for r in rows]
+
+    def job_interruptions(self, job: str) -> list[InterruptionRow]:
+        """The job's attempts stopped because the cloud took their node back, in the order they ended."""
+        rows = self._query("SELECT * FROM job_interruptions WHERE job=? ORDER BY ended_at, idx, attempt", (job,))
+        return [InterruptionRow(r["job"], r["idx"], r["attempt"], r["node"], r["node_gpus"], parse_time(r["started_at"]),
+                                parse_time(r["ended_at"]), parse_time(r["saved_at"])) for r in rows]
+
+    def interrupted_jobs(self) -> list[JobRow]:
+        """Every batch that had an attempt interrupted or a node taken back by the cloud, oldest first."""
+        return [_job(r) for r in self._query(
+            "SELECT * FROM jobs WHERE id IN (SELECT job FROM job_interruptions) OR id IN"
+            " (SELECT job FROM job_quarantines WHERE code=?) ORDER BY submitted_at, rowid", (INTERRUPTED,))]
 
     def job_wall_seconds(self, job: str) -> float | None:
         """From the first item's start to the last item's end."""
