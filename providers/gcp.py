@@ -34,8 +34,11 @@ pinned. The login key goes in the instance's `ssh-keys` metadata with project-wi
 
 Spot and TTL. Spot: `scheduling.provisioningModel: SPOT` with instanceTerminationAction DELETE,
 so a reclaimed machine is deleted with its boot disk and bills nothing after (as AWS's one-time
-Spot terminates). TTL: `scheduling.maxRunDuration` with instanceTerminationAction DELETE: GCE
-itself deletes the instance (and its boot disk) at the expiry. The firewall rules (free) remain
+Spot terminates); automaticRestart false and onHostMaintenance TERMINATE, the only maintenance
+behaviour a preemptible machine has (Compute Engine's Scheduling.OnHostMaintenance reference).
+TTL: `scheduling.maxRunDuration` with instanceTerminationAction DELETE: GCE itself deletes the
+instance (and its boot disk) at the expiry; Compute Engine takes 30 s to 120 days ("Limit the
+run time of a VM"), so a TTL outside that is refused before anything is made. The firewall rules (free) remain
 until `gpuplan teardown`. A shutdown from inside the machine stops it (TERMINATED): compute and
 GPU billing end, the boot disk (a few yen a day) bills until teardown.
 
@@ -84,6 +87,8 @@ from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_INSTALLATION, TAG
 DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
 DEFAULT_REGIONS = ["asia-northeast1", "asia-northeast2", "us-central1"]
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+# maxRunDuration's range (Compute Engine, "Limit the run time of a VM": 30 seconds to 120 days).
+TTL_MIN_S, TTL_MAX_S = 30, 120 * 24 * 3600
 # Dependents before what they depend on: a firewall rule may go any time, an image after the
 # instances made from it (GCE refuses nothing here, but the order keeps a sweep readable).
 DELETE_ORDER = ["instance", "disk", "firewall", "image"]
@@ -269,6 +274,12 @@ class GcpProvider(Provider):
                         services[key] = ops_cls(credentials=credentials, transport="rest", client_options=options)
             self._clients[kind] = client
         return self._clients[kind]
+
+    def check_features(self, spot: bool = False, ttl_s: int | None = None, capture: bool = False) -> None:
+        super().check_features(spot=spot, ttl_s=ttl_s, capture=capture)
+        if ttl_s and not TTL_MIN_S <= ttl_s <= TTL_MAX_S:
+            raise UsageError(f"GCP deletes a machine at its TTL (scheduling.maxRunDuration) only between 30 s and "
+                             f"120 days; --ttl asked {int(ttl_s)} s")
 
     def verify_credentials(self, region: str) -> None:
         with self._gce(f"read project {self.project()}"):
@@ -515,7 +526,7 @@ class GcpProvider(Provider):
     def _instance_body(self, spec: NodeSpec, node: str, placed: _Placement, image: str, compute_v1):
         tags = tagging.for_node(spec.tags, node)
         labels = labels_of(tags)
-        scheduling = compute_v1.Scheduling(on_host_maintenance="TERMINATE" if placed.gpus else "MIGRATE",
+        scheduling = compute_v1.Scheduling(on_host_maintenance="TERMINATE" if placed.gpus or spec.spot else "MIGRATE",
                                            automatic_restart=not spec.spot)
         if spec.spot:
             scheduling.provisioning_model = "SPOT"

@@ -104,6 +104,7 @@ class GceFake(FakeApiServer):
             "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.",
             503)
         self.inserts = 0
+        self.insert_bodies: list[dict] = []  # each instances.insert body as received, in order
         self._failing: dict[str, tuple[int, tuple[str, str, int]]] = {}  # kind -> (calls to go, error)
         self.root = ""
 
@@ -359,8 +360,10 @@ class GceFake(FakeApiServer):
         for acc, _ in accs:
             if zone not in ACCELERATORS.get(acc, ()):
                 raise GceError(400, "invalid", f"Invalid value for field 'resource.guestAccelerators[0].acceleratorType': '{acc}'")
-        if accs and (body.get("scheduling") or {}).get("onHostMaintenance") != "TERMINATE":
+        scheduling = body.get("scheduling") or {}
+        if accs and scheduling.get("onHostMaintenance") != "TERMINATE":
             raise GceError(400, "invalid", "Instances with guest accelerators do not support live migration.")
+        _check_scheduling(scheduling)
         [boot] = [d for d in body.get("disks") or [] if d.get("boot")]
         image = (boot.get("initializeParams") or {}).get("sourceImage", "")
         if not (image.startswith("projects/ubuntu-os-cloud/global/images/") or _tail(image) in self.images):
@@ -378,6 +381,7 @@ class GceFake(FakeApiServer):
             counts[metric] = counts.get(metric, 0) + n
             counts["GPUS_ALL_REGIONS"] = counts.get("GPUS_ALL_REGIONS", 0) + n
         self.inserts += 1
+        self.insert_bodies.append(body)
         link = f"{self.root}/compute/v1/projects/{self.project}/zones/{zone}/instances/{name}"
         fail = self._failure("instances.insert")
         if self.fail_insert_at == self.inserts:
@@ -532,6 +536,31 @@ class GceFake(FakeApiServer):
 
     def _out(self, r: dict) -> dict:
         return {k: v for k, v in r.items() if not k.startswith("_")}
+
+
+def _check_scheduling(scheduling: dict) -> None:
+    """What Compute Engine documents for Spot and time limits: a preemptible machine's only
+    onHostMaintenance is TERMINATE (the Scheduling.OnHostMaintenance reference); a time limit
+    (maxRunDuration) runs the instanceTerminationAction, 30 s to 120 days ("Limit the run time
+    of a VM"). That a Spot machine must not restart automatically is the fake's reading (Google's
+    Spot sample sets automatic_restart false)."""
+    spot = scheduling.get("provisioningModel") == "SPOT"
+    if spot and scheduling.get("onHostMaintenance", "TERMINATE") != "TERMINATE":
+        raise GceError(400, "invalid", "Invalid value for field 'resource.scheduling.onHostMaintenance': 'MIGRATE'. "
+                                       "Spot VMs can only be terminated on host maintenance.")
+    if spot and scheduling.get("automaticRestart"):
+        raise GceError(400, "invalid", "Invalid value for field 'resource.scheduling.automaticRestart': 'true'. "
+                                       "Spot VMs cannot be restarted automatically.")
+    action = scheduling.get("instanceTerminationAction")
+    if action is not None and action not in ("STOP", "DELETE"):
+        raise GceError(400, "invalid", f"Invalid value for field 'resource.scheduling.instanceTerminationAction': '{action}'.")
+    run = scheduling.get("maxRunDuration")
+    if run is not None:
+        seconds = int(run.get("seconds", 0))
+        if action is None:
+            raise GceError(400, "invalid", "maxRunDuration needs an instanceTerminationAction.")
+        if not 30 <= seconds <= 120 * 24 * 3600:
+            raise GceError(400, "invalid", f"Invalid value for field 'resource.scheduling.maxRunDuration.seconds': '{seconds}'.")
 
 
 def _ed25519_blob(seed: str) -> str:
