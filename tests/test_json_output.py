@@ -18,7 +18,8 @@ CLUSTER_KEYS = {"name", "provider", "region", "instance_type", "count", "status"
                 "nodes"}
 NODE_KEYS = {"name", "status", "public_ip", "private_ip", "ssh_port", "gpus", "id", "created_at"}
 JOB_KEYS = {"id", "cluster", "state", "total", "succeeded", "failed", "bad_input", "timed_out", "running", "queued",
-            "cancelled", "resumes", "submitted_at", "started_at", "ended_at", "wall_s", "yen", "command", "quarantined"}
+            "cancelled", "resumes", "submitted_at", "started_at", "ended_at", "wall_s", "yen", "command", "quarantined",
+            "interruptions"}
 
 
 def _json(r):
