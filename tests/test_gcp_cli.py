@@ -134,6 +134,15 @@ def test_estimate_in_tokyo_lists_sourced_gcp_plans_and_the_zero_gpu_quota_line(c
     doc = json.loads(r.out)
     text = json.dumps(doc)
     assert "a2-highgpu-1g" in text and "n1-standard-8+nvidia-tesla-t4" in text
+    # every priced GCP plan says where its price comes from and when, and that it is billed per second
+    priced = [p for p in doc["plans"] if p["provider"] == "gcp" and p["feasible"]]
+    assert {p["instance_type"] for p in priced} >= {"a2-highgpu-1g", "n1-standard-8+nvidia-tesla-t4"}
+    for plan in priced:
+        for size in {f["instance_type"] for f in plan["fleet"]}:
+            [line] = [a for a in plan["assumptions"] if a.startswith(f"{size} asia-northeast1: ") and "USD/hour" in a]
+            assert "billed per second, minimum 1 min" in line, line
+            assert "(source: skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @" in line and "; as of 20" in line, line
+        assert all(f["billing"]["granularity_s"] == 1 and f["billing"]["minimum_s"] == 60 for f in plan["fleet"])
     r = cli("estimate", "--videos", "4", "--region", "asia-northeast1")
     assert r.code == 0, r.err
     assert "gcp asia-northeast1" in r.out

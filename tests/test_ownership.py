@@ -1,6 +1,7 @@
 """Two installations (two gpuplan homes, two states) in one cloud account, both with a cluster
 called `demo`: each sees, resumes and tears down only its own machines. Against moto (AWS), the
-fake ARM API (Azure) and the Sakura fake, through the CLI as a user runs it."""
+fake ARM API (Azure), the Compute REST fake (GCP) and the Sakura fake, through the CLI as a user
+runs it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ import yaml
 
 from gpuplan.operating import provider as registry
 from support.azure_fake import FakeARM, make_provider
+from support.gcp_fake import GceFake
 from support.sakura_fake import SakuraFake
 
 AZURE_PRICES = {"offers": [{
     "provider": "azure", "name": "Standard_NC4as_T4_v3", "aliases": ["e2e-t4"], "region": "westus2",
     "gpu": "T4", "gpu_count": 1, "vcpus": 4, "ram_gib": 28, "price": 100, "currency": "JPY", "price_unit": "hour",
+}]}
+GCP_PRICES = {"offers": [{
+    "provider": "gcp", "name": "n1-standard-4+nvidia-tesla-t4", "aliases": ["e2e-t4"], "region": "asia-northeast1",
+    "gpu": "T4", "gpu_count": 1, "vcpus": 4, "ram_gib": 15, "price": 100, "currency": "JPY", "price_unit": "hour",
 }]}
 SAKURA_PRICES = {"offers": [{
     "provider": "sakura", "name": "24Core-240GB-H100x1", "aliases": ["e2e-h100"], "region": "is1a",
@@ -127,6 +133,39 @@ def test_azure_group_of_another_owner_is_never_retagged(arm, tmp_path, monkeypat
     assert len(arm.held_of("Microsoft.Compute/virtualMachines")) == 1
     homes.a("teardown", "--yes", "demo")
     assert arm.held() == []
+
+
+@pytest.fixture
+def gce():
+    f = GceFake()
+    f.start()
+    registry.override("gcp", lambda conf: f.provider(conf))
+    yield f
+    registry.override("gcp", None)
+    f.stop()
+    assert f.unknown == []
+
+
+def test_gcp_two_installations_same_cluster_name(gce, tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("COLUMNS", "250")
+    homes = Homes(tmp_path, monkeypatch, cli, {"providers": {"gcp": {"ssh_source": "198.51.100.7"}}}, GCP_PRICES)
+
+    def running() -> int:
+        return sum(1 for vm in gce.instances.values() if vm["status"] == "RUNNING")
+
+    def both_made() -> None:  # project-unique names carry the installation: two demo-0, two of each rule
+        names = [vm["name"] for vm in gce.instances.values()]
+        assert len(set(names)) == 5 and sum(n.startswith("demo-0-") for n in names) == 2
+        installations = {vm["labels"]["gpuplan-installation"] for vm in gce.instances.values()}
+        assert len(installations) == 2
+        rules = sorted(gce.firewalls)
+        assert len(rules) == 4 and all(r.startswith("gpuplan-demo-") for r in rules)
+        assert {r.rsplit("-", 2)[1] for r in rules} == installations  # gpuplan-demo-<installation>-ssh
+        network_tags = {tuple(vm["tags"]["items"]) for vm in gce.instances.values()}
+        assert len(network_tags) == 2  # each installation's rules reach only its own machines
+
+    two_homes_one_name(homes, "gcp:e2e-t4", running, both_made)
+    assert gce.held() == []
 
 
 @pytest.fixture
