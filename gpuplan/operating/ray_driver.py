@@ -164,8 +164,8 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     else:
         argv, env = ["bash", "-c", shell], dict(os.environ, **extra)
     start = _now()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+    with open(log, "wb") as log_fh:
+        proc = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
                                 start_new_session=True)
     pid_file = f"{home}/pids/{index}.{attempt}"
     with open(pid_file, "w") as fh:  # `gpuplan cancel` kills this process group on every node
