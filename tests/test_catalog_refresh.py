@@ -130,8 +130,8 @@ def test_cli_refresh_prints_the_diff_table(sources, cli, gpuplan_home):
     flat = " ".join(r.out.split())  # rich wraps long lines at the terminal's width
     assert "USD = ¥154.4425 (2026-11-20; ECB" in flat and "was ¥158.19 (2026-03-11)" in flat
     # 43 on-demand rows (the 2 Osaka g4dn rows of issue 22 among them) and the 27 spot rows carried over from 2026-11,
-    # and GCP's 6 priced USD rows (issue 34: no refresh source for GCP yet; its 4 unpriced rows have nothing to move)
-    assert "76 offers keep their own price and move -2.4% in yen with the USD rate only" in flat
+    # and GCP's 8 priced USD rows (issue 34: no refresh source for GCP yet; its 2 unpriced A3 rows have nothing to move)
+    assert "78 offers keep their own price and move -2.4% in yen with the USD rate only" in flat
     assert "17 changed, 1 added, 2 removed, 2 refreshed and unchanged, 27 kept as they were" in flat
     assert _user_snapshots(gpuplan_home) == ["2026-11-23"]
 

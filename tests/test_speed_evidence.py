@@ -155,7 +155,8 @@ def test_estimate_shows_the_ranges_and_the_line_that_would_settle_the_pick(cli):
     # inference figure then, 0.34) is slower on its training figure (0.307): ¥266–1,307, no overlap
     assert ("settle: the pick's yen range overlaps 1x g5.xlarge aws us-east-1's (¥205–850, 1:10–4:51 h) (and 2 other"
             " plans); `gpuplan bench colorize --on aws:g5.xlarge@us-east-1` would settle it") in text
-    assert "note: no published cnn-train figure for L4: 7 plans left unplanned, not guessed from another class" in text
+    # 9: AWS's 7 g6 rows and GCP's two g2-standard-4 rows, priced since issue 34
+    assert "note: no published cnn-train figure for L4: 9 plans left unplanned, not guessed from another class" in text
     data = json.loads(cli("estimate", "--videos", "4", "--format", "json").out)
     rec = data["recommended"]
     assert rec["speed_kind"] == "generic" and rec["speeds"][0]["kind"] == "generic" and rec["speeds"][0]["gpu"] == "V100"
