@@ -307,3 +307,19 @@ def test_run_item_that_saved_nothing_of_its_own_reports_none(node_here):
     # without checkpoints there is nothing to save
     plain = ray_driver.run_item("j-2", 2, "c", 1, "true", 30, "", "")
     assert plain["saved"] is None
+
+
+def test_the_batchs_yen_bills_each_node_at_its_own_price_for_its_time_in_the_batch(spot, capsys):
+    """spot-5 ran from 5 to 70 min: spot-0 at ¥360/h all 65 min (¥390), spot-1 at ¥360/h until
+    its ledger stopped at 32 min (27 min: ¥162), the on-demand replacement spot-2 at ¥720/h from
+    33 min (37 min: ¥444)."""
+    from gpuplan.cli import jobs as jobs_cli
+
+    row = spot.job("spot-5")
+    assert runner.engine_job_yen(spot, row) == Decimal(390 + 162 + 444)
+    assert runner.engine_summary(spot, "spot-5").yen == Decimal(996)
+    jobs_cli._finish(spot, "spot-5", None)
+    measured = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("measured: "))
+    assert "¥996 (3 nodes: 2 x ¥360/h, 1 x ¥720/h, each for its time in the batch)" in measured, measured
+    # a batch on nodes of one price is billed as before: spot-4 ran 5 min on spot-0 and spot-1
+    assert runner.engine_job_yen(spot, spot.job("spot-4")) == 2 * Decimal(360) * 300 / 3600 == Decimal(60)

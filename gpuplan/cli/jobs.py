@@ -748,6 +748,12 @@ def _billed_how(summary) -> str:
     elif owned(summary.provider):  # the user's own hosts: their power, as the estimate charges it
         how = (f"{fmt.plural(summary.nodes, 'owned host')}' power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
                if summary.price_jpy_per_hour is not None else "owned hosts")
+    elif len({t.hourly for t, _ in summary.node_seconds}) > 1:  # a replacement at another price joined
+        from collections import Counter
+
+        prices = Counter(t.hourly for t, _ in summary.node_seconds)
+        how = (f"{fmt.plural(len(summary.node_seconds), 'node')}: "
+               + ", ".join(f"{n} x {fmt.yen(p)}/h" for p, n in sorted(prices.items())) + ", each for its time in the batch")
     else:
         how = f"{fmt.plural(summary.nodes, 'node')} x {fmt.yen(summary.price_jpy_per_hour)}/h"
     return how

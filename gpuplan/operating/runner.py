@@ -99,6 +99,9 @@ class RunSummary:
     size: str = ""
     terms: Terms | None = None  # how each node is billed (the cluster's ledger); None: its hourly price by the second
     task_seconds: tuple[int, ...] = ()  # a DOK batch: each task's billed run time (each task is billed on its own)
+    # a cluster batch: each machine the ledger billed during it, by its own terms, for the seconds
+    # it was held while the batch ran (a replacement from when it came, at its own price)
+    node_seconds: tuple[tuple[Terms, float], ...] = ()
     interruptions: Interruptions | None = None  # what the cloud taking nodes back cost it (None: it took none)
 
     @property
@@ -109,10 +112,12 @@ class RunSummary:
     def yen(self) -> Decimal | None:
         """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge);
         a DOK batch, each task for its own run time with its own minimum (billing.charge_tasks)."""
-        if self.task_seconds and self.terms is not None:
-            from gpuplan.planning import billing
+        from gpuplan.planning import billing
 
+        if self.task_seconds and self.terms is not None:
             return billing.charge_tasks(self.task_seconds, self.terms)
+        if self.node_seconds:
+            return sum((billing.measured_yen(s, 1, t) or Decimal(0) for t, s in self.node_seconds), Decimal(0))
         return yen_for(self.terms, self.price_jpy_per_hour, self.nodes, self.wall_seconds)
 
 
@@ -453,10 +458,37 @@ def job_seconds(row: JobRow, at=None) -> float:
 
 
 def engine_job_yen(state: State, row: JobRow, at=None) -> Decimal | None:
-    """Every node of the cluster billed for the batch's wall time (the Ray backend's yen)."""
+    """Every machine the ledger billed while the batch ran, each by its own terms for its seconds
+    in the batch (node_seconds); a cluster without ledger rows: its nodes at its price for the
+    batch's wall time (the Ray backend's yen)."""
+    held = node_seconds(state, row, at)
+    if held:
+        from gpuplan.planning import billing
+
+        return sum((billing.measured_yen(s, 1, t) or Decimal(0) for t, s in held), Decimal(0))
     cluster = state.cluster(row.cluster)
     return yen_for(state.ledger_terms(row.cluster), cluster.price_jpy_per_hour if cluster else None, row.nodes,
                    job_seconds(row, at))
+
+
+def node_seconds(state: State, row: JobRow, at=None) -> tuple[tuple[Terms, float], ...]:
+    """Each ledger row of the batch's cluster that was held while the batch ran (from its driver's
+    start to its end, or `at`, or now): its terms and those seconds. A node that joined later
+    counts from its start, one stopped from the ledger's stop; a node the batch lost stays billed
+    while the ledger holds it, as the cloud bills it."""
+    from gpuplan.operating.state import now
+
+    if row.started_at is None:
+        return ()
+    start, end = row.started_at, row.ended_at or at or now()
+    out = []
+    for r in state.ledger_rows():
+        if r["cluster"] != row.cluster:
+            continue
+        held = (min(end, r["stopped_at"] or end) - max(start, r["started_at"])).total_seconds()
+        if held > 0:
+            out.append((r["terms"], held))
+    return tuple(out)
 
 
 def item_results(state: State, job: str) -> tuple[JobResult, ...]:
@@ -485,7 +517,7 @@ def engine_summary(state: State, job: str) -> RunSummary:
     return RunSummary(row.cluster, tuple(results), job_seconds(row), row.nodes,
                       cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
                       cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row.cluster),
-                      interruptions=costs.interruptions(state, row))
+                      interruptions=costs.interruptions(state, row), node_seconds=node_seconds(state, row))
 
 
 def _jobs_dir() -> str:

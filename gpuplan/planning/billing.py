@@ -53,6 +53,11 @@ class Terms:
     def capped(self) -> bool:
         return self.daily_cap_jpy is not None or self.monthly_cap_jpy is not None
 
+    @property
+    def hourly(self) -> Decimal:
+        """Its price for an hour before granularity, minimum and caps (a rent spread over its period)."""
+        return self.price_jpy * HOUR_S / self.period_s
+
 
 def billed_seconds(seconds: int, granularity_s: int, minimum_s: int) -> int:
     """Seconds billed for `seconds` of use: rounded up to the granularity, at least the minimum
