@@ -179,6 +179,8 @@ def test_on_moto_a_notice_drains_the_node_its_items_finish_from_checkpoints_and_
         assert "a replacement, 1x aws:g4dn.xlarge (spot), costs" in err and "trying on-demand" in err, err
         assert "a replacement, 1x aws:g4dn.xlarge, costs" in err, err
         assert f"{CLUSTER}-3 joined the batch in place of {CLUSTER}-1" in err, err
+        out = " ".join(r.out.split())  # the end line: what the interruption cost
+        assert "interrupted: 1 node taken back by the cloud" in out and "item-seconds redone" in out, out
 
         state = State(paths.state_db())
         [job] = state.jobs(CLUSTER)
@@ -204,6 +206,10 @@ def test_on_moto_a_notice_drains_the_node_its_items_finish_from_checkpoints_and_
         assert prices[f"{CLUSTER}-3"] > prices[f"{CLUSTER}-0"] == prices[f"{CLUSTER}-1"]
         state.close()
 
+        r = cli("cost-report")  # the ledger's account shows it too
+        assert r.code == 0, r.err
+        report = " ".join(r.out.split())
+        assert f"{CLUSTER} {job.id} interrupted: 1 node taken back by the cloud" in report, report
         r = cli("teardown", "--yes", CLUSTER)
         assert r.code == 0, r.err
         assert moto_aws.held() == {}
