@@ -585,7 +585,7 @@ def child(argv: list[str]) -> None:
     if gcp_endpoint:
         from gpuplan.providers.gcp import GcpProvider as Base
     else:
-        from gpuplan.providers.aws import AwsProvider as Base  # type: ignore[assignment]
+        from gpuplan.providers.aws import AwsProvider as Base
     cls = Base
     if os.environ.get("CHAOS_DISK_FULL"):
         import sqlite3
@@ -600,7 +600,7 @@ def child(argv: list[str]) -> None:
                 raise sqlite3.OperationalError("database or disk is full")
             return real_tx(self)
 
-        class Filling(Base):  # type: ignore[valid-type,misc]
+        class Filling(Base):
             def create(self, spec, names):
                 made = super().create(spec, names)
                 full.append(True)
