@@ -52,7 +52,7 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
-from gpuplan.planning import ranking
+from gpuplan.planning import fmt, ranking
 from gpuplan.planning.candidates import EXACT, SWAPS, Planner
 from gpuplan.planning.model import Setting
 from gpuplan.planning.outcomes import Code
@@ -140,7 +140,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     unmeasured = [p for p in plans if not p.feasible and p.excluded_by and p.excluded_by[0].code is Code.NO_SPEED]
     if unmeasured:  # said in the estimate, not only under --all: these offers were not guessed
         named = sorted({p.excluded_by[0].get("gpu") for p in unmeasured})
-        extra["no_speed"] = (f"no published {workload.kind} figure for {', '.join(named)}: {len(unmeasured)} plans"
+        extra["no_speed"] = (f"no published {workload.kind} figure for {', '.join(named)}: {fmt.plural(len(unmeasured), 'plan')}"
                              " left unplanned, not guessed from another class; `gpuplan probe` times your job on them")
     return Estimate(
         snapshot=cat.snapshot, workload=workload, plans=tuple(ordered), pareto=tuple(pareto), recommended=rec,
