@@ -158,12 +158,12 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
     lost nodes replaced as `run --recover` does), print what it did, fetch its outputs, tear the
     cluster down (unless --keep); exit non-zero when it was capped or items failed."""
     from gpuplan.cli.jobs import _console, _follow, _print_summary, _recoverer
-    from gpuplan.operating import backends, batches, launcher, runner
+    from gpuplan.operating import backends, batches, launcher, recover, runner
 
     row = state.job(job)
     opts = row.options["launch"]
     cluster = row.cluster
-    cap = launcher.max_yen_of(row)
+    cap = recover.job_cap(row)
     watchers = [launcher.cap_watch(state, job, cap)] if cap is not None else []
     if opts.get("recover") and backends.of(row).has_cluster:
         watchers.append(_recoverer(state, cluster, yes, bool(opts.get("on_demand_fallback"))))

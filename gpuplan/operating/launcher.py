@@ -328,11 +328,6 @@ def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) ->
 # --- after the batch ------------------------------------------------------------------------------
 
 
-def max_yen_of(row: JobRow) -> Decimal | None:
-    cap = (row.options.get("launch") or {}).get("max_yen")
-    return Decimal(cap) if cap is not None else None
-
-
 def cap_watch(state: State, job: str, cap: Decimal) -> Callable[[JobRow], None]:
     """For the follower: after each look, a batch whose yen so far (its backend's, by the one
     billing rule) has reached the cap is cancelled and marked capped. A cluster's driver stops the

@@ -40,11 +40,6 @@ class Cost:
     terms: Terms | None = None  # how the replacement is billed (None: its hourly price by the second)
 
 
-def market_of(state: State, cluster: str) -> str:
-    row = state.cluster(cluster)
-    return SPOT if row is not None and row.spec.get("spot") else ON_DEMAND
-
-
 def request(state: State, cluster: str, market: str | None = None) -> lifecycle.ProvisionRequest:
     """What a replacement in `cluster` is bought as: the cluster's own kind, price and terms; or,
     for a spot cluster's replacement in `market` on-demand, the same size at its on-demand catalog

@@ -112,12 +112,12 @@ class RunSummary:
     def yen(self) -> Decimal | None:
         """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge);
         a DOK batch, each task for its own run time with its own minimum (billing.charge_tasks)."""
-        from gpuplan.planning import billing
-
         if self.task_seconds and self.terms is not None:
+            from gpuplan.planning import billing
+
             return billing.charge_tasks(self.task_seconds, self.terms)
         if self.node_seconds:
-            return sum((billing.measured_yen(s, 1, t) or Decimal(0) for t, s in self.node_seconds), Decimal(0))
+            return held_yen(self.node_seconds)
         return yen_for(self.terms, self.price_jpy_per_hour, self.nodes, self.wall_seconds)
 
 
@@ -463,12 +463,17 @@ def engine_job_yen(state: State, row: JobRow, at=None) -> Decimal | None:
     batch's wall time (the Ray backend's yen)."""
     held = node_seconds(state, row, at)
     if held:
-        from gpuplan.planning import billing
-
-        return sum((billing.measured_yen(s, 1, t) or Decimal(0) for t, s in held), Decimal(0))
+        return held_yen(held)
     cluster = state.cluster(row.cluster)
     return yen_for(state.ledger_terms(row.cluster), cluster.price_jpy_per_hour if cluster else None, row.nodes,
                    job_seconds(row, at))
+
+
+def held_yen(held: Sequence[tuple[Terms, float]]) -> Decimal:
+    """Each machine of node_seconds billed for its seconds by its own terms (the one billing rule)."""
+    from gpuplan.planning import billing
+
+    return sum((billing.measured_yen(s, 1, t) or Decimal(0) for t, s in held), Decimal(0))
 
 
 def node_seconds(state: State, row: JobRow, at=None) -> tuple[tuple[Terms, float], ...]:
