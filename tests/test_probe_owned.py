@@ -73,6 +73,7 @@ def test_a_probe_over_two_owned_offers_writes_two_profiles_and_the_pick_follows_
     at_most = Decimal(shown[-1].split("at most ¥")[1].split(" ")[0])
     lines = {ln.split()[1]: ln for ln in r.out.splitlines() if ln.startswith("probe baremetal:")}
     assert set(lines) == {"baremetal:t4", "baremetal:a10"}
+    assert all(" s per step" in v for v in lines.values()), (lines, r.err)  # both measured; else why not
     per_step = {k: Decimal(v.split(": ")[2].split(" s per step")[0]) for k, v in lines.items()}
     # slept 0.1 s and 0.5 s a step; the start (python, Ray's worker) is fitted out by the two sizes
     assert Decimal("0.05") <= per_step["baremetal:t4"] <= Decimal("0.2")
