@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from gpuplan.operating import playbook, remote  # noqa: E402
+from gpuplan.hosts import playbook, remote  # noqa: E402
 from support.sshd import start_hosts, stop_hosts  # noqa: E402
 
 

@@ -294,7 +294,7 @@ class Chaos:
         return self.cloud.resources(cluster, None if home is None else self.installation(home) or "-")
 
     def state_of(self, cluster: str, home: int = 0):
-        from gpuplan.operating.state import State
+        from gpuplan.store.state import State
 
         db = self.homes[home] / "state" / "state.db"
         if not db.exists():
@@ -306,7 +306,7 @@ class Chaos:
             state.close()
 
     def live_clusters(self, home: int) -> list[str]:
-        from gpuplan.operating.state import State
+        from gpuplan.store.state import State
 
         db = self.homes[home] / "state" / "state.db"
         if not db.exists():
@@ -579,7 +579,7 @@ def child(argv: list[str]) -> None:
     """One gpuplan command; CHAOS_FAIL="Operation:n:Code" makes its n-th such AWS call fail;
     CHAOS_DISK_FULL=after-create makes every state write fail once the machines exist;
     CHAOS_GCP_ENDPOINT points the GCP provider at the fake there (anonymous credentials)."""
-    from gpuplan.operating import provider as registry
+    from gpuplan.fleet import provider as registry
 
     gcp_endpoint = os.environ.get("CHAOS_GCP_ENDPOINT")
     if gcp_endpoint:
@@ -590,7 +590,7 @@ def child(argv: list[str]) -> None:
     if os.environ.get("CHAOS_DISK_FULL"):
         import sqlite3
 
-        from gpuplan.operating.state import State
+        from gpuplan.store.state import State
 
         full: list[bool] = []
         real_tx = State._tx

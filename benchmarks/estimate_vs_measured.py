@@ -79,8 +79,9 @@ def workload_file(folder: Path, a: argparse.Namespace, reference_gpu: str) -> Pa
 def predict(profile_path: Path, jobs: int, epochs: int, gpus: int, price: Decimal, reference_gpu: str | None = None):
     """The planner's plan for `jobs` colorize jobs of `epochs` queued over `gpus` GPUs of one
     machine like the profile's: (wall seconds, yen, the Plan)."""
-    from gpuplan.planning import catalog, optimizer, workloads
-    from gpuplan.planning.catalog import Catalog, ProviderFacts
+    from gpuplan.market import catalog
+    from gpuplan.market.catalog import Catalog, ProviderFacts
+    from gpuplan.planning import optimizer, workloads
     from gpuplan.planning.model import Setting
     from gpuplan.planning.profiles import load_profile
     from gpuplan.planning.types import Offer
@@ -178,7 +179,7 @@ def from_shared(folder: Path, profile: Path | None) -> tuple[Decimal, Decimal]:
 
 def predict_cluster(wl_path: Path, profile_path: Path, cluster: str, folder: Path) -> Path:
     """Save the estimate's plan for this cluster's instance type and count as plan.json."""
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     row = State.open_default().cluster(cluster)
     if row is None:
@@ -280,7 +281,7 @@ def main() -> None:
         wall_m = Decimal(str(run_local(a, gpus, cpu)))
         yen_m = a.price_jpy_per_hour * wall_m / 3600
     else:
-        from gpuplan.operating import runner
+        from gpuplan.run.ray import runner
 
         plan = predict_cluster(wl, profile, a.cluster, folder)
         items = folder / "items.txt"
@@ -291,7 +292,7 @@ def main() -> None:
         print(proc.stdout)
         if proc.returncode != 0:
             sys.exit(f"gpuplan run failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
-        from gpuplan.operating.state import State
+        from gpuplan.store.state import State
 
         runs = State.open_default().runs(a.cluster)[-JOBS:]
         pred = runner.read_plan(plan)

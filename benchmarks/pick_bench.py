@@ -16,7 +16,8 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-from gpuplan.planning import catalog, fmt, optimizer, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import fmt, optimizer, workloads
 from gpuplan.planning.model import Setting
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

@@ -53,7 +53,8 @@ def startup(argv: list[str], runs: int, env: dict) -> tuple[float, list[str]]:
 
 
 def optimizer_run(jobs: int, deadline_h: int, seed: int) -> None:
-    from gpuplan.planning import catalog, optimizer, ranking
+    from gpuplan.market import catalog
+    from gpuplan.planning import optimizer, ranking
     from gpuplan.planning.model import Setting
     from gpuplan.planning.plan_types import Job, Workload
 

@@ -73,7 +73,7 @@ def one_run(url: str, count: int, latency_s: float, workers: int = 16) -> float:
     import boto3
     import requests
 
-    from gpuplan.operating.provider import NodeSpec
+    from gpuplan.fleet.provider import NodeSpec
     from gpuplan.providers.aws import AwsProvider
 
     requests.post(url + "/moto-api/reset", timeout=30).raise_for_status()

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gpuplan.planning import catalog, model, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import model, workloads
 
 D = Decimal
 T2, T4 = D("0.15"), D("0.22")  # report B, (1) and (2)

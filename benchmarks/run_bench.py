@@ -81,8 +81,8 @@ def _submissions(state, items: Path, env: dict, n: int) -> tuple[float, float]:
     (the "begin" event)."""
     import statistics
 
-    from gpuplan.operating import engine
-    from gpuplan.operating.state import parse_time
+    from gpuplan.run.ray import engine
+    from gpuplan.store.state import parse_time
 
     head = engine.engine_of(state, CLUSTER).head.host
     clients, begun = [], []
@@ -146,8 +146,8 @@ def main() -> None:
     import pytest  # start_hosts skips through pytest when sshd is missing
 
     from gpuplan import paths
-    from gpuplan.operating import engine
-    from gpuplan.operating.state import State
+    from gpuplan.run.ray import engine
+    from gpuplan.store.state import State
 
     try:
         hosts = start_hosts(a.hosts, tmp)

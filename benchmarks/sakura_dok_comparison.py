@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuplan.planning import catalog, fmt, optimizer, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import fmt, optimizer, workloads
 from gpuplan.planning.model import Setting
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

@@ -24,7 +24,7 @@ TARGET_S = 0.5
 
 
 def build(home: Path, clusters: int, ledger_rows: int) -> None:
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     os.environ["GPUPLAN_HOME"] = str(home)
     state = State.open_default()

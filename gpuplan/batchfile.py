@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import UsageError
-from gpuplan.planning.units import MAX_YEN
+from gpuplan.units import MAX_YEN
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
@@ -57,7 +57,7 @@ class Registry:
         """The secret, read from `password_env` now ("" where the login names none)."""
         if not self.password_env:
             return ""
-        from gpuplan.operating.containers import secret_from_env
+        from gpuplan.run.ray.containers import secret_from_env
 
         return secret_from_env(self.password_env)
 
@@ -100,7 +100,7 @@ class Batch:
     playbooks: tuple[str, ...] | None = None  # None: the default for the machines (cloud VMs: the GPU stack; owned: none)
     params: Mapping[str, str] = field(default_factory=dict)
     spot: bool = False
-    tax: str = "included"  # the tax basis its yen are planned and capped on (planning/tax.py)
+    tax: str = "included"  # the tax basis its yen are planned and capped on (market/tax.py)
     probe: Probe | None = None  # None: the batch says no way to measure its job in a few units
     source: Path | None = None  # the batch file it was read from (None: the command line alone)
     # `checkpoint: {every: 10m, path: DIR}`: how often each item's job saves its work (None: not
@@ -171,14 +171,14 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     workload = _text(at("workload"), data.get("workload") or "")
     if workload and (workload.endswith((".yaml", ".yml")) or "/" in workload) and "workload" not in flags:
         workload = str(base / workload) if not Path(workload).is_absolute() else workload
-    from gpuplan.planning import tax as taxes
+    from gpuplan.market import tax as taxes
 
     objective = _text(at("objective"), data.get("objective") or "balanced")
     if objective not in OBJECTIVES:
         raise UsageError(f"{at('objective')} {objective!r}: use balanced, cost or time")
     deadline = _text(at("deadline"), data.get("deadline") or "")
     if deadline:
-        from gpuplan.planning.units import parse_duration
+        from gpuplan.units import parse_duration
 
         parse_duration(deadline, at("deadline"))
     name = _text(at("name"), data.get("name") or "")
@@ -198,7 +198,7 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
                          " --recover) too")
     timeout = data.get("timeout", 24 * 3600)
     if isinstance(timeout, str):
-        from gpuplan.planning.units import parse_duration
+        from gpuplan.units import parse_duration
 
         timeout = parse_duration(timeout, at("timeout"))
     return Batch(
@@ -336,7 +336,7 @@ def _registry(at: str, value: Any) -> Registry | None:
 
 
 def _yen(at: str, value: Any) -> Decimal | None:
-    from gpuplan.planning.units import yen
+    from gpuplan.units import yen
 
     if value in (None, ""):
         return None

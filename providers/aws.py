@@ -58,8 +58,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
-from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import (
+from gpuplan.fleet import tags as tagging
+from gpuplan.fleet.provider import (
     NEW_LIMIT,
     Image,
     Instance,
@@ -70,7 +70,7 @@ from gpuplan.operating.provider import (
     cloud_config,
     console_host_key,
 )
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.fleet.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 UBUNTU_SSM = "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
 DEFAULT_REGIONS = ["us-east-1", "ap-northeast-1"]
@@ -229,7 +229,7 @@ class AwsProvider(Provider):
             import boto3  # noqa: F401
             import botocore.session  # noqa: F401
         except ImportError as exc:
-            from gpuplan.operating.provider import missing_extra
+            from gpuplan.fleet.provider import missing_extra
 
             raise missing_extra("aws", exc) from exc
 

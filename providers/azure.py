@@ -38,9 +38,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
-from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.fleet import tags as tagging
+from gpuplan.fleet.provider import NEW_LIMIT, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource, cloud_config
+from gpuplan.fleet.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 SCHEDULE_API = "2018-09-15"
 DEFAULT_IMAGE = ("Canonical", "ubuntu-24_04-lts", "server", "latest")
@@ -176,7 +176,7 @@ class AzureProvider(Provider):
                 if self._credential is None:
                     from azure.identity import DefaultAzureCredential
             except ImportError as exc:
-                from gpuplan.operating.provider import missing_extra
+                from gpuplan.fleet.provider import missing_extra
 
                 raise missing_extra("azure", exc) from exc
             credential = self._credential

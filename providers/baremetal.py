@@ -36,10 +36,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from gpuplan.errors import CapacityUnavailable, ProviderError, RemoteError, UsageError, unreachable
-from gpuplan.operating import remote
-from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
+from gpuplan.fleet import tags as tagging
+from gpuplan.fleet.provider import Feature, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.fleet.tags import TAG_CLUSTER, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
+from gpuplan.hosts import remote
 from gpuplan.planning.types import Offer
 
 CLAIM_DIR = ".gpuplan"  # relative to the login user's home
@@ -204,7 +204,7 @@ class BaremetalProvider(Provider):
         catalog's baremetal power price): the price the ledger bills a claimed host by; None where
         the inventory gives no power_watts."""
 
-        from gpuplan.planning import catalog
+        from gpuplan.market import catalog
 
         watts = max((h.power_watts for h in hosts if h.power_watts is not None), default=None)
         facts = catalog.load().providers.get(self.name)
@@ -220,7 +220,7 @@ class BaremetalProvider(Provider):
         `gpuplan provision baremetal:NAME` and `gpuplan bench --on baremetal:NAME` take."""
         from decimal import Decimal
 
-        from gpuplan.operating.bench import catalog_gpu_key
+        from gpuplan.measuring.bench import catalog_gpu_key
         from gpuplan.planning import fmt
 
         kinds: dict[str, list[InventoryHost]] = {}

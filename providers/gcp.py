@@ -26,7 +26,7 @@ tags as JSON in its description, which is what list() reports.
 
 Host keys. GCE returns instance metadata to anyone allowed to read the instance, and its metadata
 server serves it to every process on the node, so no private key goes there (see
-gpuplan.operating.provider). The node keeps the host key cloud-init generates; cloud-init
+gpuplan.fleet.provider). The node keeps the host key cloud-init generates; cloud-init
 prints its public half between "-----BEGIN SSH HOST KEY KEYS-----" and "-----END ...", on the
 serial console on Ubuntu's GCE images. describe() reads it with instances.getSerialPortOutput
 (an authenticated API call) and returns it as Instance.extra["host_key"], so the first SSH is
@@ -70,8 +70,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
-from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import (
+from gpuplan.fleet import tags as tagging
+from gpuplan.fleet.provider import (
     NEW_LIMIT,
     Image,
     Instance,
@@ -82,7 +82,7 @@ from gpuplan.operating.provider import (
     cloud_config,
     console_host_key,
 )
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_IMAGE, TAG_INSTALLATION, TAG_NODE
+from gpuplan.fleet.tags import TAG_CLUSTER, TAG_IMAGE, TAG_INSTALLATION, TAG_NODE
 
 DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
 DEFAULT_REGIONS = ["asia-northeast1", "asia-northeast2", "us-central1"]
@@ -240,7 +240,7 @@ class GcpProvider(Provider):
                 from google.api_core.client_options import ClientOptions
                 from google.cloud import compute_v1
             except ImportError as exc:
-                from gpuplan.operating.provider import missing_extra
+                from gpuplan.fleet.provider import missing_extra
 
                 raise missing_extra("gcp", exc) from exc
             credentials = self._credentials

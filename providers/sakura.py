@@ -63,9 +63,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, GpuplanError, ProviderError, QuotaExceeded, UsageError, unreachable
-from gpuplan.operating import tags as tagging
-from gpuplan.operating.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_INSTALLATION, TAG_NODE
+from gpuplan.fleet import tags as tagging
+from gpuplan.fleet.provider import Feature, HostKey, Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.fleet.tags import TAG_INSTALLATION, TAG_NODE
 
 API_ROOT = "https://secure.sakura.ad.jp/cloud/zone"
 ENV_TOKEN = "SAKURACLOUD_ACCESS_TOKEN"

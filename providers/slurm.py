@@ -21,7 +21,7 @@ How a GPU-hour costs (`cost`, on the cluster or a partition; the partition's win
 
 This is not a machine provider (nothing is provisioned: the cluster is there), so it is not in
 the gpuplan.providers entry points; its batches run through the `slurm` run backend
-(gpuplan/operating/slurm_runs.py). The planner sees each partition as an owned-like offer
+(gpuplan/run/slurm/slurm_runs.py). The planner sees each partition as an owned-like offer
 (provider "slurm", name CLUSTER.PARTITION, one GPU a machine, as many machines as the partition
 has GPUs, priced per GPU-hour) whose `queue_wait_s` the planner counts in the wall before its
 jobs, unbilled (planning/candidates.py).
@@ -96,7 +96,7 @@ class Cluster:
                          f" {', '.join(p.name for p in self.partitions)}")
 
     def host(self):
-        from gpuplan.operating import remote
+        from gpuplan.hosts import remote
 
         if not self.host_key:
             raise UsageError(f"Slurm cluster {self.name}: its login has no host_key in {clusters_path()}; add the"
@@ -153,7 +153,7 @@ def load(path: Path | None = None) -> list[Cluster]:
             key = str(key_path if key_path.is_absolute() else (path.parent / key_path))
         host_key = str(login["host_key"]).strip() if login.get("host_key") else None
         if host_key:
-            from gpuplan.operating import remote
+            from gpuplan.hosts import remote
 
             remote.fingerprint(host_key)  # a one-line error for a malformed key
         env = raw.get("env") or {}
@@ -194,7 +194,7 @@ def load(path: Path | None = None) -> list[Cluster]:
 
 
 def _wait(value, where: str) -> tuple[int, str]:
-    from gpuplan.planning.units import parse_duration
+    from gpuplan.units import parse_duration
 
     text = str(value).strip()
     if text in ("0", "0s", "0m", "0h"):
@@ -248,7 +248,7 @@ def partition_offers(cat, clusters: list[Cluster] | None = None) -> tuple[list[t
     """Each partition of each cluster as an offer (one GPU a machine: a job is one array task
     with --gres=gpu:1), with how many such machines there are (the partition's GPUs); notes for
     what could not be planned."""
-    from gpuplan.operating.bench import catalog_gpu_key
+    from gpuplan.measuring.bench import catalog_gpu_key
     from gpuplan.planning import fmt
 
     clusters = load() if clusters is None else clusters
@@ -318,7 +318,7 @@ def with_partitions(cat):
 
 def offer_of(name: str):
     """The offer of a partition by its name (`lab.gpu`), as a saved plan names it."""
-    from gpuplan.planning import catalog
+    from gpuplan.market import catalog
 
     cluster, part = find(name)
     offers, _ = partition_offers(catalog.load(), [cluster])

@@ -92,11 +92,11 @@ def mem(monkeypatch):
     offer (m1.gpu at ¥100/h): provision, status and teardown through the CLI without a cloud."""
     from test_lifecycle import offer
 
-    from gpuplan.operating import launch, provider
+    from gpuplan.fleet import provider, provision
     from support.memory_provider import MemoryProvider
 
     prov = MemoryProvider()
     provider.override("memory", lambda config: prov)
-    monkeypatch.setattr(launch, "_resolve", lambda target, region, as_of=None: (offer(), ""))
+    monkeypatch.setattr(provision, "_resolve", lambda target, region, as_of=None: (offer(), ""))
     yield prov
     provider.override("memory", None)

@@ -64,7 +64,7 @@ def test_provision_status_teardown(aws, cli):
 
 
 def test_failed_create_is_rolled_back(aws, cli):
-    from gpuplan.operating import provider as registry
+    from gpuplan.fleet import provider as registry
     from gpuplan.providers.aws import AwsProvider
     from support.aws_moto import fail_nth_call
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
-from gpuplan.operating.provider import HostKey, NodeSpec, Resource
+from gpuplan.fleet.provider import HostKey, NodeSpec, Resource
 from support.aws_moto import CONSOLE_HOST_KEYS, REGION, fail_nth_call
 
 TAGS = {"gpuplan-cluster": "demo", "gpuplan-owner": "tester"}

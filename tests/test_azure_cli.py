@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from gpuplan.operating import provider as registry
+from gpuplan.fleet import provider as registry
 from support.azure_fake import FakeARM, make_provider
 
 OWNER = "e2e-owner"
@@ -75,7 +75,7 @@ def test_quota_exceeded_is_one_line_exit_2_and_creates_nothing(fake, cli):
 
 
 def test_sweep_removes_an_orphan_cluster_and_keeps_its_image_until_asked(fake, cli):
-    from gpuplan.operating.provider import NodeSpec
+    from gpuplan.fleet.provider import NodeSpec
 
     prov = make_provider(fake)
     spec = NodeSpec(cluster="orphan", size="Standard_NC4as_T4_v3", region="westus2", ssh_user="azureuser",

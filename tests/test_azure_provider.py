@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
-from gpuplan.operating.provider import HostKey, NodeSpec
+from gpuplan.fleet.provider import HostKey, NodeSpec
 from support.azure_fake import SUBSCRIPTION, FakeARM, make_provider
 
 T4 = "Standard_NC4as_T4_v3"

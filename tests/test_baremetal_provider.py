@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from gpuplan.errors import ProviderError, QuotaExceeded, UsageError
-from gpuplan.operating import lifecycle, playbook, remote
-from gpuplan.operating.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, NodeSpec
-from gpuplan.operating.state import State
+from gpuplan.fleet import lifecycle
+from gpuplan.fleet.provider import TAG_CLUSTER, TAG_NODE, TAG_OWNER, NodeSpec
+from gpuplan.hosts import playbook, remote
 from gpuplan.providers.baremetal import BaremetalProvider
+from gpuplan.store.state import State
 from support.sshd import start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd
@@ -115,7 +116,7 @@ def test_another_clusters_hosts_are_neither_claimed_nor_released(hosts, provider
     # b's failed create claimed nothing; a's claims are intact
     assert sorted(claim_of(h)["tags"][TAG_CLUSTER] for h in hosts if claim_of(h)) == ["a"] * 4
     # a forged delete for b naming a's host leaves a's claim alone
-    from gpuplan.operating.provider import Resource
+    from gpuplan.fleet.provider import Resource
 
     a_host = next(h for h in hosts if claim_of(h))
     provider.delete("local", [Resource("host-claim", f"{a_host.name}:claim", "local", {TAG_CLUSTER: "b"}, "b-0")])
@@ -200,7 +201,7 @@ def test_provision_status_teardown_through_the_cli(cli, gpuplan_home, hosts, tmp
 
 def test_a_host_that_is_down_keeps_its_claim_and_does_not_block_the_rest(cli, gpuplan_home, hosts, tmp_path):
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     inventory = write_inventory(tmp_path / "inventory.yaml", hosts)
     (gpuplan_home / "config").mkdir(parents=True)

@@ -1,10 +1,10 @@
-"""The batch driver's rules (gpuplan/operating/batch_rules.py): order, retries, bad input vs bad node."""
+"""The batch driver's rules (gpuplan/run/ray/batch_rules.py): order, retries, bad input vs bad node."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuplan.operating import batch_rules as rules
+from gpuplan.run.ray import batch_rules as rules
 
 
 def _batch(n_items, nodes, retries=0, names=None):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpuplan import paths
-from gpuplan.operating.state import State
+from gpuplan.store.state import State
 from support.sshd import start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd
@@ -146,7 +146,7 @@ def test_a_cloud_offer_is_priced_through_its_billing_terms(cli, gpuplan_home):
     # = 47 min at aws's per-second price; with --python naming a ready one, 42 min
     from decimal import Decimal
 
-    from gpuplan.planning import billing, catalog
+    from gpuplan.market import billing, catalog
 
     offer = catalog.load().resolve("aws:g5.xlarge")
     for minutes, setup, args in ((47, "25 min", ()), (42, "20 min", ("--python", "/opt/venv/bin/python"))):
@@ -174,12 +174,12 @@ class ScriptedCluster:
         return "2.13.0"
 
     def machine(self):
-        from gpuplan.operating import bench
+        from gpuplan.measuring import bench
 
         return bench.Machine(1, "NVIDIA A10G", None, "570.1", "node-0")
 
     def run_all(self, launches, timeout):
-        from gpuplan.operating import bench
+        from gpuplan.measuring import bench
 
         failure = ScriptedCluster.answer()
         if failure:
@@ -200,7 +200,7 @@ def aws(moto_aws, gpuplan_home, monkeypatch):
     cfg.mkdir(parents=True)
     (cfg / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": {
         "ami": moto_aws.ami, "quota_vcpus": "64", "ssh_cidr": "198.51.100.7", "poll_s": "0.01"}}}))
-    from gpuplan.operating import bench
+    from gpuplan.measuring import bench
 
     ScriptedCluster.seen, ScriptedCluster.prepared = [], []
     monkeypatch.setattr(bench, "ClusterExecutor", ScriptedCluster)

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 
 def test_bench_local_quick_writes_a_cpu_profile_with_provenance(cli, gpuplan_home, monkeypatch):
-    from gpuplan.operating import bench
+    from gpuplan.measuring import bench
 
     monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # this machine's answer, made explicit
     out = gpuplan_home / "colorize.json"
@@ -34,7 +34,7 @@ def test_bench_local_quick_writes_a_cpu_profile_with_provenance(cli, gpuplan_hom
 def test_bench_local_quick_measures_the_cpu_need_and_the_estimate_names_it_as_measured(cli, gpuplan_home, monkeypatch):
     import json
 
-    from gpuplan.operating import bench
+    from gpuplan.measuring import bench
 
     monkeypatch.setattr(bench.shutil, "which", lambda name: None)
     out = gpuplan_home / "vgg.yaml"

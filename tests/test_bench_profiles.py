@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.errors import RemoteError, UsageError
-from gpuplan.operating import bench
+from gpuplan.measuring import bench
 from gpuplan.planning import profiles
 
 

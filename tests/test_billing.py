@@ -1,8 +1,8 @@
-"""The one billing rule (gpuplan/planning/billing.py): granularity, minimum, daily and monthly caps."""
+"""The one billing rule (gpuplan/market/billing.py): granularity, minimum, daily and monthly caps."""
 
 from decimal import Decimal
 
-from gpuplan.planning.billing import DAY_S, HOUR_S, MONTH_S, Terms, billed_seconds, charge, charge_yen, floor_rate
+from gpuplan.market.billing import DAY_S, HOUR_S, MONTH_S, Terms, billed_seconds, charge, charge_yen, floor_rate
 
 # Sakura 高火力 VRT H100 (shared/notes/sakura-koukaryoku.md): ¥990/h, ¥23,100/day, ¥385,000/month, hourly.
 VRT_H100 = Terms(Decimal(990), HOUR_S, 3600, 3600, Decimal(23100), Decimal(385000))
@@ -59,7 +59,7 @@ def test_no_cap_is_linear():
 def test_terms_for_an_hourly_offer_carry_its_caps():
     from dataclasses import replace
 
-    from gpuplan.planning.billing import terms_for
+    from gpuplan.market.billing import terms_for
     from gpuplan.planning.types import Offer
 
     o = Offer("sakura", "24Core-240GB-H100x1", (), "is1a", "H100", 1, Decimal(80), 24, Decimal(240), Decimal(990), "JPY",
@@ -79,7 +79,7 @@ def test_charge_yen_rounds_a_fraction_up():
 def test_seconds_within_a_cap_is_the_last_second_the_charge_stays_under_it():
     from decimal import Decimal
 
-    from gpuplan.planning import billing
+    from gpuplan.market import billing
 
     by_the_second = billing.per_second(Decimal(3600))  # ¥1 a second
     assert billing.seconds_within(lambda s: billing.charge(s, by_the_second), Decimal(10), 86400) == 10

@@ -1,5 +1,5 @@
 """One billing rule everywhere (issue 18 item 4): the plan, the cost ledger, `status` and `run`'s
-measured yen all charge through planning/billing.py. A Sakura node billed by the started hour
+measured yen all charge through market/billing.py. A Sakura node billed by the started hour
 (¥990/h) that is up for 10 minutes costs ¥990, not 10/60 of it."""
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuplan.operating import backends, lifecycle, runner
-from gpuplan.operating.state import State
-from gpuplan.planning import billing, optimizer
+from gpuplan.fleet import lifecycle
+from gpuplan.market import billing
+from gpuplan.planning import optimizer
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
+from gpuplan.run import backends
+from gpuplan.run.ray import runner
+from gpuplan.store.state import State
 from support import planner as sp
 from support.sakura_fake import SakuraFake
 

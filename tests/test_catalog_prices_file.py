@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.planning import catalog
+from gpuplan.market import catalog
 
 
 @pytest.fixture(autouse=True)

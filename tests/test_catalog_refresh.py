@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.planning import catalog, catalog_refresh
+from gpuplan.market import catalog, catalog_refresh
 from support.price_sources_fake import PriceSources
 
 TODAY = date(2026, 11, 23)
@@ -214,7 +214,7 @@ def test_refresh_is_not_imported_by_planning(gpuplan_home):
     code = ("import sys; from gpuplan.cli import main\n"
             "try: main(['estimate', '--videos', '4'])\n"
             "except SystemExit: pass\n"
-            "print('gpuplan.planning.catalog_refresh' in sys.modules, 'requests' in sys.modules)")
+            "print('gpuplan.market.catalog_refresh' in sys.modules, 'requests' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "GPUPLAN_HOME": str(gpuplan_home)}).stdout
     assert out.strip().splitlines()[-1] == "False False"

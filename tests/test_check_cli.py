@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from gpuplan.operating import provider as registry
+from gpuplan.fleet import provider as registry
 from support.azure_fake import SKUS, FakeARM, FakeSku, make_provider
 
 

@@ -36,7 +36,7 @@ def test_an_item_run_again_starts_from_its_checkpoint(hosts, cli, tmp_path):  # 
     results = sorted(p.read_text().strip() for p in (tmp_path / "out").glob("*/result"))
     assert results == ["a from 3 to 5", "b from 3 to 5"]
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(paths.state_db())
     [job] = state.jobs("gone")

@@ -1,5 +1,5 @@
 from gpuplan.errors import UsageError
-from gpuplan.operating import provider
+from gpuplan.fleet import provider
 
 
 def test_unknown_provider_is_a_usage_error_naming_the_known_ones():

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpuplan.errors import AuthMissing
-from gpuplan.operating import provider as registry
+from gpuplan.fleet import provider as registry
 from support.memory_provider import MemoryProvider
 
 
@@ -76,7 +76,7 @@ def test_provision_of_owned_hosts_without_power_watts_says_power_is_not_counted(
 
 
 def _owned_cluster(gpuplan_home, price: Decimal | None):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(gpuplan_home / "state" / "state.db")
     state.add_cluster("own", "baremetal", "local", "t4", 2, ssh_user="root", price_jpy_per_hour=price, spec={})
@@ -106,8 +106,8 @@ def test_status_of_owned_hosts_without_power_watts_says_so(cli, gpuplan_home):
 
 
 def _summary(provider: str, price: Decimal | None):
-    from gpuplan.operating.runner import JobResult, RunSummary
-    from gpuplan.planning import billing
+    from gpuplan.market import billing
+    from gpuplan.run.ray.runner import JobResult, RunSummary
 
     jobs = tuple(JobResult(f"j{i}", f"item{i}", "s", "own-0", "ok", 1, 600.0, Path("-")) for i in range(2))
     return RunSummary("own", jobs, 3600.0, 2, price, Path("-"), provider=provider, size="t4",

@@ -18,7 +18,7 @@ FAKEBIN = Path(__file__).parent / "support" / "fakebin"
 
 
 def test_docker_run_names_the_slots_gpu_mounts_the_output_and_workdir_and_passes_the_variables():
-    from gpuplan.operating.ray_driver import container_argv, container_name
+    from gpuplan.run.ray.ray_driver import container_argv, container_name
 
     name = container_name("demo-3", 7, 2)
     assert name == "gpuplan-demo-3-7-2"
@@ -38,7 +38,7 @@ def test_docker_run_names_the_slots_gpu_mounts_the_output_and_workdir_and_passes
 
 
 def test_the_registry_is_read_from_the_image_name_as_docker_reads_it():
-    from gpuplan.operating.containers import registry_of
+    from gpuplan.run.ray.containers import registry_of
 
     assert registry_of("ghcr.io/me/x:1") == "ghcr.io"
     assert registry_of("my.reg:5000/x") == "my.reg:5000"
@@ -58,7 +58,7 @@ class BatchRegistry:  # the shape of batchfile.Registry: the secret read from pa
 
 def test_a_login_comes_from_a_registry_with_password_env_and_its_secret_is_never_in_a_script(monkeypatch):
     from gpuplan.errors import UsageError
-    from gpuplan.operating import containers
+    from gpuplan.run.ray import containers
 
     monkeypatch.setenv("REG_TOKEN", "tok-5ecret")
     login = containers.login_of(BatchRegistry(username="bob", password_env="REG_TOKEN"), "ghcr.io/me/x:1")
@@ -96,7 +96,7 @@ def _calls(root: Path) -> list[list[str]]:
 
 
 def test_an_attempt_in_a_container_gets_its_gpu_output_dir_and_variables(node_here, tmp_path):
-    from gpuplan.operating import ray_driver
+    from gpuplan.run.ray import ray_driver
 
     wd = tmp_path / "home/wd"
     wd.mkdir(parents=True)
@@ -119,7 +119,7 @@ def _running(argv: list[str]) -> bool:
 
 
 def test_a_timed_out_container_that_ignores_sigterm_is_killed_with_docker_rm(node_here, tmp_path):
-    from gpuplan.operating import ray_driver
+    from gpuplan.run.ray import ray_driver
 
     # killing the docker client's process group leaves the (stand-in) container running: only
     # `docker rm -f` stops it
@@ -134,7 +134,7 @@ def test_a_timed_out_container_that_ignores_sigterm_is_killed_with_docker_rm(nod
 
 
 def test_an_attempt_stops_itself_at_the_yen_cap(node_here, tmp_path):
-    from gpuplan.operating import ray_driver
+    from gpuplan.run.ray import ray_driver
 
     stop_at = time.time() + 1.5
     t0 = time.monotonic()

@@ -6,8 +6,8 @@ import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from gpuplan.operating import costs
-from gpuplan.planning import billing, catalog
+from gpuplan.market import billing, catalog
+from gpuplan.store import costs
 
 T0 = datetime(2026, 10, 31, 23, 30, tzinfo=timezone.utc)
 
@@ -49,7 +49,7 @@ def test_machines_of_one_cluster_add_up_and_a_held_one_runs_to_now():
 
 
 def test_the_cli_reports_from_the_ledger(cli, gpuplan_home):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State.open_default()
     import time
@@ -77,7 +77,7 @@ def test_cost_report_shows_every_line_on_the_estimates_tax_basis(cli, gpuplan_ho
     # cost-report puts every line on one basis, by default the estimate's: with the 10 % tax on all
     import time
 
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State.open_default()
     rows = (("a", "aws", "g4dn.xlarge", "110", "excluded"), ("s", "sakura", "24Core-240GB-H100x1", "990", "included"),

@@ -81,7 +81,7 @@ def test_check_sakura_with_a_refused_key_says_so_once(monkeypatch, gpuplan_home,
 def test_check_azure_tells_a_refused_token_from_no_network(gpuplan_home, cli, monkeypatch):
     from azure.core.exceptions import ClientAuthenticationError
 
-    from gpuplan.operating import provider as registry
+    from gpuplan.fleet import provider as registry
     from gpuplan.providers.azure import AzureProvider
     from support.azure_fake import FakeARM
 

@@ -62,8 +62,8 @@ def test_every_command_with_dry_run_has_a_case():
 @pytest.fixture
 def world(moto_aws, gpuplan_home, monkeypatch, cli):
     """A ready two-machine cluster `demo`, an image `img` and a stray key pair, all on moto."""
-    from gpuplan.operating.state import State
-    from gpuplan.planning import catalog_refresh
+    from gpuplan.market import catalog_refresh
+    from gpuplan.store.state import State
     from support.price_sources_fake import PriceSources
 
     monkeypatch.setattr(catalog_refresh, "new_session", PriceSources().session)
@@ -81,8 +81,8 @@ def world(moto_aws, gpuplan_home, monkeypatch, cli):
     state.add_image("img", "aws", REGION, "g4dn.xlarge")
     state.update_image("img", status="ready", provider_id=image)
     # a stray of this installation, older than any grace period: a real sweep would take it
-    from gpuplan.operating import lifecycle
-    from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_INSTALLATION, TAG_OWNER
+    from gpuplan.fleet import lifecycle
+    from gpuplan.fleet.tags import TAG_CLUSTER, TAG_CREATED, TAG_INSTALLATION, TAG_OWNER
 
     ec2.create_key_pair(KeyName="stray", TagSpecifications=[{"ResourceType": "key-pair", "Tags": [
         {"Key": TAG_CLUSTER, "Value": "lost"}, {"Key": TAG_OWNER, "Value": lifecycle.owner(state)},

@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from gpuplan.operating import engine, remote
+from gpuplan.hosts import remote
+from gpuplan.run.ray import engine
 
 
 class FakeConn:
@@ -140,7 +141,7 @@ def test_a_refused_job_is_not_tried_again(head):
 
 
 def test_a_warm_cluster_skips_the_playbook_and_any_start_and_its_head_connection_serves_the_submit(monkeypatch):
-    from gpuplan.operating import playbook
+    from gpuplan.hosts import playbook
 
     eng = _engine(3)
     monkeypatch.setattr(engine, "engine_of", lambda state, cluster: eng)

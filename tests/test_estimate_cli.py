@@ -135,7 +135,7 @@ def test_profile_replaces_the_workload_figures(cli):
 
 def test_measured_setup_time_from_state_is_used(cli, gpuplan_home):
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     paths.state_db().parent.mkdir(parents=True, exist_ok=True)
     State(paths.state_db()).record_setup_time("azure", "Standard_NC6", "cuda", 30 * 60)

@@ -8,7 +8,8 @@ import json
 import re
 from decimal import Decimal
 
-from gpuplan.planning import candidates, catalog, model, optimizer, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import candidates, model, optimizer, workloads
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp
@@ -188,7 +189,7 @@ def test_spot_plans_only_with_spot_priced_at_the_spot_row(cli, tmp_path):
 
 
 def test_provision_of_a_spot_plan_asks_for_spot(cli, tmp_path, monkeypatch):
-    from gpuplan.operating import lifecycle
+    from gpuplan.fleet import lifecycle
 
     asked = []
     real = lifecycle.request_from_offer

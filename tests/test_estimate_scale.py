@@ -10,7 +10,8 @@ from decimal import Decimal
 import yaml
 
 from gpuplan import userfiles
-from gpuplan.planning import catalog, model, optimizer, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import model, optimizer, workloads
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
 from support import planner as sp

@@ -12,7 +12,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.planning import billing
+from gpuplan.market import billing
 
 # --- the JSON's ranges: the same figures as before they were worked out in bulk (issue 33) ------
 

@@ -13,9 +13,9 @@ import sys
 import pytest
 import yaml
 
-from gpuplan.operating import provider as registry
-from gpuplan.operating import remote
-from gpuplan.operating.state import State
+from gpuplan.fleet import provider as registry
+from gpuplan.hosts import remote
+from gpuplan.store.state import State
 from support.azure_fake import FakeARM, make_provider
 
 OWNER = "fault-owner"
@@ -93,7 +93,7 @@ def no_ssh(monkeypatch):
     """The builder's bootstrap runs against real sshd in its own tests; here the machines are
     emulated, so the SSH side is recorded instead of performed."""
     calls = []
-    monkeypatch.setattr("gpuplan.operating.playbook.bootstrap_cluster",
+    monkeypatch.setattr("gpuplan.hosts.playbook.bootstrap_cluster",
                         lambda state, cluster, playbooks, params, progress=None, **kw: calls.append(("bootstrap", cluster)))
     monkeypatch.setattr(remote, "cluster_hosts", lambda state, cluster, *a: [remote.Host(cluster + "-0", "192.0.2.1")])
     monkeypatch.setattr(remote, "run", lambda host, cmd, **kw: calls.append(("run", cmd)) or remote.Result(0, "", "", 0.0))

@@ -7,7 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.planning import catalog, model, optimizer, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import model, optimizer, workloads
 from gpuplan.planning.model import Setting
 from gpuplan.planning.outcomes import Code
 from support import planner as sp
@@ -771,7 +772,7 @@ def test_feed_reads_from_takes_network_or_disk_in_one_line():
 
 
 def test_the_plan_of_a_network_fed_job_takes_the_network_limit_and_bills_by_the_one_rule(cli, tmp_path):
-    from gpuplan.planning import billing
+    from gpuplan.market import billing
 
     # each epoch reads 625 MB from object storage
     plans = _one_machine_plans(cli, tmp_path, "{bytes_per_unit: 625000000, source: counted here}")

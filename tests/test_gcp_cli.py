@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from gpuplan.operating import provider as registry
+from gpuplan.fleet import provider as registry
 from support.gcp_fake import GceFake
 
 OWNER = "e2e-owner"
@@ -83,7 +83,7 @@ def test_a_new_project_s_zero_gpu_quota_is_one_line_exit_2_and_creates_nothing(f
 
 
 def test_sweep_removes_an_orphan_cluster_and_keeps_its_image_until_asked(fake, cli):
-    from gpuplan.operating.provider import NodeSpec
+    from gpuplan.fleet.provider import NodeSpec
 
     prov = fake.provider()
     spec = NodeSpec(cluster="orphan", size="g2-standard-4", region="asia-northeast1", ssh_user="ubuntu",
@@ -155,7 +155,7 @@ def test_estimate_in_tokyo_lists_sourced_gcp_plans_and_the_zero_gpu_quota_line(c
 
 
 def test_shipped_gcp_rows_are_sourced_dated_and_billed_per_second_after_a_minute():
-    from gpuplan.planning.catalog import load
+    from gpuplan.market.catalog import load
 
     cat = load()
     rows = [o for o in cat.offers if o.provider == "gcp"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.operating.provider import NodeSpec
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_OWNER
+from gpuplan.fleet.provider import NodeSpec
+from gpuplan.fleet.tags import TAG_CLUSTER, TAG_OWNER
 from support.gcp_fake import GceFake
 
 T4 = "n1-standard-4+nvidia-tesla-t4"

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gpuplan import paths
-from gpuplan.operating.state import State
+from gpuplan.store.state import State
 
 
 def _wait(what, timeout: float) -> bool:
@@ -35,7 +35,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.sshd
 def test_the_watchdog_stops_the_node_after_the_idle_time_and_not_while_an_item_runs(gpuplan_home, tmp_path):
-    from gpuplan.operating.playbook import bootstrap_cluster
+    from gpuplan.hosts.playbook import bootstrap_cluster
     from support.sshd import FAKEBIN, register_cluster, start_hosts, stop_hosts
 
     [host] = start_hosts(1, tmp_path)

@@ -24,11 +24,12 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.operating import batch_rules as rules
-from gpuplan.operating import costs, runner
-from gpuplan.operating import state as state_mod
-from gpuplan.operating.state import State
-from gpuplan.planning import billing
+from gpuplan.market import billing
+from gpuplan.run.ray import batch_rules as rules
+from gpuplan.run.ray import runner
+from gpuplan.store import costs
+from gpuplan.store import state as state_mod
+from gpuplan.store.state import State
 
 T0 = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
 SLOT_SECOND = Decimal(360) / 3600 / (4 * 2)  # ¥ a slot-second on spot-1
@@ -281,7 +282,7 @@ def _seconds(iso: str) -> float:
 
 
 def test_run_item_reports_when_it_last_sent_a_changed_checkpoint(node_here):
-    from gpuplan.operating import ray_driver
+    from gpuplan.run.ray import ray_driver
 
     store = _Store()
     shell = 'echo 1 > "$GPUPLAN_CHECKPOINT_DIR/step"; sleep 1; exit 143'
@@ -292,7 +293,7 @@ def test_run_item_reports_when_it_last_sent_a_changed_checkpoint(node_here):
 
 
 def test_run_item_that_saved_nothing_of_its_own_reports_none(node_here):
-    from gpuplan.operating import ray_driver
+    from gpuplan.run.ray import ray_driver
 
     store = _Store()
     r = ray_driver.run_item("j-2", 0, "a", 1, "sleep 0.5", 30, "", "", checkpoints=store, checkpoint_every_s=0.2)

@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.operating import batch_rules as rules
-from gpuplan.operating.state import ItemRow, JobRow, QuarantineRow, State
+from gpuplan.run.ray import batch_rules as rules
+from gpuplan.store.state import ItemRow, JobRow, QuarantineRow, State
 
 T0 = "2026-11-24T06:00:00+00:00"
 
@@ -91,7 +91,7 @@ def test_a_database_older_than_the_code_column_opens_and_reads(tmp_path):
 
 
 def test_the_driver_codes_every_node_it_sets_aside():
-    from gpuplan.operating import ray_driver
+    from gpuplan.run.ray import ray_driver
 
     b = rules.Batch.of([(0, "a"), (1, "b"), (2, "c")], ["x", "y", "z"])
     assert b.next_for("x") == 0 and b.lost(0, "x", node_gone=True, reason="NodeDiedError") == ["x"]
@@ -125,7 +125,7 @@ def test_run_recover_replaces_the_nodes_set_aside_as_lost_by_their_code(gpuplan_
     stays out, and one coded LOST whatever its words is replaced (once)."""
     from gpuplan import paths
     from gpuplan.cli import jobs
-    from gpuplan.operating import recover
+    from gpuplan.run import recover
 
     state = State(paths.state_db())
     try:
@@ -137,7 +137,7 @@ def test_run_recover_replaces_the_nodes_set_aside_as_lost_by_their_code(gpuplan_
         replaced = []
         monkeypatch.setattr(recover, "cost", lambda *_a: recover.Cost("1x test:t4", Decimal(100), Decimal(50), 600.0))
         monkeypatch.setattr(recover, "replace_node", lambda _s, _c, node, _p, _market=None: replaced.append(node) or "c-9")
-        from gpuplan.operating import batches
+        from gpuplan.run import batches
 
         handled: set[str] = set()
         assert [lost.node for lost in batches.newly_lost(state, "c", state.job("c-1"), handled)] == ["c-2"]

@@ -118,7 +118,7 @@ def test_cost_report_json_carries_the_tables_total(cli, mem):
 
 
 def test_image_list_prints_the_image_shape(cli, gpuplan_home):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(gpuplan_home / "state" / "state.db")
     state.add_image("t4-img", "aws", "us-east-1", "g4dn.xlarge", "nvidia-driver,cuda")
@@ -224,7 +224,7 @@ def test_bench_on_dry_run_prints_the_campaign_and_its_yen(cli):
 
 def test_bench_local_prints_the_profile(cli, gpuplan_home, monkeypatch):
     """The measuring itself is tests/test_bench_local.py's (torch); here, what is printed of its profile."""
-    from gpuplan.operating import bench
+    from gpuplan.measuring import bench
     from gpuplan.planning import profiles
 
     written = gpuplan_home / "p.json"

@@ -53,8 +53,8 @@ def test_a_launch_with_recover_replaces_what_its_batch_loses_as_run_recover_does
     """The batch file's recover and on_demand_fallback go with the job (launch --resume keeps
     them) and its follower replaces the nodes the batch lost."""
     from gpuplan.cli import jobs, launch
-    from gpuplan.operating import launcher, recover
-    from gpuplan.operating.state import State
+    from gpuplan.run import launcher, recover
+    from gpuplan.store.state import State
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "command": "echo {item}",
                              "recover": True, "on_demand_fallback": True, "spot": True})
@@ -178,7 +178,7 @@ def owned_hosts(tmp_path, gpuplan_home, monkeypatch):
 
 def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_hosts(owned_hosts, cli, tmp_path):
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
     from support.ray_env import tagged_pids
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
@@ -243,8 +243,8 @@ def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owne
     import yaml as yamlmod
 
     from gpuplan import paths
-    from gpuplan.operating import launcher
-    from gpuplan.operating.state import State
+    from gpuplan.run import launcher
+    from gpuplan.store.state import State
     from support.ray_env import processes_running, tagged_pids
 
     inventory = gpuplan_home / "config" / "inventory.yaml"
@@ -295,7 +295,7 @@ def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(ow
     import sys
 
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
     from support.ray_env import tagged_pids
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
@@ -332,7 +332,7 @@ def test_missing_credentials_are_said_before_the_question_and_nothing_is_made(cl
     assert r.code != 0 and "no AWS credentials: set AWS_PROFILE" in r.err and "Traceback" not in r.err
     assert "launch 4 items on" not in r.err  # said before the sequence is shown and asked about
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(paths.state_db())
     assert state.cluster("batch") is None and state.jobs("batch") == []

@@ -35,7 +35,7 @@ def _items(tmp_path, n=4):
 
 def test_the_default_pick_of_estimate_launches_through_dok(dok_env, cli, tmp_path, monkeypatch, gpuplan_home):
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     monkeypatch.chdir(tmp_path)
     plan = tmp_path / "plan.json"
@@ -92,11 +92,11 @@ def test_a_batch_file_with_an_image_runs_on_dok_and_its_cap_bounds_each_task(dok
     posted = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]
     assert [b["containers"][0]["environment"] for b in posted] == [{"MODE": "hd"}] * 2
     # the pick's price a second bounds each task's time limit by what max_yen buys
-    from gpuplan.operating import dok_runs
+    from gpuplan.run.dok import dok_runs
 
     plan = posted[0]["containers"][0]["plan"]
     terms = dok_runs.terms_of(plan)
-    from gpuplan.planning import billing
+    from gpuplan.market import billing
 
     limit = posted[0]["execution_time_limit_sec"]
     assert billing.charge(limit, terms) <= Decimal(400) < billing.charge(limit + 1, terms) or limit == 24 * 3600

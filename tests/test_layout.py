@@ -1,5 +1,7 @@
-"""The layout keeps its arrows one way: planning imports nothing from operating or the CLI;
-only the CLI imports typer or rich; the core imports no cloud SDK at module level."""
+"""The layout keeps its arrows one way: planning and the market import nothing that makes machines,
+runs batches or talks to people; only the CLI imports typer or rich; the core imports no cloud SDK at
+module level; no module imports itself back; no folder grows past the point where its name says
+what is in it."""
 
 from __future__ import annotations
 
@@ -23,11 +25,15 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
     return found
 
 
-def test_planning_never_imports_operating_or_the_cli():
-    files = sorted((PKG / "planning").glob("*.py"))
-    assert len(files) >= 10
+SIDE_EFFECTS = ("gpuplan.run", "gpuplan.fleet", "gpuplan.hosts", "gpuplan.measuring", "gpuplan.store", "gpuplan.cli",
+                "gpuplan.providers", "providers")
+
+
+def test_planning_and_the_market_never_import_what_makes_machines_runs_batches_or_talks():
+    files = sorted((PKG / "planning").glob("*.py")) + sorted((PKG / "market").glob("*.py"))
+    assert len(files) >= 16
     for path in files:
-        bad = sorted(m for m in imports(path) if m.startswith(("gpuplan.operating", "gpuplan.cli", "providers")))
+        bad = sorted(m for m in imports(path) if m.startswith(SIDE_EFFECTS))
         assert not bad, f"{path.name} imports {bad}"
 
 
@@ -42,8 +48,9 @@ def test_only_the_cli_knows_typer_and_rich_and_the_core_loads_no_sdk_at_import()
 
 def test_scheduling_imports_nothing_of_gpuplan_and_the_optimizer_is_split_along_its_seams():
     assert not [m for m in imports(PKG / "planning" / "scheduling.py") if m.startswith("gpuplan")]
-    for module in ("scheduling", "candidates", "ranking", "outcomes", "billing", "saved_plan"):
+    for module in ("scheduling", "candidates", "ranking", "outcomes", "saved_plan"):
         assert (PKG / "planning" / f"{module}.py").is_file(), module
+    assert (PKG / "market" / "billing.py").is_file()
     # ranking reads no candidate internals at run time; the optimizer only runs the parts
     assert not [m for m in imports(PKG / "planning" / "ranking.py", top_level_only=True)
                 if m.startswith("gpuplan.planning.candidates")]
@@ -60,8 +67,8 @@ def test_the_test_script_checks_types_against_a_baseline_that_may_only_shrink():
 
 
 # The DOK run backend (and the `gpuplan dok` commands, which are DOK's own) may speak of DOK;
-# everything else asks the run-backend registry (operating/backends.py), never a cluster's name.
-DOK_OWN = {"operating/dok_runs.py", "operating/dok_batch.py", "operating/backends.py", "cli/sakura.py"}
+# everything else asks the run-backend registry (run/backends.py), never a cluster's name.
+DOK_OWN = {"run/dok/dok_runs.py", "run/dok/dok_batch.py", "run/backends.py", "cli/sakura.py"}
 DOK_SWITCH = (r"""[!=]=\s*["']dok""", r"""["']dok["']\s*[!=]=""", r"""in\s*\(\s*["']dok""", r"is_dok\(", "DOK_CLUSTER",
               r"[!=]=\s*dok_runs\.CLUSTER", r"dok_runs\.CLUSTER\s*[!=]=", r"""startswith\(\s*["']dok""")
 
@@ -80,17 +87,56 @@ def test_no_dok_switch_is_left_outside_the_dok_backend():
     assert found == []
 
 
-def test_the_run_modules_import_no_circle():
-    """runner (Ray), dok_runs (DOK), backends (the registry) and launcher: each arrow one way."""
-    names = ("runner", "dok_runs", "dok_batch", "backends", "batches", "launcher", "engine", "containers")
-    graph = {n: {m.rsplit(".", 1)[-1] for m in imports(PKG / "operating" / f"{n}.py")
-                 if m.startswith("gpuplan.operating") and m.rsplit(".", 1)[-1] in names} - {n} for n in names}
-    # the modules a module may reach by following imports must not include itself
-    for start in names:
+def module_graph() -> dict[str, set[str]]:
+    """Every module of gpuplan (and the providers, installed as gpuplan.providers) and the modules it
+    imports, at any depth of the file. `from gpuplan.cli import shapes` is an arrow to the module
+    gpuplan.cli.shapes, not to the package gpuplan.cli (whose __init__ Python runs first anyway)."""
+    root = PKG.parent
+    paths = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        paths[".".join(parts)] = path
+    for path in sorted((root / "providers").glob("*.py")):
+        if path.stem != "__init__":
+            paths[f"gpuplan.providers.{path.stem}"] = path
+    graph = {}
+    for name, path in paths.items():
+        arrows = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                arrows |= {a.name for a in node.names if a.name in paths}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & paths.keys()
+                names = {a.name for a in node.names if f"{node.module}.{a.name}" not in paths}
+                arrows |= subs
+                if names and node.module in paths:
+                    arrows.add(node.module)
+        graph[name] = arrows - {name}
+    return graph
+
+
+def test_no_module_of_gpuplan_imports_itself_back():
+    """An import circle anywhere (a module reaching itself by following imports, at module level or
+    inside a function) is a seam in the wrong place: the shared part belongs in a module of its own."""
+    graph = module_graph()
+    assert {"gpuplan.run.backends", "gpuplan.run.ray.runner", "gpuplan.cli.jobs", "gpuplan.store.state"} <= graph.keys()
+    circles = []
+    for start in sorted(graph):
         seen, todo = set(), list(graph[start])
         while todo:
             m = todo.pop()
             if m not in seen:
                 seen.add(m)
                 todo.extend(graph[m])
-        assert start not in seen, f"{start} imports itself back through {sorted(seen)}"
+        if start in seen:
+            circles.append(start)
+    assert circles == []
+
+
+def test_no_folder_of_gpuplan_holds_more_than_15_modules():
+    sizes = {d.relative_to(PKG).as_posix(): len([p for p in d.glob("*.py") if p.name != "__init__.py"])
+             for d in [PKG, *PKG.rglob("*")] if d.is_dir() and d.name != "__pycache__"}
+    assert sizes["run"] >= 4 and sizes["fleet"] >= 8
+    assert {d: n for d, n in sizes.items() if n > 15} == {}

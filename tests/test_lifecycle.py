@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.errors import AuthMissing, ProviderError, QuotaExceeded, RetiredType
-from gpuplan.operating import lifecycle
-from gpuplan.operating.state import State
+from gpuplan.fleet import lifecycle
 from gpuplan.planning.types import Offer
+from gpuplan.store.state import State
 from support.memory_provider import MemoryProvider
 
 
@@ -185,7 +185,7 @@ def test_sweep_spares_young_resources_unless_forced(state, gpuplan_home):
 
 
 def test_sweep_rechecks_each_cluster_under_its_lock_before_deleting(state, gpuplan_home):
-    from gpuplan.operating import locks
+    from gpuplan.fleet import locks
 
     prov = MemoryProvider()
     lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))

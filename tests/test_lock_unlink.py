@@ -14,12 +14,12 @@ import time
 import pytest
 
 from gpuplan.errors import Busy, UsageError
-from gpuplan.operating import locks
+from gpuplan.fleet import locks
 
 
 def _holder(name: str) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom gpuplan.operating import locks\n"
+        [sys.executable, "-c", "import time\nfrom gpuplan.fleet import locks\n"
                                f"with locks.cluster({name!r}):\n    print('held', flush=True)\n    time.sleep(120)"],
         stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"

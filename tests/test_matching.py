@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.planning import catalog
+from gpuplan.market import catalog
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.cli import estimate as cli_estimate
-from gpuplan.planning import catalog, optimizer, outcomes, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import optimizer, outcomes, workloads
 from gpuplan.planning.model import Quotas, Setting
 from gpuplan.planning.outcomes import Code
 from support import planner as sp

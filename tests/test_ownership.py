@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuplan.operating import provider as registry
+from gpuplan.fleet import provider as registry
 from support.azure_fake import FakeARM, make_provider
 from support.gcp_fake import GceFake
 from support.sakura_fake import SakuraFake
@@ -112,7 +112,7 @@ def test_azure_two_installations_same_cluster_name(arm, tmp_path, monkeypatch, c
 def test_azure_group_of_another_owner_is_never_retagged(arm, tmp_path, monkeypatch, cli):
     """A resource group with this cluster's name but another owner's tags (a name made by an
     older gpuplan, or by hand) is refused, not adopted and re-tagged."""
-    from gpuplan.operating import tags
+    from gpuplan.fleet import tags
 
     homes = Homes(tmp_path, monkeypatch, cli, {"providers": {"azure": {"ssh_source": "198.51.100.7"}}},
                   AZURE_PRICES)

@@ -8,10 +8,10 @@ import json
 from decimal import Decimal
 
 from gpuplan.cli.estimate import plan_dict
-from gpuplan.operating import runner
 from gpuplan.planning import optimizer, saved_plan
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
+from gpuplan.run.ray import runner
 from support import planner as sp
 
 MINUTES = {"j0": 10, "j1": 20, "j2": 30, "j3": 40, "j4": 50, "j5": 60, "j6": 5, "j7": 45}

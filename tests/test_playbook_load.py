@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from gpuplan.errors import NotFound, UsageError
-from gpuplan.operating import playbook
+from gpuplan.hosts import playbook
 
 NOUVEAU = "blacklist nouveau\nblacklist lbm-nouveau\noptions nouveau modeset=0\nalias nouveau off\nalias lbm-nouveau off\n"
 
@@ -134,7 +134,7 @@ def test_params_parsing_and_unknown_params():
 
 
 def test_dry_run_renders_commands_without_connecting():
-    from gpuplan.operating.remote import Host
+    from gpuplan.hosts.remote import Host
 
     hosts = [Host("a", "192.0.2.1"), Host("b", "192.0.2.2")]  # TEST-NET: nothing answers
     r = playbook.run_playbooks(hosts, [playbook.load("gpu-driver"), playbook.load("nccl")], {"nccl_version": "2.23.4-1+cuda12.6"}, dry_run=True)
@@ -148,7 +148,7 @@ def test_dry_run_renders_commands_without_connecting():
 def test_a_failed_step_is_told_by_its_last_error_line():
     """The line of a failed remote step is the output's last line naming an error (issue 33: a
     flattened traceback came back as one "line" holding \\x0a); the rest stays for --debug."""
-    from gpuplan.operating.remote import Result
+    from gpuplan.hosts.remote import Result
 
     traceback_out = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    start()\n"
                      "ConnectionError: Failed to connect to GCS at 10.0.0.1:6379\n\nPlease check the logs.\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.operating import playbook, remote
-from gpuplan.operating.state import State
+from gpuplan.hosts import playbook, remote
+from gpuplan.store.state import State
 from support.sshd import register_cluster, start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd

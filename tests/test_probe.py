@@ -202,7 +202,7 @@ def test_what_would_stop_a_probe_is_said_before_the_question_and_nothing_is_made
     lines = [ln for ln in r.err.splitlines() if ln.startswith("  aws:")]
     assert lines and all("cannot be probed: no AWS credentials: set AWS_PROFILE" in ln for ln in lines)
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(paths.state_db())
     assert state.clusters(include_gone=True) == []

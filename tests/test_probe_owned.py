@@ -60,7 +60,7 @@ def _pick(out: str) -> str:
 
 def test_a_probe_over_two_owned_offers_writes_two_profiles_and_the_pick_follows_them(two_offers, cli, gpuplan_home):
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
     from support.ray_env import tagged_pids
 
     before = cli("estimate", "--workload", "my-job.yaml", "--provider", "baremetal")

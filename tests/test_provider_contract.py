@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from gpuplan.errors import QuotaExceeded, UsageError
-from gpuplan.operating import lifecycle
-from gpuplan.operating.provider import Feature, NodeSpec, Provider
-from gpuplan.operating.state import State
-from gpuplan.operating.tags import TAG_CLUSTER, TAG_CREATED, TAG_NODE, TAG_OWNER
+from gpuplan.fleet import lifecycle
+from gpuplan.fleet.provider import Feature, NodeSpec, Provider
+from gpuplan.fleet.tags import TAG_CLUSTER, TAG_CREATED, TAG_NODE, TAG_OWNER
+from gpuplan.store.state import State
 from support.aws_moto import REGION as AWS_REGION
 from support.azure_fake import FakeARM, make_provider
 from support.gcp_fake import GceFake
@@ -234,7 +234,7 @@ def test_a_feature_it_lacks_is_refused_in_one_line_before_anything_is_made(stand
 def test_one_cluster_name_from_two_installations_stays_apart(stand):
     """Each installation's create, machines() and list() see only its own machines, and
     deleting one's leaves the other's running."""
-    from gpuplan.operating.tags import TAG_INSTALLATION
+    from gpuplan.fleet.tags import TAG_INSTALLATION
 
     def spec(installation: str):
         s = stand.spec("same")

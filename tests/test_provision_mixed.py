@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from gpuplan.cli.estimate import save_plan
-from gpuplan.planning import catalog, optimizer, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import optimizer, workloads
 from gpuplan.planning.model import Setting
 
 OWNER = "mixed-owner"

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.errors import RetiredType, UsageError
-from gpuplan.operating import lifecycle
-from gpuplan.planning import catalog
+from gpuplan.fleet import lifecycle
+from gpuplan.market import catalog
 
 
 def test_nc6_x4_dry_run_names_the_successor_and_exits_0(cli, gpuplan_home):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplan.planning import catalog, optimizer, outcomes, ranking, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import optimizer, outcomes, ranking, workloads
 from gpuplan.planning.model import Setting
 from gpuplan.planning.outcomes import Code
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from test_baremetal_provider import write_inventory
 
-from gpuplan.planning import catalog_refresh
+from gpuplan.market import catalog_refresh
 from support.price_sources_fake import PriceSources
 from support.sshd import start_hosts, stop_hosts
 

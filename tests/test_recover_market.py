@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.planning import billing
+from gpuplan.market import billing
 
 PER_SECOND_360 = billing.per_second(Decimal(360))  # ¥0.1 a second
 
@@ -31,8 +31,8 @@ def _cluster(state, spot: bool, max_yen: str | None = "100", price: Decimal = De
 
 
 def test_a_dearer_replacement_brings_the_cap_earlier_by_the_one_billing_rule(gpuplan_home):
-    from gpuplan.operating import recover
-    from gpuplan.operating.state import State
+    from gpuplan.run import recover
+    from gpuplan.store.state import State
 
     state = State(_db(gpuplan_home, "state.db"))
     row = _cluster(state, spot=True)
@@ -53,8 +53,8 @@ def test_a_dearer_replacement_brings_the_cap_earlier_by_the_one_billing_rule(gpu
 
 
 def test_no_cap_no_stop_and_a_spent_cap_stops_now(gpuplan_home):
-    from gpuplan.operating import recover
-    from gpuplan.operating.state import State
+    from gpuplan.run import recover
+    from gpuplan.store.state import State
 
     state = State(_db(gpuplan_home, "state.db"))
     row = _cluster(state, spot=False, max_yen=None)
@@ -68,15 +68,16 @@ def test_no_cap_no_stop_and_a_spent_cap_stops_now(gpuplan_home):
 
 
 def test_a_spot_clusters_on_demand_replacement_is_priced_from_its_on_demand_row(gpuplan_home):
-    from gpuplan.operating import launch, recover
-    from gpuplan.operating.state import State
+    from gpuplan.fleet import provision
+    from gpuplan.run import recover
+    from gpuplan.store.state import State
 
     state = State(_db(gpuplan_home, "state.db"))
     _cluster(state, spot=True, price=Decimal("33.00"))
     spot = recover.cost(state, "c", 3600)
     assert (spot.market, spot.price_jpy_per_hour, spot.what) == ("spot", Decimal("33.00"), "1x aws:g4dn.xlarge (spot)")
     assert spot.yen == Decimal("33.00")  # an hour by its recorded per-second terms
-    offer, _ = launch.live("aws:g4dn.xlarge", "us-east-1")
+    offer, _ = provision.live("aws:g4dn.xlarge", "us-east-1")
     on_demand = recover.cost(state, "c", 3600, recover.ON_DEMAND)
     assert on_demand.market == "on-demand" and on_demand.what == "1x aws:g4dn.xlarge"
     assert on_demand.price_jpy_per_hour == offer.price_jpy_per_hour > spot.price_jpy_per_hour
@@ -111,7 +112,7 @@ def _recoverer(state, monkeypatch, on_demand: bool, refuse: tuple = ()):
     answered as AWS answers when that capacity is gone)."""
     from gpuplan.cli import jobs
     from gpuplan.errors import CapacityUnavailable
-    from gpuplan.operating import recover
+    from gpuplan.run import recover
 
     asked: list = []
 
@@ -126,7 +127,7 @@ def _recoverer(state, monkeypatch, on_demand: bool, refuse: tuple = ()):
 
 
 def test_a_spot_replacement_without_capacity_is_bought_on_demand_when_allowed(gpuplan_home, monkeypatch, capsys):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(_db(gpuplan_home, "state.db"))
     row = _cluster(state, spot=True, max_yen=None, price=Decimal("33.00"))
@@ -154,8 +155,8 @@ def test_a_spot_replacement_without_capacity_is_bought_on_demand_when_allowed(gp
 
 
 def test_no_replacement_that_the_cap_would_stop_before_it_is_set_up(gpuplan_home, monkeypatch, capsys):
-    from gpuplan.operating import recover
-    from gpuplan.operating.state import State
+    from gpuplan.run import recover
+    from gpuplan.store.state import State
 
     state = State(_db(gpuplan_home, "state.db"))
     # two nodes at ¥0.1/s and a ¥80 cap: 400 s from the start, less than a replacement's setup guess

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplan.operating import remote
-from gpuplan.operating.state import State
+from gpuplan.hosts import remote
+from gpuplan.store.state import State
 from support.sshd import register_cluster, start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd

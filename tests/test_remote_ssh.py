@@ -1,4 +1,4 @@
-"""gpuplan.operating.remote against real sshd processes on loopback."""
+"""gpuplan.hosts.remote against real sshd processes on loopback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gpuplan.errors import RemoteError
-from gpuplan.operating import remote
+from gpuplan.hosts import remote
 from support.sshd import start_hosts, stop_hosts
 
 pytestmark = pytest.mark.sshd
@@ -145,7 +145,7 @@ def test_wait_for_reboot_gives_up_at_the_deadline(hosts):
 def injected(hosts, gpuplan_home, monkeypatch):
     """A cluster whose pins are one-time keys gpuplan injected (here: the keys the hosts have),
     with the rotation pointed at the loopback sshd's own key file and pid."""
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
     from support.sshd import register_cluster
 
     monkeypatch.setattr(remote, "HOST_KEY_FILE", '"$GPUPLAN_SSHD_DIR/ssh_host_ed25519_key"')

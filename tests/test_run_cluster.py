@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 
 from gpuplan import paths
-from gpuplan.operating import runner
-from gpuplan.operating.state import State
+from gpuplan.run.ray import runner
+from gpuplan.store.state import State
 
 pytestmark = pytest.mark.sshd
 PRICE = Decimal("367.20")  # NC24 per hour, report A
@@ -94,7 +94,7 @@ def test_a_node_without_torch_gets_the_benchs_python_and_the_jobs_code(cluster, 
     index; here a folder of wheels) and the client's gpuplan/jobs code, and the jobs run with them."""
     import subprocess
 
-    from gpuplan.operating import bench
+    from gpuplan.measuring import bench
 
     if subprocess.run(["/usr/bin/python3", "-c", "import ensurepip, venv"], capture_output=True).returncode != 0:
         pytest.skip("the loopback hosts' /usr/bin/python3 cannot make a venv (python3-venv missing)")

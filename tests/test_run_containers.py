@@ -214,7 +214,8 @@ def _pids_left(hosts, job: str) -> list[str]:
 
 def test_the_yen_cap_stops_the_batch_on_the_cluster_with_no_client_following(docker_ready, tmp_path):
     """Submitted and left: nobody follows it. At stop_at the driver and each node stop it."""
-    from gpuplan.operating import backends, runner
+    from gpuplan.run import backends
+    from gpuplan.run.ray import runner
     from support.ray_env import processes_running
 
     state, hosts, _ = docker_ready
@@ -242,7 +243,8 @@ def test_a_cap_moved_earlier_stops_the_attempts_already_running(ray_cluster):
     """`run --recover` with a dearer replacement moves the cap earlier (engine.move_cap): the
     driver stops at the new time, and the attempts it handed out before, which only know the old
     one, are told to stop then."""
-    from gpuplan.operating import backends, engine, runner
+    from gpuplan.run import backends
+    from gpuplan.run.ray import engine, runner
     from support.ray_env import processes_running
 
     state, hosts, _ = ray_cluster
@@ -259,7 +261,7 @@ def test_a_cap_moved_earlier_stops_the_attempts_already_running(ray_cluster):
 
 
 def test_run_max_yen_stops_at_what_the_nodes_may_be_billed_and_exits_6(docker_ready, tmp_path):
-    from gpuplan.operating import backends
+    from gpuplan.run import backends
     from support.ray_env import processes_running
 
     state, hosts, _ = docker_ready

@@ -201,7 +201,7 @@ def test_the_dashboard_is_reached_through_ssh(ray_cluster):
     import threading
     import urllib.request
 
-    from gpuplan.operating import engine
+    from gpuplan.run.ray import engine
 
     state, _, _ = ray_cluster
     eng = engine.engine_of(state, CLUSTER)
@@ -320,7 +320,7 @@ def test_a_node_lost_mid_batch_has_its_items_requeued_on_the_others(ray_cluster,
     host that disappears."""
     import threading
 
-    from gpuplan.operating import engine
+    from gpuplan.run.ray import engine
     from support.ray_env import processes_running, stop_ray
 
     items = items_file(tmp_path, ["a", "b", "c", "d"])
@@ -348,7 +348,7 @@ def test_owned_hosts_close_their_ray_ports_to_all_but_the_clusters_members(ray_c
     """Ray 2.60.0 listens on all interfaces for some servers: on hosts no cloud firewall guards,
     each node's iptables (a stand-in here: the hosts are this machine) admits only loopback and
     the members to its 100 Ray ports, hooked into INPUT once however often Ray is started."""
-    from gpuplan.operating import engine
+    from gpuplan.run.ray import engine
 
     state, hosts, _ = ray_cluster
     eng = engine.engine_of(state, CLUSTER)

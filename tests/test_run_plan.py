@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.operating import runner
+from gpuplan.run.ray import runner
 
 
 def test_plan_from_estimate_predicts_report_a_jobs_phase(cli, tmp_path):
@@ -64,7 +64,7 @@ def _summary(jobs: int, wall_s: float, tmp_path, status: str = "ok", nodes: int 
 
 
 def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     path = tmp_path / "plan.json"
     assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0
@@ -90,7 +90,7 @@ def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
 def test_calibration_only_from_the_fleet_that_was_planned(cli, tmp_path):
     """Report: a batch on a 4-host cluster recorded against a 1-host plan made the next estimate
     say "T4 now 2.795x T4". Another fleet is kept as a per-GPU speed point, with the reason."""
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     path = tmp_path / "plan.json"
     assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0
@@ -110,7 +110,7 @@ def test_calibration_only_from_the_fleet_that_was_planned(cli, tmp_path):
 
 
 def test_the_run_engines_setup_is_in_the_plans_assumptions_and_counted_once_measured(cli):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     def recommended():
         r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json")

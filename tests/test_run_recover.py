@@ -25,8 +25,8 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
     from test_baremetal_provider import write_inventory
 
     from gpuplan import paths
-    from gpuplan.operating import engine
-    from gpuplan.operating.state import State
+    from gpuplan.run.ray import engine
+    from gpuplan.store.state import State
     from support.ray_env import free_port_range, processes_running, ray_venv, stop_ray
     from support.sshd import start_hosts, stop_hosts
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from gpuplan.errors import Busy
-from gpuplan.operating import locks
-from gpuplan.operating.state import State
+from gpuplan.fleet import locks
+from gpuplan.store.state import State
 from support import checkip as checkip_server
 from support.aws_moto import CONSOLE_HOST_KEYS, REGION
 from support.checkip import ssh_ranges
@@ -97,7 +97,7 @@ def test_a_held_cluster_refuses_with_one_line_naming_the_holder(aws, gpuplan_hom
 
 def test_a_lock_held_by_a_process_killed_with_9_is_free_at_once(gpuplan_home):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom gpuplan.operating import locks\nwith locks.cluster('k9'):\n"
+        [sys.executable, "-c", "import time\nfrom gpuplan.fleet import locks\nwith locks.cluster('k9'):\n"
                                "    print('held', flush=True)\n    time.sleep(120)"],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -237,7 +237,7 @@ def test_an_undetectable_address_is_one_line_saying_how_to_set_it(aws, cli, gpup
 
 
 def test_azure_nsg_lets_ssh_in_from_the_callers_address(cli, gpuplan_home, checkip):
-    from gpuplan.operating import provider as registry
+    from gpuplan.fleet import provider as registry
     from support.azure_fake import FakeARM, make_provider
 
     fake = FakeARM()
@@ -342,7 +342,7 @@ def test_an_opening_held_too_long_is_one_line_and_a_folder_without_flock_still_o
     import fcntl
 
     from gpuplan.errors import UsageError
-    from gpuplan.operating import state as state_module
+    from gpuplan.store import state as state_module
 
     path = tmp_path / "state" / "state.db"
     path.parent.mkdir()
@@ -369,7 +369,7 @@ def test_an_opening_held_too_long_is_one_line_and_a_folder_without_flock_still_o
 def test_a_full_disk_after_the_create_says_how_to_finish_and_teardown_does(aws, cli, gpuplan_home, monkeypatch):
     import sqlite3
 
-    from gpuplan.operating import provider as registry
+    from gpuplan.fleet import provider as registry
     from gpuplan.providers.aws import AwsProvider
 
     disk_full = []

@@ -265,7 +265,7 @@ def _items(tmp_path, *names):
 def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_path, monkeypatch, gpuplan_home):
     import json
 
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     monkeypatch.setenv("COLUMNS", "200")
     r = cli("run", "-y", "dok:h100-80gb", "--image", "registry.example/me/colorize:1", "--items",
@@ -367,7 +367,7 @@ def test_run_dok_bad_input_is_one_line_and_asks_nothing(dok_env, cli, tmp_path, 
 
 def test_dok_tasks_are_sent_only_after_their_cost_is_shown_and_a_person_says_yes(dok_env, cli, tmp_path, monkeypatch,
                                                                                   gpuplan_home):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     monkeypatch.setenv("COLUMNS", "200")
     items = _items(tmp_path, "a", "b", "c")

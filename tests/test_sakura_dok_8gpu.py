@@ -1,5 +1,5 @@
 """`gpuplan run dok:h100-8gpu-80gb`: the batch as ONE 8-GPU 高火力 DOK task whose POSIX sh runner
-(gpuplan/operating/dok_batch.py) runs the items one per GPU, against the DOK fake that really runs
+(gpuplan/run/dok/dok_batch.py) runs the items one per GPU, against the DOK fake that really runs
 the task's command here (tests/support/sakura_dok_fake.py, execute=True)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.operating import dok_batch
+from gpuplan.run.dok import dok_batch
 from support.sakura_dok_fake import DokFake
 
 SH = shutil.which("dash") or "sh"  # the runner must do with a plain POSIX shell
@@ -47,8 +47,8 @@ def _posted(fake) -> list[dict]:
 
 
 def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_one_yen(fake, cli, tmp_path, monkeypatch):
-    from gpuplan.operating.state import State
     from gpuplan.providers.sakura_dok import DokClient
+    from gpuplan.store.state import State
 
     monkeypatch.setenv("COLUMNS", "200")
     journal_at_the_call = []

@@ -8,7 +8,8 @@ import json
 from datetime import date, timedelta
 from decimal import Decimal
 
-from gpuplan.planning import billing, catalog, optimizer, workloads
+from gpuplan.market import billing, catalog
+from gpuplan.planning import optimizer, workloads
 from gpuplan.planning.model import Setting
 from gpuplan.planning.outcomes import Code
 from support.issue_cases import FOUR_TEN_MINUTE_H100_JOBS

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import ProviderError, UsageError
-from gpuplan.operating import remote
-from gpuplan.operating.provider import NodeSpec
+from gpuplan.fleet.provider import NodeSpec
+from gpuplan.hosts import remote
 from gpuplan.providers.sakura_phy import RequestBudget, SakuraPhyProvider
 from support.sakura_phy_fake import PhyFake
 

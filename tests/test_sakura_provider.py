@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from gpuplan.errors import AuthMissing, CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
-from gpuplan.operating import lifecycle
-from gpuplan.operating.provider import HostKey, NodeSpec, Resource
+from gpuplan.fleet import lifecycle
+from gpuplan.fleet.provider import HostKey, NodeSpec, Resource
 from gpuplan.providers.sakura import SakuraProvider
 from support.sakura_fake import SakuraFake, provider_for
 

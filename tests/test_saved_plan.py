@@ -10,8 +10,9 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.operating import launch, runner
+from gpuplan.fleet import provision
 from gpuplan.planning import saved_plan
+from gpuplan.run.ray import runner
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def test_estimate_save_writes_the_current_schema_and_both_readers_take_it(saved)
     assert (data["snapshot"], data["workload"]) == ("2017-08", "colorize-hd")
     plan = saved_plan.load(saved)
     assert plan.target() == ("azure", "Standard_NC6", "westus2", 4, "image")
-    assert launch.read_plan(saved) == ("azure", "Standard_NC6", "westus2", 4, "image", "on-demand")
+    assert provision.read_plan(saved) == ("azure", "Standard_NC6", "westus2", 4, "image", "on-demand")
     pred = runner.read_plan(saved)
     # report A's ¥826.20 (Azure's list price, without consumption tax) with the 10 % tax every estimate adds
     assert pred["plan_yen"] == Decimal("908.82") and pred["workload"] == "colorize-hd" and pred["jobs"] == 4

@@ -14,7 +14,8 @@ import yaml
 
 from gpuplan import schemas
 from gpuplan.errors import UsageError
-from gpuplan.planning import catalog, profiles, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import profiles, workloads
 from gpuplan.planning.types import Offer
 
 jsonschema = pytest.importorskip("jsonschema")

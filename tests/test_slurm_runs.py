@@ -59,8 +59,8 @@ def sacct_gpu_seconds(cluster, array: str) -> list[int]:
 
 
 def array_of(job: str) -> str:
-    from gpuplan.operating import slurm_runs
-    from gpuplan.operating.state import State
+    from gpuplan.run.slurm import slurm_runs
+    from gpuplan.store.state import State
 
     state = State.open_default()
     return slurm_runs._array_of(state, state.job(job))[0]
@@ -76,8 +76,8 @@ COMMAND = ["sh", "-c", 'echo "done $1 on gpu ${SLURM_JOB_GPUS:-?}" > {out}/resul
 
 
 def test_a_batch_through_run_is_one_array_all_ok_billed_from_sacct_and_fetched(lab, cli, tmp_path):
-    from gpuplan.operating import backends
-    from gpuplan.operating.state import State
+    from gpuplan.run import backends
+    from gpuplan.store.state import State
 
     r = cli("run", "slurm:lab/gpu", "--items", str(items_file(tmp_path, 3)), "--", *COMMAND)
     assert r.code == 0, r.out + r.err
@@ -101,8 +101,8 @@ def test_a_batch_through_run_is_one_array_all_ok_billed_from_sacct_and_fetched(l
 
 
 def test_launch_picks_the_partition_and_runs_the_batch_there(lab, cli, tmp_path):
-    from gpuplan.operating import backends
-    from gpuplan.operating.state import State
+    from gpuplan.run import backends
+    from gpuplan.store.state import State
 
     items_file(tmp_path, 4)
     (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
@@ -121,7 +121,7 @@ def test_launch_picks_the_partition_and_runs_the_batch_there(lab, cli, tmp_path)
 
 
 def test_cancel_leaves_no_task_in_squeue(lab, cli, tmp_path):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     r = cli("run", "slurm:lab", "--items", str(items_file(tmp_path, 4)), "--detach", "--format", "json", "--",
             "sh", "-c", "sleep 600", "x", "{item}")
@@ -143,7 +143,7 @@ def test_cancel_leaves_no_task_in_squeue(lab, cli, tmp_path):
     jobs = cli("jobs", "slurm", "--format", "json")
     assert jobs.code == 0 and job in jobs.out
     # the two tasks that ran until the cancel are billed for the GPU-seconds sacct reports; the others never ran
-    from gpuplan.operating import backends
+    from gpuplan.run import backends
 
     ran = [s for s in sacct_gpu_seconds(lab, array) if s > 0]
     assert len(ran) == 2, lab.run("sacct", "-j", array, "-X", "-P", "-n", "--format=JobID,State,ElapsedRaw,AllocTRES").stdout

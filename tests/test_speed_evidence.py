@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.planning import catalog, evidence, model, optimizer, workloads
+from gpuplan.market import catalog
+from gpuplan.planning import evidence, model, optimizer, workloads
 from gpuplan.planning.evidence import SpeedKind
 from gpuplan.planning.model import Setting
 from support import benchmarks

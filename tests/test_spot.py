@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import yaml
 
-from gpuplan.planning import catalog
+from gpuplan.market import catalog
 
 
 def test_spot_row_follows_its_offer_with_its_own_price_source_and_interruption_rule():

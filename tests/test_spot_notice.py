@@ -130,8 +130,8 @@ def test_on_moto_a_notice_drains_the_node_its_items_finish_from_checkpoints_and_
     import yaml
 
     from gpuplan import paths
-    from gpuplan.operating import provider as registry
-    from gpuplan.operating.state import State
+    from gpuplan.fleet import provider as registry
+    from gpuplan.store.state import State
     from support.ray_env import free_port_range, ray_venv, stop_ray
     from support.sshd import start_hosts, stop_hosts
 

@@ -13,7 +13,8 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from gpuplan.planning import catalog, model, spot_risk
+from gpuplan.market import catalog, spot_risk
+from gpuplan.planning import model
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
 from gpuplan.planning.types import Interruption

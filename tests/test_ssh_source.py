@@ -48,10 +48,10 @@ def test_a_detected_address_becomes_a_host_route(aws, cli, checkip):
 def test_a_resumed_provision_admits_exactly_what_it_asks(aws, cli):
     """A provision killed after making the group open to everyone, then rerun with a /32:
     the group ends with the /32 alone."""
-    from gpuplan.operating import lifecycle
-    from gpuplan.operating.provider import NodeSpec
-    from gpuplan.operating.state import State
-    from gpuplan.operating.tags import TAG_CREATED
+    from gpuplan.fleet import lifecycle
+    from gpuplan.fleet.provider import NodeSpec
+    from gpuplan.fleet.tags import TAG_CREATED
+    from gpuplan.store.state import State
 
     identity = lifecycle.cluster_identity(State.open_default(), "mine")
     prov = lifecycle.get_provider("aws")
@@ -67,12 +67,12 @@ def test_a_resumed_provision_admits_exactly_what_it_asks(aws, cli):
 
 
 def test_a_resumed_azure_provision_replaces_the_nsg_rule(gpuplan_home, cli):
-    from gpuplan.operating import lifecycle
-    from gpuplan.operating import provider as registry
-    from gpuplan.operating.provider import NodeSpec
-    from gpuplan.operating.state import State
-    from gpuplan.operating.tags import TAG_CREATED
+    from gpuplan.fleet import lifecycle
+    from gpuplan.fleet import provider as registry
+    from gpuplan.fleet.provider import NodeSpec
+    from gpuplan.fleet.tags import TAG_CREATED
     from gpuplan.providers.azure import cluster_group
+    from gpuplan.store.state import State
     from support.azure_fake import FakeARM, make_provider
 
     fake = FakeARM()

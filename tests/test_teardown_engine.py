@@ -66,7 +66,7 @@ def _run(cli, tmp_path, port: int, items: str):
 
 def test_a_client_killed_while_the_engine_starts_leaves_nothing_after_teardown(hosts, cli, tmp_path, monkeypatch):
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     started, port = hosts
     client = _run(cli, tmp_path, port, "a\nb\n")
@@ -101,7 +101,7 @@ def test_a_clean_batch_leaves_nothing_after_teardown(hosts, cli, tmp_path, monke
     # the batch lost gone-1 (as `run --recover` would have replaced it) and it came back: its Ray
     # and firewall chain go with the teardown too
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(paths.state_db())
     state.update_node("gone", "gone-1", status="lost")

@@ -248,7 +248,7 @@ def test_install_hints_keep_their_extra(cli, monkeypatch):
 
 
 def test_image_list_pipes_one_line_per_image(cli):
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     State.open_default().add_image("t4-[base]", "aws", "us-east-1", "g4dn.xlarge", "gpu-driver,cuda,cudnn,nccl")
     r = cli("image", "list")

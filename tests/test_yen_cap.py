@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.operating import runner
-from gpuplan.operating.state import State
-from gpuplan.planning import billing
+from gpuplan.market import billing
+from gpuplan.run.ray import runner
+from gpuplan.store.state import State
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
             if exc.detail:
                 print(f"gpuplan: the remote output:\n{exc.detail}", file=sys.stderr)
-        from gpuplan.operating.preflight import Problems
+        from gpuplan.fleet.preflight import Problems
 
         if isinstance(exc, Problems) and len(exc.problems) > 1:  # one short block: a line each
             print(f"gpuplan: error: {exc.doing} cannot start; fix these {len(exc.problems)} first:", file=sys.stderr)

@@ -36,18 +36,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def as_of_note(as_of: str | None, cat) -> str | None:
-    """One line when --as-of asks for a month past the newest snapshot: it silently meant that
-    snapshot's month before, as if prices of the future were known."""
-    if not as_of:
-        return None
-    text = as_of.strip()
-    if text[:7] <= cat.snapshot[:7]:
-        return None
-    return (f"note: --as-of {text} is past the newest catalog snapshot, {cat.snapshot}: its prices are used "
-            "(`gpuplan catalog refresh` fetches today's)")
-
-
 def _row(cat, offer) -> dict[str, Any]:
     row = {f: _plain(getattr(offer, f)) for f in _FIELDS if f != "status"}
     row["status"] = cat.offer_status(offer)
@@ -100,7 +88,7 @@ def catalog_command(
     """List instance types with GPU, price in their own currency and in yen per hour, billing, status and source."""
     if ctx.invoked_subcommand is not None:
         return
-    from gpuplan.planning import catalog
+    from gpuplan.market import catalog
 
     shapes.check_format(fmt, csv=True)
     cat = catalog.load(as_of)
@@ -108,6 +96,8 @@ def catalog_command(
         from gpuplan.cli.estimate import _inventory
 
         cat = _inventory(cat)[0]
+    from gpuplan.cli.estimate import as_of_note
+
     note = as_of_note(as_of, cat)
     if note:
         print(note, file=sys.stderr)
@@ -118,7 +108,7 @@ def catalog_command(
     hidden = len(offers) - len(shown)
     empty = None
     if region and not cat.find(region=region):  # a region the catalog has no rows in: what adds them
-        from gpuplan.planning import regions
+        from gpuplan.market import regions
 
         empty = f"note: no offers in {region}: {regions.no_offers([region], cat.snapshot)}"
         if fmt != "table":  # JSON and CSV stay data
@@ -230,7 +220,7 @@ def refresh_command(
     from gpuplan import config
     from gpuplan.cli import tables
     from gpuplan.cli.progress import working
-    from gpuplan.planning import catalog_refresh
+    from gpuplan.market import catalog_refresh
 
     preferred = [] if region else config.preferred_regions()
     with working(tables.console(stderr=True), "fetching today's prices"):

@@ -16,8 +16,8 @@ def check_command(
     fmt: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """Check credentials and GPU quota for each provider, as `sky check` does; nothing is created."""
-    from gpuplan.operating import checks
-    from gpuplan.planning import catalog
+    from gpuplan.fleet import checks
+    from gpuplan.market import catalog
 
     as_json = shapes.check_format(fmt)
     names = [p.strip().lower() for p in providers or []]
@@ -42,7 +42,7 @@ def _store(results) -> None:
     if not readable:
         return
     from gpuplan import paths
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State(paths.state_db())
     for r, q in readable:

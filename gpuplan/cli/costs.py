@@ -11,8 +11,8 @@ import typer
 from gpuplan.cli import shapes
 from gpuplan.cli.estimate import tax_basis
 from gpuplan.errors import UsageError
+from gpuplan.market import tax as taxes
 from gpuplan.planning import fmt
-from gpuplan.planning import tax as taxes
 
 
 def cost_report(
@@ -25,8 +25,8 @@ def cost_report(
     tax basis (the estimate's)."""
     from gpuplan.cli import tables
     from gpuplan.cli.tables import Column
-    from gpuplan.operating import costs
-    from gpuplan.operating.state import State
+    from gpuplan.store import costs
+    from gpuplan.store.state import State
 
     as_json = shapes.check_format(out_format)
     if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):

@@ -41,7 +41,7 @@ def parse_quotas(values: list[str]):
 
 def parse_owned(values: list[str]) -> tuple[list[str], dict[str, int]]:
     """--owned NAME or NAME=N (you have N of them): the names, and the counts by lower-case name."""
-    from gpuplan.planning.units import parse_count
+    from gpuplan.units import parse_count
 
     names, counts = [], {}
     for text in values:
@@ -73,7 +73,7 @@ def parse_slack(text: str) -> Decimal:
 
 def parse_budget(text: str | None) -> Decimal | None:
     """--budget: "5000", "¥5,000" or "5000 JPY" -> Decimal yen (more than 0)."""
-    from gpuplan.planning.units import yen
+    from gpuplan.units import yen
 
     if text is None:
         return None
@@ -89,7 +89,7 @@ def check_quotas(quotas, cat) -> None:
     be a quota that silently limits nothing."""
     if not quotas.total and not quotas.family:
         return
-    from gpuplan.operating import provider
+    from gpuplan.fleet import provider
     from gpuplan.planning.model import Quotas
 
     in_catalog = {o.provider for o in cat.offers}
@@ -113,7 +113,7 @@ def _user_state():
     db = paths.state_db()
     if not db.is_file():
         return None
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     return State(db)
 
@@ -290,7 +290,8 @@ def plan_dict(plan, workload_name: str = "", schedule: bool = True, streams: boo
     GPU's speed with its kind and band; the ranges: wall and yen at the bands' ends (null where
     there is none: excluded plans, real-time streams). `memo`: evidence.plan_range's, one for
     every plan of an estimate."""
-    from gpuplan.planning import evidence, spot_risk
+    from gpuplan.market import spot_risk
+    from gpuplan.planning import evidence
 
     first, count = plan.fleet[0]
     span = evidence.plan_range(plan, streams, memo)
@@ -499,8 +500,8 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
 def _risk_lines(est, show_all: bool) -> list[str]:
     """One line per shown spot plan: what its expected interruptions add to its uninterrupted yen
     and wall (the point, and the range's ends at each figure's low and high end), and the
-    interruption figure each of its offers is planned on, with its source (planning/spot_risk.py)."""
-    from gpuplan.planning import spot_risk
+    interruption figure each of its offers is planned on, with its source (market/spot_risk.py)."""
+    from gpuplan.market import spot_risk
 
     out = []
     for p in _visible(est, show_all)[0]:
@@ -664,7 +665,7 @@ def _render_table(est, show_all: bool) -> None:
     line per row, columns padded with spaces, no colour, no width limit, no trailing spaces."""
     from rich.console import Console
 
-    from gpuplan.planning import tax as taxes
+    from gpuplan.market import tax as taxes
 
     title = (f"gpuplan estimate: {est.workload.name} ({work_size(est.workload)}), catalog {est.snapshot};"
              f" {taxes.said(est.tax)}")
@@ -783,7 +784,7 @@ def write_json(est, out, schedules: bool = False) -> None:
     head = {
         "snapshot": est.snapshot,
         "workload": name,
-        "tax": est.tax,  # the basis every yen below is on: included / excluded (planning/tax.py)
+        "tax": est.tax,  # the basis every yen below is on: included / excluded (market/tax.py)
         "jobs": len(est.workload.jobs),
         "recommended": _SLOT,
         "reason": est.reason,
@@ -861,14 +862,14 @@ def _inventory(cat):
 
 
 def _japan(cat, region: str | None, as_of: str | None, basis: str):
-    """The catalog on one tax basis (planning/tax.py: "included", what a Japanese company pays,
+    """The catalog on one tax basis (market/tax.py: "included", what a Japanese company pays,
     or "excluded") and in the user's preferred regions (config.yaml `preferred_regions:`, unless
     --region names one), and the notes that say so; plus one line when an exchange rate the
     offers use is older than 90 days."""
     from datetime import date
 
     from gpuplan import config
-    from gpuplan.planning import catalog, regions
+    from gpuplan.market import catalog, regions
 
     notes: dict[str, str] = {"tax": _tax_note(cat, basis)}
     cat = catalog.with_tax(cat, basis)
@@ -898,7 +899,7 @@ def _japan(cat, region: str | None, as_of: str | None, basis: str):
 def _tax_note(cat, basis: str) -> str:
     """The note that says the basis every yen is on, which providers' rows it moved and which
     rows it could not (their source does not say)."""
-    from gpuplan.planning import tax as taxes
+    from gpuplan.market import tax as taxes
 
     moved = sorted({o.provider for o in cat.offers if o.tax == ("excluded" if basis == "included" else "included")})
     unknown = sorted({o.provider for o in cat.offers if o.tax == "unknown"})
@@ -912,7 +913,7 @@ def _tax_note(cat, basis: str) -> str:
 def next_step(plan, path: Path) -> str:
     """What to run with a saved plan, for every kind of pick: `launch` builds and runs any of
     them; a pick of machines can also be provisioned alone (a DOK task plan has none)."""
-    from gpuplan.operating import backends
+    from gpuplan.run import backends
 
     launch = f"`gpuplan launch --plan {path} --items FILE -- CMD {{item}}` runs a batch on it"
     if not backends.for_offer(plan.fleet[0][0]).has_cluster:
@@ -929,19 +930,19 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
     `offers`: only these offer keys (a probe's plan of one offer). Every yen is on the `tax` basis
-    (planning/tax.py: "included" by default, what a Japanese company pays; "excluded"). `strict`:
+    (market/tax.py: "included" by default, what a Japanese company pays; "excluded"). `strict`:
     the deadline is met only where a plan's wall range's slow end meets it."""
-    from gpuplan.planning import catalog, optimizer, workloads
-    from gpuplan.planning import tax as taxes
+    from gpuplan.market import catalog
+    from gpuplan.market import tax as taxes
+    from gpuplan.planning import optimizer, workloads
     from gpuplan.planning.model import Setting
-    from gpuplan.planning.units import parse_duration
+    from gpuplan.units import parse_duration
 
     deadline_s = parse_duration(deadline, "--deadline") if deadline else None
     if strict and deadline_s is None:
         raise UsageError("--strict judges --deadline on each plan's wall range's slow end: give --deadline too")
     quotas = parse_quotas(quota or [])
     cat = catalog.load(as_of)
-    from gpuplan.cli.catalog import as_of_note
 
     note = as_of_note(as_of, cat)
     if note:
@@ -1011,7 +1012,7 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
 def tax_basis(value: str | None) -> str:
     """--tax's value checked as it is parsed (the bare flag of older gpuplan took the next option
     as its value: this says so before the rest is read)."""
-    from gpuplan.planning import tax as taxes
+    from gpuplan.market import tax as taxes
 
     return taxes.parse(value)
 
@@ -1068,7 +1069,7 @@ def register(app: typer.Typer) -> None:
             print(f"plan saved to {save}: {next_step(est.recommended, save)}", file=sys.stderr)
         if plot is not None:
             from gpuplan.planning import plot as plotting
-            from gpuplan.planning.units import parse_duration
+            from gpuplan.units import parse_duration
 
             plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None)
             print(f"plot written to {plot}", file=sys.stderr)
@@ -1081,3 +1082,38 @@ def register(app: typer.Typer) -> None:
         if est.recommended is None:  # the plans are shown, then one line and exit 2: nothing to act on
             sys.stdout.flush()
             raise UsageError(est.reason + (f"; nothing saved to {save}" if save is not None else ""))
+
+
+def as_of_note(as_of: str | None, cat) -> str | None:
+    """One line when --as-of asks for a month past the newest snapshot: it silently meant that
+    snapshot's month before, as if prices of the future were known."""
+    if not as_of:
+        return None
+    text = as_of.strip()
+    if text[:7] <= cat.snapshot[:7]:
+        return None
+    return (f"note: --as-of {text} is past the newest catalog snapshot, {cat.snapshot}: its prices are used "
+            "(`gpuplan catalog refresh` fetches today's)")
+
+
+def plan_batch(batch, work):
+    """The estimate for a batch: its workload on its infra, region, deadline, objective, spot and
+    tax basis, as `estimate` plans it."""
+    from gpuplan.run import launcher
+
+    return plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
+                                      objective=batch.objective, spot=batch.spot, tax=batch.tax,
+                                      providers=launcher.infra_providers(batch.infra))
+
+
+def show_plan(est, title: str = ""):
+    """The estimate's short table (after `title`); one line and exit 2 where nothing can be picked."""
+    from gpuplan.cli.jobs import _console
+
+    if title:
+        sys.stdout.flush()
+        _console().print(title, markup=False)
+    _render_table(est, False)
+    if est.recommended is None:
+        raise UsageError(est.reason)
+    return est

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from gpuplan.cli import shapes
-from gpuplan.cli.lifecycle import owned
+from gpuplan.cli.shapes import owned
 from gpuplan.errors import UsageError
-from gpuplan.operating import backends
 from gpuplan.planning import fmt
+from gpuplan.run import backends
 
 if TYPE_CHECKING:
-    from gpuplan.operating.state import JobRow
+    from gpuplan.store.state import JobRow
 
 
 # With --format json, stdout holds the JSON alone: every line of words goes to stderr.
@@ -83,14 +83,14 @@ def bench(
 def _bench(workload, local, cluster, quick, gpus, max_pack, out, python, timeout, job_args, on, dry_run, ssh_from,
            yes, no_bootstrap) -> None:
     """`gpuplan bench`, its options checked by typer."""
-    from gpuplan.operating import bench as bench_mod
+    from gpuplan.measuring import bench as bench_mod
 
     if sum((local, cluster is not None, on is not None)) != 1:
         raise UsageError("say where to measure: --local or --cluster NAME, or --on OFFER[,OFFER...] (one of them)")
     if on is None and (dry_run or yes or ssh_from or no_bootstrap):
         raise UsageError("--dry-run, --yes, --ssh-from and --no-bootstrap go with --on (a campaign that provisions machines)")
-    from gpuplan.operating.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
-    from gpuplan.planning.units import MAX_DURATION_S
+    from gpuplan.run.ray.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
+    from gpuplan.units import MAX_DURATION_S
 
     if max_pack < 1 or (gpus is not None and gpus < 1) or timeout < 1:
         raise UsageError("--max-pack, --gpus and --timeout must be at least 1")
@@ -127,7 +127,7 @@ def _bench(workload, local, cluster, quick, gpus, max_pack, out, python, timeout
     if local or cluster is None:
         executor = bench_mod.LocalExecutor()
     else:
-        from gpuplan.operating.state import State
+        from gpuplan.store.state import State
 
         nodes = bench_mod.ClusterExecutor(State.open_default(), cluster, python=python or "python3")
         if python is None:
@@ -149,9 +149,9 @@ def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Opt
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
     from gpuplan.cli.progress import working
     from gpuplan.errors import GpuplanError
-    from gpuplan.operating import campaign
-    from gpuplan.operating.state import State
+    from gpuplan.measuring import campaign
     from gpuplan.planning.profiles import measured_dir
+    from gpuplan.store.state import State
 
     texts = campaign.split(on)
     known = State(paths.state_db()) if paths.state_db().is_file() else None  # measured setup times, if any
@@ -287,9 +287,10 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
          down, fetch, workdir, image, env, registry, registry_user, registry_password_env, max_yen, recover,
          on_demand_fallback, checkpoint_every, yes) -> None:
     """`gpuplan run`, its options checked by typer."""
-    from gpuplan.operating import locks, runner
-    from gpuplan.operating.state import State
-    from gpuplan.planning.units import MAX_DURATION_S
+    from gpuplan.fleet import locks
+    from gpuplan.run.ray import runner
+    from gpuplan.store.state import State
+    from gpuplan.units import MAX_DURATION_S
 
     command = list(command or [])
     if per_gpu < 1 or retries < 0 or timeout < 1:
@@ -335,7 +336,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     cap = _max_yen(max_yen)
     every_s = runner.checkpoint_interval(checkpoint_every) if checkpoint_every is not None else 0
     predicted = runner.read_plan(plan) if plan else None
-    if on_tasks and backends.for_target(cluster).name == "slurm":  # one Slurm job array (operating/slurm_runs.py)
+    if on_tasks and backends.for_target(cluster).name == "slurm":  # one Slurm job array (run/slurm/slurm_runs.py)
         if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover or every_s or image:
             raise UsageError("a Slurm run is one array task per item, one GPU each, on the nodes as they are: --torchrun,"
                              " --workdir, --down, --per-gpu, --retries, --recover, --checkpoint-every and --image do not apply")
@@ -374,7 +375,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
         node_workdir = ""
     if not torchrun:
-        from gpuplan.operating import containers
+        from gpuplan.run.ray import containers
 
         login = (containers.Login(registry_user, containers.secret_from_env(registry_password_env or ""))
                  if registry_user else None)
@@ -414,7 +415,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
 
 def _max_yen(text: Optional[str]) -> Decimal | None:
     """--max-yen N: a number of yen above 0."""
-    from gpuplan.planning.units import yen
+    from gpuplan.units import yen
 
     if text is None:
         return None
@@ -456,10 +457,11 @@ def confirm_dok(yes: bool, doing: str, predicted: dict | None = None):
 
 
 def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, image, env, registry, yes) -> None:
-    """`gpuplan run dok:PLAN`: one 高火力 DOK task per item (gpuplan/operating/dok_runs.py)."""
-    from gpuplan.operating import dok_runs, runner
-    from gpuplan.operating.state import State
+    """`gpuplan run dok:PLAN`: one 高火力 DOK task per item (gpuplan/run/dok/dok_runs.py)."""
     from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
+    from gpuplan.run.dok import dok_runs
+    from gpuplan.run.ray import runner
+    from gpuplan.store.state import State
 
     if timeout < MIN_TIME_LIMIT_S:
         raise UsageError(f"--timeout {timeout}: a DOK task's time limit is at least {MIN_TIME_LIMIT_S} s")
@@ -506,9 +508,10 @@ def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, i
 
 
 def _run_slurm(target, command, items, resume, detach, plan, predicted, timeout, env) -> None:
-    """`gpuplan run slurm:CLUSTER[/PARTITION]`: the items as one Slurm job array (operating/slurm_runs.py)."""
-    from gpuplan.operating import runner, slurm_runs
-    from gpuplan.operating.state import State
+    """`gpuplan run slurm:CLUSTER[/PARTITION]`: the items as one Slurm job array (run/slurm/slurm_runs.py)."""
+    from gpuplan.run.ray import runner
+    from gpuplan.run.slurm import slurm_runs
+    from gpuplan.store.state import State
 
     state = State.open_default()
     environment = env_pairs(env)
@@ -541,7 +544,7 @@ def _run_slurm(target, command, items, resume, detach, plan, predicted, timeout,
 
 def _refuse_busy(state, cluster: str, why: str) -> None:
     """Bad input: a batch still running on the cluster (its slots hold the GPUs)."""
-    from gpuplan.operating import runner
+    from gpuplan.run.ray import runner
 
     for row in state.jobs(cluster):
         if row.state not in runner.JOB_STATES_OVER:
@@ -565,7 +568,7 @@ def env_pairs(env: Optional[list[str]]) -> dict[str, str]:
 def _resumable(state, cluster: str, resume: str, command: list[str]) -> tuple[JobRow, list[tuple[int, str]]]:
     """`run --resume JOB`: the job (ended, its own command) and its items that did not succeed;
     none (said here) when every one did."""
-    from gpuplan.operating import runner
+    from gpuplan.run.ray import runner
 
     _job_of(state, cluster, resume)
     old = backends.refresh(state, resume)
@@ -607,8 +610,8 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
     from datetime import datetime, timezone
 
     from gpuplan.errors import CapacityUnavailable
-    from gpuplan.operating import batches, recover
-    from gpuplan.operating.batch_rules import INTERRUPTED
+    from gpuplan.run import batches, recover
+    from gpuplan.run.ray.batch_rules import INTERRUPTED
 
     handled: set[str] = set()
     err = _console(stderr=True)
@@ -665,7 +668,7 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
 
 def _follow(state, cluster: str, job: str, on_look=None) -> None:
     """Print the batch's progress until it ends (batches.follow). Ctrl-C stops following, not the batch."""
-    from gpuplan.operating import batches
+    from gpuplan.run import batches
 
     err = _console(stderr=True)
     quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
@@ -690,7 +693,8 @@ def _follow(state, cluster: str, job: str, on_look=None) -> None:
 
 def _finish(state, job: str, predicted) -> None:
     """An ended batch: its summary, whether it calibrated its plan, exit 5 when items failed."""
-    from gpuplan.operating import batches, runner
+    from gpuplan.run import batches
+    from gpuplan.run.ray import runner
 
     summary, line = batches.finish(state, job, predicted)
     _print_summary(summary, predicted, job)
@@ -706,7 +710,7 @@ def _finish(state, job: str, predicted) -> None:
 def _print_summary(summary, predicted, job: str | None = None) -> None:
     from rich.table import Table
 
-    from gpuplan.operating import runner
+    from gpuplan.run.ray import runner
 
     con = _console()
     counts: dict[str, int] = {}
@@ -764,7 +768,7 @@ def _emit_job(state, job: str, summary=None, predicted: dict | None = None) -> N
     end, what it measured against the plan (shapes.outcome)."""
     if not _words_to_stderr.get():
         return
-    from gpuplan.operating import runner
+    from gpuplan.run.ray import runner
 
     row = state.job(job)
     doc = shapes.job(state, row, state.job_counts(job))
@@ -781,7 +785,7 @@ def _down(state, cluster: str, job: str, into: Path | None) -> None:
     """--down: the job's outputs fetched (into `into`, else outputs/CLUSTER-JOB), then the cluster
     torn down. A fetch that fails stops here with the cluster up: its outputs are still on it."""
     from gpuplan.errors import GpuplanError
-    from gpuplan.operating import lifecycle
+    from gpuplan.fleet import lifecycle
 
     folder = into or Path("outputs") / f"{cluster}-{job}"
     try:
@@ -806,8 +810,10 @@ def jobs(
     and what the cloud taking nodes back cost each interrupted one."""
     from rich.table import Table
 
-    from gpuplan.operating import batches, costs, runner
-    from gpuplan.operating.state import State
+    from gpuplan.run import batches
+    from gpuplan.run.ray import runner
+    from gpuplan.store import costs
+    from gpuplan.store.state import State
 
     as_json = shapes.check_format(format)
     state = State.open_default()
@@ -867,7 +873,7 @@ def logs(
     fetch: Annotated[Optional[Path], typer.Option("--fetch", help="Copy back what the item (or every ended item) wrote in its output dir ($GPUPLAN_OUTPUT_DIR, {out}) into DIR/<n>-<item>/.", metavar="DIR")] = None,
 ) -> None:
     """Print an item's log from the node it ran on (or the batch driver's log); --fetch copies its outputs back."""
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State.open_default()
     row = _job_of(state, cluster, job)
@@ -893,8 +899,8 @@ def cancel(
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
 ) -> None:
     """Stop a batch on every node: its driver, its tasks and every process its items started."""
-    from gpuplan.operating import runner
-    from gpuplan.operating.state import State
+    from gpuplan.run.ray import runner
+    from gpuplan.store.state import State
 
     state = State.open_default()
     _job_of(state, cluster, job)
@@ -915,8 +921,8 @@ def dashboard(
     port: Annotated[int, typer.Option("--port", help="Local port (0: any free one).")] = 8265,
 ) -> None:
     """Ray's dashboard of the cluster on http://127.0.0.1:PORT, through SSH, until Ctrl-C."""
-    from gpuplan.operating import engine
-    from gpuplan.operating.state import State
+    from gpuplan.run.ray import engine
+    from gpuplan.store.state import State
 
     if not 0 <= port <= 65535:
         raise UsageError(f"bad --port {port}: a TCP port from 0 to 65535")

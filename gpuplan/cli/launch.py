@@ -1,6 +1,6 @@
 """`gpuplan launch BATCH.yaml`: estimate, show the pick and its yen, ask, then provision (or claim,
 or send DOK tasks), bootstrap, run the batch, fetch its outputs and tear down: one command from
-nothing to a finished batch (gpuplan/operating/launcher.py carries it out; docs/batch.md)."""
+nothing to a finished batch (gpuplan/run/launcher.py carries it out; docs/batch.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def launch(
     from gpuplan import batchfile
     from gpuplan.cli.jobs import _console, _progress
     from gpuplan.cli.lifecycle import _confirm, _print_lines
-    from gpuplan.operating import backends, launcher, runner
+    from gpuplan.run import backends, launcher
+    from gpuplan.run.ray import runner
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
         # no batch file, a command after --: its first word landed in BATCH.yaml's place
@@ -67,13 +68,13 @@ def launch(
         from gpuplan.cli import estimate as estimate_cli
 
         work = launcher.workload_for(batch, todo_items)
-        est = show_plan(plan_batch(batch, work))
+        est = estimate_cli.show_plan(estimate_cli.plan_batch(batch, work))
         if probe:
             from gpuplan.cli.probe import probe_and_plan_again
 
             again = probe_and_plan_again(batch, work, todo_items[0], est, probe_budget, yes, dry_run)
             if again is not None:
-                est = show_plan(again, "planned again with what the probes measured:")
+                est = estimate_cli.show_plan(again, "planned again with what the probes measured:")
         if dry_run:  # nothing is written: the plan goes to a file that is gone once the sequence is shown
             import tempfile
 
@@ -98,7 +99,7 @@ def launch(
 
             shutil.rmtree(plan.parent, ignore_errors=True)
         return
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State.open_default()
     # extras, credentials, the backend, a terminal for the question: all at once; then quota
@@ -116,33 +117,8 @@ def launch(
     _finish(state, job, keep, yes)
 
 
-def plan_batch(batch, work):
-    """The estimate for a batch: its workload on its infra, region, deadline, objective, spot and
-    tax basis, as `estimate` plans it."""
-    from gpuplan.cli import estimate as estimate_cli
-    from gpuplan.operating import launcher
-
-    return estimate_cli.plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                      objective=batch.objective, spot=batch.spot, tax=batch.tax,
-                                      providers=launcher.infra_providers(batch.infra))
-
-
-def show_plan(est, title: str = ""):
-    """The estimate's short table (after `title`); one line and exit 2 where nothing can be picked."""
-    from gpuplan.cli import estimate as estimate_cli
-    from gpuplan.cli.jobs import _console
-
-    if title:
-        sys.stdout.flush()
-        _console().print(title, markup=False)
-    estimate_cli._render_table(est, False)
-    if est.recommended is None:
-        raise UsageError(est.reason)
-    return est
-
-
 def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     state = State.open_default()
     row = state.job(job)
@@ -158,7 +134,8 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
     lost nodes replaced as `run --recover` does), print what it did, fetch its outputs, tear the
     cluster down (unless --keep); exit non-zero when it was capped or items failed."""
     from gpuplan.cli.jobs import _console, _follow, _print_summary, _recoverer
-    from gpuplan.operating import backends, batches, launcher, recover, runner
+    from gpuplan.run import backends, batches, launcher, recover
+    from gpuplan.run.ray import runner
 
     row = state.job(job)
     opts = row.options["launch"]

@@ -11,6 +11,7 @@ import typer
 
 from gpuplan.cli import shapes
 from gpuplan.cli.progress import working
+from gpuplan.cli.shapes import owned
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
@@ -37,7 +38,7 @@ def _progress(console):
 
 
 def _open_state():
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     return State.open_default()
 
@@ -52,7 +53,7 @@ SSH_FROM_HELP = ("Let SSH in from this address or CIDR only (default: providers.
 def _need_answer(yes: bool, doing: str) -> None:
     """Before anything is shown or done: without --yes a person must be there to answer."""
     if not yes and not (sys.stdin is not None and sys.stdin.isatty()):
-        from gpuplan.operating.preflight import no_terminal
+        from gpuplan.fleet.preflight import no_terminal
 
         raise UsageError(no_terminal(doing).line)
 
@@ -69,14 +70,6 @@ def _confirm(lines: list[str], question: str, yes: bool, default: bool) -> None:
         raise typer.Exit(1)
 
 
-OWNED = frozenset({"baremetal"})  # providers whose machines are the user's own: charged their power, never rented
-
-
-def owned(provider: str) -> bool:
-    """Owned hosts (the inventory): no hourly rental bill, only their power; released by teardown."""
-    return provider in OWNED
-
-
 def _power_words(per_hour, n: int = 1) -> str:
     """An owned host's price in words: its power an hour, or why it is not counted."""
     if per_hour is None:
@@ -88,7 +81,7 @@ def _power_words(per_hour, n: int = 1) -> str:
 def _rent_words(offer, per_hour, n: int) -> str:
     """A rented machine's price an hour on the estimate's tax basis (issue 33: the estimate showed
     AWS's g4dn.xlarge with tax, provision the same row without), and as listed where that differs."""
-    from gpuplan.planning import tax
+    from gpuplan.market import tax
 
     if per_hour is None:
         return "?/h per machine (the catalog has no price)"
@@ -144,7 +137,7 @@ def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
     if req.ttl_s:
         lines.append(f"TTL {fmt.duration(req.ttl_s)}: the cloud itself stops the machines after that")
     if req.idle_s:
-        from gpuplan.operating import idle
+        from gpuplan.fleet import idle
 
         lines.append(f"idle stop: a machine with no batch for {fmt.duration(req.idle_s)} {idle.check(req.provider, req.idle_s).says}")
     if not req.ttl_s:
@@ -179,7 +172,7 @@ def provision(
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
     per hour, the quota check and the TTL) unless --yes."""
-    from gpuplan.operating import launch, lifecycle, preflight
+    from gpuplan.fleet import lifecycle, preflight, provision
 
     as_json = shapes.check_format(format)
     # everything that needs no cloud call, checked at once before anything (and by --dry-run)
@@ -189,7 +182,7 @@ def provision(
     o = preflight.provision(ask, dry_run=dry_run, yes=yes, interactive=sys.stdin is not None and sys.stdin.isatty())
     _say_mapped(o)
     if dry_run:
-        lines = _create_lines(o) + [f"  {n}" for n in launch.dry_run_notes(o)]
+        lines = _create_lines(o) + [f"  {n}" for n in provision.dry_run_notes(o)]
         lines[0] = "would " + lines[0]
         if as_json:
             shapes.emit(shapes.order(o, True, lines))
@@ -199,10 +192,10 @@ def provision(
     err = _err_console()
     state = _open_state()
     prov = lifecycle.get_provider(o.request.provider)
-    o, quota = launch.check(state, prov, o, ssh_from)
+    o, quota = provision.check(state, prov, o, ssh_from)
     _confirm(_create_lines(o, quota), "Create these machines?", yes, default=True)
     with working(err, f"provisioning {o.request.name}") as step:
-        cluster = launch.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
+        cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
                                    keep_on_failure=keep_on_failure, progress=step)
     if as_json:
         shapes.emit(shapes.cluster(lifecycle.status(state, cluster.name)[0]))
@@ -261,14 +254,14 @@ def status(
     refresh: Annotated[bool, typer.Option("--refresh", help="First ask each cluster's provider what its machines are now, bring the state in line and say what differed.")] = False,
 ) -> None:
     """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger)."""
-    from gpuplan.operating import lifecycle
+    from gpuplan.fleet import lifecycle
 
     as_json = shapes.check_format(format)
     state = _open_state()
     if cluster and state.cluster(cluster) is None:
         raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     if refresh:
-        from gpuplan.operating import reconcile
+        from gpuplan.fleet import reconcile
 
         err = _err_console()
         with working(err, "asking the providers what the clusters' machines are now"):
@@ -286,7 +279,7 @@ def status(
         pending = state.unfinished_jobs()
         unfinished = sorted((j for j in pending if j.cluster in place), key=lambda j: place[j.cluster])
         if cluster is None:  # batches of a backend without clusters (高火力 DOK: gpuplan run dok:PLAN)
-            from gpuplan.operating import backends
+            from gpuplan.run import backends
 
             unfinished += [j for j in pending if not backends.of(j).has_cluster]
         for j in unfinished:  # as of the last look (`gpuplan jobs` reads the cluster)
@@ -311,8 +304,8 @@ def teardown(
 ) -> None:
     """Remove everything a cluster owns; idempotent and resumable (run it again to finish). Asks
     first (shows what will be deleted) unless --yes."""
-    from gpuplan.operating import lifecycle
-    from gpuplan.planning.units import parse_duration
+    from gpuplan.fleet import lifecycle
+    from gpuplan.units import parse_duration
 
     if not (cluster or all_ or sweep or images):
         raise UsageError("name a cluster, or use --all, --sweep or --images (`gpuplan status` lists clusters)")
@@ -367,7 +360,7 @@ def teardown(
             failures.append(f"{row.name}: {exc}")
             doc["clusters"].append({**_teardown_json(state, row, []), "error": str(exc)})
     if images:
-        from gpuplan.operating import images as image_service
+        from gpuplan.fleet import images as image_service
 
         if not image_rows:
             out.print("no images in the state; nothing to delete" + ("" if sweep else
@@ -424,8 +417,8 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
     cluster at a time (each re-checked under its lock), and list the clusters left running.
     Clusters of other installations under a shared owner are kept unless named in `take`."""
     from gpuplan import config
-    from gpuplan.operating import lifecycle
-    from gpuplan.operating import provider as registry
+    from gpuplan.fleet import lifecycle
+    from gpuplan.fleet import provider as registry
 
     owners = lifecycle.sweep_owners(state, legacy)
     if config.owner():
@@ -494,7 +487,7 @@ def _sweep(state, provider, region, images: bool, dry_run: bool, grace_s: int, l
 
 
 def _resource_line(r) -> str:
-    from gpuplan.operating.tags import TAG_CLUSTER
+    from gpuplan.fleet.tags import TAG_CLUSTER
 
     return f"{r.kind} {r.id} {r.region} {r.tags.get(TAG_CLUSTER, '')}".rstrip()
 
@@ -511,9 +504,9 @@ def image_build(
 ) -> None:
     """Builder machine -> bootstrap -> capture -> builder deleted; the image is recorded in the
     state. Asks first unless --yes."""
-    from gpuplan.operating import images, launch, lifecycle
+    from gpuplan.fleet import images, lifecycle, provision
 
-    o, name = launch.image_order(target, region, name)
+    o, name = provision.image_order(target, region, name)
     _say_mapped(o)
     lifetime = (f"the builder is deleted once image {name} is captured; the image's storage bills until "
                 f"`gpuplan image delete {name}`")
@@ -525,7 +518,7 @@ def image_build(
     _need_answer(yes, "image build")
     state = _open_state()
     prov = lifecycle.get_provider(o.offer.provider)
-    o, quota = launch.check(state, prov, o, ssh_from)
+    o, quota = provision.check(state, prov, o, ssh_from)
     _confirm(_create_lines(o, quota, lifetime), f"Build image {name}?", yes, default=True)
     with working(_err_console(), f"building image {name}") as step:
         row = images.build(state, prov, o.offer, name, playbooks=playbook, region=region, progress=step,
@@ -562,7 +555,7 @@ def image_delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
 ) -> None:
     """Delete one image and its snapshots/disks. Asks first unless --yes."""
-    from gpuplan.operating import images, lifecycle
+    from gpuplan.fleet import images, lifecycle
 
     state = _open_state()
     row = state.image(name)

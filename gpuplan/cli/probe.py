@@ -1,6 +1,6 @@
 """`gpuplan probe BATCH.yaml`: time the batch's own job on the offers that contend for the pick,
 then plan again from what was measured (gpuplan/planning/probing.py chooses and prices,
-gpuplan/operating/probe.py carries out; docs/batch.md). `gpuplan launch --probe` does the same
+gpuplan/measuring/probe.py carries out; docs/batch.md). `gpuplan launch --probe` does the same
 before it builds the pick."""
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def probe(
 ) -> None:
     """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
     from gpuplan import batchfile
-    from gpuplan.cli.launch import plan_batch, show_plan
-    from gpuplan.operating import launcher, runner
+    from gpuplan.cli.estimate import plan_batch, show_plan
+    from gpuplan.run import launcher
+    from gpuplan.run.ray import runner
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
         # no batch file, a command after --: its first word landed in BATCH.yaml's place
@@ -54,7 +55,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     from gpuplan.cli import estimate as estimate_cli
     from gpuplan.cli.jobs import _console, _progress
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
-    from gpuplan.operating import probe as probing_ops
+    from gpuplan.measuring import probe as probing_ops
     from gpuplan.planning import probing
 
     out, err = _console(), _console(stderr=True)
@@ -127,11 +128,11 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     out.print(f"probes: {measured} of {fmt.plural(len(results), 'offer')} measured,"
               f" {fmt.yen(spent)} spent of at most {fmt.yen(budget)}", markup=False)
     if not measured:  # nothing learnt: the plan would be the same guess, so say so and stop
-        from gpuplan.operating.runner import JobsFailed
+        from gpuplan.run.ray.runner import JobsFailed
 
         raise JobsFailed("no probe measured (each says why above); fix the batch's `probe:` command, or plan without"
                          " probing")
-    from gpuplan.cli.launch import plan_batch
+    from gpuplan.cli.estimate import plan_batch
 
     return plan_batch(batch, work)
 
@@ -148,8 +149,8 @@ def _checked(priced, estimates, batch, first_item: str, prepared: dict) -> list:
     from gpuplan import paths
     from gpuplan.cli import estimate as estimate_cli
     from gpuplan.errors import GpuplanError
-    from gpuplan.operating import probe as probing_ops
-    from gpuplan.operating.state import State
+    from gpuplan.measuring import probe as probing_ops
+    from gpuplan.store.state import State
 
     folder = paths.state_dir() / "probes"
     folder.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,8 @@ def bootstrap(
     list_playbooks: Annotated[bool, typer.Option("--list", help="List the built-in playbooks and exit.")] = False,
 ) -> None:
     """Run setup playbooks on every node of a cluster at once; steps already done are skipped."""
-    from gpuplan.operating import playbook as pb
-    from gpuplan.operating.state import State
+    from gpuplan.hosts import playbook as pb
+    from gpuplan.store.state import State
 
     out, err = _consoles()
     if list_playbooks:
@@ -148,7 +148,7 @@ def ssh_argv(state, cluster: str, node: str | None, command: list[str], user_con
     address = target.public_ip or target.private_ip
     if state.host_key(address, target.ssh_port) is None:
         raise UsageError(f"{target.name} has no pinned host key; run `gpuplan bootstrap {cluster} --accept-host-key SHA256:...` first")
-    from gpuplan.operating import remote
+    from gpuplan.hosts import remote
 
     remote.rotate_injected_host_keys(state, [remote.Host(target.name, address, target.ssh_port, row.ssh_user, key[0],
                                                          None, cluster)])
@@ -166,7 +166,7 @@ def ssh(
     ssh_config: Annotated[bool, typer.Option("--ssh-config", help="Also read your ~/.ssh/config (jump hosts, proxies); the pinned host key still decides.")] = False,
 ) -> None:
     """Log in to a node (or run one command) with the system ssh, checking the pinned host key."""
-    from gpuplan.operating.state import State
+    from gpuplan.store.state import State
 
     argv, runs_command = ssh_argv(State.open_default(), cluster, node, list(command or []), user_config=ssh_config)
     sys.stdout.flush()

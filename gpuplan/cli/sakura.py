@@ -57,10 +57,11 @@ def dok_submit(
 ) -> None:
     """Submit one task per item. DOK runs one task at a time per project; the others wait."""
     from gpuplan.cli.jobs import confirm_dok
-    from gpuplan.operating import dok_runs, runner
-    from gpuplan.operating.state import State
-    from gpuplan.planning.units import parse_duration
     from gpuplan.providers.sakura_dok import check_task_input
+    from gpuplan.run.dok import dok_runs
+    from gpuplan.run.ray import runner
+    from gpuplan.store.state import State
+    from gpuplan.units import parse_duration
 
     if not command:
         raise UsageError("give the command after --, e.g. gpuplan dok submit --image IMG --items clips.txt -- python run.py {item}")
@@ -161,7 +162,7 @@ def dok_artifacts(
 
 
 def _phy():
-    from gpuplan.operating import lifecycle
+    from gpuplan.fleet import lifecycle
 
     return lifecycle.get_provider("sakura-phy")
 

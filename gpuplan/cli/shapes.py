@@ -23,6 +23,14 @@ FORMAT_HELP = "Print a table (for people) or JSON (for programs)."
 FORMAT_CSV_HELP = "Print a table (for people), JSON or CSV (for programs)."
 
 
+OWNED = frozenset({"baremetal"})  # providers whose machines are the user's own: charged their power, never rented
+
+
+def owned(provider: str) -> bool:
+    """Owned hosts (the inventory): no hourly rental bill, only their power; released by teardown."""
+    return provider in OWNED
+
+
 def format_option(csv: bool = False) -> Any:
     """The one --format option: `table|json` (or `table|json|csv` where CSV exists)."""
     return typer.Option("--format", help=FORMAT_CSV_HELP if csv else FORMAT_HELP,
@@ -80,8 +88,6 @@ def node(n) -> dict:
 
 def cluster(s) -> dict:
     """A cluster as `status` shows it (lifecycle.ClusterStatus): `status` and `provision` print it."""
-    from gpuplan.cli.lifecycle import owned
-
     c = s.cluster
     return {
         "name": c.name, "provider": c.provider, "region": c.region, "instance_type": c.size, "count": c.count,
@@ -95,11 +101,9 @@ def cluster(s) -> dict:
 
 def order(o, dry_run: bool, lines: list[str]) -> dict:
     """What a provision creates (preflight's order): sizes, yen an hour, lifetime; `says` in words."""
-    from gpuplan.cli.lifecycle import owned
-
     offer, req = o.offer, o.request
 
-    from gpuplan.planning import tax
+    from gpuplan.market import tax
 
     def part(of, count: int) -> dict:
         per = of.price_jpy_per_hour
@@ -125,7 +129,9 @@ def job(state, row, counts: dict[str, int]) -> dict:
     """A batch (state.JobRow) with its items' counts: `jobs` lists them, `run` prints its own."""
     from dataclasses import asdict
 
-    from gpuplan.operating import backends, costs, runner
+    from gpuplan.run import backends
+    from gpuplan.run.ray import runner
+    from gpuplan.store import costs
 
     interrupted = costs.interruptions(state, row)
     return {"id": row.id, "cluster": row.cluster, "state": row.state, "total": row.total,
@@ -167,7 +173,7 @@ def image(r) -> dict:
 
 def resource(r, deleted: bool) -> dict:
     """Something a provider made (provider.Resource), deleted or (dry run) to be deleted."""
-    from gpuplan.operating.tags import TAG_CLUSTER
+    from gpuplan.fleet.tags import TAG_CLUSTER
 
     return {"kind": r.kind, "id": r.id, "region": r.region, "cluster": r.tags.get(TAG_CLUSTER) or None,
             "name": r.name or None, "deleted": deleted}

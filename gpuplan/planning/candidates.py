@@ -20,13 +20,14 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, NamedTuple
 
-from gpuplan.planning import billing, fmt, model, outcomes
+from gpuplan.market import billing
+from gpuplan.planning import fmt, model, outcomes
 from gpuplan.planning.model import Infeasible, Setting
 from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Plan, Workload
 from gpuplan.planning.scheduling import Schedule, longest_first, schedule, solve_exactly
 from gpuplan.planning.types import Offer
-from gpuplan.planning.units import MAX_MACHINES
+from gpuplan.units import MAX_MACHINES
 
 LPT, SWAPS, EXACT = 0, 1, 2  # how hard a candidate's schedule is sought: greedy, improved, exactly solved
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
 
-from gpuplan.planning import billing
+from gpuplan.market import billing
 
 
 class SpeedKind(str, Enum):

@@ -50,16 +50,17 @@ from datetime import timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gpuplan.planning import billing, evidence, fmt, outcomes, spot_risk, tax
-from gpuplan.planning.catalog import link_of
+from gpuplan.market import billing, spot_risk, tax
+from gpuplan.market.catalog import link_of
+from gpuplan.planning import evidence, fmt, outcomes
 from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Code, Outcome
 from gpuplan.planning.plan_types import DataParallel, Machines, Plan, Workload
 from gpuplan.planning.types import Offer
-from gpuplan.planning.units import DOK_TASK_LIMIT_S, MAX_MACHINES
+from gpuplan.units import DOK_TASK_LIMIT_S, MAX_MACHINES
 
 if TYPE_CHECKING:
-    from gpuplan.planning.catalog import Catalog
+    from gpuplan.market.catalog import Catalog
 
 HOUR = Decimal(3600)
 # quota codes as providers name them (catalog providers.csv notes: AWS Service Quotas codes)

@@ -82,7 +82,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     if not offers:
         where = " ".join(x for x in (provider, region) if x)
         if region and not cat.find(region=region):  # a region the catalog has no rows in at all
-            from gpuplan.planning import regions
+            from gpuplan.market import regions
 
             raise UsageError(f"no offers in {region}: {regions.no_offers([region], cat.snapshot)}")
         raise UsageError(f"no offers for {where} in catalog {cat.snapshot}; see `gpuplan catalog`")

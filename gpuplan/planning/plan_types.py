@@ -11,14 +11,14 @@ from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from gpuplan.market.billing import Terms
 from gpuplan.planning import outcomes
-from gpuplan.planning.billing import Terms
 from gpuplan.planning.evidence import SpeedEvidence, SpeedKind
 from gpuplan.planning.outcomes import Outcome
 from gpuplan.planning.types import Offer
 
 if TYPE_CHECKING:
-    from gpuplan.planning.spot_risk import Risk
+    from gpuplan.market.spot_risk import Risk
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class Workload:
     source: str = ""
     assumptions: tuple[str, ...] = ()
     # how often a job saves its work (`checkpoint: {every: 10m}`): an interrupted spot machine's
-    # items redo their work since the last one (planning/spot_risk.py); None: from their start
+    # items redo their work since the last one (market/spot_risk.py); None: from their start
     checkpoint_s: int | None = None
     checkpoint_path: str = ""  # where it saves them, for the run engine (the model does not read it)
 
@@ -226,7 +226,7 @@ class Machines:
     setup_s: int
     capture_s: int  # billed capture time
     staging_s: int
-    terms: Terms  # how each is billed (planning/billing.py)
+    terms: Terms  # how each is billed (market/billing.py)
     counts: Sequence[int]
     jobs_s: Sequence[int]
     billed_s: Sequence[int]
@@ -288,7 +288,7 @@ class Plan:
     recommendable: bool = True  # False for owned hardware the user did not say they own, spot without --spot
     note: str = ""  # e.g. owned hardware's purchase price and break-even
     speeds: tuple[SpeedEvidence, ...] = ()  # per GPU of the fleet: its speed, kind and band (evidence.py)
-    # a spot plan's expected interruptions (planning/spot_risk.py): their point is in cost
+    # a spot plan's expected interruptions (market/spot_risk.py): their point is in cost
     # (breakdown "interruptions") and wall_s; None for a plan with no spot machine
     risk: Risk | None = None
 
@@ -347,4 +347,4 @@ class Estimate:
     ranked_on: str = "cost"  # the figure the pick was ranked on first: "cost", or "time" (--objective time, --budget)
     deadline_s: int | None = None  # --deadline, where given
     strict: bool = False  # --strict: the deadline judged on each plan's wall range's slow end
-    tax: str = "as-listed"  # the basis every yen is on: "included", "excluded" (planning/tax.py), or as each row lists it
+    tax: str = "as-listed"  # the basis every yen is on: "included", "excluded" (market/tax.py), or as each row lists it

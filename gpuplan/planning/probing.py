@@ -115,7 +115,7 @@ def budget_of(text: str | None, pick_yen: Decimal) -> Decimal:
             if not share.is_finite() or not 0 < share <= 100:
                 raise InvalidOperation
             return pick_yen * share / 100
-        from gpuplan.planning.units import yen
+        from gpuplan.units import yen
 
         amount = yen(raw)
         if amount is None:

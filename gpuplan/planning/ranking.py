@@ -18,7 +18,7 @@ from gpuplan.planning import fmt, model, outcomes
 from gpuplan.planning.model import Setting
 from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Plan
-from gpuplan.planning.units import format_duration
+from gpuplan.units import format_duration
 
 if TYPE_CHECKING:
     from gpuplan.planning.candidates import Candidate

@@ -48,7 +48,7 @@ class SavedPlan:
     snapshot: str = ""
     fleet: Any = None  # [{"instance_type", "count", ...}] for every offer type (a mixed fleet lists two)
     order: Any = None  # every job's name, longest first (None in files written before it)
-    tax: str = "as-listed"  # the basis its yen are on: included / excluded (planning/tax.py); older files: as listed
+    tax: str = "as-listed"  # the basis its yen are on: included / excluded (market/tax.py); older files: as listed
 
     def more(self) -> list[tuple[str, int]]:
         """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
@@ -67,7 +67,7 @@ class SavedPlan:
 
     def target(self) -> tuple[str, str, str | None, int, str]:
         """What provision creates: (provider, instance type, region or None, count, setup), checked."""
-        from gpuplan.planning.units import parse_count
+        from gpuplan.units import parse_count
 
         path = self.path
         missing = [k for k in ("provider", "instance_type", "count") if getattr(self, k) is _MISSING]

@@ -67,16 +67,16 @@ class Offer:
     as_of: str = ""
     notes: str = ""
     # Caps on what a day / a month of use costs, in yen after FX (Sakura VRT: "the lesser of
-    # hourly + daily, and monthly"); None where the provider has none. See planning/billing.py.
+    # hourly + daily, and monthly"); None where the provider has none. See market/billing.py.
     daily_cap_jpy: Decimal | None = None
     monthly_cap_jpy: Decimal | None = None
     # Whether `price` includes Japan's 10 % consumption tax: "included", "excluded" or
     # "unknown" (the source does not say); every estimate puts every row on one basis
-    # (catalog.with_tax, planning/tax.py), and `listed_tax` then keeps the row's own ("": as `tax`).
+    # (catalog.with_tax, market/tax.py), and `listed_tax` then keeps the row's own ("": as `tax`).
     tax: str = "unknown"
     listed_tax: str = ""
     # a spot row's interruption figure (catalog spot_interruptions.csv); None: none in the
-    # snapshot (the model then assumes the unknown range, planning/spot_risk.py)
+    # snapshot (the model then assumes the unknown range, market/spot_risk.py)
     interruption: Interruption | None = None
 
     @property

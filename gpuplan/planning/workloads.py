@@ -16,7 +16,7 @@ from typing import Any
 from gpuplan.errors import UsageError
 from gpuplan.planning.evidence import SpeedKind
 from gpuplan.planning.plan_types import DataParallel, Job, MemoryFraction, Packing, ShardedMemory, Streams, Workload
-from gpuplan.planning.units import MAX_YEN
+from gpuplan.units import MAX_YEN
 
 VIDEOS_WORKLOAD = "colorize-hd"
 
@@ -316,8 +316,8 @@ def checkpoint(at: str, value: Any) -> tuple[int | None, str]:
     """`checkpoint: {every: 10m, path: DIR}` of a workload or batch file (a duration alone is
     `every`): seconds between the job's checkpoints (None: not given) and where it writes them
     ("": not said). The model prices an interrupted spot machine's redone work with it
-    (planning/spot_risk.py); the path is the run engine's."""
-    from gpuplan.planning.units import parse_duration
+    (market/spot_risk.py); the path is the run engine's."""
+    from gpuplan.units import parse_duration
 
     if value in (None, ""):
         return None, ""

@@ -46,7 +46,7 @@ def emulate_cloud_init_console() -> None:
     from moto.ec2.responses import general
     from moto.ec2.utils import Base64EncodedString
 
-    from gpuplan.operating.keys import ed25519_pair
+    from gpuplan.hosts.keys import ed25519_pair
 
     def get_console_output(self) -> ActionResult:
         instance = self.ec2_backend.get_instance(self._get_param("InstanceId"))

@@ -9,8 +9,8 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from gpuplan.errors import AuthMissing, ProviderError
-from gpuplan.operating.provider import Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
-from gpuplan.operating.tags import TAG_NODE
+from gpuplan.fleet.provider import Image, Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.fleet.tags import TAG_NODE
 
 
 class MemoryProvider(Provider):

@@ -6,7 +6,7 @@ from datetime import date
 from decimal import Decimal
 from types import MappingProxyType
 
-from gpuplan.planning.catalog import Catalog, FxRate, GpuInfo, ProviderFacts
+from gpuplan.market.catalog import Catalog, FxRate, GpuInfo, ProviderFacts
 from gpuplan.planning.types import Offer
 
 

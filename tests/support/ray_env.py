@@ -15,7 +15,7 @@ import socket
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpuplan.operating.engine import PORTS_PER_NODE, RAY_VERSION
+from gpuplan.run.ray.engine import PORTS_PER_NODE, RAY_VERSION
 
 VENV = Path(os.environ.get("GPUPLAN_TEST_RAY_VENV") or f"/tmp/gpuplan-test-ray-{RAY_VERSION}")
 
@@ -72,7 +72,7 @@ def stop_ray(tag_prefix: str, port: int | None = None, nodes: int = 0) -> None:
     engine.stop_script knows), then remove the temp dirs (/tmp/gpuplan-ray-<port>)."""
     import shutil
 
-    from gpuplan.operating.engine import Layout
+    from gpuplan.run.ray.engine import Layout
 
     dirs = [Layout("", port).temp_dir(i) for i in range(nodes)] if port is not None else []
     doomed = set(tagged_pids(tag_prefix))
@@ -124,8 +124,8 @@ def loopback_ray_cluster(home: Path, cluster: str, price_jpy_per_hour, gpus: int
         mp.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
         mp.setenv("GPUPLAN_POLL_S", "0.3")
         from gpuplan import paths
-        from gpuplan.operating import engine
-        from gpuplan.operating.state import State
+        from gpuplan.run.ray import engine
+        from gpuplan.store.state import State
 
         state = State(paths.state_db())
         state.add_cluster(cluster, provider, "loopback", "Standard_NC24", 2, ssh_user="root",
@@ -150,7 +150,7 @@ def engine_remains(port: int, nodes: int) -> list[str]:
     """What is left of a cluster's Ray nodes on this machine (the tests' loopback hosts), found by
     what survives Ray renaming its agents: a process holding a file open in a node's temp dir,
     a TCP port of a node's range still listening, the temp dir itself. Empty: nothing."""
-    from gpuplan.operating.engine import Layout
+    from gpuplan.run.ray.engine import Layout
 
     lay = Layout("", port)
     dirs = [lay.temp_dir(i) for i in range(nodes)]
@@ -191,7 +191,7 @@ def _listening():
 def engine_listening(port: int, nodes: int, tag_prefix: str) -> dict[int, str]:
     """The TCP ports the cluster's Ray processes listen on (port -> address), on this machine:
     processes tagged `tag_prefix` or holding a file in a node's temp dir."""
-    from gpuplan.operating.engine import Layout
+    from gpuplan.run.ray.engine import Layout
 
     lay = Layout("", port)
     dirs = [lay.temp_dir(i) for i in range(nodes)]

@@ -1,0 +1,694 @@
+"""`gpuplan run`: a batch of items on a cluster's engine, or one data-parallel job.
+
+Item mode: the batch is a Ray Job whose driver lives on the cluster's head node (engine.py,
+ray_driver.py, batch_rules.py): one task per item on a GPU slot (`--per-gpu k`: 1/k of a GPU
+each), in the plan's order (longest first), with retries, per-item timeouts that kill the
+item's process group, and nodes that fail items which then succeed elsewhere set aside. The
+client submits it and goes away or follows it; whenever it looks (`follow`, `refresh`) it
+reads what the driver recorded on the head and writes it into the state (jobs, job_items).
+The SSH fan-out that ran each item from a client thread is gone.
+
+torchrun mode: the same command on every node through `python -m torch.distributed.run` (the
+engine behind `torchrun`), one process per GPU, started as a Ray gang by the same kind of
+driver: a placement group with one bundle per node (STRICT_SPREAD), node ranks 0..N-1 in the
+nodes' order, the rendezvous on the first node's private address.
+
+Measured yen: every node of the cluster billed for the batch's wall time under the one billing
+rule (gpuplan.market.billing.charge), next to what a saved plan predicted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.errors import GpuplanError, NotFound, UsageError
+from gpuplan.planning import fmt
+
+if TYPE_CHECKING:
+    from gpuplan.market.billing import Terms
+    from gpuplan.store.costs import Interruptions
+    from gpuplan.store.state import JobRow, State
+
+MAX_JOBS = 100_000  # one run: a log file per job in one folder and a state row per job
+MAX_PER_GPU = 16  # jobs sharing one GPU, each with a fixed 1/k memory share: past 16 a share is under 1 GiB of 16
+MAX_SLOTS_PER_NODE = 64  # `bench --gpus`: no machine in the catalog has more than 16 GPUs
+MAX_RETRIES = 100  # a job failing for good is retried at most this often, never for ever
+MAX_ITEMS_BYTES = 64 * 2**20  # 100,000 items of a long path each
+
+
+class JobsFailed(GpuplanError):
+    """Some jobs failed after all their attempts (exit code 5: the run happened, the work did not)."""
+
+    exit_code = 5
+
+
+class Capped(GpuplanError):
+    """The batch was stopped at its yen cap (exit code 6: it ran, and stopped as asked before it finished)."""
+
+    exit_code = 6
+
+
+@dataclass(frozen=True)
+class Target:
+    """One node of a cluster, reachable over SSH."""
+
+    node: str
+    host: Any  # gpuplan.hosts.remote.Host
+    private_ip: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job: str
+    item: str
+    slot: str
+    node: str
+    status: str  # ok | failed
+    attempts: int  # every attempt, including ones that did not count against --retries
+    seconds: float  # the last attempt
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """A node taken out of a run's slot pool: why as a code (batch_rules.QUARANTINE_CODES) and in one line."""
+
+    node: str
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    cluster: str
+    jobs: tuple[JobResult, ...]
+    wall_seconds: float
+    nodes: int  # every node of the cluster: quarantined ones are billed too
+    price_jpy_per_hour: Decimal | None
+    log_dir: Path
+    quarantined: tuple[Quarantine, ...] = ()
+    provider: str = ""  # the fleet it ran on (calibration checks it against the plan's)
+    size: str = ""
+    terms: Terms | None = None  # how each node is billed (the cluster's ledger); None: its hourly price by the second
+    task_seconds: tuple[int, ...] = ()  # a DOK batch: each task's billed run time (each task is billed on its own)
+    # a cluster batch: each machine the ledger billed during it, by its own terms, for the seconds
+    # it was held while the batch ran (a replacement from when it came, at its own price)
+    node_seconds: tuple[tuple[Terms, float], ...] = ()
+    interruptions: Interruptions | None = None  # what the cloud taking nodes back cost it (None: it took none)
+
+    @property
+    def failed(self) -> list[JobResult]:
+        return [j for j in self.jobs if j.status != "ok"]
+
+    @property
+    def yen(self) -> Decimal | None:
+        """Every node billed for the run's wall time, by the rule the plan was priced with (billing.charge);
+        a DOK batch, each task for its own run time with its own minimum (billing.charge_tasks)."""
+        if self.task_seconds and self.terms is not None:
+            from gpuplan.market import billing
+
+            return billing.charge_tasks(self.task_seconds, self.terms)
+        if self.node_seconds:
+            return held_yen(self.node_seconds)
+        return yen_for(self.terms, self.price_jpy_per_hour, self.nodes, self.wall_seconds)
+
+
+def yen_for(terms: Terms | None, price_jpy_per_hour: Decimal | None, nodes: int, seconds: float) -> Decimal | None:
+    """`nodes` machines held `seconds` each, billed by `terms` (the cluster's ledger: granularity,
+    minimum, caps); a cluster without recorded terms by its hourly price per second."""
+    from gpuplan.market import billing
+
+    if terms is None and price_jpy_per_hour is not None:
+        terms = billing.per_second(price_jpy_per_hour)
+    return billing.measured_yen(seconds, nodes, terms)
+
+
+def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | None = None) -> datetime:
+    """`run --max-yen`: the time at which the batch must stop so that the cluster's nodes, billed
+    from `now` by its ledger's terms (yen_for), cost at most `max_yen`: now plus the largest whole
+    second t with yen_for(terms, price, nodes, t) <= max_yen (billing.seconds_within)."""
+    from datetime import timedelta
+
+    from gpuplan.units import MAX_DURATION_S
+
+    row = state.cluster(cluster)
+    if row is None:
+        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
+    nodes = sum(1 for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed", "lost"))
+    terms = state.ledger_terms(cluster)
+
+    if terms is None and row.price_jpy_per_hour is None:
+        raise UsageError(f"cluster {cluster} has no price in the state: --max-yen cannot say when to stop")
+
+    def yen(t: int) -> Decimal:
+        return yen_for(terms, row.price_jpy_per_hour, nodes, t) or Decimal(0)
+
+    from gpuplan.market import billing
+
+    low = billing.seconds_within(yen, max_yen, MAX_DURATION_S)
+    if low <= 0:
+        raise UsageError(f"--max-yen {max_yen}: {fmt.plural(nodes, 'node')} of {cluster} cost {fmt.yen(yen(1))} for their"
+                         " first billed second already; raise the cap")
+    return (now or datetime.now(timezone.utc)) + timedelta(seconds=low)
+
+
+# --- inputs --------------------------------------------------------------------------------
+
+
+def read_items(path: Path) -> list[str]:
+    """One item per line; blank lines and lines starting with # are skipped. At most MAX_JOBS."""
+    from gpuplan.userfiles import read_text
+
+    fix = "write one item (video, file, seed) per line"
+    lines = read_text(path, "items file", fix, max_bytes=MAX_ITEMS_BYTES).splitlines()
+    items = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    if not items:
+        raise UsageError(f"items file {path} has no items; write one per line")
+    if len(items) > MAX_JOBS:
+        raise UsageError(f"items file {path} has {len(items):,} items; one run takes at most {MAX_JOBS:,}"
+                         " (one log file and one state row each): split it into several runs")
+    return items
+
+
+def read_plan(path: Path) -> dict:
+    """What a plan file from `gpuplan estimate --save` predicts for the part `gpuplan run`
+    measures (planning/saved_plan.py: SavedPlan.prediction)."""
+    from gpuplan.planning import saved_plan
+
+    return saved_plan.load(path).prediction()
+
+
+def job_name(index: int, item: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(item).name or item).strip("_.")[:60]
+    return f"{index:04d}-{slug or 'item'}"
+
+
+def render(command: Sequence[str], item: str) -> str:
+    """The shell command for one item: each word shell-quoted after {item} is substituted."""
+    return shlex.join([word.replace("{item}", item) for word in command])
+
+
+def torchrun_argv(python: str, *, nodes: int | str, nproc_per_node: int | str, node_rank: int | str, master_addr: str,
+                  master_port: int, program: Sequence[str]) -> list[str]:
+    """`python -m torch.distributed.run` (torchrun) with a static rendezvous on master_addr (the
+    gang's driver fills in words such as "{node_rank}" on the cluster)."""
+    return [python, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc_per_node),
+            "--node-rank", str(node_rank), "--master-addr", master_addr, "--master-port", str(master_port), *program]
+
+
+def torchrun_program(command: Sequence[str]) -> list[str]:
+    """What torchrun runs: `python -m mod ...` -> `-m mod ...`, `python x.py` -> `x.py`,
+    anything else -> `--no-python cmd ...`."""
+    cmd = list(command)
+    if not cmd:
+        raise UsageError("give the command after --")
+    head = Path(cmd[0]).name
+    if head in ("torchrun",) or cmd[:3] == [cmd[0], "-m", "torch.distributed.run"]:
+        raise UsageError("give the training command itself after --; gpuplan adds torchrun and its rendezvous")
+    if re.fullmatch(r"python(\d(\.\d+)?)?", head):
+        rest = cmd[1:]
+        if not rest:
+            raise UsageError("the command runs python with nothing to run; add -m MODULE or a script")
+        return rest
+    return ["--no-python", *cmd]
+
+
+# --- the cluster --------------------------------------------------------------------------
+
+
+def cluster_targets(state: State, cluster: str) -> list[Target]:
+    """The cluster's live nodes as SSH targets, each with its host key pinned in the state store."""
+    from gpuplan.hosts import remote
+
+    nodes = {n.name: n for n in state.nodes(cluster)}
+    return [Target(h.name, h, nodes[h.name].private_ip or h.address, nodes[h.name].gpus)
+            for h in remote.cluster_hosts(state, cluster)]
+
+
+def _ssh_run(target: Target, command: str, timeout: int):
+    from gpuplan.hosts import remote
+
+    return remote.run(target.host, command, timeout=timeout)
+
+
+def detect_gpus(targets: Sequence[Target], timeout: int = 60) -> list[int]:
+    """GPUs per node: the state's count, or `nvidia-smi -L` where the state says 0."""
+    counts = []
+    for t in targets:
+        if t.gpus > 0:
+            counts.append(t.gpus)
+            continue
+        r = _ssh_run(t, "nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true", timeout)
+        text = r.stdout.strip()
+        counts.append(int(text) if text.isdigit() else 0)
+    return counts
+
+
+# --- item mode: a batch on the cluster's engine ---------------------------------------------
+
+JOB_STATES_OVER = ("succeeded", "failed", "cancelled", "capped", "lost")
+
+
+def run_order(items: Sequence[str], predicted: dict | None) -> tuple[list[tuple[int, str]], str]:
+    """The items as (index in the file, item) in the order they run, and where the order came
+    from. A plan lists each machine's jobs longest first; taking the first job of every machine,
+    then the second, and so on runs the batch longest first. Items the plan does not name run
+    after those it does, in file order; without a plan, file order."""
+    numbered = list(enumerate(items))
+    order = (predicted or {}).get("order") or []
+    if not order:
+        return numbered, "the items file's order"
+    rank = {name: r for r, name in enumerate(order)}
+
+    def key(pair: tuple[int, str]) -> tuple[int, int]:
+        idx, item = pair
+        r = rank.get(item, rank.get(Path(item).name, rank.get(Path(item).stem)))
+        return (0, r) if r is not None else (1, idx)
+
+    ordered = sorted(numbered, key=key)
+    matched = sum(1 for p in ordered if key(p)[0] == 0)
+    return ordered, f"the plan's (longest first; {matched} of {len(items)} items named in it)"
+
+
+# Clouds whose machines say, on their instance metadata, that they are about to be taken back (AWS
+# spot: two minutes before): the driver watches every node there and drains the one announced.
+NOTICE_PROVIDERS = ("aws",)
+MIN_CHECKPOINT_S = 2  # a sync costs a tar of the folder and a copy to the head: not many a second
+
+
+def checkpoint_interval(text: str) -> int:
+    """--checkpoint-every / checkpoint.every: seconds, at least MIN_CHECKPOINT_S."""
+    from gpuplan.units import parse_duration
+
+    every = parse_duration(text, "--checkpoint-every")
+    if every < MIN_CHECKPOINT_S:
+        raise UsageError(f"--checkpoint-every {text}: at least {MIN_CHECKPOINT_S} s")
+    return every
+
+
+def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command: Sequence[str], *, per_gpu: int = 1,
+           retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
+           workdir: str = "", local_workdir: Path | None = None, recover: bool = False,
+           progress: Callable[[str], None] = lambda _m: None, image: str | None = None, registry: Any = None,
+           stop_at: datetime | None = None, checkpoint_every_s: int = 0) -> str:
+    """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
+    it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
+    returns the job id.
+
+    `image`: each attempt runs in a container of it (`docker run --gpus device=N`, ray_driver.py);
+    docker is checked and the image pulled on every node first (containers.prepare), and a node
+    that cannot makes the submit fail. `registry`: the private registry's login (a
+    containers.Login, or anything with username, server and password() / password_env, such as
+    batchfile.Registry); its secret reaches the nodes only on `docker login`'s standard input.
+    `stop_at` (UTC): the yen cap's time; the driver on the cluster stops the batch then ("capped").
+    `checkpoint_every_s`: each item's $GPUPLAN_CHECKPOINT_DIR is kept on the head this often
+    (ray_driver.run_item); 0: items get none."""
+    from gpuplan.run.ray import engine
+
+    engine.check_items_command(command)
+    spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries, "recover": recover}
+    opts = {"per_gpu": per_gpu, "retries": retries, **(options or {})}
+    if checkpoint_every_s:
+        spec["checkpoint_every_s"] = opts["checkpoint_every_s"] = checkpoint_every_s
+    row = state.cluster(cluster)
+    if row is not None and row.provider in NOTICE_PROVIDERS:  # each node watches for the cloud's notice
+        spec["notice"] = True
+    if image:
+        from gpuplan.run.ray import containers
+
+        containers.check_image(image)
+        opts["image"] = image
+    if stop_at is not None:
+        if stop_at.tzinfo is None:
+            raise UsageError("stop_at must be a UTC-aware time")
+        spec["stop_at"] = stop_at.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+        opts["stop_at"] = spec["stop_at"]
+    return _submit(state, cluster, lambda _up: list(items), command, spec, opts, timeout, resumes, workdir, local_workdir,
+                   progress, image=image or "", registry=registry)
+
+
+def submit_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
+                    timeout: int = 86400, options: dict | None = None, local_workdir: Path | None = None,
+                    progress: Callable[[str], None] = lambda _m: None) -> str:
+    """One data-parallel job over every node as a Ray gang: one rank per node, started together
+    (a placement group, one bundle per node, STRICT_SPREAD), torchrun's rendezvous on the first
+    node's private address. Recorded as a job with one item per rank ("rank0", "rank1", ...), so
+    `jobs`, `logs`, `cancel` and `--detach` work as for a batch."""
+    program = torchrun_program(command)
+    check_torch(state, cluster, python, progress)
+    argv = torchrun_argv(python, nodes="{nnodes}", nproc_per_node="{nproc}", node_rank="{node_rank}",
+                         master_addr="{master_addr}", master_port=master_port, program=program)
+    spec = {"mode": "gang", "argv": argv}
+    return _submit(state, cluster, lambda up: [(r, f"rank{r}") for r in range(up)], list(command), spec,
+                   {"torchrun": True, "python": python, "master_port": master_port, **(options or {})}, timeout, None, "",
+                   local_workdir, progress)
+
+
+def check_torch(state: State, cluster: str, python: str, progress: Callable[[str], None] = lambda _m: None) -> None:
+    """Before a --torchrun job is submitted: `python` imports torch's launcher on every node (else
+    every rank would start, then fail). Bad input, naming the nodes and how to provide it."""
+    from gpuplan.errors import RemoteError
+    from gpuplan.hosts import remote
+
+    hosts = remote.cluster_hosts(state, cluster)
+    progress(f"checking that {python} imports torch on {fmt.plural(len(hosts), 'node')}")
+    check = f"{shlex.quote(python)} -c 'import torch.distributed.run'"
+    results = remote.run_many(hosts, lambda h: remote.run(h, check, timeout=300))
+    for h, r in zip(hosts, results):
+        if isinstance(r, BaseException):
+            raise RemoteError(f"--torchrun: could not check torch on {h.name}: {r}")
+    missing = [h.name for h, r in zip(hosts, results) if not isinstance(r, BaseException) and not r.ok]
+    if missing:
+        raise UsageError(f"--torchrun: {python} cannot import torch on {', '.join(missing)}: install it there (a venv"
+                         " and --python /path/to/venv/bin/python, or `pip install torch` in a bootstrap playbook;"
+                         " docs/run-engine.md#--torchrun-one-data-parallel-job-as-a-ray-gang)")
+
+
+def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[int, str]]], command: Sequence[str],
+            spec: dict, opts: dict, timeout: int, resumes: str | None, workdir: str, local_workdir: Path | None,
+            progress: Callable[[str], None], image: str = "", registry: Any = None) -> str:
+    from gpuplan.run.ray import engine
+
+    if state.cluster(cluster) is None:
+        raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
+    login = None
+    if image:
+        from gpuplan.run.ray import containers
+
+        login = containers.login_of(registry, image)  # a missing secret is bad input before anything starts
+    eng, left_out = engine.ensure_up(state, cluster, progress)
+    if image:
+        spec = {**spec, "image": image,
+                "docker": containers.prepare(eng, image, login, skip=list(left_out), progress=progress)}
+    job = f"{cluster}-{state.next_job_number(cluster)}"
+    if local_workdir is not None:
+        progress(f"copying {local_workdir} to {fmt.plural(len(eng.nodes), 'node')}")
+        workdir = engine.push_workdir(eng, job, local_workdir)
+    items = items_for(len(eng.nodes) - len(left_out))
+    spec = {**spec, "job": job, "items": [[i, it] for i, it in items], "timeout_s": timeout,
+            "nodes": {n.name: n.gpus for n in eng.nodes}, "addresses": {n.name: n.private_ip for n in eng.nodes},
+            "workdir": workdir, "code_tag": engine.driver_tag(),
+            "left_out": left_out}
+    state.add_job(job, cluster, list(command), {**opts, "timeout_s": timeout, "workdir": workdir}, items, len(eng.nodes),
+                  resumes, backend="ray")
+    try:
+        engine.submit(eng, job, spec)
+    except BaseException:
+        state.set_job_state(job, "lost")
+        raise
+    return job
+
+
+def refresh_engine(state: State, job: str, conn=None) -> JobRow:
+    """Read what the job's driver recorded since we last looked and write it into the state.
+    A driver that ended without saying how (killed, its head node gone) leaves the job "lost".
+    (The Ray backend's refresh: callers go through run/backends.py.)"""
+    from gpuplan.run.ray import engine
+
+    row = _job_row(state, job)
+    if row.state in JOB_STATES_OVER:
+        return row
+    eng = engine.engine_of(state, row.cluster)
+    while True:
+        p = engine.poll(eng.head.host, job, row.events_read, conn)
+        if p.events or p.offset != row.events_read:
+            state.record_job_events(job, p.events, p.offset)
+        row = _job_row(state, job)
+        if not p.events or row.state in JOB_STATES_OVER:
+            break
+    if row.state not in JOB_STATES_OVER and not p.driver_alive and (
+            row.state != "submitted" or job_age_s(row) > DRIVER_START_S):
+        state.set_job_state(job, "lost")  # `gpuplan logs CLUSTER JOB` shows the driver's own log
+        row = _job_row(state, job)
+    return row
+
+
+def _job_row(state: State, job: str) -> JobRow:
+    row = state.job(job)
+    if row is None:
+        raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
+    return row
+
+
+DRIVER_START_S = 300  # a submitted driver that has not started by then never will
+
+
+def job_age_s(row: JobRow) -> float:
+    from gpuplan.store.state import now
+
+    return (now() - row.submitted_at).total_seconds()
+
+
+def job_seconds(row: JobRow, at=None) -> float:
+    """The batch's wall time: from its driver's start to its end (or `at`, or now)."""
+    from gpuplan.store.state import now
+
+    if row.started_at is None:
+        return 0.0
+    end = row.ended_at or at or now()
+    return max(0.0, (end - row.started_at).total_seconds())
+
+
+def engine_job_yen(state: State, row: JobRow, at=None) -> Decimal | None:
+    """Every machine the ledger billed while the batch ran, each by its own terms for its seconds
+    in the batch (node_seconds); a cluster without ledger rows: its nodes at its price for the
+    batch's wall time (the Ray backend's yen)."""
+    held = node_seconds(state, row, at)
+    if held:
+        return held_yen(held)
+    cluster = state.cluster(row.cluster)
+    return yen_for(state.ledger_terms(row.cluster), cluster.price_jpy_per_hour if cluster else None, row.nodes,
+                   job_seconds(row, at))
+
+
+def held_yen(held: Sequence[tuple[Terms, float]]) -> Decimal:
+    """Each machine of node_seconds billed for its seconds by its own terms (the one billing rule)."""
+    from gpuplan.market import billing
+
+    return sum((billing.measured_yen(s, 1, t) or Decimal(0) for t, s in held), Decimal(0))
+
+
+def node_seconds(state: State, row: JobRow, at=None) -> tuple[tuple[Terms, float], ...]:
+    """Each ledger row of the batch's cluster that was held while the batch ran (from its driver's
+    start to its end, or `at`, or now): its terms and those seconds. A node that joined later
+    counts from its start, one stopped from the ledger's stop; a node the batch lost stays billed
+    while the ledger holds it, as the cloud bills it."""
+    from gpuplan.store.state import now
+
+    if row.started_at is None:
+        return ()
+    start, end = row.started_at, row.ended_at or at or now()
+    out = []
+    for r in state.ledger_rows():
+        if r["cluster"] != row.cluster:
+            continue
+        held = (min(end, r["stopped_at"] or end) - max(start, r["started_at"])).total_seconds()
+        if held > 0:
+            out.append((r["terms"], held))
+    return tuple(out)
+
+
+def item_results(state: State, job: str) -> tuple[JobResult, ...]:
+    """One JobResult per item of the job, as the state has it."""
+    results = []
+    for it in state.job_items(job):
+        status = "ok" if it.status == "ok" else ("timed out" if it.timed_out and it.status in ("failed", "bad input")
+                                                 else it.status)
+        seconds = 0.0
+        if it.started_at and it.ended_at:
+            seconds = (it.ended_at - it.started_at).total_seconds()
+        results.append(JobResult(job_name(it.idx, it.item), it.item, it.slot or "-", it.node or "-", status,
+                                 it.attempts, seconds, Path(it.log_path or "-")))
+    return tuple(results)
+
+
+def engine_summary(state: State, job: str) -> RunSummary:
+    """A finished (or current) batch on a cluster as a RunSummary: one JobResult per item,
+    quarantined nodes, wall and yen, and what interruptions cost it (the Ray backend's summary)."""
+    from gpuplan.store import costs
+
+    row = _job_row(state, job)
+    cluster = state.cluster(row.cluster)
+    results = item_results(state, job)
+    quarantined = tuple(Quarantine(q.node, q.code, q.reason) for q in state.job_quarantines(job))
+    return RunSummary(row.cluster, tuple(results), job_seconds(row), row.nodes,
+                      cluster.price_jpy_per_hour if cluster else None, Path(f"~/{_jobs_dir()}/{job}/logs"), quarantined,
+                      cluster.provider if cluster else "", cluster.size if cluster else "", state.ledger_terms(row.cluster),
+                      interruptions=costs.interruptions(state, row), node_seconds=node_seconds(state, row))
+
+
+def _jobs_dir() -> str:
+    from gpuplan.run.ray.engine import JOBS_DIR
+
+    return JOBS_DIR
+
+
+def record_finished(state: State, job: str) -> None:
+    """Each item's final outcome also as a `runs` row (what `estimate_vs_measured` reads)."""
+    row = _job_row(state, job)
+    for it in state.job_items(job, statuses=("ok", "failed", "bad input")):
+        started = it.started_at or row.submitted_at
+        seconds = (it.ended_at - started).total_seconds() if it.ended_at else 0.0
+        state.record_run(row.cluster, job_name(it.idx, it.item), it.node or "-", it.slot or "-",
+                         "ok" if it.status == "ok" else "failed", it.attempts, seconds, it.log_path, started)
+
+
+def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple[int, int]:
+    """Copy back what the job's items (or one item) wrote in their output dir on the node each
+    last ran on, into `into`/<index>-<item>/ (an item's folder is never written over: one that
+    exists already is bad input). Returns (items with outputs, files)."""
+    import shutil
+    import tempfile
+
+    from gpuplan.run.ray import engine
+
+    row = refresh_engine(state, job)
+    if item is None:
+        rows = state.job_items(job)
+    else:
+        one = state.job_item(job, item)
+        if one is None:
+            raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+        rows = [one]
+    ended = [it for it in rows if it.node and it.node != "-" and it.status not in ("queued", "running")]
+    if item is not None and not ended:
+        raise UsageError(f"item {item!r} of job {job} has not ended ({rows[0].status}); fetch its outputs when it has")
+    names = {it.idx: job_name(it.idx, it.item) for it in ended}
+    taken = [n for n in names.values() if (into / n).exists()]
+    if taken:
+        raise UsageError(f"{into / taken[0]} exists already: fetch into another folder, or move it away first")
+    eng = engine.engine_of(state, row.cluster)
+    hosts = engine.node_hosts(eng)
+    by_node: dict[str, list[int]] = {}
+    for it in ended:
+        if it.node in hosts:
+            by_node.setdefault(it.node, []).append(it.idx)
+    into.mkdir(parents=True, exist_ok=True)
+    got, files = 0, 0
+    with tempfile.TemporaryDirectory(dir=into, prefix=".gpuplan-fetch-") as tmp:
+        for node, indexes in by_node.items():
+            for idx in engine.fetch_outputs(hosts[node], job, indexes, Path(tmp)):
+                shutil.move(str(Path(tmp) / str(idx)), into / names[idx])
+                got += 1
+                files += sum(1 for f in (into / names[idx]).rglob("*") if f.is_file())
+    return got, files
+
+
+def cancel_engine(state: State, job: str) -> int:
+    """Stop the job on every node (driver, tasks, every item's process group); returns the groups
+    killed (the Ray backend's cancel)."""
+    from gpuplan.run.ray import engine
+
+    row = refresh_engine(state, job)
+    eng = engine.engine_of(state, row.cluster)
+    killed = engine.cancel(eng, job)
+    refresh_engine(state, job)
+    state.set_job_state(job, "cancelled")
+    return killed
+
+
+# --- measured vs predicted ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    measured_wall_s: float
+    measured_yen: Decimal | None
+    predicted_wall_s: Decimal | None
+    predicted_yen: Decimal | None
+    wall_error_pct: Decimal | None  # (measured - predicted) / predicted x 100
+    yen_error_pct: Decimal | None
+
+
+def calibrate(state: State, summary: RunSummary, predicted: dict | None) -> str:
+    """Record the run as a calibration of the plan's workload when it ran the plan's whole batch
+    without failures on the fleet the plan was for (same provider, machine types and counts);
+    `gpuplan estimate` then plans with the measured speed. On another fleet the measurement is
+    kept as a per-GPU speed point instead. Returns one line saying what was recorded, or why not."""
+    if not predicted or not predicted.get("workload") or not predicted.get("jobs"):
+        return ""
+    if summary.failed:
+        return "not recorded as a calibration: some jobs failed"
+    if len(summary.jobs) != predicted["jobs"]:
+        return (f"not recorded as a calibration: {fmt.plural(len(summary.jobs), 'job')} ran, the plan has {predicted['jobs']}; "
+                "run the plan's whole batch to calibrate it")
+    planned = [(t, n) for t, n in predicted.get("fleet") or [(predicted["instance_type"], summary.nodes)] if n]
+    ran = [(summary.size, summary.nodes)]
+    if summary.provider != predicted["provider"] or sorted(planned) != ran:
+        def says(fleet, provider):
+            return " + ".join(f"{n} x {t}" for t, n in fleet) + f" ({provider or '?'})"
+
+        why = f"the plan is for {says(planned, predicted['provider'])}, the batch ran on {says(ran, summary.provider)}"
+        gpus = summary.nodes * max(1, _gpus_per_node(state, summary.cluster))
+        state.record_speed_point(predicted["workload"], summary.provider, summary.size, gpus, predicted["jobs"],
+                                 summary.wall_seconds, why, summary.cluster)
+        return f"not recorded as a calibration: {why}; kept as a per-GPU speed point"
+    state.record_calibration(predicted["workload"], predicted["provider"], predicted["instance_type"],
+                             predicted["jobs"], float(predicted["wall_s"]), summary.wall_seconds, summary.cluster)
+    return (f"calibration recorded: `gpuplan estimate --workload {predicted['workload']}` now plans "
+            f"{predicted['instance_type']} with the measured speed")
+
+
+def _gpus_per_node(state: State, cluster: str) -> int:
+    return max((n.gpus for n in state.nodes(cluster)), default=0)
+
+
+def compare(summary: RunSummary, predicted: dict | None) -> Comparison:
+    def err(measured: Decimal | None, pred: Decimal | None) -> Decimal | None:
+        if measured is None or pred is None or pred == 0:
+            return None
+        return (measured - pred) / pred * 100
+
+    wall = Decimal(str(summary.wall_seconds))
+    pw = predicted["wall_s"] if predicted else None
+    py = predicted["yen"] if predicted else None
+    measured = summary.yen
+    if measured is not None and predicted:  # the yen billed (as listed), on the plan's tax basis (market/tax.py)
+        from gpuplan.market import tax
+
+        measured = tax.on_basis(measured, predicted.get("listed_tax") or "unknown", predicted.get("tax") or "as-listed")
+    # Under a yen the prediction is all rounding: a percentage of it says nothing.
+    yen_error = err(measured, py) if py is not None and py >= 1 else None
+    return Comparison(summary.wall_seconds, measured, pw, py, err(wall, pw), yen_error)
+
+
+def engine_logs(state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None]) -> None:
+    """The batch driver's log, or an item's log from the node it ran on (`follow`: as it grows,
+    until the item ends); the Ray backend's logs."""
+    from gpuplan.run.ray import engine
+
+    row = refresh_engine(state, job)
+    eng = engine.engine_of(state, row.cluster)
+    if item is None:
+        write(engine.driver_logs(eng, job))
+        return
+    it = state.job_item(job, item)
+    if it is None:
+        raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
+    if not it.node or it.node not in engine.node_hosts(eng):
+        raise UsageError(f"item {item!r} of job {job} has not started yet ({it.status})")
+    host = engine.node_hosts(eng)[it.node]
+    path = it.log_path or f"$HOME/{engine.JOBS_DIR}/{job}/logs/{it.idx}.{it.attempts}.log"
+    if not follow:
+        from gpuplan.hosts import remote
+
+        r = remote.run(host, f"cat {path}", timeout=120)
+        if not r.ok:
+            raise UsageError(f"no log for item {item!r} on {it.node}: {r.why()}")
+        write(r.stdout)
+        return
+
+    def item_over() -> bool:
+        refresh_engine(state, job)
+        latest = state.job_item(job, item)
+        return latest is None or latest.status not in ("running", "queued")
+
+    engine.stream(host, path, write, item_over)
