@@ -98,6 +98,26 @@ def charge(seconds: int, terms: Terms) -> Decimal:
     return full_month * months + tail
 
 
+def charges(seconds: Sequence[int], terms: Terms) -> list[Decimal]:
+    """[charge(x, terms) for x in seconds], the same figures, with what every hold shares (a full
+    day's charge) worked out once: a capped plan of 20,000 jobs holds thousands of machines."""
+    if not terms.capped or terms.monthly_cap_jpy is not None:
+        return [charge(x, terms) for x in seconds]
+    cap = terms.daily_cap_jpy
+    assert cap is not None  # capped without a monthly cap
+    full_day = min(_uncapped(DAY_S, terms), cap)
+    price, per, g, least = terms.price_jpy, max(1, terms.period_s), terms.granularity_s, terms.minimum_s
+    out = []
+    for x in seconds:
+        if x <= 0:
+            out.append(Decimal(0))
+            continue
+        days, rest = divmod(x, DAY_S)
+        tail = min(price * billed_seconds(rest, g, least) / per, cap) if rest else Decimal(0)
+        out.append(tail if days == 0 else full_day * days + tail)
+    return out
+
+
 def charge_sum(head: int, seconds: Sequence[int], counts: Sequence[int], terms: Terms) -> Decimal:
     """Sum of charge(head + s, terms) x n over `seconds` and `counts` (n machines held head + s
     seconds each), as the planner sums a plan's yen: billed seconds first, priced once, where the

@@ -253,6 +253,7 @@ class Planner:
         self.packed: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, GPUs) -> [PackedMachine]
         self.slots: dict[tuple[int, int], Cached] = {}  # (slots, start ticks) -> SlotFacts
         self.priced: dict[tuple[int, Decimal], Priced] = {}  # (id of the machines' kinds, factor) -> their seconds
+        self.colocated: dict[tuple, dict[tuple, Decimal]] = {}  # co-location rates -> machine shape -> its end in ticks
         self.ratios: dict[Decimal, tuple[int, int]] = {}  # factor -> factor x tick as a fraction
         self.start_ratio = self.start_s.as_integer_ratio()
         self.candidates: list[Candidate] = []
@@ -461,14 +462,23 @@ class Planner:
         have = self.priced.get(key)
         if have is not None and have.kinds is kinds:
             return model.Loads(offer, have.jobs_s, counts, names, have.job_starts_s)
-        if rates is not None:  # all slots of each machine, slowed while several are busy
+        if rates is not None and not self.start_s:  # all slots of each machine, slowed while several are busy
+            # without job starts a machine's end is its shape's (reference ticks) times the factor:
+            # worked out once per shape, whatever the offer
+            shapes = self.colocated.setdefault(tuple(sorted(rates.items())), {})
+            scale = factor * self.tick
+            jobs, starts = [], []
+            for kind in kinds:
+                end = shapes.get(kind)
+                if end is None:
+                    end = shapes[kind] = model.colocated_work(sorted(t for t, _ in kind if t), rates)
+                jobs.append(model.ceil_s(scale * end))
+        elif rates is not None:
             jobs, starts = [], []
             for kind in kinds:
                 slots = [(st * self.start_s, factor * t * self.tick) for t, st in kind if t or st]
                 jobs.append(model.ceil_s(model.colocated_end(slots, rates)))
                 starts.append(max((st for t, st in kind), default=0) * self.start_s)
-            if not self.start_s:
-                starts = []
         elif not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
             ratio = self.ratios.get(factor)
             if ratio is None:

@@ -157,7 +157,7 @@ def pruned_line(pruned: list) -> str:
     """What the estimate says of the offers it did not plan (candidates.prune), naming a few."""
     first = ", ".join(f"{p.offer.name} {p.offer.region} ({fmt.yen(p.offer.price_jpy_per_hour, 2)}/h; "
                       f"{p.by.region} {fmt.yen(p.by.price_jpy_per_hour, 2)}/h)" for p in pruned[:2])
-    more = f" and {len(pruned) - 2} more" if len(pruned) > 2 else ""
+    more = f" and {fmt.count(len(pruned) - 2)} more" if len(pruned) > 2 else ""
     return (f"{fmt.plural(len(pruned), 'offer')} not planned: the same size is as cheap or cheaper in another region"
             f" with the same quotas, so no plan on it could win nor join the frontier: {first}{more};"
             " --region plans a region's own")
