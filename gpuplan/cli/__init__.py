@@ -12,7 +12,10 @@ import sys
 
 import typer
 
+from gpuplan.cli import plain_params
 from gpuplan.errors import GpuplanError
+
+plain_params.install()  # options parsed without pydantic where the answer is certain
 
 app = typer.Typer(
     name="gpuplan",
