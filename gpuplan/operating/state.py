@@ -331,6 +331,10 @@ def _text(value: Decimal | None) -> str | None:
     return str(value) if value is not None else None
 
 
+_TERMS_COLUMNS = ("price_jpy", "price_jpy_per_hour", "period_s", "granularity_s", "minimum_s", "daily_cap_jpy",
+                  "monthly_cap_jpy")
+
+
 def _terms(row: sqlite3.Row) -> Terms:
     """A ledger row's billing terms (rows older than the terms columns: per second, as counted then)."""
     price = Decimal(row["price_jpy"] if row["price_jpy"] is not None else row["price_jpy_per_hour"])
@@ -920,8 +924,14 @@ class State:
             closed = self._query("SELECT * FROM ledger_closed WHERE cluster=?", (cluster,))
             sql, args = "SELECT * FROM ledger WHERE cluster=? AND stopped_at IS NULL", (cluster,)
         out: dict[str, tuple[int, Decimal]] = {r["cluster"]: (r["seconds"], Decimal(r["yen"])) for r in closed}
+        terms: dict[tuple, Terms] = {}  # the open rows of 1,000 clusters share a few terms
         for r in self._query(sql, args):
-            s, yen = _ledger_row(r, at)
+            key = tuple(r[k] for k in _TERMS_COLUMNS)
+            t = terms.get(key)
+            if t is None:
+                t = terms[key] = _terms(r)
+            s = max(0, int((at - datetime.fromisoformat(r["started_at"])).total_seconds()))
+            yen = billing.charge(s, t)
             seconds, total = out.get(r["cluster"], (0, Decimal(0)))
             out[r["cluster"]] = (seconds + s, total + yen)
         return out
