@@ -254,9 +254,12 @@ def _print_status(out, statuses) -> None:
         parts.append(("".join(lines), ""))
     if not out.is_terminal and out.file is sys.stdout:  # a pipe or a file: the characters rich would write,
         # without its pass over every line (0.3 s of `status` for 1,000 clusters); control codes stripped as it does
-        from rich.control import strip_control_codes
+        from rich.control import STRIP_CONTROL_CODES, strip_control_codes
 
-        out.file.write(strip_control_codes("".join(t for t, _ in parts).rstrip()) + "\n")
+        plain = "".join(t for t, _ in parts).rstrip()
+        if any(chr(code) in plain for code in STRIP_CONTROL_CODES):  # rare: translate() is slow on a big string
+            plain = strip_control_codes(plain)
+        out.file.write(plain + "\n")
         return
     text = Text()
     for t, style in parts:
