@@ -22,7 +22,8 @@ try:
 except SystemExit:
     pass
 print("LOADED=" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pydantic_core")
-                                  or m in ("typer.rich_utils", "typer._adapters", "markdown_it"))), file=sys.__stderr__)
+                                  or m in ("typer.rich_utils", "typer._adapters", "markdown_it", "rich.traceback", "rich.markdown"))),
+      file=sys.__stderr__)
 """
 
 
@@ -43,7 +44,25 @@ def test_typer_is_pinned_to_the_version_installed():
 def test_status_and_estimate_import_no_pydantic_nor_rich_help(tmp_path: Path):
     for args in (["status"], ["status", "--format", "json"], ["estimate", "--videos", "4", "--deadline", "10h"]):
         assert _loaded(args, tmp_path) == set(), args
-    assert "typer.rich_utils" in _loaded(["--help"], tmp_path)  # the help itself needs it
+    # the help itself needs typer's rich help, not rich's Markdown (markdown_it) nor its tracebacks
+    assert _loaded(["--help"], tmp_path) == {"typer.rich_utils"}
+
+
+def test_the_stand_ins_for_rich_markdown_and_traceback_are_the_real_classes_when_used(tmp_path: Path):
+    code = """
+import gpuplan.cli
+from typer import rich_utils
+from rich.markdown import Markdown
+from rich.traceback import Traceback
+md = rich_utils.Markdown("*x*")
+try:
+    raise ValueError("x")
+except ValueError as exc:
+    tb = rich_utils.Traceback.from_exception(type(exc), exc, exc.__traceback__)
+print(type(md) is Markdown, type(tb) is Traceback, rich_utils.Traceback.__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.stdout.split() == ["True", "True", "Traceback"], done.stderr
 
 
 def test_values_the_plain_path_leaves_to_typer_are_checked_as_before(cli):

@@ -50,3 +50,81 @@ def _runtime_param(self):
 
 def install() -> None:
     core._TyperParameter.get_runtime_param = _runtime_param
+
+
+# --- help without rich's Markdown and Traceback ----------------------------------------------
+# typer.rich_utils, imported to print --help, imports rich.markdown (markdown_it) and
+# rich.traceback (rich.pretty, attr): about 0.1 s of `gpuplan --help`, for help in markdown mode
+# (gpuplan's is not) and for tracebacks (gpuplan prints none without --debug). While it is
+# imported they are stand-ins that import the real class when first used; then the real modules
+# are back for anyone else.
+
+_LATER = (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback"))
+
+
+class _Later(type):
+    """A class standing in for a rich class until it is used: calling it or reading an
+    attribute (Traceback.from_exception) imports the real one."""
+
+    def __getattr__(cls, item: str):
+        return getattr(cls._real(), item)
+
+
+def _later(module: str, name: str) -> type:
+    import importlib
+
+    def real():
+        return getattr(importlib.import_module(module), name)
+
+    def new(cls, *args, **kwargs):
+        return real()(*args, **kwargs)
+
+    return _Later(name, (), {"__new__": new, "_real": staticmethod(real)})
+
+
+class _LightHelp:
+    """A meta path finder that imports typer.rich_utils with _LATER standing in."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "typer.rich_utils":
+            return None
+        import importlib.util
+        import sys
+        import types
+
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        real = spec.loader
+
+        class Loader:
+            def create_module(self, spec):
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                stood_in = {}
+                for mod, cls in _LATER:
+                    if mod not in sys.modules:
+                        stub = types.ModuleType(mod)
+                        setattr(stub, cls, _later(mod, cls))
+                        sys.modules[mod] = stood_in[mod] = stub
+                try:
+                    real.exec_module(module)
+                finally:
+                    for mod, stub in stood_in.items():
+                        if sys.modules.get(mod) is stub:
+                            del sys.modules[mod]
+
+        spec.loader = Loader()
+        return spec
+
+
+def light_help() -> None:
+    import sys
+
+    if not any(isinstance(f, _LightHelp) for f in sys.meta_path):
+        sys.meta_path.insert(0, _LightHelp())
