@@ -112,7 +112,7 @@ def main() -> None:
         start = timed(["--version"], env)
         print(f"gpuplan --version (process start): {start.cpu_s:.2f} s CPU, {start.wall_s:.2f} s wall")
         os.environ["COLUMNS"] = "200"
-        for args in (["status"], ["status", "--format", "json"], ["status", "c0500"]):
+        for args in (["status"], ["status", "--format", "json"], ["status", f"c{a.clusters // 2:04d}"]):
             own, whole = in_process(args), timed(args, env)
             print(f"  gpuplan {' '.join(args)}: {own:.2f} s in-process (gpuplan's own work); as a fresh process"
                   f" {whole.cpu_s:.2f} s CPU, {whole.wall_s:.2f} s wall, {whole.mib} MiB")
