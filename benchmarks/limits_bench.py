@@ -1,7 +1,11 @@
 """Input limits benchmark: how long `gpuplan estimate` takes at the job limit, and how fast it
 refuses what is past it (docs/workloads.md, "Limits").
 
-Run: .venv/bin/python benchmarks/limits_bench.py [--only json,deadline]
+Run: .venv/bin/python benchmarks/limits_bench.py [--only json,deadline] [--wall]
+From anywhere (gpuplan runs from a scratch folder); every target printed with its figure and
+checked with `<`; a case that exits non-zero where it should plan, or zero where it should be
+refused, is a miss; exits 1 on any miss (benchmarks/_bench.py). Times are CPU seconds (user +
+system) unless --wall: the dev machine is shared, the load is printed.
 Prints, for each case, the wall time and peak memory of one fresh `gpuplan estimate`
 subprocess (table output, as a user gets it) and its exit code: MAX_JOBS (20,000) equal jobs
 (--videos) over the whole current catalog, without and with a deadline; MAX_JOBS jobs of
@@ -20,15 +24,17 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from gpuplan.planning.workloads import MAX_FILE_BYTES, MAX_JOBS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+from gpuplan.planning.workloads import MAX_FILE_BYTES, MAX_JOBS  # noqa: E402
 
 TARGET_S = 10  # issue 13: 20,000 jobs, tight deadline included, on the 2-CPU dev machine
+REFUSE_S = 2  # what is past a limit is refused at once (it was 0.4-0.6 s)
 
 
 JSON_TARGET_S, JSON_TARGET_MB = 10, 30  # issue 18: JSON at 20,000 jobs
@@ -36,18 +42,15 @@ JSON_RATIO_TARGET = 1.3  # issue 33: JSON takes at most this many times the tabl
 DEADLINE_TARGET_S, DEADLINE_MEMORY_RATIO = 1.0, 1.5  # issue 18: what --deadline may add
 
 
+V = _bench.Verdicts()
+WALL = False
+
+
 def estimate(args: list[str], env: dict, out=None) -> tuple[float, int, int, str]:
-    """Wall seconds, peak RSS in MiB, exit code and stderr's last line of one `gpuplan estimate`
-    (its standard output into `out`, a file, where given)."""
-    with tempfile.TemporaryFile("w+") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "estimate", *args], env=env,
-                                stdout=out or subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        err.seek(0)
-        last = (err.read().strip().splitlines() or [""])[-1]
-    return seconds, usage.ru_maxrss // 1024, os.waitstatus_to_exitcode(status), last
+    """Seconds (CPU, or wall with --wall), peak RSS in MiB, exit code and stderr's last line of
+    one fresh `gpuplan estimate` (its standard output into `out`, a file, where given)."""
+    ran = _bench.run(["estimate", *args], env, out=out)
+    return (ran.wall_s if WALL else ran.cpu_s), ran.mib, ran.code, ran.last
 
 
 def mixed_file(path: Path, jobs: int, seed: int = 1) -> Path:
@@ -73,14 +76,16 @@ def json_cases(work: Path, env: dict, repeat: int = 3) -> None:
                     best[kind] = (seconds, mib, code, size)
         for kind in ("table", "json"):
             seconds, mib, code, size = best[kind]
-            ok = seconds < JSON_TARGET_S and size < JSON_TARGET_MB * 10**6
-            verdict = f"  {'OK' if ok else 'OVER'}" if kind == "json" else ""
             print(f"  {label:28s} {kind:5s} {seconds:6.1f} s  {size / 10**6:7.2f} MB written  {mib:5d} MiB peak"
-                  f"  exit {code}{verdict}")
+                  f"  exit {code}")
+            if code != 0:
+                V.fail(f"{label} {kind}", f"exit {code}")
+            elif kind == "json":
+                V.check(f"{label} json time", seconds, JSON_TARGET_S)
+                V.check(f"{label} json written", size / 10**6, JSON_TARGET_MB, "MB")
         ratio = best["json"][0] / best["table"][0]
-        ok = ratio <= JSON_RATIO_TARGET and best["json"][2] == best["table"][2] == 0
-        print(f"  {label:28s} json / table: {best['json'][0]:.2f} s / {best['table'][0]:.2f} s = {ratio:.2f}x"
-              f"  {'OK' if ok else 'OVER'} (target <= {JSON_RATIO_TARGET}x)")
+        print(f"  {label:28s} json / table: {best['json'][0]:.2f} s / {best['table'][0]:.2f} s = {ratio:.2f}x")
+        V.check(f"{label} json / table", ratio, JSON_RATIO_TARGET, "x")
 
 
 def deadline_cases(work: Path, env: dict) -> None:
@@ -97,17 +102,25 @@ def deadline_cases(work: Path, env: dict) -> None:
             runs[label] = best
             seconds, mib, code, _ = best
             print(f"  {jobs:6,} mixed jobs, {label:15s} {seconds:6.2f} s  {mib:5d} MiB  exit {code}")
-        (t0, m0, _, _), (t1, m1, _, _) = runs["no deadline"], runs["--deadline 10h"]
-        ok = (t1 - t0 < DEADLINE_TARGET_S) if jobs <= 1000 else (m1 <= DEADLINE_MEMORY_RATIO * m0)
+        (t0, m0, c0, _), (t1, m1, c1, _) = runs["no deadline"], runs["--deadline 10h"]
         print(f"  {jobs:6,} mixed jobs: --deadline adds {t1 - t0:+.2f} s and {m1 - m0:+d} MiB"
-              f" ({m1 / max(1, m0):.2f}x the memory)  {'OK' if ok else 'OVER'}")
+              f" ({m1 / max(1, m0):.2f}x the memory)")
+        if c0 or c1:
+            V.fail(f"{jobs:,} mixed jobs with and without --deadline", f"exit {c0} / {c1}")
+        elif jobs <= 1000:
+            V.check(f"{jobs:,} mixed jobs: what --deadline adds", t1 - t0, DEADLINE_TARGET_S)
+        else:
+            V.check(f"{jobs:,} mixed jobs: memory with --deadline / without", m1 / max(1, m0), DEADLINE_MEMORY_RATIO, "x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma-separated: limits, json, deadline (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="json: runs of each format, the best one counted")
+    parser.add_argument("--wall", action="store_true", help="time by wall clock, not CPU time")
     opts = parser.parse_args()
+    global WALL
+    WALL = opts.wall
     only = set(filter(None, opts.only.split(",")))
     work = Path(tempfile.mkdtemp())
     env = dict(os.environ, GPUPLAN_HOME=str(work / "home"))
@@ -116,7 +129,8 @@ def main() -> None:
             json_cases(work, env, opts.repeat)
         if "deadline" in only:
             deadline_cases(work, env)
-        return
+        print(f"load after: {_bench.machine()}")
+        V.exit()
     rng = random.Random(1)
     mixed = work / "mixed.yaml"
     mixed.write_text("name: mixed\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n"
@@ -139,14 +153,24 @@ def main() -> None:
         (f"{big.stat().st_size // 1024} KiB workload file (refused)", ["--workload", str(big)]),
     ]
     print(f"gpuplan estimate at its input limits (MAX_JOBS {MAX_JOBS:,}, workload files up to {MAX_FILE_BYTES // 1024} KiB)"
-          f" on {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+          f"; {_bench.machine()}; {'wall' if WALL else 'CPU'} seconds")
     for label, args in planned + refused:
         seconds, mib, code, last = estimate(args, env)
-        target = f"  target < {TARGET_S} s: {'OK' if seconds < TARGET_S else 'SLOW'}" if (label, args) in planned else ""
-        print(f"  {label:52s} {seconds:6.1f} s  {mib:5d} MiB  exit {code}" + (f"  ({last[:70]})" if code else "") + target)
+        print(f"  {label:52s} {seconds:6.1f} s  {mib:5d} MiB  exit {code}" + (f"  ({last[:70]})" if code else ""))
+        if (label, args) in planned:
+            if code != 0:
+                V.fail(label, f"exit {code}: {last[:100]}")
+            else:
+                V.check(label, seconds, TARGET_S)
+        elif code != 2:  # past a limit: refused as bad input, exit 2
+            V.fail(label, f"exit {code}, not refused with exit 2")
+        else:
+            V.check(f"{label} in", seconds, REFUSE_S)
     if not only:
         json_cases(work, env, opts.repeat)
         deadline_cases(work, env)
+    print(f"load after: {_bench.machine()}")
+    V.exit()
 
 
 if __name__ == "__main__":

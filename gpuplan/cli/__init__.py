@@ -12,7 +12,11 @@ import sys
 
 import typer
 
+from gpuplan.cli import plain_params
 from gpuplan.errors import GpuplanError
+
+plain_params.install()  # options parsed without pydantic where the answer is certain
+plain_params.light_help()  # --help without rich's Markdown and Traceback until they are used
 
 app = typer.Typer(
     name="gpuplan",

@@ -98,6 +98,41 @@ def charge(seconds: int, terms: Terms) -> Decimal:
     return full_month * months + tail
 
 
+def charges(seconds: Sequence[int], terms: Terms) -> list[Decimal]:
+    """[charge(x, terms) for x in seconds], the same figures, with what every hold shares (a full
+    day's and a full month's charge) worked out once and each length charged once: a capped plan
+    of 20,000 jobs holds thousands of machines, many for the same seconds."""
+    if not terms.capped:
+        return [charge(x, terms) for x in seconds]
+    price, per, g, least = terms.price_jpy, max(1, terms.period_s), terms.granularity_s, terms.minimum_s
+    daily, monthly, month_s = terms.daily_cap_jpy, terms.monthly_cap_jpy, terms.cap_month_s
+    full_day = min(_uncapped(DAY_S, terms), daily) if daily is not None else None
+
+    def day_capped(x: int) -> Decimal:  # _day_capped, its full day worked out once
+        if full_day is None:
+            return _uncapped(x, terms)
+        days, rest = divmod(x, DAY_S)
+        tail = min(price * billed_seconds(rest, g, least) / per, daily) if rest else Decimal(0)
+        return tail if days == 0 else full_day * days + tail
+
+    full_month = min(day_capped(month_s), monthly) if monthly is not None else None
+    memo: dict[int, Decimal] = {}
+    out = []
+    for x in seconds:
+        yen = memo.get(x)
+        if yen is None:
+            if x <= 0:
+                yen = Decimal(0)
+            elif monthly is None or full_month is None:
+                yen = day_capped(x)
+            else:
+                months, rest = divmod(x, month_s)
+                yen = full_month * months + (min(day_capped(rest), monthly) if rest else Decimal(0))
+            memo[x] = yen
+        out.append(yen)
+    return out
+
+
 def charge_sum(head: int, seconds: Sequence[int], counts: Sequence[int], terms: Terms) -> Decimal:
     """Sum of charge(head + s, terms) x n over `seconds` and `counts` (n machines held head + s
     seconds each), as the planner sums a plan's yen: billed seconds first, priced once, where the

@@ -14,6 +14,7 @@ work is one schedule per slot count, not per offer. Machines alike are kept as c
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +31,56 @@ from gpuplan.planning.types import Offer
 from gpuplan.units import MAX_MACHINES
 
 LPT, SWAPS, EXACT = 0, 1, 2  # how hard a candidate's schedule is sought: greedy, improved, exactly solved
+
+
+# Offer fields that change nothing a plan on it computes but its price and where it is (an
+# offer's region changes a plan only through the quotas read there, compared apart)
+_PRICE_AND_PLACE = frozenset({"region", "price", "price_jpy_per_hour", "source", "notes", "aliases"})
+
+
+class Pruned(NamedTuple):
+    """An offer not planned, and the offer that beats it on every plan it could make."""
+
+    offer: Offer
+    by: Offer
+
+
+def prune(offers: Sequence[Offer], setting: Setting) -> tuple[list[Offer], list[Pruned]]:
+    """The offers worth planning (in their order) and those that cannot win (issue 47): an hourly
+    cloud offer with no caps is pruned where an offer of the same size (every field alike but
+    region and price: provider, GPU, count, memory, vCPUs, billing granularity and minimum, quota
+    family, availability, retirement, market, spot interruption, tax, price date) costs at most as
+    much an hour, and the quotas read in its region are those read in the other's. Then every
+    fleet of the pruned offer (any count, packing, setup, schedule) has a twin on the other with
+    the same machines, seconds, wall time, warnings and count at a price no higher: cost is
+    billed seconds x the hourly price, so it never costs more and never ranks before it in cost
+    or time, nor is it on the frontier. Mixed fleets (pairs within one region, optimizer.py) are
+    formed from the offers planned. Of offers alike, the cheapest is kept, the first in catalog order among
+    equals (a tie on every rule goes to the first listed, as before). A region of a whole-market
+    catalog is mostly copies of the same sizes at the same or a dearer price: what is planned
+    stays the sizes, not the rows."""
+    read = setting.quotas.read
+    best: dict[tuple, tuple[int, Offer]] = {}
+    keys: list[tuple | None] = []
+    for i, o in enumerate(offers):
+        if (o.kind != "cloud" or o.price_unit != "hour" or o.price_jpy_per_hour is None
+                or o.daily_cap_jpy is not None or o.monthly_cap_jpy is not None):
+            keys.append(None)
+            continue
+        quotas = tuple(sorted((name, v) for (p, r, name), v in read.items() if p == o.provider and r == o.region))
+        key = (tuple(getattr(o, f.name) for f in dataclasses.fields(o) if f.name not in _PRICE_AND_PLACE), quotas)
+        keys.append(key)
+        have = best.get(key)
+        if have is None or o.price_jpy_per_hour < have[1].price_jpy_per_hour:
+            best[key] = (i, o)
+    kept: list[Offer] = []
+    pruned: list[Pruned] = []
+    for i, (o, key) in enumerate(zip(offers, keys)):
+        if key is None or best[key][0] == i:
+            kept.append(o)
+        else:
+            pruned.append(Pruned(o, best[key][1]))
+    return kept, pruned
 
 
 class Cached(NamedTuple):
@@ -203,6 +254,7 @@ class Planner:
         self.packed: dict[tuple[int, int, int], Cached] = {}  # (slots, slots per machine, GPUs) -> [PackedMachine]
         self.slots: dict[tuple[int, int], Cached] = {}  # (slots, start ticks) -> SlotFacts
         self.priced: dict[tuple[int, Decimal], Priced] = {}  # (id of the machines' kinds, factor) -> their seconds
+        self.colocated: dict[tuple, dict[tuple, Decimal]] = {}  # co-location rates -> machine shape -> its end in ticks
         self.ratios: dict[Decimal, tuple[int, int]] = {}  # factor -> factor x tick as a fraction
         self.start_ratio = self.start_s.as_integer_ratio()
         self.candidates: list[Candidate] = []
@@ -411,14 +463,23 @@ class Planner:
         have = self.priced.get(key)
         if have is not None and have.kinds is kinds:
             return model.Loads(offer, have.jobs_s, counts, names, have.job_starts_s)
-        if rates is not None:  # all slots of each machine, slowed while several are busy
+        if rates is not None and not self.start_s:  # all slots of each machine, slowed while several are busy
+            # without job starts a machine's end is its shape's (reference ticks) times the factor:
+            # worked out once per shape, whatever the offer
+            shapes = self.colocated.setdefault(tuple(sorted(rates.items())), {})
+            scale = factor * self.tick
+            jobs, starts = [], []
+            for kind in kinds:
+                end = shapes.get(kind)
+                if end is None:
+                    end = shapes[kind] = model.colocated_work(sorted(t for t, _ in kind if t), rates)
+                jobs.append(model.ceil_s(scale * end))
+        elif rates is not None:
             jobs, starts = [], []
             for kind in kinds:
                 slots = [(st * self.start_s, factor * t * self.tick) for t, st in kind if t or st]
                 jobs.append(model.ceil_s(model.colocated_end(slots, rates)))
                 starts.append(max((st for t, st in kind), default=0) * self.start_s)
-            if not self.start_s:
-                starts = []
         elif not self.start_s:  # the common case, kept lean: a machine's load is its longest slot's
             ratio = self.ratios.get(factor)
             if ratio is None:

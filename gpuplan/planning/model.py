@@ -284,6 +284,8 @@ def colocated_end(slots: Sequence[tuple[Decimal, Decimal]], rates: Mapping[int, 
     """One machine whose busy GPUs each run (fixed seconds, then work seconds at full speed): while
     m of them are still busy, work progresses at rates[m]; fixed time (job starts) is wall time.
     Returns when the last GPU finishes."""
+    if not any(f for f, _ in slots):  # no fixed time: all progress alike, the shortest ends first
+        return colocated_work(sorted(w for _, w in slots if w), rates)
     state = [[f, w] for f, w in slots if f or w]
     now = Decimal(0)
     tiny = Decimal("1e-9")
@@ -297,6 +299,22 @@ def colocated_end(slots: Sequence[tuple[Decimal, Decimal]], rates: Mapping[int, 
             else:
                 s[1] -= step * rate
         state = [s for s in state if s[0] > tiny or s[1] > tiny]
+    return now
+
+
+def colocated_work(works: Sequence, rates: Mapping[int, Decimal]) -> Decimal:
+    """colocated_end without fixed time, in closed form: the work seconds of one machine's busy
+    GPUs, shortest first; while m are busy each progresses at rates[m], so the i-th shortest ends
+    after the sum over j <= i of (w_j - w_(j-1)) / rates[jobs still running]. Linear in the work:
+    a machine shape's figure in reference seconds, times an offer's factor, is that offer's."""
+    now = Decimal(0)
+    previous = 0
+    left = len(works)
+    for w in works:
+        if w > previous:
+            now += (w - previous) / rates[left]
+            previous = w
+        left -= 1
     return now
 
 
@@ -999,7 +1017,7 @@ def make_plan(
         price = (t.price_jpy, max(1, t.period_s))
         costs: list[Decimal] = []
         if t.capped:  # a day or a month costs at most its cap: cost is no longer billed seconds x price
-            costs = [billing.charge(x, t) for x in held]
+            costs = billing.charges(held, t)
             capped += sum(map(operator.mul, costs, g.counts)) - billed_total * price[0] / price[1]
         acc = seconds_at.get(price)
         if acc is None:

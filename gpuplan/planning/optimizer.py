@@ -53,7 +53,7 @@ import time
 from decimal import Decimal
 
 from gpuplan.planning import fmt, ranking
-from gpuplan.planning.candidates import EXACT, SWAPS, Planner
+from gpuplan.planning.candidates import EXACT, SWAPS, Planner, prune
 from gpuplan.planning.model import Setting
 from gpuplan.planning.outcomes import Code
 from gpuplan.planning.plan_types import Estimate, Plan, Workload
@@ -86,6 +86,7 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
 
             raise UsageError(f"no offers in {region}: {regions.no_offers([region], cat.snapshot)}")
         raise UsageError(f"no offers for {where} in catalog {cat.snapshot}; see `gpuplan catalog`")
+    offers, pruned = prune(offers, setting)
     planner = Planner(workload, setting)
     plans: list[Plan] = []
     for offer in offers:
@@ -137,6 +138,8 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
     if planner.skipped_mixes:
         extra["skipped_mixes"] = (f"{planner.skipped_mixes} mixed fleets not scheduled: even their lower bounds "
                                   "are beaten by a listed plan or miss the deadline")
+    if pruned:
+        extra["pruned"] = pruned_line(pruned)
     unmeasured = [p for p in plans if not p.feasible and p.excluded_by and p.excluded_by[0].code is Code.NO_SPEED]
     if unmeasured:  # said in the estimate, not only under --all: these offers were not guessed
         named = sorted({p.excluded_by[0].get("gpu") for p in unmeasured})
@@ -148,6 +151,16 @@ def estimate(workload: Workload, setting: Setting, provider: str | None = None, 
         proven=proven, gap=gap, extra=extra, faster=faster, named=tuple(ranking.named(rec, eligible, choice)),
         ranked_on=choice.base, deadline_s=setting.deadline_s, strict=setting.strict_deadline,
     )
+
+
+def pruned_line(pruned: list) -> str:
+    """What the estimate says of the offers it did not plan (candidates.prune), naming a few."""
+    first = ", ".join(f"{p.offer.name} {p.offer.region} ({fmt.yen(p.offer.price_jpy_per_hour, 2)}/h; "
+                      f"{p.by.region} {fmt.yen(p.by.price_jpy_per_hour, 2)}/h)" for p in pruned[:2])
+    more = f" and {fmt.count(len(pruned) - 2)} more" if len(pruned) > 2 else ""
+    return (f"{fmt.plural(len(pruned), 'offer')} not planned: the same size is as cheap or cheaper in another region"
+            f" with the same quotas, so no plan on it could win nor join the frontier: {first}{more};"
+            " --region plans a region's own")
 
 
 def _seek(planner: Planner, plans: list[Plan], choice: ranking.Choice, effort: int,

@@ -176,22 +176,35 @@ def improve(p, machine_type, assign: list[int], lb: int, loads: list[int],
     held: list[list[int]] = [[] for _ in range(mcount)]
     for j, m in enumerate(assign):
         held[m].append(j)
-    # built for a machine when a round first looks at it (most never are): job class (its time
-    # on each machine type) -> jobs, and on identical machines the sorted job lengths
+    # built for a machine when a round first needs it (most never are): its sorted job lengths
+    # (identical machines) when a step is sought, job class (its time on each machine type) ->
+    # jobs when a job is moved. A machine's jobs are its first ones until a move touches it, and
+    # a move builds both first: built late, they are what they would have been built early.
     classes: dict[int, dict[tuple, list[int]]] = {}
     sizes: dict[int, list[int]] = {}
+    p0 = p[0]
 
     def on(m: int) -> dict[tuple, list[int]]:
         mine = classes.get(m)
         if mine is None:
             mine = classes[m] = {}
-            for j in held[m]:
-                mine.setdefault(tuple(col[j] for col in p), []).append(j)
             if identical:
-                sizes[m] = sorted(p[0][j] for j in held[m])
+                for j in held[m]:
+                    mine.setdefault((p0[j],), []).append(j)
+            else:
+                for j in held[m]:
+                    mine.setdefault(tuple(col[j] for col in p), []).append(j)
+        return mine
+
+    def sized(m: int) -> list[int]:
+        mine = sizes.get(m)
+        if mine is None:
+            mine = sizes[m] = sorted(p0[j] for j in held[m])
         return mine
 
     def shift(src: int, dst: int, c: tuple) -> None:
+        if identical:
+            sized(src), sized(dst)
         j = on(src)[c].pop()
         if not classes[src][c]:
             del classes[src][c]
@@ -210,8 +223,7 @@ def improve(p, machine_type, assign: list[int], lb: int, loads: list[int],
         with contextlib.closing(state.idlest(16, a)) as candidates:
             for b in candidates:
                 if identical:
-                    on(a), on(b)
-                    found = _identical_step(sizes[a], sizes[b], la - loads[b])
+                    found = _identical_step(sized(a), sized(b), la - loads[b])
                     step = found and (b, (found[0],), None if found[1] is None else (found[1],))
                 else:
                     step = _first_step(on(a), on(b), machine_type[a], machine_type[b], la, loads[b], b)

@@ -211,6 +211,16 @@ CREATE TABLE IF NOT EXISTS speed_points (  -- a batch on a fleet other than the 
 -- status reads each cluster's ledger and nodes: without these, 1,000 clusters and 40,000
 -- ledger rows took 7 s of table scans (benchmarks/status_bench.py)
 CREATE INDEX IF NOT EXISTS ledger_by_cluster ON ledger (cluster);
+-- the rows still billing, priced live by status; closed rows never change (ledger_closed)
+CREATE INDEX IF NOT EXISTS ledger_open ON ledger (cluster) WHERE stopped_at IS NULL;
+-- per cluster, its closed ledger rows summed once, when ledger_stop closed them (issue 47: status
+-- re-priced 40,000 rows in Python each call): how many, their machine-seconds and exact yen
+CREATE TABLE IF NOT EXISTS ledger_closed (
+    cluster TEXT PRIMARY KEY,
+    rows INTEGER NOT NULL,
+    seconds INTEGER NOT NULL,
+    yen TEXT NOT NULL               -- a Decimal, exact: the sum of billing.charge of each row
+);
 CREATE INDEX IF NOT EXISTS journal_by_cluster ON journal (cluster);
 """
 
@@ -321,6 +331,10 @@ def _text(value: Decimal | None) -> str | None:
     return str(value) if value is not None else None
 
 
+_TERMS_COLUMNS = ("price_jpy", "price_jpy_per_hour", "period_s", "granularity_s", "minimum_s", "daily_cap_jpy",
+                  "monthly_cap_jpy")
+
+
 def _terms(row: sqlite3.Row) -> Terms:
     """A ledger row's billing terms (rows older than the terms columns: per second, as counted then)."""
     price = Decimal(row["price_jpy"] if row["price_jpy"] is not None else row["price_jpy_per_hour"])
@@ -351,6 +365,17 @@ def _ledger_row(r, at: datetime) -> tuple[int, Decimal]:
     stop = parse_time(r["stopped_at"]) or at
     s = max(0, int((stop - parse_time(r["started_at"])).total_seconds()))
     return s, billing.charge(s, _terms(r))
+
+
+def _add_closed(db: sqlite3.Connection, cluster: str, rows: int, seconds: int, yen: Decimal) -> None:
+    """Add closed rows to the cluster's closed total (ledger_closed), inside the caller's transaction."""
+    have = db.execute("SELECT * FROM ledger_closed WHERE cluster=?", (cluster,)).fetchone()
+    if have is None:
+        db.execute("INSERT INTO ledger_closed (cluster, rows, seconds, yen) VALUES (?,?,?,?)",
+                   (cluster, rows, seconds, str(yen)))
+    else:
+        db.execute("UPDATE ledger_closed SET rows=?, seconds=?, yen=? WHERE cluster=?",
+                   (have["rows"] + rows, have["seconds"] + seconds, str(Decimal(have["yen"]) + yen), cluster))
 
 
 @dataclass(frozen=True)
@@ -705,6 +730,10 @@ class State:
             if row["status"] != "gone":
                 raise ValueError(f"cluster {name} is {row['status']}, not gone")
             db.execute("UPDATE ledger SET cluster=? WHERE cluster=?", (f"{name}@{row['created_at']}", name))
+            closed = db.execute("SELECT * FROM ledger_closed WHERE cluster=?", (name,)).fetchone()
+            if closed is not None:
+                db.execute("DELETE FROM ledger_closed WHERE cluster=?", (name,))
+                _add_closed(db, f"{name}@{row['created_at']}", closed["rows"], closed["seconds"], Decimal(closed["yen"]))
             db.execute("DELETE FROM nodes WHERE cluster=?", (name,))
             db.execute("DELETE FROM clusters WHERE name=?", (name,))
 
@@ -862,10 +891,19 @@ class State:
                 )
 
     def ledger_stop(self, cluster: str, node: str) -> None:
+        """The node stops being billed: its open row closed, and summed into its cluster's closed
+        total (ledger_closed) in the same transaction: the one place a row is closed."""
+        t = _iso()
         with self._tx() as db:
-            db.execute(
-                "UPDATE ledger SET stopped_at=? WHERE cluster=? AND node=? AND stopped_at IS NULL", (_iso(), cluster, node)
-            )
+            ids = [r["id"] for r in db.execute(
+                "SELECT id FROM ledger WHERE cluster=? AND node=? AND stopped_at IS NULL", (cluster, node))]
+            if not ids:
+                return
+            db.execute("UPDATE ledger SET stopped_at=? WHERE cluster=? AND node=? AND stopped_at IS NULL", (t, cluster, node))
+            for i in ids:
+                r = db.execute("SELECT * FROM ledger WHERE id=?", (i,)).fetchone()
+                seconds, yen = _ledger_row(r, parse_time(t) or now())
+                _add_closed(db, cluster, 1, seconds, yen)
 
     def ledger_seconds_and_yen(self, cluster: str, at: datetime | None = None) -> tuple[int, Decimal]:
         """Machine-seconds so far and what they are billed in yen (billing.charge by each row's
@@ -873,16 +911,46 @@ class State:
         return self.ledger_totals(at, cluster).get(cluster, (0, Decimal(0)))
 
     def ledger_totals(self, at: datetime | None = None, cluster: str | None = None) -> dict[str, tuple[int, Decimal]]:
-        """ledger_seconds_and_yen for every cluster (or one) in one query: `status` of 1,000
-        clusters asked 1,000 times."""
+        """ledger_seconds_and_yen for every cluster (or one): the closed rows' totals as summed
+        when they closed (ledger_closed), the open rows priced up to `at`. Where the closed rows
+        are not those summed (a database from before ledger_closed, or rows a older gpuplan
+        closed), the sums are made again first, once."""
         at = at or now()
-        sql, args = ("SELECT * FROM ledger", ()) if cluster is None else ("SELECT * FROM ledger WHERE cluster=?", (cluster,))
-        out: dict[str, tuple[int, Decimal]] = {}
+        self._sum_closed_rows()
+        if cluster is None:
+            closed = self._query("SELECT * FROM ledger_closed")
+            sql, args = "SELECT * FROM ledger WHERE stopped_at IS NULL", ()
+        else:
+            closed = self._query("SELECT * FROM ledger_closed WHERE cluster=?", (cluster,))
+            sql, args = "SELECT * FROM ledger WHERE cluster=? AND stopped_at IS NULL", (cluster,)
+        out: dict[str, tuple[int, Decimal]] = {r["cluster"]: (r["seconds"], Decimal(r["yen"])) for r in closed}
+        terms: dict[tuple, Terms] = {}  # the open rows of 1,000 clusters share a few terms
         for r in self._query(sql, args):
-            s, yen = _ledger_row(r, at)
+            key = tuple(r[k] for k in _TERMS_COLUMNS)
+            t = terms.get(key)
+            if t is None:
+                t = terms[key] = _terms(r)
+            s = max(0, int((at - datetime.fromisoformat(r["started_at"])).total_seconds()))
+            yen = billing.charge(s, t)
             seconds, total = out.get(r["cluster"], (0, Decimal(0)))
             out[r["cluster"]] = (seconds + s, total + yen)
         return out
+
+    def _sum_closed_rows(self) -> None:
+        """ledger_closed made again from the closed rows where their count is not the one summed."""
+        have = self._query("SELECT (SELECT COUNT(*) FROM ledger WHERE stopped_at IS NOT NULL) AS n,"
+                           " (SELECT COALESCE(SUM(rows), 0) FROM ledger_closed) AS summed")[0]
+        if have["n"] == have["summed"]:
+            return
+        with self._tx() as db:
+            totals: dict[str, tuple[int, int, Decimal]] = {}
+            for r in db.execute("SELECT * FROM ledger WHERE stopped_at IS NOT NULL"):
+                seconds, yen = _ledger_row(r, now())
+                n, s0, y0 = totals.get(r["cluster"], (0, 0, Decimal(0)))
+                totals[r["cluster"]] = (n + 1, s0 + seconds, y0 + yen)
+            db.execute("DELETE FROM ledger_closed")
+            db.executemany("INSERT INTO ledger_closed (cluster, rows, seconds, yen) VALUES (?,?,?,?)",
+                           [(c, n, sec, str(yen)) for c, (n, sec, yen) in totals.items()])
 
     def ledger_rows(self) -> list[dict]:
         """Every ledger row (one machine held from started_at to stopped_at, or still held),

@@ -1,0 +1,51 @@
+"""Benchmarks that can fail (issue 47): each prints its target beside its figure and exits 1 when
+one is missed; they run from anywhere, the checkout root included (where `python -m gpuplan`
+used to find the source tree and fail every case while printing "OK"). Small cases, targets made
+impossible (GPUPLAN_BENCH_TARGET_SCALE=0) or generous: the timing itself is not tested here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(script: str, *args: str, scale: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPUPLAN_BENCH_TARGET_SCALE": scale}
+    env.pop("GPUPLAN_HOME", None)
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_status_bench_from_the_checkout_root_meets_a_generous_target_and_misses_an_impossible_one():
+    done = _bench("status_bench.py", "--clusters", "20", "--ledger", "200", scale="1000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("OK   gpuplan status") == 3 and "all 3 targets met" in done.stdout
+    done = _bench("status_bench.py", "--clusters", "20", "--ledger", "200", scale="0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.count("MISS gpuplan status") == 3 and "3 of 3 targets missed" in done.stdout
+    assert "(target < 0.00 s)" in done.stdout
+
+
+def test_catalog_scale_bench_exits_1_when_its_ratio_is_missed(tmp_path: Path):
+    done = _bench("catalog_scale_bench.py", "--rows", "82,298", "--repeat", "1", "--only", "optimizer", scale="0",
+                  cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "MISS 1,000 jobs: 298 rows / 82 rows" in done.stdout
+    # the same pick on both catalogs (the copies are pruned): no "picks differ"
+    assert "picks differ" not in done.stdout and "FAIL" not in done.stdout
+
+
+def test_a_boundary_figure_is_a_miss():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _bench
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    v = _bench.Verdicts()
+    assert not v.check("at the target", 0.5, 0.5 / _bench.SCALE)  # 0.50 s is not within 0.5 s
+    assert v.check("under it", 0.49, 0.5 / _bench.SCALE)
+    assert v.missed == ["at the target"]
