@@ -18,8 +18,10 @@ A "size" selects hosts: a group name, a GPU model (case, spaces and dashes ignor
 with no-clobber so two clusters cannot claim one host, installs the cluster's login key in
 `~/.ssh/authorized_keys` (comment "gpuplan-<cluster>"), and counts the GPUs with nvidia-smi when
 a driver is present. list() reads the claims back; delete() removes the key, the intra-cluster
-SSH files the cluster-network playbook wrote, and the claim directory. Software that bootstrap
-installed (driver, CUDA, ...) stays: the machine is yours, and the next cluster reuses it.
+SSH files the cluster-network playbook wrote, the cluster's own files in ~/.gpuplan (its jobs,
+driver code, hostfiles) and the claim. Software that bootstrap installed (driver, CUDA, ...,
+and Ray's and the bench's venvs in ~/.gpuplan: KEPT) stays: the machine is yours, and the next
+cluster reuses it.
 Nothing here bills by the hour. Owned hosts have no spot market, enforce no TTL and are not
 captured as images: such requests are refused before anything is claimed.
 """
@@ -43,6 +45,10 @@ from gpuplan.hosts import remote
 from gpuplan.planning.types import Offer
 
 CLAIM_DIR = ".gpuplan"  # relative to the login user's home
+# What a release leaves in CLAIM_DIR: software bootstrap installed, which the next cluster reuses
+# (the `ray` playbook's venv, ~380 MB, and the bench's venv with torch)
+KEPT = ("ray-*", "bench")
+KEPT_FIND = " ".join(f"! -name {shlex.quote(k)}" for k in KEPT)
 REGION = "local"
 
 
@@ -490,10 +496,12 @@ class BaremetalProvider(Provider):
                 "for f in .ssh/config .ssh/known_hosts; do\n"
                 "  [ -f \"$f\" ] && sed -i '/^# >>> gpuplan cluster >>>$/,/^# <<< gpuplan cluster <<<$/d' \"$f\"\n"
                 "done\n"
-                f"find {CLAIM_DIR} -mindepth 1 -maxdepth 1 ! -name claim -exec rm -rf {{}} +\n"
+                # the cluster's own files (its jobs, driver code, hostfiles, idle stop); the software
+                # bootstrap installed here (Ray's venv, the bench's venv) stays for the next cluster
+                f"find {CLAIM_DIR} -mindepth 1 -maxdepth 1 ! -name claim {KEPT_FIND} -exec rm -rf {{}} +\n"
             )
         else:
-            script = guard + f"rm -rf {CLAIM_DIR}\n"
+            script = guard + f"rm -f {CLAIM_DIR}/claim; rmdir {CLAIM_DIR} 2>/dev/null; true\n"
         r2 = remote.run(rh, "cd && bash -s", stdin=script, timeout=120)
         if not r2.ok:
             raise ProviderError(f"could not release {r.id} (exit {r2.exit_code}): {r2.tail(3)}")

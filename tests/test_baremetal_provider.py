@@ -97,6 +97,38 @@ def test_provision_list_bootstrap_and_teardown_through_the_lifecycle(gpuplan_hom
     state.close()
 
 
+def test_teardown_keeps_the_software_bootstrap_installed_and_removes_the_clusters_files(gpuplan_home, hosts, provider,
+                                                                                        tmp_path):
+    """Issue 41: a release ran `rm -rf ~/.gpuplan`, deleting Ray's venv (~380 MB) that
+    docs/inventory.md says stays, so every launch installed it again."""
+    state = State(tmp_path / "state.db")
+    req = lifecycle.ProvisionRequest(provider="baremetal", size="t4", region="local", count=2, name="keep",
+                                     gpus_per_node=1, price_jpy_per_hour=Decimal(0))
+    lifecycle.provision(state, provider, req)
+    claimed = [h for h in hosts if claim_of(h)]
+    assert len(claimed) == 2
+    for h in claimed:
+        g = h.fake_root / "root/.gpuplan"
+        for f in ("ray-2.60.0/bin/python", "bench/venv/bin/python", "jobs/keep-1/events.jsonl", "code/abc/ray_driver.py",
+                  "idle/log", "hostfile", "torchrun_hosts"):
+            (g / f).parent.mkdir(parents=True, exist_ok=True)
+            (g / f).write_text("x\n")
+    lifecycle.teardown(state, provider, "keep")
+    for h in claimed:
+        g = h.fake_root / "root/.gpuplan"
+        assert sorted(p.name for p in g.iterdir()) == ["bench", "ray-2.60.0"]
+        assert (g / "ray-2.60.0/bin/python").read_text() == "x\n" and (g / "bench/venv/bin/python").is_file()
+        assert claim_of(h) is None
+    assert provider.list("local", {TAG_CLUSTER: "keep"}) == [] and provider.quota("local", "t4")[0].used == 0
+    # the host is free again and the next cluster finds Ray where it was
+    lifecycle.provision(state, provider, lifecycle.ProvisionRequest(
+        provider="baremetal", size="t4", region="local", count=5, name="next", gpus_per_node=1,
+        price_jpy_per_hour=Decimal(0)))
+    assert all(claim_of(h)["tags"][TAG_CLUSTER] == "next" for h in hosts)
+    assert all((h.fake_root / "root/.gpuplan/ray-2.60.0/bin/python").is_file() for h in claimed)
+    state.close()
+
+
 def test_quota_exceeded_names_the_quota_and_claims_nothing(gpuplan_home, hosts, provider, tmp_path):
     state = State(tmp_path / "state.db")
     req = lifecycle.ProvisionRequest("baremetal", "t4", "local", 6, "big", 1, Decimal(0))

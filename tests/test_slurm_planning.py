@@ -93,3 +93,22 @@ def test_a_bad_slurm_file_is_a_note_and_the_rest_is_planned(cli, gpuplan_home):
     write_clusters("1h", cost={"points_per_gpu_hour": 1})
     est = estimate(cli)
     assert any("cost must be one of" in line for line in est["notes"].values())
+
+
+def test_the_measurement_the_estimate_suggests_for_a_partition_is_one_that_works(cli, gpuplan_home):
+    """Issue 41: the estimate suggested `gpuplan bench colorize --on slurm:lab.gpu@lab`, which
+    failed ("unknown provider 'slurm'"). A partition is not provisioned: the bench runs inside a
+    Slurm job there, and `bench --on` says so in one line."""
+    write_clusters("1m")
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0, r.err
+    said = " ".join(r.out.split())
+    assert "--on slurm:" not in said
+    assert ("measure it: run `srun -p gpu --gres=gpu:1 gpuplan bench colorize --local --out lab-gpu.yaml` on lab's login"
+            " host (gpuplan[bench] installed there), then `--profile lab-gpu.yaml`") in said
+    r = cli("bench", "colorize", "--on", "slurm:lab.gpu@lab", "-y")
+    assert r.code == 2 and "unknown provider" not in r.err
+    assert r.err.strip().splitlines()[-1] == (
+        "gpuplan: error: bad --on 'slurm:lab.gpu@lab': a Slurm partition has no machine to provision; run `srun -p gpu"
+        " --gres=gpu:1 gpuplan bench WORKLOAD --local --out FILE.yaml` on its login host instead, then `gpuplan"
+        " estimate ... --profile FILE.yaml`")

@@ -6,6 +6,7 @@ squeue; the yen are the GPU-seconds sacct reports x the partition's points price
 
 from __future__ import annotations
 
+import json
 import time
 from decimal import Decimal
 
@@ -98,6 +99,14 @@ def test_a_batch_through_run_is_one_array_all_ok_billed_from_sacct_and_fetched(l
     assert [p.read_text().split(" on ")[0] for p in results] == [f"done clip {i}.mp4" for i in range(3)]
     log = cli("logs", "slurm", job, "clip 1.mp4")
     assert log.code == 0, log.err
+    # issue 41: cost-report said "nothing in the cost ledger" after this spending
+    report = cli("cost-report", "--format", "json")
+    assert report.code == 0, report.err
+    lines = [x for x in json.loads(report.out)["lines"] if x["provider"] == "slurm"]
+    assert [(x["cluster"], x["instance_type"], x["machines"], x["machine_seconds"]) for x in lines] == [
+        ("slurm", "lab.gpu", 3, sum(gpu_s))]
+    assert Decimal(lines[0]["cost_jpy"]) == want.quantize(Decimal("0.01"))  # the price includes tax: as billed
+    assert cli("cost-report").out.count("slurm:lab.gpu") == 1
 
 
 def test_launch_picks_the_partition_and_runs_the_batch_there(lab, cli, tmp_path):
@@ -118,6 +127,38 @@ def test_launch_picks_the_partition_and_runs_the_batch_there(lab, cli, tmp_path)
     assert [p.read_text().split(" on ")[0] for p in results] == [f"done clip {i}.mp4" for i in range(4)]
     assert "lab.gpu" in r.out and "slurm" in r.out  # the pick it showed: the partition
     assert "1. submit 4 items to Slurm partition lab.gpu as one job array" in r.err and "DOK" not in r.err
+    # issue 41: "the plan is for 2 x lab.gpu, the batch ran on 1 x" when both GPUs ran
+    assert backends.summary(state, job).nodes == 2
+    assert "ran on 1 x" not in r.out + r.err
+
+
+def test_a_detached_batch_has_the_wall_slurm_timed_however_late_it_is_read(lab, cli, tmp_path):
+    """Issue 41: a detached job's wall was 1 s for 10 s tasks (from the first look that saw them
+    running to the look after they ended)."""
+    from gpuplan.run.ray import runner
+    from gpuplan.store.state import State
+
+    r = cli("run", "slurm:lab", "--items", str(items_file(tmp_path, 2)), "--detach", "--", "sh", "-c", "sleep 6",
+            "x", "{item}")
+    assert r.code == 0, r.out + r.err
+    state = State.open_default()
+    job = next(row.id for row in state.jobs("slurm"))
+    end = time.monotonic() + 90
+    while sum(1 for line in lab.queue() if line.endswith("RUNNING")) < 2:
+        assert time.monotonic() < end, lab.queue()
+        time.sleep(0.5)
+    time.sleep(3)
+    assert cli("jobs", "slurm").code == 0  # a look while they run
+    while lab.queue():
+        assert time.monotonic() < end, lab.queue()
+        time.sleep(0.5)
+    time.sleep(1)
+    assert cli("jobs", "slurm").code == 0  # and one after they ended
+    row = state.job(job)
+    assert row.state == "succeeded"
+    spans = [(it.ended_at - it.started_at).total_seconds() for it in state.job_items(job)]
+    assert all(s >= 6 for s in spans), spans
+    assert max(spans) <= runner.job_seconds(row) <= max(spans) + 3
 
 
 def test_cancel_leaves_no_task_in_squeue(lab, cli, tmp_path):

@@ -573,7 +573,8 @@ def _settle_line(est) -> str:
     for p in (rec, *rivals):
         unsure = {e.gpu for e in p.speeds if e.kind not in sure}
         for o, _ in p.fleet:
-            if o.gpu in unsure and o.gpu not in offers and o.kind != "task" and o.market != "spot":
+            if (o.gpu in unsure and o.gpu not in offers and o.kind != "task" and o.market != "spot"
+                    and o.provider != "slurm"):  # a partition is not provisioned: `bench --on` cannot take it
                 offers[o.gpu] = f"{o.provider}:{o.name}" + ("" if o.provider == "baremetal" else f"@{o.region}")
     rival = rivals[0]
     span = evidence.plan_range(rival)
@@ -610,6 +611,10 @@ def _speed_line(est, settled: bool = False) -> str:
     probe = "`gpuplan probe BATCH.yaml` times your own job on it and its rivals (a batch file with `probe:`, docs/batch.md)"
     if not job:
         how = f"{probe}, or time one job on one {o.gpu} and give it as `speed:` in the workload"
+    elif o.provider == "slurm":  # a partition is not provisioned as a cluster: bench inside a Slurm job there
+        cluster, _, partition = o.name.partition(".")
+        how = (f"run `srun -p {partition} --gres=gpu:1 gpuplan bench {job} --local --out {slug}.yaml` on {cluster}'s"
+               f" login host (gpuplan[bench] installed there), then `--profile {slug}.yaml`")
     elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: probe or bench inside one
         how = (f"{probe}; or run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok"
                f" submit` task from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
@@ -644,7 +649,7 @@ def _bench_offers(est) -> list[str]:
     for p in [rec, *close]:
         for o, _ in p.fleet:
             if (o.gpu in named or o.gpu in w.speed or o.gpu == w.reference_gpu or o.kind == "task"
-                    or o.market == "spot"):
+                    or o.market == "spot" or o.provider == "slurm"):
                 continue
             if len(named) > BENCH_RIVALS:
                 return list(named.values())

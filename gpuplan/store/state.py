@@ -905,6 +905,22 @@ class State:
                 seconds, yen = _ledger_row(r, parse_time(t) or now())
                 _add_closed(db, cluster, 1, seconds, yen)
 
+    def ledger_add(self, cluster: str, node: str, provider: str, size: str, price_jpy_per_hour: Decimal, terms: Terms,
+                   tax: str, started_at: datetime, stopped_at: datetime) -> None:
+        """One use that has ended, billed by `terms` from `started_at` to `stopped_at` (a Slurm
+        array task as the cluster timed it); once per (cluster, node): a second call adds nothing."""
+        t = terms
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM ledger WHERE cluster=? AND node=?", (cluster, node)).fetchone():
+                return
+            db.execute(
+                "INSERT INTO ledger (cluster, node, provider, size, price_jpy_per_hour, started_at, stopped_at, price_jpy,"
+                " period_s, granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy, tax) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (cluster, node, provider, size, str(price_jpy_per_hour), _iso(started_at), _iso(stopped_at),
+                 str(t.price_jpy), t.period_s, t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy),
+                 _text(t.monthly_cap_jpy), tax),
+            )
+
     def ledger_seconds_and_yen(self, cluster: str, at: datetime | None = None) -> tuple[int, Decimal]:
         """Machine-seconds so far and what they are billed in yen (billing.charge by each row's
         terms), up to `at`."""

@@ -283,14 +283,15 @@ def _ended_scontrol(cluster, array: str, conn) -> dict[int, dict]:
     return out
 
 
-def _queued(cluster, array: str, conn) -> dict[int, str]:
-    """Each task squeue still holds (pending or running), by array index: its state."""
-    r = _run(cluster, f"squeue -h -r -j {array} -o '%i %T' 2>/dev/null || true", "squeue", conn)
+def _queued(cluster, array: str, conn) -> dict[int, tuple[str, datetime | None]]:
+    """Each task squeue still holds (pending or running), by array index: its state and when it
+    started (None while pending), as Slurm says: a follower that looks late still has the start."""
+    r = _run(cluster, f"squeue -h -r -j {array} -o '%i %T %S' 2>/dev/null || true", "squeue", conn)
     out = {}
     for line in r.stdout.splitlines():
         words = line.split()
-        if len(words) == 2 and "_" in words[0] and words[0].split("_", 1)[1].isdigit():
-            out[int(words[0].split("_", 1)[1])] = words[1]
+        if len(words) == 3 and "_" in words[0] and words[0].split("_", 1)[1].isdigit():
+            out[int(words[0].split("_", 1)[1])] = (words[1], _time(words[2]))
     return out
 
 
@@ -327,18 +328,46 @@ def refresh(state: State, job: str, conn=None) -> JobRow:
                            "slot": f"{array}_{task} gres/gpu={e['gpus']}", "start": _iso(start), "end": _iso(end),
                            "exit": _exit(e["exit"]), "timed_out": e["state"] == "TIMEOUT",
                            "log": f"{folder}/logs/{task}.log"})
-        elif queued.get(task) in ("RUNNING", "COMPLETING") and it.status != "running":
-            first = at if first is None else min(first, at)
+        elif task in queued and queued[task][0] in ("RUNNING", "COMPLETING") and it.status != "running":
+            began = min(queued[task][1] or at, at)  # squeue's StartTime: the task may have run long before we looked
+            first = began if first is None else min(first, began)
             events.append({"t": "start", "i": it.idx, "attempt": 1, "node": CLUSTER,
-                           "slot": f"{array}_{task} gres/gpu=1", "at": _iso(at)})
+                           "slot": f"{array}_{task} gres/gpu=1", "at": _iso(began)})
     if row.state == "submitted" and first is not None:
         events.insert(0, {"t": "begin", "at": _iso(first)})
     if events:
         state.record_job_events(job, events, row.events_read)
+        _bill(state, row, [e for e in events if e["t"] == "end"])
     from gpuplan.run import job_end
 
-    job_end.settle(state, job, _iso(at), OVER)
+    # the job's wall is its tasks' as Slurm timed them (first start to last end), not when someone
+    # looked: a detached batch read once after it ended is as long as it ran
+    starts = [it.started_at for it in state.job_items(job) if it.started_at and not (it.slot or "").startswith("not ")]
+    ends = [it.ended_at for it in state.job_items(job) if it.ended_at and not (it.slot or "").startswith("not ")]
+    job_end.settle(state, job, _iso(max(ends)) if ends else _iso(at), OVER,
+                   started_iso=_iso(min(starts)) if starts else None)
     return _row(state, job)
+
+
+def _bill(state: State, row: JobRow, ended: Sequence[dict]) -> None:
+    """Each ended task that held a GPU as one row of the cost ledger (what `cost-report` reads):
+    from its start to its end as Slurm counts them, by the partition's terms per GPU, x its GPUs;
+    the same seconds and rule as job_yen, each task billed on its own."""
+    from dataclasses import replace
+
+    from gpuplan.providers import slurm
+
+    terms = job_terms(row)
+    size = slurm.offer_name(row.options["slurm_cluster"], row.options["partition"])
+    for e in ended:
+        held = re.fullmatch(r"(\S+) (gres/gpu\S*)", e.get("slot") or "")  # "ARRAY_TASK gres/gpu=N"; else never started
+        gpus = _gpus(held.group(2)) if held else 0
+        if held is None or gpus <= 0 or not e.get("start") or not e.get("end"):
+            continue  # never held a GPU: nothing billed
+        t = replace(terms, price_jpy=terms.price_jpy * gpus)
+        state.ledger_add(row.cluster, f"{row.id}/{held.group(1)}", slurm.PROVIDER, size, t.price_jpy * 3600 / t.period_s,
+                         t, "included",  # the partition's price, as its offer says (providers/slurm.py)
+                         datetime.fromisoformat(e["start"]), datetime.fromisoformat(e["end"]))
 
 
 def _exit(text: str) -> int | None:
@@ -369,11 +398,11 @@ def cancel(state: State, job: str) -> int:
     now = _iso()
     open_items = [it for it in state.job_items(job) if it.status in ("queued", "running")]
     if open_items:  # cancelled before sacct recorded them (a pending task never started)
-        state.record_job_events(job, [{"t": "end", "i": it.idx, "status": "cancelled", "attempt": it.attempts,
-                                       "node": CLUSTER, "slot": it.slot or "not started",
-                                       "start": _iso(it.started_at) if it.started_at else now, "end": now,
-                                       "exit": None, "timed_out": False, "log": it.log_path} for it in open_items],
-                                _row(state, job).events_read)
+        ends = [{"t": "end", "i": it.idx, "status": "cancelled", "attempt": it.attempts, "node": CLUSTER,
+                 "slot": it.slot or "not started", "start": _iso(it.started_at) if it.started_at else now, "end": now,
+                 "exit": None, "timed_out": False, "log": it.log_path} for it in open_items]
+        state.record_job_events(job, ends, _row(state, job).events_read)
+        _bill(state, _row(state, job), ends)
     state.set_job_state(job, "cancelled")
     return len(held)
 
@@ -401,12 +430,29 @@ def job_yen(state: State, row: JobRow, at=None) -> Decimal:
     return billing.charge_tasks(task_seconds(state, row.id, at), job_terms(row))
 
 
+def gpus_at_once(state: State, job: str) -> int:
+    """The most GPUs the batch's tasks held at one time (each task its own GPU, as timed by
+    Slurm): what it ran on, as "N x CLUSTER.PARTITION" says of a plan; 1 where none ran."""
+    edges = []
+    for it in state.job_items(job):
+        if it.started_at is None or it.ended_at is None or (it.slot or "").startswith("not "):
+            continue
+        gpus = _gpus((it.slot or "").split(" ", 1)[1] if " " in (it.slot or "") else "gres/gpu=1")
+        edges += [(it.started_at, gpus), (it.ended_at, -gpus)]  # an end before a start at the same second
+    peak = held = 0
+    for _, change in sorted(edges, key=lambda e: (e[0], e[1])):
+        held += change
+        peak = max(peak, held)
+    return max(1, peak)
+
+
 def summary(state: State, job: str):
     from gpuplan.providers import slurm
     from gpuplan.run.ray import runner
 
     row = _row(state, job)
-    return runner.RunSummary(row.cluster, runner.item_results(state, job), runner.job_seconds(row), 1, None,
+    return runner.RunSummary(row.cluster, runner.item_results(state, job), runner.job_seconds(row), gpus_at_once(state, job),
+                             None,
                              Path(f"{_array_of(state, row)[1] or '?'} on Slurm {row.options['slurm_cluster']}"), (),
                              slurm.PROVIDER, slurm.offer_name(row.options["slurm_cluster"], row.options["partition"]),
                              job_terms(row), tuple(task_seconds(state, job)))
