@@ -52,7 +52,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 SLOT_WAIT_S = 0.5
@@ -77,7 +77,7 @@ def container_name(job: str, index: int, attempt: int) -> str:
 
 
 def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: list[str], out: str, workdir: str,
-                   env: dict[str, str], passed: list[str] = ()) -> list[str]:
+                   env: dict[str, str], passed: Sequence[str] = ()) -> list[str]:
     """`docker run` for one attempt: the GPU(s) Ray gave the slot (none on a CPU-only node), the
     output dir and the workdir mounted at the same paths (the workdir is the working dir), the
     GPUPLAN_* variables, the names in `passed` with their values from the docker client's own

@@ -188,7 +188,8 @@ def submit(state: State, target: str, items: Sequence[tuple[int, str]], command:
             if env:
                 _run(cluster, f"(umask 077 && cat > {q}/env.sh)", "writing env.sh", conn, stdin=env_file(env))
             elif opts.get("env_names"):  # a resume: the env.sh of the job it resumes, kept on the login host
-                old = _array_of(state, state.job(resumes))[1] if resumes and state.job(resumes) else ""
+                resumed = state.job(resumes) if resumes else None
+                old = _array_of(state, resumed)[1] if resumed is not None else ""
                 _run(cluster, f"cp -p {shlex.quote(old)}/env.sh {q}/env.sh", "copying env.sh of job " + str(resumes), conn)
             _run(cluster, f"cat > {q}/batch.sh && chmod +x {q}/batch.sh", "writing batch.sh", conn,
                  stdin=script(folder, command, {k: "" for k in opts.get("env_names") or ()}))
