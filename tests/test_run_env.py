@@ -160,3 +160,27 @@ def test_a_container_gets_the_env_by_name_only():
 
     argv = ray_driver.container_argv(["docker"], "n", "img", "exec x", [], "/o", "", {"GPUPLAN_ITEM": "a"}, ["HF_TOKEN"])
     assert argv[argv.index("HF_TOKEN") - 1] == "-e" and not any(w.startswith("HF_TOKEN=") for w in argv)
+
+
+def test_a_resumed_batch_gets_the_env_of_the_job_it_resumes(ray_cluster, tmp_path):
+    """`run --resume JOB`: the state has only the names; the new job takes the old one's env.json on the head."""
+    from gpuplan import paths
+    from support.cli import submitted_job
+
+    state, _, _ = ray_cluster
+    secret = "hf_" + secrets.token_hex(16)
+    flag = tmp_path / "second-time"
+    command = f"sh -c 'printf %s \"$HF_TOKEN\" | sha256sum > $GPUPLAN_OUTPUT_DIR/h; [ {{item}} != bad ] || [ -e {flag} ]'"
+    batch = _batch(tmp_path, command, {"HF_TOKEN": secret}, ["ok", "bad"])
+    job = _submit_and_wait(state, batch, ["ok", "bad"])
+    assert state.job(job).state == "failed" and state.job_counts(job) == {"ok": 1, "failed": 1}
+    flag.touch()
+    r = run_cli("run", CLUSTER, "--resume", job)
+    assert r.code == 0, r.out + r.err
+    again = submitted_job(r.out)
+    assert state.job(again).options["env_names"] == ["HF_TOKEN", "PATH"] and state.job_counts(again) == {"ok": 1}
+    r = run_cli("logs", CLUSTER, again, "--fetch", str(tmp_path / "back"))
+    assert r.code == 0, r.err
+    [h] = (tmp_path / "back").glob("*/h")
+    assert h.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()
+    assert secret.encode() not in paths.state_db().read_bytes()

@@ -319,6 +319,10 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
         spec["checkpoint_every_s"] = opts["checkpoint_every_s"] = checkpoint_every_s
     if env:
         opts["env_names"] = sorted(env)
+    elif resumes:  # the resumed job's env.json is lent (engine.submit)
+        resumed = state.job(resumes)
+        if resumed is not None and resumed.options.get("env_names"):
+            opts["env_names"] = resumed.options["env_names"]
     row = state.cluster(cluster)
     if row is not None and row.provider in NOTICE_PROVIDERS:  # each node watches for the cloud's notice
         spec["notice"] = True
