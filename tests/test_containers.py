@@ -100,7 +100,7 @@ def test_an_attempt_in_a_container_gets_its_gpu_output_dir_and_variables(node_he
 
     wd = tmp_path / "home/wd"
     wd.mkdir(parents=True)
-    shell = 'echo "gpu=$NVIDIA_VISIBLE_DEVICES cuda=${CUDA_VISIBLE_DEVICES-none} item=$GPUPLAN_ITEM pwd=$PWD" > {out}/r.txt'
+    shell = 'echo "gpu=$NVIDIA_VISIBLE_DEVICES cuda=${CUDA_VISIBLE_DEVICES-none} item=$GPUPLAN_ITEM pwd=$PWD" > "$GPUPLAN_OUTPUT_DIR/r.txt"'  # as command_line renders {out}
     r = ray_driver.run_item("j-1", 3, "x.mp4", 1, shell, 30, "0.500000", "~/wd", image="img:1")
     assert (r["exit"], r["timed_out"], r["capped"], r["slot"]) == (0, False, False, "n-0:1")
     out = tmp_path / "home/.gpuplan/jobs/j-1/out/3"

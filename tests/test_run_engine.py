@@ -355,14 +355,23 @@ def test_owned_hosts_close_their_ray_ports_to_all_but_the_clusters_members(ray_c
     assert eng.host_firewall  # a baremetal cluster
     for node, h in zip(eng.nodes, hosts):
         b = eng.layout.base(node.index)
-        chain = engine._chain(eng, node)
-        hooks = [line for line in (h.fake_root / "iptables.rules").read_text().splitlines() if line.startswith("I ")]
-        assert hooks == [f"I INPUT -p tcp --dport {b}:{b + 99} -j {chain}"]
-        log = (h.fake_root / "iptables.log").read_text().splitlines()
-        last = log[len(log) - 1 - log[::-1].index(f"iptables -w -A {chain} -s 127.0.0.0/8 -j RETURN"):]
-        assert last[:3] == [f"iptables -w -A {chain} -s 127.0.0.0/8 -j RETURN",
-                            f"iptables -w -A {chain} -s 127.0.0.1 -j RETURN",  # the members' private address
-                            f"iptables -w -A {chain} -j DROP"]
+        chain, out = engine._chain(eng, node), engine._out_chain(eng, node)
+        for tool in ("iptables", "ip6tables"):  # IPv6 as IPv4 (issue 43)
+            hooks = [line for line in (h.fake_root / f"{tool}.rules").read_text().splitlines() if line.startswith("I ")]
+            assert hooks == [f"I INPUT -p tcp --dport {b}:{b + 99} -j {chain}",
+                             f"I OUTPUT -o lo -p tcp --dport {b}:{b + 99} -j {out}"]
+            log = (h.fake_root / f"{tool}.log").read_text().splitlines()
+            last = log[len(log) - 1 - log[::-1].index(f"{tool} -w -N {chain}"):]
+            # IPv4: loopback and the members' (private) address; IPv6, which no member uses: nothing
+            admitted = ([f"{tool} -w -A {chain} -s 127.0.0.0/8 -j RETURN", f"{tool} -w -A {chain} -s 127.0.0.1 -j RETURN"]
+                        if tool == "iptables" else [])
+            assert last[1:3 + len(admitted)] == [*admitted, f"{tool} -w -A {chain} -j DROP"] or \
+                last[2:4 + len(admitted)] == [*admitted, f"{tool} -w -A {chain} -j DROP"]  # -N failed, then -F
+            # on the node itself, only the SSH user's (root here) and root's connections reach the ports
+            assert [line for line in last if f" {out} " in line and " -A " in line] == [
+                f"{tool} -w -A {out} -m owner --uid-owner 0 -j RETURN",
+                f"{tool} -w -A {out} -m owner --uid-owner 0 -j RETURN",
+                f"{tool} -w -A {out} -p tcp -j REJECT --reject-with tcp-reset"]
 
 
 def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_path):
@@ -391,4 +400,6 @@ def test_run_down_tears_the_cluster_down_when_the_batch_ends(ray_cluster, tmp_pa
         time.sleep(0.5)
     assert tagged_pids(f"{CLUSTER}-") == []
     for h in hosts:  # and the firewall chains gpuplan added are gone with it
-        assert "I INPUT" not in (h.fake_root / "iptables.rules").read_text()
+        for tool in ("iptables", "ip6tables"):
+            assert "I INPUT" not in (h.fake_root / f"{tool}.rules").read_text()
+            assert "I OUTPUT" not in (h.fake_root / f"{tool}.rules").read_text()

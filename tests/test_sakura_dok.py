@@ -302,12 +302,19 @@ def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_pat
     r = cli("jobs", "dok", "--format", "json")
     assert json.loads(r.out)[0]["state"] == "cancelled"
 
-    r = cli("run", "-y", "dok", "--resume", "dok-1", "--detach")  # the two that did not succeed, same image and command
+    # the state keeps no value of --env: a resume is told to give it again, before anything is sent
+    r = cli("run", "-y", "dok", "--resume", "dok-1", "--detach")
+    assert r.code == 2 and "job dok-1 ran with --env BUCKET: give it again" in r.err
+    from gpuplan import paths
+
+    assert b"s3://b" not in paths.state_db().read_bytes()
+    r = cli("run", "-y", "dok", "--resume", "dok-1", "--env", "BUCKET=s3://b", "--detach")  # the two that did not succeed
     assert r.code == 0, r.err
     assert "job dok-2 submitted: 2 DOK tasks" in r.out
     again = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"][3:]
     assert [b["containers"][0]["command"][-1] for b in again] == ["b.mp4", "c.mp4"]
     assert all(b["containers"][0]["image"] == "registry.example/me/colorize:1" for b in again)
+    assert all(b["containers"][0]["environment"] == {"BUCKET": "s3://b"} for b in again)
 
 
 def test_run_dok_follows_to_the_end_and_bills_each_task_with_its_own_minimum(dok_env, cli, tmp_path, monkeypatch):

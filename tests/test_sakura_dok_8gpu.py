@@ -102,7 +102,7 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
     r = cli("logs", "dok", "dok-1", "3")  # by its line number
     assert r.out.startswith("got [fail] on gpu ")
 
-    r = cli("run", "-y", "dok", "--resume", "dok-1", "--detach")  # the failed item, again as one 8-GPU task
+    r = cli("run", "-y", "dok", "--resume", "dok-1", "--env", "BUCKET=s3://b", "--detach")  # the failed item, again
     assert r.code == 0, r.err
     assert "job dok-2 submitted: one h100-8gpu-80gb DOK task for 1 item" in r.out
     again = _posted(fake)[1]

@@ -189,3 +189,60 @@ def test_cancel_leaves_no_task_in_squeue(lab, cli, tmp_path):
     ran = [s for s in sacct_gpu_seconds(lab, array) if s > 0]
     assert len(ran) == 2, lab.run("sacct", "-j", array, "-X", "-P", "-n", "--format=JobID,State,ElapsedRaw,AllocTRES").stdout
     assert backends.yen(state, state.job(job)) == sum(Decimal(s) * PRICE / 3600 for s in ran)
+
+
+COLORIZE = """import hashlib, os, sys
+item, out = sys.argv[1], sys.argv[sys.argv.index("--out") + 1]
+token = hashlib.sha256(os.environ["HF_TOKEN"].encode()).hexdigest()
+with open(os.path.join(out, "result.txt"), "w") as fh:
+    fh.write(f"colorized {item} {token}\\n")
+"""
+
+
+def test_the_readmes_batch_line_runs_as_written_and_its_env_stays_secret(lab, slurm, cli, tmp_path):
+    """README.md's `command: python colorize.py {item} --out $GPUPLAN_OUTPUT_DIR` (issue 43: it
+    reached the program as the literal text), launched on Slurm with an `env:` secret: outputs
+    fetched, the item read the secret, which is in no state row, JSON, log or world-readable batch.sh."""
+    import hashlib
+    import secrets
+    import shutil
+    import stat
+
+    from gpuplan.store.state import State
+
+    _, login = slurm
+    config = paths.config_dir() / "slurm.yaml"
+    doc = yaml.safe_load(config.read_text())
+    doc["clusters"][0]["workdir"] = "readme-batches"
+    config.write_text(yaml.safe_dump(doc))
+    shutil.rmtree(login.fake_root / "root" / "readme-batches", ignore_errors=True)
+    folder = login.fake_root / "root" / "readme-batches" / "slurm-1"  # the batch's folder: colorize.py beside it
+    folder.mkdir(parents=True)
+    (folder / "colorize.py").write_text(COLORIZE)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to("/usr/bin/python3")  # the hosts have python3 only
+    secret = "hf_" + secrets.token_hex(16)
+    items_file(tmp_path, 2)
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
+        "workload": "colorize-hd", "items": "items.txt", "command": "python colorize.py {item} --out $GPUPLAN_OUTPUT_DIR",
+        "infra": ["slurm"], "outputs": "results", "timeout": "10m",
+        "env": {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HF_TOKEN": secret}}))
+    r = cli("launch", str(tmp_path / "batch.yaml"), "-y")
+    assert r.code == 0, r.out + r.err
+    state = State.open_default()
+    [job] = [row.id for row in state.jobs("slurm")]
+    assert job == "slurm-1" and state.job_counts(job) == {"ok": 2}
+    token = hashlib.sha256(secret.encode()).hexdigest()
+    got = sorted(p.read_text() for p in (tmp_path / "results").glob("*/result.txt"))
+    assert got == [f"colorized clip {i}.mp4 {token}\n" for i in range(2)]
+    assert not (folder / "$GPUPLAN_OUTPUT_DIR").exists()
+    # the value: only in env.sh, the batch's user's alone; batch.sh (0755 on the shared file system) sources it
+    assert stat.S_IMODE((folder / "env.sh").stat().st_mode) == 0o600 and secret in (folder / "env.sh").read_text()
+    assert secret not in (folder / "batch.sh").read_text()
+    assert secret.encode() not in paths.state_db().read_bytes()
+    assert state.job(job).options["env_names"] == ["HF_TOKEN", "PATH"]
+    for args in (("jobs", "slurm", "--format", "json"), ("logs", "slurm", job, "clip 0.mp4")):
+        shown = cli(*args)
+        assert shown.code == 0, shown.err
+        assert secret not in shown.out + shown.err
+    assert secret not in r.out + r.err

@@ -135,14 +135,13 @@ class RayBackend:
         from gpuplan.fleet import locks
         from gpuplan.run.ray import runner
 
-        command = list(sub.command)
-        if sub.env:  # `env` runs inside the container too, where there is one
-            command = ["env", *(f"{k}={v}" for k, v in sub.env.items()), *command]
+        command = list(sub.command)  # `env` reaches each item (in its container too) from a 0600 file: runner.submit
         with locks.cluster(sub.target):  # no teardown or bootstrap while the batch is submitted
             return runner.submit(state, sub.target, list(sub.items), command, per_gpu=sub.per_gpu, retries=sub.retries,
                                  timeout=sub.timeout_s, options=dict(sub.options), resumes=sub.resumes,
                                  local_workdir=sub.workdir, progress=progress, image=sub.image or None,
-                                 registry=sub.registry, stop_at=sub.stop_at, checkpoint_every_s=sub.checkpoint_every_s)
+                                 registry=sub.registry, stop_at=sub.stop_at, checkpoint_every_s=sub.checkpoint_every_s,
+                                 env=dict(sub.env))
 
     def claims(self, row: JobRow) -> bool:
         return self.names(row.cluster)

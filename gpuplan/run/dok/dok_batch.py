@@ -4,14 +4,14 @@ runs the batch's items in its 8 slots, as the planner plans that offer (one task
 The task's command is a small runner in POSIX sh (the user's image may have no python and no
 bash): one worker loop per GPU (CUDA_VISIBLE_DEVICES=g; as many as `nvidia-smi -L` lists, else
 8), each claiming the next item nobody has claimed (an atomic `mkdir`), so a long item does not
-hold up the others. Each item's command is the user's with {item} put in, every word
-single-quoted and run with `exec` (as a 1-GPU task runs its command: an argv, no shell
-expansion; `exec` also keeps the runner's own functions from being called by a command of the
-same name). An item running longer than --timeout is killed (kill -9 of its program; what it
-started itself may outlive it). Per item, in $SAKURA_ARTIFACT_DIR/gpuplan/ (the task's artifact):
-<idx>.log (its stdout and stderr) and <idx>.status (exit=, gpu=, start=, end= in epoch seconds,
-timed_out=); on stdout, the log stream, a line as each item starts and ends. The task exits 0
-only if every item succeeded.
+hold up the others. Each item's command is the line every backend runs (command_line.py:
+{item} as $GPUPLAN_ITEM, set to the item first, {out} and $NAME), run with `exec` (which also
+keeps the runner's own functions from being called by a command of the same name);
+$GPUPLAN_OUTPUT_DIR is the task's artifact folder. An item running longer than --timeout is
+killed (kill -9 of its program; what it started itself may outlive it). Per item, in
+$SAKURA_ARTIFACT_DIR/gpuplan/ (the task's artifact): <idx>.log (its stdout and stderr) and
+<idx>.status (exit=, gpu=, start=, end= in epoch seconds, timed_out=); on stdout, the log
+stream, a line as each item starts and ends. The task exits 0 only if every item succeeded.
 """
 
 from __future__ import annotations
@@ -45,16 +45,14 @@ def quote(word: str) -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
 
-def item_argv(command: Sequence[str], item: str) -> list[str]:
-    return [w.replace("{item}", item) for w in command]
-
-
 def script(items: Sequence[tuple[int, str]], command: Sequence[str], item_limit_s: int | None = None) -> str:
     """The runner for `items` (index, text), in that order, each killed after `item_limit_s`
     (none: no limit of its own); bad input when it is too big to send."""
     where = "\n".join(f"    {k}) i={idx} ;;" for k, (idx, _) in enumerate(items))
-    what = "\n".join(f"    {k}) exec {' '.join(quote(w) for w in item_argv(command, item))} ;;"
-                     for k, (_, item) in enumerate(items))
+    from gpuplan.run import command_line
+
+    line = command_line.exec_line(command)  # as on every backend: {item}, {out}, $NAME (command_line.py)
+    what = "\n".join(f"    {k}) GPUPLAN_ITEM={quote(item)}; export GPUPLAN_ITEM; {line} ;;" for k, (_, item) in enumerate(items))
     text = _RUNNER.replace("@N@", str(len(items))).replace("@LIMIT@", str(int(item_limit_s or 0))) \
         .replace("@GPUS@", str(GPUS)).replace("@WHERE@", where).replace("@WHAT@", what)
     size = len(text.encode())
@@ -66,6 +64,7 @@ def script(items: Sequence[tuple[int, str]], command: Sequence[str], item_limit_
 
 _RUNNER = r"""# gpuplan: @N@ items on this task's GPUs, one per GPU at a time
 D="${SAKURA_ARTIFACT_DIR:-/tmp}/gpuplan"
+GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}"; export GPUPLAN_OUTPUT_DIR
 mkdir -p "$D/.claims" || exit 1
 n=@N@
 limit=@LIMIT@

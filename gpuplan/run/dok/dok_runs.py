@@ -29,6 +29,7 @@ job's own start and end are the task's (end minus its execution_seconds): its on
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -140,6 +141,11 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     from gpuplan.run.ray import engine
 
     engine.check_items_command(command)
+    resumed = state.job(resumes) if resumes else None
+    lacking = sorted(set(resumed.options.get("env_names") or ()) - set(environment or {})) if resumed else []
+    if lacking:  # bad input before anything is sent: the state never kept their values
+        raise UsageError(f"job {resumes} ran with --env {', '.join(lacking)}: give {'it' if len(lacking) == 1 else 'them'}"
+                         " again (--env KEY=VALUE); gpuplan keeps no value of an environment variable")
     batch = plan == dok_batch.PLAN
     # the 8-GPU task's own limit is its items' (time_limit_s is one item's)
     task_limit_s = _batch_limit(time_limit_s, len(items)) if batch else time_limit_s
@@ -149,7 +155,8 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     terms = terms_of(plan)
     client.check_credentials()
     confirm(spend(plan, 1 if batch else len(items), len(items), task_limit_s, terms))
-    opts = {"dok_plan": plan, "image": image, "environment": dict(environment or {}), "registry": registry,
+    # the environment's names only: its values go to DOK with each task, never into the state
+    opts = {"dok_plan": plan, "image": image, "env_names": sorted(environment or {}), "registry": registry,
             "time_limit_s": time_limit_s, "terms": _terms_json(terms), **(options or {})}
     job = state.add_numbered_job(CLUSTER, list(command), opts, items, 1, resumes, backend="dok")
     installation = state.installation_id()
@@ -163,7 +170,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
         for idx, item in items:
             name = f"{job}-{idx}"
             with state.journaled("dok-task", name, CLUSTER, f"{plan} {image}"):
-                client.submit(name, image, plan, [w.replace("{item}", item) for w in command], environment=environment,
+                client.submit(name, image, plan, task_command(command, item), environment=environment,
                               tags=[f"{TAG_RUN}={job}", f"{TAG_ITEM}={idx}", f"{TAG_INSTALLATION}={installation}"],
                               time_limit_s=time_limit_s, registry=registry)
             done += 1
@@ -173,6 +180,19 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
             state.set_job_state(job, "failed")
         raise
     return job
+
+
+def task_command(command: Sequence[str], item: str) -> list[str]:
+    """One item's task command, meaning what it means on every backend (command_line.py): an argv
+    with {item} put in where no shell is needed (the image's ENTRYPOINT, if any, gets it as
+    before); else `sh -c` of command_line's line, with GPUPLAN_ITEM and GPUPLAN_OUTPUT_DIR (the
+    task's artifact folder) set first."""
+    from gpuplan.run import command_line
+
+    if not command_line.needs_shell(command):
+        return [w.replace("{item}", item) for w in command]
+    return ["sh", "-c", f"GPUPLAN_ITEM={shlex.quote(item)} GPUPLAN_OUTPUT_DIR=\"${{SAKURA_ARTIFACT_DIR:-/tmp}}\";"
+                        f" export GPUPLAN_ITEM GPUPLAN_OUTPUT_DIR; {command_line.exec_line(command)}"]
 
 
 MAX_TIME_LIMIT_S = DOK_TASK_LIMIT_S  # the most gpuplan asks a DOK task's time limit to be (20 days)

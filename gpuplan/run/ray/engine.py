@@ -27,7 +27,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -165,29 +165,59 @@ def _chain(eng: Engine, node: Node) -> str:
 
 
 def firewall_script(eng: Engine, node: Node) -> str:
-    """As root: the node's Ray ports (its 100 from Layout.base) admit only loopback and the
-    cluster's members; everything else is dropped. Idempotent: the chain is rebuilt with today's
-    members and hooked into INPUT once. Exits 3 without iptables (the node is then left out)."""
+    """As root: the node's Ray ports (its 100 from Layout.base) admit only the cluster's members,
+    over IPv4 and IPv6 (Ray's servers listen dual-stack: iptables alone leaves them open over
+    IPv6), and, on the node itself, only the SSH user's processes (and root's): the Jobs API has
+    no authentication, and another local user reaching it would run code as the SSH user. INPUT:
+    a member's address or loopback (IPv4; ::1 only where a member has an IPv6 address) passes,
+    everything else is dropped; OUTPUT (where the owner of a local connection is known): a
+    connection to the range from any other user is refused.
+    Idempotent: the chains are rebuilt with today's members and hooked in once. Exits 3 without
+    iptables, or without ip6tables on a node with IPv6 (the node is then left out)."""
     b = eng.layout.base(node.index)
     chain, ports = _chain(eng, node), f"{b}:{b + PORTS_PER_NODE - 1}"
+    out = _out_chain(eng, node)
     members = sorted({n.private_ip for n in eng.nodes})
+    v4 = [ip for ip in members if ":" not in ip]
+    v6 = [ip for ip in members if ":" in ip]
     lines = ["command -v iptables >/dev/null || { echo 'iptables not found: Ray ports cannot be closed to the outside;"
              " install iptables'; exit 3; }",
-             f"iptables -w -N {chain} 2>/dev/null || iptables -w -F {chain}",
-             f"iptables -w -A {chain} -s 127.0.0.0/8 -j RETURN",
-             *[f"iptables -w -A {chain} -s {shlex.quote(ip)} -j RETURN" for ip in members],
-             f"iptables -w -A {chain} -j DROP",
-             f"iptables -w -C INPUT -p tcp --dport {ports} -j {chain} 2>/dev/null ||"
-             f" iptables -w -I INPUT -p tcp --dport {ports} -j {chain}"]
+             "v6=ip6tables; command -v ip6tables >/dev/null || { [ -s /proc/net/if_inet6 ] && { echo 'ip6tables not found"
+             " on a host with IPv6: Ray ports cannot be closed to it; install ip6tables (the iptables package)'; exit 3; };"
+             " v6=:; }",
+             # the SSH user, whose processes (Ray's, the driver, gpuplan's tunnel) may reach the ports
+             'uid="${SUDO_UID:-$(id -u)}"']
+    # IPv6: only the members' IPv6 addresses (and ::1 where there are any): a cluster of IPv4
+    # addresses uses none, so Ray's dual-stack ports are closed over IPv6 altogether
+    for tool, loop, addrs in (("iptables", ["127.0.0.0/8"], v4), ("$v6", ["::1"] if v6 else [], v6)):
+        lines += [f"{tool} -w -N {chain} 2>/dev/null || {tool} -w -F {chain}",
+                  *[f"{tool} -w -A {chain} -s {x} -j RETURN" for x in loop],
+                  *[f"{tool} -w -A {chain} -s {shlex.quote(ip)} -j RETURN" for ip in addrs],
+                  f"{tool} -w -A {chain} -j DROP",
+                  f"{tool} -w -C INPUT -p tcp --dport {ports} -j {chain} 2>/dev/null ||"
+                  f" {tool} -w -I INPUT -p tcp --dport {ports} -j {chain}",
+                  f"{tool} -w -N {out} 2>/dev/null || {tool} -w -F {out}",
+                  f'{tool} -w -A {out} -m owner --uid-owner "$uid" -j RETURN',
+                  f"{tool} -w -A {out} -m owner --uid-owner 0 -j RETURN",
+                  f"{tool} -w -A {out} -p tcp -j REJECT --reject-with tcp-reset",
+                  f"{tool} -w -C OUTPUT -o lo -p tcp --dport {ports} -j {out} 2>/dev/null ||"
+                  f" {tool} -w -I OUTPUT -o lo -p tcp --dport {ports} -j {out}"]
     return "set -e\n" + "\n".join(lines) + "\n"
 
 
+def _out_chain(eng: Engine, node: Node) -> str:
+    """The node's chain for local connections to its Ray ports (OUTPUT: their owner is known)."""
+    return _chain(eng, node).replace("GPUPLAN-RAY-", "GPUPLAN-RAYO-")
+
+
 def unfirewall_script(eng: Engine, node: Node) -> str:
-    """As root: the node's chain and its hook removed (after Ray stopped there)."""
+    """As root: the node's chains and their hooks removed (after Ray stopped there), IPv4 and IPv6."""
     b = eng.layout.base(node.index)
-    chain, ports = _chain(eng, node), f"{b}:{b + PORTS_PER_NODE - 1}"
-    return (f"iptables -w -D INPUT -p tcp --dport {ports} -j {chain} 2>/dev/null; iptables -w -F {chain} 2>/dev/null;"
-            f" iptables -w -X {chain} 2>/dev/null; true")
+    chain, out, ports = _chain(eng, node), _out_chain(eng, node), f"{b}:{b + PORTS_PER_NODE - 1}"
+    return " ".join(f"command -v {t} >/dev/null && {{ {t} -w -D INPUT -p tcp --dport {ports} -j {chain} 2>/dev/null;"
+                    f" {t} -w -F {chain} 2>/dev/null; {t} -w -X {chain} 2>/dev/null;"
+                    f" {t} -w -D OUTPUT -o lo -p tcp --dport {ports} -j {out} 2>/dev/null; {t} -w -F {out} 2>/dev/null;"
+                    f" {t} -w -X {out} 2>/dev/null; }};" for t in ("iptables", "ip6tables")) + " true"
 
 
 def _env(eng: Engine, node: Node) -> str:
@@ -516,17 +546,21 @@ def code_tag() -> str:
     return h.hexdigest()[:16]
 
 
-def submit(eng: Engine, job: str, spec: dict) -> None:
+def submit(eng: Engine, job: str, spec: dict, env: Mapping[str, str] | None = None, env_of: str | None = None) -> None:
     """Put the batch's spec (and the driver's code, where the head lacks this version) on the
     head and start the driver there as a Ray Job, over one SSH connection: one command writes the
     spec from its stdin and says whether the code is there, then the job goes to Ray's Jobs REST
     API on the head's loopback through an SSH tunnel (`POST /api/jobs/`, as `ray job submit
-    --no-wait` sends it)."""
+    --no-wait` sends it).
+
+    `env`: the batch's `env:`, written from stdin into env.json in the job's folder (mode 0600,
+    the folder 0700), where the driver reads it: its values are in no argv, spec or state. Without
+    one, `env_of` (the job this one resumes) lends its env.json, kept on the head."""
     import secrets
 
     d, tag = _jobdir(job), code_tag()
     code = f"$HOME/{CODE_DIR}/{tag}"
-    first = (f"mkdir -p {d} {code} && cat > {d}/spec.json && echo \"$HOME\" && cd {code} &&"
+    first = (f"mkdir -p {d} {code} && chmod 700 {d} && cat > {d}/spec.json && echo \"$HOME\" && cd {code} &&"
              f" {{ cat {' '.join(CODE_FILES)} 2>/dev/null | sha256sum; }}")
     conn, kept = _head_connection(eng.head.host)
     try:
@@ -541,6 +575,12 @@ def submit(eng: Engine, job: str, spec: dict) -> None:
         lines = r.stdout.split("\n")
         if not r.ok or len(lines) < 2:
             raise EngineError(f"{eng.head.name}: cannot write the job's spec: {r.why()}")
+        if env or env_of:
+            put = (f"(umask 077 && cat > {d}/env.json)" if env else
+                   f"if [ -f {_jobdir(env_of or '')}/env.json ]; then cp -p {_jobdir(env_of or '')}/env.json {d}/env.json; fi")
+            r = conn.run(put, timeout=60, stdin=json.dumps(dict(env or {})))
+            if not r.ok:
+                raise EngineError(f"{eng.head.name}: cannot write the job's environment: {r.why()}")
         home = lines[0].strip()
         where, code = f"{home}/{JOBS_DIR}/{job}", f"{home}/{CODE_DIR}/{tag}"
         if lines[1][:16] != tag:  # this version of the driver is not on the head (or not whole): upload it

@@ -52,7 +52,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 SLOT_WAIT_S = 0.5
@@ -69,10 +69,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def render(command: list[str], item: str) -> str:
-    return shlex.join([word.replace("{item}", item) for word in command])
-
-
 def container_name(job: str, index: int, attempt: int) -> str:
     """The attempt's container: one name per job, item and attempt (docker refuses a name in use)."""
     import re
@@ -81,10 +77,12 @@ def container_name(job: str, index: int, attempt: int) -> str:
 
 
 def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: list[str], out: str, workdir: str,
-                   env: dict[str, str]) -> list[str]:
+                   env: dict[str, str], passed: Sequence[str] = ()) -> list[str]:
     """`docker run` for one attempt: the GPU(s) Ray gave the slot (none on a CPU-only node), the
     output dir and the workdir mounted at the same paths (the workdir is the working dir), the
-    GPUPLAN_* variables, `bash -c SHELL` inside. --init: signals reach the command (a shell as
+    GPUPLAN_* variables, the names in `passed` with their values from the docker client's own
+    environment (`-e NAME`: the batch's `env:`, never on the command line), `bash -c SHELL`
+    inside. --init: signals reach the command (a shell as
     PID 1 ignores SIGTERM); --ipc host: PyTorch's data loaders outgrow Docker's 64 MB /dev/shm."""
     argv = [*docker, "run", "--rm", "--init", "--ipc", "host", "--name", name]
     if gpus:  # two or more devices: docker reads the value as CSV, so the list goes in double quotes
@@ -95,6 +93,8 @@ def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: l
         argv += ["-v", f"{env['GPUPLAN_CHECKPOINT_DIR']}:{env['GPUPLAN_CHECKPOINT_DIR']}"]
     if workdir:
         argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
+    for key in passed:
+        argv += ["-e", key]
     for key, value in env.items():
         argv += ["-e", f"{key}={value}"]
     return [*argv, image, "bash", "-c", shell]
@@ -102,7 +102,7 @@ def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: l
 
 def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,
              workdir: str, image: str = "", stop_at: float | None = None, docker: str = "docker",
-             checkpoints=None, checkpoint_every_s: float = 0, *, on_start=None) -> dict:
+             checkpoints=None, checkpoint_every_s: float = 0, env: dict | None = None, *, on_start=None) -> dict:
     """One attempt of one item, on the node Ray placed it on (runs in a Ray worker). With
     `image`, in a container (`docker`: how this node runs the docker CLI). At `stop_at` (epoch
     seconds: the yen cap) the attempt is stopped like a timed-out one and returns "capped".
@@ -112,7 +112,11 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     writes there goes to the store every `checkpoint_every_s` while it runs (when it changed)
     and once more at its end: an attempt on another node (its node lost, a retry) starts from it.
     The result's "saved" is when it last sent a changed folder there (None: never): the work
-    after it is what an interrupted attempt loses."""
+    after it is what an interrupted attempt loses.
+
+    `env`: the batch's `env:` (its values read by the driver from the job's env.json, mode 0600
+    on the head): in the item's environment only, never in an argv (a container gets `-e NAME`,
+    the docker client holding the value in its own environment, which only its user reads)."""
     import shutil
     import subprocess
 
@@ -130,8 +134,6 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     out = f"{home}/out/{index}"  # what `gpuplan logs CLUSTER JOB --fetch DIR` copies back; only the last attempt's
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    if "'" not in out:  # {out} sits inside a shell-quoted word
-        shell = shell.replace("{out}", out)
     log = f"{home}/logs/{index}.{attempt}.log"
     extra = {"GPUPLAN_ITEM": item, "GPUPLAN_JOB": job, "GPUPLAN_ATTEMPT": str(attempt), "GPUPLAN_OUTPUT_DIR": out}
     send, restored = None, 0
@@ -156,13 +158,13 @@ def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_
     if image:
         name = container_name(job, index, attempt)
         argv = container_argv(shlex.split(docker), name, image, shell, gpus, out, os.path.expanduser(workdir) if workdir
-                              else "", extra)
-        env, cwd = dict(os.environ), home
+                              else "", extra, sorted(env or {}))
+        env, cwd = dict(os.environ, **(env or {})), home
         os.makedirs(f"{home}/containers", exist_ok=True)
         with open(f"{home}/containers/{index}.{attempt}", "w") as fh:  # kill_job_groups removes it too
             fh.write(f"{docker}\t{name}\n")
     else:
-        argv, env = ["bash", "-c", shell], dict(os.environ, **extra)
+        argv, env = ["bash", "-c", shell], dict(os.environ, **(env or {}), **extra)
     start = _now()
     with open(log, "wb") as log_fh:
         proc = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
@@ -427,6 +429,16 @@ def _absent(rules, name: str, left_out: dict) -> tuple[str, str]:
     return rules.NOT_IN_RAY, "not in the Ray cluster (its Ray node is not running)"
 
 
+def _env_file(jobdir: str) -> dict[str, str]:
+    """The batch's `env:` (names and values), from env.json beside the spec: written by the client
+    over SSH's stdin, readable by the SSH user only; {} where the batch has none."""
+    try:
+        with open(f"{jobdir}/env.json") as fh:
+            return {str(k): str(v) for k, v in json.load(fh).items()}
+    except FileNotFoundError:
+        return {}
+
+
 def main(spec_path: str) -> int:
     import batch_rules as rules
     import ray
@@ -450,6 +462,7 @@ def main(spec_path: str) -> int:
         return warm(ray, spec, events)
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
+    secrets = _env_file(jobdir)
     stop_at = datetime.fromisoformat(spec["stop_at"]).timestamp() if spec.get("stop_at") else None
     cap_t = stop_at if stop_at is not None else float("inf")
     left_out = spec.get("left_out") or {}  # nodes the client could not reach or start Ray on, with why
@@ -591,9 +604,9 @@ def main(spec_path: str) -> int:
                     break
                 s = batch.items[index]
                 actor = free[node].pop()
-                ref = actor.run.remote(job, index, s.item, s.attempts, render(spec["command"], s.item),
+                ref = actor.run.remote(job, index, s.item, s.attempts, spec["shell"],
                                        float(spec["timeout_s"]), fraction, spec.get("workdir") or "", image, stop_at,
-                                       docker.get(node) or "docker", checkpoints, every_s)
+                                       docker.get(node) or "docker", checkpoints, every_s, secrets)
                 inflight[ref] = (index, node, s.attempts, actor)
                 events.write(t="start", i=index, node=node, attempt=s.attempts, at=_now())
         if batch.stuck() or not inflight:

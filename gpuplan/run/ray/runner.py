@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -191,11 +191,6 @@ def job_name(index: int, item: str) -> str:
     return f"{index:04d}-{slug or 'item'}"
 
 
-def render(command: Sequence[str], item: str) -> str:
-    """The shell command for one item: each word shell-quoted after {item} is substituted."""
-    return shlex.join([word.replace("{item}", item) for word in command])
-
-
 def torchrun_argv(python: str, *, nodes: int | str, nproc_per_node: int | str, node_rank: int | str, master_addr: str,
                   master_port: int, program: Sequence[str]) -> list[str]:
     """`python -m torch.distributed.run` (torchrun) with a static rendezvous on master_addr (the
@@ -298,7 +293,7 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
            retries: int = 0, timeout: int = 86400, options: dict | None = None, resumes: str | None = None,
            workdir: str = "", local_workdir: Path | None = None, recover: bool = False,
            progress: Callable[[str], None] = lambda _m: None, image: str | None = None, registry: Any = None,
-           stop_at: datetime | None = None, checkpoint_every_s: int = 0) -> str:
+           stop_at: datetime | None = None, checkpoint_every_s: int = 0, env: Mapping[str, str] | None = None) -> str:
     """Start Ray where it is not running, copy `local_workdir` to every node (the items run in
     it; or in `workdir`, already on the nodes), submit the batch as a Ray Job and record it;
     returns the job id.
@@ -310,14 +305,25 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     batchfile.Registry); its secret reaches the nodes only on `docker login`'s standard input.
     `stop_at` (UTC): the yen cap's time; the driver on the cluster stops the batch then ("capped").
     `checkpoint_every_s`: each item's $GPUPLAN_CHECKPOINT_DIR is kept on the head this often
-    (ray_driver.run_item); 0: items get none."""
+    (ray_driver.run_item); 0: items get none. `env`: the batch's `env:`, in every item's
+    environment; its values reach the head only as a 0600 file (engine.submit), the state keeps
+    the names (a resumed job without its own takes the one it resumes)."""
+    from gpuplan.run import command_line
     from gpuplan.run.ray import engine
 
     engine.check_items_command(command)
-    spec = {"command": list(command), "per_gpu": per_gpu, "retries": retries, "recover": recover}
+    # every item runs this one line: {item}, {out} and $NAME as on every backend (command_line.py)
+    spec = {"command": list(command), "shell": command_line.exec_line(command), "per_gpu": per_gpu, "retries": retries,
+            "recover": recover}
     opts = {"per_gpu": per_gpu, "retries": retries, **(options or {})}
     if checkpoint_every_s:
         spec["checkpoint_every_s"] = opts["checkpoint_every_s"] = checkpoint_every_s
+    if env:
+        opts["env_names"] = sorted(env)
+    elif resumes:  # the resumed job's env.json is lent (engine.submit)
+        resumed = state.job(resumes)
+        if resumed is not None and resumed.options.get("env_names"):
+            opts["env_names"] = resumed.options["env_names"]
     row = state.cluster(cluster)
     if row is not None and row.provider in NOTICE_PROVIDERS:  # each node watches for the cloud's notice
         spec["notice"] = True
@@ -332,7 +338,7 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
         spec["stop_at"] = stop_at.astimezone(timezone.utc).isoformat(timespec="milliseconds")
         opts["stop_at"] = spec["stop_at"]
     return _submit(state, cluster, lambda _up: list(items), command, spec, opts, timeout, resumes, workdir, local_workdir,
-                   progress, image=image or "", registry=registry)
+                   progress, image=image or "", registry=registry, env=env)
 
 
 def submit_torchrun(state: State, cluster: str, command: Sequence[str], *, python: str = "python3", master_port: int = 29500,
@@ -374,7 +380,8 @@ def check_torch(state: State, cluster: str, python: str, progress: Callable[[str
 
 def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[int, str]]], command: Sequence[str],
             spec: dict, opts: dict, timeout: int, resumes: str | None, workdir: str, local_workdir: Path | None,
-            progress: Callable[[str], None], image: str = "", registry: Any = None) -> str:
+            progress: Callable[[str], None], image: str = "", registry: Any = None,
+            env: Mapping[str, str] | None = None) -> str:
     from gpuplan.run.ray import engine
 
     if state.cluster(cluster) is None:
@@ -400,7 +407,7 @@ def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[in
     state.add_job(job, cluster, list(command), {**opts, "timeout_s": timeout, "workdir": workdir}, items, len(eng.nodes),
                   resumes, backend="ray")
     try:
-        engine.submit(eng, job, spec)
+        engine.submit(eng, job, spec, env, resumes)
     except BaseException:
         state.set_job_state(job, "lost")
         raise

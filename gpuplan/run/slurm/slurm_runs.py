@@ -6,9 +6,9 @@ Submit: the batch's folder on the login host, `<workdir>/<job>/` (a shared file 
 every Slurm cluster: the nodes read it), holds items.txt (array index i is line i + 1) and
 batch.sh; `sbatch --array=0-(N-1)%K --gres=gpu:1 --ntasks=1 --partition=P --time=T` runs it, one
 GPU per array task, at most K (the partition's GPUs) at once. Each task reads its item from
-items.txt by $SLURM_ARRAY_TASK_ID, runs the command with {item} (and {out}) substituted as shell
-words, with $GPUPLAN_ITEM and $GPUPLAN_OUTPUT_DIR (`out/<i>/` of the folder) set; its output is
-`logs/<i>.log`. Nothing of gpuplan runs on the cluster: the job is Slurm's.
+items.txt by $SLURM_ARRAY_TASK_ID and runs the command as every backend does (command_line.py:
+{item}, {out} and $NAME), with $GPUPLAN_ITEM and $GPUPLAN_OUTPUT_DIR (`out/<i>/` of the folder)
+set; its output is `logs/<i>.log`. Nothing of gpuplan runs on the cluster: the job is Slurm's.
 
 Follow: whenever someone looks (`run` following, `jobs`, `logs`, `cancel`) `squeue -r` says which
 tasks run and `sacct -X` how each ended (State, ExitCode, Start, End, ElapsedRaw, AllocTRES), and
@@ -119,23 +119,19 @@ def _run(cluster, cmd: str, what: str, conn=None, stdin: str | None = None, time
     return r
 
 
-def _word(word: str) -> str:
-    """One word of the command as shell text: {item} and {out} as the task's variables, the rest quoted."""
-    out = []
-    for piece in re.split(r"(\{item\}|\{out\})", word):
-        if piece == "{item}":
-            out.append('"$GPUPLAN_ITEM"')
-        elif piece == "{out}":
-            out.append('"$GPUPLAN_OUTPUT_DIR"')
-        elif piece:
-            out.append(shlex.quote(piece))
-    return "".join(out) or "''"
+def env_file(env: dict[str, str]) -> str:
+    """env.sh: the batch's `env:` as sh exports, written (mode 0600, from stdin) beside batch.sh,
+    which is world-readable on the shared file system and so holds no value."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
 
 
 def script(folder: str, command: Sequence[str], env: dict[str, str]) -> str:
-    """batch.sh: one array task, its item read from items.txt by $SLURM_ARRAY_TASK_ID."""
+    """batch.sh: one array task, its item read from items.txt by $SLURM_ARRAY_TASK_ID; the
+    command as on every backend (command_line.py: {item}, {out} and $NAME)."""
+    from gpuplan.run import command_line
+
     q = shlex.quote(folder)
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    exports = f". {q}/env.sh\n" if env else ""  # the values: env_file, readable by the batch's user only
     return (
         "#!/bin/bash\n"
         "# gpuplan: one item of a batch, as one task of a Slurm job array\n"
@@ -146,7 +142,7 @@ def script(folder: str, command: Sequence[str], env: dict[str, str]) -> str:
         f"{exports}"
         "mkdir -p \"$GPUPLAN_OUTPUT_DIR\"\n"
         f"cd {q}/work 2>/dev/null || cd {q}\n"
-        f"exec {' '.join(_word(w) for w in command)}\n"
+        f"{command_line.exec_line(command)}\n"
     )
 
 
@@ -169,7 +165,14 @@ def submit(state: State, target: str, items: Sequence[tuple[int, str]], command:
     host = cluster.host()
     opts = {"slurm_cluster": cluster.name, "partition": part.name, "array_items": [idx for idx, _ in items],
             "terms": {"price_jpy": str(terms.price_jpy), "period_s": terms.period_s, "granularity_s": terms.granularity_s,
-                      "minimum_s": terms.minimum_s}, "timeout_s": timeout_s, "env": dict(env or {}), **(options or {})}
+                      "minimum_s": terms.minimum_s}, "timeout_s": timeout_s, **(options or {})}
+    env = dict(env or {})
+    if env:  # the names only: the values are in no state row (a resume without --env reuses env.sh)
+        opts["env_names"] = sorted(env)
+    elif resumes is not None:
+        resumed = state.job(resumes)
+        if resumed is not None and resumed.options.get("env_names"):
+            opts["env_names"] = resumed.options["env_names"]
     job = state.add_numbered_job(CLUSTER, list(command), opts, list(items), 1, resumes, backend="slurm")
     from gpuplan.hosts import remote
 
@@ -182,8 +185,14 @@ def submit(state: State, target: str, items: Sequence[tuple[int, str]], command:
             q = shlex.quote(folder)
             _run(cluster, f"cat > {q}/items.txt", "writing items.txt", conn,
                  stdin="".join(item + "\n" for _, item in items))
+            if env:
+                _run(cluster, f"(umask 077 && cat > {q}/env.sh)", "writing env.sh", conn, stdin=env_file(env))
+            elif opts.get("env_names"):  # a resume: the env.sh of the job it resumes, kept on the login host
+                resumed = state.job(resumes) if resumes else None
+                old = _array_of(state, resumed)[1] if resumed is not None else ""
+                _run(cluster, f"cp -p {shlex.quote(old)}/env.sh {q}/env.sh", "copying env.sh of job " + str(resumes), conn)
             _run(cluster, f"cat > {q}/batch.sh && chmod +x {q}/batch.sh", "writing batch.sh", conn,
-                 stdin=script(folder, command, dict(env or {})))
+                 stdin=script(folder, command, {k: "" for k in opts.get("env_names") or ()}))
             minutes = max(1, -(-timeout_s // 60))
             sbatch = (f"sbatch --parsable --job-name=gpuplan-{job} --array=0-{len(items) - 1}%{part.gpus} --gres=gpu:1"
                       f" --ntasks=1 --partition={shlex.quote(part.name)} --time={minutes} --chdir={q}"
