@@ -141,13 +141,29 @@ def read(path: Path | None, overrides: Mapping[str, Any]) -> Batch:
         if not isinstance(loaded, dict):
             raise UsageError(f"batch file {path}: expected a mapping with items, command and workload (docs/batch.md)")
         data = {str(k): v for k, v in loaded.items()}
-        unknown = sorted(set(data) - FIELDS)
-        if unknown:
-            raise UsageError(f"batch file {path}: unknown field {unknown[0]!r}; the fields are {', '.join(sorted(FIELDS))}")
+        check_file(data, path)
         base = path.resolve().parent
         where = f"batch file {path}"
     given = {k: v for k, v in overrides.items() if v is not None and v != () and v != []}
     return _batch({**data, **given}, base, set(given), where, path)
+
+
+# fields whose empty list is a choice (no setup, no playbooks); anywhere else an empty value
+# would silently mean "none" or "any" (`max_yen:` with nothing after it: no cap; `infra: []`: anywhere)
+_MAY_BE_EMPTY = frozenset({"setup", "playbooks", "env", "params"})
+
+
+def check_file(data: dict[str, Any], path: Path) -> None:
+    """Every mistake of a batch file at once (its JSON Schema, gpuplan/schemas/batch.schema.json,
+    plus an empty value where one means nothing); errors.Mistakes when there is any."""
+    from gpuplan.errors import Mistakes
+    from gpuplan.schemas.check import problems
+
+    empty = [f"{k}: empty; give a value or leave the line out" for k, v in data.items()
+             if k in FIELDS and (v is None or v == "" or (v in ([], {}) and k not in _MAY_BE_EMPTY))]
+    lines = empty + [p for p in problems(data, "batch") if p.split(":")[0] not in {e.split(":")[0] for e in empty}]
+    if lines:
+        raise Mistakes(f"batch file {path}", lines)
 
 
 def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source: Path | None) -> Batch:

@@ -80,6 +80,12 @@ def load_inventory(path: Path) -> list[InventoryHost]:
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise UsageError(f"{path}: defaults must be a mapping of host fields (user: ..., key: ...)")
+    from gpuplan.errors import Mistakes
+    from gpuplan.schemas.check import problems
+
+    mistakes = problems(data, "inventory")  # every field read or refused: an unknown one changes nothing, silently
+    if mistakes:
+        raise Mistakes(f"bare-metal inventory {path}", mistakes)
     hosts, seen = [], set()
     for i, raw in enumerate(data["hosts"]):
         if not isinstance(raw, dict):

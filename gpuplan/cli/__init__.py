@@ -188,9 +188,14 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
             if exc.detail:
                 print(f"gpuplan: the remote output:\n{exc.detail}", file=sys.stderr)
+        from gpuplan.errors import Mistakes
         from gpuplan.operating.preflight import Problems
 
-        if isinstance(exc, Problems) and len(exc.problems) > 1:  # one short block: a line each
+        if isinstance(exc, Mistakes) and len(exc.lines) > 1:  # every mistake of a file: a line each
+            print(f"gpuplan: error: {_plain(exc.where)} has {len(exc.lines)} mistakes; fix them all:", file=sys.stderr)
+            for line in exc.lines:
+                print(f"  - {_plain(line)}", file=sys.stderr)
+        elif isinstance(exc, Problems) and len(exc.problems) > 1:  # one short block: a line each
             print(f"gpuplan: error: {exc.doing} cannot start; fix these {len(exc.problems)} first:", file=sys.stderr)
             for p in exc.problems:
                 print(f"  - {_plain(p.line)}", file=sys.stderr)
