@@ -39,6 +39,11 @@ PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
+# a container image reference as docker and DOK parse it: [registry[:port]/]path[:tag][@digest]
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?\Z")
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,10 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     workdir = path_of("workdir")
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"{at('workdir')} {workdir}: no such folder; give the folder to copy to every node")
+    image = _text(at("image"), data.get("image") or "")
+    if image and not _IMAGE.match(image):
+        raise UsageError(f"{at('image')} {image!r}: not an image reference; write [REGISTRY/]NAME[:TAG] in lowercase, such"
+                         " as ghcr.io/me/colorize:1")
     from gpuplan.planning.workloads import checkpoint
 
     checkpoint_s, checkpoint_path = checkpoint(at("checkpoint"), data.get("checkpoint"))
@@ -219,7 +228,7 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         timeout = parse_duration(timeout, at("timeout"))
     return Batch(
         items=items, command=command, workload=workload, profile=path_of("profile"), name=name,
-        image=_text(at("image"), data.get("image") or ""), registry=_registry(at("registry"), data.get("registry")),
+        image=image, registry=_registry(at("registry"), data.get("registry")),
         workdir=workdir, setup=_words(at("setup"), data.get("setup")), env=_env(at("env"), data.get("env")),
         infra=_words(at("infra"), data.get("infra")), region=_text(at("region"), data.get("region") or ""),
         objective=objective, deadline=deadline, max_yen=_yen(at("max_yen"), data.get("max_yen")),
@@ -374,3 +383,22 @@ def _flag(at: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise UsageError(f"{at} {value!r}: true or false")
     return value
+
+
+def check_before_buying(batch: Batch, cluster: str) -> None:
+    """What the real run would refuse only once the machines are bought, refused now (by the dry
+    run too): a registry password variable that is not set, an outputs folder that cannot be made."""
+    if batch.registry is not None and batch.registry.password_env and not os.environ.get(batch.registry.password_env):
+        raise UsageError(f"registry.password_env {batch.registry.password_env}: not set in this environment; export it"
+                         " (the registry password) before launching")
+    from gpuplan.operating.launcher import outputs_dir
+
+    out = outputs_dir(batch, cluster).absolute()
+    above = out
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if above != out and not above.is_dir():
+        raise UsageError(f"outputs folder {out}: {above} is a file, so the folder cannot be made; name another"
+                         " (outputs: or --outputs)")
+    if above.is_dir() and not os.access(above, os.W_OK | os.X_OK):
+        raise UsageError(f"outputs folder {out}: {above} is not writable; name another (outputs: or --outputs)")

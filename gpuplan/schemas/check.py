@@ -89,6 +89,8 @@ def _check(value: Any, sch: dict, at: str, out: list[str]) -> None:
                     _is(value, k) for k in ([s["type"]] if isinstance(s["type"], str) else s["type"]))]
                 if typed:
                     out.extend(typed[0])
+                elif sch.get("x-refusal"):
+                    out.append(f"{label} {sch['x-refusal']}")
                 else:
                     allowed = [_TYPES[k] for s in sch[key] for k in
                                ([s["type"]] if isinstance(s.get("type"), str) else s.get("type", []))]
@@ -137,8 +139,8 @@ def _check(value: Any, sch: dict, at: str, out: list[str]) -> None:
             if key in props:
                 _check(item, props[key], where, out)
             elif extra is False:
-                allowed = ", ".join(sorted(props)) or "none"
+                fields = ", ".join(sorted(props)) or "none"
                 prefix = f"{at}: " if at else ""
-                out.append(f"{prefix}unknown field {printable(str(key))!r}; the fields{' here' if at else ''} are {allowed}")
+                out.append(f"{prefix}unknown field {printable(str(key))!r}; the fields{' here' if at else ''} are {fields}")
             elif isinstance(extra, dict):
                 _check(item, extra, where, out)
