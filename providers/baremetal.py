@@ -193,13 +193,13 @@ class BaremetalProvider(Provider):
     def offer(self, size: str):
         """A catalog Offer for `size` built from the inventory (owned hardware: no hourly price),
         for `gpuplan provision baremetal:<size> xN`, which the cloud catalog cannot resolve."""
-        for h in self.matching(size):  # checked by `provision --dry-run` too: the claim would fail on it later
-            if h.key_path and not Path(h.key_path).is_file():
-                raise UsageError(f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in"
-                                 f" {self.inventory_path()}")
         from decimal import Decimal
 
         hosts = self.matching(size)
+        for h in hosts:  # checked by `provision --dry-run` too: the claim would fail on it later
+            if h.key_path and not Path(h.key_path).is_file():
+                raise UsageError(f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in"
+                                 f" {self.inventory_path()}")
         models = {(h.gpu_model, h.gpu_count) for h in hosts}
         if len(models) > 1:
             raise UsageError(f"size {size!r} mixes GPU shapes {sorted(models)}; name a group or model that selects one")

@@ -284,10 +284,10 @@ CASES = [
           ("infra-empty-list", "infra: []\n", "infra: empty"),  # silently meant anywhere
           ("setup-a-string", "setup: pip install a,b\n", "setup"),  # was split at the comma
           ("playbooks-a-string", "playbooks: docker-gpu\n", "playbooks"),
-          ("spot-yes", "spot: yes\n", "spot: 'yes' is not true or false"),
+          ("spot-yes", "spot: yes\n", "spot 'yes': true or false"),
           ("per-gpu-text", "per_gpu: two\n", "per_gpu"),
           ("registry-unknown-field", "registry: {server: ghcr.io, pasword_env: X}\n", "unknown field 'pasword_env'"),
-          ("env-bad-name", "env: {1X: a}\n", "env.1X"),
+          ("env-bad-name", "env: {1X: a}\n", "'1X' is not a variable name"),
           ("probe-units-three", "probe: {units: [1, 2, 3]}\n", "probe.units"),
           # what the real run refused only after buying, refused by the dry run
           ("image-not-a-reference", "image: 'My Image!'\n", "not an image reference"),

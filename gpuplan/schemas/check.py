@@ -72,8 +72,9 @@ def _check(value: Any, sch: dict, at: str, out: list[str]) -> None:
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else kinds
         if not any(_is(value, k) for k in kinds):
-            shown = "nothing (an empty value)" if value is None else f"{_show(value)}"
-            out.append(f"{label}: {shown} is not {' or '.join(_TYPES[k] for k in kinds)}")
+            wanted = _or([_TYPES[k] for k in kinds])
+            out.append(f"{label}: empty; give {wanted} or leave the field out" if value is None else
+                       f"{label} {_show(value)}: {wanted}")
             return
     if "const" in sch and value != sch["const"]:
         out.append(f"{label}: {_show(value)}; use {sch['const']!r}")
@@ -94,7 +95,7 @@ def _check(value: Any, sch: dict, at: str, out: list[str]) -> None:
                 else:
                     allowed = [_TYPES[k] for s in sch[key] for k in
                                ([s["type"]] if isinstance(s.get("type"), str) else s.get("type", []))]
-                    out.append(f"{label}: {_show(value)} is not {' or '.join(dict.fromkeys(allowed))}")
+                    out.append(f"{label} {_show(value)}: {_or(list(dict.fromkeys(allowed)))}")
     if isinstance(value, str):
         if len(value) < sch.get("minLength", 0):
             out.append(f"{label}: empty; give a value or leave the field out")
@@ -133,8 +134,8 @@ def _check(value: Any, sch: dict, at: str, out: list[str]) -> None:
         for key, item in value.items():
             where = _where(at, str(key))
             if names is not None and problems(str(key), names):
-                out.append(f"{where}: {_show(str(key))} is not an allowed name"
-                           + (f" (must match {names['pattern']})" if "pattern" in names else ""))
+                out.append(f"{label}: {_show(str(key))} " + (names.get("x-refusal") or "is not an allowed name"
+                           + (f" (must match {names['pattern']})" if "pattern" in names else "")))
                 continue
             if key in props:
                 _check(item, props[key], where, out)
