@@ -39,6 +39,11 @@ PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
+# a container image reference as docker and DOK parse it: [registry[:port]/]path[:tag][@digest]
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?\Z")
 
 
 @dataclass(frozen=True)
@@ -141,13 +146,29 @@ def read(path: Path | None, overrides: Mapping[str, Any]) -> Batch:
         if not isinstance(loaded, dict):
             raise UsageError(f"batch file {path}: expected a mapping with items, command and workload (docs/batch.md)")
         data = {str(k): v for k, v in loaded.items()}
-        unknown = sorted(set(data) - FIELDS)
-        if unknown:
-            raise UsageError(f"batch file {path}: unknown field {unknown[0]!r}; the fields are {', '.join(sorted(FIELDS))}")
+        check_file(data, path)
         base = path.resolve().parent
         where = f"batch file {path}"
     given = {k: v for k, v in overrides.items() if v is not None and v != () and v != []}
     return _batch({**data, **given}, base, set(given), where, path)
+
+
+# fields whose empty list is a choice (no setup, no playbooks); anywhere else an empty value
+# would silently mean "none" or "any" (`max_yen:` with nothing after it: no cap; `infra: []`: anywhere)
+_MAY_BE_EMPTY = frozenset({"setup", "playbooks", "env", "params"})
+
+
+def check_file(data: dict[str, Any], path: Path) -> None:
+    """Every mistake of a batch file at once (its JSON Schema, gpuplan/schemas/batch.schema.json,
+    plus an empty value where one means nothing); errors.Mistakes when there is any."""
+    from gpuplan.errors import Mistakes
+    from gpuplan.schemas.check import problems
+
+    empty = [f"{k}: empty; give a value or leave the line out" for k, v in data.items()
+             if k in FIELDS and (v is None or v == "" or (v in ([], {}) and k not in _MAY_BE_EMPTY))]
+    lines = empty + [p for p in problems(data, "batch") if p.split(":")[0] not in {e.split(":")[0] for e in empty}]
+    if lines:
+        raise Mistakes(f"batch file {path}", lines)
 
 
 def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source: Path | None) -> Batch:
@@ -188,6 +209,10 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     workdir = path_of("workdir")
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"{at('workdir')} {workdir}: no such folder; give the folder to copy to every node")
+    image = _text(at("image"), data.get("image") or "")
+    if image and not _IMAGE.match(image):
+        raise UsageError(f"{at('image')} {image!r}: not an image reference; write [REGISTRY/]NAME[:TAG] in lowercase, such"
+                         " as ghcr.io/me/colorize:1")
     from gpuplan.planning.workloads import checkpoint
 
     checkpoint_s, checkpoint_path = checkpoint(at("checkpoint"), data.get("checkpoint"))
@@ -203,7 +228,7 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         timeout = parse_duration(timeout, at("timeout"))
     return Batch(
         items=items, command=command, workload=workload, profile=path_of("profile"), name=name,
-        image=_text(at("image"), data.get("image") or ""), registry=_registry(at("registry"), data.get("registry")),
+        image=image, registry=_registry(at("registry"), data.get("registry")),
         workdir=workdir, setup=_words(at("setup"), data.get("setup")), env=_env(at("env"), data.get("env")),
         infra=_words(at("infra"), data.get("infra")), region=_text(at("region"), data.get("region") or ""),
         objective=objective, deadline=deadline, max_yen=_yen(at("max_yen"), data.get("max_yen")),
@@ -358,3 +383,25 @@ def _flag(at: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise UsageError(f"{at} {value!r}: true or false")
     return value
+
+
+def outputs_dir(batch: Batch, name: str) -> Path:
+    """Where the outputs come back to: the batch's `outputs`, else outputs/<cluster name>."""
+    return batch.outputs or Path("outputs") / name
+
+
+def check_before_buying(batch: Batch, cluster: str) -> None:
+    """What the real run would refuse only once the machines are bought, refused now (by the dry
+    run too): a registry password variable that is not set, an outputs folder that cannot be made."""
+    if batch.registry is not None and batch.registry.password_env and not os.environ.get(batch.registry.password_env):
+        raise UsageError(f"registry.password_env {batch.registry.password_env}: not set in this environment; export it"
+                         " (the registry password) before launching")
+    out = outputs_dir(batch, cluster).absolute()
+    above = out
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if above != out and not above.is_dir():
+        raise UsageError(f"outputs folder {out}: {above} is a file, so the folder cannot be made; name another"
+                         " (outputs: or --outputs)")
+    if above.is_dir() and not os.access(above, os.W_OK | os.X_OK):
+        raise UsageError(f"outputs folder {out}: {above} is not writable; name another (outputs: or --outputs)")

@@ -38,7 +38,34 @@ def _load() -> dict[str, Any]:
     if unknown:  # a misspelt or invented setting would otherwise change nothing, silently
         raise UsageError(f"{path}: unknown setting {unknown[0]!r}; the settings are {', '.join(sorted(KEYS))}"
                          " (owned hardware goes in the bare-metal inventory or `estimate --owned`)")
+    _check(data, path)
     return data
+
+
+def _check(data: dict[str, Any], path) -> None:
+    """Every setting read or refused (gpuplan/schemas/config.schema.json): an unknown provider or
+    a misspelt provider setting would otherwise change nothing, silently. A provider added by a
+    plugin (entry point gpuplan.providers) takes whatever settings it documents."""
+    from gpuplan.errors import Mistakes
+    from gpuplan.schemas.check import problems, schema
+
+    sch = schema("config")
+    providers = data.get("providers")
+    if isinstance(providers, dict) and set(map(str, providers)) - set(sch["properties"]["providers"]["properties"]):
+        from gpuplan.fleet.provider import available
+
+        plugins = set(available()) - set(sch["properties"]["providers"]["properties"])
+        known = sorted(set(sch["properties"]["providers"]["properties"]) | plugins)
+        unknown = [str(k) for k in providers if str(k) not in known]
+        if unknown:
+            from gpuplan.userfiles import printable
+
+            raise UsageError(f"{path}: providers.{printable(unknown[0])}: unknown provider; the providers are"
+                             f" {', '.join(known)}")
+        data = {**data, "providers": {k: v for k, v in providers.items() if str(k) not in plugins}}
+    mistakes = problems(data, sch)
+    if mistakes:
+        raise Mistakes(str(path), mistakes)
 
 
 KEYS = frozenset({"owner", "preferred_regions", "providers"})

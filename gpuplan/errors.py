@@ -20,6 +20,17 @@ class UsageError(GpuplanError):
     exit_code = 2
 
 
+class Mistakes(UsageError):
+    """Every mistake found in one file at once (its schema, gpuplan/schemas/check.py): one line
+    for one, a short block (a line each) for several."""
+
+    def __init__(self, where: str, lines: list[str]) -> None:
+        self.where = where
+        self.lines = list(dict.fromkeys(lines))
+        super().__init__(f"{where}: {self.lines[0]}" if len(self.lines) == 1 else
+                         f"{where}: {len(self.lines)} mistakes: " + "; ".join(self.lines))
+
+
 class NotFound(UsageError):
     """A cluster, node, image or offer the user named does not exist."""
 

@@ -59,6 +59,23 @@ def expand(path: str | os.PathLike, what: str = "path") -> Path:
         raise UsageError(f"{what} {os.fspath(path)}: no such user's home folder; give the full path") from None
 
 
+def check_writable(path: str | os.PathLike, what: str, *, folder: bool) -> None:
+    """Refuse, before any work or network, an output `path` (a file, or a `folder`) that cannot be
+    written: a folder where a file goes (or the other way round), a file on the way, no write
+    permission. It is not created here: a refused command writes nothing."""
+    p = Path(expand(path, what)).absolute()
+    if p.exists() and p.is_dir() != folder:
+        raise UsageError(f"{what} {p} is {'a file' if folder else 'a directory'}; give {'a folder' if folder else 'a file'}"
+                         " path")
+    above = p if p.exists() else p.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise UsageError(f"{what} {p}: {above} is a file, so it cannot be written there; give another path")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {p}: {above} is not writable; give another path")
+
+
 def read_text(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX_BYTES) -> str:
     """The UTF-8 text of `path` (a leading byte-order mark dropped). `what` names the file in
     messages ("items file"); `fix` says what to do about it ("write one item per line"). Only a

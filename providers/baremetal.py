@@ -75,7 +75,7 @@ def _norm(text: str) -> str:
 
 
 def load_inventory(path: Path) -> list[InventoryHost]:
-    from gpuplan.userfiles import expand, printable, read_yaml
+    from gpuplan.userfiles import check_plain, expand, printable, read_yaml
 
     if not path.is_file():
         raise UsageError(f"bare-metal inventory {path} not found; write one (see `gpuplan` docs: hosts with name, address, "
@@ -86,6 +86,12 @@ def load_inventory(path: Path) -> list[InventoryHost]:
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise UsageError(f"{path}: defaults must be a mapping of host fields (user: ..., key: ...)")
+    from gpuplan.errors import Mistakes
+    from gpuplan.schemas.check import problems
+
+    mistakes = problems(data, "inventory")  # every field read or refused: an unknown one changes nothing, silently
+    if mistakes:
+        raise Mistakes(f"bare-metal inventory {path}", mistakes)
     hosts, seen = [], set()
     for i, raw in enumerate(data["hosts"]):
         if not isinstance(raw, dict):
@@ -113,6 +119,9 @@ def load_inventory(path: Path) -> list[InventoryHost]:
         if watts is not None and (isinstance(watts, bool) or not isinstance(watts, int) or not 1 <= watts <= 100_000):
             raise UsageError(f"{where}: power_watts must be a whole number of watts, 1 to 100,000 (the machine's draw"
                              " under load)")
+        for field_name, value in (("group", entry.get("group")), ("gpus.model", gpus["model"]), ("key", entry.get("key"))):
+            if value is not None:  # printed in the estimate and matched by name: no terminal escape codes
+                check_plain(str(value), f"{where}: {field_name}")
         # what reaches an ssh command line or a known_hosts line: never an option, never two lines
         for field_name, value in (("name", name), ("address", str(entry["address"])), ("user", str(entry.get("user", "ubuntu"))),
                                   ("private_address", str(entry.get("private_address") or "x"))):
@@ -193,6 +202,10 @@ class BaremetalProvider(Provider):
         from decimal import Decimal
 
         hosts = self.matching(size)
+        for h in hosts:  # checked by `provision --dry-run` too: the claim would fail on it later
+            if h.key_path and not Path(h.key_path).is_file():
+                raise UsageError(f"SSH key {h.key_path} for bare-metal host {h.name} not found; fix `key:` in"
+                                 f" {self.inventory_path()}")
         models = {(h.gpu_model, h.gpu_count) for h in hosts}
         if len(models) > 1:
             raise UsageError(f"size {size!r} mixes GPU shapes {sorted(models)}; name a group or model that selects one")

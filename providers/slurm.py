@@ -115,10 +115,14 @@ def clusters_path() -> Path:
 
 def load(path: Path | None = None) -> list[Cluster]:
     """The clusters of `slurm.yaml` (none where there is no such file); one line for a mistake."""
+    from gpuplan import config
     from gpuplan.userfiles import expand, read_yaml
 
+    named = path is None and bool(config.provider_config(PROVIDER).get("clusters"))
     path = path or clusters_path()
     if not path.is_file():
+        if named:  # config.yaml names it: a wrong path is said, never read as "no clusters"
+            raise UsageError(f"{path} (providers.slurm.clusters in config.yaml) is not a file; fix the path")
         return []
     data = read_yaml(path, "Slurm clusters", "fix the file (clusters with name, login, partitions)")
     if not isinstance(data, dict) or not isinstance(data.get("clusters"), list):

@@ -40,6 +40,8 @@ def _plan(**fields) -> str:
     return json.dumps({**PLAN, **fields})
 
 
+BATCH = "items: items.txt\ncommand: echo {item}\nworkload: colorize-hd\n"
+PROFILE = "workload: colorize\nunit: epoch\nreference_gpu: T4\nseconds_per_unit: 1\nprovenance: {source: me, date: 2026-11-01}\n"
 RUN = ["run", "demo", "--items", "{tmp}/items.txt"]
 ITEMS = {"items.txt": "a.mp4\n"}
 DRY = ["--dry-run"]
@@ -273,6 +275,62 @@ CASES = [
     ("prices-fx-1e29", {"{home}/config/prices.yaml": "fx: {USD: 1e29}\n"}, ["estimate", "--videos", "4"], "below"),
     ("prices-price-1e40", {"{home}/config/prices.yaml": "offers:\n- {provider: aws, name: g4dn.xlarge, price: 1e40}\n"},
      ["estimate", "--videos", "4"], "below"),
+    # --- round five (issue 43): every field read or refused, by the file's schema at run time ----
+    *[(f"batch-{what}", {"items.txt": "a\n", "b.yaml": BATCH + extra}, ["launch", "{tmp}/b.yaml", "--dry-run"], culprit)
+      for what, extra, culprit in [
+          ("unknown-field", "colour: red\n", "unknown field 'colour'"),
+          ("max-yen-empty", "max_yen:\n", "max_yen: empty"),  # silently meant no cap
+          ("deadline-null", "deadline: null\n", "deadline: empty"),
+          ("infra-empty-list", "infra: []\n", "infra: empty"),  # silently meant anywhere
+          ("setup-a-string", "setup: pip install a,b\n", "setup"),  # was split at the comma
+          ("playbooks-a-string", "playbooks: docker-gpu\n", "playbooks"),
+          ("spot-yes", "spot: yes\n", "spot 'yes': true or false"),
+          ("per-gpu-text", "per_gpu: two\n", "per_gpu"),
+          ("registry-unknown-field", "registry: {server: ghcr.io, pasword_env: X}\n", "unknown field 'pasword_env'"),
+          ("env-bad-name", "env: {1X: a}\n", "'1X' is not a variable name"),
+          ("probe-units-three", "probe: {units: [1, 2, 3]}\n", "probe.units"),
+          # what the real run refused only after buying, refused by the dry run
+          ("image-not-a-reference", "image: 'My Image!'\n", "not an image reference"),
+          ("registry-password-unset", "image: ghcr.io/me/x:1\nregistry: {server: ghcr.io, username: me,"
+                                      " password_env: GPUPLAN_TEST_NOT_SET}\n", "GPUPLAN_TEST_NOT_SET: not set"),
+          ("outputs-under-a-file", "outputs: items.txt/out\n", "outputs folder"),
+      ]],
+    ("config-unknown-provider", {"{home}/config/config.yaml": "providers:\n  awz: {ami: ami-1}\n"},
+     ["estimate", "--videos", "4"], "providers.awz: unknown provider"),
+    ("config-misspelt-provider-setting", {"{home}/config/config.yaml": "providers:\n  aws: {ssh_cidrr: 10.0.0.1/32}\n"},
+     ["provision", "aws:g4dn.xlarge", "x1", *DRY], "providers.aws: unknown field 'ssh_cidrr'"),
+    ("config-owner-a-list", {"{home}/config/config.yaml": "owner: [a]\n"}, ["estimate", "--videos", "4"], "owner"),
+    *[(f"inventory-{what}", {"inv.yaml": text, "{home}/config/config.yaml": INV_CONFIG},
+       ["provision", "baremetal:t4", "x1", *DRY], culprit)
+      for what, text, culprit in [
+          ("unknown-field", "hosts:\n- {name: h1, address: 127.0.0.1, gpu: {model: T4}, gpus: {model: T4}}\n",
+           "hosts[0]: unknown field 'gpu'"),
+          ("unknown-top-field", "host: []\nhosts:\n- {name: h1, address: 127.0.0.1, gpus: {model: T4}}\n",
+           "unknown field 'host'"),
+          ("count-text", "hosts:\n- {name: h1, address: 127.0.0.1, gpus: {model: T4, count: two}}\n", "gpus.count"),
+          ("group-escape", "hosts:\n- {name: h1, address: 127.0.0.1, group: \"t4\\e[2J\", gpus: {model: T4}}\n",
+           "control character"),
+          ("model-escape", "hosts:\n- {name: h1, address: 127.0.0.1, gpus: {model: \"T4\\e]0;x\\a\"}}\n",
+           "control character"),
+          # carried over: the claim failed on it only after the dry run passed
+          ("missing-key-file", "hosts:\n- {name: h1, address: 127.0.0.1, key: /nonexistent/gpuplan-key, gpus: {model: T4}}\n",
+           "SSH key /nonexistent/gpuplan-key"),
+      ]],
+    # carried over: a profile of the wrong shape was "unexpected error: TypeError"
+    *[(f"profile-{what}", {"p.yaml": PROFILE + extra}, ["estimate", "--videos", "4", "--profile", "{tmp}/p.yaml"], culprit)
+      for what, extra, culprit in [("slowdown-a-list", "colocation_slowdown: [1, 2]\n", "colocation_slowdown"),
+                                   ("packing-a-number", "packing: 3\n", "packing"),
+                                   ("dp-scaling-a-mapping", "dp_scaling: {gpus: 2}\n", "dp_scaling"),
+                                   ("feed-a-list", "feed: [1]\n", "feed"),
+                                   ("packing-entry-a-list", "packing: {2: [1]}\n", "packing.2"),
+                                   ("unknown-field", "colour: red\n", "unknown field 'colour'")]],
+    ("items-escape", {"items.txt": "a.mp4\n\x1b[2Jb.mp4\n", "b.yaml": BATCH}, ["launch", "{tmp}/b.yaml", "--dry-run"],
+     "items file"),
+    # --out checked before the benchmark or the network
+    ("bench-out-under-a-file", {"f": "x"}, ["bench", "resnet50", "--local", "--out", "{tmp}/f/p.yaml"], "--out"),
+    ("refresh-out-under-a-file", {"f": "x"}, ["catalog", "refresh", "--provider", "aws", "--out", "{tmp}/f/snap"],
+     "--out"),
+    ("dok-artifacts-out-a-file", {"f": "x"}, ["dok", "artifacts", "--run", "r", "--out", "{tmp}/f"], "--out"),
     # --- typer's own usage errors: one line as well -------------------------------------------
     ("videos-not-a-number", {}, ["estimate", "--videos", "abc"], "--videos"),
     ("unknown-option", {}, ["estimate", "--nosuch"], "--nosuch"),
@@ -491,3 +549,102 @@ def test_output_that_cannot_be_written_ends_quietly_with_a_non_zero_code(how, gp
         assert r.stderr.strip().splitlines() == [
             f"gpuplan: error: cannot write the output ({'standard output is closed' if how == 'closed' else 'No space left on device'});"
             " nothing else went wrong"]
+
+
+def test_every_mistake_of_a_batch_file_in_one_pass(cli, tmp_path):
+    """Four mistakes, four lines (from the file's schema), exit 2; no run reports only the first."""
+    (tmp_path / "items.txt").write_text("a\n")
+    (tmp_path / "b.yaml").write_text(BATCH + "max_yen:\nobjective: cheap\nspot: yes\ncolour: red\n")
+    r = cli("launch", str(tmp_path / "b.yaml"), "--dry-run")
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert lines[0] == f"gpuplan: error: batch file {tmp_path / 'b.yaml'} has 4 mistakes; fix them all:"
+    assert [ln.split()[1].rstrip(":") for ln in lines[1:]] == ["max_yen", "objective", "spot", "unknown"]
+    assert "'colour'" in lines[4] and "'cheap'" in lines[2]
+    assert all(ln.startswith("  - ") for ln in lines[1:])
+
+
+def _files(home) -> list[str]:
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file()) if home.exists() else []
+
+
+REFUSED = [  # (files, argv): each refused before anything is done
+    (ITEMS, RUN + ["--", "echo", "x"]),  # no {item}: took the cluster's lock first
+    ({}, ["run", "demo", "--items", "{tmp}/none.txt", "--", "echo", "{item}"]),
+    ({}, ["teardown", "nosuch", "-y"]),
+    ({}, ["ssh", "nosuch"]),
+    ({}, ["logs", "nosuch", "j", "1"]),
+    ({}, ["launch", "--resume", "nosuch"]),
+    ({}, ["teardown", "--sweep", "--provider", "nosuch", "--dry-run"]),
+    ({**ITEMS, "b.yaml": BATCH + "max_yen: 1\n"}, ["launch", "{tmp}/b.yaml", "--dry-run"]),  # over the cap
+    ({**ITEMS, "b.yaml": BATCH + "max_yen: 1\n"}, ["launch", "{tmp}/b.yaml", "-y"]),
+]
+
+
+@pytest.mark.parametrize("files, argv", REFUSED, ids=[" ".join(a[:2]) for _, a in REFUSED])
+def test_a_refused_command_writes_nothing(files, argv, cli, tmp_path, gpuplan_home, monkeypatch):
+    """No empty state.db, no lock file, no saved or temporary plan (a refused `launch --dry-run`
+    left gpuplan-launch-*/plan.json in the temp folder)."""
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    _write(files, tmp_path, gpuplan_home)
+    before = _files(gpuplan_home)
+    r = cli(*[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert r.code == 2, r.err
+    assert _files(gpuplan_home) == before
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_refused_command_keeps_the_state_it_found(cli, gpuplan_home, tmp_path):
+    """Only what the refused command itself made goes: an existing state.db and its rows stay."""
+    assert cli("status").code == 0
+    db = gpuplan_home / "state" / "state.db"
+    before = db.read_bytes()
+    (tmp_path / "items.txt").write_text("a\n")
+    assert cli("run", "demo", "--items", str(tmp_path / "items.txt"), "--", "echo", "x").code == 2
+    assert db.read_bytes() == before and not list((gpuplan_home / "state").glob("locks/*.lock"))
+
+
+@pytest.mark.parametrize("config, culprit", [
+    ("providers:\n  baremetal: {inventory: {tmp}/nosuch.yaml}\n", "inventory: its hosts are not planned: {tmp}/nosuch.yaml"),
+    ("providers:\n  slurm: {clusters: {tmp}/nosuch.yaml}\n", "slurm: its partitions are not planned: {tmp}/nosuch.yaml"),
+    ("providers:\n  baremetal: {inventory: {tmp}/inv.yaml}\n", "inventory: its hosts are not planned"),
+    ("providers:\n  slurm: {clusters: {tmp}/inv.yaml}\n", "slurm: its partitions are not planned"),
+], ids=["inventory-missing", "slurm-missing", "inventory-broken", "slurm-broken"])
+def test_a_broken_inventory_or_slurm_file_is_named_in_the_estimate(config, culprit, cli, tmp_path, gpuplan_home):
+    """The rest is still planned, and the estimate says which file was left out and why."""
+    _write({"inv.yaml": "hosts: [{name: a, colour: red}]\n", "{home}/config/config.yaml": config}, tmp_path, gpuplan_home)
+    r = cli("estimate", "--videos", "4", "--format", "json")
+    assert r.code == 0, r.err
+    notes = list(json.loads(r.out)["notes"].values())
+    assert any(culprit.replace("{tmp}", str(tmp_path)) in n for n in notes), notes
+    assert json.loads(r.out)["recommended"] is not None
+
+
+def test_the_config_schema_knows_every_provider_and_is_a_valid_schema():
+    """config.yaml is checked against gpuplan/schemas/config.schema.json at run time: every
+    provider installed has its settings there (slurm's clusters too)."""
+    from gpuplan.fleet.provider import available
+    from gpuplan.schemas.check import KNOWN, schema
+
+    jsonschema = pytest.importorskip("jsonschema")
+    s = schema("config")
+    jsonschema.Draft202012Validator.check_schema(s)
+    assert set(s["properties"]["providers"]["properties"]) == set(available()) | {"slurm"}
+
+    def keywords(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield k
+                if k not in ("properties", "dependentRequired"):
+                    yield from keywords(v)
+                else:
+                    for sub in v.values():
+                        yield from keywords(sub)
+        elif isinstance(node, list):
+            for v in node:
+                yield from keywords(v)
+
+    for name in ("batch", "inventory", "profile", "config"):  # checked at run time: every keyword they use understood
+        assert set(keywords(schema(name))) <= KNOWN, name

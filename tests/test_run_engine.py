@@ -197,6 +197,31 @@ def test_logs_fetch_copies_each_items_outputs_back_from_its_node(ray_cluster, tm
     assert (one / "0001-b" / "r.txt").read_text() == "result-b\n"
 
 
+# Counts to 3 in its checkpoint, then fails when it began from nothing; run again, it goes on
+# from where the checkpoint says and counts to 5. Without the checkpoint kept, every attempt
+# begins from nothing and fails.
+CHECKPOINTED = ('f="$GPUPLAN_CHECKPOINT_DIR/step"; s=$(cat "$f" 2>/dev/null || echo 0); start=$s; '
+                'while [ "$s" -lt 3 ]; do s=$((s+1)); echo $s > "$f"; sleep 0.3; done; '
+                '[ "$start" = 0 ] && exit 1; '
+                'while [ "$s" -lt 5 ]; do s=$((s+1)); echo $s > "$f"; done; echo "{item} from $start to $s" > {out}/result')
+
+
+def test_an_item_run_again_starts_from_its_checkpoint(ray_cluster, tmp_path):
+    """Issue 35 (was tests/test_checkpoints.py, on a Ray cluster of its own): each item's
+    $GPUPLAN_CHECKPOINT_DIR is kept on the head; the attempt run again starts from what the
+    first one left there, not from a copy on whichever node it lands on."""
+    state, _, _ = ray_cluster
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["a", "b"]), "--retries", "1", "--checkpoint-every", "2s",
+             "--", "sh", "-c", CHECKPOINTED)
+    assert r.code == 0, r.err + r.out
+    assert "2 ok of 2 items" in " ".join(r.out.split())
+    job = next(j for j in state.jobs(CLUSTER) if j.id == submitted_job(r.out))
+    assert _cli("logs", CLUSTER, job.id, "--fetch", str(tmp_path / "out")).code == 0
+    results = sorted(p.read_text().strip() for p in (tmp_path / "out").glob("*/result"))
+    assert results == ["a from 3 to 5", "b from 3 to 5"]
+    assert json.loads(json.dumps(job.options)).get("checkpoint_every_s") == 2
+
+
 def test_the_dashboard_is_reached_through_ssh(ray_cluster):
     import threading
     import urllib.request

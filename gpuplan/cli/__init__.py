@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import typer
 
@@ -165,12 +166,62 @@ def _output_failed(exc: OSError) -> None:
     sys.exit(1)
 
 
+def _state_files() -> set[Path] | None:
+    """The files in the state folder now (None: no state folder yet, or none can be named)."""
+    try:
+        from gpuplan import paths
+
+        folder = paths.state_dir()
+        return {p for p in folder.rglob("*")} if folder.is_dir() else None
+    except Exception:  # a GPUPLAN_HOME that cannot be used: the command says so itself
+        return set()
+
+
+def _undo_refused(before: set[Path] | None) -> None:
+    """A refused command writes nothing: what it made in the state folder before it was refused
+    goes (an empty state.db, a cluster's lock file, the state folder itself); a database with a
+    row in it, or any other new file, is kept."""
+    import shutil
+    import sqlite3
+
+    from gpuplan import paths
+
+    try:
+        folder = paths.state_dir()
+        made = {p for p in folder.rglob("*")} - (before or set()) if folder.is_dir() else set()
+        db = folder / "state.db"
+        if db in made:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+                if any(con.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in tables
+                       if not t.startswith("sqlite_") and t != "meta"):
+                    return
+            finally:
+                con.close()
+        allowed = {db, db.with_name("state.db-journal"), db.with_name("state.db-wal"), db.with_name("state.db-shm"),
+                   folder / "installation-id", folder / "locks"}
+        if any(p not in allowed and not (p.parent == folder / "locks" and p.suffix == ".lock") for p in made):
+            return
+        if before is None:
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        for p in sorted(made, reverse=True):
+            if p.is_dir():
+                p.rmdir()
+            else:
+                p.unlink(missing_ok=True)
+    except (OSError, sqlite3.Error):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     command = _register_commands()
     if not isinstance(sys.stdout, _Output):
         sys.stdout = _Output(sys.stdout)
     _survive_narrow_encodings()
     _quiet_libraries()
+    before = _state_files()
     try:
         code = command.main(args=argv, prog_name="gpuplan", standalone_mode=False)
         if isinstance(code, int) and code:  # typer.Exit(code), --help and `gpuplan ssh` exit codes
@@ -186,15 +237,22 @@ def main(argv: list[str] | None = None) -> None:
         print("gpuplan: aborted", file=sys.stderr)
         sys.exit(1)
     except GpuplanError as exc:
+        if exc.exit_code == 2:
+            _undo_refused(before)
         if _debug:  # the traceback, and still the exit code the error has (2 for bad input)
             import traceback
 
             traceback.print_exc()
             if exc.detail:
                 print(f"gpuplan: the remote output:\n{exc.detail}", file=sys.stderr)
+        from gpuplan.errors import Mistakes
         from gpuplan.fleet.preflight import Problems
 
-        if isinstance(exc, Problems) and len(exc.problems) > 1:  # one short block: a line each
+        if isinstance(exc, Mistakes) and len(exc.lines) > 1:  # every mistake of a file: a line each
+            print(f"gpuplan: error: {_plain(exc.where)} has {len(exc.lines)} mistakes; fix them all:", file=sys.stderr)
+            for line in exc.lines:
+                print(f"  - {_plain(line)}", file=sys.stderr)
+        elif isinstance(exc, Problems) and len(exc.problems) > 1:  # one short block: a line each
             print(f"gpuplan: error: {exc.doing} cannot start; fix these {len(exc.problems)} first:", file=sys.stderr)
             for p in exc.problems:
                 print(f"  - {_plain(p.line)}", file=sys.stderr)

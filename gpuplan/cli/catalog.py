@@ -222,6 +222,10 @@ def refresh_command(
     from gpuplan.cli.progress import working
     from gpuplan.market import catalog_refresh
 
+    if out is not None and not dry_run:
+        from gpuplan.userfiles import check_writable
+
+        check_writable(out, "--out", folder=True)  # before the network, not after it
     preferred = [] if region else config.preferred_regions()
     with working(tables.console(stderr=True), "fetching today's prices"):
         result = catalog_refresh.refresh(provider, out_dir=out, dry_run=dry_run, regions=region, preferred=preferred)

@@ -855,6 +855,9 @@ def _inventory(cat):
     prov = import_module("gpuplan.providers.baremetal").BaremetalProvider(config.provider_config("baremetal"))
     path = prov.inventory_path()
     if not path.is_file():
+        if prov.config.get("inventory"):  # named in config.yaml but not there: said, not silently dropped
+            return cat, parts, [*part_notes, f"inventory: its hosts are not planned: {path} (providers.baremetal.inventory"
+                                              " in config.yaml) is not a file"]
         return cat, parts, part_notes
     try:
         pairs, notes = prov.owned_offers(cat)

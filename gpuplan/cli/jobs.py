@@ -99,6 +99,10 @@ def _bench(workload, local, cluster, quick, gpus, max_pack, out, python, timeout
                          f" {MAX_DURATION_S:,} s (366 days)")
     if out is not None and out.suffix not in (".yaml", ".yml", ".json"):
         raise UsageError(f"--out {out}: the profile file must end in .yaml, .yml or .json")
+    if out is not None:
+        from gpuplan.userfiles import check_writable
+
+        check_writable(out, "--out", folder=False)  # before the benchmark, not after it
     from gpuplan.planning import workloads
 
     workload = workloads.bench_job(workload) or workload

@@ -64,6 +64,8 @@ def launch(
     todo_items = runner.read_items(batch.items)
     out, err = _console(), _console(stderr=True)
     cluster = launcher.cluster_name(batch)
+    batchfile.check_before_buying(batch, cluster)
+    saved = plan is None  # the plan is this command's own file (removed if the launch is refused)
     if plan is None:
         from gpuplan.cli import estimate as estimate_cli
 
@@ -85,19 +87,26 @@ def launch(
             plan = paths.state_dir() / "launches" / f"{cluster}.plan.json"
             plan.parent.mkdir(parents=True, exist_ok=True)
         estimate_cli.save_plan(est, plan)
-    pick = launcher.pick_of(plan, batch.region or None, batch.tax)
-    launcher.refuse_over_cap(pick, batch.max_yen)
-    outputs_dir = launcher.outputs_dir(batch, cluster)
-    if outputs_dir.exists() and (not outputs_dir.is_dir() or any(outputs_dir.iterdir())):
-        raise UsageError(f"outputs folder {outputs_dir} is not empty: name another (outputs: or --outputs), or move it away")
-    lines = [f"launch {fmt.plural(len(todo_items), 'item')} on {pick.count}x {pick.target}:",
-             *(f"  {s}" for s in launcher.steps(pick, batch, cluster, len(todo_items)))]
-    if dry_run:
-        _print_lines(out, lines + ["dry run: nothing was created"])
-        if plan.parent.name.startswith("gpuplan-launch-"):
+    try:  # a refused launch writes nothing: the plan it saved goes with it (the dry run's always)
+        pick = launcher.pick_of(plan, batch.region or None, batch.tax)
+        launcher.refuse_over_cap(pick, batch.max_yen)
+        outputs_dir = launcher.outputs_dir(batch, cluster)
+        if outputs_dir.exists() and (not outputs_dir.is_dir() or any(outputs_dir.iterdir())):
+            raise UsageError(f"outputs folder {outputs_dir} is not empty: name another (outputs: or --outputs), or move it"
+                             " away")
+        lines = [f"launch {fmt.plural(len(todo_items), 'item')} on {pick.count}x {pick.target}:",
+                 *(f"  {s}" for s in launcher.steps(pick, batch, cluster, len(todo_items)))]
+    except BaseException:
+        if saved and not dry_run:
+            plan.unlink(missing_ok=True)
+        raise
+    finally:
+        if dry_run and plan.parent.name.startswith("gpuplan-launch-"):
             import shutil
 
             shutil.rmtree(plan.parent, ignore_errors=True)
+    if dry_run:
+        _print_lines(out, lines + ["dry run: nothing was created"])
         return
     from gpuplan.store.state import State
 

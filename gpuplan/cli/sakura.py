@@ -154,6 +154,9 @@ def dok_artifacts(
     out: Annotated[Path, typer.Option("--out", help="Folder to write <task name>.tar.gz into.")] = Path("."),
 ) -> None:
     """Download the artifacts (SAKURA_ARTIFACT_DIR, tar.gz) of a batch's finished tasks; links last 72 hours."""
+    from gpuplan.userfiles import check_writable
+
+    check_writable(out, "--out", folder=True)  # before the network, not after it
     dok = _dok()
     tasks = dok.tasks(f"{RUN_TAG}={run}")
     got = [dok.download_artifact(t, out / f"{t.name}.tar.gz") for t in tasks if t.artifact_id]

@@ -227,6 +227,12 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
     except ValueError:
         raise UsageError(f"{where}: provenance.date {fields['date']!r} is not a date: write it YYYY-MM-DD") from None
     provenance = Provenance(**fields)
+    from gpuplan.errors import Mistakes
+    from gpuplan.schemas.check import problems
+
+    mistakes = problems(data, "profile")  # a field of the wrong shape: its path and what is allowed, never a TypeError
+    if mistakes:
+        raise Mistakes(where, mistakes)
 
     slowdown = {}
     for g, v in (data.get("colocation_slowdown") or {}).items():

@@ -26,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuplan.batchfile import outputs_dir  # noqa: F401 - where a batch's outputs come back to
 from gpuplan.errors import AuthMissing, UsageError
 from gpuplan.planning import fmt
 
@@ -148,11 +149,6 @@ def cluster_name(batch: Batch) -> str:
     if not name or not name[0].isalpha():
         name = f"batch-{name}".strip("-")
     return name[:40]
-
-
-def outputs_dir(batch: Batch, name: str) -> Path:
-    """Where the outputs come back to: the batch's `outputs`, else outputs/<cluster name>."""
-    return batch.outputs or Path("outputs") / name
 
 
 def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:

@@ -170,6 +170,10 @@ def read_items(path: Path) -> list[str]:
     fix = "write one item (video, file, seed) per line"
     lines = read_text(path, "items file", fix, max_bytes=MAX_ITEMS_BYTES).splitlines()
     items = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    from gpuplan.userfiles import check_plain
+
+    for n, line in enumerate(lines, 1):  # an item is printed (progress, jobs, logs): no terminal escape codes
+        check_plain(line.strip(), f"items file {path} line {n}:")
     if not items:
         raise UsageError(f"items file {path} has no items; write one per line")
     if len(items) > MAX_JOBS:
