@@ -26,7 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuplan.batchfile import outputs_dir  # noqa: F401 - where a batch's outputs come back to
+from gpuplan.batchfile import outputs_dir
 from gpuplan.errors import AuthMissing, UsageError
 from gpuplan.planning import fmt
 
