@@ -233,8 +233,9 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     (tmp_path / "tiny.yaml").write_text("name: tiny\nreference_gpu: T4\njobs: [{seconds: 10}]\n")
     path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "max_yen": 150,
                              "command": "sh -c 'sleep 600; echo ok > $GPUPLAN_OUTPUT_DIR/r'"}, ["slow-1", "slow-2"])
+    said = (tmp_path / "launch.err").open("w")
     client = subprocess.Popen([sys.executable, "-c", KILLED_LAUNCH.format(allowance=10), "launch", str(path), "-y"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+                              stdout=subprocess.PIPE, stderr=said, text=True, cwd=tmp_path)
     job = None
     for line in client.stdout:
         if line.startswith("job ") and " submitted" in line:
@@ -242,7 +243,8 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
             break
     client.send_signal(signal.SIGKILL)
     client.communicate()
-    assert job == "batch-1", "the launch never submitted"
+    said.close()
+    assert job == "batch-1", (tmp_path / "launch.err").read_text()
     state = State(paths.state_db())
     at = datetime.fromisoformat(state.cluster("batch").spec["releases_itself_at"])
     cap = Decimal(150) / Decimal("1.1") if state.ledger_rows()[0]["tax"] == "excluded" else Decimal(150)

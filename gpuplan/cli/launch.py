@@ -201,7 +201,8 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
     say = _progress(_console(stderr=True))
     fetched = False
     try:
-        _follow(state, cluster, job, look if watchers else None)
+        if row.state not in runner.JOB_STATES_OVER:  # one that ended (or was settled) has nothing to follow
+            _follow(state, cluster, job, look if watchers else None)
         predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
         # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
         summary, calibration = batches.finish(state, job, predicted)
