@@ -232,7 +232,7 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     inventory.write_text(yamlmod.safe_dump(data))
     (tmp_path / "tiny.yaml").write_text("name: tiny\nreference_gpu: T4\njobs: [{seconds: 10}]\n")
     path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "max_yen": 150,
-                             "command": "sh -c 'sleep 600; echo ok > $GPUPLAN_OUTPUT_DIR/r'"}, ["slow-1", "slow-2"])
+                             "command": "sh -c 'sleep 600; echo {item} > $GPUPLAN_OUTPUT_DIR/r'"}, ["slow-1", "slow-2"])
     said = (tmp_path / "launch.err").open("w")
     client = subprocess.Popen([sys.executable, "-c", KILLED_LAUNCH.format(allowance=10), "launch", str(path), "-y"],
                               stdout=subprocess.PIPE, stderr=said, text=True, cwd=tmp_path)
