@@ -1,8 +1,10 @@
 """gpuplan's own exceptions. Each carries one line a person can act on.
 
-The CLI maps them to exit codes in one place (gpuplan.cli): 2 for bad input,
-3 for cloud/provider failures, 4 for remote (SSH/bootstrap) failures, 6 when another
-gpuplan command holds the cluster (run it again later).
+The CLI maps them to exit codes in one place (gpuplan.cli), each code meaning one thing
+(docs/commands.md): 1 an unexpected error, 2 bad input, 3 cloud/provider failures, 4 remote
+(SSH/bootstrap/fetch) failures, 5 items that failed (runner.JobsFailed), 6 a batch stopped at
+its yen cap (runner.Capped), 7 when another gpuplan command holds the cluster (run it again
+later), 130 interrupted (Ctrl-C).
 """
 
 
@@ -64,9 +66,10 @@ class RemoteError(GpuplanError):
 
 
 class Busy(GpuplanError):
-    """Another gpuplan command holds the lock of this cluster, image or sweep; nothing was done."""
+    """Another gpuplan command holds the lock of this cluster, image or sweep; nothing was done
+    (exit code 7: 6 is a batch stopped at its cap)."""
 
-    exit_code = 6
+    exit_code = 7
 
 
 def unreachable(exc: BaseException) -> str | None:

@@ -52,6 +52,16 @@ KEPT_FIND = " ".join(f"! -name {shlex.quote(k)}" for k in KEPT)
 REGION = "local"
 
 
+def _kill_engine(cluster: str) -> str:
+    """Shell lines that kill, again until none is left, every process of `cluster`'s run engine on
+    this host: Ray and what it started carry GPUPLAN_RAY_TAG=<cluster>-<port> (engine.stop_script)."""
+    return ("for i in $(seq 1 50); do\n"
+            f"  pids=$(grep -lszE '^GPUPLAN_RAY_TAG={cluster}-[0-9]+$' /proc/[0-9]*/environ | cut -d/ -f3 | grep -vx $$)\n"
+            "  [ -n \"$pids\" ] || break\n"
+            "  kill -9 $pids 2>/dev/null; sleep 0.2\n"
+            "done\n")
+
+
 @dataclass(frozen=True)
 class InventoryHost:
     name: str
@@ -518,6 +528,82 @@ class BaremetalProvider(Provider):
         r2 = remote.run(rh, "cd && bash -s", stdin=script, timeout=120)
         if not r2.ok:
             raise ProviderError(f"could not release {r.id} (exit {r2.exit_code}): {r2.tail(3)}")
+
+    # --- the engine on hosts the state lost; the cap's backstop: hosts that release themselves ---
+
+    def stop_engine(self, resources: Sequence[Resource]) -> None:
+        """Before a sweep releases claims the state has lost: the run engine of each claim's
+        cluster (its Ray and every process started under it, by their GPUPLAN_RAY_TAG) stopped
+        on the host, as a teardown stops it (engine.stop_all, which needs the state's record of
+        the engine); released with it still running, a host would look free while it runs."""
+        by_id = {h.name: h for h in self.inventory()}
+        work = [(by_id[r.id], r.tags.get(TAG_CLUSTER, "")) for r in resources
+                if r.kind == "instance" and r.id in by_id and re.fullmatch(r"[a-z][a-z0-9-]*", r.tags.get(TAG_CLUSTER, ""))]
+        if not work:
+            return
+        clusters = {h.name: c for h, c in work}
+        outcomes = remote.run_many([self._host(h) for h, _ in work],
+                                   lambda rh: remote.run(rh, "bash -s", stdin=_kill_engine(clusters[rh.name]), timeout=60),
+                                   self._workers)
+        for (h, _), o in zip(work, outcomes):
+            if isinstance(o, BaseException) or not o.ok:
+                raise ProviderError(f"could not stop the run engine on {h.name} before releasing it: "
+                                    f"{o if isinstance(o, BaseException) else o.tail(3)}")
+
+
+    def release_at(self, tags: Mapping[str, str], at: datetime) -> Sequence[str]:
+        """A launch's max_yen holds with no gpuplan client alive: on every host this cluster
+        claims (`tags`), a timer that at `at` kills the cluster's Ray and everything started
+        under it (GPUPLAN_RAY_TAG=<cluster>-<port>), removes the cluster's login key and its
+        claim, as a teardown would; the ledger's end there is lifecycle.settle_released's. A
+        timer gives up as soon as the claim is no longer the one it was armed for (torn down,
+        or claimed anew). Returns the hosts armed; raises where one could not be."""
+        cluster = tags.get(TAG_CLUSTER, "")
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", cluster):
+            raise ProviderError(f"refusing to arm a release for {cluster!r}: not a cluster name")
+        claimed = {r.id for r in self.list(REGION, tags) if r.kind == "instance"}
+        hosts = [h for h in self.inventory() if h.name in claimed]
+        epoch = int(at.timestamp())
+        outcomes = remote.run_many([self._host(h) for h in hosts], lambda rh: self._arm(rh, cluster, epoch),
+                                   self._workers)
+        for h, o in zip(hosts, outcomes):
+            if isinstance(o, BaseException):
+                raise ProviderError(f"could not arm the cap's release on {h.name}: {o}")
+        return [h.name for h in hosts]
+
+    def _arm(self, rh: remote.Host, cluster: str, epoch: int) -> None:
+        timer = f"{CLAIM_DIR}/release-{cluster}"
+        script = (
+            "#!/bin/bash\n"
+            f"# gpuplan: max_yen of cluster {cluster}: at {epoch} (epoch s) its Ray stops and its claim here is released\n"
+            "cd\n"
+            f"while cmp -s {CLAIM_DIR}/claim {timer}.claim; do\n"
+            f"  now=$(date +%s); [ \"$now\" -lt {epoch} ] || break\n"
+            f"  left=$(({epoch} - now)); [ $left -le 5 ] || left=5; sleep $left\n"
+            "done\n"
+            f"cmp -s {CLAIM_DIR}/claim {timer}.claim || exit 0  # not the claim it was armed for: nothing of ours\n"
+            + _kill_engine(cluster) +
+            f"login_key=$(sed -n 's/.*\"login_key\": \"\\([^\"]*\\)\".*/\\1/p' {CLAIM_DIR}/claim)\n"
+            "if [ -n \"$login_key\" ] && [ -f .ssh/authorized_keys ]; then\n"
+            "  grep -vxF -e \"$login_key\" .ssh/authorized_keys > .ssh/authorized_keys.gpuplan\n"
+            "  cat .ssh/authorized_keys.gpuplan > .ssh/authorized_keys; rm -f .ssh/authorized_keys.gpuplan\n"
+            "fi\n"
+            f"rm -f {CLAIM_DIR}/claim {timer}.claim {timer}.pid\n"
+        )
+        arm = (
+            "set -e; cd\n"
+            f"if [ -f {timer}.pid ] && grep -qF release-{cluster} /proc/$(cat {timer}.pid)/cmdline 2>/dev/null; then\n"
+            f"  kill $(cat {timer}.pid) 2>/dev/null || true\n"  # armed again (a kept cluster's next launch)
+            "fi\n"
+            f"cp {CLAIM_DIR}/claim {timer}.claim\n"
+            f"cat > {timer}.sh <<'GPUPLAN_TIMER'\n{script}GPUPLAN_TIMER\n"
+            f"nohup setsid bash {timer}.sh > /dev/null 2>&1 < /dev/null &\n"
+            f"echo $! > {timer}.pid\n"
+            f"sleep 0.2; kill -0 $(cat {timer}.pid)\n"
+        )
+        r = remote.run(rh, "bash -s", stdin=arm, timeout=60)
+        if not r.ok:
+            raise ProviderError(f"exit {r.exit_code}: {r.tail(3)}")
 
     def default_regions(self) -> list[str]:
         return [REGION]

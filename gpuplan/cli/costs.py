@@ -32,6 +32,9 @@ def cost_report(
     if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):
         raise UsageError(f"bad --month {month!r}: write it as YYYY-MM, e.g. 2026-11")
     state = State.open_default()
+    from gpuplan.fleet import lifecycle
+
+    lifecycle.settle_released(state)  # hosts that released themselves at a launch's max_yen bill no more
     month = month.strip() if month else None
     lines = costs.on_basis(costs.report(state.ledger_rows(), month), tax)
     interrupted = costs.report_interruptions(state, month, tax)

@@ -40,10 +40,12 @@ def launch(
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="With --probe: at most this for the probes, a share of the pick's yen (2%, the default) or yen.", metavar="PERCENT|YEN")] = None,
 ) -> None:
     """Plan a batch, build the pick, run the batch on it, fetch its outputs, tear it down."""
+    from contextlib import ExitStack
+
     from gpuplan import batchfile
-    from gpuplan.cli.jobs import _console, _progress
-    from gpuplan.cli.lifecycle import _confirm, _print_lines
-    from gpuplan.run import backends, launcher
+    from gpuplan.cli.jobs import _console
+    from gpuplan.cli.lifecycle import _print_lines
+    from gpuplan.run import launcher
     from gpuplan.run.ray import runner
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
@@ -62,9 +64,7 @@ def launch(
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     batch = batchfile.read(batch_file, overrides)
     todo_items = runner.read_items(batch.items)
-    out, err = _console(), _console(stderr=True)
-    cluster = launcher.cluster_name(batch)
-    batchfile.check_before_buying(batch, cluster)
+    out = _console()
     saved = plan is None  # the plan is this command's own file (removed if the launch is refused)
     if plan is None:
         from gpuplan.cli import estimate as estimate_cli
@@ -82,40 +82,64 @@ def launch(
 
             plan = Path(tempfile.mkdtemp(prefix="gpuplan-launch-")) / "plan.json"
         else:
-            from gpuplan import paths
-
-            plan = paths.state_dir() / "launches" / f"{cluster}.plan.json"
+            plan = launcher.plan_file(batch)
             plan.parent.mkdir(parents=True, exist_ok=True)
         estimate_cli.save_plan(est, plan)
-    try:  # a refused launch writes nothing: the plan it saved goes with it (the dry run's always)
-        pick = launcher.pick_of(plan, batch.region or None, batch.tax)
-        launcher.refuse_over_cap(pick, batch.max_yen)
-        outputs_dir = launcher.outputs_dir(batch, cluster)
-        if outputs_dir.exists() and (not outputs_dir.is_dir() or any(outputs_dir.iterdir())):
-            raise UsageError(f"outputs folder {outputs_dir} is not empty: name another (outputs: or --outputs), or move it"
-                             " away")
-        lines = [f"launch {fmt.plural(len(todo_items), 'item')} on {pick.count}x {pick.target}:",
-                 *(f"  {s}" for s in launcher.steps(pick, batch, cluster, len(todo_items)))]
-    except BaseException:
-        if saved and not dry_run:
-            plan.unlink(missing_ok=True)
-        raise
-    finally:
-        if dry_run and plan.parent.name.startswith("gpuplan-launch-"):
-            import shutil
-
-            shutil.rmtree(plan.parent, ignore_errors=True)
-    if dry_run:
-        _print_lines(out, lines + ["dry run: nothing was created"])
-        return
     from gpuplan.store.state import State
 
-    state = State.open_default()
+    with ExitStack() as held:  # the cluster name's lock, held until the launch ends (the kernel frees it with the process)
+        try:  # a refused launch writes nothing: the plan it saved goes with it (the dry run's always)
+            pick = launcher.pick_of(plan, batch.region or None, batch.tax)
+            launcher.refuse_over_cap(pick, batch.max_yen)
+            launcher.check_playbooks(pick, batch)
+            if dry_run:
+                from gpuplan import paths
+
+                peek = State.open_default() if paths.state_db().exists() else None
+                cluster = launcher.peek_name(peek, batch)
+                if peek is not None:
+                    peek.close()
+            else:
+                state = State.open_default()
+                cluster = launcher.claim_name(state, batch, held)
+            batchfile.check_before_buying(batch, cluster)
+            outputs_dir = launcher.outputs_dir(batch, cluster)
+            if outputs_dir.exists() and (not outputs_dir.is_dir() or any(outputs_dir.iterdir())):
+                raise UsageError(f"outputs folder {outputs_dir} is not empty: name another (outputs: or --outputs), or move"
+                                 " it away")
+            launcher.check_outputs(outputs_dir)
+            lines = [f"launch {fmt.plural(len(todo_items), 'item')} on {pick.count}x {pick.target}:",
+                     *(f"  {s}" for s in launcher.steps(pick, batch, cluster, len(todo_items)))]
+        except BaseException:
+            if saved and not dry_run:
+                plan.unlink(missing_ok=True)
+            raise
+        finally:
+            if dry_run and plan.parent.name.startswith("gpuplan-launch-"):
+                import shutil
+
+                shutil.rmtree(plan.parent, ignore_errors=True)
+        if dry_run:
+            _print_lines(out, lines + ["dry run: nothing was created"])
+            return
+        _launch(state, pick, batch, cluster, lines, plan, todo_items, outputs_dir, yes, detach, keep)
+
+
+def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo_items, outputs_dir: Path, yes: bool,
+            detach: bool, keep: bool) -> None:
+    """A launch past its checks that need nothing but its files: preflight, the question, the
+    build and the batch, under the cluster name's lock."""
+    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.lifecycle import _confirm
+    from gpuplan.run import backends, launcher
+    from gpuplan.run.ray import runner
+
+    out, err = _console(), _console(stderr=True)
     # extras, credentials, the backend, a terminal for the question: all at once; then quota
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = runner.run_order(todo_items, runner.read_plan(plan))
-    job = launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err))
+    job = launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), keep=keep)
     where = backends.job_row(state, job).cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
@@ -142,10 +166,12 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
     """Follow the job to its end (the cap checked on every look; with the batch's `recover`, its
     lost nodes replaced as `run --recover` does), print what it did, fetch its outputs, tear the
     cluster down (unless --keep); exit non-zero when it was capped or items failed."""
-    from gpuplan.cli.jobs import _console, _follow, _print_summary, _recoverer
+    from gpuplan.cli.jobs import _console, _follow, _print_summary, _progress, _recoverer
+    from gpuplan.fleet import lifecycle
     from gpuplan.run import backends, batches, launcher, recover
     from gpuplan.run.ray import runner
 
+    released = lifecycle.settle_released(state)  # a cluster that released itself at the cap: its job ended there
     row = state.job(job)
     opts = row.options["launch"]
     cluster = row.cluster
@@ -158,24 +184,46 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
         for watch in watchers:
             watch(seen)
 
-    _follow(state, cluster, job, look if watchers else None)
-    predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
-    # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
-    summary, calibration = batches.finish(state, job, predicted)
-    _print_summary(summary, predicted, job)
     out = _console()
-    if calibration:
-        out.print(calibration, markup=False)
-    got = backends.outputs(state, job, Path(opts["outputs"]))
+    say = _progress(_console(stderr=True))
+    fetched = False
+    try:
+        if row.state not in runner.JOB_STATES_OVER:  # one that ended (or was settled) has nothing to follow
+            _follow(state, cluster, job, look if watchers else None)
+        predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
+        # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
+        summary, calibration = batches.finish(state, job, predicted)
+        _print_summary(summary, predicted, job)
+        if calibration:
+            out.print(calibration, markup=False)
+        fetched = True  # from here on a second fetch would find its own folders: fetch once
+        if cluster in released or (backends.of(row).has_cluster and _released(state, cluster)):
+            say(f"cluster {cluster} released itself at the max_yen moment (its hosts stopped the batch and dropped"
+                f" its login key): outputs are not fetched; the hosts keep them in ~/.gpuplan/jobs/{job}/out")
+            launcher.raise_outcome(state, job, cap)
+            return
+        got = backends.outputs(state, job, Path(opts["outputs"]))
+    except Exception as exc:
+        # Ctrl-C (typer.Exit 130 from _follow) stops following only: the batch goes on, `launch --resume` picks it up
+        if backends.of(row).has_cluster and not isinstance(exc, typer.Exit):
+            launcher.wind_down(state, cluster, job, None if fetched else Path(opts["outputs"]), keep, say)
+        raise
     out.print(f"outputs: {fmt.plural(got.files, 'file')} of {fmt.plural(got.items, 'item')} in {opts['outputs']}",
               markup=False)
+    if got.skipped:
+        say(f"not fetched, as they are not plain files: {', '.join(got.skipped)}")
     if not keep:
         deleted = launcher.teardown(state, job, lambda m: _console(stderr=True).print(f"… {m}", markup=False))
         if deleted is not None:
             out.print(f"cluster {cluster} torn down ({fmt.plural(deleted, 'resource')} deleted)", markup=False)
     else:
-        out.print(f"cluster {cluster} left up (--keep): `gpuplan teardown {cluster}` when done", markup=False)
+        out.print(launcher.left_billing(state, cluster, " (--keep)"), markup=False)
     launcher.raise_outcome(state, job, cap)
+
+
+def _released(state, cluster: str) -> bool:
+    row = state.cluster(cluster)
+    return row is not None and row.status == "gone" and bool(row.spec.get("releases_itself_at"))
 
 
 def register(app: typer.Typer) -> None:

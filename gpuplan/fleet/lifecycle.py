@@ -491,6 +491,35 @@ def reconcile(state: State, prov: Provider, cluster: ClusterRow) -> list[Resourc
     return found
 
 
+def settle_released(state: State) -> list[str]:
+    """Clusters whose machines released themselves at a moment now past (owned hosts armed by a
+    launch from its max_yen: launcher.backstop): the hosts did a teardown's part there (Ray and
+    the items stopped, the login key and claim removed), this does the rest here: the ledger
+    rows end at that moment, unfinished jobs end capped, the keys go, the cluster is gone.
+    Called before what reads the ledger or the cluster (cost-report, status, teardown, launch
+    --resume), so a client killed mid-batch leaves nothing billing in the figures either."""
+    from gpuplan.run.ray import runner
+    from gpuplan.store.state import parse_time
+
+    t = now()
+    settled = []
+    for c in state.clusters():
+        at = parse_time(c.spec.get("releases_itself_at")) if c.spec.get("releases_itself_at") else None
+        if at is None or at > t:
+            continue
+        for node in state.nodes(c.name):
+            state.ledger_stop(c.name, node.name, at=at)
+            state.update_node(c.name, node.name, status="deleted")
+        for job in state.jobs(c.name):
+            if job.state not in runner.JOB_STATES_OVER:
+                state.close_job(job.id, "capped", at)
+        state.unpin_cluster_host_keys(c.name)
+        keys.remove_cluster_keys(state, c.name)
+        state.set_cluster_status(c.name, "gone")
+        settled.append(c.name)
+    return settled
+
+
 # --- status ------------------------------------------------------------------------------
 
 
@@ -505,6 +534,7 @@ class ClusterStatus:
 
 
 def status(state: State, cluster: str | None = None) -> list[ClusterStatus]:
+    settle_released(state)
     rows = [state.cluster(cluster)] if cluster else state.clusters()
     if cluster and rows[0] is None:
         raise NotFound(f"no cluster named {cluster!r}; `gpuplan status` lists them")
@@ -538,6 +568,9 @@ def teardown(
     is left, the cluster's key files go too."""
     _trust_pins(state, prov)
     with locks.cluster(cluster):
+        if cluster in settle_released(state):
+            progress(f"{cluster} released itself at its max_yen moment: nothing left to tear down")
+            return TeardownReport(cluster)
         return _teardown(state, prov, cluster, include_images, progress)
 
 
@@ -561,6 +594,11 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
                                      f" released: stop it there, then `gpuplan teardown {cluster}` again")
         not_stopped = stopped.unreachable
     state.set_cluster_status(cluster, "tearing-down")
+    from gpuplan.run.ray import runner
+
+    for job in state.jobs(cluster):  # its engine is stopped: a batch that was running on it has ended
+        if job.state not in runner.JOB_STATES_OVER:
+            state.close_job(job.id, "cancelled")
     found = reconcile(state, prov, row)
     # An owned host that is down (or could not be reached to stop Ray) keeps its claim: released
     # now, the next claim could find this cluster's Ray on it when it comes back. The rest go.
@@ -715,6 +753,10 @@ def sweep_delete(state: State, prov: Provider, strays: Sequence[Resource], progr
                     if why:
                         spared += [(r, why) for r in batch]
                         continue
+                    stop_engine = getattr(prov, "stop_engine", None)  # owned hosts outlive the sweep: their Ray must not
+                    if kind == "cluster" and stop_engine is not None:
+                        progress(f"stopping the run engine of {name} on its hosts")
+                        stop_engine(batch)
                     progress(f"deleting {len(batch)} stray resource(s) of {group} in {prov.name}/{region}")
                     with state.journaled("sweep-delete", ",".join(r.id for r in batch)[:2000], None,
                                          f"{prov.name}/{region} {group}"):

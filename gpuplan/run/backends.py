@@ -56,6 +56,7 @@ class Submission:
 class Fetched:
     items: int  # items whose outputs came back
     files: int
+    skipped: tuple[str, ...] = ()  # what was left on the node: links and other entries that are not plain files
 
 
 class RunBackend(Protocol):
@@ -177,8 +178,9 @@ class RayBackend:
     def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
         from gpuplan.run.ray import runner
 
-        items, files = runner.fetch_outputs(state, job, item, into)
-        return Fetched(items, files)
+        skipped: list[str] = []
+        items, files = runner.fetch_outputs(state, job, item, into, skipped)
+        return Fetched(items, files, tuple(skipped))
 
     def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
              note: Callable[[str], None]) -> None:

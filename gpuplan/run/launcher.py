@@ -138,6 +138,17 @@ def default_playbooks(pick: Pick, batch: Batch) -> list[str]:
     return books
 
 
+def check_playbooks(pick: Pick, batch: Batch) -> None:
+    """Every playbook the launch would run exists and reads (a name unknown, a file broken): bad
+    input, said by --dry-run too, before anything is claimed or provisioned."""
+    from gpuplan.hosts import playbook
+    from gpuplan.run import backends
+
+    if backends.get(pick.backend).has_cluster:
+        for name in default_playbooks(pick, batch):
+            playbook.load(name)
+
+
 def cluster_name(batch: Batch) -> str:
     """The batch's cluster: its `name`, else the batch file's name, else one from its items file."""
     import re
@@ -149,6 +160,99 @@ def cluster_name(batch: Batch) -> str:
     if not name or not name[0].isalpha():
         name = f"batch-{name}".strip("-")
     return name[:40]
+
+
+def batch_identity(batch: Batch) -> str:
+    """What makes a batch this batch across launches: its batch file (else its items file), resolved."""
+    return str((batch.source or batch.items).resolve())
+
+
+def name_choices(batch: Batch) -> list[str]:
+    """The names a launch of `batch` may take, in order: the one it names (`name:` or --name)
+    alone; else its file's name, then that name with a digest of the file's path (unique to
+    the batch file: two folders' batch.yaml never meet on one name)."""
+    import hashlib
+
+    base = cluster_name(batch)
+    if batch.name:
+        return [base]
+    digest = hashlib.sha256(batch_identity(batch).encode()).hexdigest()[:6]
+    return [base, f"{base[:25].rstrip('-')}-{digest}"]
+
+
+def _owner_path(name: str) -> Path:
+    from gpuplan import paths
+
+    return paths.state_dir() / "launches" / f"{name}.owner"
+
+
+def _made_for_another(state: State, name: str, me: str) -> str | None:
+    """The other batch file cluster `name` was made for, where it is still up (None: free for `me`)."""
+    row = state.cluster(name)
+    if row is None or row.status == "gone":
+        return None
+    try:
+        owner = _owner_path(name).read_text().strip()
+    except OSError:  # made by `provision`, or by a launch before launches recorded their batch
+        return "a cluster not made by a launch" if not any(j.options.get("launch") for j in state.jobs(name)) else None
+    return owner if owner != me else None
+
+
+def peek_name(state: State | None, batch: Batch) -> str:
+    """The name a launch would take now, written nowhere (for --dry-run and the question)."""
+    choices = name_choices(batch)
+    if state is None:
+        return choices[0]
+    me = batch_identity(batch)
+    return next((n for n in choices if _made_for_another(state, n, me) is None), choices[-1])
+
+
+def claim_name(state: State, batch: Batch, stack) -> str:
+    """The cluster name this launch takes, held until it ends: a launch never joins a cluster
+    made for another batch file, nor one another launch is working on. Each name's lock
+    (`launch-NAME`) is held for the whole launch (`stack`, an ExitStack; the kernel frees it
+    with the process, kill -9 included); the batch file the name's cluster is made for is
+    recorded (record_owner) once the launch makes it. A name `name:` gives that is taken is refused in one line."""
+    from contextlib import ExitStack
+
+    from gpuplan.errors import Busy
+    from gpuplan.fleet import locks
+
+    me = batch_identity(batch)
+    why = ""
+    for name in name_choices(batch):
+        lock = ExitStack()
+        try:
+            lock.enter_context(locks.hold(f"launch-{name}", f"the launch of cluster {name}", wait_s=0))
+        except Busy:
+            why = f"another launch is making cluster {name} ({locks.holder(f'launch-{name}')})"
+            continue
+        other = _made_for_another(state, name, me)
+        if other is not None:
+            lock.close()  # not ours: its own batch may launch on it again meanwhile
+            why = f"cluster {name} is up for another batch ({other})"
+            continue
+        stack.enter_context(lock)
+        return name
+    raise UsageError(f"{why}: give this batch another name (name: or --name), or wait for that one to end")
+
+
+def plan_file(batch: Batch) -> Path:
+    """Where a launch keeps the plan it acts on: one file per batch file (two folders' batch.yaml
+    never write one file)."""
+    import hashlib
+
+    from gpuplan import paths
+
+    digest = hashlib.sha256(batch_identity(batch).encode()).hexdigest()[:6]
+    return paths.state_dir() / "launches" / f"{cluster_name(batch)}-{digest}.plan.json"
+
+
+def record_owner(batch: Batch, name: str) -> None:
+    """Cluster `name` is made for this batch file (claim_name reads it back)."""
+    owner = _owner_path(name)
+    owner.parent.mkdir(parents=True, exist_ok=True)
+    owner.write_text(batch_identity(batch) + "\n")
 
 
 def steps(pick: Pick, batch: Batch, name: str, items: int) -> list[str]:
@@ -203,26 +307,62 @@ def preflight(state: State, pick: Pick, batch: Batch, name: str, can_answer: boo
     if not fleet:
         return None
     order = provision.order(None, None, plan=pick.plan_path, name=name, spot=pick.market == "spot")
-    checked, _ = provision.check(state, lifecycle.get_provider(order.request.provider), order, None)
+    prov = lifecycle.get_provider(order.request.provider)
+    ttl_s = backstop_ttl_s(pick, batch) if provider_stops_itself(prov) else None
+    if ttl_s is not None:  # the cap's backstop, set at provision as `provision --ttl` sets one
+        from dataclasses import replace
+
+        order = replace(order, request=replace(order.request, ttl_s=ttl_s,
+                                               more=tuple(replace(m, ttl_s=ttl_s) for m in order.request.more)))
+    checked, _ = provision.check(state, prov, order, None)
     return checked
 
 
+def provider_stops_itself(prov) -> bool:
+    """Does the provider stop machines at a TTL of its own (a cloud), where owned hosts get a timer (release_at)?"""
+    from gpuplan.fleet.provider import Feature
+
+    return Feature.TTL not in prov.unsupported
+
+
 def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None, todo: Sequence[tuple[int, str]],
-          outputs: Path, progress: Progress) -> str:
+          outputs: Path, progress: Progress, keep: bool = False) -> str:
     """Build what the pick needs and submit the batch to its backend; returns the job id. A
     backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first, and
     the cap as the moment its driver stops the batch; on one without, each task's time limit is
-    at most what the cap buys (DOK bills a task for the seconds it runs)."""
+    at most what the cap buys (DOK bills a task for the seconds it runs). Whatever fails once
+    the cluster is bought (bootstrap, setup, the cap, the submit) tears it down again (kept with
+    `keep`, saying what bills) before the error is raised."""
     from gpuplan.run import backends
 
     backend = backends.get(pick.backend)
-    timeout_s, cap = batch.timeout_s, None
-    if backend.has_cluster:
-        provision(state, pick, batch, name, order, progress)
-        cap = stop_at(state, name, billed_cap(pick, batch))
-        if cap is not None:
-            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
-    elif batch.max_yen is not None:
+    if not backend.has_cluster:
+        return _submit(state, pick, batch, name, todo, outputs, progress, None)
+    take(state, pick, name, order)  # refusals first: nothing is bought or torn down by them
+    record_owner(batch, name)
+    cap: list[datetime | None] = [None]
+
+    def capped() -> None:  # once the machines bill, before they are set up: the cap's moment, and its backstop
+        cap[0] = stop_at(state, name, billed_cap(pick, batch))
+        if cap[0] is not None:
+            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap[0]:%H:%M:%S} UTC if it is still running")
+            backstop(state, name, cap[0] + timedelta(seconds=TEARDOWN_ALLOWANCE_S), progress)
+
+    try:
+        provision(state, pick, batch, name, order, progress, capped)
+        return _submit(state, pick, batch, name, todo, outputs, progress, cap[0])
+    except Exception:
+        wind_down(state, name, None, outputs, keep, progress)
+        raise
+
+
+def _submit(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
+            progress: Progress, cap: datetime | None) -> str:
+    from gpuplan.run import backends
+
+    backend = backends.get(pick.backend)
+    timeout_s = batch.timeout_s
+    if not backend.has_cluster and batch.max_yen is not None:
         timeout_s = task_limit_within(pick, billed_cap(pick, batch) or batch.max_yen, timeout_s)
     sub = backends.Submission(
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
@@ -244,27 +384,46 @@ def task_limit_within(pick: Pick, max_yen: Decimal, limit_s: int) -> int:
 # --- a cluster (Ray backend) -----------------------------------------------------------------
 
 
-def provision(state: State, pick: Pick, batch: Batch, name: str, order: Order | None, progress: Progress) -> None:
+def take(state: State, pick: Pick, name: str, order: Order | None) -> None:
+    """Before anything is bought: the cluster `name` is this launch's to make, or one of the
+    pick's kind that is ready and runs no batch (a launch of this batch file cut off after
+    provisioning, or kept with --keep); anything else is refused in one line, untouched."""
+    from gpuplan.run.ray import runner
+
+    row = state.cluster(name)
+    if row is None or row.status == "gone":  # torn down: its name is free again
+        if order is None:  # the name was free when preflight looked: none was checked
+            raise UsageError(f"cluster {name} went while the launch was asked about; launch again")
+        return
+    if (row.provider, row.size) != (pick.offer.provider, pick.offer.name) or row.status != "ready":
+        raise UsageError(f"cluster {name} exists already ({row.count}x {row.provider}:{row.size}, {row.status}): give"
+                         " the batch another name (name: or --name), or `gpuplan teardown " + name + "` first")
+    busy = [j.id for j in state.jobs(name) if j.state not in runner.JOB_STATES_OVER]
+    if busy:  # two batches on one cluster would share its GPU slots, and one's teardown would end the other
+        raise UsageError(f"cluster {name} is running job {busy[0]}: wait for it (`gpuplan launch --resume {busy[0]}`),"
+                         " or give this batch another name (name: or --name)")
+
+
+def provision(state: State, pick: Pick, batch: Batch, name: str, order: Order | None, progress: Progress,
+              bought: Callable[[], None] = lambda: None) -> None:
     """The pick's fleet as cluster `name` from `order` (preflight's, checked), bootstrapped; a
-    cluster of that name that is ready and of the pick's kind is used as it is (a launch cut off
-    after provisioning picks up there)."""
+    cluster of that name that is ready and of the pick's kind is used as it is (take() checked it
+    first: a launch cut off after provisioning picks up there). `bought` is called once the
+    machines are there, before anything is set up on them."""
     from gpuplan.fleet import lifecycle, provision
     from gpuplan.hosts.playbook import bootstrap_cluster
 
     row = state.cluster(name)
-    if row is not None and row.status == "gone":  # torn down: its name is free again
-        row = None
-    if row is not None:
-        if (row.provider, row.size) != (pick.offer.provider, pick.offer.name) or row.status != "ready":
-            raise UsageError(f"cluster {name} exists already ({row.count}x {row.provider}:{row.size}, {row.status}): give"
-                             " the batch another name (name: or --name), or `gpuplan teardown " + name + "` first")
+    if row is not None and row.status != "gone":
         progress(f"cluster {name} is up already: using it")
+        bought()
     else:
-        if order is None:  # the name was free when preflight looked: none was checked
+        if order is None:
             raise UsageError(f"cluster {name} went while the launch was asked about; launch again")
         prov = lifecycle.get_provider(order.request.provider)
         books = default_playbooks(pick, batch)
         provision.provision(state, prov, order, playbooks=books or None, bootstrap=False, progress=progress)
+        bought()
         if books:
             progress(f"bootstrapping {name}: {', '.join(books)}")
             bootstrap_cluster(state, name, books, dict(batch.params), progress=progress)
@@ -286,8 +445,7 @@ def run_setup(state: State, cluster: str, commands: Sequence[str], progress: Pro
         if isinstance(r, BaseException):
             raise RemoteError(f"setup on {h.name}: {r}")
         if not r.ok:
-            raise RemoteError(f"setup on {h.name} failed (exit {r.exit_code}): {r.why()}; fix `setup:` and launch again"
-                              " (the cluster stays up and is used as it is)")
+            raise RemoteError(f"setup on {h.name} failed (exit {r.exit_code}): {r.why()}; fix `setup:` and launch again")
 
 
 def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | None:
@@ -315,12 +473,50 @@ def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | N
     return None if seconds == horizon else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
 
 
+def backstop(state: State, cluster: str, at: datetime, progress: Progress) -> None:
+    """The cap holds for the bill with no client alive: owned hosts are armed to release
+    themselves at `at`, the moment the ledger reaches the cap (their provider's release_at), and
+    the moment is recorded for lifecycle.settle_released; cloud VMs got their backstop at
+    provision (a TTL from the cap: backstop_ttl_s)."""
+    from gpuplan.fleet import lifecycle
+
+    row = state.cluster(cluster)
+    if row is None:
+        return
+    prov = lifecycle.get_provider(row.provider)
+    arm = getattr(prov, "release_at", None)
+    if arm is None:
+        return
+    hosts = arm(lifecycle.cluster_tags(row), at)
+    state.record_release_at(cluster, at)
+    progress(f"max_yen backstop: {fmt.plural(len(hosts), 'host')} stop the batch and release themselves at"
+             f" {at:%H:%M:%S} UTC, with or without this terminal")
+
+
+BACKSTOP_MAX_S = 90 * 86400  # no cloud takes a TTL of any length (GCP: at most 120 days)
+
+
+def backstop_ttl_s(pick: Pick, batch: Batch) -> int | None:
+    """Cloud VMs' backstop for the cap: the seconds the pick's machines, billed by the one rule
+    at the price the ledger counts, take to reach max_yen, as a TTL the cloud enforces itself
+    (`provision --ttl`'s mechanism: AWS shuts down and terminates, GCP deletes, Azure
+    deallocates, Sakura stops). None: no cap, or one that outlasts BACKSTOP_MAX_S."""
+    from gpuplan.market import billing
+
+    cap = billed_cap(pick, batch)
+    if cap is None:
+        return None
+    terms = billing.terms_for(pick.offer)
+    seconds = billing.seconds_within(lambda s: billing.charge(s, terms) * pick.count, cap, BACKSTOP_MAX_S)
+    return None if seconds >= BACKSTOP_MAX_S else max(60, seconds)
+
+
 def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) -> dict:
     """What a launch's job row keeps for --resume: the cluster made for it (None: none), its outputs, its cap."""
     return {"plan": str(pick.plan_path), "launch": {
         "cluster": name, "backend": pick.backend, "outputs": str(outputs.resolve()),
         "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image,
-        "recover": batch.recover, "on_demand_fallback": batch.on_demand_fallback}}
+        "recover": batch.recover, "on_demand_fallback": batch.on_demand_fallback, "tax": batch.tax}}
 
 
 # --- after the batch ------------------------------------------------------------------------------
@@ -357,6 +553,97 @@ def teardown(state: State, job: str, progress: Progress) -> int | None:
     return len(report.deleted)
 
 
+def wind_down(state: State, cluster: str, job: str | None, outputs: Path | None, keep: bool, progress: Progress) -> None:
+    """After a failure once the cluster was bought (bootstrap, setup, the submit, following the
+    batch, the fetch): the batch stopped, what its items wrote fetched into `outputs` as far as
+    it can be, then the cluster torn down (`keep`: left up, saying what it bills). Each step says
+    how it went through `progress` and never raises: the failure that led here is what the
+    caller raises next."""
+    from gpuplan.run import backends
+    from gpuplan.run.ray import runner
+
+    if job is not None:
+        try:
+            if backends.refresh(state, job).state not in runner.JOB_STATES_OVER:
+                backends.cancel(state, job)
+                progress(f"job {job} stopped")
+        except Exception as exc:  # noqa: BLE001 - the teardown below stops it too
+            progress(f"job {job} could not be stopped on its own ({_why(exc)}); the teardown stops it")
+        if outputs is not None:
+            try:
+                got = backends.outputs(state, job, outputs)
+                progress(f"outputs: {fmt.plural(got.files, 'file')} of {fmt.plural(got.items, 'item')} in {outputs}"
+                         + (f"; left on the nodes (not plain files): {', '.join(got.skipped)}" if got.skipped else ""))
+            except Exception as exc:  # noqa: BLE001 - said, and the cluster still goes
+                progress(f"outputs not fetched: {_why(exc)}")
+    row = state.cluster(cluster)
+    if row is None or row.status == "gone":
+        return
+    if keep:
+        progress(left_billing(state, cluster, " (--keep)"))
+        return
+    from gpuplan.fleet import lifecycle
+
+    try:
+        report = lifecycle.teardown(state, lifecycle.get_provider(row.provider), cluster, progress=progress)
+        progress(f"cluster {cluster} torn down ({fmt.plural(len(report.deleted), 'resource')} deleted)")
+    except Exception as exc:  # noqa: BLE001 - what is left is said with what it bills
+        progress(f"cluster {cluster} could not be torn down: {_why(exc)}; {left_billing(state, cluster)}")
+
+
+def left_billing(state: State, cluster: str, why: str = "") -> str:
+    """What a cluster left up goes on billing, in one line, with when it stops itself (a launch's
+    max_yen backstop) and the command that stops it sooner."""
+    from gpuplan.store.state import parse_time
+
+    row = state.cluster(cluster)
+    if row is None:
+        return f"`gpuplan teardown {cluster}` when done"
+    price = row.price_jpy_per_hour
+    bills = (f"{row.count}x {row.provider}:{row.size} bill about {fmt.yen(price * row.count)}/h" if price
+             else f"{row.count}x {row.provider}:{row.size} stay claimed")
+    at = parse_time(row.spec.get("releases_itself_at")) or row.ttl_expires_at
+    stops = f" (they stop themselves at {at:%H:%M:%S} UTC, the max_yen or TTL moment)" if at else ""
+    return f"cluster {cluster} left up{why}: {bills}{stops} until `gpuplan teardown {cluster}`"
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def check_outputs(folder: Path) -> None:
+    """The outputs folder can be made and written here: checked before anything is bought (an
+    uncreatable one used to fail the fetch after the whole batch, with the cluster left up).
+    Leaves nothing behind: what it makes to try, it removes."""
+    import tempfile
+
+    missing, at = [], folder.absolute()
+    while not at.exists() and not at.is_symlink() and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    made: list[Path] = []
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+            made.append(d)
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".gpuplan-check-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"outputs folder {folder} cannot be made or written ({exc.strerror or exc}): name another"
+                         " (outputs: or --outputs)") from None
+    finally:
+        for d in reversed(made):
+            d.rmdir()
+
+
+def ledger_yen(state: State, cluster: str, basis: str) -> Decimal:
+    """What cost-report says the cluster has cost on tax `basis`: its ledger rows, claim to teardown."""
+    from gpuplan.store import costs
+
+    rows = [r for r in state.ledger_rows() if r["cluster"] == cluster]
+    return sum((x.yen for x in costs.on_basis(costs.report(rows), basis)), Decimal(0))
+
+
 def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
     """Exit non-zero where the batch did not finish: capped (6) or items failed (5)."""
     from gpuplan.run import backends
@@ -365,7 +652,9 @@ def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
     row = backends.job_row(state, job)
     counts = state.job_counts(job)
     if row.state == "capped":
-        spent = backends.yen(state, row)
+        # a cluster made for the launch: what its ledger says (cost-report's figure, claim to teardown)
+        basis = (row.options.get("launch") or {}).get("tax") or "included"
+        spent = ledger_yen(state, row.cluster, basis) if backends.of(row).has_cluster else backends.yen(state, row)
         raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap)}: {fmt.yen(spent)} spent on the batch,"
                      f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))

@@ -699,6 +699,11 @@ class State:
         shell's environment says."""
         self._update_spec(cluster, lambda spec: spec.__setitem__("engine", dict(settings)))
 
+    def record_release_at(self, cluster: str, at: datetime) -> None:
+        """The moment the cluster's machines release themselves (owned hosts armed by a launch
+        from its max_yen): lifecycle.settle_released ends their ledger rows there once it is past."""
+        self._update_spec(cluster, lambda spec: spec.__setitem__("releases_itself_at", _iso(at)))
+
     def _update_spec(self, cluster: str, change) -> None:
         with self._tx() as db:
             row = db.execute("SELECT spec FROM clusters WHERE name=?", (cluster,)).fetchone()
@@ -890,10 +895,11 @@ class State:
                      t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy), _text(t.monthly_cap_jpy), tax),
                 )
 
-    def ledger_stop(self, cluster: str, node: str) -> None:
-        """The node stops being billed: its open row closed, and summed into its cluster's closed
-        total (ledger_closed) in the same transaction: the one place a row is closed."""
-        t = _iso()
+    def ledger_stop(self, cluster: str, node: str, at: datetime | None = None) -> None:
+        """The node stops being billed now (or at `at`, a moment past: a host that released itself):
+        its open row closed, and summed into its cluster's closed total (ledger_closed) in the same
+        transaction: the one place a row is closed."""
+        t = _iso(at) if at is not None else _iso()
         with self._tx() as db:
             ids = [r["id"] for r in db.execute(
                 "SELECT id FROM ledger WHERE cluster=? AND node=? AND stopped_at IS NULL", (cluster, node))]
@@ -1072,6 +1078,14 @@ class State:
         `status` of 1,000 clusters must not ask 1,000 times."""
         return [_job(r) for r in self._query("SELECT * FROM jobs WHERE state IN ('submitted', 'running')"
                                              " ORDER BY submitted_at, rowid")]
+
+    def close_job(self, job: str, state: str, at: datetime | None = None) -> None:
+        """A job ended without its driver saying so (its cluster torn down, or released at its
+        cap): `state` from `at` (default now), its queued and running items cancelled."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET state=?, ended_at=COALESCE(ended_at, ?) WHERE id=?", (state, _iso(at), job))
+            db.execute("UPDATE job_items SET status='cancelled', ended_at=COALESCE(ended_at, ?)"
+                       " WHERE job=? AND status IN ('queued', 'running')", (_iso(at), job))
 
     def set_job_state(self, job: str, state: str) -> None:
         with self._tx() as db:

@@ -670,10 +670,12 @@ def push_workdir(eng: Engine, job: str, local_dir: Path) -> str:
     return f"~/{where}"
 
 
-def fetch_outputs(host: remote.Host, job: str, indexes: Sequence[int], into: Path) -> list[int]:
+def fetch_outputs(host: remote.Host, job: str, indexes: Sequence[int], into: Path,
+                  skipped: list[str] | None = None) -> list[int]:
     """Copy the output dirs of these items (~/.gpuplan/jobs/<job>/out/<index>, where an item
     writes through $GPUPLAN_OUTPUT_DIR or {out}) from one node into `into`/<index>; returns the
-    indexes that had one there."""
+    indexes that had one there. Only folders and regular files come back: a link (to
+    /etc/passwd, say) or a device an item left is skipped, its path added to `skipped`."""
     import secrets
     import tarfile
     import tempfile
@@ -697,8 +699,27 @@ def fetch_outputs(host: remote.Host, job: str, indexes: Sequence[int], into: Pat
             finally:
                 conn.run(f"rm -f $HOME/{bundle}", timeout=60)
             with tarfile.open(local) as tar:
-                tar.extractall(into, filter="data")  # no path may leave `into`
+                tar.extractall(into, filter=_regular_only(skipped if skipped is not None else []))
     return found
+
+
+def _regular_only(skipped: list[str]):
+    """A tar filter for fetched outputs: folders and regular files as the "data" filter passes
+    them (no path leaving the folder); links, devices and what that filter refuses are left out
+    and named in `skipped`, so one bad entry costs only itself, not the whole fetch."""
+    import tarfile
+
+    def keep(member, dest):
+        if not (member.isfile() or member.isdir()):
+            skipped.append(member.name)
+            return None
+        try:
+            return tarfile.data_filter(member, dest)
+        except tarfile.FilterError:
+            skipped.append(member.name)
+            return None
+
+    return keep
 
 
 @dataclass(frozen=True)

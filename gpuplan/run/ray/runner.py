@@ -28,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.errors import GpuplanError, NotFound, UsageError
+from gpuplan.errors import GpuplanError, NotFound, RemoteError, UsageError
 from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
@@ -552,10 +552,21 @@ def record_finished(state: State, job: str) -> None:
                          "ok" if it.status == "ok" else "failed", it.attempts, seconds, it.log_path, started)
 
 
-def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple[int, int]:
+class OutputsNotFetched(RemoteError):
+    """Some nodes' outputs could not be fetched; what the others held came back (`got`, `files`)."""
+
+    def __init__(self, message: str, got: int, files: int) -> None:
+        super().__init__(message)
+        self.got, self.files = got, files
+
+
+def fetch_outputs(state: State, job: str, item: str | None, into: Path,
+                  skipped: list[str] | None = None) -> tuple[int, int]:
     """Copy back what the job's items (or one item) wrote in their output dir on the node each
     last ran on, into `into`/<index>-<item>/ (an item's folder is never written over: one that
-    exists already is bad input). Returns (items with outputs, files)."""
+    exists already is bad input). Returns (items with outputs, files). Links an item left are
+    not followed: their paths go into `skipped`. A node that cannot be read does not stop the
+    others: OutputsNotFetched, once every other node's outputs are in, names it."""
     import shutil
     import tempfile
 
@@ -584,12 +595,26 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path) -> tuple
             by_node.setdefault(it.node, []).append(it.idx)
     into.mkdir(parents=True, exist_ok=True)
     got, files = 0, 0
+    failed: dict[str, str] = {}
+    links: list[str] = []
     with tempfile.TemporaryDirectory(dir=into, prefix=".gpuplan-fetch-") as tmp:
         for node, indexes in by_node.items():
-            for idx in engine.fetch_outputs(hosts[node], job, indexes, Path(tmp)):
+            try:
+                fetched = engine.fetch_outputs(hosts[node], job, indexes, Path(tmp), links)
+            except Exception as exc:  # noqa: BLE001 - one node's failure, said below once the others are in
+                failed[node] = str(exc) or type(exc).__name__
+                continue
+            for idx in fetched:
                 shutil.move(str(Path(tmp) / str(idx)), into / names[idx])
                 got += 1
-                files += sum(1 for f in (into / names[idx]).rglob("*") if f.is_file())
+                files += sum(1 for f in (into / names[idx]).rglob("*") if f.is_file() and not f.is_symlink())
+    if skipped is not None:  # named as they lie in `into`: <index>-<item>/path rather than <index>/path
+        for link in links:
+            head, _, rest = link.partition("/")
+            skipped.append(f"{names[int(head)]}/{rest}" if head.isdigit() and int(head) in names else link)
+    if failed:
+        raise OutputsNotFetched(f"the outputs on {', '.join(f'{n} ({w})' for n, w in failed.items())} could not be"
+                                f" fetched; {got} item(s) of the other nodes were", got, files)
     return got, files
 
 
