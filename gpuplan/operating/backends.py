@@ -50,6 +50,7 @@ class Submission:
     options: Mapping[str, Any] = field(default_factory=dict)
     resumes: str | None = None
     checkpoint_every_s: int = 0  # clusters: each item's $GPUPLAN_CHECKPOINT_DIR kept on the head this often
+    recover: bool = False  # clusters: nodes that join while the batch runs (replacements of lost ones) get items
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ class RayBackend:
             return runner.submit(state, sub.target, list(sub.items), command, per_gpu=sub.per_gpu, retries=sub.retries,
                                  timeout=sub.timeout_s, options=dict(sub.options), resumes=sub.resumes,
                                  local_workdir=sub.workdir, progress=progress, image=sub.image or None,
-                                 registry=sub.registry, stop_at=sub.stop_at, checkpoint_every_s=sub.checkpoint_every_s)
+                                 registry=sub.registry, stop_at=sub.stop_at, checkpoint_every_s=sub.checkpoint_every_s,
+                                 recover=sub.recover)
 
     def claims(self, row: JobRow) -> bool:
         return self.names(row.cluster)

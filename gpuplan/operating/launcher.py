@@ -230,6 +230,7 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
         registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
         timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap, checkpoint_every_s=batch.checkpoint_s or 0,
+        recover=batch.recover and backend.has_cluster,
         options=launch_options(batch, pick, name if backend.has_cluster else None, outputs))
     return backend.submit(state, sub, progress)
 
