@@ -50,7 +50,7 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
                                              "hosts": entries[:n]}))
 
     write_inventory(2)  # the plan is for the two hosts there are; the third comes as the replacement
-    items = ["v%02d" % k for k in range(16)]
+    items = [f"v{k:02d}" for k in range(16)]
     (tmp_path / "videos.txt").write_text("".join(f"{i}\n" for i in items))
     # the batch counts yen without tax; owned hosts' power is listed with it (¥31/kWh): the cap the
     # ledger is held to is max_yen x 1.1 (hand arithmetic below), not max_yen as written

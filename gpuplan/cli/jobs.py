@@ -374,7 +374,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
         node_workdir = ""
     if not torchrun:
-        from gpuplan.operating import containers
+        from gpuplan.operating import caps, containers
 
         login = (containers.Login(registry_user, containers.secret_from_env(registry_password_env or ""))
                  if registry_user else None)
@@ -384,7 +384,8 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
             job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
                                 options={"plan": str(plan.resolve()) if plan else None,
-                                         **({"max_yen": str(cap)} if cap is not None else {})}, resumes=resume,
+                                         **({"max_yen": str(cap), "cap": caps.Cap.on(cap).at(stop_at).options()}
+                                            if cap is not None else {})}, resumes=resume,
                                 workdir=node_workdir, local_workdir=workdir, recover=recover, progress=progress,
                                 image=image, registry=login, stop_at=stop_at, checkpoint_every_s=every_s)
     out = _console()
@@ -622,11 +623,11 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
         markets = [None] + ([recover.ON_DEMAND] if on_demand and lost.cost.market == recover.SPOT else [])
         for market in markets:
             c = lost.cost if market is None else recover.cost(state, cluster, lost.cost.seconds, market)
-            stop = recover.cap_time(state, row, gone=[lost.node], joining=c.terms)
+            stop, cap = recover.cap_time(state, row, gone=[lost.node], joining=c.terms), recover.job_cap(row)
             say(f"a replacement, {c.what}, costs {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the"
                 f" batch's {fmt.duration(lost.left_s)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup"
-                + (f"; with it the batch's {fmt.yen(recover.job_cap(row))} cap stops it at {stop:%H:%M:%S} UTC"
-                   if stop is not None else ""))
+                + (f"; with it the batch's {fmt.yen(cap.yen)} cap stops it at {stop:%H:%M:%S} UTC"
+                   if stop is not None and cap is not None else ""))
             if stop is not None and (stop - datetime.now(timezone.utc)).total_seconds() < recover.SETUP_GUESS_S:
                 say(f"not replacing {lost.node}: the batch would reach its cap before a replacement is set up")
                 return

@@ -27,16 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import AuthMissing, UsageError
+from gpuplan.operating.caps import TEARDOWN_ALLOWANCE_S  # noqa: F401 - the launch's cap keeps it for fetch and teardown
 from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
     from gpuplan.batchfile import Batch
+    from gpuplan.operating.caps import Cap
     from gpuplan.operating.launch import Order
     from gpuplan.operating.state import JobRow, State
     from gpuplan.planning.types import Offer
 
 Progress = Callable[[str], None]
-TEARDOWN_ALLOWANCE_S = 120  # the cap stops the batch this long before the yen would reach it: fetch and teardown bill too
 SETUP_TIMEOUT_S = 3600
 
 
@@ -104,14 +105,15 @@ def pick_of(plan_path: Path, region: str | None = None, tax: str | None = None) 
                 Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name)
 
 
-def billed_cap(pick: Pick, batch: Batch) -> Decimal | None:
-    """The batch's max_yen (on its tax basis) in the yen the provider bills and the ledger counts
-    (the offer's price as listed): max_yen / 1.1 where the batch counts a tax the price leaves out."""
-    from gpuplan.planning import tax as taxes
+def batch_cap(pick: Pick, batch: Batch) -> Cap | None:
+    """The batch's max_yen as a Cap: on its tax basis, and in the yen the provider bills and the
+    ledger counts (the offer's price as listed: max_yen / 1.1 where the batch counts a tax the
+    price leaves out), holding the cluster's whole ledger from claim to teardown."""
+    from gpuplan.operating import caps
 
     if batch.max_yen is None:
         return None
-    return taxes.moved(batch.max_yen, pick.offer.tax, batch.tax, "as-listed")
+    return caps.Cap.on(batch.max_yen, batch.tax, pick.offer.tax, scope=caps.CLUSTER)
 
 
 def refuse_over_cap(pick: Pick, max_yen: Decimal | None) -> None:
@@ -218,20 +220,21 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
     from gpuplan.operating import backends
 
     backend = backends.get(pick.backend)
-    timeout_s, cap = batch.timeout_s, None
+    timeout_s, cap = batch.timeout_s, batch_cap(pick, batch)
     if backend.has_cluster:
         provision(state, pick, batch, name, order, progress)
-        cap = stop_at(state, name, billed_cap(pick, batch))
         if cap is not None:
-            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap:%H:%M:%S} UTC if it is still running")
-    elif batch.max_yen is not None:
-        timeout_s = task_limit_within(pick, billed_cap(pick, batch) or batch.max_yen, timeout_s)
+            cap = cap.at(stop_at(state, name, cap))
+        if cap is not None and cap.stop_at is not None:
+            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap.stop_at:%H:%M:%S} UTC if it is still running")
+    elif cap is not None:
+        timeout_s = task_limit_within(pick, cap.billed, timeout_s)
     sub = backends.Submission(
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
         registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
-        timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap, checkpoint_every_s=batch.checkpoint_s or 0,
-        recover=batch.recover and backend.has_cluster,
-        options=launch_options(batch, pick, name if backend.has_cluster else None, outputs))
+        timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap.stop_at if cap is not None else None,
+        checkpoint_every_s=batch.checkpoint_s or 0, recover=batch.recover and backend.has_cluster,
+        options=launch_options(batch, pick, name if backend.has_cluster else None, outputs, cap))
     return backend.submit(state, sub, progress)
 
 
@@ -293,34 +296,29 @@ def run_setup(state: State, cluster: str, commands: Sequence[str], progress: Pro
                               " (the cluster stays up and is used as it is)")
 
 
-def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | None:
+def stop_at(state: State, cluster: str, cap: Cap) -> datetime | None:
     """When the batch must stop so that the cluster's ledger (every node billed by the one rule,
-    from its start) stays within `max_yen` once fetch and teardown (TEARDOWN_ALLOWANCE_S) are
-    billed too: the latest whole second at which it still does. None: no cap, or a fleet that
-    bills nothing (owned hosts with no power figure)."""
+    from its start) stays within the cap's ledger yen once fetch and teardown (TEARDOWN_ALLOWANCE_S)
+    are billed too (caps.stop_time): the latest whole second at which it still does. None: a
+    fleet that bills nothing (owned hosts with no power figure)."""
+    from gpuplan.operating import caps
     from gpuplan.operating.state import now
-
-    if max_yen is None:
-        return None
-    from gpuplan.planning import billing
+    from gpuplan.planning.units import MAX_DURATION_S
 
     start = now()
-    horizon = 366 * 86400
-    seconds = billing.seconds_within(
-        lambda s: state.ledger_seconds_and_yen(cluster, start + timedelta(seconds=s + TEARDOWN_ALLOWANCE_S))[1], max_yen,
-        horizon)
+    seconds = caps.stop_time(state, cluster, cap.billed, now=start, allowance_s=cap.allowance_s)
     if seconds < 0:
         from gpuplan.operating.runner import Capped
 
-        raise Capped(f"cluster {cluster} has already spent {fmt.yen(state.ledger_seconds_and_yen(cluster)[1])} of"
-                     f" max_yen {fmt.yen(max_yen)} (with {TEARDOWN_ALLOWANCE_S} s kept for fetch and teardown):"
+        raise Capped(f"cluster {cluster} has already spent {fmt.yen(cap.said(state.ledger_seconds_and_yen(cluster)[1]))}"
+                     f" of max_yen {fmt.yen(cap.yen)} (with {cap.allowance_s} s kept for fetch and teardown):"
                      " nothing was run")
-    return None if seconds == horizon else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
+    return None if seconds == MAX_DURATION_S else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
 
 
-def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) -> dict:
+def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path, cap: Cap | None = None) -> dict:
     """What a launch's job row keeps for --resume: the cluster made for it (None: none), its outputs, its cap."""
-    return {"plan": str(pick.plan_path), "launch": {
+    return {"plan": str(pick.plan_path), **({"cap": cap.options()} if cap is not None else {}), "launch": {
         "cluster": name, "backend": pick.backend, "outputs": str(outputs.resolve()),
         "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image,
         "recover": batch.recover, "on_demand_fallback": batch.on_demand_fallback}}
@@ -329,17 +327,19 @@ def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) ->
 # --- after the batch ------------------------------------------------------------------------------
 
 
-def cap_watch(state: State, job: str, cap: Decimal) -> Callable[[JobRow], None]:
-    """For the follower: after each look, a batch whose yen so far (its backend's, by the one
-    billing rule) has reached the cap is cancelled and marked capped. A cluster's driver stops the
-    batch at its stop_at on its own; this also holds where the backend has no driver (DOK)."""
-    from gpuplan.operating import backends, runner
+def cap_watch(state: State, job: str, cap: Cap | Decimal) -> Callable[[JobRow], None]:
+    """For the follower: after each look, a batch whose spending (caps.spent, in ledger yen) has
+    reached the cap's ledger yen is cancelled and marked capped. A cluster's driver stops the
+    batch at its stop_at on its own; this also holds where the backend has no driver (DOK). A
+    bare Decimal is a cap as listed."""
+    from gpuplan.operating import backends, caps, runner
+
+    held = cap if isinstance(cap, caps.Cap) else caps.Cap.on(cap)
 
     def look(row: JobRow) -> None:
         if row.state in runner.JOB_STATES_OVER:
             return
-        spent = backends.yen(state, row)
-        if spent is not None and spent >= cap:
+        if held.reached(caps.spent(state, row, held)):
             backends.cancel(state, job)
             state.set_job_state(job, "capped")
 
@@ -358,16 +358,21 @@ def teardown(state: State, job: str, progress: Progress) -> int | None:
     return len(report.deleted)
 
 
-def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
-    """Exit non-zero where the batch did not finish: capped (6) or items failed (5)."""
-    from gpuplan.operating import backends, runner
+def raise_outcome(state: State, job: str, cap: Cap | None) -> None:
+    """Exit non-zero where the batch did not finish: capped (6) or items failed (5). A capped
+    batch says what the ledger counts for it (caps.spent: a launch's cluster from claim to
+    teardown), on the cap's own tax basis."""
+    from gpuplan.operating import backends, caps, runner
 
     row = backends.job_row(state, job)
     counts = state.job_counts(job)
     if row.state == "capped":
-        spent = backends.yen(state, row)
-        raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap)}: {fmt.yen(spent)} spent on the batch,"
-                     f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
+        cap = cap or caps.of_job(row) or caps.Cap.on(Decimal(0))
+        spent = caps.spent(state, row, cap)
+        what = "the batch's cluster, claim to teardown" if cap.scope == caps.CLUSTER else "the batch"
+        raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap.yen)}:"
+                            f" {fmt.yen(cap.said(spent) if spent is not None else None)} spent on {what},"
+                            f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
     if failed:
         raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; logs:"
