@@ -86,11 +86,11 @@ def test_a_launchs_cap_is_compared_with_ledger_yen_on_one_basis(tmp_path, gpupla
 def test_a_capped_launch_says_the_ledgers_figure_on_the_caps_basis(tmp_path, gpuplan_home):
     """What a capped launch says it spent is its cluster's ledger (claim to teardown), put on
     the cap's basis: ¥104 as AWS bills it is ¥114.40 with tax."""
+    import time
+
     import pytest
 
     from gpuplan.operating import launcher, recover, runner
-
-    import time
 
     state, row = _launch_job(tmp_path, gpuplan_home)
     time.sleep(1.1)  # a started second: each machine's first started hour is billed

@@ -80,6 +80,43 @@ def test_no_dok_switch_is_left_outside_the_dok_backend():
     assert found == []
 
 
+# Every run backend's own modules (its adapter in operating/backends.py, the contract, and its code);
+# outside them no code compares a backend's name or its pseudo-cluster (issue 41): it asks the
+# registry (backends.for_target, backends.of(row)) and the backend's declared capabilities.
+BACKEND_OWN = {
+    "ray": {"operating/backends.py", "operating/runner.py", "operating/engine.py", "operating/ray_driver.py",
+            "operating/containers.py"},
+    "dok": DOK_OWN,
+    "slurm": {"operating/backends.py", "operating/slurm_runs.py", "cli/slurm.py"},
+}
+
+
+def _name_switches(name: str) -> tuple[str, ...]:
+    return (rf"""[!=]=\s*["']{name}[:"']""", rf"""["']{name}:?["']\s*[!=]=""", rf"""in\s*[(\[{{]\s*["']{name}[:"']""",
+            rf"is_{name}\(", rf"[!=]=\s*{name}_runs\.CLUSTER", rf"{name}_runs\.CLUSTER\s*[!=]=",
+            rf"""startswith\(\s*["']{name}[:"']""", rf"""\.(name|backend)\s*[!=]=\s*["']{name}["']""")
+
+
+def test_no_backend_name_is_compared_outside_its_backend():
+    import re
+
+    from gpuplan.operating import backends
+
+    assert set(BACKEND_OWN) <= set(backends.registered())  # each built-in backend is registered as a plugin is
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        for name, own in BACKEND_OWN.items():
+            if rel in own:
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if "playbook" in line:  # the `ray` playbook (playbooks/ray), not the backend
+                    continue
+                if any(re.search(p, line) for p in _name_switches(name)):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == []
+
+
 def test_the_run_modules_import_no_circle():
     """runner (Ray), dok_runs (DOK), backends (the registry) and launcher: each arrow one way."""
     names = ("runner", "dok_runs", "dok_batch", "backends", "batches", "launcher", "engine", "containers")

@@ -213,38 +213,41 @@ def preflight(state: State, pick: Pick, batch: Batch, name: str, can_answer: boo
 
 def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None, todo: Sequence[tuple[int, str]],
           outputs: Path, progress: Progress) -> str:
-    """Build what the pick needs and submit the batch to its backend; returns the job id. A
-    backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first, and
-    the cap as the moment its driver stops the batch; on one without, each task's time limit is
-    at most what the cap buys (DOK bills a task for the seconds it runs)."""
+    """Build what the pick needs and submit the batch to its backend; returns the job id. The
+    submission is checked against what the backend supports before anything is bought. A backend
+    with clusters gets its cluster provisioned (or claimed) and bootstrapped first; one that stops
+    a batch at a moment (CAP) gets the cap's; on one that cannot, each item's time limit is at most
+    what the cap buys (RunBackend.time_limit_within: DOK bills a task for the seconds it runs)."""
+    from dataclasses import replace
+
     from gpuplan.operating import backends
 
     backend = backends.get(pick.backend)
-    timeout_s, cap = batch.timeout_s, batch_cap(pick, batch)
-    if backend.has_cluster:
-        provision(state, pick, batch, name, order, progress)
-        if cap is not None:
-            cap = cap.at(stop_at(state, name, cap))
-        if cap is not None and cap.stop_at is not None:
-            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap.stop_at:%H:%M:%S} UTC if it is still running")
-    elif cap is not None:
-        timeout_s = task_limit_within(pick, cap.billed, timeout_s)
+    cap = batch_cap(pick, batch)
     sub = backends.Submission(
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
         registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
-        timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap.stop_at if cap is not None else None,
-        checkpoint_every_s=batch.checkpoint_s or 0, recover=batch.recover and backend.has_cluster,
-        options=launch_options(batch, pick, name if backend.has_cluster else None, outputs, cap))
+        timeout_s=batch.timeout_s, workdir=batch.workdir, checkpoint_every_s=batch.checkpoint_s or 0,
+        recover=batch.recover, outputs_env=True)
+    if cap is not None and backends.CAP not in backend.supports:
+        # a backend that cannot stop a batch at a moment: each item's time limit is what the cap buys
+        sub = replace(sub, timeout_s=backend.time_limit_within(pick.offer, cap.billed, batch.timeout_s))
+    backends.check(backend, sub, BATCH_WORDS)  # before anything is bought
+    if backend.has_cluster:
+        provision(state, pick, batch, name, order, progress)
+    if cap is not None and backends.CAP in backend.supports:
+        cap = cap.at(stop_at(state, name, cap))
+        sub = replace(sub, cap=cap)
+        if cap.stop_at is not None:
+            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap.stop_at:%H:%M:%S} UTC if it is still running")
+    sub = replace(sub, options=launch_options(batch, pick, name if backend.has_cluster else None, outputs, cap))
     return backend.submit(state, sub, progress)
 
 
-def task_limit_within(pick: Pick, max_yen: Decimal, limit_s: int) -> int:
-    """The longest a task on the pick may run (at most `limit_s`) and still cost at most `max_yen`."""
-    from gpuplan.planning import billing
-    from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
-
-    terms = billing.terms_for(pick.offer)
-    return max(MIN_TIME_LIMIT_S, billing.seconds_within(lambda s: billing.charge(s, terms), max_yen, limit_s))
+# how a batch file names each option a backend may refuse (backends.OPTIONS)
+BATCH_WORDS = {"recover": "recover:", "workdir": "workdir:", "torchrun": "torchrun", "per_gpu": "per_gpu:",
+               "retries": "retries:", "checkpoints": "checkpoint:", "cap": "max_yen:", "image": "image:",
+               "registry_login": "registry:", "registry_id": "registry:", "quote": "a price quote"}
 
 
 # --- a cluster (Ray backend) -----------------------------------------------------------------
