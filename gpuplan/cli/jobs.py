@@ -371,8 +371,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         sub = replace(sub, target=backend.resolve(cluster, predicted))
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
         sub = replace(sub, items=tuple(todo))
-    backends.check(backend, sub, RUN_WORDS, also)  # a resumed job's own settings too
-    job = backend.submit(state, sub, progress)
+    job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
     count = len(state.job_items(job)) if torchrun else len(sub.items)
     out = _console()
     out.print(f"job {job} submitted: {backend.submitted(state, job, count)}; order: {order_note}", markup=False)

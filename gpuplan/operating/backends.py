@@ -645,6 +645,14 @@ def job_row(state: State, job: str) -> JobRow:
 # --- the batch service ------------------------------------------------------------------------
 
 
+def submit(state: State, backend: RunBackend, sub: Submission, progress: Callable[[str], None],
+           words: Mapping[str, str] | None = None) -> str:
+    """Check the submission against what the backend supports (one line, nothing sent, where it
+    asks for more), then submit it; the job id."""
+    check(backend, sub, words)
+    return backend.submit(state, sub, progress)
+
+
 def refresh(state: State, job: str, conn: Any = None) -> JobRow:
     """The job's row, with what is new read from where it runs (an ended job as it is)."""
     from gpuplan.operating.runner import JOB_STATES_OVER

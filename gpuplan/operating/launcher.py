@@ -241,7 +241,7 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
         if cap.stop_at is not None:
             progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap.stop_at:%H:%M:%S} UTC if it is still running")
     sub = replace(sub, options=launch_options(batch, pick, name if backend.has_cluster else None, outputs, cap))
-    return backend.submit(state, sub, progress)
+    return backends.submit(state, backend, sub, progress, BATCH_WORDS)
 
 
 # how a batch file names each option a backend may refuse (backends.OPTIONS)
