@@ -355,6 +355,10 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     backends.check(backend, sub, RUN_WORDS, also)  # before anything is read from where it runs
     if backends.QUOTE in backend.supports:  # what the batch can cost, shown and asked about before it is sent
         sub = replace(sub, confirm=confirm_dok(yes, f"run {where}", predicted))
+    if torchrun:
+        runner.torchrun_program(command)  # bad input before anything starts
+    elif not resume:
+        sub = replace(sub, target=backend.resolve(cluster, predicted))
     state = State.open_default()
     err = _console(stderr=True)
     progress = _progress(err)
@@ -368,7 +372,6 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         sub = backend.resumed(old, replace(sub, items=tuple(todo)))
         order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
     else:
-        sub = replace(sub, target=backend.resolve(cluster, predicted))
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
         sub = replace(sub, items=tuple(todo))
     job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
