@@ -197,6 +197,7 @@ def preflight(state: State, pick: Pick, batch: Batch, name: str, can_answer: boo
     problems = checks.provider_problems(pick.offer.provider) if fleet else []
     try:
         backend.preflight(batch.image)
+        backends.check(backend, submission(pick, batch, name, ()), BATCH_WORDS)  # what it cannot honour, said now
     except UsageError as exc:
         problems.append(checks.Problem(checks.Kind.CREDENTIALS if isinstance(exc, AuthMissing) else checks.Kind.INPUT,
                                        str(exc)))
@@ -224,15 +225,8 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
 
     backend = backends.get(pick.backend)
     cap = batch_cap(pick, batch)
-    sub = backends.Submission(
-        target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
-        registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
-        timeout_s=batch.timeout_s, workdir=batch.workdir, checkpoint_every_s=batch.checkpoint_s or 0,
-        recover=batch.recover, outputs_env=True)
-    if cap is not None and backends.CAP not in backend.supports:
-        # a backend that cannot stop a batch at a moment: each item's time limit is what the cap buys
-        sub = replace(sub, timeout_s=backend.time_limit_within(pick.offer, cap.billed, batch.timeout_s))
-    backends.check(backend, sub, BATCH_WORDS)  # before anything is bought
+    sub = submission(pick, batch, name, todo)
+    backends.check(backend, sub, BATCH_WORDS)  # before anything is bought (preflight checked it before the question)
     if backend.has_cluster:
         provision(state, pick, batch, name, order, progress)
     if cap is not None and backends.CAP in backend.supports:
@@ -242,6 +236,24 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
             progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap.stop_at:%H:%M:%S} UTC if it is still running")
     sub = replace(sub, options=launch_options(batch, pick, name if backend.has_cluster else None, outputs, cap))
     return backends.submit(state, backend, sub, progress, BATCH_WORDS)
+
+
+def submission(pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]]):
+    """The batch as a backends.Submission to the pick's backend (the cap's moment not set yet: it
+    is known once the fleet is up). On a backend that cannot stop a batch at a moment, each
+    item's time limit is at most what the cap buys (RunBackend.time_limit_within)."""
+    from gpuplan.operating import backends
+
+    backend = backends.get(pick.backend)
+    cap = batch_cap(pick, batch)
+    timeout_s = batch.timeout_s
+    if cap is not None and backends.CAP not in backend.supports:
+        timeout_s = backend.time_limit_within(pick.offer, cap.billed, batch.timeout_s)
+    return backends.Submission(
+        target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
+        registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
+        timeout_s=timeout_s, workdir=batch.workdir, checkpoint_every_s=batch.checkpoint_s or 0,
+        recover=batch.recover, outputs_env=True)
 
 
 # how a batch file names each option a backend may refuse (backends.OPTIONS)
