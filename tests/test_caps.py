@@ -42,7 +42,7 @@ def _launch_job(tmp_path: Path, gpuplan_home):
     (tmp_path / "b.yaml").write_text(yaml.safe_dump({"workload": "colorize-hd", "items": "v.txt",
                                                      "command": "echo {item}", "max_yen": 110}))
     batch = batchfile.read(tmp_path / "b.yaml", {})
-    offer = SimpleNamespace(provider="aws", name="g4dn.xlarge", tax="excluded", kind="vm")
+    offer = SimpleNamespace(provider="aws", name="g4dn.xlarge", tax="excluded", listed_tax="", kind="vm")
     pick = launcher.Pick(tmp_path / "plan.json", offer, 2, "scratch", "on-demand", Decimal(1), Decimal(1), "ray")
     cap = launcher.batch_cap(pick, batch)
     gpuplan_home.mkdir(parents=True, exist_ok=True)

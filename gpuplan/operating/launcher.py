@@ -113,7 +113,7 @@ def batch_cap(pick: Pick, batch: Batch) -> Cap | None:
 
     if batch.max_yen is None:
         return None
-    return caps.Cap.on(batch.max_yen, batch.tax, pick.offer.tax, scope=caps.CLUSTER)
+    return caps.Cap.on(batch.max_yen, batch.tax, pick.offer.listed_tax or pick.offer.tax, scope=caps.CLUSTER)
 
 
 def refuse_over_cap(pick: Pick, max_yen: Decimal | None) -> None:
