@@ -7,8 +7,13 @@ job (read what is new, cancel it, what it cost, what it did, fetch its outputs) 
 - `dok`: items as Sakura 高火力 DOK tasks: operating/dok_runs.py.
 - `slurm`: items as one Slurm job array on a cluster of slurm.yaml: operating/slurm_runs.py.
 
-The module-level functions (refresh, cancel, yen, summary, outputs) are the batch service the
-CLI and the launcher call; `get(name)` and `of(row)` the registry.
+Backends are plugins: each is registered under the entry-point group `gpuplan.run_backends`
+(pyproject.toml), the built-in ones as a third party's would be, so a new backend is one module
+and one entry point. Each declares the options it `supports` (OPTIONS); `submit` here refuses a
+Submission that asks for another in one line (Unsupported, exit 2) before anything is sent.
+
+The module-level functions (submit, refresh, cancel, yen, summary, outputs) are the batch
+service the CLI and the launcher call; `registered()`, `get(name)` and `of(row)` the registry.
 """
 
 from __future__ import annotations
