@@ -224,7 +224,7 @@ class BaremetalProvider(Provider):
             provider=self.name, name=size, aliases=(), region=REGION, gpu=model, gpu_count=count,
             gpu_memory_gib=Decimal(0), vcpus=0, ram_gib=Decimal(0), price=None, currency="JPY", price_unit="hour",
             price_jpy_per_hour=self._power_per_hour(hosts), billing_granularity_s=1, billing_minimum_s=0, quota_family="",
-            available_from=None, retired_on=None, successor="", kind="owned",
+            available_from=None, retired_on=None, successor="", kind="owned", tax="included",  # as owned_offers lists it
             source=str(self.inventory_path()), notes=f"{len(hosts)} owned host(s) in the inventory",
         )
 

@@ -145,3 +145,17 @@ def test_launch_detach_returns_with_the_job_and_resume_finishes_it(dok_env, cli,
     assert len(list((tmp_path / "outputs" / "batch").glob("*.tar.gz"))) == 2
     r = cli("launch", "--resume", "nosuch")
     assert r.code == 2 and "no launch with job 'nosuch'" in r.err
+
+
+def test_a_dok_pick_refuses_recover_in_one_line_before_the_question_and_sends_nothing(dok_env, cli, tmp_path,
+                                                                                      monkeypatch):
+    """Issue 41: a batch's `recover: true` on a pick whose backend cannot honour it (DOK has no
+    nodes to replace) is refused in one line, exit 2, before anything is sent (it was ignored)."""
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.json"
+    cli("estimate", "--videos", "4", "--save", str(plan))
+    r = cli("launch", "--plan", str(plan), "--image", "img:1", "--items", str(_items(tmp_path)), "--recover", "-y",
+            "--", "colorize", "{item}")
+    assert r.code == 2 and "Traceback" not in r.err, r.out + r.err
+    assert "a DOK run is one container task per item" in r.err and "recover: does not apply" in r.err
+    assert [p for m, p, _ in dok_env.requests if m == "POST"] == []

@@ -87,6 +87,42 @@ def test_no_dok_switch_is_left_outside_the_dok_backend():
     assert found == []
 
 
+# Every run backend's own modules (its adapter in run/backends.py, the contract, and its code);
+# outside them no code compares a backend's name or its pseudo-cluster (issue 41): it asks the
+# registry (backends.for_target, backends.of(row)) and the backend's declared capabilities.
+BACKEND_OWN = {
+    "ray": {"run/backends.py", "run/ray/runner.py", "run/ray/engine.py", "run/ray/ray_driver.py", "run/ray/containers.py"},
+    "dok": DOK_OWN,
+    "slurm": {"run/backends.py", "run/slurm/slurm_runs.py", "cli/slurm.py"},
+}
+
+
+def _name_switches(name: str) -> tuple[str, ...]:
+    return (rf"""[!=]=\s*["']{name}[:"']""", rf"""["']{name}:?["']\s*[!=]=""", rf"""in\s*[(\[{{]\s*["']{name}[:"']""",
+            rf"is_{name}\(", rf"[!=]=\s*{name}_runs\.CLUSTER", rf"{name}_runs\.CLUSTER\s*[!=]=",
+            rf"""startswith\(\s*["']{name}[:"']""", rf"""\.(name|backend)\s*[!=]=\s*["']{name}["']""")
+
+
+def test_no_backend_name_is_compared_outside_its_backend():
+    import re
+
+    from gpuplan.run import backends
+
+    assert set(BACKEND_OWN) <= set(backends.registered())  # each built-in backend is registered as a plugin is
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        for name, own in BACKEND_OWN.items():
+            if rel in own:
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if "playbook" in line:  # the `ray` playbook (playbooks/ray), not the backend
+                    continue
+                if any(re.search(p, line) for p in _name_switches(name)):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == []
+
+
 def module_graph() -> dict[str, set[str]]:
     """Every module of gpuplan (and the providers, installed as gpuplan.providers) and the modules it
     imports, at any depth of the file. `from gpuplan.cli import shapes` is an arrow to the module

@@ -109,6 +109,6 @@ def test_the_measurement_the_estimate_suggests_for_a_partition_is_one_that_works
     r = cli("bench", "colorize", "--on", "slurm:lab.gpu@lab", "-y")
     assert r.code == 2 and "unknown provider" not in r.err
     assert r.err.strip().splitlines()[-1] == (
-        "gpuplan: error: bad --on 'slurm:lab.gpu@lab': a Slurm partition has no machine to provision; run `srun -p gpu"
-        " --gres=gpu:1 gpuplan bench WORKLOAD --local --out FILE.yaml` on its login host instead, then `gpuplan"
-        " estimate ... --profile FILE.yaml`")
+        "gpuplan: error: bad --on 'slurm:lab.gpu@lab': gpuplan does not provision this offer's machines; run `srun -p gpu"
+        " --gres=gpu:1 gpuplan bench WORKLOAD --local --out FILE.yaml` on lab's login host (gpuplan[bench] installed"
+        " there), then `--profile FILE.yaml`")

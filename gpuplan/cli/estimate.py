@@ -559,6 +559,7 @@ def _settle_line(est) -> str:
     on GPUs whose speeds are not measured, the measurement that would settle which is better:
     `gpuplan bench WORKLOAD --on OFFER,OFFER` over the unmeasured offers of both."""
     from gpuplan.planning import evidence, probing, workloads
+    from gpuplan.run import backends
 
     rec = est.recommended
     streams = est.workload.streams is not None
@@ -573,8 +574,8 @@ def _settle_line(est) -> str:
     for p in (rec, *rivals):
         unsure = {e.gpu for e in p.speeds if e.kind not in sure}
         for o, _ in p.fleet:
-            if (o.gpu in unsure and o.gpu not in offers and o.kind != "task" and o.market != "spot"
-                    and o.provider != "slurm"):  # a partition is not provisioned: `bench --on` cannot take it
+            if (o.gpu in unsure and o.gpu not in offers and o.market != "spot"
+                    and backends.for_offer(o).bench_hint(o, "", "") is None):  # `bench --on` can take it
                 offers[o.gpu] = f"{o.provider}:{o.name}" + ("" if o.provider == "baremetal" else f"@{o.region}")
     rival = rivals[0]
     span = evidence.plan_range(rival)
@@ -600,6 +601,7 @@ def _speed_line(est, settled: bool = False) -> str:
     settle line names that campaign, over the plans whose ranges overlap the pick's; one command
     is shown, not two)."""
     from gpuplan.planning import workloads
+    from gpuplan.run import backends
 
     w, rec = est.workload, est.recommended
     generic = [o for o, _ in rec.fleet if o.gpu not in w.speed and o.gpu != w.reference_gpu]
@@ -611,13 +613,8 @@ def _speed_line(est, settled: bool = False) -> str:
     probe = "`gpuplan probe BATCH.yaml` times your own job on it and its rivals (a batch file with `probe:`, docs/batch.md)"
     if not job:
         how = f"{probe}, or time one job on one {o.gpu} and give it as `speed:` in the workload"
-    elif o.provider == "slurm":  # a partition is not provisioned as a cluster: bench inside a Slurm job there
-        cluster, _, partition = o.name.partition(".")
-        how = (f"run `srun -p {partition} --gres=gpu:1 gpuplan bench {job} --local --out {slug}.yaml` on {cluster}'s"
-               f" login host (gpuplan[bench] installed there), then `--profile {slug}.yaml`")
-    elif o.kind == "task":  # a DOK task cannot be provisioned as a cluster: probe or bench inside one
-        how = (f"{probe}; or run `gpuplan bench {job} --local --out {slug}.yaml` on one {o.gpu} (as a `gpuplan dok"
-               f" submit` task from an image with gpuplan[bench], or any machine with that GPU), then `--profile {slug}.yaml`")
+    elif (hint := backends.for_offer(o).bench_hint(o, job, f"{slug}.yaml")) is not None:  # no machine to provision
+        how = f"{probe}; or {hint}" if o.kind == "task" else hint  # a task can be probed; a shared partition not
     elif settled:
         how = "the campaign on the settle line below"
     else:  # issue 19: one campaign measures the pick's GPU and its rivals', then every estimate reads them
@@ -639,6 +636,7 @@ def _bench_offers(est) -> list[str]:
     speed is the generic table's and not yet named (one measurement settles a GPU for every offer
     that has it). DOK tasks and spot rows are left out: they are benched otherwise."""
     from gpuplan.planning import ranking
+    from gpuplan.run import backends
 
     w, rec = est.workload, est.recommended
     eligible = [p for p in est.plans if p.feasible and p.recommendable]
@@ -648,8 +646,8 @@ def _bench_offers(est) -> list[str]:
         o.kind == "owned" for o, _ in p.fleet))]  # your own hosts: measuring them costs their power
     for p in [rec, *close]:
         for o, _ in p.fleet:
-            if (o.gpu in named or o.gpu in w.speed or o.gpu == w.reference_gpu or o.kind == "task"
-                    or o.market == "spot" or o.provider == "slurm"):
+            if (o.gpu in named or o.gpu in w.speed or o.gpu == w.reference_gpu or o.market == "spot"
+                    or backends.for_offer(o).bench_hint(o, "", "") is not None):
                 continue
             if len(named) > BENCH_RIVALS:
                 return list(named.values())

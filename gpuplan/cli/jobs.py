@@ -290,8 +290,11 @@ def run(
 def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchrun, python, master_port, timeout,
          down, fetch, workdir, image, env, registry, registry_user, registry_password_env, max_yen, recover,
          on_demand_fallback, checkpoint_every, yes) -> None:
-    """`gpuplan run`, its options checked by typer."""
-    from gpuplan.fleet import locks
+    """`gpuplan run`, its options checked by typer: the target resolved to its backend, the
+    submission checked against what that backend supports, submitted and followed through the
+    batch service, on every backend the same way."""
+    from dataclasses import replace
+
     from gpuplan.run.ray import runner
     from gpuplan.store.state import State
     from gpuplan.units import MAX_DURATION_S
@@ -324,13 +327,10 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         raise UsageError(f"--workdir {workdir}: no such folder; give the folder to copy to every node")
     if workdir is not None and resume:
         raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
-    on_tasks = not backends.for_target(cluster).has_cluster  # dok:PLAN: 高火力 DOK tasks, no cluster
-    if not on_tasks and (env or registry):
+    backend = backends.for_target(cluster)
+    if (env or registry) and backends.REGISTRY_ID not in backend.supports:
         raise UsageError("--env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE ...; a private"
                          " image on a cluster: --registry-user USER --registry-password-env VAR")
-    if on_tasks and (registry_user or registry_password_env or max_yen is not None):
-        raise UsageError("--registry-user, --registry-password-env and --max-yen are for cluster runs; on DOK, --registry"
-                         " names credentials registered with DOK and --timeout bounds each task's bill")
     if (registry_user or registry_password_env) and not (registry_user and registry_password_env):
         raise UsageError("a private registry needs both --registry-user USER and --registry-password-env VAR")
     if torchrun and (image or max_yen is not None):
@@ -340,70 +340,58 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     cap = _max_yen(max_yen)
     every_s = runner.checkpoint_interval(checkpoint_every) if checkpoint_every is not None else 0
     predicted = runner.read_plan(plan) if plan else None
-    if on_tasks and backends.for_target(cluster).name == "slurm":  # one Slurm job array (run/slurm/slurm_runs.py)
-        if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover or every_s or image:
-            raise UsageError("a Slurm run is one array task per item, one GPU each, on the nodes as they are: --torchrun,"
-                             " --workdir, --down, --per-gpu, --retries, --recover, --checkpoint-every and --image do not apply")
-        _run_slurm(cluster, command, items, resume, detach, plan, predicted, timeout, env)
-        return
-    if on_tasks:
-        if torchrun or workdir is not None or down or per_gpu != 1 or retries or recover or every_s:
-            raise UsageError("a DOK run is one container task per item (or one 8-GPU task, one item per GPU):"
-                             " --torchrun, --workdir, --down, --per-gpu, --retries, --recover and --checkpoint-every do not apply (put the code in the image; `--resume JOB`"
-                             " resubmits what failed)")
-        _run_dok(cluster, command, items, resume, detach, plan, predicted, timeout, image, env, registry, yes)
-        return
+    login = None
+    if registry_user:
+        from gpuplan.run.ray import containers
+
+        login = containers.Login(registry_user, containers.secret_from_env(registry_password_env or ""))
+    from gpuplan.run import caps
+
+    where = cluster if backend.has_cluster else backend.pseudo_clusters[0]  # what its jobs are listed under
+    sub = backends.Submission(
+        target=cluster, items=(), command=tuple(command), image=image or "", registry=login, registry_id=registry or "",
+        env=env_pairs(env), per_gpu=per_gpu, retries=retries, timeout_s=timeout, workdir=workdir,
+        cap=caps.Cap.on(cap) if cap is not None else None,
+        options={"plan": str(plan.resolve()) if plan else None, **({"max_yen": str(cap)} if cap is not None else {})},
+        resumes=resume, checkpoint_every_s=every_s, recover=recover,
+        torchrun=backends.Torchrun(python, master_port) if torchrun else None)
+    also = ("--down",) if down and not backend.has_cluster else ()
+    backends.check(backend, sub, RUN_WORDS, also)  # before anything is read from where it runs
+    if backends.QUOTE in backend.supports:  # what the batch can cost, shown and asked about before it is sent
+        sub = replace(sub, confirm=confirm_dok(yes, f"run {where}", predicted))
+    if torchrun:
+        runner.torchrun_program(command)  # bad input before anything starts
+    elif not resume:
+        sub = replace(sub, target=backend.resolve(cluster, predicted))
     state = State.open_default()
     err = _console(stderr=True)
     progress = _progress(err)
     if torchrun:
-        runner.torchrun_program(command)  # bad input before anything starts
         _refuse_busy(state, cluster, "--torchrun takes every node's GPUs")
-        with locks.cluster(cluster):  # no teardown or bootstrap while the job is submitted
-            job = runner.submit_torchrun(state, cluster, command, python=python, master_port=master_port, timeout=timeout,
-                                         options={"plan": str(plan.resolve()) if plan else None}, local_workdir=workdir,
-                                         progress=progress)
-        todo = [(it.idx, it.item) for it in state.job_items(job)]
         order_note = "one rank per node, started together (a Ray gang)"
     elif resume:
-        old, todo = _resumable(state, cluster, resume, command)
+        old, todo = _resumable(state, where, resume, command)
         if not todo:
             return
-        command, opts = list(old.command), old.options
-        node_workdir = opts.get("workdir") or ""
-        per_gpu, retries, timeout = opts.get("per_gpu", per_gpu), opts.get("retries", retries), opts.get("timeout_s", timeout)
-        every_s = every_s or opts.get("checkpoint_every_s", 0)
-        image = image or opts.get("image")  # in the job's own image
+        sub = backend.resumed(old, replace(sub, items=tuple(todo)))
         order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
     else:
         todo, order_note = runner.run_order(runner.read_items(items), predicted)
-        node_workdir = ""
-    if not torchrun:
-        from gpuplan.run.ray import containers
-
-        login = (containers.Login(registry_user, containers.secret_from_env(registry_password_env or ""))
-                 if registry_user else None)
-        stop_at = runner.cap_stop_at(state, cluster, cap) if cap is not None else None
-        if stop_at is not None:
-            progress(f"--max-yen {fmt.yen(cap)}: the batch stops at {stop_at:%Y-%m-%d %H:%M:%S} UTC if it is still running")
-        with locks.cluster(cluster):  # no teardown or bootstrap while the batch is submitted
-            job = runner.submit(state, cluster, todo, command, per_gpu=per_gpu, retries=retries, timeout=timeout,
-                                options={"plan": str(plan.resolve()) if plan else None,
-                                         **({"max_yen": str(cap)} if cap is not None else {})}, resumes=resume,
-                                workdir=node_workdir, local_workdir=workdir, recover=recover, progress=progress,
-                                image=image, registry=login, stop_at=stop_at, checkpoint_every_s=every_s)
+        sub = replace(sub, items=tuple(todo))
+    job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
+    count = len(state.job_items(job)) if torchrun else len(sub.items)
     out = _console()
-    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'rank' if torchrun else 'item')}; order: {order_note}",
-              markup=False)
+    out.print(f"job {job} submitted: {backend.submitted(state, job, count)}; order: {order_note}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
     if detach:
-        out.print(f"follow it with `gpuplan jobs {cluster}`, `gpuplan logs {cluster} {job} [ITEM]`;"
-                  f" stop it with `gpuplan cancel {cluster} {job}`", markup=False)
+        out.print(f"follow it with `gpuplan jobs {where}`, `gpuplan logs {where} {job} [ITEM]`;"
+                  f" stop it with `gpuplan cancel {where} {job}`" + "".join(f"; {n}" for n in backend.notes(job)),
+                  markup=False)
         _emit_job(state, job)
         return
-    _follow(state, cluster, job, _recoverer(state, cluster, yes, on_demand_fallback) if recover else None)
+    _follow(state, where, job, _recoverer(state, cluster, yes, on_demand_fallback) if recover else None)
     runner.record_finished(state, job)
-    ended = _job_of(state, cluster, job)
+    ended = _job_of(state, where, job)
     if cap is not None and ended.state == "capped":
         summary = backends.summary(state, job)
         _print_summary(summary, predicted, job)
@@ -412,9 +400,21 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
             _down(state, cluster, job, fetch)
         raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, ended))} spent;"
                             f" `gpuplan run {cluster} --resume {job}` runs the items it did not finish")
-    _finish(state, job, predicted)
+    try:
+        _finish(state, job, predicted)
+    finally:
+        for line in backend.after(job):
+            out.print(line, markup=False)
     if down:
         _down(state, cluster, job, fetch)
+
+
+# how `gpuplan run` names each option a backend may refuse (backends.OPTIONS)
+RUN_WORDS = {backends.RECOVER: "--recover", backends.WORKDIR: "--workdir", backends.TORCHRUN: "--torchrun",
+             backends.PER_GPU: "--per-gpu", backends.RETRIES: "--retries", backends.CHECKPOINTS: "--checkpoint-every",
+             backends.CAP: "--max-yen", backends.IMAGE: "--image",
+             backends.REGISTRY_LOGIN: "--registry-user and --registry-password-env", backends.REGISTRY_ID: "--registry",
+             backends.QUOTE: "a price quote"}
 
 
 def _max_yen(text: Optional[str]) -> Decimal | None:
@@ -458,92 +458,6 @@ def confirm_dok(yes: bool, doing: str, predicted: dict | None = None):
                  yes, default=True)
 
     return confirm
-
-
-def _run_dok(target, command, items, resume, detach, plan, predicted, timeout, image, env, registry, yes) -> None:
-    """`gpuplan run dok:PLAN`: one 高火力 DOK task per item (gpuplan/run/dok/dok_runs.py)."""
-    from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
-    from gpuplan.run.dok import dok_runs
-    from gpuplan.run.ray import runner
-    from gpuplan.store.state import State
-
-    if timeout < MIN_TIME_LIMIT_S:
-        raise UsageError(f"--timeout {timeout}: a DOK task's time limit is at least {MIN_TIME_LIMIT_S} s")
-    state = State.open_default()
-    environment = env_pairs(env)
-    if resume:
-        old, todo = _resumable(state, dok_runs.CLUSTER, resume, command)
-        if not todo:
-            return
-        o = old.options
-        command, dok_plan, image = list(old.command), o["dok_plan"], image or o["image"]
-        environment, registry, timeout = environment or o.get("environment") or {}, registry or o.get("registry"), o.get("time_limit_s") or timeout
-        order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
-    else:
-        if not image:
-            raise UsageError("name the container image each task runs: gpuplan run dok:PLAN --image IMAGE --items FILE -- CMD {item}")
-        dok_plan = dok_runs.plan_of(target, predicted)
-        todo, order_note = runner.run_order(runner.read_items(items), predicted)
-    err = _console(stderr=True)
-    job = dok_runs.submit(state, dok_runs.default_client(), dok_plan, image, todo, command, environment=environment,
-                          registry=registry, time_limit_s=timeout, resumes=resume,
-                          options={"plan": str(plan.resolve()) if plan else None}, progress=_progress(err),
-                          confirm=confirm_dok(yes, "run dok", predicted))
-    out = _console()
-    if dok_runs.is_batch(_job_of(state, dok_runs.CLUSTER, job)):
-        out.print(f"job {job} submitted: one {dok_plan} DOK task for {fmt.plural(len(todo), 'item')}, one per GPU at a"
-                  f" time; order: {order_note}", markup=False)
-    else:
-        out.print(f"job {job} submitted: {fmt.plural(len(todo), 'DOK task')} on {dok_plan}, one running at a time per"
-                  f" project; order: {order_note}", markup=False)
-    sys.stdout.flush()
-    if detach:
-        out.print(f"follow it with `gpuplan jobs dok`, `gpuplan logs dok {job} ITEM`; stop it with `gpuplan cancel dok {job}`;"
-                  f" artifacts: `gpuplan dok artifacts --run {job}`", markup=False)
-        _emit_job(state, job)
-        return
-    _follow(state, dok_runs.CLUSTER, job)
-    runner.record_finished(state, job)
-    try:
-        _finish(state, job, predicted)
-    finally:
-        out.print(f"artifacts (each task's SAKURA_ARTIFACT_DIR, for 72 hours): `gpuplan dok artifacts --run {job} --out DIR`",
-                  markup=False)
-
-
-def _run_slurm(target, command, items, resume, detach, plan, predicted, timeout, env) -> None:
-    """`gpuplan run slurm:CLUSTER[/PARTITION]`: the items as one Slurm job array (run/slurm/slurm_runs.py)."""
-    from gpuplan.run.ray import runner
-    from gpuplan.run.slurm import slurm_runs
-    from gpuplan.store.state import State
-
-    state = State.open_default()
-    environment = env_pairs(env)
-    if resume:
-        old, todo = _resumable(state, slurm_runs.CLUSTER, resume, command)
-        if not todo:
-            return
-        o = old.options
-        command, target = list(old.command), f"slurm:{o['slurm_cluster']}/{o['partition']}"
-        environment, timeout = environment or o.get("env") or {}, o.get("timeout_s") or timeout
-        order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
-    else:
-        todo, order_note = runner.run_order(runner.read_items(items), predicted)
-    job = slurm_runs.submit(state, target, todo, command, env=environment, timeout_s=timeout, resumes=resume,
-                            options={"plan": str(plan.resolve()) if plan else None},
-                            progress=_progress(_console(stderr=True)))
-    out = _console()
-    out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} as one Slurm job array; order: {order_note}",
-              markup=False)
-    sys.stdout.flush()
-    if detach:
-        out.print(f"follow it with `gpuplan jobs slurm`, `gpuplan logs slurm {job} ITEM`; stop it with"
-                  f" `gpuplan cancel slurm {job}`", markup=False)
-        _emit_job(state, job)
-        return
-    _follow(state, slurm_runs.CLUSTER, job)
-    runner.record_finished(state, job)
-    _finish(state, job, predicted)
 
 
 def _refuse_busy(state, cluster: str, why: str) -> None:
@@ -629,11 +543,11 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
         markets = [None] + ([recover.ON_DEMAND] if on_demand and lost.cost.market == recover.SPOT else [])
         for market in markets:
             c = lost.cost if market is None else recover.cost(state, cluster, lost.cost.seconds, market)
-            stop = recover.cap_time(state, row, gone=[lost.node], joining=c.terms)
+            stop, cap = recover.cap_time(state, row, gone=[lost.node], joining=c.terms), recover.job_cap(row)
             say(f"a replacement, {c.what}, costs {fmt.yen(c.price_jpy_per_hour)}/h: about {fmt.yen(c.yen)} for the"
                 f" batch's {fmt.duration(lost.left_s)} left and {fmt.duration(recover.SETUP_GUESS_S)} of setup"
-                + (f"; with it the batch's {fmt.yen(recover.job_cap(row))} cap stops it at {stop:%H:%M:%S} UTC"
-                   if stop is not None else ""))
+                + (f"; with it the batch's {fmt.yen(cap.yen)} cap stops it at {stop:%H:%M:%S} UTC"
+                   if stop is not None and cap is not None else ""))
             if stop is not None and (stop - datetime.now(timezone.utc)).total_seconds() < recover.SETUP_GUESS_S:
                 say(f"not replacing {lost.node}: the batch would reach its cap before a replacement is set up")
                 return

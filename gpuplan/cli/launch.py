@@ -177,7 +177,7 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
     cluster = row.cluster
     cap = recover.job_cap(row)
     watchers = [launcher.cap_watch(state, job, cap)] if cap is not None else []
-    if opts.get("recover") and backends.of(row).has_cluster:
+    if opts.get("recover") and backends.RECOVER in backends.of(row).supports:
         watchers.append(_recoverer(state, cluster, yes, bool(opts.get("on_demand_fallback"))))
 
     def look(seen) -> None:

@@ -49,10 +49,11 @@ def _resolve(target: str, region: str | None, as_of: str | None = None) -> tuple
         check_plain(region, "--region")
     if target.startswith("baremetal:"):
         return lifecycle.get_provider("baremetal").offer(target.split(":", 1)[1]), ""
-    if target.startswith("slurm:"):  # a partition of slurm.yaml (providers/slurm.py)
-        from gpuplan.providers import slurm
+    from gpuplan.run import backends
 
-        return slurm.offer_of(target.split(":", 1)[1]), ""
+    own = backends.for_target(target).offer_of(target)  # a backend's own target (a Slurm partition of slurm.yaml)
+    if own is not None:
+        return own, ""
     from gpuplan.market import catalog
 
     return catalog.load(as_of).resolve_named(target, region=region)

@@ -78,11 +78,13 @@ def resolve(text: str) -> Offer:
 
     check_plain(text, "--on")
     target, _, region = text.partition("@")
-    if target.lower().startswith("slurm:"):  # a partition is shared, not provisioned: no machine to make
-        partition = target.split(":", 1)[1].split(".", 1)[-1] or "PARTITION"
-        raise UsageError(f"bad --on {text!r}: a Slurm partition has no machine to provision; run `srun -p {partition}"
-                         " --gres=gpu:1 gpuplan bench WORKLOAD --local --out FILE.yaml` on its login host instead, then"
-                         " `gpuplan estimate ... --profile FILE.yaml`")
+    from gpuplan.run import backends
+
+    own = backends.for_target(target)
+    offer = own.offer_of(target)
+    hint = own.bench_hint(offer, "WORKLOAD", "FILE.yaml") if offer is not None else None
+    if hint is not None:  # e.g. a Slurm partition: shared, never provisioned
+        raise UsageError(f"bad --on {text!r}: gpuplan does not provision this offer's machines; {hint}")
     if target.lower().startswith("baremetal:"):
         return _inventory_offer(text, target.split(":", 1)[1])
     from gpuplan.fleet import provision

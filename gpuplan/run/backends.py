@@ -7,13 +7,18 @@ job (read what is new, cancel it, what it cost, what it did, fetch its outputs) 
 - `dok`: items as Sakura 高火力 DOK tasks: run/dok/dok_runs.py.
 - `slurm`: items as one Slurm job array on a cluster of slurm.yaml: run/slurm/slurm_runs.py.
 
-The module-level functions (refresh, cancel, yen, summary, outputs) are the batch service the
-CLI and the launcher call; `get(name)` and `of(row)` the registry.
+Backends are plugins: each is registered under the entry-point group `gpuplan.run_backends`
+(pyproject.toml), the built-in ones as a third party's would be, so a new backend is one module
+and one entry point. Each declares the options it `supports` (OPTIONS); `submit` here refuses a
+Submission that asks for another in one line (Unsupported, exit 2) before anything is sent.
+
+The module-level functions (submit, refresh, cancel, yen, summary, outputs) are the batch
+service the CLI and the launcher call; `registered()`, `get(name)` and `of(row)` the registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,10 +27,35 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuplan.errors import NotFound, UsageError
+from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
+    from gpuplan.run.caps import Cap
     from gpuplan.run.ray.runner import RunSummary
     from gpuplan.store.state import JobRow, State
+
+
+# What a Submission may ask of a backend beyond items and a command (RunBackend.supports): a
+# backend refuses a submission that asks for one it does not declare, in one line, before
+# anything is bought or sent (check).
+RECOVER = "recover"  # nodes that join while the batch runs get items (replacements of lost ones)
+WORKDIR = "workdir"  # a local folder copied to every node, the items run in it
+TORCHRUN = "torchrun"  # one data-parallel job over every node's GPUs
+PER_GPU = "per_gpu"  # more than one item on a GPU at once
+RETRIES = "retries"  # a failed item tried again
+CHECKPOINTS = "checkpoints"  # $GPUPLAN_CHECKPOINT_DIR kept and handed to an item run again
+CAP = "cap"  # the batch stopped where it runs at its yen cap's moment (no client needed)
+IMAGE = "image"  # each item in a container
+REGISTRY_LOGIN = "registry_login"  # a private image's login, fed to the nodes
+REGISTRY_ID = "registry_id"  # a private image's credentials registered with the service itself (DOK)
+QUOTE = "quote"  # shows what it can cost and asks before it sends (Submission.confirm)
+OPTIONS = (RECOVER, WORKDIR, TORCHRUN, PER_GPU, RETRIES, CHECKPOINTS, CAP, IMAGE, REGISTRY_LOGIN, REGISTRY_ID, QUOTE)
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    python: str = "python3"
+    master_port: int = 29500
 
 
 @dataclass(frozen=True)
@@ -33,23 +63,62 @@ class Submission:
     """A batch to submit, on any backend. `target`: where it goes (the cluster's name; on DOK, the
     task plan); `items` (index in the items file, item) in run order; `registry`: a private
     image's login (containers.login_of reads it; on DOK, `dok_registry` names credentials kept
-    there); `stop_at`: the yen cap's moment (UTC), where the backend stops a batch itself;
-    `options`: recorded with the job."""
+    there, or `registry_id`); `cap`: the yen cap (caps.Cap), its `stop_at` the moment a backend
+    that can stops the batch itself; `options`: recorded with the job; `node_workdir`: a folder
+    already on the nodes (a resumed job's) to run in; `torchrun`: one data-parallel job instead of
+    items; `confirm`: shown what the batch can cost before it is sent (raises to stop);
+    `outputs_env`: $GPUPLAN_OUTPUT_DIR set to where the backend keeps an item's outputs."""
 
     target: str
     items: tuple[tuple[int, str], ...]
     command: tuple[str, ...]
     image: str = ""
     registry: Any = None
+    registry_id: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     per_gpu: int = 1
     retries: int = 0
     timeout_s: int = 24 * 3600
     workdir: Path | None = None
-    stop_at: datetime | None = None
+    cap: Cap | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     resumes: str | None = None
     checkpoint_every_s: int = 0  # clusters: each item's $GPUPLAN_CHECKPOINT_DIR kept on the head this often
+    recover: bool = False  # clusters: nodes that join while the batch runs (replacements of lost ones) get items
+    node_workdir: str = ""
+    torchrun: Torchrun | None = None
+    confirm: Callable[[Any], None] | None = None
+    outputs_env: bool = False
+
+    @property
+    def stop_at(self) -> datetime | None:
+        return self.cap.stop_at if self.cap is not None else None
+
+    def asks(self) -> tuple[str, ...]:
+        """The options (OPTIONS) this submission asks its backend for."""
+        wants = {RECOVER: self.recover, WORKDIR: self.workdir is not None or bool(self.node_workdir),
+                 TORCHRUN: self.torchrun is not None, PER_GPU: self.per_gpu != 1, RETRIES: self.retries > 0,
+                 CHECKPOINTS: self.checkpoint_every_s > 0, CAP: self.cap is not None, IMAGE: bool(self.image),
+                 REGISTRY_LOGIN: self.registry is not None and not getattr(self.registry, "dok_registry", ""),
+                 REGISTRY_ID: bool(self.registry_id or getattr(self.registry, "dok_registry", "")),
+                 QUOTE: self.confirm is not None}
+        return tuple(o for o in OPTIONS if wants[o])
+
+
+class Unsupported(UsageError):
+    """A submission asks a backend for what it does not do: one line, exit 2, before anything is bought or sent."""
+
+
+def check(backend: RunBackend, sub: Submission, words: Mapping[str, str] | None = None,
+          also: Sequence[str] = ()) -> None:
+    """Refuse, in one line, a submission that asks `backend` for options it does not declare;
+    `words` names each option as the caller's user wrote it (`--recover`, `recover:`); `also`:
+    the caller's own options that the backend cannot take, said in the same line."""
+    refused = [o for o in sub.asks() if o not in backend.supports]
+    if refused or also:
+        named = [(words or {}).get(o, o) for o in refused] + list(also)
+        verb = "does" if len(named) == 1 else "do"
+        raise Unsupported(f"{backend.refusal}: {', '.join(named)} {verb} not apply{backend.refusal_hint}")
 
 
 @dataclass(frozen=True)
@@ -62,9 +131,43 @@ class Fetched:
 class RunBackend(Protocol):
     name: str
     has_cluster: bool  # its batches run on a cluster of machines gpuplan made (torn down after a launch)
+    supports: frozenset[str]  # the OPTIONS it honours; a Submission asking for another is refused (check)
+    refusal: str  # what a batch is there, said before the options it refuses: "a DOK run is one container task per item"
+    refusal_hint: str  # said after them: what to do instead ("" where nothing needs saying)
+    unit: str  # what one item becomes there, for counts: "item", "DOK task"
+
+    def resolve(self, target: str, predicted: Mapping[str, Any] | None) -> str:
+        """What the user typed where a batch goes (`dok:h100-80gb`), as submit's target (the plan
+        `h100-80gb`); bad input in one line."""
+
+    def resumed(self, old: JobRow, sub: Submission) -> Submission:
+        """`sub` for the items of `old` that did not succeed: where it went, its own command and
+        settings, as its row recorded them (what `sub` sets itself wins)."""
+
+    def offer_of(self, target: str) -> Any:
+        """The offer a target this backend names stands for, where it is no catalog row (a Slurm
+        partition of slurm.yaml); None: the catalog's."""
+
+    def time_limit_within(self, offer: Any, billed: Decimal, limit_s: int) -> int:
+        """The longest one item may run (at most `limit_s`) and cost at most `billed` ledger yen
+        on `offer`: how a cap holds on a backend that cannot stop a batch at a moment (CAP)."""
+
+    def submitted(self, state: State, job: str, count: int) -> str:
+        """What was submitted and how it runs there, for the line that gives its id:
+        "4 items as one Slurm job array"."""
+
+    def notes(self, job: str) -> list[str]:
+        """Where else a detached batch's results are found (said after how to follow it)."""
+
+    def after(self, job: str) -> list[str]:
+        """What is left to know once a followed batch ended (its artifacts' keeping)."""
 
     def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
         """A launch's steps in words on a backend without a cluster (has_cluster False)."""
+
+    def bench_hint(self, offer: Any, job: str, out: str) -> str | None:
+        """How to time reference job `job` on one GPU of `offer` (profile file `out`) where gpuplan
+        cannot provision that machine for `bench --on`; None where it can."""
     poll_s: float  # how often a follower looks (an API asked over the internet: not every second)
     stopped: tuple[str, str]  # what cancel counts and what became of them: ("running item", "stopped on every node")
     pseudo_clusters: tuple[str, ...]  # names its batches are listed under when they have no cluster
@@ -116,9 +219,40 @@ class RayBackend:
     poll_s = 1.0
     stopped = ("running item", "stopped on every node")
     pseudo_clusters: tuple[str, ...] = ()
+    supports = frozenset({RECOVER, WORKDIR, TORCHRUN, PER_GPU, RETRIES, CHECKPOINTS, CAP, IMAGE, REGISTRY_LOGIN})
+    refusal = "a cluster run is a batch on the cluster's Ray engine"
+    refusal_hint = ""
+    unit = "item"
+
+    def resolve(self, target: str, predicted: Mapping[str, Any] | None) -> str:
+        return target
+
+    def resumed(self, old: JobRow, sub: Submission) -> Submission:
+        from dataclasses import replace
+
+        o = old.options
+        return replace(sub, target=old.cluster, command=tuple(old.command), per_gpu=o.get("per_gpu", sub.per_gpu),
+                       retries=o.get("retries", sub.retries), timeout_s=o.get("timeout_s", sub.timeout_s),
+                       checkpoint_every_s=sub.checkpoint_every_s or o.get("checkpoint_every_s", 0),
+                       image=sub.image or o.get("image") or "", node_workdir=o.get("workdir") or "")
+
+    def offer_of(self, target: str) -> Any:
+        return None
+
+    def time_limit_within(self, offer: Any, billed: Decimal, limit_s: int) -> int:
+        return limit_s  # the driver stops the batch at the cap's moment (CAP)
+
+    def submitted(self, state: State, job: str, count: int) -> str:
+        return fmt.plural(count, "rank" if job_row(state, job).options.get("torchrun") else "item")
+
+    def notes(self, job: str) -> list[str]:
+        return []
+
+    def after(self, job: str) -> list[str]:
+        return []
 
     def names(self, target: str) -> bool:
-        return not any(b.pseudo_clusters and b.names(target) for b in _BACKENDS.values())
+        return not any(b.pseudo_clusters and b.names(target) for b in _backends().values())
 
     def serves(self, offer: Any) -> bool:
         return offer.kind != "task" and offer.provider != "slurm"  # machines: cloud VMs, rented servers, owned hosts
@@ -129,6 +263,9 @@ class RayBackend:
     def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
         return []  # a cluster's steps (provision, bootstrap, run, fetch, teardown) are launcher.steps' own
 
+    def bench_hint(self, offer: Any, job: str, out: str) -> str | None:
+        return None  # `bench --on` provisions (or claims) one machine of the offer
+
     def preflight(self, image: str) -> None:
         return None  # the cluster's provider is checked by whoever makes the cluster
 
@@ -137,11 +274,24 @@ class RayBackend:
         from gpuplan.run.ray import runner
 
         command = list(sub.command)  # `env` reaches each item (in its container too) from a 0600 file: runner.submit
+        if sub.torchrun is not None:
+            runner.torchrun_program(command)  # bad input before anything starts
+            with locks.cluster(sub.target):  # no teardown or bootstrap while the job is submitted
+                return runner.submit_torchrun(state, sub.target, command, python=sub.torchrun.python,
+                                              master_port=sub.torchrun.master_port, timeout=sub.timeout_s,
+                                              options=dict(sub.options), local_workdir=sub.workdir, progress=progress)
+        stop_at, options = sub.stop_at, dict(sub.options)
+        if sub.cap is not None and stop_at is None:  # `run --max-yen`: the nodes' bill for the batch from now
+            stop_at = runner.cap_stop_at(state, sub.target, sub.cap.billed)
+            options["cap"] = sub.cap.at(stop_at).options()
+            progress(f"--max-yen {fmt.yen(sub.cap.yen)}: the batch stops at {stop_at:%Y-%m-%d %H:%M:%S} UTC if it is"
+                     " still running")
         with locks.cluster(sub.target):  # no teardown or bootstrap while the batch is submitted
             return runner.submit(state, sub.target, list(sub.items), command, per_gpu=sub.per_gpu, retries=sub.retries,
-                                 timeout=sub.timeout_s, options=dict(sub.options), resumes=sub.resumes,
-                                 local_workdir=sub.workdir, progress=progress, image=sub.image or None,
-                                 registry=sub.registry, stop_at=sub.stop_at, checkpoint_every_s=sub.checkpoint_every_s,
+                                 timeout=sub.timeout_s, options=options, resumes=sub.resumes,
+                                 workdir=sub.node_workdir, local_workdir=sub.workdir, progress=progress,
+                                 image=sub.image or None, registry=sub.registry, stop_at=stop_at,
+                                 checkpoint_every_s=sub.checkpoint_every_s, recover=sub.recover,
                                  env=dict(sub.env))
 
     def claims(self, row: JobRow) -> bool:
@@ -195,6 +345,49 @@ class DokBackend:
     poll_s = 10.0
     stopped = ("DOK task", "cancelled (waiting or running)")
     pseudo_clusters: tuple[str, ...] = ("dok",)
+    supports = frozenset({IMAGE, REGISTRY_ID, QUOTE})
+    refusal = "a DOK run is one container task per item (or one 8-GPU task, one item per GPU)"
+    refusal_hint = (" (those are for cluster runs: put the code in the image; --timeout bounds each task's bill;"
+                    " `--resume JOB` resubmits what failed)")
+    unit = "DOK task"
+
+    def resolve(self, target: str, predicted: Mapping[str, Any] | None) -> str:
+        from gpuplan.run.dok import dok_runs
+
+        return dok_runs.plan_of(target, predicted)
+
+    def resumed(self, old: JobRow, sub: Submission) -> Submission:
+        from dataclasses import replace
+
+        o = old.options
+        return replace(sub, target=o["dok_plan"], command=tuple(old.command), image=sub.image or o["image"],
+                       env=sub.env or o.get("environment") or {}, registry_id=sub.registry_id or o.get("registry") or "",
+                       timeout_s=o.get("time_limit_s") or sub.timeout_s)
+
+    def offer_of(self, target: str) -> Any:
+        return None
+
+    def time_limit_within(self, offer: Any, billed: Decimal, limit_s: int) -> int:
+        from gpuplan.market import billing
+        from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
+
+        terms = billing.terms_for(offer)
+        return max(MIN_TIME_LIMIT_S, billing.seconds_within(lambda s: billing.charge(s, terms), billed, limit_s))
+
+    def submitted(self, state: State, job: str, count: int) -> str:
+        from gpuplan.run.dok import dok_runs
+
+        row = job_row(state, job)
+        plan = row.options.get("dok_plan")
+        if dok_runs.is_batch(row):
+            return f"one {plan} DOK task for {fmt.plural(count, 'item')}, one per GPU at a time"
+        return f"{fmt.plural(count, 'DOK task')} on {plan}, one running at a time per project"
+
+    def notes(self, job: str) -> list[str]:
+        return [f"artifacts: `gpuplan dok artifacts --run {job}`"]
+
+    def after(self, job: str) -> list[str]:
+        return [f"artifacts (each task's SAKURA_ARTIFACT_DIR, for 72 hours): `gpuplan dok artifacts --run {job} --out DIR`"]
 
     def names(self, target: str) -> bool:
         from gpuplan.run.dok import dok_runs
@@ -206,6 +399,10 @@ class DokBackend:
 
     def target_of(self, offer: Any, cluster: str) -> str:
         return offer.name.removeprefix("dok-")  # the task plan
+
+    def bench_hint(self, offer: Any, job: str, out: str) -> str | None:
+        return (f"run `gpuplan bench {job} --local --out {out}` on one {offer.gpu} (as a `gpuplan dok submit` task from"
+                f" an image with gpuplan[bench], or any machine with that GPU), then `--profile {out}`")
 
     def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
         from gpuplan.planning import fmt
@@ -221,15 +418,20 @@ class DokBackend:
         dok_runs.default_client().check_credentials()
 
     def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
+        from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
         from gpuplan.run.dok import dok_runs
 
         _need_image(sub.image, sub.target)
-        # $GPUPLAN_OUTPUT_DIR is where an item's outputs go on every backend: on DOK, the task's artifact folder
-        command = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", *sub.command]
-        registry = getattr(sub.registry, "dok_registry", "") or None
+        if sub.timeout_s < MIN_TIME_LIMIT_S:
+            raise UsageError(f"--timeout {sub.timeout_s}: a DOK task's time limit is at least {MIN_TIME_LIMIT_S} s")
+        command = list(sub.command)
+        if sub.outputs_env:  # $GPUPLAN_OUTPUT_DIR is where an item's outputs go: on DOK, the task's artifact folder
+            command = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", *command]
+        registry = sub.registry_id or getattr(sub.registry, "dok_registry", "") or None
         return dok_runs.submit(state, dok_runs.default_client(), sub.target, sub.image, list(sub.items), command,
                                environment=dict(sub.env), registry=registry, time_limit_s=sub.timeout_s,
-                               resumes=sub.resumes, options=dict(sub.options), progress=progress)
+                               resumes=sub.resumes, options=dict(sub.options), progress=progress,
+                               **({"confirm": sub.confirm} if sub.confirm is not None else {}))
 
     def claims(self, row: JobRow) -> bool:
         return self.names(row.cluster)
@@ -278,6 +480,40 @@ class SlurmBackend:
     poll_s = 5.0
     stopped = ("Slurm array task", "cancelled (pending or running), none left in squeue")
     pseudo_clusters: tuple[str, ...] = ("slurm",)
+    supports: frozenset[str] = frozenset()
+    refusal = "a Slurm run is one array task per item, one GPU each, on the nodes as they are"
+    refusal_hint = ""
+    unit = "item"
+
+    def resolve(self, target: str, predicted: Mapping[str, Any] | None) -> str:
+        return target
+
+    def resumed(self, old: JobRow, sub: Submission) -> Submission:
+        from dataclasses import replace
+
+        o = old.options
+        return replace(sub, target=f"slurm:{o['slurm_cluster']}/{o['partition']}", command=tuple(old.command),
+                       env=sub.env or o.get("env") or {}, timeout_s=o.get("timeout_s") or sub.timeout_s)
+
+    def offer_of(self, target: str) -> Any:
+        from gpuplan.providers import slurm
+
+        return slurm.offer_of(target.split(":", 1)[1]) if ":" in target else None
+
+    def time_limit_within(self, offer: Any, billed: Decimal, limit_s: int) -> int:
+        from gpuplan.market import billing
+
+        terms = billing.terms_for(offer)
+        return max(1, billing.seconds_within(lambda s: billing.charge(s, terms), billed, limit_s))
+
+    def submitted(self, state: State, job: str, count: int) -> str:
+        return f"{fmt.plural(count, 'item')} as one Slurm job array"
+
+    def notes(self, job: str) -> list[str]:
+        return []
+
+    def after(self, job: str) -> list[str]:
+        return []
 
     def names(self, target: str) -> bool:
         from gpuplan.run.slurm import slurm_runs
@@ -289,6 +525,11 @@ class SlurmBackend:
 
     def target_of(self, offer: Any, cluster: str) -> str:
         return "slurm:" + offer.name.replace(".", "/", 1)  # CLUSTER.PARTITION -> slurm:CLUSTER/PARTITION
+
+    def bench_hint(self, offer: Any, job: str, out: str) -> str | None:
+        cluster, _, partition = offer.name.partition(".")  # a partition is shared, never provisioned
+        return (f"run `srun -p {partition or 'PARTITION'} --gres=gpu:1 gpuplan bench {job} --local --out {out}` on"
+                f" {cluster}'s login host (gpuplan[bench] installed there), then `--profile {out}`")
 
     def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
         from gpuplan.planning import fmt
@@ -352,43 +593,69 @@ class SlurmBackend:
 
 def _need_image(image: str, what: str) -> None:
     if not image:
-        raise UsageError(f"{what} is a 高火力 DOK task plan: every item runs in a container there; give the batch an"
-                         " image (image: or --image), e.g. one built from your code's Dockerfile")
+        raise UsageError(f"{what} is a 高火力 DOK task plan: every item runs in a container there; name the container"
+                         " image each task runs: give the batch an image (image: or --image), e.g. one built from your"
+                         " code's Dockerfile")
 
 
-_BACKENDS: dict[str, RunBackend] = {"ray": RayBackend(), "dok": DokBackend(), "slurm": SlurmBackend()}
+GROUP = "gpuplan.run_backends"  # the entry-point group backends register in, built-in ones as a plugin would
 CLUSTERS = "ray"  # the backend of a batch on a cluster gpuplan provisioned or claimed
+_loaded: tuple[tuple[str, ...], dict[str, RunBackend]] | None = None
+
+
+def registered() -> dict[str, RunBackend]:
+    """Every run backend registered under GROUP, by name (each class made once; found again
+    when sys.path changes, as when a plugin's folder is added)."""
+    global _loaded
+    import sys
+    from importlib.metadata import entry_points
+
+    key = tuple(sys.path)
+    if _loaded is None or _loaded[0] != key:
+        found: dict[str, RunBackend] = {}
+        for ep in entry_points(group=GROUP):
+            if ep.name not in found:
+                backend = ep.load()()
+                if backend.name != ep.name:
+                    raise UsageError(f"run backend entry point {ep.name!r} loads a backend named {backend.name!r}")
+                found[ep.name] = backend
+        _loaded = (key, found)
+    return _loaded[1]
+
+
+def _backends() -> dict[str, RunBackend]:
+    return registered()
 
 
 def get(name: str) -> RunBackend:
     try:
-        return _BACKENDS[name]
+        return _backends()[name]
     except KeyError:
-        raise UsageError(f"unknown run backend {name!r}: one of {', '.join(_BACKENDS)}") from None
+        raise UsageError(f"unknown run backend {name!r}: one of {', '.join(_backends())}") from None
 
 
 def for_target(target: str) -> RunBackend:
     """The backend a `run` target names: `dok:PLAN` names DOK's, `slurm:CLUSTER[/PARTITION]` Slurm's;
     anything else is a cluster's name (Ray)."""
-    named = [b for b in _BACKENDS.values() if b.pseudo_clusters and b.names(target)]
+    named = [b for b in _backends().values() if b.pseudo_clusters and b.names(target)]
     return named[0] if named else get(CLUSTERS)
 
 
 def for_offer(offer: Any) -> RunBackend:
     """The backend a plan on `offer` runs through."""
-    return next(b for b in _BACKENDS.values() if b.serves(offer))
+    return next(b for b in _backends().values() if b.serves(offer))
 
 
 def pseudo_clusters() -> tuple[str, ...]:
     """Names batches without a cluster are listed under (`gpuplan jobs dok`): no cluster may take one."""
-    return tuple(n for b in _BACKENDS.values() for n in b.pseudo_clusters)
+    return tuple(n for b in _backends().values() for n in b.pseudo_clusters)
 
 
 def of(row: JobRow) -> RunBackend:
     """The backend a job runs on: the one its row names (older rows: the one that claims it)."""
     if row.backend:
         return get(row.backend)
-    return next(b for b in _BACKENDS.values() if b.claims(row))
+    return next(b for b in _backends().values() if b.claims(row))
 
 
 def job_row(state: State, job: str) -> JobRow:
@@ -400,6 +667,14 @@ def job_row(state: State, job: str) -> JobRow:
 
 
 # --- the batch service ------------------------------------------------------------------------
+
+
+def submit(state: State, backend: RunBackend, sub: Submission, progress: Callable[[str], None],
+           words: Mapping[str, str] | None = None) -> str:
+    """Check the submission against what the backend supports (one line, nothing sent, where it
+    asks for more), then submit it; the job id."""
+    check(backend, sub, words)
+    return backend.submit(state, sub, progress)
 
 
 def refresh(state: State, job: str, conn: Any = None) -> JobRow:
@@ -415,6 +690,16 @@ def refresh(state: State, job: str, conn: Any = None) -> JobRow:
 def cancel(state: State, job: str) -> int:
     return of(job_row(state, job)).cancel(state, job)
 
+
+
+def spent(state: State, row: JobRow, cap: Cap) -> Decimal | None:
+    """What the batch has spent against its cap, in ledger yen: a launch's cluster, its whole
+    ledger (claim to teardown); else the batch's own machine time (its backend's yen)."""
+    from gpuplan.run import caps
+
+    if cap.scope == caps.CLUSTER and state.cluster(row.cluster) is not None:
+        return state.ledger_seconds_and_yen(row.cluster)[1]
+    return yen(state, row)
 
 
 def yen(state: State, row: JobRow, at: Any = None) -> Decimal | None:

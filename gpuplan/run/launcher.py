@@ -29,15 +29,16 @@ from typing import TYPE_CHECKING
 from gpuplan.batchfile import outputs_dir
 from gpuplan.errors import AuthMissing, UsageError
 from gpuplan.planning import fmt
+from gpuplan.run.caps import TEARDOWN_ALLOWANCE_S  # noqa: F401 - the launch's cap keeps it for fetch and teardown
 
 if TYPE_CHECKING:
     from gpuplan.batchfile import Batch
     from gpuplan.fleet.provision import Order
     from gpuplan.planning.types import Offer
+    from gpuplan.run.caps import Cap
     from gpuplan.store.state import JobRow, State
 
 Progress = Callable[[str], None]
-TEARDOWN_ALLOWANCE_S = 120  # the cap stops the batch this long before the yen would reach it: fetch and teardown bill too
 SETUP_TIMEOUT_S = 3600
 
 
@@ -106,14 +107,15 @@ def pick_of(plan_path: Path, region: str | None = None, tax: str | None = None) 
                 Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name)
 
 
-def billed_cap(pick: Pick, batch: Batch) -> Decimal | None:
-    """The batch's max_yen (on its tax basis) in the yen the provider bills and the ledger counts
-    (the offer's price as listed): max_yen / 1.1 where the batch counts a tax the price leaves out."""
-    from gpuplan.market import tax as taxes
+def batch_cap(pick: Pick, batch: Batch) -> Cap | None:
+    """The batch's max_yen as a Cap: on its tax basis, and in the yen the provider bills and the
+    ledger counts (the offer's price as listed: max_yen / 1.1 where the batch counts a tax the
+    price leaves out), holding the cluster's whole ledger from claim to teardown."""
+    from gpuplan.run import caps
 
     if batch.max_yen is None:
         return None
-    return taxes.moved(batch.max_yen, pick.offer.tax, batch.tax, "as-listed")
+    return caps.Cap.on(batch.max_yen, batch.tax, pick.offer.listed_tax or pick.offer.tax, scope=caps.CLUSTER)
 
 
 def refuse_over_cap(pick: Pick, max_yen: Decimal | None) -> None:
@@ -297,6 +299,7 @@ def preflight(state: State, pick: Pick, batch: Batch, name: str, can_answer: boo
     problems = checks.provider_problems(pick.offer.provider) if fleet else []
     try:
         backend.preflight(batch.image)
+        backends.check(backend, submission(pick, batch, name, ()), BATCH_WORDS)  # what it cannot honour, said now
     except UsageError as exc:
         problems.append(checks.Problem(checks.Kind.CREDENTIALS if isinstance(exc, AuthMissing) else checks.Kind.INPUT,
                                        str(exc)))
@@ -327,58 +330,69 @@ def provider_stops_itself(prov) -> bool:
 
 def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None, todo: Sequence[tuple[int, str]],
           outputs: Path, progress: Progress, keep: bool = False) -> str:
-    """Build what the pick needs and submit the batch to its backend; returns the job id. A
-    backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first, and
-    the cap as the moment its driver stops the batch; on one without, each task's time limit is
-    at most what the cap buys (DOK bills a task for the seconds it runs). Whatever fails once
-    the cluster is bought (bootstrap, setup, the cap, the submit) tears it down again (kept with
-    `keep`, saying what bills) before the error is raised."""
+    """Build what the pick needs and submit the batch to its backend; returns the job id. The
+    submission is checked against what the backend supports before anything is bought. A backend
+    with clusters gets its cluster provisioned (or claimed) and bootstrapped first; one that stops
+    a batch at a moment (CAP) gets the cap's, and the cap's backstop (owned hosts release
+    themselves then; cloud VMs got a TTL at provision); on one that cannot, each item's time
+    limit is at most what the cap buys (RunBackend.time_limit_within: DOK bills a task for the
+    seconds it runs). Whatever fails once the cluster is bought (bootstrap, setup, the cap, the
+    submit) tears it down again (kept with `keep`, saying what bills) before the error is raised."""
+    from dataclasses import replace
+
     from gpuplan.run import backends
 
     backend = backends.get(pick.backend)
+    cap = batch_cap(pick, batch)
+    sub = submission(pick, batch, name, todo)
+    backends.check(backend, sub, BATCH_WORDS)  # before anything is bought (preflight checked it before the question)
     if not backend.has_cluster:
-        return _submit(state, pick, batch, name, todo, outputs, progress, None)
+        sub = replace(sub, options=launch_options(batch, pick, None, outputs, cap))
+        return backends.submit(state, backend, sub, progress, BATCH_WORDS)
     take(state, pick, name, order)  # refusals first: nothing is bought or torn down by them
     record_owner(batch, name)
-    cap: list[datetime | None] = [None]
+    held: list[Cap | None] = [cap]
 
     def capped() -> None:  # once the machines bill, before they are set up: the cap's moment, and its backstop
-        cap[0] = stop_at(state, name, billed_cap(pick, batch))
-        if cap[0] is not None:
-            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {cap[0]:%H:%M:%S} UTC if it is still running")
-            backstop(state, name, cap[0] + timedelta(seconds=TEARDOWN_ALLOWANCE_S), progress)
+        if cap is None or backends.CAP not in backend.supports:
+            return
+        held[0] = moment = cap.at(stop_at(state, name, cap))
+        if moment.stop_at is not None:
+            progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {moment.stop_at:%H:%M:%S} UTC if it is still"
+                     " running")
+            backstop(state, name, moment.stop_at + timedelta(seconds=TEARDOWN_ALLOWANCE_S), progress)
 
     try:
         provision(state, pick, batch, name, order, progress, capped)
-        return _submit(state, pick, batch, name, todo, outputs, progress, cap[0])
+        sub = replace(sub, cap=held[0], options=launch_options(batch, pick, name, outputs, held[0]))
+        return backends.submit(state, backend, sub, progress, BATCH_WORDS)
     except Exception:
         wind_down(state, name, None, outputs, keep, progress)
         raise
 
 
-def _submit(state: State, pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]], outputs: Path,
-            progress: Progress, cap: datetime | None) -> str:
+def submission(pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, str]]):
+    """The batch as a backends.Submission to the pick's backend (the cap's moment not set yet: it
+    is known once the fleet is up). On a backend that cannot stop a batch at a moment, each
+    item's time limit is at most what the cap buys (RunBackend.time_limit_within)."""
     from gpuplan.run import backends
 
     backend = backends.get(pick.backend)
+    cap = batch_cap(pick, batch)
     timeout_s = batch.timeout_s
-    if not backend.has_cluster and batch.max_yen is not None:
-        timeout_s = task_limit_within(pick, billed_cap(pick, batch) or batch.max_yen, timeout_s)
-    sub = backends.Submission(
+    if cap is not None and backends.CAP not in backend.supports:
+        timeout_s = backend.time_limit_within(pick.offer, cap.billed, batch.timeout_s)
+    return backends.Submission(
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
         registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
-        timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap, checkpoint_every_s=batch.checkpoint_s or 0,
-        options=launch_options(batch, pick, name if backend.has_cluster else None, outputs))
-    return backend.submit(state, sub, progress)
+        timeout_s=timeout_s, workdir=batch.workdir, checkpoint_every_s=batch.checkpoint_s or 0,
+        recover=batch.recover, outputs_env=True)
 
 
-def task_limit_within(pick: Pick, max_yen: Decimal, limit_s: int) -> int:
-    """The longest a task on the pick may run (at most `limit_s`) and still cost at most `max_yen`."""
-    from gpuplan.market import billing
-    from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
-
-    terms = billing.terms_for(pick.offer)
-    return max(MIN_TIME_LIMIT_S, billing.seconds_within(lambda s: billing.charge(s, terms), max_yen, limit_s))
+# how a batch file names each option a backend may refuse (backends.OPTIONS)
+BATCH_WORDS = {"recover": "recover:", "workdir": "workdir:", "torchrun": "torchrun", "per_gpu": "per_gpu:",
+               "retries": "retries:", "checkpoints": "checkpoint:", "cap": "max_yen:", "image": "image:",
+               "registry_login": "registry:", "registry_id": "registry:", "quote": "a price quote"}
 
 
 # --- a cluster (Ray backend) -----------------------------------------------------------------
@@ -448,29 +462,24 @@ def run_setup(state: State, cluster: str, commands: Sequence[str], progress: Pro
             raise RemoteError(f"setup on {h.name} failed (exit {r.exit_code}): {r.why()}; fix `setup:` and launch again")
 
 
-def stop_at(state: State, cluster: str, max_yen: Decimal | None) -> datetime | None:
+def stop_at(state: State, cluster: str, cap: Cap) -> datetime | None:
     """When the batch must stop so that the cluster's ledger (every node billed by the one rule,
-    from its start) stays within `max_yen` once fetch and teardown (TEARDOWN_ALLOWANCE_S) are
-    billed too: the latest whole second at which it still does. None: no cap, or a fleet that
-    bills nothing (owned hosts with no power figure)."""
+    from its start) stays within the cap's ledger yen once fetch and teardown (TEARDOWN_ALLOWANCE_S)
+    are billed too (caps.stop_time): the latest whole second at which it still does. None: a
+    fleet that bills nothing (owned hosts with no power figure)."""
+    from gpuplan.run import caps
     from gpuplan.store.state import now
-
-    if max_yen is None:
-        return None
-    from gpuplan.market import billing
+    from gpuplan.units import MAX_DURATION_S
 
     start = now()
-    horizon = 366 * 86400
-    seconds = billing.seconds_within(
-        lambda s: state.ledger_seconds_and_yen(cluster, start + timedelta(seconds=s + TEARDOWN_ALLOWANCE_S))[1], max_yen,
-        horizon)
+    seconds = caps.stop_time(state, cluster, cap.billed, now=start, allowance_s=cap.allowance_s)
     if seconds < 0:
         from gpuplan.run.ray.runner import Capped
 
-        raise Capped(f"cluster {cluster} has already spent {fmt.yen(state.ledger_seconds_and_yen(cluster)[1])} of"
-                     f" max_yen {fmt.yen(max_yen)} (with {TEARDOWN_ALLOWANCE_S} s kept for fetch and teardown):"
+        raise Capped(f"cluster {cluster} has already spent {fmt.yen(cap.said(state.ledger_seconds_and_yen(cluster)[1]))}"
+                     f" of max_yen {fmt.yen(cap.yen)} (with {cap.allowance_s} s kept for fetch and teardown):"
                      " nothing was run")
-    return None if seconds == horizon else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
+    return None if seconds == MAX_DURATION_S else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
 
 
 def backstop(state: State, cluster: str, at: datetime, progress: Progress) -> None:
@@ -503,17 +512,17 @@ def backstop_ttl_s(pick: Pick, batch: Batch) -> int | None:
     deallocates, Sakura stops). None: no cap, or one that outlasts BACKSTOP_MAX_S."""
     from gpuplan.market import billing
 
-    cap = billed_cap(pick, batch)
+    cap = batch_cap(pick, batch)
     if cap is None:
         return None
     terms = billing.terms_for(pick.offer)
-    seconds = billing.seconds_within(lambda s: billing.charge(s, terms) * pick.count, cap, BACKSTOP_MAX_S)
+    seconds = billing.seconds_within(lambda s: billing.charge(s, terms) * pick.count, cap.billed, BACKSTOP_MAX_S)
     return None if seconds >= BACKSTOP_MAX_S else max(60, seconds)
 
 
-def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) -> dict:
+def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path, cap: Cap | None = None) -> dict:
     """What a launch's job row keeps for --resume: the cluster made for it (None: none), its outputs, its cap."""
-    return {"plan": str(pick.plan_path), "launch": {
+    return {"plan": str(pick.plan_path), **({"cap": cap.options()} if cap is not None else {}), "launch": {
         "cluster": name, "backend": pick.backend, "outputs": str(outputs.resolve()),
         "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image,
         "recover": batch.recover, "on_demand_fallback": batch.on_demand_fallback, "tax": batch.tax}}
@@ -522,18 +531,20 @@ def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path) ->
 # --- after the batch ------------------------------------------------------------------------------
 
 
-def cap_watch(state: State, job: str, cap: Decimal) -> Callable[[JobRow], None]:
-    """For the follower: after each look, a batch whose yen so far (its backend's, by the one
-    billing rule) has reached the cap is cancelled and marked capped. A cluster's driver stops the
-    batch at its stop_at on its own; this also holds where the backend has no driver (DOK)."""
-    from gpuplan.run import backends
+def cap_watch(state: State, job: str, cap: Cap | Decimal) -> Callable[[JobRow], None]:
+    """For the follower: after each look, a batch whose spending (backends.spent, in ledger yen) has
+    reached the cap's ledger yen is cancelled and marked capped. A cluster's driver stops the
+    batch at its stop_at on its own; this also holds where the backend has no driver (DOK). A
+    bare Decimal is a cap as listed."""
+    from gpuplan.run import backends, caps
     from gpuplan.run.ray import runner
+
+    held = cap if isinstance(cap, caps.Cap) else caps.Cap.on(cap)
 
     def look(row: JobRow) -> None:
         if row.state in runner.JOB_STATES_OVER:
             return
-        spent = backends.yen(state, row)
-        if spent is not None and spent >= cap:
+        if held.reached(backends.spent(state, row, held)):
             backends.cancel(state, job)
             state.set_job_state(job, "capped")
 
@@ -636,27 +647,22 @@ def check_outputs(folder: Path) -> None:
             d.rmdir()
 
 
-def ledger_yen(state: State, cluster: str, basis: str) -> Decimal:
-    """What cost-report says the cluster has cost on tax `basis`: its ledger rows, claim to teardown."""
-    from gpuplan.store import costs
-
-    rows = [r for r in state.ledger_rows() if r["cluster"] == cluster]
-    return sum((x.yen for x in costs.on_basis(costs.report(rows), basis)), Decimal(0))
-
-
-def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
-    """Exit non-zero where the batch did not finish: capped (6) or items failed (5)."""
-    from gpuplan.run import backends
+def raise_outcome(state: State, job: str, cap: Cap | None) -> None:
+    """Exit non-zero where the batch did not finish: capped (6) or items failed (5). A capped
+    batch says what the ledger counts for it (backends.spent: a launch's cluster from claim to
+    teardown), on the cap's own tax basis."""
+    from gpuplan.run import backends, caps
     from gpuplan.run.ray import runner
 
     row = backends.job_row(state, job)
     counts = state.job_counts(job)
     if row.state == "capped":
-        # a cluster made for the launch: what its ledger says (cost-report's figure, claim to teardown)
-        basis = (row.options.get("launch") or {}).get("tax") or "included"
-        spent = ledger_yen(state, row.cluster, basis) if backends.of(row).has_cluster else backends.yen(state, row)
-        raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap)}: {fmt.yen(spent)} spent on the batch,"
-                     f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
+        cap = cap or caps.of_job(row) or caps.Cap.on(Decimal(0))
+        spent = backends.spent(state, row, cap)
+        what = "the batch's cluster, claim to teardown" if cap.scope == caps.CLUSTER else "the batch"
+        raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap.yen)}:"
+                            f" {fmt.yen(cap.said(spent) if spent is not None else None)} spent on {what},"
+                            f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
     if failed:
         raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; logs:"

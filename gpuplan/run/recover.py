@@ -21,6 +21,7 @@ from gpuplan.fleet.provider import NodeSpec
 if TYPE_CHECKING:
     from gpuplan.fleet import lifecycle
     from gpuplan.market.billing import Terms
+    from gpuplan.run.caps import Cap
     from gpuplan.store.state import JobRow, State
 
 SETUP_GUESS_S = 600  # a replacement's create, bootstrap and Ray start, for the yen shown before asking
@@ -71,55 +72,30 @@ def cost(state: State, cluster: str, seconds: float, market: str | None = None) 
                 runner.yen_for(terms, req.price_jpy_per_hour, 1, seconds), seconds, SPOT if req.spot else ON_DEMAND, terms)
 
 
-def job_cap(row: JobRow) -> Decimal | None:
-    """The batch's yen cap (`run --max-yen`, a launch's max_yen); None: it has none."""
-    cap = row.options.get("max_yen") or (row.options.get("launch") or {}).get("max_yen")
-    return Decimal(str(cap)) if cap is not None else None
+def job_cap(row: JobRow) -> Cap | None:
+    """The batch's yen cap (`run --max-yen`, a launch's max_yen) as one value: its yen on its tax
+    basis and in ledger yen (caps.Cap); None: it has none."""
+    from gpuplan.run import caps
+
+    return caps.of_job(row)
 
 
 def cap_time(state: State, row: JobRow, gone: Sequence[str] = (), joining: Terms | None = None,
              now: datetime | None = None) -> datetime | None:
-    """When the batch must stop for its nodes' bill since it was submitted to stay within its cap
-    (None: no cap): each node by its own ledger terms (the cluster's hourly price by the second
-    where it has none), from the batch's start or the node's own, until the stop; a node lost (or
-    in `gone`) only until `now`, and a machine billed by `joining` from `now`. What `run --recover`
-    checks a replacement against, and the cap it then moves the driver to (a dearer machine
-    brings the stop earlier). `now` itself where not even the bill so far fits."""
-    from gpuplan.market import billing
-    from gpuplan.units import MAX_DURATION_S
+    """When the batch must stop for its nodes' bill to stay within its cap, compared in ledger
+    yen (Cap.billed; None: no cap): caps.stop_time from the batch's start (a launch: the cluster's
+    whole ledger, teardown allowance kept), a node lost (or in `gone`) billed only until `now`,
+    and a machine billed by `joining` from `now`. What `run --recover` checks a replacement
+    against, and the cap it then moves the driver to (a dearer machine brings the stop earlier).
+    `now` itself where not even the bill so far fits."""
+    from gpuplan.run import caps
 
     cap = job_cap(row)
-    cluster = state.cluster(row.cluster)
-    if cap is None or cluster is None:
+    if cap is None or state.cluster(row.cluster) is None:
         return None
     now = now or datetime.now(timezone.utc)
-    since = row.submitted_at
-
-    def offset(t: datetime) -> int:
-        return max(0, int((t - since).total_seconds()))
-
-    ledger = {r["node"]: r for r in state.ledger_rows() if r["cluster"] == row.cluster}
-    fallback = billing.per_second(cluster.price_jpy_per_hour) if cluster.price_jpy_per_hour is not None else None
-    windows: list[tuple[Terms, int, int | None]] = []  # terms, from, until (None: still held) in seconds since
-    for n in state.nodes(row.cluster):
-        if n.status in ("intent", "deleted", "deleting", "failed"):
-            continue
-        held = ledger.get(n.name)
-        terms = held["terms"] if held else fallback
-        if terms is None:
-            continue
-        start = offset(held["started_at"]) if held else 0
-        until = offset(now) if n.status == "lost" or n.name in gone else None
-        windows.append((terms, start, until))
-    if joining is not None:
-        windows.append((joining, offset(now), None))
-
-    def bill(t: int) -> Decimal:
-        return sum((billing.charge(min(t, until if until is not None else t) - start, terms)
-                    for terms, start, until in windows), Decimal(0))
-
-    t = billing.seconds_within(bill, cap, MAX_DURATION_S)
-    return max(now, since + timedelta(seconds=t)) if t >= 0 else now
+    t = caps.job_stop(state, row, cap, now=now, gone=gone, joining=joining)
+    return now + timedelta(seconds=t) if t >= 0 else now
 
 
 def move_cap(state: State, row: JobRow, now: datetime | None = None) -> datetime | None:

@@ -132,32 +132,25 @@ def yen_for(terms: Terms | None, price_jpy_per_hour: Decimal | None, nodes: int,
 
 
 def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | None = None) -> datetime:
-    """`run --max-yen`: the time at which the batch must stop so that the cluster's nodes, billed
-    from `now` by its ledger's terms (yen_for), cost at most `max_yen`: now plus the largest whole
-    second t with yen_for(terms, price, nodes, t) <= max_yen (billing.seconds_within)."""
+    """`run --max-yen` (ledger yen, as the provider lists them): the time at which the batch must
+    stop so that the cluster's nodes, billed from `now` each by its own ledger terms (caps.stop_time,
+    the one cap-to-time rule), cost at most `max_yen`."""
     from datetime import timedelta
 
-    from gpuplan.units import MAX_DURATION_S
+    from gpuplan.run import caps
 
     row = state.cluster(cluster)
     if row is None:
         raise NotFound(f"no cluster named {cluster!r}; see `gpuplan status`")
-    nodes = sum(1 for n in state.nodes(cluster) if n.status not in ("intent", "deleted", "deleting", "failed", "lost"))
-    terms = state.ledger_terms(cluster)
-
-    if terms is None and row.price_jpy_per_hour is None:
+    if state.ledger_terms(cluster) is None and row.price_jpy_per_hour is None:
         raise UsageError(f"cluster {cluster} has no price in the state: --max-yen cannot say when to stop")
-
-    def yen(t: int) -> Decimal:
-        return yen_for(terms, row.price_jpy_per_hour, nodes, t) or Decimal(0)
-
-    from gpuplan.market import billing
-
-    low = billing.seconds_within(yen, max_yen, MAX_DURATION_S)
+    now = now or datetime.now(timezone.utc)
+    low = caps.stop_time(state, cluster, max_yen, now=now, since=now)
     if low <= 0:
-        raise UsageError(f"--max-yen {max_yen}: {fmt.plural(nodes, 'node')} of {cluster} cost {fmt.yen(yen(1))} for their"
+        nodes = sum(1 for n in state.nodes(cluster) if n.status not in (*caps.GONE, "lost"))
+        raise UsageError(f"--max-yen {max_yen}: {fmt.plural(nodes, 'node')} of {cluster} cost more than that for their"
                          " first billed second already; raise the cap")
-    return (now or datetime.now(timezone.utc)) + timedelta(seconds=low)
+    return now + timedelta(seconds=low)
 
 
 # --- inputs --------------------------------------------------------------------------------
