@@ -213,8 +213,8 @@ def billed_each(head: int, seconds: Sequence[int], granularity_s: int, minimum_s
     """billed_seconds(head + s) for each s, in one pass (plans of thousands of machines need it)."""
     g, least = max(1, granularity_s), minimum_s
     if g == 1:
-        return [x if x >= least else (least if x > 0 else 0) for x in (head + s for s in seconds)]
-    return [max(-(-x // g) * g, least) if x > 0 else 0 for x in (head + s for s in seconds)]
+        return [x if (x := head + s) >= least else (least if x > 0 else 0) for s in seconds]
+    return [max(-(-x // g) * g, least) if (x := head + s) > 0 else 0 for s in seconds]
 
 
 def per_second(price_jpy_per_hour: Decimal) -> Terms:
