@@ -109,7 +109,7 @@ def charges(seconds: Sequence[int], terms: Terms) -> list[Decimal]:
     full_day = min(_uncapped(DAY_S, terms), daily) if daily is not None else None
 
     def day_capped(x: int) -> Decimal:  # _day_capped, its full day worked out once
-        if full_day is None:
+        if full_day is None or daily is None:
             return _uncapped(x, terms)
         days, rest = divmod(x, DAY_S)
         tail = min(price * billed_seconds(rest, g, least) / per, daily) if rest else Decimal(0)
