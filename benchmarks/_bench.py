@@ -31,7 +31,7 @@ class Verdicts:
         self.missed: list[str] = []
         self.checked = 0
 
-    def check(self, label: str, value: float, target: float, unit: str = "s", fmt: str = ".2f") -> bool:
+    def check(self, label: str, value: float, target: float, unit: str = "s", fmt: str = ".3f") -> bool:
         """value < target x SCALE; prints the line either way."""
         limit = target * SCALE
         ok = value < limit

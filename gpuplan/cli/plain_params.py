@@ -49,7 +49,7 @@ def _runtime_param(self):
 
 
 def install() -> None:
-    core._TyperParameter.get_runtime_param = _runtime_param
+    core._TyperParameter.get_runtime_param = _runtime_param  # type: ignore[method-assign]  # typer is pinned
 
 
 # --- help without rich's Markdown and Traceback ----------------------------------------------

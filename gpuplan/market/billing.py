@@ -109,7 +109,7 @@ def charges(seconds: Sequence[int], terms: Terms) -> list[Decimal]:
     full_day = min(_uncapped(DAY_S, terms), daily) if daily is not None else None
 
     def day_capped(x: int) -> Decimal:  # _day_capped, its full day worked out once
-        if full_day is None:
+        if full_day is None or daily is None:
             return _uncapped(x, terms)
         days, rest = divmod(x, DAY_S)
         tail = min(price * billed_seconds(rest, g, least) / per, daily) if rest else Decimal(0)
@@ -213,8 +213,8 @@ def billed_each(head: int, seconds: Sequence[int], granularity_s: int, minimum_s
     """billed_seconds(head + s) for each s, in one pass (plans of thousands of machines need it)."""
     g, least = max(1, granularity_s), minimum_s
     if g == 1:
-        return [x if x >= least else (least if x > 0 else 0) for x in (head + s for s in seconds)]
-    return [max(-(-x // g) * g, least) if x > 0 else 0 for x in (head + s for s in seconds)]
+        return [x if (x := head + s) >= least else (least if x > 0 else 0) for s in seconds]
+    return [max(-(-x // g) * g, least) if (x := head + s) > 0 else 0 for s in seconds]
 
 
 def per_second(price_jpy_per_hour: Decimal) -> Terms:

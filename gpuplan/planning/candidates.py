@@ -60,26 +60,28 @@ def prune(offers: Sequence[Offer], setting: Setting) -> tuple[list[Offer], list[
     catalog is mostly copies of the same sizes at the same or a dearer price: what is planned
     stays the sizes, not the rows."""
     read = setting.quotas.read
-    best: dict[tuple, tuple[int, Offer]] = {}
+    best: dict[tuple, tuple[int, Decimal]] = {}  # the kept offer's index and hourly price
+    by: dict[tuple, Offer] = {}
     keys: list[tuple | None] = []
     for i, o in enumerate(offers):
-        if (o.kind != "cloud" or o.price_unit != "hour" or o.price_jpy_per_hour is None
+        price = o.price_jpy_per_hour
+        if (o.kind != "cloud" or o.price_unit != "hour" or price is None
                 or o.daily_cap_jpy is not None or o.monthly_cap_jpy is not None):
             keys.append(None)
             continue
         quotas = tuple(sorted((name, v) for (p, r, name), v in read.items() if p == o.provider and r == o.region))
-        key = (tuple(getattr(o, f.name) for f in dataclasses.fields(o) if f.name not in _PRICE_AND_PLACE), quotas)
+        key: tuple = (tuple(getattr(o, f.name) for f in dataclasses.fields(o) if f.name not in _PRICE_AND_PLACE), quotas)
         keys.append(key)
         have = best.get(key)
-        if have is None or o.price_jpy_per_hour < have[1].price_jpy_per_hour:
-            best[key] = (i, o)
+        if have is None or price < have[1]:
+            best[key], by[key] = (i, price), o
     kept: list[Offer] = []
     pruned: list[Pruned] = []
-    for i, (o, key) in enumerate(zip(offers, keys)):
-        if key is None or best[key][0] == i:
+    for i, (o, alike) in enumerate(zip(offers, keys)):
+        if alike is None or best[alike][0] == i:
             kept.append(o)
         else:
-            pruned.append(Pruned(o, best[key][1]))
+            pruned.append(Pruned(o, by[alike]))
     return kept, pruned
 
 
@@ -468,7 +470,7 @@ class Planner:
             # worked out once per shape, whatever the offer
             shapes = self.colocated.setdefault(tuple(sorted(rates.items())), {})
             scale = factor * self.tick
-            jobs, starts = [], []
+            jobs, starts = [], []  # type: list[int], list[Decimal]
             for kind in kinds:
                 end = shapes.get(kind)
                 if end is None:

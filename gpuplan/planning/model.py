@@ -698,7 +698,9 @@ def global_batch_warning(workload: Workload, gpus: int) -> Outcome | None:
 
 
 def ceil_s(x: Decimal) -> int:
-    return int(Decimal(x).to_integral_value(rounding=ROUND_CEILING))
+    if type(x) is not Decimal:
+        x = Decimal(x)
+    return int(x.to_integral_value(rounding=ROUND_CEILING))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -93,10 +93,10 @@ def lower_bound(p: Sequence[Sequence[int]], machine_type: Sequence[int], order: 
     lb = max(p[types[0]]) if len(types) == 1 else max(min(p[t][j] for t in types) for j in range(n))
     if len(types) == 1:
         t = machine_type[0]
-        lb = max(lb, -(-sum(p[t]) // mcount))
+        total = sum(p[t])
+        lb = max(lb, -(-total // mcount))
         # of the k*m + 1 longest jobs some machine runs k + 1: at least the k + 1 shortest of them
-        s = [p[t][j] for j in order] if order is not None else sorted(p[t], reverse=True)
-        prefix = [0, *itertools.accumulate(s)]
+        prefix = _prefix(p[t], order, total)
         k = 1
         while k * mcount < n:
             lb = max(lb, prefix[k * mcount + 1] - prefix[k * mcount - k])
@@ -109,6 +109,23 @@ def lower_bound(p: Sequence[Sequence[int]], machine_type: Sequence[int], order: 
     capacity = sum(ratios[machine_type[m]] for m in range(mcount))
     lb = max(lb, math.ceil(sum(p[t0]) / capacity - 1e-9))
     return lb
+
+
+_PREFIXES: list[tuple] = []  # the last few (lengths, order, prefix)
+
+
+def _prefix(lengths: Sequence[int], order: list[int] | None, total: int) -> list[int]:
+    """Prefix sums of the job lengths, longest first. A planner asks for them once per slot count,
+    on the same lengths and order: kept for the last few (the same list objects, of the same
+    count and total, as a list changed in place would not be)."""
+    for have, have_order, prefix in _PREFIXES:
+        if have is lengths and have_order is order and len(prefix) == len(lengths) + 1 and prefix[-1] == total:
+            return prefix
+    s = [lengths[j] for j in order] if order is not None else sorted(lengths, reverse=True)
+    prefix = [0, *itertools.accumulate(s)]
+    _PREFIXES.insert(0, (lengths, order, prefix))
+    del _PREFIXES[4:]
+    return prefix
 
 
 def _loads(p, machine_type, assign) -> list[int]:
@@ -180,17 +197,22 @@ def improve(p, machine_type, assign: list[int], lb: int, loads: list[int],
     # (identical machines) when a step is sought, job class (its time on each machine type) ->
     # jobs when a job is moved. A machine's jobs are its first ones until a move touches it, and
     # a move builds both first: built late, they are what they would have been built early.
-    classes: dict[int, dict[tuple, list[int]]] = {}
+    classes: dict[int, dict] = {}
     sizes: dict[int, list[int]] = {}
     p0 = p[0]
 
-    def on(m: int) -> dict[tuple, list[int]]:
+    def on(m: int) -> dict:  # on identical machines keyed by the job's length, else by its class
         mine = classes.get(m)
         if mine is None:
             mine = classes[m] = {}
             if identical:
                 for j in held[m]:
-                    mine.setdefault((p0[j],), []).append(j)
+                    d = p0[j]
+                    have = mine.get(d)
+                    if have is None:
+                        mine[d] = [j]
+                    else:
+                        have.append(j)
             else:
                 for j in held[m]:
                     mine.setdefault(tuple(col[j] for col in p), []).append(j)
@@ -205,10 +227,11 @@ def improve(p, machine_type, assign: list[int], lb: int, loads: list[int],
     def shift(src: int, dst: int, c: tuple) -> None:
         if identical:
             sized(src), sized(dst)
-        j = on(src)[c].pop()
-        if not classes[src][c]:
-            del classes[src][c]
-        on(dst).setdefault(c, []).append(j)
+        key = c[0] if identical else c
+        j = on(src)[key].pop()
+        if not classes[src][key]:
+            del classes[src][key]
+        on(dst).setdefault(key, []).append(j)
         assign[j] = dst
         if identical:
             del sizes[src][bisect.bisect_left(sizes[src], c[0])]

@@ -939,9 +939,10 @@ class State:
         closed), the sums are made again first, once."""
         at = at or now()
         self._sum_closed_rows()
+        args: tuple = ()
         if cluster is None:
             closed = self._query("SELECT * FROM ledger_closed")
-            sql, args = "SELECT * FROM ledger WHERE stopped_at IS NULL", ()
+            sql = "SELECT * FROM ledger WHERE stopped_at IS NULL"
         else:
             closed = self._query("SELECT * FROM ledger_closed WHERE cluster=?", (cluster,))
             sql, args = "SELECT * FROM ledger WHERE cluster=? AND stopped_at IS NULL", (cluster,)
