@@ -44,6 +44,10 @@ def test_the_command_must_be_the_workloads_job():
     assert calibration.runs_job(["CUDA_VISIBLE_DEVICES=0", "python", "-m", "gpuplan.jobs.colorize"], named)
     assert not calibration.runs_job(["echo", "{item}"], named)
     assert not calibration.runs_job(["sh", "-c", "python -m gpuplan.jobs.colorize {item}"], named)  # a wrapper says nothing
+    # but gpuplan's own, which a DOK task runs the command through, is seen through
+    dok = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan"]
+    assert calibration.runs_job([*dok, "python", "-m", "gpuplan.jobs.colorize", "{item}"], named)
+    assert not calibration.runs_job([*dok, "echo", "{item}"], named)
     assert not calibration.runs_job(["python", "-m", "gpuplan.jobs.resnet50"], named)
     assert not calibration.runs_job(["python", "-m", "gpuplan.jobs.colorize"], ())  # a workload naming none
 

@@ -98,8 +98,12 @@ def _word(word: str) -> str:
 
 def runs_job(command: Sequence[str], accepted: Sequence[str]) -> bool:
     """Whether the batch's command words begin with one of the accepted commands (leading
-    VAR=value words skipped; any python interpreter counts as `python`)."""
+    VAR=value words and gpuplan's own `exec "$@"` wrapper skipped; any python interpreter counts
+    as `python`)."""
     words = list(command)
+    # gpuplan's own wrapper (a DOK task's output folder): `sh -c '... exec "$@"' gpuplan CMD...` runs CMD
+    if len(words) > 4 and words[:2] == ["sh", "-c"] and words[2].rstrip().endswith('exec "$@"'):
+        words = words[4:]
     while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
         words.pop(0)
     got = [_word(w) for w in words]

@@ -51,6 +51,7 @@ class SavedPlan:
     tax: str = "as-listed"  # the basis its yen are on: included / excluded (planning/tax.py); older files: as listed
     speeds: Any = None  # each GPU's speed with its kind and band (evidence.SpeedEvidence.as_dict); None in older files
     per_gpu: Any = None  # jobs sharing one GPU
+    command: str = ""  # the command the plan's speeds were measured with, where it says (calibration accepts it)
 
     def more(self) -> list[tuple[str, int]]:
         """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
@@ -132,7 +133,7 @@ class SavedPlan:
                         "jobs": sum(len(m.get("jobs") or ()) for m in machines), "order": order,
                         "fleet": [(str(f.get("instance_type") or ""), int(f.get("count") or 0))
                                   for f in fleet if isinstance(f, dict)],
-                        **self._item_band(machines, fleet)}
+                        "command": self.command, **self._item_band(machines, fleet)}
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             why = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
             raise UsageError(f"plan file {path}: unreadable figure ({why}); {FIX}") from None
@@ -270,6 +271,7 @@ def load(path: Path) -> SavedPlan:
         snapshot=_text(plan.get("snapshot", top.get("snapshot"))),
         tax=_basis(path, plan.get("tax", top.get("tax"))),
         speeds=plan.get("speeds"), per_gpu=plan.get("per_gpu"),
+        command=_text(plan.get("command", top.get("command"))),
     )
 
 
