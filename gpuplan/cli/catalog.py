@@ -44,6 +44,12 @@ def as_of_note(as_of: str | None, cat) -> str | None:
     text = as_of.strip()
     if text[:7] <= cat.snapshot[:7]:
         return None
+    from gpuplan.planning import catalog
+
+    newest = max(catalog.snapshots(), default=cat.snapshot)
+    if newest[:7] > cat.snapshot[:7]:  # a later snapshot exists: this one is the last before the month asked
+        return (f"note: --as-of {text} has no snapshot of its own: the last one before it, {cat.snapshot}, is used"
+                f" (the newest is {newest})")
     return (f"note: --as-of {text} is past the newest catalog snapshot, {cat.snapshot}: its prices are used "
             "(`gpuplan catalog refresh` fetches today's)")
 

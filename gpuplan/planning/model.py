@@ -1282,7 +1282,8 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     elif offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         kwh, where = (facts.power_price_jpy_per_kwh, facts.source) if facts else ("?", "no provider facts")
-        notes = [f"{offer.name}: power {offer.power_watts} W x {kwh} JPY/kWh = "
+        notes = [f"{offer.name}: power {offer.power_watts} W x {kwh} JPY/kWh (a household reference price with tax, not a"
+                 " business tariff: set yours in prices.yaml) = "
                  f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({where}); purchase {fmt.yen(offer.price)} ({offer.source})"]
     else:
         unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
