@@ -98,3 +98,15 @@ def test_no_estimate_catalog_readme_or_doc_line_cites_shared(cli):
     for name in tracked:
         text = (ROOT / name).read_text(encoding="utf-8", errors="replace")
         assert "shared/" not in text, name
+
+
+def test_the_ttl_line_says_what_each_provider_does_at_it():
+    """Issue 42: GCE deletes a machine at its TTL (maxRunDuration with DELETE); the line said "stops"."""
+    from types import SimpleNamespace
+
+    from gpuplan.cli.lifecycle import _lifetime_lines
+
+    gcp = _lifetime_lines(SimpleNamespace(provider="gcp", ttl_s=4 * 3600, idle_s=None, name="c"), None, False)
+    aws = _lifetime_lines(SimpleNamespace(provider="aws", ttl_s=4 * 3600, idle_s=None, name="c"), None, False)
+    assert gcp[0] == "TTL 4:00 h: GCE itself deletes the machines (and their disks) after that"
+    assert aws[0] == "TTL 4:00 h: the cloud itself stops the machines after that"

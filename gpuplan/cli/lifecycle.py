@@ -142,7 +142,10 @@ def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
         return [f"owned hosts: claimed for {req.name} until `gpuplan teardown {req.name}` releases them (never deleted)"]
     lines = []
     if req.ttl_s:
-        lines.append(f"TTL {fmt.duration(req.ttl_s)}: the cloud itself stops the machines after that")
+        # what the provider does at the TTL, in its own terms: GCE deletes (maxRunDuration with DELETE, providers/gcp.py)
+        does = ("GCE itself deletes the machines (and their disks) after that" if req.provider == "gcp"
+                else "the cloud itself stops the machines after that")
+        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {does}")
     if req.idle_s:
         from gpuplan.operating import idle
 
