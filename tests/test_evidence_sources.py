@@ -110,3 +110,14 @@ def test_the_ttl_line_says_what_each_provider_does_at_it():
     aws = _lifetime_lines(SimpleNamespace(provider="aws", ttl_s=4 * 3600, idle_s=None, name="c"), None, False)
     assert gcp[0] == "TTL 4:00 h: GCE itself deletes the machines (and their disks) after that"
     assert aws[0] == "TTL 4:00 h: the cloud itself stops the machines after that"
+
+
+def test_the_staging_line_and_the_breakdown_say_the_same_yen(cli):
+    """Issue 42: "data staging 20 min and ¥0" stood beside "staging ¥98.00" in one plan: the minutes
+    are billed machine time (the breakdown's staging); the line no longer calls a one-off ¥0 their yen."""
+    data = json.loads(cli("estimate", "--workload", "resnet50", "--as-of", "2017-12", "--format", "json").out)
+    rec = data["recommended"]
+    assert Decimal(rec["breakdown"]["staging"]) > 0
+    line = next(a for a in rec["assumptions"] if a.startswith("data staging"))
+    assert line == ("data staging 20 min on every machine that runs jobs, billed as machine time (the breakdown's"
+                    " staging); no one-off charge given")

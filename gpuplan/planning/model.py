@@ -1365,8 +1365,12 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
         out.extend(_price_notes(o, setting))
     out.extend(time_notes)
     if workload.staging_s or workload.staging_jpy:
-        out.append(f"data staging {fmt.duration(workload.staging_s)} and {fmt.yen(workload.staging_jpy)} on every machine "
-                   f"that runs jobs")
+        # one rule (issue 42): the staging minutes are billed machine time (the breakdown's `staging`); staging_jpy
+        # is a one-off charge on top, said as such, never as the staging's yen
+        extra = (f", plus a one-off {fmt.yen(workload.staging_jpy)} each" if workload.staging_jpy
+                 else "; no one-off charge given")
+        out.append(f"data staging {fmt.duration(workload.staging_s)} on every machine that runs jobs, billed as machine time"
+                   f" (the breakdown's staging){extra}")
     out.append("machines are released when their own jobs end (idle tail 0)" if setting.release == "when-done"
                else "machines are kept until the last one finishes (idle tail billed)")
     out.append("image storage and disk I/O are not priced (as in field report A)")
