@@ -643,11 +643,12 @@ def workload_commands(predicted: dict) -> tuple[str, ...]:
     """The commands whose batches calibrate the plan's workload: those it names, and the plan's own."""
     from gpuplan.planning import calibration, workloads
 
-    named: tuple[str, ...] = ()
-    try:
-        named = workloads.load(str(predicted["workload"])).commands
-    except UsageError:  # a workload file moved or gone since the plan: only the plan's own command
-        pass
+    named: tuple[str, ...] = tuple(predicted.get("workload_commands") or ())  # as the plan recorded them
+    if predicted.get("workload_commands") is None:  # a plan file older than that: the built-in workload's
+        try:
+            named = workloads.load(str(predicted["workload"])).commands
+        except UsageError:  # not a built-in name: only the plan's own command
+            pass
     return calibration.accepted_commands(named, predicted.get("command"))
 
 

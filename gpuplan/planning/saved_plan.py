@@ -52,6 +52,7 @@ class SavedPlan:
     speeds: Any = None  # each GPU's speed with its kind and band (evidence.SpeedEvidence.as_dict); None in older files
     per_gpu: Any = None  # jobs sharing one GPU
     command: str = ""  # the command the plan's speeds were measured with, where it says (calibration accepts it)
+    workload_commands: Any = None  # the commands the workload named when the plan was made (None: older files)
 
     def more(self) -> list[tuple[str, int]]:
         """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
@@ -133,7 +134,10 @@ class SavedPlan:
                         "jobs": sum(len(m.get("jobs") or ()) for m in machines), "order": order,
                         "fleet": [(str(f.get("instance_type") or ""), int(f.get("count") or 0))
                                   for f in fleet if isinstance(f, dict)],
-                        "command": self.command, **self._item_band(machines, fleet)}
+                        "command": self.command,
+                        "workload_commands": [c for c in self.workload_commands or () if isinstance(c, str)]
+                        if isinstance(self.workload_commands, list) else None,
+                        **self._item_band(machines, fleet)}
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             why = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
             raise UsageError(f"plan file {path}: unreadable figure ({why}); {FIX}") from None
@@ -215,6 +219,7 @@ def data(est, plan_json: dict[str, Any]) -> dict[str, Any]:
         "snapshot": est.snapshot,
         "tax": est.tax,
         "workload": work.name,
+        "workload_commands": list(work.commands),  # the commands that run its job: only their batches calibrate it
         "order": longest_first(work),
         "setup_mode": rec.setup,
         "count": rec.fleet[0][1],  # workers of the first (or only) type; `fleet` lists a mix in full
@@ -272,6 +277,7 @@ def load(path: Path) -> SavedPlan:
         tax=_basis(path, plan.get("tax", top.get("tax"))),
         speeds=plan.get("speeds"), per_gpu=plan.get("per_gpu"),
         command=_text(plan.get("command", top.get("command"))),
+        workload_commands=plan.get("workload_commands", top.get("workload_commands")),
     )
 
 
