@@ -12,7 +12,7 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_S = 366 * 86400  # a deadline or TTL over a year is a typo (and a TTL that long protects nothing)
 MAX_MACHINES = 1000  # one cluster: each machine is its own create call, journal rows and SSH session
 # 高火力 DOK stops a task at its execution_time_limit_sec, 1,728,000 s (20 days) unless the task sets
-# another; the largest it accepts is not documented (shared/notes/sakura-koukaryoku.md), so gpuplan
+# another; the largest it accepts is not documented (the project's notes (not shipped)), so gpuplan
 # never asks for more
 DOK_TASK_LIMIT_S = 1_728_000
 # a trillion yen: a budget or cap past it is a typo, and past 28 digits Decimal's arithmetic is no

@@ -1,8 +1,8 @@
 """`gpuplan estimate` through the CLI: the field report A golden example and bad input.
 
-Report A's own figures (¥826, ¥1,285, ¥91.80/h) are Azure's 2017 list prices, without consumption
-tax: the tests that reproduce them plan on that basis (REPORT_A_BASIS); every estimate's default
-adds the 10 % tax to every provider (docs/catalog.md, "Consumption tax")."""
+Report A's own figures (¥826, ¥1,285, ¥91.80/h) include 2017's 8 % consumption tax (¥91.80 = ¥85 x
+1.08 exactly): the tests that reproduce them plan on that basis (REPORT_A_BASIS), the default one,
+at the rate of the catalog's date (docs/catalog.md, "Consumption tax")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import json
 
 import pytest
 
-REPORT_A_BASIS = ("--tax", "excluded")  # report A's yen as Azure listed them: without consumption tax
+# report A's own basis (issue 42): its ¥91.80/h is exactly ¥85 x 1.08 and ¥367.20 exactly ¥340 x 1.08, round
+# prices plus 2017's 8 % consumption tax, so the report's yen include it: the default basis, at 2017's rate
+REPORT_A_BASIS = ("--tax", "included")
 
 
 def _json(cli, *args):
@@ -26,7 +28,7 @@ def _plan(data, name, count, setup):
 
 def test_golden_example_json(cli):
     data = _json(cli, "--videos", "4", "--as-of", "2017-08", *REPORT_A_BASIS)
-    assert data["snapshot"] == "2017-08" and data["workload"] == "colorize-hd" and data["tax"] == "excluded"
+    assert data["snapshot"] == "2017-08" and data["workload"] == "colorize-hd" and data["tax"] == "included"
     rec = data["recommended"]
     # 4x NC6 from an image: builder 60 min (¥91.80) + 4 x 120 min (4 x ¥183.60) = ¥826.20 -> ¥826
     assert (rec["instance_type"], rec["count"], rec["setup"], rec["provider"], rec["region"]) == \
@@ -61,7 +63,7 @@ def test_golden_example_table(cli):
     r = cli("estimate", "--videos", "4", "--as-of", "2017-08", *REPORT_A_BASIS)
     assert r.code == 0, r.err
     lines = r.out.splitlines()
-    assert lines[0].endswith("; yen exclude consumption tax")
+    assert lines[0].endswith("; yen include Japan's 8 % consumption tax")
     rec_row = next(line for line in lines if "→" in line and "Standard_NC6" in line)
     # 180 min and 210 min: durations of two hours and more read h:mm
     assert "4x Standard_NC6" in rec_row and "image" in rec_row and "3:00 h" in rec_row and "¥826" in rec_row
@@ -101,10 +103,10 @@ def test_deadline_and_objective_time(cli):
 def test_owned_flag_lets_owned_hardware_win(cli):
     data = _json(cli, "--videos", "4", "--as-of", "2017-08")
     ws = _plan(data, "gtx1080ti-workstation", 1, "scratch")
-    # 250 W x ¥27/kWh = ¥6.75/h x 8 h = ¥54 (the 2017 row does not say its tax basis: as listed); against
-    # 4x NC6 with 10 % consumption tax, ¥826.20 x 1.1 = ¥908.82: 350,000 / (908.82 - 54) = 409.4 -> 410 batches
+    # 250 W x ¥27/kWh = ¥6.75/h x 8 h = ¥54 (a retail purchase and a power price, both with the tax); against
+    # 4x NC6 at report A's own prices, which include 2017's 8 % (issue 42): 350,000 / (826.20 - 54) = 453.2 -> 454 batches
     assert ws["feasible"] and not ws["recommendable"] and ws["cost_jpy"] == 54
-    assert "pays off after 410 batches" in ws["note"]
+    assert "pays off after 454 batches" in ws["note"]
     mine = _json(cli, "--videos", "4", "--as-of", "2017-08", "--owned", "onprem-1080ti")
     assert mine["recommended"]["instance_type"] == "gtx1080ti-workstation" and mine["recommended"]["cost_jpy"] == 54
 
@@ -119,7 +121,7 @@ def test_save_writes_a_plan_provision_can_read(cli, tmp_path):
                                  "wall_minutes", "workload")} == {
         "provider": "azure", "instance_type": "Standard_NC6", "region": "westus2", "count": 4,
         "setup_mode": "image", "setup": "image", "cost_jpy": 826, "wall_minutes": 180, "workload": "colorize-hd"}
-    assert plan["tax"] == "excluded" and plan["fleet"][0]["listed_tax"] == "excluded"  # the basis its yen are on
+    assert plan["tax"] == "included" and plan["fleet"][0]["listed_tax"] == "included"  # the basis its yen are on
     assert plan["assumptions"]
 
 
@@ -141,8 +143,8 @@ def test_measured_setup_time_from_state_is_used(cli, gpuplan_home):
     State(paths.state_db()).record_setup_time("azure", "Standard_NC6", "cuda", 30 * 60)
     data = _json(cli, "--videos", "1", "--as-of", "2017-08", "--provider", "azure")
     rec = data["recommended"]
-    # 30 min measured setup + 120 min = 150 min x ¥100.98/h (¥91.80 + 10 % consumption tax) = ¥252.45 -> ¥252
-    assert (rec["instance_type"], rec["count"], rec["cost_jpy"], rec["wall_minutes"]) == ("Standard_NC6", 1, 252, 150)
+    # 30 min measured setup + 120 min = 150 min x ¥91.80/h (report A's price, with 2017's 8 % tax) = ¥229.50 -> ¥230
+    assert (rec["instance_type"], rec["count"], rec["cost_jpy"], rec["wall_minutes"]) == ("Standard_NC6", 1, 230, 150)
     assert any(a.startswith("setup 30 min on Standard_NC6: measured (gpuplan state") for a in rec["assumptions"])
 
 
@@ -172,7 +174,7 @@ def test_user_workload_file(cli, tmp_path):
     # 1x NC6: 60 setup + 30 + 30 + 60 = 180 min x ¥100.98/h (with 10 % consumption tax) = ¥302.94 -> ¥303
     # (3x NC6 from an image is the same yen, faster)
     rec = data["recommended"]
-    assert data["workload"] == "mine" and rec["cost_jpy"] == 303 and rec["wall_minutes"] == 120
+    assert data["workload"] == "mine" and rec["cost_jpy"] == 275 and rec["wall_minutes"] == 120
 
 
 @pytest.mark.parametrize("args, message", [

@@ -24,14 +24,14 @@ def _json(cli, *args, code=0):
 # --- item 4: how the figures read ----------------------------------------------------------------
 
 def test_piped_output_is_plain_text_without_trailing_spaces_or_forced_width(cli):
-    # report A's own figures: Azure's 2017 list prices, without consumption tax
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--all", "--tax", "excluded")
+    # report A's own figures: they include 2017's 8 % tax (¥91.80 = ¥85 x 1.08), the default basis
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--all", "--tax", "included")
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     assert not [line for line in lines if line != line.rstrip()]  # no trailing spaces on any line
     assert "\x1b[" not in r.out  # no colour codes
     # not centred in 200 columns; the tax basis every yen is on
-    assert lines[0] == "gpuplan estimate: colorize-hd (4 jobs), catalog 2017-08; yen exclude consumption tax"
+    assert lines[0] == "gpuplan estimate: colorize-hd (4 jobs), catalog 2017-08; yen include Japan's 8 % consumption tax"
     header = lines[1]
     assert len(header) < 200 and header.split() == ["fleet", "where", "setup", "wall", "billed", "yen", "speed", "evidence",
                                                     "yen", "range", "wall", "range", "feasible", "/", "why", "excluded"]
@@ -47,7 +47,7 @@ def test_piped_output_is_plain_text_without_trailing_spaces_or_forced_width(cli)
 
 
 def test_assumptions_and_reasons_use_the_same_formats(cli):
-    data, _ = _json(cli, "--videos", "4", "--as-of", "2017-08", "--deadline", "3h", "--tax", "excluded")  # report A's
+    data, _ = _json(cli, "--videos", "4", "--as-of", "2017-08", "--deadline", "3h", "--tax", "included")  # report A's
     nc24 = next(p for p in data["plans"] if p["instance_type"] == "Standard_NC24" and p["setup"] == "scratch")
     assert nc24["reason"] == "misses the deadline by 30 min (wall 3:30 h > 3:00 h)"
     text = "\n".join(data["recommended"]["assumptions"])
@@ -144,7 +144,7 @@ def test_the_billing_floor_is_a_lower_bound_of_every_schedule():
 
 
 def test_no_feasible_plan_names_the_deadline_by_how_much_and_exits_2(cli):
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--deadline", "2h", "--tax", "excluded")  # report A's yen
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--deadline", "2h", "--tax", "included")  # report A's yen
     assert r.code == 2
     assert "4x Standard_NC6" in r.out  # the plans are still shown
     err = r.err.strip().splitlines()

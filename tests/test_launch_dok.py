@@ -50,7 +50,7 @@ def test_the_default_pick_of_estimate_launches_through_dok(dok_env, cli, tmp_pat
     assert r.code == 2 and f"`gpuplan launch --plan {plan} --image IMAGE" in r.err
     worker = _time_passes(dok_env, 4, 900)
     r = cli("launch", "--plan", str(plan), "--image", "registry.example/me/colorize:1", "--items", str(_items(tmp_path)),
-            "-y", "--", "colorize", "{item}")
+            "-y", "--", "python", "-m", "gpuplan.jobs.colorize", "--video", "{item}")  # the workload's job (issue 42)
     worker.join(5)
     assert r.code == 0, r.out + r.err
     posted = [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]

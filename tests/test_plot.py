@@ -27,8 +27,8 @@ def _width(group) -> float:
 
 def test_report_a_chart_and_timeline(cli, tmp_path):
     out = tmp_path / "a.svg"
-    # report A's own yen: Azure's 2017 list prices, without consumption tax
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json", "--plot", str(out), "--tax", "excluded")
+    # report A's own yen: they include 2017's 8 % tax (¥91.80 = ¥85 x 1.08), the default basis
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json", "--plot", str(out), "--tax", "included")
     assert r.code == 0, r.err
     est = json.loads(r.out)  # stdout stays pure JSON; the note goes to stderr
     assert f"plot written to {out}" in r.err

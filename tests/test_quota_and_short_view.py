@@ -159,7 +159,7 @@ def test_a_pick_on_the_generic_speed_table_names_the_measurement_that_would_sett
     # the pick's yen range overlaps its rivals': one campaign command, on the settle line, over the pick's
     # offer and the overlapping plans' unmeasured GPUs; the speed line points to it instead of naming another
     assert ("speed: A10G from the generic cnn-train table, not measured for colorize-hd (field report A: such a figure"
-            " put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: the campaign on the settle line"
+            " put a GTX 1080 Ti 4.1x ahead of a K80 half it only matched); measure it: the campaign on the settle line"
             " below") in text
     settle = text.split(" settle: ")[1]
     assert "`gpuplan bench colorize --on aws:g5.xlarge@us-east-1," in settle and "would settle it" in settle

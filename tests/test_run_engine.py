@@ -45,12 +45,18 @@ def _jobs(state=None) -> dict:
     return {j["id"]: j for j in json.loads(r.out)}
 
 
-def _plan(tmp_path, names, workload="w") -> str:
-    """A saved plan for this cluster's fleet (2 x Standard_NC24, baremetal), its jobs dealt over two machines."""
+def _plan(tmp_path, names, workload="w", item_s=20) -> str:
+    """A saved plan for this cluster's fleet (2 x Standard_NC24, baremetal, 2 GPUs each), its jobs dealt over two
+    machines, each item planned `item_s` seconds (4 items on 2 slots: 2 rounds a machine). It names the command its
+    speed was measured with, `sh -c`, and a generic band (x0.243-1.316), so that a batch of it whose items take
+    item_s / 1.316 to item_s / 0.243 calibrates it (issue 42: measuring/calibration.py)."""
     plan = tmp_path / "plan.json"
-    machines = [{"jobs_s": 40, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": list(names[k::2])} for k in (0, 1)]
-    plan.write_text(json.dumps({"workload": workload, "recommended": {
+    machines = [{"jobs_s": 2 * item_s, "idle_tail_s": 0, "billed_s": 60, "cost_jpy": "1", "jobs": list(names[k::2])}
+                for k in (0, 1)]
+    plan.write_text(json.dumps({"workload": workload, "command": "sh -c", "recommended": {
         "provider": "baremetal", "instance_type": "Standard_NC24", "count": 2, "wall_minutes": 1, "cost_jpy": 1,
+        "fleet": [{"instance_type": "Standard_NC24", "count": 2, "gpu": "K80", "gpus_per_machine": 2}],
+        "speeds": [{"gpu": "K80", "kind": "generic", "speed": "1", "low": "0.243", "high": "1.316", "class": "cnn-train"}],
         "machines": machines}}))
     return str(plan)
 
@@ -60,7 +66,7 @@ def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
     names = [f"clip-{i}.mp4" for i in range(8)]
     items = items_file(tmp_path, names)
     client = subprocess.Popen([sys.executable, "-c", "from gpuplan.cli import main; main()", "run", CLUSTER, "--items", items,
-                               "--plan", _plan(tmp_path, names, "killed"), "--", "sh", "-c", "sleep 3; echo done {item}"],
+                               "--plan", _plan(tmp_path, names, "killed", item_s=3.5), "--", "sh", "-c", "sleep 3; echo done {item}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ), text=True)
     job = submitted_job(client.stdout.readline())  # printed (and flushed) once the batch is on the cluster
     time.sleep(4)
@@ -147,7 +153,7 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
 
 def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
-    plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"])  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
+    plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"], item_s=1.5)  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
     items = items_file(tmp_path, ["s4", "s3", "s2", "s1", "l4", "l3", "l2", "l1"])  # file order: shortest first
     r = _cli("run", CLUSTER, "--items", items, "--plan", plan, "--", "sh", "-c", "sleep 1; : {item}")
     assert r.code == 0, r.err + r.out

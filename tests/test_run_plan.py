@@ -13,7 +13,7 @@ from gpuplan.run.ray import runner
 
 def test_plan_from_estimate_predicts_report_a_jobs_phase(cli, tmp_path):
     path = tmp_path / "plan.json"
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "excluded", "--save", str(path))  # report A: no tax
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "included", "--save", str(path))  # report A's own basis: with 2017's 8 %
     assert r.code == 0, r.err
     pred = runner.read_plan(path)
     # Report A: 4x NC6 from an image; 60 min setup on the builder, then 120 min of four NC6 (¥826 in all).
@@ -71,12 +71,13 @@ def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
     pred = runner.read_plan(path)
     assert (pred["workload"], pred["provider"], pred["instance_type"], pred["jobs"]) == ("colorize-hd", "azure", "Standard_NC6", 4)
     state = State.open_default()
-    assert "not recorded" in runner.calibrate(state, _summary(3, 9000.0, tmp_path), pred)  # not the whole batch
-    assert "not recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path, status="failed"), pred)
+    job = ["python3", "-m", "gpuplan.jobs.colorize", "--epochs", "1000", "--video", "{item}"]  # the workload's own job
+    assert "not recorded" in runner.calibrate(state, _summary(3, 9000.0, tmp_path), pred, job)  # not the whole batch
+    assert "not recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path, status="failed"), pred, job)
     # the four jobs took 150 min, not the 120 planned: the K80 runs this at 0.8x what the plan assumed
-    assert "calibration recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path), pred)
+    assert "calibration recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path), pred, job, "demo-1")
 
-    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "excluded", "--format", "json")  # report A: no tax
+    r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "included", "--format", "json")  # report A's own basis: with 2017's 8 %
     assert r.code == 0, r.err
     data = json.loads(r.out)
     rec = data["recommended"]
@@ -97,10 +98,11 @@ def test_calibration_only_from_the_fleet_that_was_planned(cli, tmp_path):
     pred = runner.read_plan(path)
     assert pred["fleet"] == [("Standard_NC6", 4)]
     state = State.open_default()
-    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, nodes=1), pred)
+    job = ["python", "-m", "gpuplan.jobs.colorize", "{item}"]
+    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, nodes=1), pred, job)
     assert line == ("not recorded as a calibration: the plan is for 4 x Standard_NC6 (azure), the batch ran on"
                     " 1 x Standard_NC6 (azure); kept as a per-GPU speed point")
-    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, size="Standard_NC12"), pred)
+    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, size="Standard_NC12"), pred, job)
     assert "ran on 4 x Standard_NC12 (azure)" in line
     assert state.calibrations("colorize-hd") == []
     points = state.speed_points("colorize-hd")

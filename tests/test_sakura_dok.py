@@ -433,7 +433,7 @@ def test_run_dok_takes_the_plan_from_a_saved_dok_pick_and_compares_with_it(dok_e
 
     threading.Thread(target=time_passes, daemon=True).start()
     r = cli("run", "-y", "dok", "--plan", str(plan), "--image", "img:1", "--items", _items(tmp_path, *[f"v{i}.mp4" for i in range(4)]),
-            "--", "colorize", "{item}")
+            "--", "python", "-m", "gpuplan.jobs.colorize", "--video", "{item}")  # the workload's job (issue 42)
     assert r.code == 0, r.err
     assert {b["containers"][0]["plan"] for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"} == {"v100-32gb"}
     # 4 tasks x 900 s at ¥0.016 a second (minimum 1 s): ¥57.60

@@ -264,7 +264,10 @@ def test_the_table_says_its_tax_basis_and_a_bare_tax_flag_is_refused_in_one_line
     head = r.out.splitlines()[0]
     assert head == "gpuplan estimate: colorize-hd (4 jobs), catalog 2026-11; yen include Japan's 10 % consumption tax"
     note = " ".join(next(line for line in r.out.split("\n  note: ") if line.startswith("tax: ")).split())
-    assert "sakura-phy: some rows do not say, shown as listed" in note  # the rows of unknown basis are said so
+    # the rate and its source (issue 42); every priced row of today's catalog says its basis (the
+    # 高火力 PHY rows that do not have no price to move), so no row is left to either reading
+    assert "10 % is the rate in force on 2026-11-30, the catalog's date (National Tax Agency" in note
+    assert "do not say" not in note and "tax basis" not in r.out
     r = cli("estimate", "--videos", "4", "--tax", "excluded")
     assert r.out.splitlines()[0].endswith("; yen exclude consumption tax")
     # gpuplan before issue 31 had a bare --tax flag: it now takes a value
@@ -331,7 +334,10 @@ def test_a_phy_server_is_unpriced_until_the_user_sets_a_price_then_billed_two_mo
         "offers:\n  - {provider: sakura-phy, name: phy-h100x8, price: 3000000}\n", encoding="utf-8")
     data = _estimate(cli, "--videos", "4", "--provider", "sakura-phy")
     rec = data["recommended"]
-    assert rec["instance_type"] == "phy-h100x8" and rec["cost_jpy"] == 6_000_000  # the 2-month minimum contract
+    # the 2-month minimum contract; the price does not say its tax basis (issue 42): planned as listed
+    # without it, 2 x 3,000,000 x 1.1, and the estimate says the pick is the same read with it
+    assert rec["instance_type"] == "phy-h100x8" and rec["cost_jpy"] == 6_600_000
+    assert "if their prices include it, the pick is the same (¥6,000,000)" in data["notes"]["tax basis"]
 
 
 def test_provision_refuses_a_dok_task_plan_and_honours_preferred_regions(cli, gpuplan_home):

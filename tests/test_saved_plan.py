@@ -31,9 +31,9 @@ def test_estimate_save_writes_the_current_schema_and_both_readers_take_it(saved)
     assert plan.target() == ("azure", "Standard_NC6", "westus2", 4, "image")
     assert provision.read_plan(saved) == ("azure", "Standard_NC6", "westus2", 4, "image", "on-demand")
     pred = runner.read_plan(saved)
-    # report A's ¥826.20 (Azure's list price, without consumption tax) with the 10 % tax every estimate adds
-    assert pred["plan_yen"] == Decimal("908.82") and pred["workload"] == "colorize-hd" and pred["jobs"] == 4
-    assert (data["tax"], plan.tax, pred["tax"], pred["listed_tax"]) == ("included", "included", "included", "excluded")
+    # report A's ¥826.20: its prices include 2017's 8 % tax (¥91.80 = ¥85 x 1.08), the default basis (issue 42)
+    assert pred["plan_yen"] == Decimal("826.20") and pred["workload"] == "colorize-hd" and pred["jobs"] == 4
+    assert (data["tax"], plan.tax, pred["tax"], pred["listed_tax"]) == ("included", "included", "included", "included")
 
 
 def test_a_version_1_file_still_loads(tmp_path):

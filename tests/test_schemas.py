@@ -51,9 +51,11 @@ def test_prices_offer_fields_are_the_readers():
     offer = _schema("prices")["properties"]["offers"]["items"]["properties"]
     assert set(offer) == catalog._OFFER_FIELDS | {"snapshot"}
     # price_jpy_per_hour is worked out; listed_tax is set where an estimate moves a row to one tax basis;
-    # interruption (issue 35) is a spot row's figure from spot_interruptions.csv, not a prices.yaml field
+    # interruption (issue 35) is a spot row's figure from spot_interruptions.csv, not a prices.yaml field;
+    # tax_rate and tax_assumed are set with listed_tax (issue 42: the rate of the catalog's date, an unknown row's reading)
     assert catalog._OFFER_FIELDS == {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour", "listed_tax",
-                                                                                   "interruption"}
+                                                                                   "interruption", "tax_rate",
+                                                                                   "tax_assumed"}
 
 
 def test_profile_fields_are_what_bench_writes():

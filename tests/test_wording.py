@@ -177,6 +177,10 @@ def test_as_of_past_the_catalog_is_noted(cli):
     assert r.code == 0
     assert "note: --as-of 2030-01 is past the newest catalog snapshot, 2026-11" in r.err
     assert "past the newest" not in cli("estimate", "--videos", "2", "--as-of", "2026-11").err
+    # issue 42: 2017-12 is not past the newest snapshot (2026-11): it has none of its own, and 2017-08 is used
+    r = cli("estimate", "--videos", "2", "--as-of", "2017-12")
+    assert ("note: --as-of 2017-12 has no snapshot of its own: the last one before it, 2017-08, is used (the newest is"
+            " 2026-11)") in r.err and "past the newest" not in r.err
 
 
 def test_the_catalog_is_dated_by_its_newest_source(cli):

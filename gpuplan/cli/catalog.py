@@ -219,7 +219,7 @@ def refresh_command(
     """
     from gpuplan import config
     from gpuplan.cli import tables
-    from gpuplan.cli.progress import working
+    from gpuplan.cli.tables import working
     from gpuplan.market import catalog_refresh
 
     if out is not None and not dry_run:

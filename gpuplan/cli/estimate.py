@@ -163,10 +163,14 @@ def _calibrate(state, work, cat):
             continue
         measured, predicted = Decimal(str(r["measured_s"])), Decimal(str(r["predicted_s"]))
         speeds[offer.gpu] = before * predicted / measured
+        batch = f"batch {r['batch']}, " if r.get("batch") else ""
         lines.append(
-            f"{r['jobs']} jobs on {r['cluster']} ({r['provider']} {r['size']}, {r['measured_at'].date().isoformat()}): "
-            f"predicted {fmt.duration(predicted)}, measured {fmt.duration(measured)} ({(measured - predicted) / predicted * 100:+.1f} %); "
-            f"{offer.gpu} now {model.factor_text(speeds[offer.gpu])}x {work.reference_gpu} (was {model.factor_text(before)}x)")
+            f"{r['jobs']} jobs on {r['cluster']} ({batch}{r['provider']} {r['size']}, {r['measured_at'].date().isoformat()}; "
+            f"{r.get('clock') or 'batch wall'}): predicted {fmt.duration(predicted)}, measured {fmt.duration(measured)}"
+            f" ({(measured - predicted) / predicted * 100:+.1f} %); "
+            f"{offer.gpu} now {model.factor_text(speeds[offer.gpu])}x {work.reference_gpu} (was {model.factor_text(before)}x),"
+            f" applied to every {offer.gpu} offer: a speed is the GPU model's, whoever rents it out (field report D"
+            " docs/model.md#calibration); `gpuplan profiles rm` removes it")
     if speeds:
         work = workloads.with_measured_speeds(work, speeds, [f"calibrated by gpuplan run: {line}" for line in lines],
                                               SpeedKind.CALIBRATED)
@@ -621,7 +625,19 @@ def _speed_line(est, settled: bool = False) -> str:
         how = (f"`gpuplan bench {job} --on {','.join(_bench_offers(est))}` (one machine per offer, benched and torn down;"
                " it says the yen first)")
     return (f"speed: {o.gpu} from the generic {w.kind} table, not measured for {w.name} (field report A: such a figure"
-            f" put a GTX 1080 Ti 3x ahead of a K80 half it only matched); measure it: {how}")
+            f" put a GTX 1080 Ti {_report_a_ratio()} ahead of a K80 half it only matched); measure it: {how}")
+
+
+def _report_a_ratio() -> str:
+    """How far ahead of a K80 half the cnn-train table puts a GTX 1080 Ti (0.533 / 0.13 = 4.1x),
+    computed from the table rather than written down."""
+    from gpuplan.market import catalog
+
+    gpus = catalog._gpus()
+    try:
+        return f"{gpus['GTX 1080 Ti'].rel_speed['cnn-train'] / gpus['K80'].rel_speed['cnn-train']:.1f}x"
+    except (KeyError, ArithmeticError):
+        return "far"
 
 
 BENCH_RIVALS = 2  # besides the pick's offer
@@ -671,7 +687,7 @@ def _render_table(est, show_all: bool) -> None:
     from gpuplan.market import tax as taxes
 
     title = (f"gpuplan estimate: {est.workload.name} ({work_size(est.workload)}), catalog {est.snapshot};"
-             f" {taxes.said(est.tax)}")
+             f" {taxes.said(est.tax, taxes.rate_of_snapshot(est.snapshot))}")
     rows = _rows(est, show_all)
     summary = _summary(est, show_all)
     console = Console(highlight=False)  # on a terminal every line is wrapped to its width
@@ -867,7 +883,7 @@ def _inventory(cat):
     return cat, {**parts, **{o.name.lower(): n for o, n in pairs}}, part_notes + notes
 
 
-def _japan(cat, region: str | None, as_of: str | None, basis: str):
+def _japan(cat, region: str | None, as_of: str | None, basis: str, unknown_as: str):
     """The catalog on one tax basis (market/tax.py: "included", what a Japanese company pays,
     or "excluded") and in the user's preferred regions (config.yaml `preferred_regions:`, unless
     --region names one), and the notes that say so; plus one line when an exchange rate the
@@ -877,8 +893,8 @@ def _japan(cat, region: str | None, as_of: str | None, basis: str):
     from gpuplan import config
     from gpuplan.market import catalog, regions
 
-    notes: dict[str, str] = {"tax": _tax_note(cat, basis)}
-    cat = catalog.with_tax(cat, basis)
+    notes: dict[str, str] = {"tax": _tax_note(cat, basis, unknown_as)}
+    cat = catalog.with_tax(cat, basis, unknown_as)
     preferred = [] if region else config.preferred_regions()
     if preferred:
         mine = catalog.in_regions(cat, preferred)
@@ -902,18 +918,38 @@ def _japan(cat, region: str | None, as_of: str | None, basis: str):
     return cat, notes
 
 
-def _tax_note(cat, basis: str) -> str:
-    """The note that says the basis every yen is on, which providers' rows it moved and which
-    rows it could not (their source does not say)."""
+def _tax_note(cat, basis: str, unknown_as: str) -> str:
+    """The note that says the basis every yen is on, at which rate (the one in force on the
+    catalog's date), which providers' rows it moved and how rows whose source does not say were
+    planned."""
     from gpuplan.market import tax as taxes
 
+    rate = taxes.rate_on(cat.date)
+    up = (1 + rate).normalize()
     moved = sorted({o.provider for o in cat.offers if o.tax == ("excluded" if basis == "included" else "included")})
-    unknown = sorted({o.provider for o in cat.offers if o.tax == "unknown"})
+    unknown = sorted({o.provider for o in cat.offers if o.tax == "unknown" and o.price is not None})
     how = [f"{', '.join(moved)} listed {'without' if basis == 'included' else 'with'} it:"
-           f" {'x 1.1' if basis == 'included' else '/ 1.1'}" if moved else "no price moved"]
-    how += [f"{', '.join(unknown)}: some rows do not say, shown as listed"] if unknown else []
+           f" {'x' if basis == 'included' else '/'} {up}" if moved else "no listed price moved"]
+    how += [f"{', '.join(unknown)}: some rows' sources do not say, planned as listed {unknown_as} it"
+            .replace("listed excluded it", "listed without it").replace("listed included it", "listed with it")] if unknown else []
     other = "--tax excluded shows them without it" if basis == "included" else "--tax included (the default) with it"
-    return f"tax: {taxes.said(basis)} ({'; '.join(how)}); {other}"
+    when = f"{taxes.percent(rate)} is the rate in force on {cat.date.isoformat()}, the catalog's date ({taxes.SOURCE})"
+    return f"tax: {taxes.said(basis, rate)} ({'; '.join(how)}); {other}; {when}"
+
+
+def _basis_note(est, other, cat) -> str:
+    """Whether the pick depends on how rows whose source does not say their tax basis are read:
+    `est` planned them as listed without the tax (tax.ASSUMED_UNKNOWN), `other` with it."""
+    rows = sorted({f"{o.provider}:{o.name}" for o in cat.offers if o.tax_assumed and o.price is not None})
+    head = (f"tax basis unknown for {fmt.plural(len(rows), 'row')} ({', '.join(rows[:4])}{', ...' if len(rows) > 4 else ''}):"
+            " planned as listed without the tax")
+    a, b = est.recommended, other.recommended
+    if a is None or b is None:
+        return head
+    if (a.provider, a.region, a.label, a.count, a.setup) == (b.provider, b.region, b.label, b.count, b.setup):
+        return f"{head}; if their prices include it, the pick is the same ({fmt.yen(b.cost)})"
+    return (f"{head}; if their prices include it, the pick would be {b.label} {b.provider} {b.region} at {fmt.yen(b.cost)}"
+            f" instead of {fmt.yen(a.cost)}: the pick depends on it")
 
 
 def next_step(plan, path: Path) -> str:
@@ -931,13 +967,15 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
                   deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
                   release: str = "when-done", spot: bool = False, tax: str = "included", providers: tuple[str, ...] = (),
-                  offers: tuple[str, ...] = (), strict: bool = False):
+                  offers: tuple[str, ...] = (), strict: bool = False, unknown_as: str = ""):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
     `offers`: only these offer keys (a probe's plan of one offer). Every yen is on the `tax` basis
     (market/tax.py: "included" by default, what a Japanese company pays; "excluded"). `strict`:
-    the deadline is met only where a plan's wall range's slow end meets it."""
+    the deadline is met only where a plan's wall range's slow end meets it. `unknown_as`: how rows
+    whose source does not say their tax basis are read ("": tax.ASSUMED_UNKNOWN, then planned on
+    the other reading too, and a note says whether the pick depends on it)."""
     from gpuplan.market import catalog
     from gpuplan.market import tax as taxes
     from gpuplan.planning import optimizer, workloads
@@ -951,16 +989,21 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     cat = catalog.load(as_of)
 
     note = as_of_note(as_of, cat)
-    if note:
+    if note and not unknown_as:
         print(note, file=sys.stderr)
     check_quotas(quotas, cat)
     basis = taxes.parse(tax)
-    cat, japan_notes = _japan(cat, region, as_of, basis)
+    again = dict(work=work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
+                 cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot, tax=tax,
+                 providers=providers, offers=offers, strict=strict)
+    first = not unknown_as
+    unknown_as = unknown_as or taxes.ASSUMED_UNKNOWN
+    cat, japan_notes = _japan(cat, region, as_of, basis, unknown_as)
     owned, owned_count = parse_owned(owned or [])
     hosts: dict[str, int] = {}
     if not as_of:  # the inventory's hosts are today's machines (issue 19)
         cat, hosts, host_notes = _inventory(cat)
-        cat = catalog.with_tax(cat, basis)  # the inventory's hosts on the same basis
+        cat = catalog.with_tax(cat, basis, unknown_as)  # the inventory's hosts on the same basis
         japan_notes.update({f"inventory {i + 1}": line for i, line in enumerate(host_notes)})
         owned = owned + [name for name in hosts if name not in {n.lower() for n in owned}]
         owned_count = {**hosts, **owned_count}  # --owned NAME=N says how many of them to plan on
@@ -1012,6 +1055,9 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         est = replace(est, extra={**est.extra, **{f"measured {i + 1}": line for i, line in enumerate(measured)}})
     from dataclasses import replace
 
+    if first and any(o.tax_assumed and o.price is not None for o in cat.offers):
+        other_reading = "included" if unknown_as == "excluded" else "excluded"
+        japan_notes["tax basis"] = _basis_note(est, plan_estimate(**again, unknown_as=other_reading), cat)
     return replace(est, extra={**est.extra, **japan_notes}, tax=basis)
 
 
@@ -1098,6 +1144,12 @@ def as_of_note(as_of: str | None, cat) -> str | None:
     text = as_of.strip()
     if text[:7] <= cat.snapshot[:7]:
         return None
+    from gpuplan.market import catalog
+
+    newest = max(catalog.snapshots(), default=cat.snapshot)
+    if newest[:7] > cat.snapshot[:7]:  # a later snapshot exists: this one is the last before the month asked
+        return (f"note: --as-of {text} has no snapshot of its own: the last one before it, {cat.snapshot}, is used"
+                f" (the newest is {newest})")
     return (f"note: --as-of {text} is past the newest catalog snapshot, {cat.snapshot}: its prices are used "
             "(`gpuplan catalog refresh` fetches today's)")
 

@@ -151,7 +151,7 @@ def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Opt
 
     from gpuplan import paths
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
-    from gpuplan.cli.progress import working
+    from gpuplan.cli.tables import working
     from gpuplan.errors import GpuplanError
     from gpuplan.measuring import campaign
     from gpuplan.planning.profiles import measured_dir

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from gpuplan.cli import shapes
-from gpuplan.cli.progress import working
 from gpuplan.cli.shapes import owned
+from gpuplan.cli.tables import working
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
@@ -135,7 +135,10 @@ def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
         return [f"owned hosts: claimed for {req.name} until `gpuplan teardown {req.name}` releases them (never deleted)"]
     lines = []
     if req.ttl_s:
-        lines.append(f"TTL {fmt.duration(req.ttl_s)}: the cloud itself stops the machines after that")
+        # what the provider does at the TTL, in its own terms: GCE deletes (maxRunDuration with DELETE, providers/gcp.py)
+        does = ("GCE itself deletes the machines (and their disks) after that" if req.provider == "gcp"
+                else "the cloud itself stops the machines after that")
+        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {does}")
     if req.idle_s:
         from gpuplan.fleet import idle
 

@@ -99,7 +99,7 @@ def bootstrap(
 
         err.print(Text.assemble((host, "bold"), " ", (rest, style)))
 
-    from gpuplan.cli.progress import working
+    from gpuplan.cli.tables import working
 
     try:
         with working(err, f"bootstrapping {cluster}") as step:  # piped: the styled lines alone

@@ -1,4 +1,6 @@
-"""One table style for every command that prints a table (estimate, catalog, bench, cost-report).
+"""How long output is laid out on a terminal: one table style for every command that prints a
+table (estimate, catalog, bench, cost-report), and one progress line for work that takes more
+than a few seconds (`working`).
 
 On a terminal: a rich table with a rule under the header and no outer box, fitted to the
 terminal's width (columns that may wrap fold, the others never do). Piped into another program:
@@ -11,6 +13,8 @@ may be a (text, style) pair to colour it on a terminal.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 Cell = str | tuple[str, str]
@@ -63,3 +67,32 @@ def render(out, columns: list[Column], rows: list[list[Cell]], title: str | None
     for row in rows:
         table.add_row(*[Text(c[0], style=c[1]) if isinstance(c, tuple) else Text(c) for c in row])
     out.print(table)
+
+
+# Progress for work that takes more than a few seconds (provision, bootstrap, image build, teardown,
+# catalog refresh, status --refresh): on a terminal a spinner line under the output with the time
+# elapsed and the latest step, each step also printed above it as a line that stays; piped, the
+# step lines alone, so logs and tests read the same text.
+@contextlib.contextmanager
+def working(console, what: str) -> Iterator[Callable[[str], None]]:
+    """A progress callback for `what` ("provisioning demo"), shown on `console` (stderr)."""
+    from rich.text import Text
+
+    def line(message: str) -> None:
+        console.print(Text.assemble(("… ", "dim"), message), soft_wrap=True)
+
+    if not console.is_terminal:
+        yield line
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                   console=console, transient=True)
+    with bar:
+        task = bar.add_task(what, total=None)
+
+        def step(message: str) -> None:
+            line(message)
+            bar.update(task, description=f"{what}: {message}")
+
+        yield step

@@ -428,29 +428,43 @@ def load(as_of: str | None = None, prices_file: Path | None = None, *, user_pric
 FX_STALE_DAYS = 90
 
 
-def with_tax(cat: Catalog, basis: str) -> Catalog:
-    """The catalog with every price on one tax basis (market/tax.py): "included" adds Japan's
-    10 % consumption tax to rows listed without it, "excluded" takes it out of rows listed with
-    it, "as-listed" changes nothing. Rows whose source does not say ("unknown") stay as listed
-    and keep saying so."""
+def with_tax(cat: Catalog, basis: str, unknown_as: str = tax.ASSUMED_UNKNOWN) -> Catalog:
+    """The catalog with every price on one tax basis (market/tax.py) at the rate in force on the
+    catalog's date (8 % for 2017-08, 10 % since 2019-10): "included" adds the tax to rows listed
+    without it, "excluded" takes it out of rows listed with it, "as-listed" changes nothing. A row
+    whose source does not say ("unknown") is planned as if listed `unknown_as` (the estimate
+    plans it on the other reading too and says whether the pick depends on it)."""
     if basis == "as-listed":
         return cat
     if basis not in tax.BASES:
         raise UsageError(f"bad --tax {basis!r}: use included or excluded")
-    return dataclasses.replace(cat, offers=tuple(offer_with_tax(o, basis) for o in cat.offers))
+    rate = tax.rate_on(cat.date)
+    return dataclasses.replace(cat, offers=tuple(offer_with_tax(o, basis, rate, unknown_as) for o in cat.offers))
 
 
-def offer_with_tax(o: Offer, basis: str) -> Offer:
-    """One offer on `basis` (with_tax): its price, hourly price and caps times the same factor."""
-    factor = tax.factor(o.tax, basis)
-    if o.tax in ("unknown", basis) or factor == (1, 1):
+def offer_with_tax(o: Offer, basis: str, rate: Decimal | None = None, unknown_as: str = "") -> Offer:
+    """One offer on `basis` at `rate` (with_tax; None: today's): its price, hourly price and caps
+    times the same factor. An "unknown" row is taken as listed `unknown_as` ("": left as listed,
+    as one offer is compared with its own saved price)."""
+    rate = tax.CONSUMPTION_TAX if rate is None else rate
+    if o.tax == "unknown" and not unknown_as:
         return o
+    listed = o.tax if o.tax != "unknown" else unknown_as
+    assumed = unknown_as if o.tax == "unknown" else ""
+    factor = tax.factor(listed, basis, rate)
+    pct = tax.percent(rate)
+    said = f"listed {o.tax}" + (f", planned as {assumed}" if assumed else "")
+    if factor == (1, 1):
+        if not assumed:
+            return dataclasses.replace(o, tax_rate=rate) if o.tax_rate != rate else o
+        return dataclasses.replace(o, tax=basis, listed_tax=o.listed_tax or o.tax, tax_rate=rate, tax_assumed=assumed,
+                                   notes=f"{o.notes}; {said}" if o.notes else said)
     return dataclasses.replace(
         o, price=_times(o.price, factor), price_jpy_per_hour=_times(o.price_jpy_per_hour, factor),
         daily_cap_jpy=_times(o.daily_cap_jpy, factor), monthly_cap_jpy=_times(o.monthly_cap_jpy, factor), tax=basis,
-        listed_tax=o.listed_tax or o.tax,
-        notes=f"{o.notes}; shown with 10 % consumption tax {basis} (listed {o.tax})" if o.notes
-        else f"shown with 10 % consumption tax {basis} (listed {o.tax})")
+        listed_tax=o.listed_tax or o.tax, tax_rate=rate, tax_assumed=assumed,
+        notes=f"{o.notes}; shown with {pct} consumption tax {basis} ({said})" if o.notes
+        else f"shown with {pct} consumption tax {basis} ({said})")
 
 
 def _times(x: Decimal | None, factor: tuple[Decimal, Decimal]) -> Decimal | None:
@@ -738,6 +752,7 @@ def _offer(where: _Where, row: Mapping[str, Any]) -> Offer:
         daily_cap_jpy=caps["daily_cap_jpy"],
         monthly_cap_jpy=caps["monthly_cap_jpy"],
         tax=tax,
+        tax_source=one_line(str(row.get("tax_source") or "")),
     )
 
 
@@ -1042,7 +1057,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 # listed_tax: set by with_tax; interruption: a spot row's, from spot_interruptions.csv
-_OFFER_FIELDS = {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour", "listed_tax", "interruption"}
+_OFFER_FIELDS = {f.name for f in dataclasses.fields(Offer)} - {"price_jpy_per_hour", "listed_tax", "interruption",
+                                                                "tax_rate", "tax_assumed"}
 
 
 def _apply_overrides(base: Catalog, path: Path, data: Mapping[str, Any]) -> Catalog:

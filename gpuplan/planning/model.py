@@ -1,6 +1,6 @@
 """The cost and time model: how long a workload's jobs take on an offer, and what a fleet costs.
 
-Semantics (shared/domain.md, last section, reproduced by the field report A worked example):
+Semantics (docs/model.md and docs/planning.md, reproduced by the field report A worked example):
 
 - Billed time per machine = its setup (unless launched from an image) + data staging + its jobs
   + idle tail, rounded UP to the provider's billing granularity and at least its minimum.
@@ -631,7 +631,8 @@ def step_compute_seconds(workload: Workload, speed_on_offer: Decimal) -> Decimal
     dp = workload.data_parallel
     # workloads.py requires batch_per_gpu and samples_per_unit with gradient_bytes
     assert dp is not None and dp.batch_per_gpu is not None and dp.samples_per_unit is not None
-    return workload.seconds_per_unit / speed_on_offer * dp.batch_per_gpu / dp.samples_per_unit
+    per_unit = dp.compute_seconds_per_unit if dp.compute_seconds_per_unit is not None else workload.seconds_per_unit
+    return per_unit / speed_on_offer * dp.batch_per_gpu / dp.samples_per_unit
 
 
 def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Decimal, link=None) -> tuple[Decimal, str]:
@@ -659,10 +660,38 @@ def dp_speedup(workload: Workload, offer: Offer, nodes: int, speed_on_offer: Dec
     compute = step_compute_seconds(workload, speed_on_offer)
     ar, why = allreduce_seconds(dp.gradient_bytes, g, n, offer, link)
     exposed = max(ar - dp.overlap * compute, Decimal(0))
+    if dp.input_step_s is not None or dp.shared_batch:
+        return _fed_speedup(dp, g * n, compute, exposed, why)
     up = (g * n * compute / (compute + exposed)).quantize(Decimal("0.0001"))
     hidden = f", {dp.overlap} of compute overlapped" if dp.overlap else ""
     return up, (f"per step {number_text(compute)} s compute ({dp.batch_per_gpu} per GPU) + {number_text(exposed)} s"
                 f" allreduce{hidden}: {why}; gradients {dp.gradient_bytes:,} bytes ({dp.comm_source})")
+
+
+def _fed_speedup(dp: DataParallel, gpus: int, compute: Decimal, exposed: Decimal, why: str) -> tuple[Decimal, str]:
+    """The speed-up in distinct samples of a script whose step waits on one input pipeline
+    (report E as it ran, docs/model.md "Report E"): a step takes the slower of the pipeline and the
+    towers' compute + averaging; with a shared batch every tower trains on the same dequeued batch,
+    so a step takes batch_per_gpu distinct samples whatever the GPUs (the log counts them once per
+    tower). Speed-up = distinct samples a step / one GPU's x one GPU's step / this step."""
+    feed = dp.input_step_s or Decimal(0)
+    one = max(feed, compute)
+    step = max(feed, compute + exposed)
+    distinct = 1 if dp.shared_batch else gpus
+    up = (distinct * one / step).quantize(Decimal("0.0001"))
+    bound = "input pipeline" if feed >= compute + exposed else "compute + averaging"
+    said = (f"per step the slower of the input pipeline ({number_text(feed)} s, measured) and {gpus} towers' compute"
+            f" {number_text(compute)} s + averaging {number_text(exposed)} s ({why}): {number_text(step)} s, set by the"
+            f" {bound}")
+    if dp.shared_batch:
+        said += (f"; every tower trains on the same dequeued batch of {dp.batch_per_gpu}: {dp.batch_per_gpu} distinct"
+                 f" samples a step, counted {(dp.batch_per_gpu or 0) * gpus} by a per-tower log")
+    if up <= 1:
+        said += f"; this script gains nothing from {gpus} GPUs ({number_text(up)}x one GPU in distinct samples)"
+    # compute alone is a bound, never the prediction: the pipeline may not keep up with it
+    said += (f"; compute alone would allow at most {number_text(distinct * one / (compute + exposed))}x (a bound, not"
+             f" a prediction)")
+    return up, said + f" ({dp.comm_source})"
 
 
 def sharded_need(workload: Workload, gpus: int) -> tuple[Decimal, str] | None:
@@ -1274,15 +1303,21 @@ def _price_notes(offer: Offer, setting: Setting) -> list[str]:
     elif offer.kind == "owned":
         facts = cat.providers.get(offer.provider)
         kwh, where = (facts.power_price_jpy_per_kwh, facts.source) if facts else ("?", "no provider facts")
-        notes = [f"{offer.name}: power {offer.power_watts} W x {kwh} JPY/kWh = "
+        notes = [f"{offer.name}: power {offer.power_watts} W x {kwh} JPY/kWh (a household reference price with tax, not a"
+                 " business tariff: set yours in prices.yaml) = "
                  f"{fmt.yen(offer.price_jpy_per_hour, 2)}/h ({where}); purchase {fmt.yen(offer.price)} ({offer.source})"]
     else:
         unit = f"{offer.price} {offer.currency}/{offer.price_unit}"
         if offer.listed_tax and offer.listed_tax != offer.tax and offer.price is not None:  # on one basis (tax.py)
-            times, over = tax.factor(offer.listed_tax, offer.tax)
+            rate = offer.tax_rate if offer.tax_rate is not None else tax.CONSUMPTION_TAX
+            times, over = tax.factor(offer.tax_assumed or offer.listed_tax, offer.tax, rate)
             listed = f"{(offer.price * over / times).normalize():f}"
+            pct = tax.percent(rate)
             unit = f"{listed} {offer.currency}/{offer.price_unit} " + (
-                "+ 10 % consumption tax" if times > 1 else "/ 1.1 (without its 10 % consumption tax)")
+                f"+ {pct} consumption tax" if times > 1 else
+                f"/ {1 + rate} (without its {pct} consumption tax)" if over > 1 else "as listed") + (
+                f" (its source does not say whether it includes the tax: planned as {offer.tax_assumed})"
+                if offer.tax_assumed else "")
         notes = [f"{offer.name} {offer.region}: {unit} = {fmt.yen(offer.price_jpy_per_hour, 2)}/h, billed {gran}{minimum} "
                  f"(source: {offer.source}; as of {offer.as_of or '?'})"]
     if offer.currency != "JPY" and offer.currency in cat.fx:
@@ -1320,9 +1355,11 @@ def _past_task_limit(machines: Sequence[Machines]) -> list[Outcome]:
 
 def _tax_and_caps(offer: Offer) -> str:
     """How the offer's price stands to consumption tax, and its daily / monthly caps."""
-    tax = {"included": "includes Japan's 10 % consumption tax", "excluded": "excludes consumption tax",
-           }.get(offer.tax, "does not say whether it includes consumption tax")
-    line = f"{offer.name} {offer.region}: the price {tax}"
+    rate = offer.tax_rate if offer.tax_rate is not None else tax.CONSUMPTION_TAX
+    listed = offer.listed_tax or offer.tax
+    basis = {"included": f"includes Japan's {tax.percent(rate)} consumption tax", "excluded": "excludes consumption tax",
+             }.get(listed, "does not say whether it includes consumption tax")
+    line = f"{offer.name} {offer.region}: the listed price {basis}" + (f" ({offer.tax_source})" if offer.tax_source else "")
     caps = [f"{fmt.yen(c)} a {per}" for c, per in ((offer.daily_cap_jpy, "day"), (offer.monthly_cap_jpy, "month")) if c]
     if caps:
         line += f"; billed at most {' and '.join(caps)} (the lesser of hourly + daily, and monthly)"
@@ -1349,8 +1386,12 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
         out.extend(_price_notes(o, setting))
     out.extend(time_notes)
     if workload.staging_s or workload.staging_jpy:
-        out.append(f"data staging {fmt.duration(workload.staging_s)} and {fmt.yen(workload.staging_jpy)} on every machine "
-                   f"that runs jobs")
+        # one rule (issue 42): the staging minutes are billed machine time (the breakdown's `staging`); staging_jpy
+        # is a one-off charge on top, said as such, never as the staging's yen
+        extra = (f", plus a one-off {fmt.yen(workload.staging_jpy)} each" if workload.staging_jpy
+                 else "; no one-off charge given")
+        out.append(f"data staging {fmt.duration(workload.staging_s)} on every machine that runs jobs, billed as machine time"
+                   f" (the breakdown's staging){extra}")
     out.append("machines are released when their own jobs end (idle tail 0)" if setting.release == "when-done"
                else "machines are kept until the last one finishes (idle tail billed)")
     out.append("image storage and disk I/O are not priced (as in field report A)")

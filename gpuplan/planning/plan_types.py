@@ -107,6 +107,14 @@ class DataParallel:
     intra_node_eff_per_doubling: Decimal = Decimal("0.985")
     inter_node_speedup_per_doubling: Decimal = Decimal("1.5")
     memory: ShardedMemory | None = None  # the memory need per GPU follows from the GPUs sharing it
+    # a script whose step waits on one input pipeline (report E, issue 42): the pipeline's seconds
+    # per step (`input_step_s`, measured: it does not get faster with the GPU), the GPU's own
+    # compute per unit on the reference GPU (`compute_seconds_per_unit`; seconds_per_unit is then
+    # the measured one-GPU time, pipeline included) and whether every tower trains on the same
+    # dequeued batch (`shared_batch`: a step takes batch_per_gpu distinct samples, whatever the GPUs)
+    input_step_s: Decimal | None = None
+    compute_seconds_per_unit: Decimal | None = None
+    shared_batch: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,9 @@ class Workload:
     # items redo their work since the last one (market/spot_risk.py); None: from their start
     checkpoint_s: int | None = None
     checkpoint_path: str = ""  # where it saves them, for the run engine (the model does not read it)
+    # the commands that run this workload's job (`command:`): only a batch of one of them may
+    # calibrate its speed (measuring/calibration.py); empty: none named
+    commands: tuple[str, ...] = ()
 
     def job_seconds(self, job: Job) -> Decimal:
         return job.units * self.seconds_per_unit

@@ -49,6 +49,10 @@ class SavedPlan:
     fleet: Any = None  # [{"instance_type", "count", ...}] for every offer type (a mixed fleet lists two)
     order: Any = None  # every job's name, longest first (None in files written before it)
     tax: str = "as-listed"  # the basis its yen are on: included / excluded (market/tax.py); older files: as listed
+    speeds: Any = None  # each GPU's speed with its kind and band (evidence.SpeedEvidence.as_dict); None in older files
+    per_gpu: Any = None  # jobs sharing one GPU
+    command: str = ""  # the command the plan's speeds were measured with, where it says (calibration accepts it)
+    workload_commands: Any = None  # the commands the workload named when the plan was made (None: older files)
 
     def more(self) -> list[tuple[str, int]]:
         """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
@@ -129,7 +133,11 @@ class SavedPlan:
                         "provider": _text(self.provider), "instance_type": _text(self.instance_type),
                         "jobs": sum(len(m.get("jobs") or ()) for m in machines), "order": order,
                         "fleet": [(str(f.get("instance_type") or ""), int(f.get("count") or 0))
-                                  for f in fleet if isinstance(f, dict)]}
+                                  for f in fleet if isinstance(f, dict)],
+                        "command": self.command,
+                        "workload_commands": [c for c in self.workload_commands or () if isinstance(c, str)]
+                        if isinstance(self.workload_commands, list) else None,
+                        **self._item_band(machines, fleet)}
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             why = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
             raise UsageError(f"plan file {path}: unreadable figure ({why}); {FIX}") from None
@@ -137,6 +145,38 @@ class SavedPlan:
             raise UsageError(f"plan file {path} has no wall time or cost; {FIX}")
         return {"wall_s": wall, "yen": yen, "basis": "the whole plan", "plan_wall_s": wall, "plan_yen": yen,
                 "tax": self.tax, "listed_tax": self.listed_tax()}
+
+    def _item_band(self, machines: list, fleet: list) -> dict:
+        """For calibration (measuring/calibration.py): the plan's mean time per item ("item_s": each
+        machine's jobs phase over its items, its slots running side by side), the first GPU
+        ("gpu") and the band a batch's speed must fall in to calibrate it ("band_low",
+        "band_high": factors of the planned speed); {} where the file does not say."""
+        first = fleet[0] if fleet and isinstance(fleet[0], dict) else {}
+        gpus = first.get("gpus_per_machine")
+        per_gpu = self.per_gpu if isinstance(self.per_gpu, int) and not isinstance(self.per_gpu, bool) else 1
+        out: dict = {}
+        items = sum(len(m.get("jobs") or ()) for m in machines)
+        if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 and items:
+            slots = gpus * max(1, per_gpu)
+            busy = sum(Decimal(int(_figure(m["jobs_s"]))) * min(slots, len(m.get("jobs") or ())) for m in machines)
+            out["item_s"] = busy / items
+        gpu = first.get("gpu")
+        band = next((e for e in self.speeds or () if isinstance(e, dict) and e.get("gpu") == gpu), None)
+        if isinstance(gpu, str):
+            out["gpu"] = gpu
+        if band is not None and _figure(band.get("speed")) > 0:
+            # the speed's band as factors of the speed, widened to its class's generic band: a batch
+            # of the job may correct a measured figure by more than that figure's own band
+            from gpuplan.planning import evidence
+
+            speed = _figure(band.get("speed"))
+            low, high = _figure(band.get("low")) / speed, _figure(band.get("high")) / speed
+            generic = evidence.BANDS.get(str(band.get("class") or ""), {}).get(evidence.SpeedKind.GENERIC)
+            if generic is not None:
+                low, high = min(low, generic.low), max(high, generic.high)
+            out["band_low"], out["band_high"] = low, high
+            out["speed_kind"] = str(band.get("kind") or "")
+        return out
 
     def listed_tax(self) -> str:
         """The tax basis the first offer's row lists its price on ("unknown" where the file does not say)."""
@@ -179,6 +219,7 @@ def data(est, plan_json: dict[str, Any]) -> dict[str, Any]:
         "snapshot": est.snapshot,
         "tax": est.tax,
         "workload": work.name,
+        "workload_commands": list(work.commands),  # the commands that run its job: only their batches calibrate it
         "order": longest_first(work),
         "setup_mode": rec.setup,
         "count": rec.fleet[0][1],  # workers of the first (or only) type; `fleet` lists a mix in full
@@ -234,6 +275,9 @@ def load(path: Path) -> SavedPlan:
         workload=_text(plan.get("workload", top.get("workload"))),
         snapshot=_text(plan.get("snapshot", top.get("snapshot"))),
         tax=_basis(path, plan.get("tax", top.get("tax"))),
+        speeds=plan.get("speeds"), per_gpu=plan.get("per_gpu"),
+        command=_text(plan.get("command", top.get("command"))),
+        workload_commands=plan.get("workload_commands", top.get("workload_commands")),
     )
 
 

@@ -70,11 +70,16 @@ class Offer:
     # hourly + daily, and monthly"); None where the provider has none. See market/billing.py.
     daily_cap_jpy: Decimal | None = None
     monthly_cap_jpy: Decimal | None = None
-    # Whether `price` includes Japan's 10 % consumption tax: "included", "excluded" or
-    # "unknown" (the source does not say); every estimate puts every row on one basis
-    # (catalog.with_tax, market/tax.py), and `listed_tax` then keeps the row's own ("": as `tax`).
+    # Whether `price` includes Japan's consumption tax: "included", "excluded" or "unknown"
+    # (the source does not say); `tax_source` says how the row's source states it. Every estimate
+    # puts every row on one basis at the rate of the catalog's date (catalog.with_tax,
+    # market/tax.py): `listed_tax` then keeps the row's own ("": as `tax`), `tax_rate` the rate
+    # applied (None: today's) and `tax_assumed` the basis an "unknown" row was planned on.
     tax: str = "unknown"
     listed_tax: str = ""
+    tax_source: str = ""
+    tax_rate: Decimal | None = None
+    tax_assumed: str = ""
     # a spot row's interruption figure (catalog spot_interruptions.csv); None: none in the
     # snapshot (the model then assumes the unknown range, market/spot_risk.py)
     interruption: Interruption | None = None

@@ -34,7 +34,7 @@ _TOP = {
     "name", "description", "unit", "seconds_per_unit", "reference_gpu", "reference_speed", "kind",
     "memory_gib", "jobs", "speed", "max_speed", "colocation", "packing", "parallel", "scaling",
     "staging", "setup_minutes", "owned", "source", "assumptions",
-    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed", "memory_fraction", "checkpoint",
+    "memory_peak_gib", "job_start", "data_parallel", "streams", "feed", "memory_fraction", "checkpoint", "command",
 }
 
 
@@ -197,7 +197,13 @@ def from_dict(data: Any, where: str) -> Workload:
 
     dp = _map(where, "data_parallel", data.get("data_parallel"))
     _only(where, "data_parallel", dp, {"gradient_bytes", "batch_per_gpu", "samples_per_unit", "overlap",
-                                       "validated_global_batch", "source", "memory"})
+                                       "validated_global_batch", "source", "memory", "input_step_s",
+                                       "compute_seconds_per_unit", "shared_batch"})
+    if (dp.get("input_step_s") is not None or dp.get("shared_batch")) and dp.get("gradient_bytes") is None:
+        raise UsageError(f"{where}: data_parallel.input_step_s and shared_batch need data_parallel.gradient_bytes,"
+                         " batch_per_gpu and samples_per_unit (a step's compute and averaging come from them)")
+    if not isinstance(dp.get("shared_batch", False), bool):
+        raise UsageError(f"{where}: data_parallel.shared_batch must be true or false, not {dp['shared_batch']!r}")
     sharded = _sharded(where, dp.get("memory"))
     if dp.get("gradient_bytes") is not None:
         for needed in ("batch_per_gpu", "samples_per_unit"):
@@ -220,6 +226,11 @@ def from_dict(data: Any, where: str) -> Workload:
         inter_node_speedup_per_doubling=_ratio(where, "scaling.inter_node_speedup_per_doubling",
                                                sc.get("inter_node_speedup_per_doubling", "1.5")),
         memory=sharded,
+        input_step_s=_dec(where, "data_parallel.input_step_s", dp["input_step_s"], positive=True)
+        if dp.get("input_step_s") is not None else None,
+        compute_seconds_per_unit=_dec(where, "data_parallel.compute_seconds_per_unit", dp["compute_seconds_per_unit"],
+                                      positive=True) if dp.get("compute_seconds_per_unit") is not None else None,
+        shared_batch=bool(dp.get("shared_batch", False)),
     )
     if overlap > 1:
         raise UsageError(f"{where}: data_parallel.overlap = {overlap} is above 1; it is the share of a step's compute"
@@ -309,7 +320,24 @@ def from_dict(data: Any, where: str) -> Workload:
         assumptions=tuple(str(a) for a in assumptions),
         checkpoint_s=checkpoint_s,
         checkpoint_path=checkpoint_path,
+        commands=_commands(where, data.get("command")),
     )
+
+
+def _commands(where: str, value: Any) -> tuple[str, ...]:
+    """`command:` of a workload file: the command (or a list of them) that runs its job. A batch
+    calibrates the workload's speed only when its command begins with one of them."""
+    if value is None:
+        return ()
+    listed = [value] if isinstance(value, str) else value
+    if not isinstance(listed, list) or not all(isinstance(c, str) and c.strip() for c in listed):
+        raise UsageError(f"{where}: command must be a command line or a list of them (the commands that run this"
+                         f" workload's job), not {value!r}")
+    from gpuplan.userfiles import check_plain
+
+    for c in listed:
+        check_plain(c, f"{where}: command")
+    return tuple(c.strip() for c in listed)
 
 
 def checkpoint(at: str, value: Any) -> tuple[int | None, str]:

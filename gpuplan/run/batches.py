@@ -75,8 +75,8 @@ def finish(state: State, job: str, predicted: dict | None) -> tuple[RunSummary, 
 
     runner.record_finished(state, job)
     summary = backends.summary(state, job)
-    capped = backends.job_row(state, job).state == "capped"
-    return summary, "" if capped else runner.calibrate(state, summary, predicted)
+    row = backends.job_row(state, job)
+    return summary, "" if row.state == "capped" else runner.calibrate(state, summary, predicted, row.command, job)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def _calibrate_detached(state: State, row: JobRow) -> str:
         predicted = runner.read_plan(Path(plan))
     except UsageError as exc:
         return f"not calibrated ({exc})"
-    return runner.calibrate(state, backends.summary(state, row.id), predicted)
+    return runner.calibrate(state, backends.summary(state, row.id), predicted, row.command, row.id)
 
 
 @dataclass(frozen=True)

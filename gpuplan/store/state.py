@@ -324,6 +324,11 @@ MIGRATIONS = [
     ("jobs", "backend", "TEXT"),
     # why a node was set aside, as a code (batch_rules.QUARANTINE_CODES); NULL on older rows: read as "unknown"
     ("job_quarantines", "code", "TEXT"),
+    # a calibration's provenance (issue 42): the batch, its clock, its command, the GPU; NULL on older rows
+    ("calibrations", "batch", "TEXT"),
+    ("calibrations", "clock", "TEXT"),
+    ("calibrations", "command", "TEXT"),
+    ("calibrations", "gpu", "TEXT"),
 ]
 
 
@@ -1022,21 +1027,37 @@ class State:
             )
 
     def record_calibration(self, workload: str, provider: str, size: str, jobs: int, predicted_s: float,
-                           measured_s: float, cluster: str) -> None:
+                           measured_s: float, cluster: str, *, batch: str = "", clock: str = "", command: str = "",
+                           gpu: str = "") -> None:
+        """A batch taken as its workload's speed on `size`: the plan's and the batch's mean time per
+        item (`clock`: the backend's billed task time or each item's run time on its host)."""
         with self._tx() as db:
             db.execute(
-                "INSERT INTO calibrations (workload, provider, size, jobs, predicted_s, measured_s, cluster, measured_at)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                (workload, provider, size, jobs, predicted_s, measured_s, cluster, _iso()),
+                "INSERT INTO calibrations (workload, provider, size, jobs, predicted_s, measured_s, cluster, measured_at,"
+                " batch, clock, command, gpu) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (workload, provider, size, jobs, predicted_s, measured_s, cluster, _iso(), batch or None, clock or None,
+                 command or None, gpu or None),
             )
 
-    def calibrations(self, workload: str) -> list[dict]:
-        """The latest calibration of `workload` per provider and size, newest first."""
-        rows = self._query("SELECT * FROM calibrations WHERE workload=? ORDER BY measured_at DESC, rowid DESC", (workload,))
-        latest: dict[tuple[str, str], dict] = {}
+    def calibrations(self, workload: str | None = None) -> list[dict]:
+        """The latest calibration of `workload` (None: of every workload) per provider and size,
+        newest first; each with its `id` (`gpuplan profiles rm`)."""
+        where, args = ("WHERE workload=?", (workload,)) if workload is not None else ("", ())
+        rows = self._query(f"SELECT rowid AS id, * FROM calibrations {where} ORDER BY measured_at DESC, rowid DESC", args)
+        latest: dict[tuple[str, str, str], dict] = {}
         for r in rows:
-            latest.setdefault((r["provider"], r["size"]), {**dict(r), "measured_at": parse_time(r["measured_at"])})
+            latest.setdefault((r["workload"], r["provider"], r["size"]), {**dict(r), "measured_at": parse_time(r["measured_at"])})
         return list(latest.values())
+
+    def remove_calibration(self, calibration_id: int) -> int:
+        """Remove one calibration (`gpuplan profiles rm`) and the older ones of its workload and
+        machine type it hid; returns how many rows went (0: no such calibration)."""
+        with self._tx() as db:
+            row = db.execute("SELECT workload, provider, size FROM calibrations WHERE rowid=?", (calibration_id,)).fetchone()
+            if row is None:
+                return 0
+            return db.execute("DELETE FROM calibrations WHERE workload=? AND provider=? AND size=?",
+                              (row["workload"], row["provider"], row["size"])).rowcount
 
     def runs(self, cluster: str) -> list[dict]:
         return [dict(r) for r in self._query("SELECT * FROM runs WHERE cluster=? ORDER BY id", (cluster,))]

@@ -637,33 +637,49 @@ class Comparison:
     yen_error_pct: Decimal | None
 
 
-def calibrate(state: State, summary: RunSummary, predicted: dict | None) -> str:
-    """Record the run as a calibration of the plan's workload when it ran the plan's whole batch
-    without failures on the fleet the plan was for (same provider, machine types and counts);
-    `gpuplan estimate` then plans with the measured speed. On another fleet the measurement is
-    kept as a per-GPU speed point instead. Returns one line saying what was recorded, or why not."""
+def calibrate(state: State, summary: RunSummary, predicted: dict | None, command: Sequence[str] = (),
+              job: str = "") -> str:
+    """Record the batch `job` (which ran `command`) as a calibration of the plan's workload when
+    planning/calibration.decide says it is evidence of the job's speed: the plan's whole batch,
+    no failures, the workload's own job, on the planned fleet, every item's time within the
+    plan's band. On another fleet the measurement is kept as a per-GPU speed point; otherwise it
+    is only an observation. Returns one line saying what was recorded, or why not."""
+    from gpuplan.measuring import calibration
+
     if not predicted or not predicted.get("workload") or not predicted.get("jobs"):
         return ""
-    if summary.failed:
-        return "not recorded as a calibration: some jobs failed"
-    if len(summary.jobs) != predicted["jobs"]:
-        return (f"not recorded as a calibration: {fmt.plural(len(summary.jobs), 'job')} ran, the plan has {predicted['jobs']}; "
-                "run the plan's whole batch to calibrate it")
-    planned = [(t, n) for t, n in predicted.get("fleet") or [(predicted["instance_type"], summary.nodes)] if n]
-    ran = [(summary.size, summary.nodes)]
-    if summary.provider != predicted["provider"] or sorted(planned) != ran:
-        def says(fleet, provider):
-            return " + ".join(f"{n} x {t}" for t, n in fleet) + f" ({provider or '?'})"
-
-        why = f"the plan is for {says(planned, predicted['provider'])}, the batch ran on {says(ran, summary.provider)}"
+    if summary.task_seconds and len(summary.task_seconds) == len(summary.jobs):
+        times, clock = tuple(float(t) for t in summary.task_seconds), calibration.CLOCK_TASKS
+    else:
+        times, clock = tuple(j.seconds for j in summary.jobs), calibration.CLOCK_ITEMS
+    batch = calibration.Batch(job, tuple(command), summary.provider, summary.size, summary.nodes, times, clock,
+                              len(summary.failed))
+    verdict = calibration.decide(batch, predicted, workload_commands(predicted))
+    if verdict.why is calibration.Why.OTHER_FLEET:
         gpus = summary.nodes * max(1, _gpus_per_node(state, summary.cluster))
         state.record_speed_point(predicted["workload"], summary.provider, summary.size, gpus, predicted["jobs"],
-                                 summary.wall_seconds, why, summary.cluster)
-        return f"not recorded as a calibration: {why}; kept as a per-GPU speed point"
-    state.record_calibration(predicted["workload"], predicted["provider"], predicted["instance_type"],
-                             predicted["jobs"], float(predicted["wall_s"]), summary.wall_seconds, summary.cluster)
-    return (f"calibration recorded: `gpuplan estimate --workload {predicted['workload']}` now plans "
-            f"{predicted['instance_type']} with the measured speed")
+                                 summary.wall_seconds, f"the plan is for {verdict.planned}, the batch ran on {verdict.ran}",
+                                 summary.cluster)
+    elif verdict.used:
+        state.record_calibration(predicted["workload"], predicted["provider"], predicted["instance_type"],
+                                 predicted["jobs"], float(verdict.predicted_item_s or 0), float(verdict.measured_item_s or 0),
+                                 summary.cluster, batch=job, clock=clock, command=verdict.command,
+                                 gpu=str(predicted.get("gpu") or ""))
+    return calibration.said(verdict, predicted["workload"], predicted["instance_type"])
+
+
+def workload_commands(predicted: dict) -> tuple[str, ...]:
+    """The commands whose batches calibrate the plan's workload: those it names, and the plan's own."""
+    from gpuplan.measuring import calibration
+    from gpuplan.planning import workloads
+
+    named: tuple[str, ...] = tuple(predicted.get("workload_commands") or ())  # as the plan recorded them
+    if predicted.get("workload_commands") is None:  # a plan file older than that: the built-in workload's
+        try:
+            named = workloads.load(str(predicted["workload"])).commands
+        except UsageError:  # not a built-in name: only the plan's own command
+            pass
+    return calibration.accepted_commands(named, predicted.get("command"))
 
 
 def _gpus_per_node(state: State, cluster: str) -> int:
