@@ -40,9 +40,10 @@ def test_no_engine_port_takes_a_connection_over_ipv6_or_from_another_local_user(
     env = dict(os.environ, **{INNER: _own_netns()})
     here = Path(__file__).resolve()
     r = subprocess.run(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable, "-m", "pytest",
-                        f"{here}::test_check_in_netns", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "inner")],
+                        f"{here}::test_check_in_netns", "-rA", "--basetemp", str(tmp_path / "inner")],
                        cwd=here.parent.parent, env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-6000:] + r.stderr[-3000:]
+    assert r.returncode == 0 and "PASSED tests/test_run_closed.py::test_check_in_netns" in r.stdout, \
+        r.stdout[-6000:] + r.stderr[-3000:]
 
 
 def _listening(lo: int, hi: int) -> dict[str, set[int]]:
