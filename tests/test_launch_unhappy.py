@@ -400,3 +400,24 @@ def test_a_capped_launch_on_a_cloud_gets_a_backstop_ttl_from_its_cap(aws, gpupla
     lifecycle.teardown(state, lifecycle.get_provider("aws"), "capped")
     assert instances(ec2) == []
     state.close()
+
+
+def test_a_failure_kept_with_keep_says_what_is_left_up_and_what_it_bills(tmp_path, gpuplan_home):
+    """With --keep a failed launch leaves the cluster up, and says what it bills and when it stops itself."""
+    from datetime import datetime, timezone
+    from decimal import Decimal
+
+    from gpuplan.operating import launcher
+    from gpuplan.operating.state import State
+
+    gpuplan_home.mkdir(parents=True, exist_ok=True)
+    state = State(gpuplan_home / "state.db")
+    state.add_cluster("kept", "aws", "us-east-1", "g5.xlarge", 2, price_jpy_per_hour=Decimal("151.5"),
+                      ttl_expires_at=datetime(2026, 11, 28, 13, 30, tzinfo=timezone.utc))
+    state.set_cluster_status("kept", "ready")
+    said: list[str] = []
+    launcher.wind_down(state, "kept", None, None, True, said.append)
+    assert said == ["cluster kept left up (--keep): 2x aws:g5.xlarge bill about ¥303/h (they stop themselves at"
+                    " 13:30:00 UTC, the max_yen or TTL moment) until `gpuplan teardown kept`"]
+    assert state.cluster("kept").status == "ready"
+    state.close()
