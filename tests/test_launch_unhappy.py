@@ -401,3 +401,69 @@ def test_a_capped_launch_on_a_cloud_gets_a_backstop_ttl_from_its_cap(aws, gpupla
     lifecycle.teardown(state, lifecycle.get_provider("aws"), "capped")
     assert instances(ec2) == []
     state.close()
+
+
+def test_a_failure_kept_with_keep_says_what_is_left_up_and_what_it_bills(tmp_path, gpuplan_home):
+    """With --keep a failed launch leaves the cluster up, and says what it bills and when it stops itself."""
+    from datetime import datetime, timezone
+    from decimal import Decimal
+
+    from gpuplan.operating import launcher
+    from gpuplan.operating.state import State
+
+    gpuplan_home.mkdir(parents=True, exist_ok=True)
+    state = State(gpuplan_home / "state.db")
+    state.add_cluster("kept", "aws", "us-east-1", "g5.xlarge", 2, price_jpy_per_hour=Decimal("151.5"),
+                      ttl_expires_at=datetime(2026, 11, 28, 13, 30, tzinfo=timezone.utc))
+    state.set_cluster_status("kept", "ready")
+    said: list[str] = []
+    launcher.wind_down(state, "kept", None, None, True, said.append)
+    assert said == ["cluster kept left up (--keep): 2x aws:g5.xlarge bill about ¥303/h (they stop themselves at"
+                    " 13:30:00 UTC, the max_yen or TTL moment) until `gpuplan teardown kept`"]
+    assert state.cluster("kept").status == "ready"
+    state.close()
+
+
+def test_hosts_that_released_themselves_end_the_ledger_there_and_resume_says_cost_reports_figure(cli, tmp_path,
+                                                                                                 gpuplan_home):
+    """The client-side half of the owned-host backstop, without hosts (the killed-launch test
+    above runs it whole): once the moment armed is past, the next cost-report ends the cluster's
+    ledger rows there, its running job ends capped with its items cancelled, the cluster is gone,
+    and `launch --resume` says the figure cost-report shows (issue 41: "¥611 spent on the batch"
+    while cost-report showed ¥1,355)."""
+    import json
+    import time
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from gpuplan import paths
+    from gpuplan.operating.state import State
+    from gpuplan.planning import fmt
+
+    state = State(paths.state_db())
+    state.add_cluster("batch", "baremetal", "local", "t4", 2, price_jpy_per_hour=Decimal(3100))
+    for n in ("batch-0", "batch-1"):
+        state.add_node("batch", n, gpus=1)
+        state.update_node("batch", n, status="running")
+        state.ledger_start("batch", n, "baremetal", "t4", Decimal(3100), tax="excluded")
+    state.set_cluster_status("batch", "ready")
+    at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=2)
+    state.record_release_at("batch", at)
+    state.add_job("batch-1", "batch", ["sleep", "{item}"], {"launch": {
+        "cluster": "batch", "backend": "ray", "outputs": str(tmp_path / "out"), "max_yen": "150", "tax": "included"}},
+        [(0, "a"), (1, "b")], 2, backend="ray")
+    state.set_job_state("batch-1", "running")
+    time.sleep(3)
+    r = cli("cost-report", "--format", "json")
+    assert r.code == 0, r.err
+    total = Decimal(str(json.loads(r.out)["total_jpy"]))
+    assert [row["stopped_at"] for row in state.ledger_rows()] == [at, at]
+    assert state.job("batch-1").state == "capped" and state.job_counts("batch-1") == {"cancelled": 2}
+    assert state.cluster("batch").status == "gone"
+    time.sleep(1.1)
+    assert Decimal(str(json.loads(cli("cost-report", "--format", "json").out)["total_jpy"])) == total  # no more
+    r = cli("launch", "--resume", "batch-1")
+    assert r.code == 6, r.out + r.err
+    assert f"job batch-1 stopped at max_yen ¥150: {fmt.yen(total)} spent on the batch" in r.err
+    assert "released itself at the max_yen moment" in r.err
+    state.close()
