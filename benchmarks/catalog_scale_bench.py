@@ -125,6 +125,7 @@ def main() -> None:
     ap.add_argument("--wall", action="store_true", help="check the targets on wall time, not CPU time")
     a = ap.parse_args()
     v = _bench.Verdicts()
+    _bench.as_installed()
     print(f"catalog scale: {_bench.machine()}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

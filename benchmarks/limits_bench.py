@@ -114,6 +114,7 @@ def deadline_cases(work: Path, env: dict) -> None:
 
 
 def main() -> None:
+    _bench.as_installed()
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma-separated: limits, json, deadline (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="json: runs of each format, the best one counted")

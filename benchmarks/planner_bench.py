@@ -129,6 +129,7 @@ def main() -> None:
     ap.add_argument("--wall", action="store_true", help="time by wall clock, not CPU time")
     args = ap.parse_args()
     v = _bench.Verdicts()
+    _bench.as_installed()
     env = dict(os.environ, GPUPLAN_HOME=tempfile.mkdtemp(prefix="gpuplan-bench-"))
     print(f"planner: {_bench.machine()}")
     for argv, target in ((["gpuplan", "--help"], 0.3), (["gpuplan", "estimate", "--videos", "4"], 0.6),

@@ -101,6 +101,7 @@ def main() -> None:
     a = ap.parse_args()
     WALL = a.wall
     v = _bench.Verdicts()
+    _bench.as_installed()
     print(f"status: {_bench.machine()}")
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"

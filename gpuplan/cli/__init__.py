@@ -69,8 +69,27 @@ def _register_commands():
         if not (app.registered_commands or app.registered_groups):
             for module in (estimate, catalog, check, lifecycle, costs, remote, jobs, launch, probe, profiles, sakura):
                 module.register(app)
+        _annotations_once(app)
         _command = helptext.readable(typer.main.get_command(app))
     return _command
+
+
+def _annotations_once(group: typer.Typer) -> None:
+    """Every command's annotations evaluated once, in place. With `from __future__ import
+    annotations` each is a string, and typer evaluates every one of them twice per command
+    (inspect.signature(eval_str=True), then typing.get_type_hints): about 1,000 evals, a third
+    of `gpuplan --help` (issue 47). inspect.get_annotations(eval_str=True) is what the first of
+    those does, so typer sees the very objects it would have made."""
+    import inspect
+
+    callbacks = [c.callback for c in group.registered_commands]
+    callbacks.append(group.registered_callback.callback if group.registered_callback else None)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _annotations_once(sub.typer_instance)
+    for f in callbacks:
+        if f is not None and any(isinstance(a, str) for a in getattr(f, "__annotations__", {}).values()):
+            f.__annotations__ = inspect.get_annotations(f, eval_str=True)
 
 
 def _click_exception() -> type[Exception]:

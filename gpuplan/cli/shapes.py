@@ -46,8 +46,11 @@ def check_format(value: str, csv: bool = False) -> bool:
 
 
 def emit(data: Any) -> None:
-    """The command's JSON, on stdout, one document."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    """The command's JSON, on stdout, one document: indented for a terminal, one line for a
+    program (a pipe or a file). Python's indenting encoder is pure Python; without an indent the
+    C encoder writes it, 0.15 s less for `status --format json` on 1,000 clusters (issue 47)."""
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
     sys.stdout.flush()
 
 
