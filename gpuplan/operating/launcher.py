@@ -215,7 +215,8 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
     backend with clusters gets its cluster provisioned (or claimed) and bootstrapped first, and
     the cap as the moment its driver stops the batch; on one without, each task's time limit is
     at most what the cap buys (DOK bills a task for the seconds it runs)."""
-    from gpuplan.operating import backends
+    from gpuplan.operating import backends, lifecycle
+    from gpuplan.operating.containers import ContainerError
 
     backend = backends.get(pick.backend)
     timeout_s, cap = batch.timeout_s, None
@@ -231,7 +232,19 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
         registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
         timeout_s=timeout_s, workdir=batch.workdir, stop_at=cap, checkpoint_every_s=batch.checkpoint_s or 0,
         options=launch_options(batch, pick, name if backend.has_cluster else None, outputs))
-    return backend.submit(state, sub, progress)
+    try:
+        return backend.submit(state, sub, progress)
+    except ContainerError as exc:  # docker or the image failed on a node: nothing ran, nothing is kept billing
+        made = state.cluster(name) if backend.has_cluster else None
+        if made is None:
+            raise
+        progress(f"tearing down {name}: the batch cannot run there")
+        try:
+            lifecycle.teardown(state, lifecycle.get_provider(made.provider), name, progress=progress)
+        except Exception as down:
+            raise ContainerError(f"{exc.nodes}; nothing ran, and tearing down {name} failed ({down}): it may still"
+                                 f" bill: run `gpuplan teardown {name}`", exc.nodes) from None
+        raise ContainerError(f"{exc.nodes}; nothing ran, and the cluster {name} was torn down", exc.nodes) from None
 
 
 def task_limit_within(pick: Pick, max_yen: Decimal, limit_s: int) -> int:
@@ -369,5 +382,9 @@ def raise_outcome(state: State, job: str, cap: Decimal | None) -> None:
                      f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
     if failed:
-        raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; logs:"
-                                f" `gpuplan logs {row.cluster} {job} ITEM`")
+        outputs = (row.options.get("launch") or {}).get("outputs")
+        kept = Path(outputs) / runner.FAILED_LOGS if outputs else None  # fetched before the teardown
+        logs = f"`gpuplan logs {row.cluster} {job} ITEM`"
+        where = (f"the failed items' logs are in {kept}/ ({logs} while the cluster is up)"
+                 if kept is not None and kept.is_dir() and any(kept.iterdir()) else f"logs: {logs}")
+        raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; {where}")
