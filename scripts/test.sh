@@ -25,6 +25,17 @@ if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmdbd ] || [ ! -x /usr/sb
     fi
 fi
 
+# docker-daemon (issue 41): a real dockerd for tests/test_docker_daemon.py (tests/support/docker_daemon.py starts it
+# in a scratch folder, stops it by its pid) and busybox-static for the image it builds FROM scratch; no service is enabled.
+if [ ! -x /usr/sbin/dockerd ] || [ ! -x /bin/busybox ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io busybox-static >/dev/null
+    else
+        echo "scripts/test.sh: docker.io or busybox-static is missing; install them or the real-Docker tests are skipped" >&2
+    fi
+fi
+
 # Python set-up, done once and reused: each step is skipped when what it installs is there at its
 # pinned version, checked by the package's metadata folder (no import: `import torch` alone takes
 # seconds on a busy machine), so a second run starts the suite within seconds.

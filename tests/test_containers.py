@@ -27,7 +27,7 @@ def test_docker_run_names_the_slots_gpu_mounts_the_output_and_workdir_and_passes
     assert argv == ["docker", "run", "--rm", "--init", "--ipc", "host", "--name", "gpuplan-demo-3-7-2",
                     "--gpus", "device=1", "-v", "/h/out/7:/h/out/7", "-v", "/h/wd:/h/wd", "-w", "/h/wd",
                     "-e", "GPUPLAN_ITEM=a b", "-e", "GPUPLAN_JOB=demo-3",
-                    "reg.example/me/x:1", "bash", "-c", "python run.py 'a b'"]
+                    "reg.example/me/x:1", "sh", "-c", "python run.py 'a b'"]  # sh: an image need not have bash
     # a gang rank holds every GPU of its node: docker reads the value as CSV, so it goes in quotes
     assert container_argv(["sudo", "-n", "docker"], name, "x", "c", ["0", "1"], "/o", "", {})[:10] == [
         "sudo", "-n", "docker", "run", "--rm", "--init", "--ipc", "host", "--name", name]
@@ -68,12 +68,70 @@ def test_a_login_comes_from_a_registry_with_password_env_and_its_secret_is_never
     script = containers.pull_script("ghcr.io/me/x:1", login, "docker")
     assert "tok-5ecret" not in script and "--password-stdin" in script and "/dev/shm/" in script
     assert "trap 'rm -rf \"$d\"' EXIT" in script  # the login's folder goes however the pull ends
-    assert containers.pull_script("x:1", None, "sudo -n docker") == "sudo -n docker pull -q x:1 >/dev/null"
+    assert containers.pull_script("x:1", None, "sudo -n docker") == (
+        "if sudo -n docker image inspect x:1 >/dev/null 2>&1; then echo present; exit 0; fi;"
+        " sudo -n docker pull -q x:1 >/dev/null")
+    assert script.startswith("if docker image inspect ghcr.io/me/x:1 >/dev/null 2>&1; then echo present; exit 0; fi;")
     monkeypatch.delenv("REG_TOKEN")
     with pytest.raises(UsageError, match="REG_TOKEN is not set"):
         containers.secret_from_env("REG_TOKEN")
     with pytest.raises(UsageError, match="image reference"):
         containers.check_image("-v /:/host")
+
+
+def test_an_image_on_the_node_is_not_pulled_unless_its_tag_moves(tmp_path):
+    """Issue 41: an image already on the node was pulled anyway. Run here through bash with the
+    stand-in docker: a fixed tag or a digest the node has is used as it is; no tag or :latest is
+    pulled every time (the tag moves)."""
+    import subprocess
+
+    from gpuplan.run.ray import containers
+
+    root = tmp_path / "root"
+    (root / "var/lib/dpkg/fake").mkdir(parents=True)
+    (root / "var/lib/dpkg/fake/docker-ce").touch()
+    env = dict(os.environ, GPUPLAN_FAKE_ROOT=str(root), PATH=f"{FAKEBIN}:{os.environ['PATH']}")
+
+    def pull(image: str) -> tuple[int, str]:
+        r = subprocess.run(["bash", "-c", containers.pull_script(image, None, "docker")], env=env, capture_output=True,
+                           text=True, timeout=30)
+        return r.returncode, r.stdout.strip()
+
+    def pulls() -> list[str]:
+        return [c[-1] for c in _calls(root) if c[1] == "pull"]
+
+    assert pull("me/x:1") == (0, "") and pulls() == ["me/x:1"]  # not there: pulled
+    assert pull("me/x:1") == (0, "present") and pulls() == ["me/x:1"]  # there: not pulled again
+    assert pull("me/x") == (0, "") and pull("me/x") == (0, "") and pulls() == ["me/x:1", "me/x", "me/x"]
+    assert pull("me/x:latest") == (0, "") and pulls()[-1] == "me/x:latest"
+    assert [containers.always_pulled(i) for i in ("ubuntu", "ubuntu:latest", "my.reg:5000/x", "my.reg:5000/x:2",
+                                                  "x@sha256:" + "0" * 64, "nvcr.io/nvidia/pytorch:24.05-py3")] == [
+        True, True, True, False, False, False]
+
+
+def test_a_failed_pull_is_worded_by_its_cause():
+    """Issue 41: a pull that failed for DNS said "a private image?"."""
+    from gpuplan.run.ray.containers import Login, pull_cause
+
+    dns = ('Error response from daemon: Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io'
+           ' on 127.0.0.53:53: server misbehaving')
+    assert pull_cause(dns, "me/x:1", None) == (
+        " (the node cannot resolve the name of Docker Hub (registry-1.docker.io): check its DNS and network, or give an image"
+        " the node has already or one from a registry it can reach)")
+    assert "private" not in pull_cause(dns, "me/x:1", None)
+    refused = 'Error response from daemon: Get "https://ghcr.io/v2/": dial tcp 1.2.3.4:443: connect: connection refused'
+    assert pull_cause(refused, "ghcr.io/me/x:1", None) == " (the node cannot reach ghcr.io: check its network, proxy or firewall)"
+    denied = ("Error response from daemon: pull access denied for me/x, repository does not exist or may require"
+              " 'docker login': denied: requested access to the resource is denied")
+    assert pull_cause(denied, "me/x:1", None) == (
+        " (a private image? give the registry's user and the variable holding its token)")
+    assert "may not read ghcr.io/me/x:1" in pull_cause(denied, "ghcr.io/me/x:1", Login("bob", "s", "ghcr.io"))
+    unknown = "Error response from daemon: manifest for me/x:9 not found: manifest unknown: manifest unknown"
+    assert pull_cause(unknown, "me/x:9", None) == (
+        " (no such image or tag at Docker Hub (registry-1.docker.io): check the name and tag)")
+    full = "failed to register layer: write /usr/lib/x.so: no space left on device"
+    assert "disk is full" in pull_cause(full, "me/x:1", None)
+    assert pull_cause("something else", "me/x:1", None) == ""
 
 
 @pytest.fixture

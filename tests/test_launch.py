@@ -233,6 +233,44 @@ def test_estimate_and_launch_agree_on_the_pick(cli, tmp_path, monkeypatch):
     assert pick in launched.out
 
 
+def test_a_launch_whose_node_lacks_the_nvidia_runtime_tears_down_and_says_so(owned_hosts, cli, tmp_path):
+    """Issue 41: the runtime check failed with exit 4 and left the claimed hosts and their Ray up,
+    without saying so (on a cloud pick those machines would bill on)."""
+    from gpuplan import paths
+    from gpuplan.store.state import State
+    from support.batches import container_batch
+    from support.ray_env import tagged_pids
+
+    (owned_hosts[1].fake_root / "docker-no-nvidia").touch()  # the stand-in lists no nvidia runtime there
+    r = cli("launch", str(container_batch(tmp_path, "owned")), "-y")
+    assert r.code == 4, r.out + r.err
+    assert r.err.strip().splitlines()[-1] == (
+        "gpuplan: error: batch-1: docker has no NVIDIA runtime (containers would not see the GPUs): run `gpuplan"
+        " bootstrap batch --playbook docker-gpu`; nothing ran, and the cluster batch was torn down")
+    state = State(paths.state_db())
+    assert state.cluster("batch").status == "gone" and state.jobs("batch") == []
+    assert not any((h.fake_root / "root/.gpuplan/claim").exists() for h in owned_hosts)
+    assert tagged_pids("batch-") == []  # no Ray left on the hosts
+    state.close()
+
+
+def test_a_failed_items_log_is_in_the_outputs_after_teardown(owned_hosts, cli, tmp_path):
+    """Issue 41: once launch had torn down, a failed item's reason was unreachable (`gpuplan logs`
+    said the cluster was torn down). Its last log is fetched with the outputs, before teardown."""
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
+                             "command": "sh -c 'echo why-{item}; test {item} != clip-b.mp4 && echo ok > $GPUPLAN_OUTPUT_DIR/r.txt'",
+                             "outputs": "results"})
+    r = cli("launch", str(path), "-y")
+    assert r.code == 5, r.out + r.err
+    assert "cluster batch torn down" in r.out
+    results = tmp_path / "results"
+    assert sorted(p.name for p in (results / "logs").iterdir()) == ["0001-clip-b.mp4.log"]  # the failed one only
+    assert "why-clip-b.mp4" in (results / "logs/0001-clip-b.mp4.log").read_text()
+    assert sorted(p.parent.name for p in results.glob("*/r.txt")) == ["0000-clip-a.mp4", "0002-clip-c.mp4",
+                                                                      "0003-clip-d.mp4"]
+    assert f"the failed items' logs are in {results / 'logs'}/" in " ".join(r.err.split())
+
+
 def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owned_hosts, cli, tmp_path, gpuplan_home):
     """The hosts priced high (100 kW each at ¥31/kWh: ¥3,100/h, ¥0.861 a second), the cluster kept
     up by a first launch; the second launch's cap leaves about 40 s of batch once the teardown

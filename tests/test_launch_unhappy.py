@@ -408,8 +408,8 @@ def test_a_failure_kept_with_keep_says_what_is_left_up_and_what_it_bills(tmp_pat
     from datetime import datetime, timezone
     from decimal import Decimal
 
-    from gpuplan.operating import launcher
-    from gpuplan.operating.state import State
+    from gpuplan.run import launcher
+    from gpuplan.store.state import State
 
     gpuplan_home.mkdir(parents=True, exist_ok=True)
     state = State(gpuplan_home / "state.db")
@@ -437,8 +437,8 @@ def test_hosts_that_released_themselves_end_the_ledger_there_and_resume_says_cos
     from decimal import Decimal
 
     from gpuplan import paths
-    from gpuplan.operating.state import State
     from gpuplan.planning import fmt
+    from gpuplan.store.state import State
 
     state = State(paths.state_db())
     state.add_cluster("batch", "baremetal", "local", "t4", 2, price_jpy_per_hour=Decimal(3100))

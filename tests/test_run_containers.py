@@ -1,7 +1,8 @@
 """Issue 30 on Ray for real: items in containers and the yen cap, on two loopback sshd hosts
 each running its own Ray node (as tests/test_run_engine.py builds its cluster), with the
 stand-in docker (tests/support/fakebin/docker: records every call in the host's fake root and
-runs `bash -c CMD` as a "container" that only `docker kill` / `docker rm -f` stop).
+runs `sh -c CMD` as a "container" that only `docker kill` / `docker rm -f` stop).
+tests/test_docker_daemon.py runs items in containers of a real Docker daemon.
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ def test_a_node_without_docker_is_named_with_the_playbook_to_run(docker_ready, t
         installed.with_suffix(".away").rename(installed)
     assert r.code == 4, r.err + r.out
     assert r.err.strip().splitlines()[-1] == (f"gpuplan: error: {CLUSTER}-1: docker is not installed: run `gpuplan"
-                                              f" bootstrap {CLUSTER} --playbook docker-gpu`")
+                                              f" bootstrap {CLUSTER} --playbook docker-gpu`; nothing was submitted:"
+                                              f" the cluster {CLUSTER} (2 nodes) is still up with Ray running, billing"
+                                              f" about ¥734.40/h; fix the nodes and run again, or `gpuplan teardown"
+                                              f" {CLUSTER}`")  # issue 41: what stays up and bills, said
     assert len(state.jobs(CLUSTER)) == jobs_before  # nothing was submitted
 
 
@@ -109,7 +113,7 @@ def test_items_run_in_containers_with_their_gpu_mounts_and_variables_and_outputs
         home = next(h.fake_root / "root" for h in hosts if argv in _calls(h))
         out = f"{home}/.gpuplan/jobs/{job}/out/{index}"
         wd = f"{home}/.gpuplan/jobs/{job}/workdir"
-        assert argv[argv.index(IMAGE):] == [IMAGE, "bash", "-c", f"sh show.sh {names[index]}"]
+        assert argv[argv.index(IMAGE):] == [IMAGE, "sh", "-c", f"sh show.sh {names[index]}"]  # no bash needed
         assert _opt(argv, "--gpus")[0] in ("device=0", "device=1") and "--rm" in argv
         assert _opt(argv, "-v") == [f"{out}:{out}", f"{wd}:{wd}"] and _opt(argv, "-w") == [wd]
         env = dict(e.split("=", 1) for e in _opt(argv, "-e"))
@@ -156,6 +160,13 @@ def test_a_private_image_is_pulled_with_a_login_whose_secret_reaches_no_disk_and
     leaks = [str(f) for p in places for f in p.rglob("*") if f.is_file() and _holds(f, hidden)]
     assert leaks == []
     assert state.job(job).options["image"] == image and secret not in json.dumps(state.job(job).options)
+    # a node that has the image does not pull it again, nor log in
+    mid = {h.name: len(_calls(h)) for h in hosts}
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["p"]), "--image", image, "--registry-user", "bob",
+             "--registry-password-env", "TEAM_REGISTRY_TOKEN", "--", "sh", "-c", "echo {item}")
+    assert r.code == 0, r.err + r.out
+    assert [c for h in hosts for c in _calls(h)[mid[h.name]:] if c[1] in ("login", "pull")] == []
+    _forget_images(hosts)  # nodes without it, from here on
     # a refused login is one line, without the secret; and the job is not submitted
     monkeypatch.setenv("TEAM_REGISTRY_TOKEN", "wrong")
     jobs_before = len(state.jobs(CLUSTER))
@@ -166,6 +177,58 @@ def test_a_private_image_is_pulled_with_a_login_whose_secret_reaches_no_disk_and
     # without a login the private image cannot be pulled: one line naming the node and the image
     r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["p"]), "--image", image, "--", "sh", "-c", "echo {item}")
     assert r.code == 4 and f"{CLUSTER}-0 cannot pull {image}: Error response from daemon: pull access denied" in r.err
+
+
+def _forget_images(hosts) -> None:
+    """The stand-in's pulled images gone from every host (as `docker rmi` would)."""
+    import shutil
+
+    for h in hosts:
+        shutil.rmtree(h.fake_root / "docker/images", ignore_errors=True)
+
+
+def test_a_node_without_the_nvidia_runtime_says_what_stays_up_and_bills(docker_ready, tmp_path):
+    """Issue 41: the runtime check failed with exit 4 and left the cluster and its Ray up without
+    saying so."""
+    from support.ray_env import tagged_pids
+
+    state, hosts, _ = docker_ready
+    broken = hosts[1].fake_root / "docker-no-nvidia"
+    broken.touch()
+    jobs_before = len(state.jobs(CLUSTER))
+    try:
+        r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["a"]), "--image", IMAGE, "--", "echo", "{item}")
+    finally:
+        broken.unlink()
+    assert r.code == 4, r.err + r.out
+    assert r.err.strip().splitlines()[-1] == (
+        f"gpuplan: error: {CLUSTER}-1: docker has no NVIDIA runtime (containers would not see the GPUs): run `gpuplan"
+        f" bootstrap {CLUSTER} --playbook docker-gpu`; nothing was submitted: the cluster {CLUSTER} (2 nodes) is still"
+        f" up with Ray running, billing about ¥734.40/h; fix the nodes and run again, or `gpuplan teardown {CLUSTER}`")
+    assert len(state.jobs(CLUSTER)) == jobs_before and tagged_pids(f"{CLUSTER}-")  # as it says: Ray still runs
+
+
+def test_a_pull_is_said_by_its_cause_and_an_image_a_node_has_is_not_pulled(docker_ready, tmp_path):
+    """Issue 41: an image already on the node was pulled anyway, and a pull that failed for DNS
+    said "a private image?"."""
+    state, hosts, _ = docker_ready
+    image = "example/present:3"
+    for h in hosts:  # on both nodes already (as `docker load` or an earlier batch leaves it)
+        (h.fake_root / "docker/images").mkdir(parents=True, exist_ok=True)
+        (h.fake_root / "docker/images/example_present_3").touch()
+    before = {h.name: len(_calls(h)) for h in hosts}
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["a", "b"]), "--image", image, "--", "echo", "{item}")
+    assert r.code == 0, r.err + r.out
+    assert "example/present:3: on 2 nodes already (not pulled there)" in r.err
+    new = [c for h in hosts for c in _calls(h)[before[h.name]:]]
+    assert [c for c in new if c[1] == "pull"] == [] and sum(c[1] == "run" for c in new) == 2
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["a"]), "--image", "nodns.example/me/x:1", "--",
+             "echo", "{item}")
+    assert r.code == 4, r.err + r.out
+    line = r.err.strip().splitlines()[-1]
+    assert f"{CLUSTER}-0 cannot pull nodns.example/me/x:1: Error response from daemon:" in line
+    assert "(the node cannot resolve the name of nodns.example: check its DNS and network" in line
+    assert "private image" not in line
 
 
 def _holds(path: Path, needles: list[bytes]) -> bool:
@@ -201,6 +264,8 @@ def test_a_timed_out_and_a_cancelled_item_have_their_containers_killed(docker_re
     wait_for(lambda: len(processes_running(["sleep", "632"])) == 2)
     r = _cli("cancel", CLUSTER, job)
     assert r.code == 0, r.err
+    # issue 41: the job said "cancelled" with its two items still "running"
+    assert state.job(job).state == "cancelled" and state.job_counts(job) == {"cancelled": 2}
     wait_for(lambda: not processes_running(["sleep", "632"]), timeout=20)
     wait_for(lambda: not _containers_left(hosts), timeout=10)
     names = {_opt(a, "--name")[0] for a in _runs(hosts, job)}

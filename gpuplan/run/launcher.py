@@ -366,8 +366,15 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
         provision(state, pick, batch, name, order, progress, capped)
         sub = replace(sub, cap=held[0], options=launch_options(batch, pick, name, outputs, held[0]))
         return backends.submit(state, backend, sub, progress, BATCH_WORDS)
-    except Exception:
+    except Exception as exc:
         wind_down(state, name, None, outputs, keep, progress)
+        from gpuplan.run.ray.containers import ContainerError
+
+        if isinstance(exc, ContainerError):  # docker or the image failed on a node: nothing ran; say what is left
+            row = state.cluster(name)
+            left = ("the cluster {name} was torn down" if row is None or row.status == "gone"
+                    else left_billing(state, name))
+            raise ContainerError(f"{exc.nodes}; nothing ran, and {left.format(name=name)}", exc.nodes) from None
         raise
 
 
@@ -665,5 +672,9 @@ def raise_outcome(state: State, job: str, cap: Cap | None) -> None:
                             f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
     if failed:
-        raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; logs:"
-                                f" `gpuplan logs {row.cluster} {job} ITEM`")
+        outputs = (row.options.get("launch") or {}).get("outputs")
+        kept = Path(outputs) / runner.FAILED_LOGS if outputs else None  # fetched before the teardown
+        logs = f"`gpuplan logs {row.cluster} {job} ITEM`"
+        where = (f"the failed items' logs are in {kept}/ ({logs} while the cluster is up)"
+                 if kept is not None and kept.is_dir() and any(kept.iterdir()) else f"logs: {logs}")
+        raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; {where}")

@@ -7,7 +7,11 @@ device=N ...` on its node; this module gets the nodes ready for it, over SSH, al
 - `check`: docker works for the SSH user (else through `sudo -n`), and a node with GPUs has the
   NVIDIA runtime; a node where it does not is named in one line with the fix (`gpuplan bootstrap
   CLUSTER --playbook docker-gpu` installs Docker and the NVIDIA container toolkit).
-- `pull`: the image pulled on every node. A private registry's secret never touches a disk nor a
+- `pull`: the image pulled on every node that does not have it already (`docker image
+  inspect`); an image named without a tag or with `:latest` is pulled every time, as that tag
+  moves (give a fixed tag or a digest to use what a node has). A pull that fails is worded by its
+  cause (the node cannot resolve or reach the registry, the image or tag does not exist, access
+  denied: a private image, the node's disk is full). A private registry's secret never touches a disk nor a
   command line: it goes to `docker login --password-stdin` on the SSH channel's standard input,
   and docker keeps it in a DOCKER_CONFIG folder on tmpfs (/dev/shm, mode 0700) that is removed
   when the pull has ended, however it ended.
@@ -32,7 +36,12 @@ SUDO_DOCKER = "sudo -n docker"
 
 
 class ContainerError(RemoteError):
-    """Docker is missing or broken on a node, or a node could not pull the image (exit 4)."""
+    """Docker is missing or broken on a node, or a node could not pull the image (exit 4).
+    `nodes`: the nodes' own lines ("; "-joined), without what a caller added about the cluster."""
+
+    def __init__(self, message: str, nodes: str = "") -> None:
+        super().__init__(message)
+        self.nodes = nodes or message
 
 
 @dataclass(frozen=True)
@@ -107,15 +116,30 @@ def check_script(gpus: int) -> str:
             ' [ -n "$d" ] || { printf "%s\\n" "$err" | tail -n 1; exit 11; };' + runtime + ' echo "$d"')
 
 
+PRESENT = "present"  # what pull_script prints where the node has the image and did not pull it
+
+
+def always_pulled(image: str) -> bool:
+    """An image named by a tag that moves: no tag (docker reads it as :latest) or `:latest`. A
+    node that has it is not believed to have the current one, so it is pulled every time."""
+    if "@" in image:  # a digest names one image for good
+        return False
+    last = image.rsplit("/", 1)[-1]
+    return ":" not in last or last.rsplit(":", 1)[1] == "latest"
+
+
 def pull_script(image: str, login: Login | None, docker: str) -> str:
-    """Pull `image` with `docker`; with a login, first `docker login --password-stdin` (the
-    secret on standard input) into a DOCKER_CONFIG folder on /dev/shm, removed on exit."""
+    """Pull `image` with `docker` unless the node has it (and its tag does not move: see
+    always_pulled; then it prints PRESENT); with a login, first `docker login --password-stdin`
+    (the secret on standard input) into a DOCKER_CONFIG folder on /dev/shm, removed on exit."""
+    have = ("" if always_pulled(image)
+            else f"if {docker} image inspect {shlex.quote(image)} >/dev/null 2>&1; then echo {PRESENT}; exit 0; fi; ")
     pull = f"{docker} pull -q {shlex.quote(image)} >/dev/null"
     if login is None:
-        return pull
+        return have + pull
     sudo = "sudo -n " if docker.startswith("sudo ") else ""
     server = f" {shlex.quote(login.server)}" if login.server else ""
-    return ("umask 077; d=$(mktemp -d /dev/shm/gpuplan-docker-XXXXXXXX) ||"
+    return (have + "umask 077; d=$(mktemp -d /dev/shm/gpuplan-docker-XXXXXXXX) ||"
             " { echo 'no tmpfs at /dev/shm to hold the registry login'; exit 20; }; trap 'rm -rf \"$d\"' EXIT;"
             f" {sudo}env DOCKER_CONFIG=\"$d\" docker login --username {shlex.quote(login.username)} --password-stdin{server}"
             f" >/dev/null || exit 21;"
@@ -148,28 +172,58 @@ def check(eng: Engine, skip: Sequence[str] = (), cluster: str | None = None) -> 
 
 
 def pull(eng: Engine, image: str, docker: dict[str, str], login: Login | None = None,
-         progress: Callable[[str], None] = lambda _m: None) -> None:
-    """Pull `image` on every node in `docker` (node -> docker command, from `check`), all at once.
-    Raises ContainerError naming each node that could not, one line each."""
+         progress: Callable[[str], None] = lambda _m: None) -> dict[str, bool]:
+    """Pull `image` on every node in `docker` (node -> docker command, from `check`) that does
+    not have it (pull_script), all at once; returns node -> whether it pulled. Raises
+    ContainerError naming each node that could not, one line each, worded by the cause."""
     from gpuplan.hosts import remote
     from gpuplan.planning import fmt
 
     nodes = [n for n in eng.nodes if n.name in docker]
-    progress(f"pulling {image} on {fmt.plural(len(nodes), 'node')}")
+    where = "" if always_pulled(image) else " where it is not there already"
+    progress(f"pulling {image} on {fmt.plural(len(nodes), 'node')}{where}")
     secret = login.password + "\n" if login is not None else None
 
-    def one(node: Node) -> None:
+    def one(node: Node) -> bool:
         r = remote.run(node.host, "bash -c " + shlex.quote(pull_script(image, login, docker[node.name])),
                        timeout=PULL_TIMEOUT_S, stdin=secret)
         if r.ok:
-            return
+            return r.stdout.strip() != PRESENT
         if r.exit_code == 21:
             who = f"{login.username} at {login.server or 'Docker Hub'}" if login else "?"
             raise ContainerError(f"{node.name}: the registry refused the login of {who}: {_scrub(r.tail(1), login)}")
-        hint = "" if login else " (a private image? give the registry's user and the variable holding its token)"
-        raise ContainerError(f"{node.name} cannot pull {image}: {_scrub(r.tail(1), login) or f'exit {r.exit_code}'}{hint}")
+        said = _scrub(r.tail(1), login)
+        raise ContainerError(f"{node.name} cannot pull {image}: {said or f'exit {r.exit_code}'}"
+                             f"{pull_cause(said, image, login)}")
 
-    _each(nodes, one)
+    pulled = _each(nodes, one)
+    have = sum(1 for p in pulled.values() if not p)
+    if have:
+        progress(f"{image}: on {fmt.plural(have, 'node')} already (not pulled there)")
+    return pulled
+
+
+def pull_cause(said: str, image: str, login: Login | None) -> str:
+    """What a failed pull's last line means and what to do, as " (...)"; "" where it says
+    nothing gpuplan knows. Each cause its own words: a node that cannot resolve the registry's
+    name is not a private image."""
+    text = said.lower()
+    registry = registry_of(image) or "Docker Hub (registry-1.docker.io)"
+    if any(k in text for k in ("no such host", "name resolution", "server misbehaving", "dial tcp: lookup")):
+        return (f" (the node cannot resolve the name of {registry}: check its DNS and network, or give an image the node"
+                " has already or one from a registry it can reach)")
+    if any(k in text for k in ("connection refused", "i/o timeout", "network is unreachable", "no route to host",
+                                "tls handshake timeout", "connection reset")):
+        return f" (the node cannot reach {registry}: check its network, proxy or firewall)"
+    if any(k in text for k in ("no space left", "disk quota")):
+        return " (the node's disk is full: free space for docker there, e.g. `docker system prune`)"
+    if any(k in text for k in ("pull access denied", "unauthorized", "denied:", "authentication required")):
+        if login is not None:
+            return f" (the login of {login.username} may not read {image}: check its rights on the registry)"
+        return " (a private image? give the registry's user and the variable holding its token)"
+    if any(k in text for k in ("manifest unknown", "not found", "invalid reference")):
+        return f" (no such image or tag at {registry}: check the name and tag)"
+    return ""
 
 
 def prepare(eng: Engine, image: str, login: Login | None = None, skip: Sequence[str] = (),

@@ -81,8 +81,9 @@ def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: l
     """`docker run` for one attempt: the GPU(s) Ray gave the slot (none on a CPU-only node), the
     output dir and the workdir mounted at the same paths (the workdir is the working dir), the
     GPUPLAN_* variables, the names in `passed` with their values from the docker client's own
-    environment (`-e NAME`: the batch's `env:`, never on the command line), `bash -c SHELL`
-    inside. --init: signals reach the command (a shell as
+    environment (`-e NAME`: the batch's `env:`, never on the command line), `sh -c SHELL` inside
+    (after the image's entrypoint, as `docker run` passes it: an image needs a POSIX sh, not bash;
+    a distroless one without sh cannot run items). --init: signals reach the command (a shell as
     PID 1 ignores SIGTERM); --ipc host: PyTorch's data loaders outgrow Docker's 64 MB /dev/shm."""
     argv = [*docker, "run", "--rm", "--init", "--ipc", "host", "--name", name]
     if gpus:  # two or more devices: docker reads the value as CSV, so the list goes in double quotes
@@ -97,7 +98,7 @@ def container_argv(docker: list[str], name: str, image: str, shell: str, gpus: l
         argv += ["-e", key]
     for key, value in env.items():
         argv += ["-e", f"{key}={value}"]
-    return [*argv, image, "bash", "-c", shell]
+    return [*argv, image, "sh", "-c", shell]
 
 
 def run_item(job: str, index: int, item: str, attempt: int, shell: str, timeout_s: float, memory_fraction: str,

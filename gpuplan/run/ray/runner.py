@@ -390,8 +390,12 @@ def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[in
         login = containers.login_of(registry, image)  # a missing secret is bad input before anything starts
     eng, left_out = engine.ensure_up(state, cluster, progress)
     if image:
-        spec = {**spec, "image": image,
-                "docker": containers.prepare(eng, image, login, skip=list(left_out), progress=progress)}
+        try:
+            docker = containers.prepare(eng, image, login, skip=list(left_out), progress=progress)
+        except containers.ContainerError as exc:  # say what stays up and bills: the caller may not tear it down
+            raise containers.ContainerError(f"{exc.nodes}; nothing was submitted: {left_up(state, cluster, len(eng.nodes))}",
+                                            exc.nodes) from None
+        spec = {**spec, "image": image, "docker": docker}
     job = f"{cluster}-{state.next_job_number(cluster)}"
     if local_workdir is not None:
         progress(f"copying {local_workdir} to {fmt.plural(len(eng.nodes), 'node')}")
@@ -409,6 +413,15 @@ def _submit(state: State, cluster: str, items_for: Callable[[int], list[tuple[in
         state.set_job_state(job, "lost")
         raise
     return job
+
+
+def left_up(state: State, cluster: str, nodes: int) -> str:
+    """What a submit that failed before the batch leaves behind: the cluster, Ray on it, and what it bills."""
+    row = state.cluster(cluster)
+    price = row.price_jpy_per_hour if row is not None else None
+    bills = "as its provider bills it" if price is None else f"about {fmt.rate(price * nodes)}/h"
+    return (f"the cluster {cluster} ({fmt.plural(nodes, 'node')}) is still up with Ray running, billing {bills};"
+            f" fix the nodes and run again, or `gpuplan teardown {cluster}`")
 
 
 def refresh_engine(state: State, job: str, conn=None) -> JobRow:
@@ -553,13 +566,17 @@ class OutputsNotFetched(RemoteError):
         self.got, self.files = got, files
 
 
+FAILED_LOGS = "logs"  # `into`/logs/<index>-<item>.log: a failed item's last log, fetched with the outputs
+
+
 def fetch_outputs(state: State, job: str, item: str | None, into: Path,
                   skipped: list[str] | None = None) -> tuple[int, int]:
     """Copy back what the job's items (or one item) wrote in their output dir on the node each
     last ran on, into `into`/<index>-<item>/ (an item's folder is never written over: one that
-    exists already is bad input). Returns (items with outputs, files). Links an item left are
-    not followed: their paths go into `skipped`. A node that cannot be read does not stop the
-    others: OutputsNotFetched, once every other node's outputs are in, names it."""
+    exists already is bad input), and each failed item's last log into `into`/logs/, so why it
+    failed is kept once the cluster is torn down. Returns (items with outputs, files). Links an
+    item left are not followed: their paths go into `skipped`. A node that cannot be read does
+    not stop the others: OutputsNotFetched, once every other node's outputs are in, names it."""
     import shutil
     import tempfile
 
@@ -577,25 +594,30 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path,
     if item is not None and not ended:
         raise UsageError(f"item {item!r} of job {job} has not ended ({rows[0].status}); fetch its outputs when it has")
     names = {it.idx: job_name(it.idx, it.item) for it in ended}
-    taken = [n for n in names.values() if (into / n).exists()]
+    failed = [it for it in ended if it.status in ("failed", "bad input") and it.log_path]
+    taken = [into / n for n in names.values() if (into / n).exists()]
+    taken += [into / FAILED_LOGS / f"{names[it.idx]}.log" for it in failed
+              if (into / FAILED_LOGS / f"{names[it.idx]}.log").exists()]
     if taken:
-        raise UsageError(f"{into / taken[0]} exists already: fetch into another folder, or move it away first")
+        raise UsageError(f"{taken[0]} exists already: fetch into another folder, or move it away first")
     eng = engine.engine_of(state, row.cluster)
     hosts = engine.node_hosts(eng)
+    if failed:
+        _fetch_logs(hosts, failed, {it.idx: into / FAILED_LOGS / f"{names[it.idx]}.log" for it in failed})
     by_node: dict[str, list[int]] = {}
     for it in ended:
         if it.node in hosts:
             by_node.setdefault(it.node, []).append(it.idx)
     into.mkdir(parents=True, exist_ok=True)
     got, files = 0, 0
-    failed: dict[str, str] = {}
+    unread: dict[str, str] = {}  # node -> why its outputs could not be fetched
     links: list[str] = []
     with tempfile.TemporaryDirectory(dir=into, prefix=".gpuplan-fetch-") as tmp:
         for node, indexes in by_node.items():
             try:
                 fetched = engine.fetch_outputs(hosts[node], job, indexes, Path(tmp), links)
             except Exception as exc:  # noqa: BLE001 - one node's failure, said below once the others are in
-                failed[node] = str(exc) or type(exc).__name__
+                unread[node] = str(exc) or type(exc).__name__
                 continue
             for idx in fetched:
                 shutil.move(str(Path(tmp) / str(idx)), into / names[idx])
@@ -605,10 +627,32 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path,
         for link in links:
             head, _, rest = link.partition("/")
             skipped.append(f"{names[int(head)]}/{rest}" if head.isdigit() and int(head) in names else link)
-    if failed:
-        raise OutputsNotFetched(f"the outputs on {', '.join(f'{n} ({w})' for n, w in failed.items())} could not be"
+    if unread:
+        raise OutputsNotFetched(f"the outputs on {', '.join(f'{n} ({w})' for n, w in unread.items())} could not be"
                                 f" fetched; {got} item(s) of the other nodes were", got, files)
     return got, files
+
+
+def _fetch_logs(hosts: dict, items: Sequence, local: dict[int, Path]) -> None:
+    """Each item's log (its last attempt's, on the node it ran on) to local[idx]; a log that is
+    not there any more is skipped."""
+    from gpuplan.hosts import remote
+
+    by_node: dict[str, list] = {}
+    for it in items:
+        if it.node in hosts:
+            by_node.setdefault(it.node, []).append(it)
+    for node, its in by_node.items():
+        try:
+            with remote.connect(hosts[node]) as conn:
+                for it in its:
+                    local[it.idx].parent.mkdir(parents=True, exist_ok=True)
+                    try:
+                        conn.get(it.log_path, local[it.idx])
+                    except (OSError, GpuplanError):
+                        local[it.idx].unlink(missing_ok=True)
+        except (OSError, GpuplanError):  # a node that cannot be reached: fetch_outputs names it with its outputs
+            continue
 
 
 def cancel_engine(state: State, job: str) -> int:
@@ -620,8 +664,25 @@ def cancel_engine(state: State, job: str) -> int:
     eng = engine.engine_of(state, row.cluster)
     killed = engine.cancel(eng, job)
     refresh_engine(state, job)
+    # the driver was stopped before it could record how its attempts ended: what was running is
+    # cancelled now, so `jobs` does not show a cancelled job with items running (those never
+    # started stay queued, as a capped batch leaves them: `run --resume` runs both)
+    at = _iso_now()
+    open_items = state.job_items(job, statuses=("running",))
+    if open_items:
+        state.record_job_events(job, [{"t": "end", "i": it.idx, "status": "cancelled", "attempt": it.attempts,
+                                       "node": it.node or "-", "slot": it.slot or "-",
+                                       "start": it.started_at.isoformat(timespec="seconds") if it.started_at else at,
+                                       "end": at, "exit": None, "timed_out": False, "log": it.log_path}
+                                      for it in open_items], _job_row(state, job).events_read)
     state.set_job_state(job, "cancelled")
     return killed
+
+
+def _iso_now() -> str:
+    from gpuplan.store.state import now
+
+    return now().isoformat(timespec="seconds")
 
 
 # --- measured vs predicted ----------------------------------------------------------------
