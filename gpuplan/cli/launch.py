@@ -26,6 +26,7 @@ def launch(
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="The latest acceptable wall time (3h, 90m).", metavar="DURATION")] = None,
     max_yen: Annotated[Optional[str], typer.Option("--max-yen", help="Stop the batch before it spends more than this (plan refused if its estimate is over).", metavar="YEN")] = None,
+    max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", help="Leave out plans whose fleet costs more than this many yen an hour (a saved plan over it is refused).", metavar="YEN")] = None,
     outputs: Annotated[Optional[Path], typer.Option("--outputs", help="Where the items' outputs are fetched to (default outputs/NAME).", metavar="DIR")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="The cluster's name (default: the batch file's).", metavar="NAME")] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every item (repeatable).", metavar="KEY=VALUE")] = None,
@@ -57,7 +58,7 @@ def launch(
         _resume(resume, keep, detach, yes)
         return
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
-                 "objective": objective, "deadline": deadline, "max_yen": max_yen, "outputs": outputs, "name": name,
+                 "objective": objective, "deadline": deadline, "max_yen": max_yen, "max_yen_per_hour": max_yen_per_hour, "outputs": outputs, "name": name,
                  "env": env, "command": list(command) if command else None,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     batch = batchfile.read(batch_file, overrides)
@@ -87,6 +88,9 @@ def launch(
         estimate_cli.save_plan(est, plan)
     pick = launcher.pick_of(plan, batch.region or None, batch.tax)
     launcher.refuse_over_cap(pick, batch.max_yen)
+    from gpuplan.run import failover
+
+    failover.refuse_over_rate([(pick.offer, pick.count)], batch.max_yen_per_hour, batch.tax)
     outputs_dir = launcher.outputs_dir(batch, cluster)
     if outputs_dir.exists() and (not outputs_dir.is_dir() or any(outputs_dir.iterdir())):
         raise UsageError(f"outputs folder {outputs_dir} is not empty: name another (outputs: or --outputs), or move it away")

@@ -182,6 +182,7 @@ class GceFake(FakeApiServer):
         with self.lock:
             self._failing.clear()
             self.fail_insert_at = None
+            self.stockouts = {}
 
     def _failure(self, kind: str) -> tuple[str, str, int] | None:
         """The error this call of `kind` ends in, counting it against fail_next."""

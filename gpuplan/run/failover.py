@@ -1,0 +1,50 @@
+"""When the cloud says no (issue 44): the price ceiling per hour a launch keeps, and what a
+launch does after every zone of its pick's region refused.
+
+`max_yen_per_hour` is judged on the estimate's tax basis: the planner leaves plans over it out
+(planning/model.fleet_rate_over, outcome MAX_YEN_PER_HOUR); a saved plan launched or
+provisioned with the ceiling is refused here with the same words before anything is bought.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from gpuplan.errors import UsageError
+from gpuplan.planning import outcomes
+from gpuplan.planning.types import Offer
+
+
+def parse_rate_cap(value) -> Decimal | None:
+    """--max-yen-per-hour / a batch's max_yen_per_hour as yen (None: no ceiling); one line for a bad one."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, Decimal):
+        return value
+    from gpuplan.units import MAX_YEN, yen
+
+    amount = yen(value)
+    if amount is None:
+        raise UsageError(f"bad --max-yen-per-hour {value!r}: a number of yen an hour above 0 and at most {MAX_YEN:,},"
+                         " such as 1500")
+    return amount
+
+
+def over_rate(fleet: Sequence[tuple[Offer, int]], cap: Decimal | None, basis: str = "included") -> str:
+    """The words for a fleet whose machines cost more an hour than `cap` on the `basis`; "" within it."""
+    from gpuplan.market import catalog
+    from gpuplan.planning.model import fleet_rate_over
+
+    found = fleet_rate_over([(catalog.offer_with_tax(o, basis), n) for o, n in fleet], cap)
+    return outcomes.render(found) if found is not None else ""
+
+
+def refuse_over_rate(fleet: Sequence[tuple[Offer, int]], cap: Decimal | None, basis: str = "included",
+                     what: str = "the pick") -> None:
+    """One line, exit 2, before anything is bought: the fleet costs more an hour than the ceiling."""
+    said = over_rate(fleet, cap, basis)
+    if said:
+        machines = " + ".join(f"{n}x {o.provider}:{o.name}" for o, n in fleet)
+        raise UsageError(f"{what}, {machines}, {said}: raise max_yen_per_hour, or plan again within it "
+                         "(`gpuplan estimate ... --max-yen-per-hour`)")
