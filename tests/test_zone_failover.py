@@ -256,3 +256,42 @@ def test_gcp_quota_refusal_is_not_retried_and_names_the_metric(gce):
     assert len(inserts) == 1 and "/zones/us-central1-a/" in inserts[0]  # one insert, in one zone
     prov.delete("us-central1", prov.list("us-central1", TAGS))
     assert gce.held() == []
+
+
+# --- nothing left from a refused attempt: refusals at each step of a 4-machine fleet -----------
+
+@pytest.mark.parametrize("granted", [0, 1, 2, 3])
+def test_refused_everywhere_at_each_step_of_four_leaves_only_what_the_tags_find(granted, moto_aws, arm, gce):
+    from support.azure_fake import make_provider
+
+    # AWS: the first zone grants `granted`, every other zone none
+    prov = moto_aws.provider({"max_workers": "1"})
+    zones = prov.zones(REGION, "g4dn.xlarge")
+    refuse_in_zones(prov, "g4dn.xlarge", {z: granted if z == zones[0] else 0 for z in zones})
+    with pytest.raises(CapacityUnavailable) as err:
+        prov.create(aws_spec(), NAMES)
+    assert sum(r.granted for r in err.value.refusals) == granted
+    found = prov.list(REGION, TAGS)
+    assert sum(1 for x in found if x.kind == "instance") == granted
+    prov.delete(REGION, found)
+    assert moto_aws.held() == {}
+
+    # Azure: half-made VMs leave NICs and public IPs: all tagged, all found, all removed
+    az = make_provider(arm)
+    arm.stockouts = {(T4_AZ.lower(), "1"): granted, (T4_AZ.lower(), "2"): 0, (T4_AZ.lower(), "3"): 0}
+    with pytest.raises(CapacityUnavailable):
+        az.create(az_spec(), NAMES)
+    found = az.list("westus2", TAGS)
+    assert sum(1 for x in found if x.kind == "instance") == granted
+    az.delete("westus2", found)
+    assert arm.held() == []
+
+    # GCP: a refused insert leaves no instance and no disk
+    gcp = gce.provider()
+    gce.stockouts = {"us-central1-a": granted, "us-central1-b": 0, "us-central1-c": 0, "us-central1-f": 0}
+    with pytest.raises(CapacityUnavailable):
+        gcp.create(gcp_spec(), NAMES)
+    assert len(gce.instances) == granted
+    found = gcp.list("us-central1", TAGS)
+    gcp.delete("us-central1", found)
+    assert gce.held() == []
