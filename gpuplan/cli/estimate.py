@@ -925,14 +925,17 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
                   deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
                   release: str = "when-done", spot: bool = False, tax: str = "included", providers: tuple[str, ...] = (),
-                  offers: tuple[str, ...] = (), strict: bool = False, max_yen_per_hour: str | Decimal | None = None):
+                  offers: tuple[str, ...] = (), strict: bool = False, max_yen_per_hour: str | Decimal | None = None,
+                  without: tuple[str, ...] = ()):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
     `offers`: only these offer keys (a probe's plan of one offer). Every yen is on the `tax` basis
     (market/tax.py: "included" by default, what a Japanese company pays; "excluded"). `strict`:
     the deadline is met only where a plan's wall range's slow end meets it. `max_yen_per_hour`:
-    plans whose fleet costs more an hour (on the `tax` basis) are left out (MAX_YEN_PER_HOUR)."""
+    plans whose fleet costs more an hour (on the `tax` basis) are left out (MAX_YEN_PER_HOUR).
+    `without`: offers ("provider:name@region", either market) left out: a launch's next plan
+    after every zone refused them (run/failover.py)."""
     from gpuplan.market import catalog
     from gpuplan.market import tax as taxes
     from gpuplan.planning import optimizer, workloads
@@ -970,6 +973,10 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         if not cat.offers:
             raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
                              f" catalog {cat.snapshot}; see `gpuplan catalog`")
+    if without:  # issue 44: offers every zone of their region refused, for a launch's next plan
+        from dataclasses import replace as with_offers
+
+        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key.split("#")[0] not in without))
     if offers:  # one offer alone (a probe's plan); the inventory's other hosts are not planned
         from dataclasses import replace as with_offers
 
@@ -1010,7 +1017,10 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         est = replace(est, extra={**est.extra, **{f"measured {i + 1}": line for i, line in enumerate(measured)}})
     from dataclasses import replace
 
-    return replace(est, extra={**est.extra, **japan_notes}, tax=basis)
+    from gpuplan.fleet import refusals
+
+    refused = {f"refused {i + 1}": r.line() for i, r in enumerate(refusals.recent())} if not as_of else {}
+    return replace(est, extra={**est.extra, **japan_notes, **refused}, tax=basis)
 
 
 def tax_basis(value: str | None) -> str:
@@ -1101,15 +1111,15 @@ def as_of_note(as_of: str | None, cat) -> str | None:
             "(`gpuplan catalog refresh` fetches today's)")
 
 
-def plan_batch(batch, work):
+def plan_batch(batch, work, without: tuple[str, ...] = ()):
     """The estimate for a batch: its workload on its infra, region, deadline, objective, spot and
-    tax basis, as `estimate` plans it."""
+    tax basis, as `estimate` plans it (`without`: offers left out, see plan_estimate)."""
     from gpuplan.run import launcher
 
     return plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
                                       objective=batch.objective, spot=batch.spot, tax=batch.tax,
                                       providers=launcher.infra_providers(batch.infra),
-                                      max_yen_per_hour=batch.max_yen_per_hour)
+                                      max_yen_per_hour=batch.max_yen_per_hour, without=without)
 
 
 def show_plan(est, title: str = ""):

@@ -384,6 +384,7 @@ def _refusal_noted(state: State, cluster: str, progress: Progress) -> Callable[[
     def noted(r: ZoneRefusal) -> None:
         entry = state.journal_intent("zone-refused", r.zone, cluster, refusals.journal_detail(r))
         state.journal_outcome(entry, False)
+        refusals.remember(r)  # the region's last zone: the next estimate says so (issue 44)
         progress(refusals.render(r))
 
     return noted

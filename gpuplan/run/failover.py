@@ -1,5 +1,8 @@
 """When the cloud says no (issue 44): the price ceiling per hour a launch keeps, and what a
-launch does after every zone of its pick's region refused.
+launch does after every zone of its pick's region refused: `next_plan` plans the batch again
+without the offers refused (fleet/refusals.recent, remembered for an hour) and takes the
+recommendation by the same pick rule, within the batch's deadline (the planner's) and max_yen
+and max_yen_per_hour, or None where no plan is left.
 
 `max_yen_per_hour` is judged on the estimate's tax basis: the planner leaves plans over it out
 (planning/model.fleet_rate_over, outcome MAX_YEN_PER_HOUR); a saved plan launched or
@@ -48,3 +51,22 @@ def refuse_over_rate(fleet: Sequence[tuple[Offer, int]], cap: Decimal | None, ba
         machines = " + ".join(f"{n}x {o.provider}:{o.name}" for o, n in fleet)
         raise UsageError(f"{what}, {machines}, {said}: raise max_yen_per_hour, or plan again within it "
                          "(`gpuplan estimate ... --max-yen-per-hour`)")
+
+
+def without_refused() -> tuple[str, ...]:
+    """The offers ("provider:name@region") every zone of their region refused within the hour."""
+    from gpuplan.fleet import refusals
+
+    return tuple(f"{r.provider}:{r.size}@{r.region}" for r in refusals.recent())
+
+
+def next_plan(batch, work, plan_batch):
+    """The batch planned again without the refused offers by `plan_batch` (cli.estimate's, as the
+    launch planned it first): (the estimate, its pick) where the pick is within max_yen (its own
+    estimate) and the planner kept the deadline and max_yen_per_hour; (the estimate, None) where
+    nothing is left."""
+    est = plan_batch(batch, work, without=without_refused())
+    rec = est.recommended
+    if rec is None or (batch.max_yen is not None and rec.cost > batch.max_yen):
+        return est, None
+    return est, rec
