@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
+
+import pytest
 
 from gpuplan.fleet import refusals
 from gpuplan.fleet.provider import ZoneRefusal
@@ -78,3 +81,66 @@ def test_a_refusal_is_forgotten_after_an_hour_and_only_a_region_s_last_zone_is_k
     refusals.remember(ZoneRefusal("gcp", "r1", "r1-a", "n1", 2, 0, "ZONE_RESOURCE_POOL_EXHAUSTED", "r1-b"), now=now)
     refusals.remember(ZoneRefusal("gcp", "r1", "r1-b", "n1", 2, 2, "ZONE_RESOURCE_POOL_EXHAUSTED", None), now=now)
     assert [x.provider for x in refusals.recent(now)] == ["aws"]
+
+
+def test_start_or_next_takes_the_next_plan_once_the_pick_is_refused_everywhere():
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.run import failover
+    from gpuplan.run.launcher import Pick
+    from support import planner as sp
+
+    a = Pick(Path("p.json"), sp.offer(name="a", provider="aws", region="us-east-1"), 2, "scratch", "on-demand",
+             Decimal(900), Decimal(3600), "ray")
+    b = Pick(Path("p.json"), sp.offer(name="b", provider="gcp", region="us-central1"), 1, "scratch", "on-demand", Decimal(1200),
+             Decimal(7200), "ray")
+    started, said = [], []
+
+    def start(p):
+        started.append(p.target)
+        if p is a:
+            raise CapacityUnavailable("AWS has no capacity for a in us-east-1a right now (every zone of us-east-1 refused)")
+        return "job-1"
+
+    assert failover.start_or_next(start, a, lambda: b, said.append) == "job-1"
+    assert started == ["aws:a", "gcp:b"]
+    assert said == ["2x aws:a refused in every zone of us-east-1; the next plan: 1x gcp:b in us-central1, ¥1,200"]
+
+    # nothing left within the cap: the refusal, saying what was tried
+    with pytest.raises(CapacityUnavailable) as err:
+        failover.start_or_next(start, a, lambda: None, said.append)
+    assert str(err.value).endswith("no next plan within the batch's max_yen, max_yen_per_hour and deadline"
+                                   " (tried 2x aws:a)")
+
+
+def test_launch_saves_the_next_plan_and_starts_it(gpuplan_home, tmp_path, monkeypatch):
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli import launch as launch_cli
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.run import launcher
+
+    batch, work = _batch(tmp_path)
+    plan = tmp_path / "plan.json"
+    estimate_cli.save_plan(plan_first := estimate_cli.plan_batch(batch, work), plan)
+    first = launcher.pick_of(plan, None, batch.tax)
+    started = []
+
+    def start(state, pick, batch_, name, order, todo, outputs, progress):
+        started.append((pick.target, order, len(todo)))
+        if len(started) == 1:  # the provider tried every zone; the lifecycle remembered it
+            _refused_everywhere(pick.offer)
+            raise CapacityUnavailable("no capacity in any zone")
+        return "job-7"
+
+    monkeypatch.setattr(launcher, "start", start)
+    monkeypatch.setattr(launcher, "preflight", lambda *a, **k: "order-2")
+    said = []
+    todo = [(i, f"v{i}.mp4") for i in range(8)]
+    job = launch_cli._start_or_next(None, first, batch, "c", "order-1", todo, tmp_path / "out", said.append, plan,
+                                    work, True)
+    assert job == "job-7"
+    assert started[0] == (first.target, "order-1", 8)
+    second = launcher.pick_of(plan, None, batch.tax)  # the plan file now holds the next plan
+    assert second.target != first.target and started[1] == (second.target, "order-2", 8)
+    assert said == [f"{first.count}x {first.target} refused in every zone of {first.offer.region}; the next plan:"
+                    f" {second.count}x {second.target} in {second.offer.region}, ¥{second.yen:,.0f}"]
+    assert plan_first.recommended.fleet[0][0].name == first.offer.name

@@ -65,6 +65,7 @@ def launch(
     todo_items = runner.read_items(batch.items)
     out, err = _console(), _console(stderr=True)
     cluster = launcher.cluster_name(batch)
+    planned = plan is None  # planned here: a refused pick may fall over to the next plan (issue 44)
     if plan is None:
         from gpuplan.cli import estimate as estimate_cli
 
@@ -110,7 +111,9 @@ def launch(
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = runner.run_order(todo_items, runner.read_plan(plan))
-    job = launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err))
+    job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan,
+                         work if planned else None, yes)
+    pick = launcher.pick_of(plan, batch.region or None, batch.tax)  # the next plan's, where the first was refused
     where = backends.job_row(state, job).cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
@@ -119,6 +122,41 @@ def launch(
                   f" `gpuplan launch --resume {job}` follows it, fetches its outputs and tears down", markup=False)
         return
     _finish(state, job, keep, yes)
+
+
+def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool) -> str:
+    """launcher.start; where every zone of the pick's region refused it and the launch planned the
+    batch itself, the next plan without the refused offer (run/failover.py), saved over the plan."""
+    from gpuplan.run import failover, launcher
+    from gpuplan.run.ray import runner
+
+    if work is None:  # a saved plan (--plan) is launched as it is
+        return launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, progress)
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli.lifecycle import _confirm
+
+    orders = {id(pick): (order, todo)}
+
+    def replan():
+        est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch)
+        if rec is None:
+            return None
+        estimate_cli.save_plan(est, plan)
+        nxt = launcher.pick_of(plan, batch.region or None, batch.tax)
+        launcher.refuse_over_cap(nxt, batch.max_yen)
+        orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),
+                           runner.run_order([item for _, item in todo], runner.read_plan(plan))[0])
+        return nxt
+
+    def start(p):
+        o, t = orders[id(p)]
+        return launcher.start(state, p, batch, cluster, o, t, outputs_dir, progress)
+
+    def ask(p):
+        _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
+                 default=True)
+
+    return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask)
 
 
 def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:

@@ -70,3 +70,33 @@ def next_plan(batch, work, plan_batch):
     if rec is None or (batch.max_yen is not None and rec.cost > batch.max_yen):
         return est, None
     return est, rec
+
+
+MAX_PLANS = 3  # a launch tries its pick and at most this many next plans
+
+
+def start_or_next(start, pick, replan, say, ask=None):
+    """`start(pick)` (the launch's build-and-submit; returns the job id); where every zone of the
+    pick's region refused it (CapacityUnavailable, remembered by then: fleet/refusals), the next
+    plan from `replan()` (a new pick, or None: nothing left within the cap, deadline and rate),
+    said in one line by `say`, asked about once by `ask(pick)` where given (no -y), and started in
+    turn; at most MAX_PLANS more. Raises the last refusal, with what was tried, where none is left."""
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.planning import fmt
+
+    tried: list[str] = []
+    while True:
+        try:
+            return start(pick)
+        except CapacityUnavailable as exc:
+            tried.append(f"{pick.count}x {pick.target}")
+            nxt = replan() if len(tried) <= MAX_PLANS else None
+            if nxt is None:
+                exc.args = (f"{exc}; no next plan within the batch's max_yen, max_yen_per_hour and deadline"
+                            f" (tried {', '.join(tried)})",)
+                raise
+            say(f"{pick.count}x {pick.target} refused in every zone of {pick.offer.region}; the next plan:"
+                f" {nxt.count}x {nxt.target} in {nxt.offer.region}, {fmt.yen(nxt.yen)}")
+            if ask is not None:
+                ask(nxt)
+            pick = nxt
