@@ -355,7 +355,10 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
             with state.journaled("create-nodes", ",".join(part_names), req.name,
                                  f"{req.provider}:{part.size}@{req.region}"):
                 prov.on_refusal = _refusal_noted(state, req.name, progress)
-                instances = prov.create(spec, part_names)
+                try:
+                    instances = prov.create(spec, part_names)
+                finally:  # this cluster's: not a later create's on the same provider object
+                    prov.on_refusal = None
             _record_instances(state, part, instances)
             made.append((part, instances))
         progress(f"waiting for {sum(len(i) for _, i in made)} machines to answer")
