@@ -19,8 +19,13 @@ Each cycle is one scenario:
   plain          provision xN, teardown
   kill-provision provision killed with SIGKILL at a failpoint (GPUPLAN_FAILPOINT), then teardown
   kill-teardown  teardown killed at a failpoint, then teardown again
-  fail-create    the k-th RunInstances fails (InsufficientInstanceCapacity; GCP: the k-th
-                 instance insert ends in ZONE_RESOURCE_POOL_EXHAUSTED): rolled back
+  fail-create    the k-th RunInstances fails (InternalError; GCP: the k-th instance insert ends
+                 in an internal error): rolled back (a capacity refusal moves to the next zone now)
+  refuse-zone    a 4-machine fleet whose first zone grants k of 4 (k = 0..3), then refuses as the
+                 cloud words it (InsufficientInstanceCapacity; GCP: ZONE_RESOURCE_POOL_EXHAUSTED):
+                 the rest are bought in the next zone, ready with 4, then torn down
+  refuse-all     the same, but every other zone of the region refuses too: exit 3, rolled back
+                 (or kept with --keep-on-failure), nothing left after the teardown
   fail-teardown  TerminateInstances, DeleteSecurityGroup or DeleteKeyPair fails once (GCP: an
                  instance or firewall rule delete): teardown again finishes
   twice          the same provision twice at once: one cluster, never duplicates
@@ -63,7 +68,8 @@ REGION = "us-east-1"
 SIZE = "g4dn.xlarge"
 GCP_REGION = "asia-northeast1"
 SCENARIOS = ["plain", "kill-provision", "kill-teardown", "fail-create", "fail-teardown", "twice",
-             "sweep-during", "sweep-other", "down-during", "same-name", "lock-deleted", "shared-owner", "full-disk"]
+             "sweep-during", "sweep-other", "down-during", "same-name", "lock-deleted", "shared-owner", "full-disk",
+             "refuse-zone", "refuse-all"]
 PROVISION_POINTS = ["before:create-nodes", "after:create-nodes", "before:wait-ready", "after:wait-ready"]
 TEARDOWN_POINTS = ["after:list", "before:delete-instances", "after:delete-instances", "before:delete-resources",
                    "after:delete-resources", "before:verify-gone"]
@@ -125,7 +131,12 @@ class AwsCloud:
 
     def fail_create(self, nth: int) -> dict[str, str]:
         """The environment of a provision whose nth create call fails."""
-        return {"CHAOS_FAIL": f"RunInstances:{nth}:InsufficientInstanceCapacity"}
+        return {"CHAOS_FAIL": f"RunInstances:{nth}:InternalError"}
+
+    def refuse(self, granted: int, everywhere: bool) -> dict[str, str]:
+        """The environment of a provision whose first zone grants `granted` machines, then has no
+        capacity (and with `everywhere`, neither has any other zone of the region)."""
+        return {"CHAOS_REFUSE": f"{granted}:{'all' if everywhere else 'first'}"}
 
     def fail_teardown(self, operation: str) -> dict[str, str]:
         return {"CHAOS_FAIL": f"{operation}:1:InternalError"}
@@ -194,7 +205,15 @@ class GcpCloud:
         return {"project": self.fake.project, "ssh_source": "198.51.100.7"}
 
     def fail_create(self, nth: int) -> dict[str, str]:
-        self.fake.fail_next("instances.insert", nth)
+        self.fake.fail_next("instances.insert", nth, ("INTERNAL_ERROR", "Internal error. Please try again.", 500))
+        return {}
+
+    def refuse(self, granted: int, everywhere: bool) -> dict[str, str]:
+        from support.gcp_fake import ACCELERATORS
+
+        zones = sorted(z for z in ACCELERATORS["nvidia-tesla-t4"] if z.startswith(GCP_REGION + "-"))
+        with self.fake.lock:
+            self.fake.stockouts = {zones[0]: granted, **({z: 0 for z in zones[1:]} if everywhere else {})}
         return {}
 
     def fail_teardown(self, operation: str) -> dict[str, str]:
@@ -250,6 +269,7 @@ class Chaos:
             self.configure(home, max_workers=4)
         self.env = {**os.environ, **cloud.env(workdir), "GPUPLAN_LOCK_WAIT": "60"}
         for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "GPUPLAN_FAILPOINT", "CHAOS_FAIL",
+                    "CHAOS_REFUSE",
                     "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT"):
             self.env.pop(var, None)
         self.report = Report()
@@ -406,6 +426,36 @@ class Chaos:
             if row is not None and row.status != "gone":
                 self.disagree(f"{name}: rolled back, but the state says {row.status}")
         self.teardown_ok(name)
+
+    def refused(self, name: str, everywhere: bool) -> None:
+        """A 4-machine fleet whose first zone grants k of 4 (each step of the fleet in turn)."""
+        granted = self.rng.randint(0, 3)
+        keep = everywhere and self.rng.random() < 0.3
+        args = self.provision_args(name, 4) + (("--keep-on-failure",) if keep else ())
+        try:
+            code, out = self.run(*args, **self.cloud.refuse(granted, everywhere))
+        finally:
+            self.cloud.clear_failures()
+        what = f"provision {name} x4, first zone granting {granted}" + (", every other zone refusing" if everywhere else "")
+        if not everywhere:
+            self.expect(what, code, out, (0,))
+            if code == 0:
+                self.check_ready(name, 4)
+        else:
+            self.expect(what, code, out, (3,))
+            if code == 3 and not keep and self.instances(name):
+                self.disagree(f"{name}: refused everywhere and rolled back, but the cloud still runs "
+                              f"{self.instances(name)}")
+            if code == 3 and keep and len(self.instances(name)) != granted:
+                self.disagree(f"{name}: kept after refusals, {granted} granted, but the cloud runs "
+                              f"{self.instances(name)}")
+        self.teardown_ok(name)
+
+    def scenario_refuse_zone(self, name: str, count: int) -> None:
+        self.refused(name, everywhere=False)
+
+    def scenario_refuse_all(self, name: str, count: int) -> None:
+        self.refused(name, everywhere=True)
 
     def scenario_fail_teardown(self, name: str, count: int) -> None:
         if not self.provision_ok(name, count):
@@ -577,6 +627,7 @@ def _cycles(chaos: Chaos, rng: random.Random, cycles: int, minutes: float | None
 
 def child(argv: list[str]) -> None:
     """One gpuplan command; CHAOS_FAIL="Operation:n:Code" makes its n-th such AWS call fail;
+    CHAOS_REFUSE="k:first|all" makes the first zone grant k RunInstances, then refuse (all: every zone);
     CHAOS_DISK_FULL=after-create makes every state write fail once the machines exist;
     CHAOS_GCP_ENDPOINT points the GCP provider at the fake there (anonymous credentials)."""
     from gpuplan.fleet import provider as registry
@@ -615,6 +666,21 @@ def child(argv: list[str]) -> None:
 
         registry.override("gcp", lambda conf: cls(conf, credentials=AnonymousCredentials(), api_endpoint=gcp_endpoint,
                                                   poll_s=0.01))
+    refuse = os.environ.get("CHAOS_REFUSE")
+    if refuse and not gcp_endpoint:
+        from support.aws_moto import refuse_in_zones
+
+        granted, where = refuse.split(":")
+        base = cls
+
+        def refusing(conf):
+            prov = base(conf)
+            zones = prov.zones(REGION, SIZE)
+            refuse_in_zones(prov, SIZE, {z: int(granted) for z in zones[:1]} | (
+                {z: 0 for z in zones[1:]} if where == "all" else {}))
+            return prov
+
+        registry.override("aws", refusing)
     spec = os.environ.get("CHAOS_FAIL")
     if spec:
         operation, nth, code = spec.split(":")

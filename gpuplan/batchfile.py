@@ -33,7 +33,8 @@ from gpuplan.units import MAX_YEN
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
-                    "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback"})
+                    "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
+                    "max_yen_per_hour"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
 OBJECTIVES = ("balanced", "cost", "time")
@@ -98,6 +99,7 @@ class Batch:
     objective: str = "balanced"
     deadline: str = ""
     max_yen: Decimal | None = None
+    max_yen_per_hour: Decimal | None = None  # plans whose fleet costs more an hour are left out (issue 44)
     outputs: Path | None = None
     per_gpu: int = 1
     retries: int = 0
@@ -232,6 +234,7 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         workdir=workdir, setup=_words(at("setup"), data.get("setup")), env=_env(at("env"), data.get("env")),
         infra=_words(at("infra"), data.get("infra")), region=_text(at("region"), data.get("region") or ""),
         objective=objective, deadline=deadline, max_yen=_yen(at("max_yen"), data.get("max_yen")),
+        max_yen_per_hour=_yen(at("max_yen_per_hour"), data.get("max_yen_per_hour")),
         outputs=path_of("outputs"), per_gpu=_whole(at("per_gpu"), data.get("per_gpu", 1), 1, 16),
         retries=_whole(at("retries"), data.get("retries", 0), 0, 100),
         timeout_s=_whole(at("timeout"), timeout, 1, 366 * 86400),

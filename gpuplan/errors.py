@@ -38,7 +38,15 @@ class NotFound(UsageError):
 
 
 class QuotaExceeded(UsageError):
-    """The request needs more quota than the account has. Nothing was created."""
+    """The request needs more quota than the account has. Nothing was created.
+
+    Told apart from CapacityUnavailable on purpose: a quota is the same in every zone of the
+    region and does not come back in an hour, so nothing retries it in the next zone. `quota`
+    is the quota's own name where the provider knows it ("L-DB2E81BA", "NVIDIA_T4_GPUS")."""
+
+    def __init__(self, message: str = "", *, quota: str = "") -> None:
+        super().__init__(message)
+        self.quota = quota
 
 
 class RetiredType(UsageError):
@@ -56,7 +64,16 @@ class ProviderError(GpuplanError):
 
 
 class CapacityUnavailable(ProviderError):
-    """The region has no capacity for the size right now."""
+    """The zone (or region) has no capacity for the size right now: worth asking the next zone.
+
+    `code` is the cloud's own word for it (InsufficientInstanceCapacity, ZonalAllocationFailed,
+    ZONE_RESOURCE_POOL_EXHAUSTED); `refusals`, each zone's refusal when a provider tried them
+    all (gpuplan.fleet.provider.ZoneRefusal values)."""
+
+    def __init__(self, message: str = "", *, code: str = "", refusals: tuple = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.refusals = tuple(refusals)
 
 
 class RemoteError(GpuplanError):

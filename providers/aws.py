@@ -293,7 +293,7 @@ class AwsProvider(Provider):
         if code in _CAPACITY_CODES:
             return CapacityUnavailable(
                 f"AWS has no capacity for {size or 'this size'} in {region} right now ({code}: {message}); "
-                "retry later or pick another region"
+                "retry later or pick another region", code=code
             )
         if code.startswith(("InvalidInstanceType", "Unsupported")) or (
                 code == "InvalidParameterValue" and "instance type" in message.lower()):
@@ -304,7 +304,8 @@ class AwsProvider(Provider):
         if code in _QUOTA_CODES:
             quota = _FAMILY_QUOTA.get(family(size), "L-1216C47A")
             return QuotaExceeded(
-                f"AWS refused to {what}: {code}: {message}; raise quota {quota}: {self.how_to_raise(region, quota)}"
+                f"AWS refused to {what}: {code}: {message}; raise quota {quota} ({QUOTAS.get(quota, quota)}): "
+                f"{self.how_to_raise(_region_of(region), quota)}", quota=quota
             )
         if code.startswith("InvalidAMIID"):
             return UsageError(
@@ -401,6 +402,21 @@ class AwsProvider(Provider):
                         used += self.vcpus(region, i["InstanceType"]) or 0
         return used
 
+    def zones(self, region: str, size: str) -> list[str]:
+        """The region's available zones that offer `size` (EC2's instance type offerings), in
+        name order; [] with config `subnet_id` (its zone is the only one) or where EC2 lists none."""
+        if self.config.get("subnet_id", "").strip():
+            return []
+        ec2 = self._ec2(region)
+        with self._aws(f"list the zones of {region} that offer {size}", size, region):
+            up = {z["ZoneName"] for z in ec2.describe_availability_zones(Filters=[
+                {"Name": "state", "Values": ["available"]}, {"Name": "zone-type", "Values": ["availability-zone"]},
+            ])["AvailabilityZones"]}
+            offered = {o["Location"] for page in ec2.get_paginator("describe_instance_type_offerings").paginate(
+                LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [size]}])
+                for o in page["InstanceTypeOfferings"]}
+        return sorted(up & offered)
+
     def default_regions(self) -> list[str]:
         configured = [r.strip() for r in self.config.get("regions", "").split(",") if r.strip()]
         if configured:
@@ -434,7 +450,8 @@ class AwsProvider(Provider):
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_workers, len(names)))) as pool:
             list(pool.map(launch_one, names))
         if failures:
-            failures.sort(key=lambda f: list(names).index(f[0]))
+            # a quota refusal first: it ends the region, where a capacity one moves to the next zone
+            failures.sort(key=lambda f: (not isinstance(f[1], QuotaExceeded), list(names).index(f[0])))
             node, exc = failures[0]
             more = f" ({len(failures)} of {len(names)} launches failed)" if len(failures) > 1 else ""
             exc.args = (f"{exc}{more}",)
@@ -592,10 +609,12 @@ class AwsProvider(Provider):
         subnet = self.config.get("subnet_id", "").strip()
         if subnet:
             args["SubnetId"] = subnet
+        elif spec.zone:  # the zone's default subnet (zones(): the default VPC has one per zone)
+            args["Placement"] = {"AvailabilityZone": spec.zone}
         if spec.spot:
             args["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
-        with self._aws(f"launch {node} ({spec.size})", spec.size, spec.region):
+        with self._aws(f"launch {node} ({spec.size})", spec.size, spec.zone or spec.region):
             [instance] = self._ec2(spec.region).run_instances(**args)["Instances"]
         return {**instance, "Tags": tags}
 
@@ -812,6 +831,11 @@ def _unless_unknown(code_prefix: str, describe, key: str, **kwargs) -> list:
         if not _code(exc).startswith(code_prefix):
             raise
         return []
+
+
+def _region_of(where: str) -> str:
+    """us-east-1 of us-east-1a (a zone is its region and a letter); a region stays as it is."""
+    return where[:-1] if re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+[a-z]", where) else where
 
 
 def _one_line(exc) -> str:

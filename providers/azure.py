@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
@@ -78,6 +79,7 @@ class _Sku:
     family: str
     vcpus: int
     restriction: str  # reason code when not offered to this subscription in the region, else ""
+    zones: tuple[str, ...] = ()  # the region's availability zones that offer it ("1", "2", "3"), sorted
 
 
 def _split_id(rid: str) -> tuple[str, str]:
@@ -226,6 +228,16 @@ class AzureProvider(Provider):
         message = _first_line(getattr(err, "message", None) or exc)
         # ARM's quota error is 409 OperationNotAllowed, which azure-core raises as ResourceExistsError.
         if code == "OperationNotAllowed" and "quota" in message.lower():
+            # ARM names the quota ("exceeding approved standardNCASv3_T4Family Cores quota") and the
+            # limit it would take; then the one command that raises it, as the preflight says it
+            named = re.search(r"approved (\S+) Cores quota", message)
+            location = re.search(r"Location: ([a-z0-9]+)", message)
+            need = re.search(r"New Limit Required: (\d+)", message)
+            if named and (location or region):
+                how = self.how_to_raise((location.group(1) if location else region), named.group(1))
+                how = how.replace(NEW_LIMIT, need.group(1)) if need else how
+                return QuotaExceeded(f"Azure quota {named.group(1)} exceeded while trying to {what}: {message}; {how}",
+                                     quota=named.group(1))
             return QuotaExceeded(
                 f"Azure quota exceeded while trying to {what}: {message}; raise it: Azure portal > Subscriptions > "
                 "Usage + quotas, or `az quota create ...` (see `az quota create --help`)"
@@ -238,8 +250,8 @@ class AzureProvider(Provider):
             )
         if code in ("AllocationFailed", "ZonalAllocationFailed", "OverconstrainedAllocationRequest"):
             return CapacityUnavailable(
-                f"Azure has no capacity for {size} in {region} right now ({code}); retry later or pick another region"
-            )
+                f"Azure has no capacity for {size} in {region} right now ({code}); retry later or pick another region",
+                code=code)
         return ProviderError(f"Azure failed to {what}: {code or exc.status_code}: {message}")
 
     # --- sizes and quota -----------------------------------------------------------------
@@ -257,7 +269,12 @@ class AzureProvider(Provider):
                         str(getattr(r.reason_code, "value", r.reason_code) or "restricted") for r in s.restrictions or []
                         if r.type == "Location" and region.lower() in [v.lower() for v in r.values_property or []]
                     ]
-                    skus[s.name.lower()] = _Sku(s.name, s.family or "", int(caps.get("vCPUs", 0)), reasons[0] if reasons else "")
+                    zoned = {z for info in s.location_info or [] if (info.location or "").lower() == region.lower()
+                             for z in info.zones or []}
+                    zoned -= {z for r in s.restrictions or [] if r.type == "Zone"
+                              for z in (getattr(r.restriction_info, "zones", None) or [])}
+                    skus[s.name.lower()] = _Sku(s.name, s.family or "", int(caps.get("vCPUs", 0)),
+                                                reasons[0] if reasons else "", tuple(sorted(zoned)))
             self._skus[region] = skus
         sku = self._skus[region].get(size.lower())
         if sku is None:
@@ -274,6 +291,12 @@ class AzureProvider(Provider):
 
     def vcpus(self, region: str, size: str) -> int:
         return self._sku(region, size).vcpus
+
+    def zones(self, region: str, size: str) -> list[str]:
+        """The region's availability zones that offer the size (resource SKUs' locationInfo, less
+        zone restrictions); [] in a region without zones (one regional try) or with config `zone`."""
+        pinned = (self.config.get("zone") or "").strip()
+        return [pinned] if pinned else list(self._sku(region, size).zones)
 
     def how_to_raise(self, region: str, quota: str) -> str:
         return (
@@ -443,6 +466,8 @@ class AzureProvider(Provider):
                 network_profile=cm.NetworkProfile(network_interfaces=[
                     cm.NetworkInterfaceReference(id=nics[n].id, primary=True, delete_option="Delete")]),
             )
+            if spec.zone:  # zones(): create() asks the region's zones in turn
+                vm.zones = [spec.zone]
             if spec.spot:
                 vm.priority, vm.eviction_policy = "Spot", "Deallocate"
                 vm.billing_profile = cm.BillingProfile(max_price=-1)
@@ -459,9 +484,12 @@ class AzureProvider(Provider):
         if spec.ttl_s:
             self._shutdown_schedules(spec, group, created)
         if failures:
+            # a quota refusal first: it ends the region, where a capacity one moves to the next zone
+            failures.sort(key=lambda f: getattr(getattr(f[1], "error", None), "code", None) != "OperationNotAllowed")
             name, exc = failures[0]
             more = f" ({len(failures)} of {len(names)} VMs failed)" if len(failures) > 1 else ""
-            with self._arm(f"create VM {name}{more}", spec.size, region):
+            where = f"{region} zone {spec.zone}" if spec.zone else region
+            with self._arm(f"create VM {name}{more}", spec.size, where):
                 raise exc
 
     def _custom_data(self, spec: NodeSpec, node: str) -> str:
@@ -526,7 +554,8 @@ class AzureProvider(Provider):
         else:
             status = "pending"
         group, _ = _split_id(vm.id)
-        extra = {"resource_group": group, "size": vm.hardware_profile.vm_size if vm.hardware_profile else ""}
+        extra = {"resource_group": group, "size": vm.hardware_profile.vm_size if vm.hardware_profile else "",
+                 **({"zone": vm.zones[0]} if vm.zones else {})}
         return Instance(vm.id, (vm.tags or {}).get(TAG_NODE, vm.name), status, public, private, 22, extra)
 
     def _power(self, group: str, name: str) -> tuple[str, str]:

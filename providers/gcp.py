@@ -157,6 +157,9 @@ def _description(tags: Mapping[str, str]) -> str:
     return json.dumps({"gpuplan": dict(tags)}, sort_keys=True, separators=(",", ":"))
 
 
+_ZONE_TAIL = re.compile(r"-[a-z]$")  # asia-northeast1-a -> asia-northeast1
+
+
 def _last(url: str) -> str:
     return (url or "").rstrip("/").rsplit("/", 1)[-1]
 
@@ -190,7 +193,7 @@ class GcpProvider(Provider):
         self.op_timeout_s = op_timeout_s
         self._clients: dict[str, object] = {}
         self._project: str | None = None
-        self._placements: dict[tuple[str, str], _Placement] = {}
+        self._placements: dict[tuple[str, str], list[_Placement]] = {}
         self._zones: dict[str, list[str]] = {}
 
     # --- credentials and clients ---------------------------------------------------------
@@ -326,12 +329,22 @@ class GcpProvider(Provider):
         message = _first_line(getattr(exc, "message", None) or exc)
         joined = " ".join(codes).upper()
         if "QUOTA" in joined or "quota" in message.lower() and isinstance(exc, gx.Forbidden | gx.TooManyRequests):
+            # GCE names the metric ("Quota 'NVIDIA_T4_GPUS' exceeded. Limit: 0.0 in region X."): say how to raise it
+            said = " ".join([message, *(str(getattr(e, "message", None) or (e.get("message") if isinstance(e, dict) else "")
+                                             or "") for e in (exc.errors or []))])
+            metric = re.search(r"Quota '([A-Z0-9_]+)' exceeded", said)
+            where = re.search(r"in region ([a-z0-9-]+)", said)
+            if metric:
+                how = self.how_to_raise(where.group(1) if where else _ZONE_TAIL.sub("", region), metric.group(1))
+                return QuotaExceeded(f"GCP quota {metric.group(1)} exceeded while trying to {what}; "
+                                     f"{how.replace(NEW_LIMIT, 'what the fleet needs')}", quota=metric.group(1))
             return QuotaExceeded(
                 f"GCP quota exceeded while trying to {what}: {message}; raise it: Google Cloud console > IAM & Admin > "
                 f"Quotas & System Limits (filter the metric and region), `gpuplan check gcp` shows each tier")
         if "RESOURCE_POOL_EXHAUSTED" in joined or "STOCKOUT" in joined or "resources available" in message.lower():
+            code = next((c for c in codes if "EXHAUSTED" in c.upper() or "STOCKOUT" in c.upper()), codes[0] if codes else "")
             return CapacityUnavailable(f"GCP has no capacity for {size or 'this size'} in {region or 'this zone'} right now "
-                                       f"({codes[0] if codes else 'stockout'}); retry later or pick another region")
+                                       f"({code or 'stockout'}); retry later or pick another region", code=code)
         if isinstance(exc, gx.Unauthorized):
             return AuthMissing(f"Google refused the credentials while trying to {what} ({message}); "
                                "run `gcloud auth application-default login` again")
@@ -384,6 +397,10 @@ class GcpProvider(Provider):
 
     def _placement(self, where: str, size: str) -> _Placement:
         """The zone and shape of `size` in `where` (a region: its first zone that offers it)."""
+        return self._placements_in(where, size)[0]
+
+    def _placements_in(self, where: str, size: str) -> list[_Placement]:
+        """The zone and shape of `size` in each zone of `where` that offers it (a zone: that one)."""
         key = (where, size)
         if key in self._placements:
             return self._placements[key]
@@ -392,6 +409,7 @@ class GcpProvider(Provider):
         machine, acc, count = parse_size(size)
         region, zone = self._region_zone(where)
         zones = [zone] if zone else self._region_zones(region)
+        found: list[_Placement] = []
         for z in zones:
             with self._gce(f"read machine type {machine} in {z}", size, region):
                 try:
@@ -407,12 +425,20 @@ class GcpProvider(Provider):
                 raise UsageError(f"GCP attaches GPUs to N1 machine types only; {machine} cannot take +{acc}")
             accelerator, gpus = (acc, count) if acc else (
                 (built_in[0].guest_accelerator_type, int(built_in[0].guest_accelerator_count)) if built_in else ("", 0))
-            placed = _Placement(z, machine, int(mt.guest_cpus), accelerator, gpus, bool(acc))
-            self._placements[key] = placed
-            return placed
-        what = f"{machine} with {acc}" if acc else machine
-        raise UsageError(f"GCP size {what} is not offered in {where} (zones {', '.join(zones)}): check the name or "
-                         "pick another region")
+            found.append(_Placement(z, machine, int(mt.guest_cpus), accelerator, gpus, bool(acc)))
+        if not found:
+            what = f"{machine} with {acc}" if acc else machine
+            raise UsageError(f"GCP size {what} is not offered in {where} (zones {', '.join(zones)}): check the name "
+                             "or pick another region")
+        self._placements[key] = found
+        return found
+
+    def zones(self, region: str, size: str) -> list[str]:
+        """The region's zones that offer the machine type and its GPUs, in name order; [] where a
+        zone is named (the region given as a zone, or config `zone`): then that one alone."""
+        if self._region_zone(region)[1]:
+            return []
+        return [p.zone for p in self._placements_in(region, size)]
 
     def vcpus(self, region: str, size: str) -> int:
         return self._placement(region, size).vcpus
@@ -509,7 +535,9 @@ class GcpProvider(Provider):
         any is awaited. On a failure what was made stays (labelled) and the first error is raised."""
         from google.cloud import compute_v1
 
-        placed = self._placement(spec.region, spec.size)
+        placed = next((p for p in self._placements_in(spec.region, spec.size) if p.zone == spec.zone), None) if (
+            spec.zone) else None
+        placed = placed or self._placement(spec.zone or spec.region, spec.size)
         reg, _ = self._region_zone(spec.region)
         self._firewalls(spec)
         image = self._source_image(spec.image)
@@ -519,7 +547,7 @@ class GcpProvider(Provider):
             for node in names:
                 body = self._instance_body(spec, node, placed, image, compute_v1)
                 ops.append((node, client.insert(project=self.project(), zone=placed.zone, instance_resource=body)))
-        self._wait(ops, "create instance", spec.size, reg)
+        self._wait(ops, "create instance", spec.size, placed.zone)
         have = self.machines(reg, tagging.identity(spec.tags))
         return [have[n] for n in names if n in have]
 

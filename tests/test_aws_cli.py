@@ -66,11 +66,12 @@ def test_provision_status_teardown(aws, cli):
 def test_failed_create_is_rolled_back(aws, cli):
     from gpuplan.fleet import provider as registry
     from gpuplan.providers.aws import AwsProvider
-    from support.aws_moto import fail_nth_call
+    from support.aws_moto import refuse_in_zones
 
-    def factory(conf):
+    def factory(conf):  # the first zone grants two of four, every other zone none (issue 44)
         prov = AwsProvider(conf)
-        fail_nth_call(prov, "RunInstances", n=3)
+        zones = prov.zones(REGION, "g4dn.xlarge")
+        refuse_in_zones(prov, "g4dn.xlarge", {z: 2 if z == zones[0] else 0 for z in zones})
         return prov
 
     registry.override("aws", factory)
@@ -80,7 +81,41 @@ def test_failed_create_is_rolled_back(aws, cli):
         registry.override("aws", None)
     assert r.code == 3
     assert "InsufficientInstanceCapacity" in r.err and "Traceback" not in r.err
-    assert "removed" in r.err
+    assert "removed" in r.err and "every zone of us-east-1 refused" in r.err
+    assert aws.held() == {}
+
+
+def test_a_type_refused_in_two_zones_is_bought_in_a_third_journaled_and_torn_down(aws, cli, gpuplan_home):
+    from gpuplan.fleet import provider as registry
+    from gpuplan.providers.aws import AwsProvider
+    from gpuplan.store.state import State
+    from support.aws_moto import refuse_in_zones
+
+    def factory(conf):
+        prov = AwsProvider(conf)
+        refuse_in_zones(prov, "g4dn.xlarge", {"us-east-1a": 0, "us-east-1b": 1})
+        return prov
+
+    registry.override("aws", factory)
+    try:
+        r = cli("provision", "--yes", "aws:g4dn.xlarge", "x4", "--name", "e2e", "--no-bootstrap")
+    finally:
+        registry.override("aws", None)
+    assert r.code == 0, r.err
+    assert "us-east-1a: no g4dn.xlarge capacity (InsufficientInstanceCapacity); trying us-east-1b" in r.err
+    assert ("us-east-1b: 1 of 4 g4dn.xlarge granted, no capacity for 3 more (InsufficientInstanceCapacity); "
+            "trying us-east-1c for 3") in r.err
+    live = instances(aws.ec2())
+    assert sorted(i["Placement"]["AvailabilityZone"] for i in live) == ["us-east-1b"] + ["us-east-1c"] * 3
+    tags = [{t["Key"]: t["Value"] for t in i["Tags"]} for i in live]
+    assert sorted(t["gpuplan-node"] for t in tags) == ["e2e-0", "e2e-1", "e2e-2", "e2e-3"]
+    assert all(t["gpuplan-cluster"] == "e2e" and t["gpuplan-owner"] == OWNER for t in tags)
+    state = State(gpuplan_home / "state" / "state.db")
+    refused = [(j.target, j.phase) for j in state.journal("e2e") if j.op == "zone-refused"]
+    assert refused == [("us-east-1a", "failed"), ("us-east-1b", "failed")]
+    assert {n.provider_id for n in state.nodes("e2e")} == {i["InstanceId"] for i in live}
+    r = cli("teardown", "--yes", "e2e")
+    assert r.code == 0, r.err
     assert aws.held() == {}
 
 

@@ -4,6 +4,7 @@ the Service Quotas API moto does not implement."""
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -160,8 +161,8 @@ def test_idle_stop_makes_a_guest_shutdown_terminate_without_a_ttl(moto_aws):
 def test_third_of_four_launches_failing_leaves_three_found_and_removed(moto_aws):
     prov = moto_aws.provider({"max_workers": "1"})  # one at a time, so "the 3rd" is demo-2
     calls = fail_nth_call(prov, "RunInstances", n=3)
-    with pytest.raises(CapacityUnavailable) as err:
-        prov.create(spec(), NAMES)
+    with pytest.raises(CapacityUnavailable) as err:  # a pinned zone is asked once (no next zone: test_zone_failover)
+        prov.create(replace(spec(), zone="us-east-1a"), NAMES)
     assert "InsufficientInstanceCapacity" in str(err.value) and "\n" not in str(err.value)
     assert len(calls) == 4
     found = prov.list(REGION, {"gpuplan-cluster": "demo"})
@@ -174,7 +175,7 @@ def test_concurrent_launch_failure_still_reports_the_others(moto_aws):
     prov = moto_aws.provider()
     fail_nth_call(prov, "RunInstances", n=3)
     with pytest.raises(CapacityUnavailable):
-        prov.create(spec(), NAMES)
+        prov.create(replace(spec(), zone="us-east-1a"), NAMES)  # pinned: no next zone
     found = prov.list(REGION, {"gpuplan-cluster": "demo"})
     assert kinds(found)["instance"] == 3
     # resuming creates only the missing one
@@ -196,7 +197,7 @@ def test_aws_errors_become_gpuplan_errors(moto_aws, code, error, words):
     prov = moto_aws.provider()
     fail_nth_call(prov, "RunInstances", n=1, code=code, message="boom")
     with pytest.raises(error) as err:
-        prov.create(spec(["demo-0"]), ["demo-0"])
+        prov.create(replace(spec(["demo-0"]), zone="us-east-1a"), ["demo-0"])  # pinned: no next zone
     assert type(err.value) is error
     text = str(err.value)
     assert all(w in text for w in words) and "\n" not in text

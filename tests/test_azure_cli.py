@@ -59,10 +59,24 @@ def test_provision_status_teardown(fake, cli, monkeypatch):
 
 
 def test_failed_create_is_rolled_back(fake, cli):
-    fake.fail_vm_put_at = 3
+    fake.fail_vm_put_at = 3  # zone 1 grants two, then no capacity; zones 2 and 3 have none (issue 44)
+    fake.stockouts = {("standard_nc4as_t4_v3", "2"): 0, ("standard_nc4as_t4_v3", "3"): 0}
     r = cli("provision", "--yes", "azure:e2e-t4", "x4", "--name", "e2e", "--no-bootstrap")
     assert r.code == 3
     assert "AllocationFailed" in r.err and "Traceback" not in r.err
+    assert "every zone of westus2 refused: 1, 2, 3" in r.err
+    assert fake.held() == []
+
+
+def test_a_size_refused_in_two_zones_is_bought_in_the_third_each_refusal_one_line(fake, cli):
+    fake.stockouts = {("standard_nc4as_t4_v3", "1"): 0, ("standard_nc4as_t4_v3", "2"): 0}
+    r = cli("provision", "--yes", "azure:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert "1: no Standard_NC4as_T4_v3 capacity (ZonalAllocationFailed); trying 2" in r.err
+    assert "2: no Standard_NC4as_T4_v3 capacity (ZonalAllocationFailed); trying 3" in r.err
+    assert {vm.get("zones", [None])[0] for vm in fake.held_of("Microsoft.Compute/virtualMachines")} == {"3"}
+    r = cli("teardown", "--yes", "e2e")
+    assert r.code == 0, r.err
     assert fake.held() == []
 
 

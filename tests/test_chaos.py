@@ -42,3 +42,16 @@ def test_gcp_chaos_cycles_leak_nothing_and_agree():
     assert report.leaks == [], lines
     assert report.disagreements == [], lines
     assert report.unexpected == [], lines
+
+
+def test_the_issue_44_refusals_leak_nothing_and_agree(moto_aws):  # noqa: F811
+    """A 4-machine fleet whose first zone grants some, then refuses (the rest bought in the next
+    zone), and the same with every zone refusing (rolled back): on moto and on the GCP fake."""
+    for provider in ("aws", "gcp"):
+        lines: list[str] = []
+        kinds = ["refuse-zone", "refuse-all"]
+        report = chaos.run(cycles=2, seed=44, log=lines.append, scenarios=kinds, provider=provider)
+        assert report.cycles == 2 and sorted(report.by_scenario) == sorted(kinds)
+        assert report.leaks == [], lines
+        assert report.disagreements == [], lines
+        assert report.unexpected == [], lines

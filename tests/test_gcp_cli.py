@@ -66,10 +66,24 @@ def test_provision_status_teardown(fake, cli, monkeypatch):
 
 
 def test_failed_create_is_rolled_back(fake, cli):
-    fake.fail_insert_at = 2
+    fake.fail_insert_at = 2  # -a grants one, then no capacity; -c (the other T4 zone) has none (issue 44)
+    fake.stockouts = {"asia-northeast1-c": 0}
     r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
     assert r.code == 3, r.err
     assert "ZONE_RESOURCE_POOL_EXHAUSTED" in r.err and "Traceback" not in r.err
+    assert "every zone of asia-northeast1 refused: asia-northeast1-a, asia-northeast1-c" in r.err
+    assert fake.held() == []
+
+
+def test_a_partial_grant_is_kept_and_the_rest_bought_in_the_next_zone(fake, cli):
+    fake.stockouts = {"asia-northeast1-a": 1}
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert ("asia-northeast1-a: 1 of 2 n1-standard-4+nvidia-tesla-t4 granted, no capacity for 1 more "
+            "(ZONE_RESOURCE_POOL_EXHAUSTED); trying asia-northeast1-c for 1") in r.err
+    assert sorted(z for z, _ in fake.instances) == ["asia-northeast1-a", "asia-northeast1-c"]
+    r = cli("teardown", "--yes", "e2e")
+    assert r.code == 0, r.err
     assert fake.held() == []
 
 

@@ -967,7 +967,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
                   deadline: str | None = None, objective: str = "balanced", cost_slack: str = "3%",
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
                   release: str = "when-done", spot: bool = False, tax: str = "included", providers: tuple[str, ...] = (),
-                  offers: tuple[str, ...] = (), strict: bool = False, unknown_as: str = ""):
+                  offers: tuple[str, ...] = (), strict: bool = False, unknown_as: str = "",
+                  max_yen_per_hour: str | Decimal | None = None, without: tuple[str, ...] = ()):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
@@ -975,7 +976,10 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     (market/tax.py: "included" by default, what a Japanese company pays; "excluded"). `strict`:
     the deadline is met only where a plan's wall range's slow end meets it. `unknown_as`: how rows
     whose source does not say their tax basis are read ("": tax.ASSUMED_UNKNOWN, then planned on
-    the other reading too, and a note says whether the pick depends on it)."""
+    the other reading too, and a note says whether the pick depends on it). `max_yen_per_hour`:
+    plans whose fleet costs more an hour (on the `tax` basis) are left out (MAX_YEN_PER_HOUR).
+    `without`: offers ("provider:name@region", either market) left out: a launch's next plan
+    after every zone refused them (run/failover.py)."""
     from gpuplan.market import catalog
     from gpuplan.market import tax as taxes
     from gpuplan.planning import optimizer, workloads
@@ -983,6 +987,9 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     from gpuplan.units import parse_duration
 
     deadline_s = parse_duration(deadline, "--deadline") if deadline else None
+    from gpuplan.run.failover import parse_rate_cap
+
+    rate_cap = parse_rate_cap(max_yen_per_hour)
     if strict and deadline_s is None:
         raise UsageError("--strict judges --deadline on each plan's wall range's slow end: give --deadline too")
     quotas = parse_quotas(quota or [])
@@ -995,7 +1002,7 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     basis = taxes.parse(tax)
     again = dict(work=work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
                  cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot, tax=tax,
-                 providers=providers, offers=offers, strict=strict)
+                 providers=providers, offers=offers, strict=strict, max_yen_per_hour=max_yen_per_hour, without=without)
     first = not unknown_as
     unknown_as = unknown_as or taxes.ASSUMED_UNKNOWN
     cat, japan_notes = _japan(cat, region, as_of, basis, unknown_as)
@@ -1015,6 +1022,10 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         if not cat.offers:
             raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
                              f" catalog {cat.snapshot}; see `gpuplan catalog`")
+    if without:  # issue 44: offers every zone of their region refused, for a launch's next plan
+        from dataclasses import replace as with_offers
+
+        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key.split("#")[0] not in without))
     if offers:  # one offer alone (a probe's plan); the inventory's other hosts are not planned
         from dataclasses import replace as with_offers
 
@@ -1032,7 +1043,7 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     setting = Setting(
         catalog=cat, as_of_month=(as_of or "").strip(), quotas=quotas, deadline_s=deadline_s, strict_deadline=strict,
         release=release, measured_setup=_measured_setup(state, cat), measured_engine=_measured_engine(state, cat),
-        owned=tuple(owned), owned_count=owned_count, spot=spot,
+        owned=tuple(owned), owned_count=owned_count, spot=spot, max_yen_per_hour=rate_cap,
     )
     if owned:
         known = {n.lower() for o in cat.offers if o.kind in ("owned", "monthly") for n in (o.name, *o.aliases)}
@@ -1058,7 +1069,10 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     if first and any(o.tax_assumed and o.price is not None for o in cat.offers):
         other_reading = "included" if unknown_as == "excluded" else "excluded"
         japan_notes["tax basis"] = _basis_note(est, plan_estimate(**again, unknown_as=other_reading), cat)
-    return replace(est, extra={**est.extra, **japan_notes}, tax=basis)
+    from gpuplan.fleet import refusals
+
+    refused = {f"refused {i + 1}": r.line() for i, r in enumerate(refusals.recent())} if not as_of else {}
+    return replace(est, extra={**est.extra, **japan_notes, **refused}, tax=basis)
 
 
 def tax_basis(value: str | None) -> str:
@@ -1092,6 +1106,7 @@ def register(app: typer.Typer) -> None:
         plot: Annotated[Optional[Path], typer.Option(metavar="FILE.svg|png", help="Draw cost against wall time for every plan and the pick's timeline into an .svg or .png (needs gpuplan[plot]).")] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
         schedules: Annotated[bool, typer.Option("--schedules", help="With --format json, list every plan's machines with their jobs (by default only the recommendation's).")] = False,
+        max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Leave out plans whose fleet costs more than this many yen an hour (on the --tax basis), such as 1500.")] = None,
         tax: Annotated[str, typer.Option("--tax", metavar="included|excluded", callback=tax_basis, help="The one tax basis every yen is compared and shown on: included (the default: Japan's 10 % consumption tax on every provider, what a Japanese company pays; prices listed without it x 1.1) or excluded (prices listed with it / 1.1).")] = "included",
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
@@ -1115,7 +1130,7 @@ def register(app: typer.Typer) -> None:
             work = workloads.apply_profile(work, profile)
         est = plan_estimate(work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
                             cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot,
-                            tax=tax, strict=strict)
+                            tax=tax, strict=strict, max_yen_per_hour=max_yen_per_hour)
         if save is not None and est.recommended is not None:
             save_plan(est, save)
             print(f"plan saved to {save}: {next_step(est.recommended, save)}", file=sys.stderr)
@@ -1154,14 +1169,15 @@ def as_of_note(as_of: str | None, cat) -> str | None:
             "(`gpuplan catalog refresh` fetches today's)")
 
 
-def plan_batch(batch, work):
+def plan_batch(batch, work, without: tuple[str, ...] = ()):
     """The estimate for a batch: its workload on its infra, region, deadline, objective, spot and
-    tax basis, as `estimate` plans it."""
+    tax basis, as `estimate` plans it (`without`: offers left out, see plan_estimate)."""
     from gpuplan.run import launcher
 
     return plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
                                       objective=batch.objective, spot=batch.spot, tax=batch.tax,
-                                      providers=launcher.infra_providers(batch.infra))
+                                      providers=launcher.infra_providers(batch.infra),
+                                      max_yen_per_hour=batch.max_yen_per_hour, without=without)
 
 
 def show_plan(est, title: str = ""):

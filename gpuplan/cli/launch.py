@@ -26,6 +26,7 @@ def launch(
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="The latest acceptable wall time (3h, 90m).", metavar="DURATION")] = None,
     max_yen: Annotated[Optional[str], typer.Option("--max-yen", help="Stop the batch before it spends more than this (plan refused if its estimate is over).", metavar="YEN")] = None,
+    max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", help="Leave out plans whose fleet costs more than this many yen an hour (a saved plan over it is refused).", metavar="YEN")] = None,
     outputs: Annotated[Optional[Path], typer.Option("--outputs", help="Where the items' outputs are fetched to (default outputs/NAME).", metavar="DIR")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="The cluster's name (default: the batch file's).", metavar="NAME")] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every item (repeatable).", metavar="KEY=VALUE")] = None,
@@ -59,13 +60,14 @@ def launch(
         _resume(resume, keep, detach, yes)
         return
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
-                 "objective": objective, "deadline": deadline, "max_yen": max_yen, "outputs": outputs, "name": name,
+                 "objective": objective, "deadline": deadline, "max_yen": max_yen, "max_yen_per_hour": max_yen_per_hour, "outputs": outputs, "name": name,
                  "env": env, "command": list(command) if command else None,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     batch = batchfile.read(batch_file, overrides)
     todo_items = runner.read_items(batch.items)
     out = _console()
     saved = plan is None  # the plan is this command's own file (removed if the launch is refused)
+    work = None  # the workload planned here: a refused pick may fall over to the next plan (issue 44)
     if plan is None:
         from gpuplan.cli import estimate as estimate_cli
 
@@ -92,6 +94,9 @@ def launch(
             pick = launcher.pick_of(plan, batch.region or None, batch.tax)
             launcher.refuse_over_cap(pick, batch.max_yen)
             launcher.check_playbooks(pick, batch)
+            from gpuplan.run import failover
+
+            failover.refuse_over_rate([(pick.offer, pick.count)], batch.max_yen_per_hour, batch.tax)
             if dry_run:
                 from gpuplan import paths
 
@@ -122,13 +127,15 @@ def launch(
         if dry_run:
             _print_lines(out, lines + ["dry run: nothing was created"])
             return
-        _launch(state, pick, batch, cluster, lines, plan, todo_items, outputs_dir, yes, detach, keep)
+        _launch(state, pick, batch, cluster, lines, plan, todo_items, outputs_dir, yes, detach, keep,
+                work if saved else None)
 
 
 def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo_items, outputs_dir: Path, yes: bool,
-            detach: bool, keep: bool) -> None:
+            detach: bool, keep: bool, work) -> None:
     """A launch past its checks that need nothing but its files: preflight, the question, the
-    build and the batch, under the cluster name's lock."""
+    build and the batch, under the cluster name's lock (`work`: the workload this command
+    planned, for the next plan where the pick is refused; None: a saved plan, launched as it is)."""
     from gpuplan.cli.jobs import _console, _progress
     from gpuplan.cli.lifecycle import _confirm
     from gpuplan.run import backends, launcher
@@ -139,7 +146,8 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = runner.run_order(todo_items, runner.read_plan(plan))
-    job = launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), keep=keep)
+    job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan, work, yes, keep)
+    pick = launcher.pick_of(plan, batch.region or None, batch.tax)  # the next plan's, where the first was refused
     where = backends.job_row(state, job).cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
@@ -148,6 +156,42 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
                   f" `gpuplan launch --resume {job}` follows it, fetches its outputs and tears down", markup=False)
         return
     _finish(state, job, keep, yes)
+
+
+def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
+                   keep: bool = False) -> str:
+    """launcher.start; where every zone of the pick's region refused it and the launch planned the
+    batch itself, the next plan without the refused offer (run/failover.py), saved over the plan."""
+    from gpuplan.run import failover, launcher
+    from gpuplan.run.ray import runner
+
+    if work is None:  # a saved plan (--plan) is launched as it is
+        return launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, progress, keep=keep)
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli.lifecycle import _confirm
+
+    orders = {id(pick): (order, todo)}
+
+    def replan():
+        est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch)
+        if rec is None:
+            return None
+        estimate_cli.save_plan(est, plan)
+        nxt = launcher.pick_of(plan, batch.region or None, batch.tax)
+        launcher.refuse_over_cap(nxt, batch.max_yen)
+        orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),
+                           runner.run_order([item for _, item in todo], runner.read_plan(plan))[0])
+        return nxt
+
+    def start(p):
+        o, t = orders[id(p)]
+        return launcher.start(state, p, batch, cluster, o, t, outputs_dir, progress, keep=keep)
+
+    def ask(p):
+        _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
+                 default=True)
+
+    return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask)
 
 
 def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:

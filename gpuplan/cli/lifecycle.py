@@ -165,6 +165,7 @@ def provision(
     ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The cloud itself stops/releases the machines after this long (4h, 90m).")] = None,
     idle: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Each machine stops and releases itself after this long with no batch running (30m); AWS and Sakura.")] = None,
     spot: Annotated[bool, typer.Option("--spot", help="Ask for spot/low-priority capacity where the provider has it.")] = False,
+    max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Refuse, before anything is made, machines that together cost more than this many yen an hour (tax included).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be created and its yen per hour; create nothing.")] = False,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Do not run the setup playbooks after creating.")] = False,
     playbook: Annotated[Optional[list[str]], typer.Option(metavar="PLAYBOOK", help="Playbooks to run after creating (default: the standard GPU stack).")] = None,
@@ -183,6 +184,11 @@ def provision(
                                  idle=idle, playbooks=tuple(playbook or ()), bootstrap=not no_bootstrap,
                                  ssh_from=ssh_from)
     o = preflight.provision(ask, dry_run=dry_run, yes=yes, interactive=sys.stdin is not None and sys.stdin.isatty())
+    if max_yen_per_hour is not None:  # issue 44: a ceiling on the rate, judged tax included as the estimate's
+        from gpuplan.run import failover
+
+        failover.refuse_over_rate([(o.offer, o.request.count), *zip(o.more, (r.count for r in o.request.more))],
+                                  failover.parse_rate_cap(max_yen_per_hour), what="the machines")
     _say_mapped(o)
     if dry_run:
         lines = _create_lines(o) + [f"  {n}" for n in provision.dry_run_notes(o)]

@@ -29,7 +29,7 @@ from gpuplan.errors import Busy, GpuplanError, NotFound, ProviderError, RetiredT
 from gpuplan.fleet import locks
 from gpuplan.fleet import provider as providers
 from gpuplan.fleet import tags as tagging
-from gpuplan.fleet.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource
+from gpuplan.fleet.provider import Instance, NodeSpec, Provider, QuotaUsage, Resource, ZoneRefusal
 from gpuplan.fleet.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_INSTALLATION, TAG_NODE, TAG_OWNER
 from gpuplan.hosts import keys
 from gpuplan.market.billing import Terms, terms_for
@@ -354,7 +354,11 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
                 state.update_node(req.name, n, status="creating")
             with state.journaled("create-nodes", ",".join(part_names), req.name,
                                  f"{req.provider}:{part.size}@{req.region}"):
-                instances = prov.create(spec, part_names)
+                prov.on_refusal = _refusal_noted(state, req.name, progress)
+                try:
+                    instances = prov.create(spec, part_names)
+                finally:  # this cluster's: not a later create's on the same provider object
+                    prov.on_refusal = None
             _record_instances(state, part, instances)
             made.append((part, instances))
         progress(f"waiting for {sum(len(i) for _, i in made)} machines to answer")
@@ -373,6 +377,20 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
         raise error from exc
     progress(f"cluster {req.name} ready")
     return state.cluster(req.name)
+
+
+def _refusal_noted(state: State, cluster: str, progress: Progress) -> Callable[[ZoneRefusal], None]:
+    """What create() does with a zone's refusal: a journal row (op zone-refused, target the zone),
+    then its one line."""
+    from gpuplan.fleet import refusals
+
+    def noted(r: ZoneRefusal) -> None:
+        entry = state.journal_intent("zone-refused", r.zone, cluster, refusals.journal_detail(r))
+        state.journal_outcome(entry, False)
+        refusals.remember(r)  # the region's last zone: the next estimate says so (issue 44)
+        progress(refusals.render(r))
+
+    return noted
 
 
 def _after_failed_create(

@@ -27,15 +27,15 @@ import enum
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from gpuplan.errors import ProviderError, QuotaExceeded, UsageError
+from gpuplan.errors import CapacityUnavailable, ProviderError, QuotaExceeded, UsageError
 from gpuplan.fleet import tags as tagging
 from gpuplan.fleet.tags import TAG_CLUSTER, TAG_CREATED, TAG_IMAGE, TAG_NODE, TAG_OWNER
 
 __all__ = ["TAG_CLUSTER", "TAG_CREATED", "TAG_IMAGE", "TAG_NODE", "TAG_OWNER", "Feature", "HostKey", "Image",
-           "Instance", "NEW_LIMIT", "NodeSpec", "Provider", "QuotaUsage", "Resource", "available", "get",
-           "missing_extra", "override"]
+           "Instance", "NEW_LIMIT", "NodeSpec", "Provider", "QuotaUsage", "Resource", "ZoneRefusal", "available",
+           "get", "missing_extra", "override"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,25 @@ class NodeSpec:
     # vCPUs of one machine as the catalog row states them; counted against quota where the
     # cloud's own API does not describe the size. None: only the cloud's answer counts.
     vcpus: int | None = None
+    # The zone to launch in (set by create() as it tries the region's zones in turn); None: the
+    # provider's own choice in the region.
+    zone: str | None = None
+
+
+@dataclass(frozen=True)
+class ZoneRefusal:
+    """One zone's "no capacity" as create() met it, as a value (the CLI words it, the journal
+    keeps it): how many of the machines asked for there it granted before it refused, and the
+    zone asked next (None: none left in the region)."""
+
+    provider: str
+    region: str
+    zone: str
+    size: str
+    asked: int
+    granted: int
+    code: str  # the cloud's own word: InsufficientInstanceCapacity, ZonalAllocationFailed, ...
+    next_zone: str | None
 
 
 @dataclass(frozen=True)
@@ -169,6 +188,9 @@ class Provider(ABC):
     # Host keys gpuplan has pinned, "address:port" -> "ssh-ed25519 AAAA...": the lifecycle hands
     # them over (use_known_hosts) before any call, since a provider never reads the state itself.
     known_hosts: Mapping[str, str] = {}
+    # Where create() reports each zone's refusal when no `on_refusal` is passed to it: the
+    # lifecycle hands over its own (journal row and line) before the create, as with known_hosts.
+    on_refusal: Callable[[ZoneRefusal], None] | None = None
 
     # --- the steps every provider shares -------------------------------------------------
 
@@ -220,23 +242,67 @@ class Provider(ABC):
                 )
         return (need if any(t.unit == "vCPUs" for t in tiers) else count), tiers
 
-    def create(self, spec: NodeSpec, names: Sequence[str]) -> list[Instance]:
+    def create(self, spec: NodeSpec, names: Sequence[str],
+               on_refusal: Callable[[ZoneRefusal], None] | None = None) -> list[Instance]:
         """Make sure one machine per name exists, plus any shared per-cluster resources.
 
         Idempotent: a name already found by tag is returned, not created again; only the
-        shortfall is checked against quota and launched. Raises UsageError for a feature the
-        provider lacks, QuotaExceeded, CapacityUnavailable, AuthMissing or ProviderError. On a
-        partial failure the machines that were made stay tagged for teardown.
+        shortfall is checked against quota and launched. Zones first: where the provider names
+        the region's zones (`zones`), a zone that has no capacity is reported to `on_refusal`
+        and the machines it did not grant are asked of the next zone; what it granted stays
+        (a partial grant is kept). A quota refusal is not retried in another zone (a regional
+        quota is the same there). Raises UsageError for a feature the provider lacks,
+        QuotaExceeded, CapacityUnavailable (every zone refused; its `refusals` say how),
+        AuthMissing or ProviderError. On a partial failure the machines that were made stay
+        tagged for teardown.
         """
         self.check_features(spot=spec.spot, ttl_s=spec.ttl_s)
-        have = {n: i for n, i in self.machines(spec.region, tagging.identity(spec.tags)).items() if n in names}
+        on_refusal = on_refusal or self.on_refusal
+        match = tagging.identity(spec.tags)
+        have = {n: i for n, i in self.machines(spec.region, match).items() if n in names}
         missing = [n for n in names if n not in have]
         if missing:  # what exists already counts in the quota's `used`
             self.check_quota(spec.region, spec.size, len(missing), spot=spec.spot, vcpus=spec.vcpus)
-        todo = [n for n in names if n not in have or self.unfinished(have[n])]
-        if todo:
-            have.update((i.name, i) for i in self.launch(spec, todo))
+
+        def todo() -> list[str]:
+            return [n for n in names if n not in have or self.unfinished(have[n])]
+
+        if not todo():
+            return [have[n] for n in names if n in have]
+        zones: list[str | None] = [spec.zone] if spec.zone else list(self.zones(spec.region, spec.size)) or [None]
+        refused: list[ZoneRefusal] = []
+        for i, zone in enumerate(zones):
+            asked = todo()
+            try:
+                have.update((inst.name, inst) for inst in self.launch(replace(spec, zone=zone), asked))
+                break
+            except CapacityUnavailable as exc:
+                if zone is None:  # the provider places machines itself: nothing to try next
+                    raise
+                have = {n: m for n, m in self.machines(spec.region, match).items() if n in names}
+                left = todo()
+                nxt = zones[i + 1] if i + 1 < len(zones) else None
+                refusal = ZoneRefusal(self.name, spec.region, zone, spec.size, len(asked), len(asked) - len(left),
+                                      exc.code, nxt if left else None)
+                refused.append(refusal)
+                if on_refusal is not None:
+                    on_refusal(refusal)
+                if not left:
+                    break
+                if nxt is None:
+                    tried = ", ".join(r.zone for r in refused)
+                    got = sum(r.granted for r in refused)
+                    kept = f"; {got} of {len(names)} machines were granted and are kept" if got else ""
+                    raise CapacityUnavailable(
+                        f"{exc} (every zone of {spec.region} refused: {tried}{kept})", code=exc.code,
+                        refusals=tuple(refused)) from exc
         return [have[n] for n in names if n in have]
+
+    def zones(self, region: str, size: str) -> list[str]:
+        """The zones of `region` that offer `size`, in the order create() tries them (each passed
+        to launch as NodeSpec.zone). [] where the provider places machines itself or the user
+        pinned one (a subnet, a zone): then create() asks once."""
+        return []
 
     def wait_ready(self, region: str, ids: Sequence[str], timeout_s: float = 900) -> list[Instance]:
         """Block until every id is ready (`is_ready`: running with an address); return them in

@@ -94,6 +94,8 @@ class Setting:
     as_of_month: str = ""  # "YYYY-MM" the user planned for (default: the snapshot's)
     quotas: Quotas = field(default_factory=Quotas)
     deadline_s: int | None = None
+    # a ceiling on the fleet's rate (yen an hour, on the catalog's tax basis): plans over it are out
+    max_yen_per_hour: Decimal | None = None
     # --strict: a plan meets the deadline only if its wall range's slow end does (every GPU at its
     # speed band's low end, evidence.slow_wall), not its point estimate alone
     strict_deadline: bool = False
@@ -1087,6 +1089,9 @@ def make_plan(
         if judged > setting.deadline_s:
             slow = {"slow_end": True} if judged != wall else {}  # said: judged on the range (--strict)
             reasons.append(outcomes.of(Code.DEADLINE, wall_s=judged, deadline_s=setting.deadline_s, **slow))
+    over_rate = fleet_rate_over(fleet, setting.max_yen_per_hour)
+    if over_rate is not None:
+        reasons.append(over_rate)
     retiring = _retires_during(fleet, wall, setting)
     warned.extend(retiring)
     warned.extend(_past_task_limit(machines))
@@ -1206,6 +1211,17 @@ def terms(offer: Offer, workload: Workload, setting: Setting) -> billing.Terms:
     if offer.price_unit == "month" and offer.price is not None:
         return billing.terms_for(offer, month_price(offer, setting))
     return billing.terms_for(offer)
+
+
+def fleet_rate_over(fleet: Sequence[tuple[Offer, int]], cap: Decimal | None) -> Outcome | None:
+    """MAX_YEN_PER_HOUR where the fleet's machines together cost more an hour than `cap` (each
+    offer's hourly price, on the catalog's tax basis, times its count); None within it or uncapped."""
+    if cap is None:
+        return None
+    hourly = sum(((o.price_jpy_per_hour or Decimal(0)) * n for o, n in fleet), Decimal(0))
+    if hourly <= cap:
+        return None
+    return outcomes.of(Code.MAX_YEN_PER_HOUR, yen_per_hour=hourly, max_yen_per_hour=cap)
 
 
 def rate(offer: Offer, workload: Workload, setting: Setting) -> tuple[Decimal, int]:

@@ -22,6 +22,7 @@ class Code(str, Enum):
     """What excludes a plan (or an offer) or warns about it."""
 
     DEADLINE = "deadline"  # wall time past --deadline
+    MAX_YEN_PER_HOUR = "max_yen_per_hour"  # the fleet costs more an hour than --max-yen-per-hour
     QUOTA = "quota"  # over the user's total vCPU quota (--quota azure=20)
     FAMILY_QUOTA = "family_quota"  # over the user's quota of one family (--quota azure:NC=24)
     DEFAULT_QUOTA = "default_quota"  # warning: over the provider's default total quota
@@ -207,6 +208,8 @@ def _global_batch(f: Mapping[str, Any]) -> str:
 
 _WORDS: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.DEADLINE: _deadline,
+    Code.MAX_YEN_PER_HOUR: lambda f: (f"costs {fmt.yen(f['yen_per_hour'], 2)}/h, over max_yen_per_hour"
+                                      f" {fmt.yen(f['max_yen_per_hour'], 2)}/h"),
     Code.QUOTA: lambda f: (f"needs {f['vcpus']} vCPUs at once, over your {f['provider']} quota of {f['limit']}"
                            + (f" (read by gpuplan check on {f['read_at'][:10]})" if f.get("read_at") else "")),
     Code.FAMILY_QUOTA: lambda f: (f"needs {f['vcpus']} vCPUs of {f['family']}, over your quota"

@@ -214,6 +214,42 @@ def fail_nth_call(prov, operation: str, n: int, code: str = "InsufficientInstanc
     return calls
 
 
+CAPACITY_MESSAGE = ("We currently do not have sufficient {size} capacity in the Availability Zone you requested "
+                    "({zone}). Our system will be working on provisioning additional capacity. You can currently get "
+                    "{size} capacity by not specifying an Availability Zone in your request or choosing {others}.")
+
+
+def refuse_in_zones(prov, size: str, granted: dict[str, int], code: str = "InsufficientInstanceCapacity",
+                    region: str = REGION) -> dict[str, int]:
+    """Make RunInstances of `size` in each zone of `granted` succeed that many times, then fail
+    with `code` worded as EC2 words it (0: the zone refuses outright), before the call reaches
+    moto. A call with no zone counts as the region's first zone. Returns the calls per zone."""
+    from botocore.exceptions import ClientError
+
+    calls: dict[str, int] = {}
+    lock = threading.Lock()
+    zones = sorted(z["ZoneName"] for z in prov.client("ec2", region).describe_availability_zones()["AvailabilityZones"])
+
+    def hook(params, **_):
+        if params.get("InstanceType") != size:
+            return
+        zone = (params.get("Placement") or {}).get("AvailabilityZone") or zones[0]
+        with lock:
+            calls[zone] = calls.get(zone, 0) + 1
+            nth = calls[zone]
+        if zone in granted and nth > granted[zone]:
+            others = ", ".join(z for z in zones if z not in granted) or "another zone"
+            message = (CAPACITY_MESSAGE.format(size=size, zone=zone, others=others)
+                       if code.startswith("Insufficient") else "You have requested more vCPU capacity than your "
+                       "current vCPU limit of 0 allows for the instance bucket that the specified instance type "
+                       "belongs to. Please visit http://aws.amazon.com/contact-us/ec2-request to request an "
+                       "adjustment to this limit.")
+            raise ClientError({"Error": {"Code": code, "Message": message}}, "RunInstances")
+
+    prov.client("ec2", region).meta.events.register("before-parameter-build.ec2.RunInstances", hook)
+    return calls
+
+
 @pytest.fixture
 def moto_aws(monkeypatch, tmp_path) -> MotoAws:
     """A wiped moto with one registered Ubuntu-like AMI, and the environment pointed at it."""

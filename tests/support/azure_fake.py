@@ -10,6 +10,7 @@ naming the request, never a silent success. Ids are matched lower-cased; api-ver
 required but its value ignored (it differs per operation group).
 
 Failure switches: `fail_vm_put_at` (the Nth new-VM PUT, 1-based, answers `fail_vm_error`),
+`stockouts` (a size in a zone grants so many VMs, then answers 409 ZonalAllocationFailed),
 `limits` (per-family and "cores" vCPU quota, enforced at VM PUT like ARM's 409
 OperationNotAllowed), SKUs with a location restriction (answered with 409 SkuNotAvailable).
 """
@@ -104,6 +105,10 @@ class FakeARM(BaseAdapter):
     limits: dict = field(default_factory=lambda: {"cores": 20})  # quota name -> vCPU limit; families default to default_family_limit
     default_family_limit: int = 20
     fail_vm_put_at: int | None = None
+    # Zonal stockouts: (size lower-cased, zone) -> how many new VMs of the size the zone grants
+    # before it answers ZonalAllocationFailed, as ARM does (0: it refuses outright).
+    stockouts: dict = field(default_factory=dict)
+    zones: tuple = ("1", "2", "3")  # every region's availability zones, as the SKU list reports them
     fail_vm_error: tuple = (409, "AllocationFailed", "Allocation failed. We do not have sufficient capacity for the requested VM size in this region.")
 
     def __post_init__(self) -> None:
@@ -351,6 +356,8 @@ class FakeARM(BaseAdapter):
                 raise ArmError(400, "LocationRequired", "The location property is required for this definition.")
             res["location"] = body["location"]
             res["tags"] = body.get("tags") or {}
+            if body.get("zones"):
+                res["zones"] = list(body["zones"])
         headers: dict = {}
         if arm_type == "Microsoft.Network/virtualNetworks/subnets":
             parent = key.rsplit("/subnets/", 1)[0]
@@ -423,6 +430,18 @@ class FakeARM(BaseAdapter):
         self.vm_puts += 1
         if self.fail_vm_put_at is not None and self.vm_puts == self.fail_vm_put_at:
             raise ArmError(*self.fail_vm_error)
+        zones = body.get("zones") or []
+        if zones and zones[0] not in self.zones:
+            raise ArmError(400, "InvalidParameter", f"The requested zone {zones[0]!r} is not available in location '{body['location']}'.")
+        zone = zones[0] if zones else None
+        stock = (size.lower(), zone)
+        if stock in self.stockouts:
+            if self.stockouts[stock] <= 0:
+                raise ArmError(409, "ZonalAllocationFailed",
+                               f"Allocation failed. We do not have sufficient capacity for the requested VM size {size} "
+                               f"in this zone. Read more about improving likelihood of allocation success at "
+                               f"http://aka.ms/allocation-guidance")
+            self.stockouts[stock] -= 1
         used = self.usage(body["location"])
         for quota in _quotas_of(props, sku):
             limit = self.limit(quota)
@@ -600,7 +619,7 @@ class FakeARM(BaseAdapter):
             out.append({
                 "resourceType": "virtualMachines", "name": s.name, "tier": "Standard", "size": s.name.split("_", 1)[1],
                 "family": s.family, "locations": regions,
-                "locationInfo": [{"location": r, "zones": []} for r in regions],
+                "locationInfo": [{"location": r, "zones": list(self.zones)} for r in regions],
                 "capabilities": [{"name": "vCPUs", "value": str(s.vcpus)}, {"name": "GPUs", "value": str(s.gpus)}],
                 "restrictions": restrictions,
             })

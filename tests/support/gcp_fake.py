@@ -18,6 +18,7 @@ switches:
     fake.fail_insert_at = 3                   # the 3rd instance insert's operation fails ...
     fake.fail_error = ("ZONE_RESOURCE_POOL_EXHAUSTED", "The zone ... does not have enough resources ...", 503)
     fake.fail_next("firewalls.delete", 2)     # the 2nd firewall delete from now fails (its operation)
+    fake.stockouts["asia-northeast1-a"] = 2   # that zone grants 2 more inserts, then stocks out
     fake.new_project()                        # every GPU quota 0, as in a new project
     fake.quotas["asia-northeast1"]["NVIDIA_T4_GPUS"] = 2
 
@@ -103,6 +104,9 @@ class GceFake(FakeApiServer):
             "ZONE_RESOURCE_POOL_EXHAUSTED",
             "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.",
             503)
+        # Zonal stockouts: zone -> how many more instance inserts it grants before their operations
+        # fail with ZONE_RESOURCE_POOL_EXHAUSTED (0: it refuses outright).
+        self.stockouts: dict[str, int] = {}
         self.inserts = 0
         self.insert_bodies: list[dict] = []  # each instances.insert body as received, in order
         self._failing: dict[str, tuple[int, tuple[str, str, int]]] = {}  # kind -> (calls to go, error)
@@ -178,6 +182,7 @@ class GceFake(FakeApiServer):
         with self.lock:
             self._failing.clear()
             self.fail_insert_at = None
+            self.stockouts = {}
 
     def _failure(self, kind: str) -> tuple[str, str, int] | None:
         """The error this call of `kind` ends in, counting it against fail_next."""
@@ -386,6 +391,14 @@ class GceFake(FakeApiServer):
         fail = self._failure("instances.insert")
         if self.fail_insert_at == self.inserts:
             fail = self.fail_error
+        if zone in self.stockouts:
+            if self.stockouts[zone] <= 0:
+                fail = fail or (
+                    "ZONE_RESOURCE_POOL_EXHAUSTED",
+                    "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill "
+                    "the request.  Try a different zone, or try again later.", 503)
+            else:
+                self.stockouts[zone] -= 1
         vm = {"kind": "compute#instance", "id": str(next(self._ids)), "name": name, "zone": zone,
               "machineType": f"{self.root}/compute/v1/projects/{self.project}/zones/{zone}/machineTypes/{mt}",
               "status": "PROVISIONING", "labels": body.get("labels") or {}, "description": body.get("description", ""),

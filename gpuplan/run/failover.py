@@ -1,0 +1,102 @@
+"""When the cloud says no (issue 44): the price ceiling per hour a launch keeps, and what a
+launch does after every zone of its pick's region refused: `next_plan` plans the batch again
+without the offers refused (fleet/refusals.recent, remembered for an hour) and takes the
+recommendation by the same pick rule, within the batch's deadline (the planner's) and max_yen
+and max_yen_per_hour, or None where no plan is left.
+
+`max_yen_per_hour` is judged on the estimate's tax basis: the planner leaves plans over it out
+(planning/model.fleet_rate_over, outcome MAX_YEN_PER_HOUR); a saved plan launched or
+provisioned with the ceiling is refused here with the same words before anything is bought.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from gpuplan.errors import UsageError
+from gpuplan.planning import outcomes
+from gpuplan.planning.types import Offer
+
+
+def parse_rate_cap(value) -> Decimal | None:
+    """--max-yen-per-hour / a batch's max_yen_per_hour as yen (None: no ceiling); one line for a bad one."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, Decimal):
+        return value
+    from gpuplan.units import MAX_YEN, yen
+
+    amount = yen(value)
+    if amount is None:
+        raise UsageError(f"bad --max-yen-per-hour {value!r}: a number of yen an hour above 0 and at most {MAX_YEN:,},"
+                         " such as 1500")
+    return amount
+
+
+def over_rate(fleet: Sequence[tuple[Offer, int]], cap: Decimal | None, basis: str = "included") -> str:
+    """The words for a fleet whose machines cost more an hour than `cap` on the `basis`; "" within it."""
+    from gpuplan.market import catalog
+    from gpuplan.planning.model import fleet_rate_over
+
+    found = fleet_rate_over([(catalog.offer_with_tax(o, basis), n) for o, n in fleet], cap)
+    return outcomes.render(found) if found is not None else ""
+
+
+def refuse_over_rate(fleet: Sequence[tuple[Offer, int]], cap: Decimal | None, basis: str = "included",
+                     what: str = "the pick") -> None:
+    """One line, exit 2, before anything is bought: the fleet costs more an hour than the ceiling."""
+    said = over_rate(fleet, cap, basis)
+    if said:
+        machines = " + ".join(f"{n}x {o.provider}:{o.name}" for o, n in fleet)
+        raise UsageError(f"{what}, {machines}, {said}: raise max_yen_per_hour, or plan again within it "
+                         "(`gpuplan estimate ... --max-yen-per-hour`)")
+
+
+def without_refused() -> tuple[str, ...]:
+    """The offers ("provider:name@region") every zone of their region refused within the hour."""
+    from gpuplan.fleet import refusals
+
+    return tuple(f"{r.provider}:{r.size}@{r.region}" for r in refusals.recent())
+
+
+def next_plan(batch, work, plan_batch):
+    """The batch planned again without the refused offers by `plan_batch` (cli.estimate's, as the
+    launch planned it first): (the estimate, its pick) where the pick is within max_yen (its own
+    estimate) and the planner kept the deadline and max_yen_per_hour; (the estimate, None) where
+    nothing is left."""
+    est = plan_batch(batch, work, without=without_refused())
+    rec = est.recommended
+    if rec is None or (batch.max_yen is not None and rec.cost > batch.max_yen):
+        return est, None
+    return est, rec
+
+
+MAX_PLANS = 3  # a launch tries its pick and at most this many next plans
+
+
+def start_or_next(start, pick, replan, say, ask=None):
+    """`start(pick)` (the launch's build-and-submit; returns the job id); where every zone of the
+    pick's region refused it (CapacityUnavailable, remembered by then: fleet/refusals), the next
+    plan from `replan()` (a new pick, or None: nothing left within the cap, deadline and rate),
+    said in one line by `say`, asked about once by `ask(pick)` where given (no -y), and started in
+    turn; at most MAX_PLANS more. Raises the last refusal, with what was tried, where none is left."""
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.planning import fmt
+
+    tried: list[str] = []
+    while True:
+        try:
+            return start(pick)
+        except CapacityUnavailable as exc:
+            tried.append(f"{pick.count}x {pick.target}")
+            nxt = replan() if len(tried) <= MAX_PLANS else None
+            if nxt is None:
+                exc.args = (f"{exc}; no next plan within the batch's max_yen, max_yen_per_hour and deadline"
+                            f" (tried {', '.join(tried)})",)
+                raise
+            say(f"{pick.count}x {pick.target} refused in every zone of {pick.offer.region}; the next plan:"
+                f" {nxt.count}x {nxt.target} in {nxt.offer.region}, {fmt.yen(nxt.yen)}")
+            if ask is not None:
+                ask(nxt)
+            pick = nxt

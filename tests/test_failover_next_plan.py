@@ -1,0 +1,146 @@
+"""The next plan (issue 44 item 2, the planning half): an offer every zone of its region refused
+is remembered for an hour (fleet/refusals.py); the next estimate says it was refused and when,
+and a launch's next plan (run/failover.next_plan) is the batch planned again without it, by the
+same pick rule, within max_yen; none where nothing fits."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gpuplan.fleet import refusals
+from gpuplan.fleet.provider import ZoneRefusal
+
+
+def _batch(tmp_path, extra: str = ""):
+    from gpuplan import batchfile
+    from gpuplan.run import launcher
+
+    items = tmp_path / "items.txt"
+    items.write_text("".join(f"v{i}.mp4\n" for i in range(8)))
+    path = tmp_path / "b.yaml"
+    path.write_text(f"items: {items}\nworkload: colorize-hd\ncommand: echo {{item}}\ninfra: [aws, gcp]\n{extra}")
+    batch = batchfile.read(path, {})
+    return batch, launcher.workload_for(batch, [f"v{i}.mp4" for i in range(8)])
+
+
+def _refused_everywhere(offer, at=None):
+    r = ZoneRefusal(offer.provider, offer.region, offer.region + "-z", offer.name, 2, 0,
+                    "InsufficientInstanceCapacity", None)
+    refusals.remember(r, now=at)
+
+
+def test_a_refused_pick_is_left_out_of_the_next_plan_and_the_estimate_says_when(gpuplan_home, tmp_path):
+    from gpuplan.cli.estimate import plan_batch
+    from gpuplan.run import failover
+
+    batch, work = _batch(tmp_path)
+    first = plan_batch(batch, work).recommended
+    offer = first.fleet[0][0]
+    assert not any(k.startswith("refused") for k in plan_batch(batch, work).extra)
+
+    _refused_everywhere(offer)
+    est, pick = failover.next_plan(batch, work, plan_batch)
+    assert pick is not None
+    assert offer.key.split("#")[0] not in {o.key.split("#")[0] for o, _ in pick.fleet}
+    assert all(offer.key.split("#")[0] != o.key.split("#")[0] for p in est.plans for o, _ in p.fleet)
+    [said] = [v for k, v in est.extra.items() if k.startswith("refused")]
+    assert said.startswith(f"{offer.provider}:{offer.name} {offer.region} had no capacity in any zone at ")
+    assert "(InsufficientInstanceCapacity)" in said and "leaves it out until" in said
+    # the plain estimate says so too, but still plans the offer (capacity comes back)
+    plain = plan_batch(batch, work)
+    assert any(v == said for v in plain.extra.values()) and plain.recommended.fleet[0][0].key == offer.key
+
+
+def test_no_next_plan_within_max_yen(gpuplan_home, tmp_path):
+    from gpuplan.cli.estimate import plan_batch
+    from gpuplan.run import failover
+
+    batch, work = _batch(tmp_path)
+    offer = plan_batch(batch, work).recommended.fleet[0][0]
+    _refused_everywhere(offer)
+    _, pick = failover.next_plan(batch, work, plan_batch)
+    tight, _ = _batch(tmp_path, f"max_yen: {int(pick.cost) - 1}\n")  # a yen under the next plan's own estimate
+    assert tight.max_yen == Decimal(int(pick.cost) - 1)
+    est, none = failover.next_plan(tight, work, plan_batch)
+    assert none is None and est.recommended is not None
+
+
+def test_a_refusal_is_forgotten_after_an_hour_and_only_a_region_s_last_zone_is_kept(gpuplan_home):
+    now = datetime.now(timezone.utc)
+    r = ZoneRefusal("aws", "us-east-1", "us-east-1f", "g4dn.xlarge", 2, 0, "InsufficientInstanceCapacity", None)
+    refusals.remember(r, now=now - timedelta(minutes=61))
+    assert refusals.recent(now) == []
+    refusals.remember(r, now=now - timedelta(minutes=59))
+    [kept] = refusals.recent(now)
+    assert (kept.provider, kept.size, kept.region) == ("aws", "g4dn.xlarge", "us-east-1")
+    # a zone with a next one to try, or a zone that granted all, is no refusal of the region
+    refusals.remember(ZoneRefusal("gcp", "r1", "r1-a", "n1", 2, 0, "ZONE_RESOURCE_POOL_EXHAUSTED", "r1-b"), now=now)
+    refusals.remember(ZoneRefusal("gcp", "r1", "r1-b", "n1", 2, 2, "ZONE_RESOURCE_POOL_EXHAUSTED", None), now=now)
+    assert [x.provider for x in refusals.recent(now)] == ["aws"]
+
+
+def test_start_or_next_takes_the_next_plan_once_the_pick_is_refused_everywhere():
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.run import failover
+    from gpuplan.run.launcher import Pick
+    from support import planner as sp
+
+    a = Pick(Path("p.json"), sp.offer(name="a", provider="aws", region="us-east-1"), 2, "scratch", "on-demand",
+             Decimal(900), Decimal(3600), "ray")
+    b = Pick(Path("p.json"), sp.offer(name="b", provider="gcp", region="us-central1"), 1, "scratch", "on-demand", Decimal(1200),
+             Decimal(7200), "ray")
+    started, said = [], []
+
+    def start(p):
+        started.append(p.target)
+        if p is a:
+            raise CapacityUnavailable("AWS has no capacity for a in us-east-1a right now (every zone of us-east-1 refused)")
+        return "job-1"
+
+    assert failover.start_or_next(start, a, lambda: b, said.append) == "job-1"
+    assert started == ["aws:a", "gcp:b"]
+    assert said == ["2x aws:a refused in every zone of us-east-1; the next plan: 1x gcp:b in us-central1, ¥1,200"]
+
+    # nothing left within the cap: the refusal, saying what was tried
+    with pytest.raises(CapacityUnavailable) as err:
+        failover.start_or_next(start, a, lambda: None, said.append)
+    assert str(err.value).endswith("no next plan within the batch's max_yen, max_yen_per_hour and deadline"
+                                   " (tried 2x aws:a)")
+
+
+def test_launch_saves_the_next_plan_and_starts_it(gpuplan_home, tmp_path, monkeypatch):
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli import launch as launch_cli
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.run import launcher
+
+    batch, work = _batch(tmp_path)
+    plan = tmp_path / "plan.json"
+    estimate_cli.save_plan(plan_first := estimate_cli.plan_batch(batch, work), plan)
+    first = launcher.pick_of(plan, None, batch.tax)
+    started = []
+
+    def start(state, pick, batch_, name, order, todo, outputs, progress, keep=False):
+        started.append((pick.target, order, len(todo)))
+        if len(started) == 1:  # the provider tried every zone; the lifecycle remembered it
+            _refused_everywhere(pick.offer)
+            raise CapacityUnavailable("no capacity in any zone")
+        return "job-7"
+
+    monkeypatch.setattr(launcher, "start", start)
+    monkeypatch.setattr(launcher, "preflight", lambda *a, **k: "order-2")
+    said = []
+    todo = [(i, f"v{i}.mp4") for i in range(8)]
+    job = launch_cli._start_or_next(None, first, batch, "c", "order-1", todo, tmp_path / "out", said.append, plan,
+                                    work, True)
+    assert job == "job-7"
+    assert started[0] == (first.target, "order-1", 8)
+    second = launcher.pick_of(plan, None, batch.tax)  # the plan file now holds the next plan
+    assert second.target != first.target and started[1] == (second.target, "order-2", 8)
+    assert said == [f"{first.count}x {first.target} refused in every zone of {first.offer.region}; the next plan:"
+                    f" {second.count}x {second.target} in {second.offer.region}, ¥{second.yen:,.0f}"]
+    assert plan_first.recommended.fleet[0][0].name == first.offer.name
