@@ -86,7 +86,9 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
         assert (cap.yen, cap.tax, cap.billed) == (Decimal(100), "excluded", Decimal(110))
         spent = state.ledger_seconds_and_yen("batch")[1]  # every host from its claim to its release
         assert Decimal(0) < spent <= cap.billed
-        assert {n.name: n.status for n in state.nodes("batch")}["batch-2"] in ("deleted", "gone", "released")
+        held = [r for r in state.ledger_rows() if r["cluster"] == "batch"]
+        assert {r["node"] for r in held} == {"batch-0", "batch-1", "batch-2"} and all(r["stopped_at"] for r in held)
+        assert {r["tax"] for r in held} == {cap.listed} == {"included"}  # the replacement too: one basis in the ledger
         assert state.cluster("batch").status == "gone" and tagged_pids("batch-") == []
         state.close()
     finally:

@@ -56,8 +56,10 @@ def request(state: State, cluster: str, market: str | None = None) -> lifecycle.
         offer, _ = provision.live(f"{row.provider}:{row.size}", row.region)
         return replace(lifecycle.request_from_offer(offer, 1, name=cluster, image=row.image, region=row.region),
                        gpus_per_node=gpus)
+    listed = next((r["tax"] for r in reversed(state.ledger_rows()) if r["cluster"] == cluster), "unknown")
     return lifecycle.ProvisionRequest(row.provider, row.size, row.region, 1, cluster, gpus, row.price_jpy_per_hour,
-                                      image=row.image, spot=spot, billing=state.ledger_terms(cluster))
+                                      image=row.image, spot=spot, billing=state.ledger_terms(cluster),
+                                      tax=listed)  # billed on the basis its peers are: one basis in the ledger
 
 
 def cost(state: State, cluster: str, seconds: float, market: str | None = None) -> Cost:
