@@ -191,10 +191,6 @@ def test_a_batch_is_submitted_followed_and_its_outputs_and_logs_come_back(h, tmp
 
 
 def test_a_cancelled_batch_ends_with_nothing_left_running(h, request):
-    if h.name == "ray":  # strict: once fixed this case passes, and the mark must go
-        request.node.add_marker(pytest.mark.xfail(strict=True, reason="issue 41: a cancelled Ray job's items stay"
-                                                  " 'running' in the state (`cancel` says 'cancelled … running 2');"
-                                                  " h41box's part of the issue fixes it"))
     job = backends.submit(h.state, h.backend, h.sub([(0, "a"), (1, "b")], SLOW), lambda _m: None)
     if h.name == "ray":  # the driver has started the items
         import time
