@@ -191,6 +191,9 @@ def load(path: Path | None = None) -> list[Cluster]:
             pwait = _wait(p["queue_wait"], f"{pwhere}: queue_wait") if "queue_wait" in p else wait
             pcost = p.get("cost", cost)
             _check_cost(pcost, pwhere)
+            from gpuplan.userfiles import check_plain
+
+            check_plain(str(p["gpu"]), f"{pwhere}: gpu")  # printed in the estimate: no terminal escape codes
             partitions.append(Partition(pname, str(p["gpu"]), per_node, nodes, pwait[0], pwait[1], dict(pcost or {})))
         out.append(Cluster(name, address, port, user, key, host_key, tuple(partitions), workdir,
                            {str(k): str(v) for k, v in env.items()}))

@@ -648,3 +648,14 @@ def test_the_config_schema_knows_every_provider_and_is_a_valid_schema():
 
     for name in ("batch", "inventory", "profile", "config"):  # checked at run time: every keyword they use understood
         assert set(keywords(schema(name))) <= KNOWN, name
+
+
+def test_a_slurm_partitions_gpu_with_an_escape_code_is_named_not_printed(cli, gpuplan_home):
+    (gpuplan_home / "config").mkdir(parents=True)
+    (gpuplan_home / "config" / "slurm.yaml").write_text(
+        'clusters:\n- name: lab\n  login: {address: 127.0.0.1, user: me}\n  partitions:\n'
+        '  - {name: gpu, gpu: "V100\\e[2J", gpus_per_node: 4, nodes: 2, cost: {power_watts: 300}}\n')
+    r = cli("estimate", "--videos", "4", "--all")
+    assert r.code == 0, r.err
+    assert "\x1b" not in r.out + r.err
+    assert "slurm: its partitions are not planned" in r.out and "gpu 'V100\\\\x1b[2J' contains a control character" in r.out

@@ -163,8 +163,7 @@ def test_unknown_size_and_bad_inventory_are_usage_errors(tmp_path, hosts, provid
         BaremetalProvider({"inventory": str(tmp_path / "nope.yaml")}).quota("local", "t4")
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"hosts": [{"name": "x", "address": "127.0.0.1"}]}))
-    # the inventory is checked against its schema first (issue 43): the entry, and what it lacks
-    with pytest.raises(UsageError, match=r"bad.yaml: hosts\[0\]: gpus is missing"):
+    with pytest.raises(UsageError, match=r"bad.yaml: hosts\[0\]: gpus is missing"):  # from the inventory's schema
         BaremetalProvider({"inventory": str(bad)}).inventory()
 
 

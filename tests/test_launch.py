@@ -201,26 +201,9 @@ def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_host
     job = state.jobs("batch")[-1]
     assert (job.backend, job.state, job.options["launch"]["cluster"]) == ("ray", "succeeded", "batch")
     state.close()
-    # The same batch file again, now with an image (one launch where there were two, each building
-    # the cluster and its Ray): the name is free once torn down, and each item runs in a container.
-    # The stand-in docker of tests/support/fakebin records each call and runs the command on the
-    # host (no Docker daemon here); the docker-gpu playbook runs against each host's fake root.
-    # tests/test_launch_dok.py launches this same file with infra: dok.
-    from support.batches import ITEMS, container_batch
-
-    r = cli("launch", str(container_batch(tmp_path, "owned")), "-y", "--outputs", "again")
+    r = cli("launch", str(path), "-y", "--outputs", "again")  # the same batch again: the name is free once torn down
     assert r.code == 0, r.out + r.err
     assert len(list((tmp_path / "again").glob("*/result.txt"))) == 4
-    assert "bootstrap: docker-gpu" in r.err and "4 ok of 4 items" in " ".join(r.out.split())
-    for i, item in enumerate(ITEMS):
-        assert (tmp_path / "again" / f"{i:04d}-{item}" / "result.txt").read_text() == f"in-container {item}\n"
-    runs = [line for h in owned_hosts for line in (h.fake_root / "docker.log").read_text().splitlines()
-            if line.startswith("docker run ")]
-    assert len(runs) == 4 and all("--gpus device=0" in line and "registry.example/me/colorize:1" in line for line in runs)
-    pulls = [line for h in owned_hosts for line in (h.fake_root / "docker.log").read_text().splitlines()
-             if line.startswith("docker pull ")]
-    assert len(pulls) == 2  # the image pulled once per node
-    assert all(h.installed("nvidia-container-toolkit") for h in owned_hosts)
 
 
 def test_estimate_and_launch_agree_on_the_pick(cli, tmp_path, monkeypatch):
@@ -231,6 +214,26 @@ def test_estimate_and_launch_agree_on_the_pick(cli, tmp_path, monkeypatch):
     launched = cli("launch", str(path), "--dry-run")
     pick = next(line for line in shown.out.splitlines() if line.startswith("Recommended:"))
     assert pick in launched.out
+
+
+def test_the_same_batch_file_with_an_image_runs_each_item_in_a_container_on_owned_hosts(owned_hosts, cli, tmp_path):
+    """The stand-in docker of tests/support/fakebin records each call and runs the command on the
+    host (no Docker daemon here); the docker-gpu playbook runs against each host's fake root.
+    tests/test_launch_dok.py launches this same file with infra: dok."""
+    from support.batches import ITEMS, container_batch
+
+    r = cli("launch", str(container_batch(tmp_path, "owned")), "-y")
+    assert r.code == 0, r.out + r.err
+    assert "bootstrap: docker-gpu" in r.err and "4 ok of 4 items" in " ".join(r.out.split())
+    for i, item in enumerate(ITEMS):
+        assert (tmp_path / "results" / f"{i:04d}-{item}" / "result.txt").read_text() == f"in-container {item}\n"
+    runs = [line for h in owned_hosts for line in (h.fake_root / "docker.log").read_text().splitlines()
+            if line.startswith("docker run ")]
+    assert len(runs) == 4 and all("--gpus device=0" in line and "registry.example/me/colorize:1" in line for line in runs)
+    pulls = [line for h in owned_hosts for line in (h.fake_root / "docker.log").read_text().splitlines()
+             if line.startswith("docker pull ")]
+    assert len(pulls) == 2  # the image pulled once per node
+    assert all(h.installed("nvidia-container-toolkit") for h in owned_hosts)
 
 
 def test_a_launch_whose_node_lacks_the_nvidia_runtime_tears_down_and_says_so(owned_hosts, cli, tmp_path):

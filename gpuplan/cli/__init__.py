@@ -196,6 +196,23 @@ def _state_files() -> set[Path] | None:
         return set()
 
 
+def _open_elsewhere(path: Path) -> bool:
+    """Whether a process other than this one has `path` open (Linux /proc; elsewhere: assumed so)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "fd").is_dir():
+        return True
+    target, me = str(path.resolve()), os.getpid()
+    for pid in proc.iterdir():
+        if not pid.name.isdigit() or int(pid.name) == me:
+            continue
+        try:
+            if any(os.readlink(fd) == target for fd in (pid / "fd").iterdir()):
+                return True
+        except OSError:  # gone, or not ours to look at
+            continue
+    return False
+
+
 def _undo_refused(before: set[Path] | None) -> None:
     """A refused command writes nothing: what it made in the state folder before it was refused
     goes (an empty state.db, a cluster's lock file, the state folder itself); a database with a
@@ -209,6 +226,8 @@ def _undo_refused(before: set[Path] | None) -> None:
         folder = paths.state_dir()
         made = {p for p in folder.rglob("*")} - (before or set()) if folder.is_dir() else set()
         db = folder / "state.db"
+        if db in made and _open_elsewhere(db):  # another command made it or works in it now: it stays
+            return
         if db in made:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
             try:

@@ -232,7 +232,7 @@ def profile_from_dict(data: Any, where: str = "profile") -> Profile:
 
     mistakes = problems(data, "profile")  # a field of the wrong shape: its path and what is allowed, never a TypeError
     if mistakes:
-        raise Mistakes(where, mistakes)
+        raise Mistakes(where if where.startswith("profile") else f"profile {where}", mistakes)
 
     slowdown = {}
     for g, v in (data.get("colocation_slowdown") or {}).items():
