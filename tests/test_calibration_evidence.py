@@ -155,7 +155,8 @@ def test_an_echo_batch_changes_no_estimate_and_the_reference_job_records_a_speed
     # the real reference job: timed once here, the workload written from that time (its job,
     # on a "T4" that is this machine's CPU), then run as a batch on the two hosts
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "gpuplan.jobs.colorize", *SMALL], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "gpuplan.jobs.colorize", *SMALL, "--checkpoint-dir", str(tmp_path / "alone")],
+                   check=True, capture_output=True)
     alone = time.monotonic() - started
     # the batch may take 0.76x-4.1x the plan (the class's generic band); planning 1/1.77 of the time
     # taken here centres that window (sqrt(0.76 x 4.1) = 1.77) on it: 0.43x-2.3x what it took here
@@ -163,9 +164,8 @@ def test_an_echo_batch_changes_no_estimate_and_the_reference_job_records_a_speed
         "name": "colorize-cpu", "unit": "epoch", "seconds_per_unit": round(alone / 1.77, 3), "reference_gpu": "T4",
         "memory_gib": 1, "parallel": "none", "jobs": [{"name": "clip", "count": 4, "units": 1}],
         "command": "python -m gpuplan.jobs.colorize", "source": "timed once on this machine's CPU by the test"}))
-    # a batch command says where each item goes (its {item}): here each item's checkpoint folder
-    r = cli("launch", str(_batch(tmp_path, "colorize-cpu.yaml", f"{sys.executable} -m gpuplan.jobs.colorize "
-                                 + " ".join(SMALL) + " --checkpoint-dir {out}/ckpt-{item}")), "-y")
+    job = f"{sys.executable} -m gpuplan.jobs.colorize {' '.join(SMALL)} --checkpoint-dir {tmp_path}/ckpt/{{item}}"
+    r = cli("launch", str(_batch(tmp_path, "colorize-cpu.yaml", job)), "-y")
     assert r.code == 0, r.out + r.err
     assert "calibration recorded: `gpuplan estimate --workload colorize-cpu` now plans" in " ".join(r.out.split())
     state = State(paths.state_db())

@@ -153,7 +153,7 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
 
 def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
-    plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"], item_s=1.5)  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
+    plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"], item_s=1.2)  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
     items = items_file(tmp_path, ["s4", "s3", "s2", "s1", "l4", "l3", "l2", "l1"])  # file order: shortest first
     r = _cli("run", CLUSTER, "--items", items, "--plan", plan, "--", "sh", "-c", "sleep 1; : {item}")
     assert r.code == 0, r.err + r.out
