@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
-from gpuplan.run import backends
+from gpuplan.run import backends, command_line
 from gpuplan.run.ray import runner
 
 PSEUDO = "toy"
@@ -113,9 +113,9 @@ class ToyBackend:
             folder = _root() / job / f"{it.idx:04d}"
             folder.mkdir(parents=True, exist_ok=True)
             start = _now()
-            rendered = runner.render(row.command, it.item).replace("{out}", str(folder))
-            r = subprocess.run(["sh", "-c", rendered], capture_output=True, text=True, timeout=60,
-                               env={**os.environ, "GPUPLAN_OUTPUT_DIR": str(folder)})
+            line = command_line.exec_line(row.command)  # {item}, {out} and $NAME as on every backend
+            r = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "GPUPLAN_OUTPUT_DIR": str(folder), "GPUPLAN_ITEM": it.item})
             (folder / "log.txt").write_text(r.stdout + r.stderr)
             events.append({"t": "end", "i": it.idx, "status": "ok" if r.returncode == 0 else "failed", "attempt": 1,
                            "node": "here", "slot": "0", "start": start, "end": _now(), "exit": r.returncode,
