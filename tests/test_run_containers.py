@@ -113,7 +113,8 @@ def test_items_run_in_containers_with_their_gpu_mounts_and_variables_and_outputs
         home = next(h.fake_root / "root" for h in hosts if argv in _calls(h))
         out = f"{home}/.gpuplan/jobs/{job}/out/{index}"
         wd = f"{home}/.gpuplan/jobs/{job}/workdir"
-        assert argv[argv.index(IMAGE):] == [IMAGE, "sh", "-c", f"sh show.sh {names[index]}"]  # no bash needed
+        # no bash needed; the item reaches the container as $GPUPLAN_ITEM (issue 43's one command line)
+        assert argv[argv.index(IMAGE):] == [IMAGE, "sh", "-c", 'exec sh show.sh "$GPUPLAN_ITEM"']
         assert _opt(argv, "--gpus")[0] in ("device=0", "device=1") and "--rm" in argv
         assert _opt(argv, "-v") == [f"{out}:{out}", f"{wd}:{wd}"] and _opt(argv, "-w") == [wd]
         env = dict(e.split("=", 1) for e in _opt(argv, "-e"))

@@ -51,8 +51,16 @@ def test_read_items_skips_blanks_and_comments(tmp_path):
     with pytest.raises(UsageError, match="has no items"):
         runner.read_items(f)
     assert runner.job_name(3, "/data/My Clip (1).mp4") == "0003-My_Clip_1_.mp4"
-    assert runner.render(["python", "train.py", "--video", "{item}"], "it's.mp4") == (
-        "python train.py --video 'it'\"'\"'s.mp4'")
+    # an item with a quote reaches the program as one word (the one command line of every backend)
+    import os
+    import subprocess
+
+    from gpuplan.run import command_line
+
+    line = command_line.exec_line(["printf", "%s|", "--video", "{item}"])
+    done = subprocess.run(["sh", "-c", line], env={"PATH": os.environ["PATH"], "GPUPLAN_ITEM": "it's.mp4"},
+                          capture_output=True, text=True)
+    assert done.stdout == "--video|it's.mp4|"
 
 
 def _summary(jobs: int, wall_s: float, tmp_path, status: str = "ok", nodes: int | None = None,
