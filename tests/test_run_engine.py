@@ -151,7 +151,6 @@ def test_a_node_failing_every_item_is_set_aside_and_its_items_move_on(ray_cluste
     assert "set aside raydemo-1" in " ".join(r.out.split())
 
 
-@pytest.mark.xfail(strict=False, reason="known failing or unverified after the session's merge of issues 41-44 (the closing note of this stop names it; the next session fixes it first)")
 def test_items_run_in_the_plans_longest_first_order(ray_cluster, tmp_path):
     state, _, _ = ray_cluster
     plan = _plan(tmp_path, ["l1", "l2", "l3", "l4", "s1", "s2", "s3", "s4"], item_s=1.2)  # machine 1: l1 l3 s1 s3, machine 2: l2 l4 s2 s4
