@@ -90,7 +90,6 @@ def test_a_node_without_docker_is_named_with_the_playbook_to_run(docker_ready, t
     assert len(state.jobs(CLUSTER)) == jobs_before  # nothing was submitted
 
 
-@pytest.mark.xfail(strict=False, reason="known failing or unverified after the session's merge of issues 41-44 (the closing note of this stop names it; the next session fixes it first)")
 def test_items_run_in_containers_with_their_gpu_mounts_and_variables_and_outputs_come_back(docker_ready, tmp_path):
     state, hosts, _ = docker_ready
     code = tmp_path / "code"
