@@ -19,6 +19,7 @@ dockerd writes /etc/docker/key.json: removed again when this daemon made it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -59,6 +60,7 @@ class DockerDaemon:
     dir: Path
     proc: subprocess.Popen
     key_was_there: bool
+    etc_was_there: bool = True  # /etc/docker itself: dockerd makes it for its key
 
     @property
     def socket(self) -> str:
@@ -101,6 +103,9 @@ class DockerDaemon:
         shutil.rmtree(self.dir, ignore_errors=True)
         if not self.key_was_there:
             KEY.unlink(missing_ok=True)
+        if not self.etc_was_there:
+            with contextlib.suppress(OSError):  # only when empty: nothing of anyone else's goes
+                KEY.parent.rmdir()
 
 
 def start_daemon(timeout: float = 60) -> DockerDaemon:
@@ -112,7 +117,7 @@ def start_daemon(timeout: float = 60) -> DockerDaemon:
         pytest.skip(missing)
     d = Path("/tmp") / f"gpuplan-dockerd-{secrets.token_hex(4)}"  # short: containerd's socket paths must fit
     d.mkdir(mode=0o700)
-    key_was_there = KEY.exists()
+    key_was_there, etc_was_there = KEY.exists(), KEY.parent.exists()
     log = open(d / "dockerd.log", "wb")
     proc = subprocess.Popen([DOCKERD, "--host", f"unix://{d}/docker.sock", "--data-root", str(d / "data"),
                              "--exec-root", str(d / "exec"), "--pidfile", str(d / "dockerd.pid"),
@@ -120,7 +125,7 @@ def start_daemon(timeout: float = 60) -> DockerDaemon:
                              "--add-runtime", f"nvidia={RUNC}"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
-    daemon = DockerDaemon(d, proc, key_was_there)
+    daemon = DockerDaemon(d, proc, key_was_there, etc_was_there)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
