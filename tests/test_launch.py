@@ -281,7 +281,7 @@ def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owne
     import yaml as yamlmod
 
     from gpuplan import paths
-    from gpuplan.run import launcher
+    from gpuplan.run import caps
     from gpuplan.store.state import State
     from support.ray_env import processes_running, tagged_pids
 
@@ -299,7 +299,7 @@ def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owne
     state = State(paths.state_db())
     per_second = Decimal(3100) / 3600 * 2  # both hosts
     spent = state.ledger_seconds_and_yen("batch")[1]
-    cap = (spent + per_second * (launcher.TEARDOWN_ALLOWANCE_S + 40)).quantize(Decimal(1))
+    cap = (spent + per_second * (caps.TEARDOWN_ALLOWANCE_S + 40)).quantize(Decimal(1))
     path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"],
                              "command": "sh -c 'case {item} in slow*) sleep 600;; esac; echo ok > $GPUPLAN_OUTPUT_DIR/r'"},
                   items=["fast-3", "fast-4", "slow-1", "slow-2"])

@@ -199,8 +199,8 @@ def test_two_folders_batch_files_launched_at_once_share_no_cluster_and_no_gpu(ow
 
 KILLED_LAUNCH = """
 import runpy, sys
-from gpuplan.run import launcher
-launcher.TEARDOWN_ALLOWANCE_S = {allowance}  # the test's cap moment comes within a minute of the claim
+from gpuplan.run import caps
+caps.TEARDOWN_ALLOWANCE_S = {allowance}  # the test's cap moment comes within a minute of the claim
 sys.argv = ["gpuplan", *sys.argv[1:]]
 runpy.run_module("gpuplan", run_name="__main__")
 """
@@ -425,7 +425,6 @@ def test_a_failure_kept_with_keep_says_what_is_left_up_and_what_it_bills(tmp_pat
     state.close()
 
 
-@pytest.mark.xfail(strict=False, reason="known failing or unverified after the session's merge of issues 41-44 (the closing note of this stop names it; the next session fixes it first)")
 def test_hosts_that_released_themselves_end_the_ledger_there_and_resume_says_cost_reports_figure(cli, tmp_path,
                                                                                                  gpuplan_home):
     """The client-side half of the owned-host backstop, without hosts (the killed-launch test

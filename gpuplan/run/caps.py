@@ -81,13 +81,17 @@ def _moved(yen: Decimal, listed: str, start: str, basis: str) -> Decimal:
 
 def of_job(row: JobRow) -> Cap | None:
     """The batch's cap (None: it has none). Rows written before caps said their basis: the
-    max_yen they kept, as listed."""
+    max_yen they kept, as listed; a launch's over its cluster's whole ledger."""
     kept = row.options.get("cap")
     if kept:
         stop = kept.get("stop_at")
         return Cap(Decimal(kept["yen"]), kept.get("tax") or AS_LISTED, kept.get("listed") or AS_LISTED,
                    Decimal(kept["billed"]), datetime.fromisoformat(stop) if stop else None, kept.get("scope") or BATCH)
-    yen = row.options.get("max_yen") or (row.options.get("launch") or {}).get("max_yen")
+    launch = row.options.get("launch") or {}
+    if launch.get("max_yen") is not None:  # a launch's cap holds its cluster's whole ledger, claim to teardown
+        return Cap.on(Decimal(str(launch["max_yen"])), launch.get("tax") or AS_LISTED,
+                      scope=CLUSTER if launch.get("cluster") else BATCH)
+    yen = row.options.get("max_yen")
     return Cap.on(Decimal(str(yen))) if yen is not None else None
 
 

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 from gpuplan.batchfile import outputs_dir
 from gpuplan.errors import AuthMissing, UsageError
 from gpuplan.planning import fmt
-from gpuplan.run.caps import TEARDOWN_ALLOWANCE_S  # noqa: F401 - the launch's cap keeps it for fetch and teardown
 
 if TYPE_CHECKING:
     from gpuplan.batchfile import Batch
@@ -360,7 +359,7 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
         if moment.stop_at is not None:
             progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {moment.stop_at:%H:%M:%S} UTC if it is still"
                      " running")
-            backstop(state, name, moment.stop_at + timedelta(seconds=TEARDOWN_ALLOWANCE_S), progress)
+            backstop(state, name, moment.stop_at + timedelta(seconds=moment.allowance_s), progress)
 
     try:
         provision(state, pick, batch, name, order, progress, capped)
@@ -471,7 +470,7 @@ def run_setup(state: State, cluster: str, commands: Sequence[str], progress: Pro
 
 def stop_at(state: State, cluster: str, cap: Cap) -> datetime | None:
     """When the batch must stop so that the cluster's ledger (every node billed by the one rule,
-    from its start) stays within the cap's ledger yen once fetch and teardown (TEARDOWN_ALLOWANCE_S)
+    from its start) stays within the cap's ledger yen once fetch and teardown (caps.TEARDOWN_ALLOWANCE_S)
     are billed too (caps.stop_time): the latest whole second at which it still does. None: a
     fleet that bills nothing (owned hosts with no power figure)."""
     from gpuplan.run import caps
@@ -665,10 +664,16 @@ def raise_outcome(state: State, job: str, cap: Cap | None) -> None:
     counts = state.job_counts(job)
     if row.state == "capped":
         cap = cap or caps.of_job(row) or caps.Cap.on(Decimal(0))
-        spent = backends.spent(state, row, cap)
-        what = "the batch's cluster, claim to teardown" if cap.scope == caps.CLUSTER else "the batch"
+        if cap.scope == caps.CLUSTER:  # cost-report's figure for the cluster, on the cap's basis
+            from gpuplan.store import costs
+
+            said: Decimal | None = costs.cluster_yen(state.ledger_rows(), row.cluster, cap.tax)
+            what = "the batch's cluster, claim to teardown"
+        else:
+            spent = backends.spent(state, row, cap)
+            said, what = (cap.said(spent) if spent is not None else None), "the batch"
         raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap.yen)}:"
-                            f" {fmt.yen(cap.said(spent) if spent is not None else None)} spent on {what},"
+                            f" {fmt.yen(said)} spent on {what},"
                             f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
     if failed:

@@ -73,6 +73,12 @@ def on_basis(lines: list[CostLine], basis: str) -> list[CostLine]:
     return [replace(x, yen=tax.on_basis(x.yen, x.tax, basis)) for x in lines]
 
 
+def cluster_yen(rows: list[dict], cluster: str, basis: str, at: datetime | None = None) -> Decimal:
+    """The cluster's whole ledger up to `at` on tax `basis`, each row put there by its own basis:
+    the figure cost-report totals for it."""
+    return sum((x.yen for x in on_basis(report([r for r in rows if r["cluster"] == cluster], at=at), basis)), Decimal(0))
+
+
 def report(rows: list[dict], month: str | None = None, at: datetime | None = None) -> list[CostLine]:
     """Cost lines per (month, cluster, provider, size), oldest month first; only `month`'s if given;
     each line's yen as the provider bills them (`tax` says whether with consumption tax: on_basis)."""
