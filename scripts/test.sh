@@ -69,5 +69,11 @@ echo "scripts/test.sh: set-up done in ${SECONDS} s" >&2
 .venv/bin/python scripts/mypy_baseline.py
 # The README's Examples on exactly the Quickstart's install, in a fresh venv (no test extras).
 bash scripts/fresh_install_examples.sh
-# the slowest tests named at the end, with the wall time (CI runs on a busy 2-core machine)
+# Two workers, a test file to each at a time (tests/conftest.py says what keeps them apart); the
+# slowest tests named at the end, with the wall time (CI runs on a busy 2-core machine).
+# GPUPLAN_TEST_WORKERS=0 runs the suite in this one process.
+workers="${GPUPLAN_TEST_WORKERS:-2}"
+if [ "$workers" -gt 0 ]; then
+    exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=15 "$@"
+fi
 exec .venv/bin/python -m pytest --durations=15 "$@"

@@ -12,6 +12,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 pytest_plugins = ["support.aws_moto"]  # the moto_aws fixture, for every test module that asks for it
 
 
+# scripts/test.sh runs the suite on two pytest-xdist workers, a test file to a worker (--dist
+# loadfile: a module's shared fixtures start once). Nothing machine-wide is shared by tests run at
+# once: a daemon that holds machine-wide names (Slurm's munge and node, dockerd's /etc/docker)
+# starts under a machine lock (support/machine_lock), and each worker picks its Ray clusters'
+# ports in a band of its own and sees only its own clusters' processes (support/ray_env.port_band).
+
+
 @pytest.fixture(autouse=True)
 def _no_outside_calls(monkeypatch):
     """No test asks the internet for its public address (a closed local port answers at once,

@@ -197,7 +197,7 @@ def test_an_attempt_stops_itself_at_the_yen_cap(node_here, tmp_path):
     stop_at = time.time() + 1.5
     t0 = time.monotonic()
     r = ray_driver.run_item("j-3", 0, "a", 1, "sleep 322", 600, "", "", image="img:1", stop_at=stop_at)
-    assert r["capped"] and not r["timed_out"] and time.monotonic() - t0 < 4
+    assert r["capped"] and not r["timed_out"] and time.monotonic() - t0 < 30  # at the cap's 1.5 s, not the 600 s limit
     assert "stopped at the yen cap" in Path(r["log"]).read_text()
     assert not _running(["sleep", "322"])
     # handed out once the cap has passed: it never starts

@@ -82,6 +82,6 @@ def test_a_named_pipe_as_lock_file_is_refused_at_once(gpuplan_home):
     os.mkfifo(path)
     t = time.monotonic()
     with pytest.raises(UsageError, match="not a regular file"):
-        with locks.cluster("fifo", wait_s=5):
+        with locks.cluster("fifo", wait_s=60):
             pass
-    assert time.monotonic() - t < 2
+    assert time.monotonic() - t < 15  # at once, not after the 60 s wait (with room for a busy machine)

@@ -135,7 +135,7 @@ def test_wait_for_reboot_gives_up_at_the_deadline(hosts):
     t = time.monotonic()
     with pytest.raises(RemoteError, match="did not come back from a reboot within 1 s"):
         remote.wait_for_reboot(as_host(h), "old", timeout_s=1)
-    assert time.monotonic() - t < 5
+    assert time.monotonic() - t < 30  # its 1 s deadline, with room for a busy machine
 
 
 # --- a one-time injected host key is rotated at the first login ------------------------------

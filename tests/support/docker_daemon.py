@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from support import machine_lock
+
 DOCKERD = "/usr/sbin/dockerd"
 RUNC = "/usr/sbin/runc"
 BUSYBOX = "/bin/busybox"  # busybox-static's (static: it runs in an image with nothing else)
@@ -61,6 +63,7 @@ class DockerDaemon:
     proc: subprocess.Popen
     key_was_there: bool
     etc_was_there: bool = True  # /etc/docker itself: dockerd makes it for its key
+    lock: int | None = None  # machine_lock's "dockerd", held from start to stop
 
     @property
     def socket(self) -> str:
@@ -106,6 +109,8 @@ class DockerDaemon:
         if not self.etc_was_there:
             with contextlib.suppress(OSError):  # only when empty: nothing of anyone else's goes
                 KEY.parent.rmdir()
+        machine_lock.release(self.lock)
+        self.lock = None
 
 
 def start_daemon(timeout: float = 60) -> DockerDaemon:
@@ -115,6 +120,7 @@ def start_daemon(timeout: float = 60) -> DockerDaemon:
     missing = missing_prerequisite()
     if missing:
         pytest.skip(missing)
+    lock = machine_lock.hold("dockerd")  # one test dockerd at a time: /etc/docker (its key.json) is the machine's
     d = Path("/tmp") / f"gpuplan-dockerd-{secrets.token_hex(4)}"  # short: containerd's socket paths must fit
     d.mkdir(mode=0o700)
     key_was_there, etc_was_there = KEY.exists(), KEY.parent.exists()
@@ -125,16 +131,20 @@ def start_daemon(timeout: float = 60) -> DockerDaemon:
                              "--add-runtime", f"nvidia={RUNC}"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
-    daemon = DockerDaemon(d, proc, key_was_there, etc_was_there)
+    daemon = DockerDaemon(d, proc, key_was_there, etc_was_there, lock)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
             why = (d / "dockerd.log").read_text(errors="replace").strip().splitlines()[-3:]
             daemon.stop()
             pytest.skip(f"dockerd cannot start here (exit {proc.returncode}): {' / '.join(why)}")
-        if (d / "docker.sock").exists() and daemon.docker("info", "--format", "{{.ServerVersion}}",
-                                                          timeout=10).returncode == 0:
-            return daemon
+        try:
+            if (d / "docker.sock").exists() and daemon.docker("info", "--format", "{{.ServerVersion}}",
+                                                              timeout=10).returncode == 0:
+                return daemon
+        except BaseException:  # stopped, and its lock freed, whatever went wrong
+            daemon.stop()
+            raise
         time.sleep(0.3)
     why = (d / "dockerd.log").read_text(errors="replace").strip().splitlines()[-3:]
     daemon.stop()

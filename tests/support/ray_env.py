@@ -36,10 +36,40 @@ def ray_venv() -> Path:
     return VENV
 
 
+def port_band() -> tuple[int, int]:
+    """Where this test process picks its Ray clusters' ports: below the kernel's ephemeral ports
+    (an outgoing connection's source port, or a loopback sshd's port 0, taken in a Ray range makes
+    its server fail to bind), one band per pytest-xdist worker, so that tests run at once never
+    pick overlapping ranges and each worker's checks see only its own clusters (ours)."""
+    lo, hi = 20000, 32700
+    try:
+        hi = min(hi, int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if worker[2:].isdigit() and count > 1:
+        width = (hi - lo) // count
+        lo, hi = lo + int(worker[2:]) * width, lo + (int(worker[2:]) + 1) * width
+    return lo, hi
+
+
+def ours(environ: bytes) -> bool:
+    """Is a process with this /proc environ none of another worker's Ray nodes (their tag,
+    CLUSTER-BASEPORT, names a port outside this process's band)?"""
+    lo, hi = port_band()
+    for v in environ.split(b"\0"):
+        if v.startswith(b"GPUPLAN_RAY_TAG="):
+            tail = v.rsplit(b"-", 1)[-1]
+            return not tail.isdigit() or lo <= int(tail) < hi
+    return True
+
+
 def free_port_range(nodes: int) -> int:
-    """A base port whose PORTS_PER_NODE x nodes ports are all free on loopback now."""
+    """A base port whose PORTS_PER_NODE x nodes ports are all free on loopback now, in this
+    process's band."""
+    lo, hi = port_band()
     for _ in range(200):
-        base = random.randrange(20000, 60000 - PORTS_PER_NODE * nodes, 100)
+        base = random.randrange(lo, hi - PORTS_PER_NODE * nodes, 100)
         try:
             for p in range(base, base + PORTS_PER_NODE * nodes):
                 with socket.socket() as s:
@@ -61,7 +91,7 @@ def tagged_pids(tag_prefix: str) -> list[int]:
             env = (d / "environ").read_bytes()
         except OSError:
             continue
-        if any(v.startswith(want) for v in env.split(b"\0")):
+        if any(v.startswith(want) for v in env.split(b"\0")) and ours(env):
             pids.append(int(d.name))
     return pids
 
@@ -88,14 +118,15 @@ def stop_ray(tag_prefix: str, port: int | None = None, nodes: int = 0) -> None:
 
 
 def processes_running(argv: list[str]) -> list[int]:
-    """Pids whose command line is exactly `argv` (zombies left out)."""
+    """Pids whose command line is exactly `argv` (zombies, and another worker's Ray items, left out)."""
     want = "\0".join(argv).encode() + b"\0"
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            if (d / "cmdline").read_bytes() == want and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            if (d / "cmdline").read_bytes() == want and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" \
+                    and ours((d / "environ").read_bytes()):
                 found.append(int(d.name))
         except OSError:
             continue

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support import machine_lock
+
 BASE = Path("/run/gpuplan-test-slurm")
 NEEDED = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch", "/usr/bin/sacct")
 DB_NEEDED = ("/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db")
@@ -64,6 +66,7 @@ class SlurmCluster:
     partition: str = PARTITION
     accounting: bool = True
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    lock: int | None = None  # machine_lock's "slurm", held from start to stop
 
     @property
     def env(self) -> dict[str, str]:
@@ -96,6 +99,8 @@ class SlurmCluster:
                     p.wait(timeout=10)
         _kill_job_leftovers(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
+        machine_lock.release(self.lock)
+        self.lock = None
 
 
 def _kill_job_leftovers(d: Path) -> None:
@@ -194,10 +199,11 @@ def start_cluster(tmp_path: Path | None = None, gpus: int = 2, accounting: bool 
         import pytest
 
         pytest.skip(missing)
+    lock = machine_lock.hold("slurm")  # one Slurm set on the machine at a time: munge and the node's name are its
     BASE.mkdir(mode=0o755, exist_ok=True)
     d = BASE / secrets.token_hex(4)
     d.mkdir(mode=0o755)
-    cluster = SlurmCluster(d, d / "slurm.conf", gpus, accounting=accounting)
+    cluster = SlurmCluster(d, d / "slurm.conf", gpus, accounting=accounting, lock=lock)
     try:
         _start(cluster)
     except BaseException:

@@ -156,12 +156,15 @@ def engine_of(state: State, cluster: str, hosts: list[remote.Host] | None = None
 HOST_FIREWALL_PROVIDERS = ("baremetal", "sakura-phy", "sakura")
 
 
-def _chain(eng: Engine, node: Node) -> str:
-    """The node's iptables chain for its Ray ports: per cluster and node (several clusters, or the
-    tests' several nodes, may share one machine); iptables allows 28 characters."""
+def _chain(eng: Engine, node: Node, legacy: bool = False) -> str:
+    """The node's iptables chain for its Ray ports: per cluster and node's port range (several
+    clusters may share one machine, two of one name among them: two users' homes, or tests run at
+    once); iptables allows 28 characters. `legacy`: the name before the port range was in it
+    (cluster name only), which a teardown removes too."""
     import hashlib
 
-    return f"GPUPLAN-RAY-{hashlib.sha1(eng.cluster.encode()).hexdigest()[:8]}-{node.index}"
+    key = eng.cluster if legacy else f"{eng.cluster}@{eng.layout.base(node.index)}"
+    return f"GPUPLAN-RAY-{hashlib.sha1(key.encode()).hexdigest()[:8]}-{node.index}"
 
 
 def firewall_script(eng: Engine, node: Node) -> str:
@@ -205,19 +208,28 @@ def firewall_script(eng: Engine, node: Node) -> str:
     return "set -e\n" + "\n".join(lines) + "\n"
 
 
-def _out_chain(eng: Engine, node: Node) -> str:
+def _out_chain(eng: Engine, node: Node, legacy: bool = False) -> str:
     """The node's chain for local connections to its Ray ports (OUTPUT: their owner is known)."""
-    return _chain(eng, node).replace("GPUPLAN-RAY-", "GPUPLAN-RAYO-")
+    return _chain(eng, node, legacy).replace("GPUPLAN-RAY-", "GPUPLAN-RAYO-")
 
 
 def unfirewall_script(eng: Engine, node: Node) -> str:
-    """As root: the node's chains and their hooks removed (after Ray stopped there), IPv4 and IPv6."""
+    """As root: the node's chains and their hooks removed (after Ray stopped there), IPv4 and IPv6.
+    Chains of the legacy name (a cluster started before chains named its port range) lose this
+    range's hooks, and go only where no other range still jumps to them."""
     b = eng.layout.base(node.index)
     chain, out, ports = _chain(eng, node), _out_chain(eng, node), f"{b}:{b + PORTS_PER_NODE - 1}"
+    old, old_out = _chain(eng, node, legacy=True), _out_chain(eng, node, legacy=True)
     return " ".join(f"command -v {t} >/dev/null && {{ {t} -w -D INPUT -p tcp --dport {ports} -j {chain} 2>/dev/null;"
                     f" {t} -w -F {chain} 2>/dev/null; {t} -w -X {chain} 2>/dev/null;"
                     f" {t} -w -D OUTPUT -o lo -p tcp --dport {ports} -j {out} 2>/dev/null; {t} -w -F {out} 2>/dev/null;"
-                    f" {t} -w -X {out} 2>/dev/null; }};" for t in ("iptables", "ip6tables")) + " true"
+                    f" {t} -w -X {out} 2>/dev/null;"
+                    f" {t} -w -D INPUT -p tcp --dport {ports} -j {old} 2>/dev/null;"
+                    f" {t} -w -D OUTPUT -o lo -p tcp --dport {ports} -j {old_out} 2>/dev/null;"
+                    f" {t} -w -S 2>/dev/null | grep -q -- '-j {old}$' || {{ {t} -w -F {old} 2>/dev/null;"
+                    f" {t} -w -X {old} 2>/dev/null; }};"
+                    f" {t} -w -S 2>/dev/null | grep -q -- '-j {old_out}$' || {{ {t} -w -F {old_out} 2>/dev/null;"
+                    f" {t} -w -X {old_out} 2>/dev/null; }}; }};" for t in ("iptables", "ip6tables")) + " true"
 
 
 def _env(eng: Engine, node: Node) -> str:
@@ -242,8 +254,10 @@ def _start_script(eng: Engine, node: Node) -> str:
     if lay.object_store_mb:
         args.append(f"--object-store-memory {lay.object_store_mb * 2**20}")
     if node.index == 0:
+        # no autoscaler monitor: gpuplan sizes the cluster itself, so it would be one more process
+        # (and a metrics port) for nothing
         args += ["--head", f"--port {lay.port}", f"--dashboard-port {lay.dashboard_port()}", "--dashboard-host 127.0.0.1",
-                 f"--ray-client-server-port {lay.port + 9}"]
+                 f"--ray-client-server-port {lay.port + 9}", "--no-monitor"]
     else:
         args.append(f"--address {shlex.quote(eng.head.private_ip)}:{lay.port}")
     return f"{_env(eng, node)}\ngpus={gpus}\n{lay.ray()} start {' '.join(args)}\n"
