@@ -177,3 +177,14 @@ def test_shipped_gcp_rows_are_sourced_dated_and_billed_per_second_after_a_minute
     for o in rows:
         assert o.source and o.as_of, o
         assert (o.billing_granularity_s, o.billing_minimum_s) == (1, 60), o
+
+
+def test_each_quota_tier_says_its_need_in_its_own_unit(fake, cli, gpuplan_home):
+    # issue 42: two 1-GPU T4 machines of 4 vCPUs said "NVIDIA_T4_GPUS ...: 8 GPUs needed" (the
+    # vCPUs' count under every tier); each tier now counts in its own unit: 2 GPUs, 8 vCPUs
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert "quota GPUS_ALL_REGIONS (GPUs in all regions of the project): 2 GPUs needed" in r.err
+    assert "quota NVIDIA_T4_GPUS (nvidia-tesla-t4 GPUs in asia-northeast1): 2 GPUs needed" in r.err
+    assert "quota CPUS (vCPUs (CPUS) in asia-northeast1): 8 vCPUs needed" in r.err
+    assert "8 GPUs" not in r.err

@@ -91,7 +91,7 @@ def _rent_words(offer, per_hour, n: int) -> str:
     return f"{fmt.rate(basis)}/h per machine, {fmt.rate(basis * n)}/h for the cluster ({said}{listed})"
 
 
-def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
+def _create_lines(o, quota: list | None = None, lifetime: str | None = None) -> list[str]:
     """What a provision (or an image builder) will create, what it costs per hour (owned hosts:
     their power), the quota it was checked against, how long it lives (`lifetime`, else the TTL
     and idle stop), where SSH comes from, and the order's notes (spot price, image setup)."""
@@ -116,10 +116,9 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
             f" {other.vcpus * part.count} vCPUs in all, {fmt.yen(price)}/h per machine"
             f" ({fmt.yen(price * part.count if price is not None else None)}/h)",
         ]
-    if quota is not None:
-        need, tiers = quota
+    if quota is not None:  # each tier's need in its own unit (QuotaUsage.wanted): GPUs, vCPUs, servers
         lines += [f"  quota {t.name} ({t.description}): {_units(need, t.unit)} needed, {t.free} free "
-                  f"(limit {t.limit}, used {t.used}): ok" for t in tiers] or ["  quota: the provider reports none"]
+                  f"(limit {t.limit}, used {t.used}): ok" for t, need in quota] or ["  quota: the provider reports none"]
     lines += [f"  {line}" for line in _lifetime_lines(req, lifetime, mine)]
     if req.ssh_cidr:
         lines.append(f"  SSH from {req.ssh_cidr}" + ("  (every address: asked for)" if req.ssh_cidr == "0.0.0.0/0" else ""))

@@ -142,6 +142,13 @@ class QuotaUsage:
     def free(self) -> int:
         return self.limit - self.used
 
+    def wanted(self, machines: int, vcpus_each: int) -> int:
+        """What `machines` new machines take of this tier, in its own unit: their vCPUs for a vCPU
+        tier, else one each (a server, a host; a GPU tier of 1-GPU machines counts their GPUs, one of
+        g-GPU machines is expressed in machines of g GPUs). Issue 42: GCP's NVIDIA_L4_GPUS tier said
+        "8 GPUs needed" for two 1-GPU machines of 4 vCPUs."""
+        return machines * vcpus_each if self.unit == "vCPUs" else machines
+
 
 class Feature(enum.Enum):
     """What a request may ask for that not every provider offers (as SkyPilot's
@@ -233,7 +240,7 @@ class Provider(ABC):
                 raise UsageError(f"{self.name} size {size!r} is unknown in {region}; check the name or pick another region")
         need = per * count
         for tier in tiers:
-            want = need if tier.unit == "vCPUs" else count
+            want = tier.wanted(count, per)
             if tier.free < want:
                 how = f"; {tier.how_to_raise.replace(NEW_LIMIT, str(tier.used + want))}" if tier.how_to_raise else ""
                 raise QuotaExceeded(
