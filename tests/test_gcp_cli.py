@@ -188,3 +188,22 @@ def test_each_quota_tier_says_its_need_in_its_own_unit(fake, cli, gpuplan_home):
     assert "quota NVIDIA_T4_GPUS (nvidia-tesla-t4 GPUs in asia-northeast1): 2 GPUs needed" in r.err
     assert "quota CPUS (vCPUs (CPUS) in asia-northeast1): 8 vCPUs needed" in r.err
     assert "8 GPUs" not in r.err
+
+
+def test_status_and_teardown_say_the_hourly_yen_on_provision_s_tax_basis(fake, cli, gpuplan_home, monkeypatch):
+    # issue 42: provision said GCP's ¥/h with consumption tax, status and teardown the same row
+    # without it. A row listed without tax (¥100/h): ¥110/h per machine in all three, basis said.
+    monkeypatch.setenv("COLUMNS", "250")
+    prices = {"offers": [{**PRICES["offers"][0], "tax": "excluded"}]}
+    (gpuplan_home / "config" / "prices.yaml").write_text(yaml.safe_dump(prices))
+    said = "yen include Japan's 10 % consumption tax"
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert f"¥110/h per machine, ¥220/h for the cluster ({said}; listed ¥100/h without it)" in r.err
+    r = cli("status", "e2e")
+    assert r.code == 0, r.err
+    assert f"(¥110/h per machine; {said})" in r.out and "¥100/h" not in r.out
+    r = cli("teardown", "--yes", "e2e")
+    assert r.code == 0, r.err
+    assert f"delete cluster e2e (ready): 2 machines of gcp:n1-standard-4+nvidia-tesla-t4 in asia-northeast1 (¥220/h, {said})" in r.err
+    assert fake.held() == []

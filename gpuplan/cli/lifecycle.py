@@ -78,16 +78,24 @@ def _power_words(per_hour, n: int = 1) -> str:
             " (power_watts x the catalog's power price; nothing else bills by the hour)")
 
 
+def _on_basis(yen, listed: str):
+    """Yen of a price listed on `listed` ("included", "excluded", "unknown": market/tax.py) on the
+    estimate's default tax basis, and that basis in words ("as listed" where the row does not say):
+    provision, status and teardown say a cluster's yen alike (issue 42: status and teardown showed
+    GCP's ¥/h without tax, provision with it)."""
+    from gpuplan.market import tax
+
+    basis = tax.on_basis(yen, listed, tax.DEFAULT) if yen is not None else None
+    return basis, (tax.said(tax.DEFAULT) if listed in tax.BASES else "as listed")
+
+
 def _rent_words(offer, per_hour, n: int) -> str:
     """A rented machine's price an hour on the estimate's tax basis (issue 33: the estimate showed
     AWS's g4dn.xlarge with tax, provision the same row without), and as listed where that differs."""
-    from gpuplan.market import tax
-
     if per_hour is None:
         return "?/h per machine (the catalog has no price)"
-    basis = tax.on_basis(per_hour, offer.tax, tax.DEFAULT)
+    basis, said = _on_basis(per_hour, offer.tax)
     listed = "" if basis == per_hour else f"; listed {fmt.rate(per_hour)}/h without it"
-    said = tax.said(tax.DEFAULT) if basis != per_hour or offer.tax == "included" else "as listed"
     return f"{fmt.rate(basis)}/h per machine, {fmt.rate(basis * n)}/h for the cluster ({said}{listed})"
 
 
@@ -239,8 +247,10 @@ def _print_status(out, statuses) -> None:
             cost = (f"power ≈{fmt.yen(s.yen_so_far)} so far ({fmt.rate(c.price_jpy_per_hour)}/h per machine)"
                     if c.price_jpy_per_hour is not None else "power not counted (no power_watts in the inventory)")
             cost += f"; owned hosts, released by `gpuplan teardown {c.name}`"
-        else:
-            cost = f"≈{fmt.yen(s.yen_so_far)} so far ({fmt.yen(c.price_jpy_per_hour)}/h per machine)"
+        else:  # on the estimate's tax basis, as provision said it (the ledger bills as listed)
+            listed = c.spec.get("tax") or "unknown"
+            so_far, said = _on_basis(s.yen_so_far, listed)
+            cost = f"≈{fmt.yen(so_far)} so far ({fmt.rate(_on_basis(c.price_jpy_per_hour, listed)[0])}/h per machine; {said})"
         lines = [f"  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  up {fmt.duration(s.uptime_s)}"
                  f"  {cost}{ttl}\n"]
         # Addresses are what a user copies from here: never truncated (ids are in --format json).
@@ -413,8 +423,13 @@ def _teardown_line(state, row) -> str:
     nodes = [n for n in state.nodes(row.name) if n.provider_id]
     ids = ", ".join(f"{n.name} {n.provider_id}" for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
     per_hour = row.price_jpy_per_hour * len(nodes) if row.price_jpy_per_hour is not None else None
+    if owned(row.provider):
+        rate = f"power {fmt.rate(per_hour)}/h"
+    else:  # on the estimate's tax basis, as provision said it
+        per_hour, said = _on_basis(per_hour, row.spec.get("tax") or "unknown")
+        rate = f"{fmt.rate(per_hour)}/h, {said}"
     return (f"delete cluster {row.name} ({row.status}): {fmt.plural(len(nodes), 'machine')} of {row.provider}:{row.size} in "
-            f"{row.region} ({fmt.yen(per_hour)}/h){': ' + ids if ids else ''}, and everything else tagged with it")
+            f"{row.region} ({rate}){': ' + ids if ids else ''}, and everything else tagged with it")
 
 
 @dataclass

@@ -338,7 +338,8 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
             req.name, req.provider, req.region, req.size, req.total, image=req.image, ssh_user=prov.default_ssh_user,
             ttl_expires_at=ttl_expires, price_jpy_per_hour=req.price_jpy_per_hour,
             spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner,
-                  "installation": installation, **({"parts": parts} if req.more else {})},
+                  "installation": installation, "tax": req.tax,  # its price's basis: status says ¥/h on the estimate's
+                  **({"parts": parts} if req.more else {})},
         )
     names = node_names(req.name, req.total)
     try:
