@@ -4,6 +4,7 @@ against the loopback Compute REST fake (tests/support/gcp_fake.py) through the r
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -56,6 +57,7 @@ def test_provision_status_teardown(fake, cli, monkeypatch):
     r = cli("status", "e2e")
     assert r.code == 0, r.err
     assert all(a in r.out for a in addresses) and r.out.count("running") == 2
+    assert re.search(r", TTL: GCE deletes them in (3:59|4:00) h", r.out)  # issue 42: never "stops"/"released"
     r = cli("status", "e2e", "--format", "json")
     [cluster] = json.loads(r.out)
     assert {n["public_ip"] for n in cluster["nodes"]} == addresses

@@ -133,6 +133,23 @@ def _create_lines(o, quota: list | None = None, lifetime: str | None = None) -> 
     return lines + [f"  {note}" for note in o.notes]
 
 
+# What each provider does at a TTL, in its own terms (issue 42: GCP's was said to "stop" machines
+# GCE deletes), as its module's docstring says it arms it: the provision line, and status's words
+# for the time left. AWS: a shutdown from inside with InstanceInitiatedShutdownBehavior=terminate;
+# GCP: maxRunDuration with instanceTerminationAction DELETE; Azure: the auto-shutdown schedule,
+# which deallocates; Sakura: a timer that powers the server off (stopped, its disk kept).
+_TTL_DOES = {
+    "aws": ("each machine shuts itself down after that and EC2 terminates it (its root disk with it)",
+            "EC2 terminates them in"),
+    "gcp": ("GCE itself deletes the machines (and their disks) after that", "GCE deletes them in"),
+    "azure": ("Azure's auto-shutdown deallocates the machines after that (compute stops billing; their disks and"
+              " addresses bill until `gpuplan teardown`)", "Azure deallocates them in"),
+    "sakura": ("each machine powers itself off (stops) after that; its disk bills until `gpuplan teardown`",
+               "they stop (power off) in"),
+    "": ("the cloud itself stops the machines after that", "released in"),
+}
+
+
 def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
     """How long the machines live and bill: one true line for each of TTL, idle stop, both and
     neither (issue 33: the "no TTL" warning followed a TTL, and --idle alone hid it)."""
@@ -142,10 +159,7 @@ def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
         return [f"owned hosts: claimed for {req.name} until `gpuplan teardown {req.name}` releases them (never deleted)"]
     lines = []
     if req.ttl_s:
-        # what the provider does at the TTL, in its own terms: GCE deletes (maxRunDuration with DELETE, providers/gcp.py)
-        does = ("GCE itself deletes the machines (and their disks) after that" if req.provider == "gcp"
-                else "the cloud itself stops the machines after that")
-        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {does}")
+        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {_TTL_DOES.get(req.provider, _TTL_DOES[''])[0]}")
     if req.idle_s:
         from gpuplan.fleet import idle
 
@@ -169,7 +183,7 @@ def provision(
     region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Region or zone (default: the catalog row's).")] = None,
     image: Annotated[Optional[str], typer.Option(metavar="IMAGE", help="Start from this image (gpuplan image name or provider id); skips bootstrap.")] = None,
     plan: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Provision the recommended plan saved by `gpuplan estimate --save`.")] = None,
-    ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The cloud itself stops/releases the machines after this long (4h, 90m).")] = None,
+    ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="After this long the cloud itself ends the machines (4h, 90m): AWS shuts them down and terminates them, GCP deletes them, Azure deallocates them, Sakura stops them.")] = None,
     idle: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Each machine stops and releases itself after this long with no batch running (30m); AWS and Sakura.")] = None,
     spot: Annotated[bool, typer.Option("--spot", help="Ask for spot/low-priority capacity where the provider has it.")] = False,
     max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Refuse, before anything is made, machines that together cost more than this many yen an hour (tax included).")] = None,
@@ -241,7 +255,8 @@ def _print_status(out, statuses) -> None:
     parts: list[tuple[str, str]] = []  # (text, style): a rich Text on a terminal, plain characters elsewhere
     for s in statuses:
         c = s.cluster
-        ttl = f", released in {fmt.duration(max(0, s.ttl_left_s))}" if s.ttl_left_s is not None else ""
+        ttl = (f", TTL: {_TTL_DOES.get(c.provider, _TTL_DOES[''])[1]} {fmt.duration(max(0, s.ttl_left_s))}"
+               if s.ttl_left_s is not None else "")
         parts.append((c.name, "bold"))
         if owned(c.provider):  # no rental bill: their power, where the inventory gives power_watts
             cost = (f"power ≈{fmt.yen(s.yen_so_far)} so far ({fmt.rate(c.price_jpy_per_hour)}/h per machine)"

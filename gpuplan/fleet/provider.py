@@ -51,7 +51,8 @@ class NodeSpec:
     # the first SSH connection is already pinned. Keyed by node name.
     host_keys: Mapping[str, HostKey] = field(default_factory=dict)
     image: str | None = None  # provider image id; None = the provider's default Ubuntu LTS
-    ttl_s: int | None = None  # the cloud itself stops/releases the machine after this long
+    # the cloud itself ends the machine after this long (AWS terminates, GCP deletes, Azure deallocates, Sakura stops)
+    ttl_s: int | None = None
     self_stop: bool = False  # --idle: a shutdown from inside the machine must end its billing
     spot: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
