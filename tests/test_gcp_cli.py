@@ -157,7 +157,9 @@ def test_estimate_in_tokyo_lists_sourced_gcp_plans_and_the_zero_gpu_quota_line(c
         for size in {f["instance_type"] for f in plan["fleet"]}:
             [line] = [a for a in plan["assumptions"] if a.startswith(f"{size} asia-northeast1: ") and "USD/hour" in a]
             assert "billed per second, minimum 1 min" in line, line
-            assert "(source: skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @" in line and "; as of 20" in line, line
+            assert ("(source: skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @" in line
+                    or "(source: Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @082120d2" in line), line
+            assert "; as of 20" in line, line
         assert all(f["billing"]["granularity_s"] == 1 and f["billing"]["minimum_s"] == 60 for f in plan["fleet"])
     r = cli("estimate", "--videos", "4", "--region", "asia-northeast1")
     assert r.code == 0, r.err
@@ -209,3 +211,25 @@ def test_status_and_teardown_say_the_hourly_yen_on_provision_s_tax_basis(fake, c
     assert r.code == 0, r.err
     assert f"delete cluster e2e (ready): 2 machines of gcp:n1-standard-4+nvidia-tesla-t4 in asia-northeast1 (¥220/h, {said})" in r.err
     assert fake.held() == []
+
+
+def test_tokyo_s_a100_is_priced_from_a_source_that_explains_it_not_below_iowa_s():
+    # issue 42: skypilot-catalog's Tokyo A100 part (1.70586 USD/h) put a2-highgpu-1g in Tokyo at
+    # 2.65389 USD/h, below us-central1's 3.67339, "unexplained", and it made the GCP pick. The rows
+    # now read Cyclenerd's pricing.yml @082120d2 (from the Cloud Billing Catalog API): 4.049590926
+    # USD/h in Tokyo, whose us-central1 figure (3.673385) is the catalog's us-central1 row; the
+    # 8-GPU size is 8x the 1-GPU one there (32.396727408).
+    from decimal import Decimal
+
+    from gpuplan.market.catalog import load
+
+    rows = {(o.name, o.region): o for o in load().offers if o.provider == "gcp" and o.name.startswith("a2-highgpu")}
+    tokyo, iowa = rows["a2-highgpu-1g", "asia-northeast1"], rows["a2-highgpu-1g", "us-central1"]
+    tokyo8, iowa8 = rows["a2-highgpu-8g", "asia-northeast1"], rows["a2-highgpu-8g", "us-central1"]
+    assert tokyo.price == Decimal("4.04959") and iowa.price == Decimal("3.67339")
+    assert tokyo8.price == Decimal("32.39673") and iowa8.price == Decimal("29.38708")
+    assert tokyo.price > iowa.price and tokyo8.price > iowa8.price
+    assert abs(tokyo8.price - 8 * tokyo.price) < Decimal("0.0001")
+    for o in (tokyo, tokyo8):
+        assert o.source.startswith("Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @082120d2"), o.source
+        assert "unexplained" not in o.notes and "is not used" in o.notes
