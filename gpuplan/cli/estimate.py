@@ -860,13 +860,18 @@ def _plan_json(plan, workload_name: str, indent: int, schedule: bool, streams: b
     return text.replace("\n", "\n" + " " * indent)
 
 
-def save_plan(est, path: Path) -> None:
-    """The recommendation as a saved plan (planning/saved_plan.py) for `provision --plan` and `run --plan`."""
+def save_plan(est, path: Path, command: str = "") -> None:
+    """The recommendation as a saved plan (planning/saved_plan.py) for `provision --plan` and `run --plan`;
+    `command`: the job its speeds were measured with (a probe's: calibration.measured_job), which a
+    later batch's calibration accepts as the workload's own job."""
     from gpuplan.planning import saved_plan
 
     if est.recommended is None:
         raise UsageError(f"nothing to save to {path}: {est.reason}")
-    saved_plan.dump(saved_plan.data(est, plan_dict(est.recommended, est.workload.name)), path)
+    content = saved_plan.data(est, plan_dict(est.recommended, est.workload.name))
+    if command:
+        content["command"] = command
+    saved_plan.dump(content, path)
 
 
 def _inventory(cat):
