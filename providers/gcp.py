@@ -675,8 +675,8 @@ class GcpProvider(Provider):
             inst = self._instance(zone, vm)
             if inst.status == "stopped":
                 raise ProviderError(
-                    f"GCP instance {inst.name} ({name}) is {vm.status} (stopped from inside, or its TTL passed?); "
-                    "tear the cluster down and provision again")
+                    f"GCP instance {inst.name} ({name}) is {vm.status} (stopped from inside, or being deleted by GCE at"
+                    " its TTL?); tear the cluster down and provision again")
             if inst.status == "running" and inst.public_ip:
                 with self._gce(f"read the serial console of {name}"):
                     try:

@@ -27,11 +27,12 @@ def no_credentials(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("args, said, unsaid", [
-    (["--ttl", "4h"], ["TTL 4:00 h: the cloud itself stops the machines after that"], ["no TTL", "idle stop"]),
+    (["--ttl", "4h"], ["TTL 4:00 h: each machine shuts itself down after that and EC2 terminates it (its root disk"
+                        " with it)"], ["no TTL", "idle stop", "stops the machines"]),
     (["--idle", "30m"], ["idle stop: a machine with no batch for 30 min terminates itself",
                          "no TTL: a machine running a batch runs, and bills, until it has been idle 30 min or"
                          " `gpuplan teardown words`"], ["TTL 4"]),
-    (["--ttl", "4h", "--idle", "30m"], ["TTL 4:00 h: the cloud itself stops", "idle stop: a machine with no batch"],
+    (["--ttl", "4h", "--idle", "30m"], ["TTL 4:00 h: each machine shuts itself down", "idle stop: a machine with no batch"],
      ["no TTL"]),
     ([], ["no TTL: the machines run, and bill, until `gpuplan teardown words`"], ["idle stop", "TTL 4"]),
 ])

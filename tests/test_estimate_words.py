@@ -162,8 +162,27 @@ def test_every_duration_of_the_table_reads_in_one_unit_under_plain_headers(cli):
         assert re.search(r"\d+:\d\d h +\d+:\d\d h +¥[\d,]+ +generic +¥[\d,]+–[\d,]+ +\d+:\d\d–\d+:\d\d h +yes", row), row
     # 74 min of wall beside 62 min billed read 1:14 h and 1:02 h, not "74 min" and "1:02 h"
     assert re.search(r"1x dok-v100-32gb +sakura is1a +scratch +1:14 h +1:02 h +¥60", r.out)
-    # the pick's line says its pair in one unit too
-    assert "Recommended: 1x dok-v100-32gb sakura is1a, from scratch: ¥60, wall 74 min, billed 62 min" in r.out
+    # the pick's line says its pair in the table's unit, as its row does (issue 42: it read "74 min"
+    # under a row of "1:14 h")
+    assert "Recommended: 1x dok-v100-32gb sakura is1a, from scratch: ¥60, wall 1:14 h, billed 1:02 h" in r.out
+
+
+def test_a_table_past_two_days_keeps_hours_and_minutes_in_every_row(cli, monkeypatch):
+    # issue 42: a column in days wrote a 1:57 h plan "0 d 2 h" beside "1:57 h" for the same figure
+    # elsewhere. 100 videos: the pick runs 31:00 h and its slow end 112:00 h (past two days), the
+    # H100 plan 1:18 h; every duration of the table stays in h:mm, and the pick's line reads as its row.
+    monkeypatch.setenv("COLUMNS", "400")
+    r = cli("estimate", "--videos", "100", "--all")
+    assert r.code == 0, r.err
+    rows = [line for line in r.out.splitlines() if line[:1] in ("→", "·", " ") and " yes" in line]
+    assert len(rows) > 20
+    for row in rows:
+        assert not re.search(r"\d d \d", row), row
+        assert re.search(r" \d+:\d\d h +\d+:\d\d h +¥[\d,]+ ", row), row
+    assert re.search(r"→ +1x dok-v100-32gb +sakura is1a +scratch +31:00 h +26:00 h +¥1,498 .* 24:45–112:00 h", r.out)
+    assert re.search(r"1x dok-h100-8gpu-80gb +sakura is1a +scratch +1:18 h +1:15 h +¥3,735 .* 1:00–5:12 h", r.out)
+    assert "from scratch: ¥1,498, wall 31:00 h, billed 26:00 h" in r.out
+    assert "wall 24:45–112:00 h" in r.out  # the range line: one unit, not "24:45 h–4 d 16 h"
 
 
 def test_a_table_of_minutes_stays_in_minutes(cli):

@@ -106,10 +106,17 @@ def test_the_ttl_line_says_what_each_provider_does_at_it():
 
     from gpuplan.cli.lifecycle import _lifetime_lines
 
-    gcp = _lifetime_lines(SimpleNamespace(provider="gcp", ttl_s=4 * 3600, idle_s=None, name="c"), None, False)
-    aws = _lifetime_lines(SimpleNamespace(provider="aws", ttl_s=4 * 3600, idle_s=None, name="c"), None, False)
-    assert gcp[0] == "TTL 4:00 h: GCE itself deletes the machines (and their disks) after that"
-    assert aws[0] == "TTL 4:00 h: the cloud itself stops the machines after that"
+    def line(provider: str) -> str:
+        return _lifetime_lines(SimpleNamespace(provider=provider, ttl_s=4 * 3600, idle_s=None, name="c"), None, False)[0]
+
+    # each as its provider arms it: AWS a shutdown with terminate behaviour, GCE maxRunDuration with
+    # DELETE, Azure's auto-shutdown schedule (deallocates), Sakura a timer that powers the server off
+    assert line("gcp") == "TTL 4:00 h: GCE itself deletes the machines (and their disks) after that"
+    assert line("aws") == ("TTL 4:00 h: each machine shuts itself down after that and EC2 terminates it (its root disk"
+                           " with it)")
+    assert line("azure").startswith("TTL 4:00 h: Azure's auto-shutdown deallocates the machines after that")
+    assert line("sakura").startswith("TTL 4:00 h: each machine powers itself off (stops) after that")
+    assert not any("stops the machines" in line(p) for p in ("gcp", "aws", "azure", "sakura"))
 
 
 def test_the_staging_line_and_the_breakdown_say_the_same_yen(cli):

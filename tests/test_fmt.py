@@ -51,5 +51,12 @@ def test_a_column_of_durations_reads_in_one_unit():
     assert fmt.durations([5158, 10800, None]) == ["1:26 h", "3:00 h", "?"]
     assert fmt.durations([6960, 7440]) == ["1:56 h", "2:04 h"]  # not "116 min" beside "2:04 h"
     assert fmt.durations([3000, 6000]) == ["50 min", "100 min"]
-    assert fmt.durations([3600, 302400]) == ["0 d 1 h", "3 d 12 h"]
+    # a column with a figure under two days stays in hours and minutes (issue 42: in days, 1:57 h
+    # read "0 d 2 h" beside the same figure written "1:57 h" on the pick's line); a column all past
+    # two days, and a lone figure, keep days and hours
+    assert fmt.durations([3600, 302400]) == ["1:00 h", "84:00 h"]
+    assert fmt.durations([172800, 302400]) == ["2 d 0 h", "3 d 12 h"]
+    assert fmt.durations([7020, 7200, 111600, 302400]) == ["1:57 h", "2:00 h", "31:00 h", "84:00 h"]
+    assert fmt.scale_of([7020, 302400]) == "h"
+    assert fmt.duration(302400) == "3 d 12 h"
     assert fmt.durations([45, 50]) == ["45 s", "50 s"]

@@ -4,6 +4,7 @@ against the loopback Compute REST fake (tests/support/gcp_fake.py) through the r
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -56,6 +57,7 @@ def test_provision_status_teardown(fake, cli, monkeypatch):
     r = cli("status", "e2e")
     assert r.code == 0, r.err
     assert all(a in r.out for a in addresses) and r.out.count("running") == 2
+    assert re.search(r", TTL: GCE deletes them in (3:59|4:00) h", r.out)  # issue 42: never "stops"/"released"
     r = cli("status", "e2e", "--format", "json")
     [cluster] = json.loads(r.out)
     assert {n["public_ip"] for n in cluster["nodes"]} == addresses
@@ -155,7 +157,9 @@ def test_estimate_in_tokyo_lists_sourced_gcp_plans_and_the_zero_gpu_quota_line(c
         for size in {f["instance_type"] for f in plan["fleet"]}:
             [line] = [a for a in plan["assumptions"] if a.startswith(f"{size} asia-northeast1: ") and "USD/hour" in a]
             assert "billed per second, minimum 1 min" in line, line
-            assert "(source: skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @" in line and "; as of 20" in line, line
+            assert ("(source: skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @" in line
+                    or "(source: Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @082120d2" in line), line
+            assert "; as of 20" in line, line
         assert all(f["billing"]["granularity_s"] == 1 and f["billing"]["minimum_s"] == 60 for f in plan["fleet"])
     r = cli("estimate", "--videos", "4", "--region", "asia-northeast1")
     assert r.code == 0, r.err
@@ -177,3 +181,55 @@ def test_shipped_gcp_rows_are_sourced_dated_and_billed_per_second_after_a_minute
     for o in rows:
         assert o.source and o.as_of, o
         assert (o.billing_granularity_s, o.billing_minimum_s) == (1, 60), o
+
+
+def test_each_quota_tier_says_its_need_in_its_own_unit(fake, cli, gpuplan_home):
+    # issue 42: two 1-GPU T4 machines of 4 vCPUs said "NVIDIA_T4_GPUS ...: 8 GPUs needed" (the
+    # vCPUs' count under every tier); each tier now counts in its own unit: 2 GPUs, 8 vCPUs
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert "quota GPUS_ALL_REGIONS (GPUs in all regions of the project): 2 GPUs needed" in r.err
+    assert "quota NVIDIA_T4_GPUS (nvidia-tesla-t4 GPUs in asia-northeast1): 2 GPUs needed" in r.err
+    assert "quota CPUS (vCPUs (CPUS) in asia-northeast1): 8 vCPUs needed" in r.err
+    assert "8 GPUs" not in r.err
+
+
+def test_status_and_teardown_say_the_hourly_yen_on_provision_s_tax_basis(fake, cli, gpuplan_home, monkeypatch):
+    # issue 42: provision said GCP's ¥/h with consumption tax, status and teardown the same row
+    # without it. A row listed without tax (¥100/h): ¥110/h per machine in all three, basis said.
+    monkeypatch.setenv("COLUMNS", "250")
+    prices = {"offers": [{**PRICES["offers"][0], "tax": "excluded"}]}
+    (gpuplan_home / "config" / "prices.yaml").write_text(yaml.safe_dump(prices))
+    said = "yen include Japan's 10 % consumption tax"
+    r = cli("provision", "--yes", "gcp:e2e-t4", "x2", "--name", "e2e", "--no-bootstrap")
+    assert r.code == 0, r.err
+    assert f"¥110/h per machine, ¥220/h for the cluster ({said}; listed ¥100/h without it)" in r.err
+    r = cli("status", "e2e")
+    assert r.code == 0, r.err
+    assert f"(¥110/h per machine; {said})" in r.out and "¥100/h" not in r.out
+    r = cli("teardown", "--yes", "e2e")
+    assert r.code == 0, r.err
+    assert f"delete cluster e2e (ready): 2 machines of gcp:n1-standard-4+nvidia-tesla-t4 in asia-northeast1 (¥220/h, {said})" in r.err
+    assert fake.held() == []
+
+
+def test_tokyo_s_a100_is_priced_from_a_source_that_explains_it_not_below_iowa_s():
+    # issue 42: skypilot-catalog's Tokyo A100 part (1.70586 USD/h) put a2-highgpu-1g in Tokyo at
+    # 2.65389 USD/h, below us-central1's 3.67339, "unexplained", and it made the GCP pick. The rows
+    # now read Cyclenerd's pricing.yml @082120d2 (from the Cloud Billing Catalog API): 4.049590926
+    # USD/h in Tokyo, whose us-central1 figure (3.673385) is the catalog's us-central1 row; the
+    # 8-GPU size is 8x the 1-GPU one there (32.396727408).
+    from decimal import Decimal
+
+    from gpuplan.market.catalog import load
+
+    rows = {(o.name, o.region): o for o in load().offers if o.provider == "gcp" and o.name.startswith("a2-highgpu")}
+    tokyo, iowa = rows["a2-highgpu-1g", "asia-northeast1"], rows["a2-highgpu-1g", "us-central1"]
+    tokyo8, iowa8 = rows["a2-highgpu-8g", "asia-northeast1"], rows["a2-highgpu-8g", "us-central1"]
+    assert tokyo.price == Decimal("4.04959") and iowa.price == Decimal("3.67339")
+    assert tokyo8.price == Decimal("32.39673") and iowa8.price == Decimal("29.38708")
+    assert tokyo.price > iowa.price and tokyo8.price > iowa8.price
+    assert abs(tokyo8.price - 8 * tokyo.price) < Decimal("0.0001")
+    for o in (tokyo, tokyo8):
+        assert o.source.startswith("Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @082120d2"), o.source
+        assert "unexplained" not in o.notes and "is not used" in o.notes

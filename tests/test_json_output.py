@@ -51,7 +51,7 @@ def test_provision_and_status_print_the_one_cluster_shape(cli, mem):
     assert (made["name"], made["count"], made["price_jpy_per_hour"], made["owned"]) == ("demo", 2, "100", False)
     assert made["ttl_expires_at"].endswith("+00:00") and 4 * 3600 - 60 < made["ttl_left_s"] <= 4 * 3600
     table = cli("status", "demo").out
-    assert "2x memory:m1.gpu in mem-1" in table and "(¥100/h per machine)" in table
+    assert "2x memory:m1.gpu in mem-1" in table and "(¥100/h per machine; as listed)" in table  # a test row that says no tax basis
     [listed] = _json(cli("status", "--format", "json"))
     assert set(listed) == CLUSTER_KEYS and listed["nodes"] == made["nodes"] and isinstance(listed["yen_so_far"], int)
     for n in listed["nodes"]:  # the table's addresses

@@ -94,7 +94,7 @@ def test_at_a_terminal_provision_and_teardown_ask_first(cli, mem, monkeypatch):
     monkeypatch.setattr("sys.stdin", Terminal("\n"))  # deleting defaults to no
     r = cli("teardown", "ask")
     assert r.code == 1 and "Delete all of this? [y/N]" in r.err
-    assert "delete cluster ask (ready): 2 machines of memory:m1.gpu in mem-1 (¥200/h): ask-0 i-1, ask-1 i-3" in r.err
+    assert "delete cluster ask (ready): 2 machines of memory:m1.gpu in mem-1 (¥200/h, as listed): ask-0 i-1, ask-1 i-3" in r.err  # a test row with no tax basis
     assert sum(x.kind == "instance" for x in mem.resources.values()) == 2
     monkeypatch.setattr("sys.stdin", Terminal("y\n"))
     r = cli("teardown", "ask")

@@ -143,17 +143,23 @@ def test_a_workload_timed_in_seconds_reads_as_time_not_a_rate(cli, tmp_path):
     assert "workload yolo-fhd: 8 jobs, 0.147591 s per frame on GTX 1080" in r.out
 
 
-def test_long_batches_read_in_days_and_hours_one_unit_per_column(cli, tmp_path):
+def test_long_batches_read_in_one_unit_per_column_and_keep_their_minutes(cli, tmp_path):
     f = tmp_path / "long.yaml"
     f.write_text("name: long\nreference_gpu: T4\njobs:\n  - {count: 2, hours: 60}\n  - {count: 1, minutes: 30}\n")
     r = cli("estimate", "--workload", str(f), "--provider", "aws", "--all")  # the slow T4 plans: --all (issue 19)
     lines = r.out.splitlines()
     head = lines[1]
     wall_end = head.index("wall") + len("wall")
-    walls = [line[:wall_end].split()[-1] for line in lines[3:] if re.search(r"\byes\b", line)]
+    rows = [line for line in lines[3:] if re.search(r"\byes\b", line)]
+    walls = [line[:wall_end].split()[-1] for line in rows]
     assert walls and all(w == "h" or w.endswith("h") for w in walls)
-    assert re.search(r"\d+ d \d+ h", r.out)  # 60 h of work alone on a T4 is past two days
-    assert not re.search(r"\b(4[89]|[5-9]\d|\d{3,}):\d\d h", r.out)  # never "60:30 h": h:mm only under two days
+    # issue 42: a column in days (issue 19's rule) wrote the p5 plans' 3:55 h as "0 d 4 h" under the
+    # pick's line's own h:mm; a column with a figure under two days now stays in h:mm throughout,
+    # 60 h of work alone on a T4 too ("60:30 h", where it read "2 d 13 h")
+    assert not any(re.search(r"\d+ d \d+ h", row) for row in rows)
+    assert re.search(r"3x g4dn.xlarge +aws us-east-1 +image +60:30 h +120:55 h", r.out)
+    assert re.search(r"2x p5.4xlarge +aws us-east-1 +image +4:05 h +7:37 h", r.out)
+    assert re.search(r"range: .* wall \d+:\d\d–\d+:\d\d h\n", r.out)  # the range line: one unit too
 
 
 def test_save_says_where_the_plan_went(cli, tmp_path):

@@ -411,13 +411,9 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
     from gpuplan.planning import evidence
 
     rows, alike = _visible(est, show_all)
-    streams = est.workload.streams is not None
     pareto = {id(p) for p in est.pareto}
-    shown = [p for p in rows if p.feasible]
-    spans: dict[int, evidence.Range | None] = {id(p): evidence.plan_range(p, streams) for p in shown}
-    ranged = {i: sp for i, sp in spans.items() if sp is not None and sp.shown}  # worth a figure in the table
-    every = [p.wall_s for p in shown] + [p.billed_s for p in shown] + [t for sp in ranged.values() for t in sp.wall_s]
-    scale = fmt.scale_of(every)
+    spans, ranged = _spans(est, rows)
+    scale = _table_scale(est, show_all)
     out: list[tuple[str, ...]] = []
     for p in rows:
         mark = "→" if p is est.recommended else ("·" if id(p) in pareto else "")
@@ -449,6 +445,25 @@ def _rows(est, show_all: bool) -> list[tuple[str, ...]]:
     return out
 
 
+def _spans(est, rows) -> tuple[dict, dict]:
+    """Each shown feasible plan's range (evidence.plan_range), and those worth a figure in the table."""
+    from gpuplan.planning import evidence
+
+    streams = est.workload.streams is not None
+    spans = {id(p): evidence.plan_range(p, streams) for p in rows if p.feasible}
+    return spans, {i: sp for i, sp in spans.items() if sp is not None and sp.shown}
+
+
+def _table_scale(est, show_all: bool) -> str | None:
+    """The one unit of every duration the table shows (wall, billed, wall range), which the
+    Recommended line's wall and billed share: the row and the line never read "0 d 2 h" and
+    "1:57 h", or "1:14 h" and "74 min", for one figure (issue 42)."""
+    rows = [p for p in _visible(est, show_all)[0] if p.feasible]
+    ranged = _spans(est, rows)[1]
+    return fmt.scale_of([p.wall_s for p in rows] + [p.billed_s for p in rows]
+                        + [t for sp in ranged.values() for t in sp.wall_s])
+
+
 def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     """The lines after the table as (kind, text): kind "head", "line", "warning" or "assumption".
     Every note once: plans that share hardware share its note."""
@@ -456,7 +471,8 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     if rec is None:  # the FX age, tax basis and regions still said (issue 22)
         return [("head", f"No recommendation: {est.reason}")] + [
             ("line", f"note: {est.extra[k]}") for k in ("fx", "tax", "regions") if k in est.extra]
-    wall, billed = fmt.durations([rec.wall_s, rec.billed_s])  # in one unit
+    scale = _table_scale(est, show_all)  # the table's unit: the pick's row reads the same
+    wall, billed = fmt.duration(rec.wall_s, scale), fmt.duration(rec.billed_s, scale)
     out = [("head", f"Recommended: {rec.label} {rec.provider} {rec.region}, "
                     f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
                     f"{fmt.yen(rec.cost)}, wall {wall}, billed {billed}")]
@@ -524,14 +540,12 @@ def _risk_lines(est, show_all: bool) -> list[str]:
 
 def _span(low: int, high: int, scale: str | None = None) -> str:
     """A wall-time range in one unit: `scale` (a table column's), else the longer end's: "60
-    min-4:19 h" reads as "1:00–4:19 h"."""
-    if scale is None:
-        scale = fmt.scale_of([high])
-        if scale == "d":  # "8:25 h–2 d 11 h": days and hours do not share one unit
-            return f"{fmt.duration(low)}–{fmt.duration(high)}"
-    if scale == "d":  # a column in days: "0 d 8 h–2 d 11 h"
-        return f"{fmt.duration(low, scale)}–{fmt.duration(high, scale)}"
+    min-4:19 h" reads as "1:00–4:19 h", "8:25 h-2 d 11 h" as "8:25–59:00 h" (fmt.scale_of: days
+    only where both ends are two days or more, each end written whole: "2 d 3 h–3 d 9 h")."""
+    scale = scale or fmt.scale_of([low, high])
     a, b = fmt.duration(low, scale), fmt.duration(high, scale)
+    if scale == "d":
+        return f"{a}–{b}"
     unit = b.rsplit(" ", 1)[-1]
     return f"{a.removesuffix(' ' + unit)}–{b}"
 
@@ -846,13 +860,18 @@ def _plan_json(plan, workload_name: str, indent: int, schedule: bool, streams: b
     return text.replace("\n", "\n" + " " * indent)
 
 
-def save_plan(est, path: Path) -> None:
-    """The recommendation as a saved plan (planning/saved_plan.py) for `provision --plan` and `run --plan`."""
+def save_plan(est, path: Path, command: str = "") -> None:
+    """The recommendation as a saved plan (planning/saved_plan.py) for `provision --plan` and `run --plan`;
+    `command`: the job its speeds were measured with (a probe's: calibration.measured_job), which a
+    later batch's calibration accepts as the workload's own job."""
     from gpuplan.planning import saved_plan
 
     if est.recommended is None:
         raise UsageError(f"nothing to save to {path}: {est.reason}")
-    saved_plan.dump(saved_plan.data(est, plan_dict(est.recommended, est.workload.name)), path)
+    content = saved_plan.data(est, plan_dict(est.recommended, est.workload.name))
+    if command:
+        content["command"] = command
+    saved_plan.dump(content, path)
 
 
 def _inventory(cat):

@@ -73,12 +73,14 @@ def launch(
 
         work = launcher.workload_for(batch, todo_items)
         est = estimate_cli.show_plan(estimate_cli.plan_batch(batch, work))
+        probed_job = ""  # the job the probes timed, recorded in the plan: its calibration accepts it
         if probe:
-            from gpuplan.cli.probe import probe_and_plan_again
+            from gpuplan.cli.probe import measured_job, probe_and_plan_again
 
             again = probe_and_plan_again(batch, work, todo_items[0], est, probe_budget, yes, dry_run)
             if again is not None:
                 est = estimate_cli.show_plan(again, "planned again with what the probes measured:")
+                probed_job = measured_job(batch)
         if dry_run:  # nothing is written: the plan goes to a file that is gone once the sequence is shown
             import tempfile
 
@@ -86,7 +88,7 @@ def launch(
         else:
             plan = launcher.plan_file(batch)
             plan.parent.mkdir(parents=True, exist_ok=True)
-        estimate_cli.save_plan(est, plan)
+        estimate_cli.save_plan(est, plan, command=probed_job)
     from gpuplan.store.state import State
 
     with ExitStack() as held:  # the cluster name's lock, held until the launch ends (the kernel frees it with the process)
@@ -176,7 +178,9 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
         est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch)
         if rec is None:
             return None
-        estimate_cli.save_plan(est, plan)
+        from gpuplan.planning import saved_plan
+
+        estimate_cli.save_plan(est, plan, command=saved_plan.load(plan).command)  # the job a probe timed, kept
         nxt = launcher.pick_of(plan, batch.region or None, batch.tax)
         launcher.refuse_over_cap(nxt, batch.max_yen)
         orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),

@@ -78,20 +78,28 @@ def _power_words(per_hour, n: int = 1) -> str:
             " (power_watts x the catalog's power price; nothing else bills by the hour)")
 
 
+def _on_basis(yen, listed: str):
+    """Yen of a price listed on `listed` ("included", "excluded", "unknown": market/tax.py) on the
+    estimate's default tax basis, and that basis in words ("as listed" where the row does not say):
+    provision, status and teardown say a cluster's yen alike (issue 42: status and teardown showed
+    GCP's ¥/h without tax, provision with it)."""
+    from gpuplan.market import tax
+
+    basis = tax.on_basis(yen, listed, tax.DEFAULT) if yen is not None else None
+    return basis, (tax.said(tax.DEFAULT) if listed in tax.BASES else "as listed")
+
+
 def _rent_words(offer, per_hour, n: int) -> str:
     """A rented machine's price an hour on the estimate's tax basis (issue 33: the estimate showed
     AWS's g4dn.xlarge with tax, provision the same row without), and as listed where that differs."""
-    from gpuplan.market import tax
-
     if per_hour is None:
         return "?/h per machine (the catalog has no price)"
-    basis = tax.on_basis(per_hour, offer.tax, tax.DEFAULT)
+    basis, said = _on_basis(per_hour, offer.tax)
     listed = "" if basis == per_hour else f"; listed {fmt.rate(per_hour)}/h without it"
-    said = tax.said(tax.DEFAULT) if basis != per_hour or offer.tax == "included" else "as listed"
     return f"{fmt.rate(basis)}/h per machine, {fmt.rate(basis * n)}/h for the cluster ({said}{listed})"
 
 
-def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) -> list[str]:
+def _create_lines(o, quota: list | None = None, lifetime: str | None = None) -> list[str]:
     """What a provision (or an image builder) will create, what it costs per hour (owned hosts:
     their power), the quota it was checked against, how long it lives (`lifetime`, else the TTL
     and idle stop), where SSH comes from, and the order's notes (spot price, image setup)."""
@@ -116,14 +124,30 @@ def _create_lines(o, quota: tuple | None = None, lifetime: str | None = None) ->
             f" {other.vcpus * part.count} vCPUs in all, {fmt.yen(price)}/h per machine"
             f" ({fmt.yen(price * part.count if price is not None else None)}/h)",
         ]
-    if quota is not None:
-        need, tiers = quota
+    if quota is not None:  # each tier's need in its own unit (QuotaUsage.wanted): GPUs, vCPUs, servers
         lines += [f"  quota {t.name} ({t.description}): {_units(need, t.unit)} needed, {t.free} free "
-                  f"(limit {t.limit}, used {t.used}): ok" for t in tiers] or ["  quota: the provider reports none"]
+                  f"(limit {t.limit}, used {t.used}): ok" for t, need in quota] or ["  quota: the provider reports none"]
     lines += [f"  {line}" for line in _lifetime_lines(req, lifetime, mine)]
     if req.ssh_cidr:
         lines.append(f"  SSH from {req.ssh_cidr}" + ("  (every address: asked for)" if req.ssh_cidr == "0.0.0.0/0" else ""))
     return lines + [f"  {note}" for note in o.notes]
+
+
+# What each provider does at a TTL, in its own terms (issue 42: GCP's was said to "stop" machines
+# GCE deletes), as its module's docstring says it arms it: the provision line, and status's words
+# for the time left. AWS: a shutdown from inside with InstanceInitiatedShutdownBehavior=terminate;
+# GCP: maxRunDuration with instanceTerminationAction DELETE; Azure: the auto-shutdown schedule,
+# which deallocates; Sakura: a timer that powers the server off (stopped, its disk kept).
+_TTL_DOES = {
+    "aws": ("each machine shuts itself down after that and EC2 terminates it (its root disk with it)",
+            "EC2 terminates them in"),
+    "gcp": ("GCE itself deletes the machines (and their disks) after that", "GCE deletes them in"),
+    "azure": ("Azure's auto-shutdown deallocates the machines after that (compute stops billing; their disks and"
+              " addresses bill until `gpuplan teardown`)", "Azure deallocates them in"),
+    "sakura": ("each machine powers itself off (stops) after that; its disk bills until `gpuplan teardown`",
+               "they stop (power off) in"),
+    "": ("the cloud itself stops the machines after that", "released in"),
+}
 
 
 def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
@@ -135,10 +159,7 @@ def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
         return [f"owned hosts: claimed for {req.name} until `gpuplan teardown {req.name}` releases them (never deleted)"]
     lines = []
     if req.ttl_s:
-        # what the provider does at the TTL, in its own terms: GCE deletes (maxRunDuration with DELETE, providers/gcp.py)
-        does = ("GCE itself deletes the machines (and their disks) after that" if req.provider == "gcp"
-                else "the cloud itself stops the machines after that")
-        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {does}")
+        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {_TTL_DOES.get(req.provider, _TTL_DOES[''])[0]}")
     if req.idle_s:
         from gpuplan.fleet import idle
 
@@ -162,7 +183,7 @@ def provision(
     region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Region or zone (default: the catalog row's).")] = None,
     image: Annotated[Optional[str], typer.Option(metavar="IMAGE", help="Start from this image (gpuplan image name or provider id); skips bootstrap.")] = None,
     plan: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Provision the recommended plan saved by `gpuplan estimate --save`.")] = None,
-    ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The cloud itself stops/releases the machines after this long (4h, 90m).")] = None,
+    ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="After this long the cloud itself ends the machines (4h, 90m): AWS shuts them down and terminates them, GCP deletes them, Azure deallocates them, Sakura stops them.")] = None,
     idle: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Each machine stops and releases itself after this long with no batch running (30m); AWS and Sakura.")] = None,
     spot: Annotated[bool, typer.Option("--spot", help="Ask for spot/low-priority capacity where the provider has it.")] = False,
     max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Refuse, before anything is made, machines that together cost more than this many yen an hour (tax included).")] = None,
@@ -234,14 +255,17 @@ def _print_status(out, statuses) -> None:
     parts: list[tuple[str, str]] = []  # (text, style): a rich Text on a terminal, plain characters elsewhere
     for s in statuses:
         c = s.cluster
-        ttl = f", released in {fmt.duration(max(0, s.ttl_left_s))}" if s.ttl_left_s is not None else ""
+        ttl = (f", TTL: {_TTL_DOES.get(c.provider, _TTL_DOES[''])[1]} {fmt.duration(max(0, s.ttl_left_s))}"
+               if s.ttl_left_s is not None else "")
         parts.append((c.name, "bold"))
         if owned(c.provider):  # no rental bill: their power, where the inventory gives power_watts
             cost = (f"power ≈{fmt.yen(s.yen_so_far)} so far ({fmt.rate(c.price_jpy_per_hour)}/h per machine)"
                     if c.price_jpy_per_hour is not None else "power not counted (no power_watts in the inventory)")
             cost += f"; owned hosts, released by `gpuplan teardown {c.name}`"
-        else:
-            cost = f"≈{fmt.yen(s.yen_so_far)} so far ({fmt.yen(c.price_jpy_per_hour)}/h per machine)"
+        else:  # on the estimate's tax basis, as provision said it (the ledger bills as listed)
+            listed = c.spec.get("tax") or "unknown"
+            so_far, said = _on_basis(s.yen_so_far, listed)
+            cost = f"≈{fmt.yen(so_far)} so far ({fmt.rate(_on_basis(c.price_jpy_per_hour, listed)[0])}/h per machine; {said})"
         lines = [f"  {c.count}x {c.provider}:{c.size} in {c.region}  {c.status}  up {fmt.duration(s.uptime_s)}"
                  f"  {cost}{ttl}\n"]
         # Addresses are what a user copies from here: never truncated (ids are in --format json).
@@ -414,8 +438,13 @@ def _teardown_line(state, row) -> str:
     nodes = [n for n in state.nodes(row.name) if n.provider_id]
     ids = ", ".join(f"{n.name} {n.provider_id}" for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
     per_hour = row.price_jpy_per_hour * len(nodes) if row.price_jpy_per_hour is not None else None
+    if owned(row.provider):
+        rate = f"power {fmt.rate(per_hour)}/h"
+    else:  # on the estimate's tax basis, as provision said it
+        per_hour, said = _on_basis(per_hour, row.spec.get("tax") or "unknown")
+        rate = f"{fmt.rate(per_hour)}/h, {said}"
     return (f"delete cluster {row.name} ({row.status}): {fmt.plural(len(nodes), 'machine')} of {row.provider}:{row.size} in "
-            f"{row.region} ({fmt.yen(per_hour)}/h){': ' + ids if ids else ''}, and everything else tagged with it")
+            f"{row.region} ({rate}){': ' + ids if ids else ''}, and everything else tagged with it")
 
 
 @dataclass

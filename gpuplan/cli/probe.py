@@ -26,6 +26,7 @@ def probe(
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="At most this for all the probes: a share of the pick's yen (2%, the default) or yen (500).", metavar="PERCENT|YEN")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show which offers would be probed and what each may cost; run nothing.")] = False,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Write the plan made again from what was measured (for `run --plan`), with the job the probes timed, which its batch's calibration then accepts.", metavar="FILE")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when stdin is not a terminal).")] = False,
 ) -> None:
     """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
@@ -46,6 +47,22 @@ def probe(
     after = probe_and_plan_again(batch, work, todo[0], est, probe_budget, yes, dry_run)
     if after is not None:
         show_plan(after, "planned again with what the probes measured:")
+        if save is not None:
+            from gpuplan.cli.estimate import save_plan
+            from gpuplan.cli.jobs import _console
+
+            job = measured_job(batch)
+            save_plan(after, save, command=job)
+            _console().print(f"plan saved to {save}" + (f" (its job: `{job}`; only batches that run it calibrate it)"
+                                                          if job else ""), markup=False)
+
+
+def measured_job(batch) -> str:
+    """The job the batch's probes timed, as its plan records it (measuring/calibration.measured_job):
+    a later batch calibrates the plan only where it runs that job, never a stand-in such as `echo`."""
+    from gpuplan.measuring import calibration
+
+    return calibration.measured_job(batch.probe.command, batch.command) if batch.probe is not None else ""
 
 
 def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | None, yes: bool, dry_run: bool):

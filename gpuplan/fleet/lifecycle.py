@@ -238,21 +238,28 @@ def _cidr(raw: str, where: str) -> str:
 
 
 def preflight(prov: Provider, req: ProvisionRequest, identity: dict[str, str] | None = None
-              ) -> tuple[int, list[QuotaUsage]]:
+              ) -> list[tuple[QuotaUsage, int]]:
     """Credentials, features, then quota for the machines still to be made: raise before
-    anything is created. Returns what they need and the quota tiers checked (for the
-    confirmation). The provider's create checks the same rule again on what it finds by tag.
-    `identity`: the cluster's tags (tags.identity); by default this installation's."""
+    anything is created. Returns each quota tier checked with what they need of it, in the
+    tier's own unit (QuotaUsage.wanted; for the confirmation). The provider's create checks the
+    same rule again on what it finds by tag. `identity`: the cluster's tags (tags.identity); by
+    default this installation's."""
     prov.check_credentials()
     prov.check_features(spot=req.spot, ttl_s=req.ttl_s)
     have = prov.machines(req.region, identity or {TAG_CLUSTER: req.name})
-    need, tiers = 0, []
+    needs: list[tuple[QuotaUsage, int]] = []
     for part, names in split_names(req):
-        shortfall = [n for n in names if n not in have]
-        got, seen = prov.check_quota(part.region, part.size, len(shortfall), spot=part.spot, vcpus=part.vcpus)
-        need += got
-        tiers += [t for t in seen if t not in tiers]
-    return need, tiers
+        shortfall = len([n for n in names if n not in have])
+        got, seen = prov.check_quota(part.region, part.size, shortfall, spot=part.spot, vcpus=part.vcpus)
+        vcpus_each = got // shortfall if shortfall else 0  # check_quota's vCPUs where a tier counts them
+        for tier in seen:  # a tier two sizes share (a family's vCPUs) sums both parts' need
+            want = tier.wanted(shortfall, vcpus_each)
+            at = next((i for i, (t, _) in enumerate(needs) if t == tier), None)
+            if at is None:
+                needs.append((tier, want))
+            else:
+                needs[at] = (tier, needs[at][1] + want)
+    return needs
 
 
 def split_names(req: ProvisionRequest) -> list[tuple[ProvisionRequest, list[str]]]:
@@ -331,7 +338,8 @@ def _provision(state: State, prov: Provider, req: ProvisionRequest, progress: Pr
             req.name, req.provider, req.region, req.size, req.total, image=req.image, ssh_user=prov.default_ssh_user,
             ttl_expires_at=ttl_expires, price_jpy_per_hour=req.price_jpy_per_hour,
             spec={"gpus_per_node": req.gpus_per_node, "spot": req.spot, "owner": tag_owner,
-                  "installation": installation, **({"parts": parts} if req.more else {})},
+                  "installation": installation, "tax": req.tax,  # its price's basis: status says ¥/h on the estimate's
+                  **({"parts": parts} if req.more else {})},
         )
     names = node_names(req.name, req.total)
     try:

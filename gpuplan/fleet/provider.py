@@ -51,7 +51,8 @@ class NodeSpec:
     # the first SSH connection is already pinned. Keyed by node name.
     host_keys: Mapping[str, HostKey] = field(default_factory=dict)
     image: str | None = None  # provider image id; None = the provider's default Ubuntu LTS
-    ttl_s: int | None = None  # the cloud itself stops/releases the machine after this long
+    # the cloud itself ends the machine after this long (AWS terminates, GCP deletes, Azure deallocates, Sakura stops)
+    ttl_s: int | None = None
     self_stop: bool = False  # --idle: a shutdown from inside the machine must end its billing
     spot: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
@@ -141,6 +142,13 @@ class QuotaUsage:
     @property
     def free(self) -> int:
         return self.limit - self.used
+
+    def wanted(self, machines: int, vcpus_each: int) -> int:
+        """What `machines` new machines take of this tier, in its own unit: their vCPUs for a vCPU
+        tier, else one each (a server, a host; a GPU tier of 1-GPU machines counts their GPUs, one of
+        g-GPU machines is expressed in machines of g GPUs). Issue 42: GCP's NVIDIA_L4_GPUS tier said
+        "8 GPUs needed" for two 1-GPU machines of 4 vCPUs."""
+        return machines * vcpus_each if self.unit == "vCPUs" else machines
 
 
 class Feature(enum.Enum):
@@ -233,7 +241,7 @@ class Provider(ABC):
                 raise UsageError(f"{self.name} size {size!r} is unknown in {region}; check the name or pick another region")
         need = per * count
         for tier in tiers:
-            want = need if tier.unit == "vCPUs" else count
+            want = tier.wanted(count, per)
             if tier.free < want:
                 how = f"; {tier.how_to_raise.replace(NEW_LIMIT, str(tier.used + want))}" if tier.how_to_raise else ""
                 raise QuotaExceeded(

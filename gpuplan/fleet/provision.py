@@ -255,9 +255,10 @@ def dry_run_notes(o: Order) -> list[str]:
     return ([f"note: {missing}"] if missing is not None else []) + list(getattr(prov, "create_notes", ()))
 
 
-def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple[Order, tuple[int, list[QuotaUsage]]]:
+def check(state: State, prov: Provider, o: Order, ssh_from: str | None) -> tuple[Order, list[tuple[QuotaUsage, int]]]:
     """Before the question: a resumable name, credentials, features and quota, the SSH source.
-    Returns the order with its SSH source and (what the machines need, the quota tiers)."""
+    Returns the order with its SSH source and each quota tier with what the machines need of it,
+    in the tier's unit (lifecycle.preflight)."""
     lifecycle.resumable(state, o.request)
     quota = lifecycle.preflight(prov, o.request, lifecycle.cluster_identity(state, o.request.name))
     notes = o.notes + tuple(getattr(prov, "create_notes", ()))  # issue 22

@@ -87,6 +87,33 @@ def accepted_commands(named: Sequence[str], plan_command: str | None = None) -> 
     return tuple(dict.fromkeys(out))
 
 
+def measured_job(probe: Sequence[str], command: Sequence[str]) -> str:
+    """The job a probe measured, as a command a plan records (its `command`, which `decide` then
+    accepts): the probe command's words before its first {units} or {item}, cut to the words the
+    batch's own command begins with too ("python train.py" of `python train.py --steps {units}`
+    and `python train.py {item}`); "" where they share none: the probe timed another program
+    than the one the batch runs, and vouches for neither."""
+    fixed = []
+    for word in probe:
+        if "{units}" in word or "{item}" in word:
+            break
+        fixed.append(word)
+    shared = []
+    for a, b in zip(fixed, command):
+        if _word(a) != _word(b):
+            break
+        shared.append(a)
+    while shared and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", shared[0]):  # leading VAR=value words: not the job
+        shared.pop(0)
+    # an interpreter and its options alone ("python", "sh -c") name no job: they would accept any script
+    if not any(not w.startswith("-") and _word(w) not in _INTERPRETERS for w in shared):
+        return ""
+    return shlex.join(shared)
+
+
+_INTERPRETERS = frozenset({"python", "sh", "bash", "env", "uv", "run", "exec"})
+
+
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
 

@@ -5,8 +5,11 @@
 - Hourly prices in a price list (`gpuplan catalog`): sen kept under ¥1,000 ("¥83.21").
 - Durations: seconds under a minute ("45 s", "<1 s"), whole minutes under two hours ("86 min"), hours
   and minutes from two hours on ("3:00 h", "47:59 h"), days and hours from two days on ("3 d 20 h").
-  A column of durations reads in one unit, the one its longest needs (`durations`, `scale_of`):
-  `estimate`'s table writes wall, billed and the wall range all in one.
+  A column of durations reads in one unit, the one its longest needs (`durations`, `scale_of`), and
+  days only where every figure of it is two days or more: a column with a shorter one reads in hours
+  and minutes ("1:57 h" beside "84:00 h"), where days would round 1:57 h to "0 d 2 h" beside the
+  same figure written "1:57 h" elsewhere (issue 42). `estimate`'s table writes wall, billed and the
+  wall range all in one.
 - Counts: thousands separators ("20,000"); a counted noun agrees with its number ("1 job", "2 jobs").
 """
 
@@ -63,14 +66,20 @@ def duration(seconds: int | float | Decimal | None, scale: str | None = None) ->
 def scale_of(values) -> str | None:
     """The unit ("s", "min", "h" or "d") the longest of `values` (seconds; None skipped) needs:
     durations read together (a table's columns, a line's pair) are written in it; None where
-    none is known."""
+    none is known. "d" only where the shortest is two days or more too: days and hours round off
+    the minutes a shorter figure needs ("1:57 h", not "0 d 2 h")."""
     known = [v for v in values if v is not None]
-    return _scale(_whole(max(known), 1)) if known else None
+    if not known:
+        return None
+    scale = _scale(_whole(max(known), 1))
+    return "h" if scale == "d" and _scale(_whole(min(known), 1)) != "d" else scale
 
 
 def durations(values: list) -> list[str]:
     """A column of durations in one unit: the one its longest figure needs ("1:26 h" beside "3:00 h",
-    never "86 min"); seconds stay as written while everything is under a minute."""
+    never "86 min"); days and hours only where every figure is two days or more, hours and minutes
+    where one is shorter ("1:57 h" beside "84:00 h"); seconds stay as written while everything is
+    under a minute."""
     scale = scale_of(values)
     return [duration(v, scale) for v in values]
 
