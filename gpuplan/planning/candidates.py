@@ -94,7 +94,7 @@ class Cached(NamedTuple):
 
 class SlotFacts(NamedTuple):
     order: list[int]  # slots, longest first (ties in slot order)
-    by_slot: list[list[int]]  # each slot's jobs (indexes), longest first
+    by_slot: Callable[[], list[list[int]]]  # each slot's jobs (indexes), longest first (worked out when first asked)
     parts: tuple[list[int], list[int]] | None  # per slot its reference ticks and job starts, where starts are counted
 
 
@@ -208,7 +208,7 @@ class _Names(Sequence):
     machine), built when asked: for the recommendation, the JSON, a plot; not for the thousands
     of plans nobody reads machine by machine."""
 
-    def __init__(self, order: list[int], by_slot: list[list[int]], slots: int, counts: list[int],
+    def __init__(self, order: list[int], by_slot: Callable[[], list[list[int]]], slots: int, counts: list[int],
                  named: Callable[[Iterable[int]], tuple[str, ...]]):
         self.order, self.by_slot, self.slots, self.named = order, by_slot, slots, named
         self.first = [0, *itertools.accumulate(counts)]
@@ -221,9 +221,24 @@ class _Names(Sequence):
             return [self[i] for i in range(*run.indices(len(self)))]
         if not 0 <= run < len(self):
             raise IndexError(run)
-        s, by_slot, order = self.slots, self.by_slot, self.order
+        s, by_slot, order = self.slots, self.by_slot(), self.order
         return tuple(self.named(itertools.chain.from_iterable(by_slot[m] for m in order[v * s:(v + 1) * s]))
                      for v in range(self.first[run], self.first[run + 1]))
+
+
+class _Lazy:
+    """A value worked out when first asked for, then kept: each slot's jobs are read only for the
+    plans whose machines someone lists (the pick, the JSON, a plot); sorting 20,000 jobs into
+    slots for every schedule was a tenth of a 20,000-job estimate."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self.make: Callable[[], Any] | None = make
+        self.value: Any = None
+
+    def __call__(self) -> Any:
+        if self.make is not None:
+            self.value, self.make = self.make(), None
+        return self.value
 
 
 @dataclass
@@ -397,7 +412,7 @@ class Planner:
         if have is not None and have.schedule is sched:
             return have.value
         loads = sched.loads
-        by_slot = self._by_slot(sched.assign, len(loads))
+        by_slot = _Lazy(lambda: self._by_slot(sched.assign, len(loads)))
         out = SlotFacts(sorted(range(len(loads)), key=loads.__getitem__, reverse=True), by_slot,
                         self._slot_parts(sched) if self.start_s else None)
         self.slots[key] = Cached(sched, out)
@@ -445,7 +460,8 @@ class Planner:
         jobs_of: dict[int, list[int]] = {}
         for j, m in enumerate(sched.assign):
             jobs_of.setdefault(m, []).append(j)
-        order, by_slot, _ = self._slots_of(sched, 0)
+        order, lazy, _ = self._slots_of(sched, 0)
+        by_slot = lazy()
         out = []
         for v in range(n):
             mine = order[v * slots:(v + 1) * slots]
@@ -686,6 +702,7 @@ class Planner:
         nj = len(self.ref)
         plans = []
         total_ref = sum(self.ref, Decimal(0))
+        longest_ref = max(self.ref)  # once per pair, not once per mix: 20,000 Decimals each time
         for na in (1, 2, 3, 4):
             for nb in (1, 2, 3, 4):
                 if na * a.gpu_count + nb * b.gpu_count > max(nj, a.gpu_count + b.gpu_count):
@@ -699,7 +716,7 @@ class Planner:
                 # counted as at least start / (slowest factor) of it; no job is shorter than on its
                 # fastest slot type
                 work = total_ref + nj * self.start_s / max(fa, fb)
-                bound_s = model.ceil_s(max(work / sum(1 / f for f in slots), max(self.ref) * min(fa, fb) + self.start_s))
+                bound_s = model.ceil_s(max(work / sum(1 / f for f in slots), longest_ref * min(fa, fb) + self.start_s))
                 pa, pb = _hourly(a), _hourly(b)
                 jobs_lb = (total_ref * min(pa * fa / a.gpu_count, pb * fb / b.gpu_count)
                            + nj * self.start_s * min(pa / a.gpu_count, pb / b.gpu_count)) / model.HOUR
