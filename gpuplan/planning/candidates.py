@@ -272,6 +272,7 @@ class Planner:
         self.slots: dict[tuple[int, int], Cached] = {}  # (slots, start ticks) -> SlotFacts
         self.priced: dict[tuple[int, Decimal], Priced] = {}  # (id of the machines' kinds, factor) -> their seconds
         self.colocated: dict[tuple, dict[tuple, Decimal]] = {}  # co-location rates -> machine shape -> its end in ticks
+        self.shape_ends: dict[tuple, tuple[list, list[Decimal]]] = {}  # (id of Alike.kinds, rates) -> (kinds, their ends)
         self.ratios: dict[Decimal, tuple[int, int]] = {}  # factor -> factor x tick as a fraction
         self.start_ratio = self.start_s.as_integer_ratio()
         self.candidates: list[Candidate] = []
@@ -484,14 +485,19 @@ class Planner:
         if rates is not None and not self.start_s:  # all slots of each machine, slowed while several are busy
             # without job starts a machine's end is its shape's (reference ticks) times the factor:
             # worked out once per shape, whatever the offer
-            shapes = self.colocated.setdefault(tuple(sorted(rates.items())), {})
+            rated = tuple(sorted(rates.items()))
+            shaped = self.shape_ends.get((id(kinds), rated))
+            if shaped is None or shaped[0] is not kinds:  # each machine's end once per fleet, whatever the offer
+                shapes = self.colocated.setdefault(rated, {})
+                ends = []
+                for kind in kinds:
+                    end = shapes.get(kind)
+                    if end is None:
+                        end = shapes[kind] = model.colocated_work(sorted(t for t, _ in kind if t), rates)
+                    ends.append(end)
+                shaped = self.shape_ends[id(kinds), rated] = (kinds, ends)
             scale = factor * self.tick
-            jobs, starts = [], []  # type: list[int], list[Decimal]
-            for kind in kinds:
-                end = shapes.get(kind)
-                if end is None:
-                    end = shapes[kind] = model.colocated_work(sorted(t for t, _ in kind if t), rates)
-                jobs.append(model.ceil_s(scale * end))
+            jobs, starts = [model.ceil_s(scale * end) for end in shaped[1]], []  # type: list[int], list[Decimal]
         elif rates is not None:
             jobs, starts = [], []
             for kind in kinds:

@@ -49,6 +49,8 @@ def _lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int],
         order = longest_first(p)
     assign = [0] * n
     loads = [0] * mcount
+    if len(p) == 1 and all(type(d) is int for d in p[0]):
+        return _lpt_identical(p[0], mcount, order, assign, loads)
     if len(p) == 1:  # identical machines: one heap
         p0 = p[0]
         first = order[:mcount]
@@ -79,6 +81,32 @@ def _lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int],
         assign[j] = m
         heapq.heappush(heaps[best_t], (load + p[best_t][j], m))
     return assign, _loads(p, machine_type, assign)
+
+
+def _lpt_identical(p0: Sequence[int], mcount: int, order: list[int], assign: list[int],
+                   loads: list[int]) -> tuple[list[int], list[int]]:
+    """_lpt on identical machines of whole-number job lengths, its heap of (load, machine) kept as
+    the integers load x M + machine (M > every machine's index): they order exactly as the pairs
+    do (load first, then the lower machine), and a heap of integers is several times faster than
+    one of tuples; 20,000 jobs are placed once per slot count of an estimate."""
+    scale = mcount  # machine indexes are 0 .. mcount - 1
+    first = order[:mcount]
+    if first and p0[first[-1]] > 0:  # the longest jobs go one to each machine, in machine order
+        for m, j in enumerate(first):
+            assign[j] = m
+        heap = [p0[j] * scale + m for m, j in enumerate(first)] + list(range(len(first), mcount))
+        heapq.heapify(heap)
+        order = order[mcount:]
+    else:
+        heap = list(range(mcount))  # load 0 on every machine
+    replace = heapq.heapreplace
+    for j in order:
+        key = heap[0]
+        assign[j] = key % scale
+        replace(heap, key + p0[j] * scale)
+    for key in heap:
+        loads[key % scale] = key // scale
+    return assign, loads
 
 
 def longest_first(p: Sequence[Sequence[int]]) -> list[int]:

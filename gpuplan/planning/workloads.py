@@ -508,7 +508,8 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
         if len(out) + count > MAX_JOBS:
             raise UsageError(f"{where}: {w} brings the batch to {len(out) + count:,} jobs; gpuplan plans at most"
                              f" {MAX_JOBS:,} at once; plan a part of the batch")
-        name = _text(f"{where}: jobs[{i}]", "name", entry.get("name") or f"job{i + 1}")
+        given_name = entry.get("name")  # the default name is ours, plain: checked only where the file gives one
+        name = _text(f"{where}: jobs[{i}]", "name", given_name) if given_name else f"job{i + 1}"
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     seen: set[str] = set()
     for job in out:  # a plan's schedule, a run's order and its outputs find each job by its name
