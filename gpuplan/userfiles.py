@@ -137,7 +137,7 @@ def load_yaml(text: str):
 _UNUSUAL = object()  # what _from_events returns for a document it leaves to the full loader
 
 
-def _from_events(events: list, loader: type):
+def _from_events(events: list, loader):
     """The data of a plain document, built from the parser's events already read and checked, as
     `yaml.load(text, Loader=loader)` builds it, without parsing the text a second time nor
     composing its nodes: a 20,000-job workload is read in a third of the time (issue 47). The

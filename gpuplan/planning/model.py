@@ -764,6 +764,28 @@ ENGINE_START_S = 67
 SUBMIT_S = 3
 
 
+_ONCE: dict[tuple, tuple] = {}  # (function, ids of offer, workload, setting) -> (those three, its answer)
+
+
+def _once_per_offer(fn):
+    """fn(offer, workload, setting) worked out once per offer of an estimate, not once per plan
+    (a 20,000-job estimate prices some 2,000 plans on a few dozen offers). The three arguments
+    are kept with the answer, so their ids cannot be reused while it is kept; a list in the
+    answer is copied for each caller (make_plan extends its notes)."""
+    def once(offer, workload, setting):
+        key = (fn.__name__, id(offer), id(workload), id(setting))
+        have = _ONCE.get(key)
+        if have is None or have[0] is not offer or have[1] is not workload or have[2] is not setting:
+            if len(_ONCE) >= 4096:
+                _ONCE.clear()
+            have = _ONCE[key] = (offer, workload, setting, fn(offer, workload, setting))
+        return tuple(list(x) if isinstance(x, list) else x for x in have[3])
+
+    once.__doc__, once.__name__ = fn.__doc__, fn.__name__
+    return once
+
+
+@_once_per_offer
 def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, int, int, list[str]]:
     """(setup, capture, launch) seconds for the offer's provider, and where they came from."""
     facts = setting.catalog.providers.get(offer.provider)
@@ -796,6 +818,7 @@ def provider_times(offer: Offer, workload: Workload, setting: Setting) -> tuple[
     return setup, capture, launch, notes
 
 
+@_once_per_offer
 def run_start(offer: Offer, workload: Workload, setting: Setting) -> tuple[int, list[str]]:
     """Seconds every machine of the offer spends before its jobs on `gpuplan run` itself: the
     run engine's start and one submission (ENGINE_START_S + SUBMIT_S), and what the plan says
