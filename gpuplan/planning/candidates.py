@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
@@ -433,10 +434,12 @@ class Planner:
             return have.value
         order, by_slot, parts = self._slots_of(sched, start)
         each: list
-        if every_slot:
+        if every_slot and parts is None:
             loads = sched.loads
-            each = [tuple((parts[0][m], parts[1][m]) if parts else (loads[m], 0) for m in order[v * slots:(v + 1) * slots])
-                    for v in range(n)]
+            each = [tuple([(loads[m], 0) for m in order[v * slots:(v + 1) * slots]]) for v in range(n)]
+        elif every_slot:
+            ticks, starts = parts
+            each = [tuple([(ticks[m], starts[m]) for m in order[v * slots:(v + 1) * slots]]) for v in range(n)]
         elif parts is None:  # without job starts a machine's load is its longest slot's ticks
             loads = sched.loads
             each = [loads[order[v * slots]] for v in range(n)]
@@ -444,9 +447,12 @@ class Planner:
             each = [frozenset((parts[0][m], parts[1][m]) for m in order[v * slots:(v + 1) * slots]) for v in range(n)]
         kinds: list = []
         counts: list[int] = []
-        for kind, run in itertools.groupby(each):
-            kinds.append(kind)
-            counts.append(sum(1 for _ in run))
+        for kind in each:  # runs of equal kinds (as itertools.groupby finds them), counted as they come
+            if kinds and kind == kinds[-1]:
+                counts[-1] += 1
+            else:
+                kinds.append(kind)
+                counts.append(1)
         out = Alike(kinds, counts, _Names(order, by_slot, slots, counts, self._named))
         self.alike[key] = Cached(sched, out)
         return out
@@ -497,7 +503,8 @@ class Planner:
                     ends.append(end)
                 shaped = self.shape_ends[id(kinds), rated] = (kinds, ends)
             scale = factor * self.tick
-            jobs, starts = [model.ceil_s(scale * end) for end in shaped[1]], []  # type: list[int], list[Decimal]
+            ceil = math.ceil  # model.ceil_s without its call: exact for a Decimal
+            jobs, starts = [ceil(scale * end) for end in shaped[1]], []  # type: list[int], list[Decimal]
         elif rates is not None:
             jobs, starts = [], []
             for kind in kinds:

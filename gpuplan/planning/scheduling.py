@@ -49,7 +49,7 @@ def _lpt(p: Sequence[Sequence[int]], machine_type: Sequence[int],
         order = longest_first(p)
     assign = [0] * n
     loads = [0] * mcount
-    if len(p) == 1 and all(type(d) is int for d in p[0]):
+    if len(p) == 1 and {*map(type, p[0])} == {int}:  # whole numbers only (the planner's ticks)
         return _lpt_identical(p[0], mcount, order, assign, loads)
     if len(p) == 1:  # identical machines: one heap
         p0 = p[0]
