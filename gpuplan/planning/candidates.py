@@ -767,7 +767,8 @@ class Planner:
     def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes, rates=None) -> Plan | None:
         # schedule on milliseconds of each slot type; the plan's loads are then exact seconds
         start_ms = self.start_s * 1000
-        p = [[model.ceil_s(f * t * self.tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
+        tick, ceil = self.tick, math.ceil  # model.ceil_s without its call (exact for a Decimal): 20,000 jobs x 2
+        p = [[ceil(f * t * tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
         types = [0] * (na * a.gpu_count) + [1] * (nb * b.gpu_count)
         sched = schedule(p, types, exact=False)
         per_slot, starts = [0] * len(types), [0] * len(types)
