@@ -438,6 +438,7 @@ class Planner:
             loads = sched.loads
             each = [tuple([(loads[m], 0) for m in order[v * slots:(v + 1) * slots]]) for v in range(n)]
         elif every_slot:
+            assert parts is not None  # (mypy: the branch above took None)
             ticks, starts = parts
             each = [tuple([(ticks[m], starts[m]) for m in order[v * slots:(v + 1) * slots]]) for v in range(n)]
         elif parts is None:  # without job starts a machine's load is its longest slot's ticks

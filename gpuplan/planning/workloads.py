@@ -131,15 +131,18 @@ def videos(n: int) -> Workload:
 def parse(text: str, where: str) -> Workload:
     import yaml
 
+    from gpuplan.collector import collector_paused
     from gpuplan.userfiles import load_yaml
 
     try:
-        data = load_yaml(text)
+        with collector_paused():  # 20,000 jobs are some 100,000 parser events and values, none in a cycle
+            data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark is not None else ""
         raise UsageError(f"{where}{at}: not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__})") from None
-    return from_dict(data, where)
+    with collector_paused():
+        return from_dict(data, where)
 
 
 def from_dict(data: Any, where: str) -> Workload:
