@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from decimal import Decimal
 
+import pytest
 import yaml
 
 from gpuplan import userfiles
@@ -72,20 +73,32 @@ def test_schedules_are_improved_where_they_could_change_the_answer():
 
 
 def test_yaml_is_read_by_libyaml_where_pyyaml_has_it(monkeypatch):
-    used = []
-    real = yaml.load
+    parsed, loaded = [], []
+    real_parse, real_load = yaml.parse, yaml.load
 
-    def spy(text, Loader):
-        used.append(Loader)
-        return real(text, Loader=Loader)
+    def spy_parse(text, Loader):
+        parsed.append(Loader)
+        return real_parse(text, Loader=Loader)
 
-    monkeypatch.setattr(yaml, "load", spy)
+    def spy_load(text, Loader):
+        loaded.append(Loader)
+        return real_load(text, Loader=Loader)
+
+    monkeypatch.setattr(yaml, "parse", spy_parse)
+    monkeypatch.setattr(yaml, "load", spy_load)
     work = workloads.parse("name: x\nseconds_per_unit: 2\nreference_gpu: K80\njobs:\n  - {units: 3, count: 2}\n", "test")
     assert [j.units for j in work.jobs] == [3, 3] and work.seconds_per_unit == 2
-    # gpuplan's strict loader (no duplicate keys, finite numbers) is a subclass of libyaml's safe one
-    assert len(used) == 1 and issubclass(used[0], getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    # a plain file is parsed once, by libyaml's parser, and built from its events (issue 47)
+    assert parsed == [getattr(yaml, "CSafeLoader", yaml.SafeLoader)] and loaded == []
     if yaml.__with_libyaml__:
-        assert issubclass(used[0], yaml.CSafeLoader) and issubclass(used[0], yaml.cyaml.CParser)
+        assert issubclass(parsed[0], yaml.cyaml.CParser)
+    # anything unusual (here an explicit tag) is read again by gpuplan's strict loader (no duplicate
+    # keys, finite numbers), a subclass of libyaml's safe one
+    work = workloads.parse("name: x\nseconds_per_unit: !!int 2\nreference_gpu: K80\njobs:\n  - {units: 3}\n", "test")
+    assert work.seconds_per_unit == 2
+    assert len(loaded) == 1 and issubclass(loaded[0], getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    if yaml.__with_libyaml__:
+        assert issubclass(loaded[0], yaml.CSafeLoader) and issubclass(loaded[0], yaml.cyaml.CParser)
 
 
 def test_the_c_loader_is_safe():
@@ -93,3 +106,33 @@ def test_the_c_loader_is_safe():
 
     with pytest.raises(yaml.YAMLError):
         userfiles.load_yaml("a: !!python/object/apply:os.system ['true']")
+
+
+@pytest.mark.parametrize("text", [
+    "", "---\n", "a: 1", "3", "'x'", "[]", "{}", "a:\nb:\n", "- \n- ''", "[1, 2, [3, [4, {a: b}]]]", "- a\n- b: c\n  d: [e, f]",
+    "x: 0x10\ny: 1_000\nz: yes\nw: 1:30\nv: ~\nu: null\nt: True\ns: '12'\nr: \"a\\tb\"\nq: 1.5e3\np: .5\no: -3\nn: 012\nm: 1.",
+    "x: 2026-01-05\ny: 2026-01-05 10:00:00\nz: a: b", "a: &anchor [1]\n", "a: ! 12", "name: x\njobs:\n  - {units: 1}\n  - {units: 1}",
+    # refused: the same message for the same first fault, in PyYAML's order (a mapping's keys, then
+    # its scalars, then what is nested, level by level)
+    "a: 1\na: 2", "{1: a, true: b}", "1: a\n1.0: b", "a: 'x'\n'a': y", "a: [1, 2, {b: 3, b: 4}]\nc: 1e999",
+    "a: {x: 1e999}\nb: 1\nb: 2", "a: {x: 1, x: 2}\nb: {y: .inf}", "a: {b: {c: {d: 1e999}}, e: 1, e: 2}", "x: 2026-13-45",
+    "x: 1234567890123456789012345678901", "k: .NaN", "a: b\n  c",
+    # left to the full loader: merge keys, explicit tags, several documents, keys that are not scalars
+    "<<: {a: 1}\nb: 2", "=: 1", "a: !!str 12", "!!set {a, b}", "--- 1\n--- 2\n", "? [a, b]\n: 1", "? {a: 1, a: 2}\n: 1",
+    "a: &x 1\nb: *x",
+])
+def test_yaml_built_from_events_is_what_the_strict_loader_builds(text):
+    """issue 47: load_yaml builds a plain document from the parser's events in one pass; every
+    value and every refusal is the strict loader's own."""
+    def outcome(read):
+        try:
+            value = read(text)
+            return "ok", repr(value), type(value).__name__
+        except yaml.YAMLError as exc:
+            return "refused", type(exc).__name__, userfiles.yaml_problem(exc)
+
+    def strict(text):  # load_yaml as it was: the events checked, then the strict loader
+        userfiles._check_events(yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+        return yaml.load(text, Loader=userfiles._strict_loader())
+
+    assert outcome(userfiles.load_yaml) == outcome(strict)

@@ -83,3 +83,49 @@ def test_lower_bound_counts_the_jobs_that_must_share_a_machine():
     assert scheduling.lower_bound([jobs], [0, 0, 0]) == 15
     s = scheduling.schedule([jobs], [0, 0, 0], exact=False)
     assert s.makespan == 15 and s.optimal and s.method == "lpt"
+
+
+def _lpt_of_pairs(p0: list[int], mcount: int) -> tuple[list[int], list[int]]:
+    """LPT as the planner had it: a heap of (load, machine) pairs, the first mcount longest jobs
+    one to each machine in machine order."""
+    import heapq
+
+    order = scheduling.longest_first([p0])
+    assign, loads = [0] * len(p0), [0] * mcount
+    first = order[:mcount]
+    if first and p0[first[-1]] > 0:
+        for m, j in enumerate(first):
+            assign[j] = m
+        heap = [(p0[j], m) for m, j in enumerate(first)] + [(0, m) for m in range(len(first), mcount)]
+        heapq.heapify(heap)
+        order = order[mcount:]
+    else:
+        heap = [(0, m) for m in range(mcount)]
+    for j in order:
+        load, m = heap[0]
+        assign[j] = m
+        heapq.heapreplace(heap, (load + p0[j], m))
+    for load, m in heap:
+        loads[m] = load
+    return assign, loads
+
+
+def test_lpt_with_integer_keys_is_lpt_with_pairs_ties_included():
+    """issue 47: LPT's heap holds load x machines + machine; it places every job where the heap of
+    (load, machine) pairs did, equal loads going to the lower machine, zero-length jobs included."""
+    rng = random.Random(47)
+    for _ in range(2000):
+        mcount = rng.randint(1, 12)
+        top = rng.choice([1, 3, 1000])
+        p0 = [rng.choice([0, rng.randint(0, top)]) for _ in range(rng.randint(1, 40))]
+        assert scheduling._lpt([p0], [0] * mcount) == _lpt_of_pairs(p0, mcount), (p0, mcount)
+
+
+def test_the_swap_step_evens_the_two_out_best_the_lower_on_a_tie():
+    # gap 10: no job of 12 or 14 moves (none is shorter than the gap); 12 swaps with 5 or 7 (both
+    # within the gap): for 7 the two end |2 x (12 - 7) - 10| = 0 apart, for 5 4 apart: 7
+    assert scheduling._identical_step([12, 14], [5, 7, 9], 10) == (12, 7)
+    # gap 8: 7 and 9 even them out alike (|2 x 5 - 8| = |2 x 3 - 8| = 2): the lower, as before
+    assert scheduling._identical_step([12], [7, 9], 8) == (12, 7)
+    # nothing of theirs shorter than 12 within the gap: no step; a job shorter than the gap moves
+    assert scheduling._identical_step([12], [13], 10) is None and scheduling._identical_step([3, 12], [], 10) == (3, None)

@@ -214,7 +214,8 @@ def billed_each(head: int, seconds: Sequence[int], granularity_s: int, minimum_s
     g, least = max(1, granularity_s), minimum_s
     if g == 1:
         return [x if (x := head + s) >= least else (least if x > 0 else 0) for s in seconds]
-    return [max(-(-x // g) * g, least) if (x := head + s) > 0 else 0 for s in seconds]
+    # max() written out: this list is built for every plan's machines, thousands of times an estimate
+    return [(y if (y := -(-x // g) * g) > least else least) if (x := head + s) > 0 else 0 for s in seconds]
 
 
 def per_second(price_jpy_per_hour: Decimal) -> Terms:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
@@ -94,7 +95,7 @@ class Cached(NamedTuple):
 
 class SlotFacts(NamedTuple):
     order: list[int]  # slots, longest first (ties in slot order)
-    by_slot: list[list[int]]  # each slot's jobs (indexes), longest first
+    by_slot: Callable[[], list[list[int]]]  # each slot's jobs (indexes), longest first (worked out when first asked)
     parts: tuple[list[int], list[int]] | None  # per slot its reference ticks and job starts, where starts are counted
 
 
@@ -208,7 +209,7 @@ class _Names(Sequence):
     machine), built when asked: for the recommendation, the JSON, a plot; not for the thousands
     of plans nobody reads machine by machine."""
 
-    def __init__(self, order: list[int], by_slot: list[list[int]], slots: int, counts: list[int],
+    def __init__(self, order: list[int], by_slot: Callable[[], list[list[int]]], slots: int, counts: list[int],
                  named: Callable[[Iterable[int]], tuple[str, ...]]):
         self.order, self.by_slot, self.slots, self.named = order, by_slot, slots, named
         self.first = [0, *itertools.accumulate(counts)]
@@ -221,9 +222,24 @@ class _Names(Sequence):
             return [self[i] for i in range(*run.indices(len(self)))]
         if not 0 <= run < len(self):
             raise IndexError(run)
-        s, by_slot, order = self.slots, self.by_slot, self.order
+        s, by_slot, order = self.slots, self.by_slot(), self.order
         return tuple(self.named(itertools.chain.from_iterable(by_slot[m] for m in order[v * s:(v + 1) * s]))
                      for v in range(self.first[run], self.first[run + 1]))
+
+
+class _Lazy:
+    """A value worked out when first asked for, then kept: each slot's jobs are read only for the
+    plans whose machines someone lists (the pick, the JSON, a plot); sorting 20,000 jobs into
+    slots for every schedule was a tenth of a 20,000-job estimate."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self.make: Callable[[], Any] | None = make
+        self.value: Any = None
+
+    def __call__(self) -> Any:
+        if self.make is not None:
+            self.value, self.make = self.make(), None
+        return self.value
 
 
 @dataclass
@@ -257,6 +273,7 @@ class Planner:
         self.slots: dict[tuple[int, int], Cached] = {}  # (slots, start ticks) -> SlotFacts
         self.priced: dict[tuple[int, Decimal], Priced] = {}  # (id of the machines' kinds, factor) -> their seconds
         self.colocated: dict[tuple, dict[tuple, Decimal]] = {}  # co-location rates -> machine shape -> its end in ticks
+        self.shape_ends: dict[tuple, tuple[list, list[Decimal]]] = {}  # (id of Alike.kinds, rates) -> (kinds, their ends)
         self.ratios: dict[Decimal, tuple[int, int]] = {}  # factor -> factor x tick as a fraction
         self.start_ratio = self.start_s.as_integer_ratio()
         self.candidates: list[Candidate] = []
@@ -397,7 +414,7 @@ class Planner:
         if have is not None and have.schedule is sched:
             return have.value
         loads = sched.loads
-        by_slot = self._by_slot(sched.assign, len(loads))
+        by_slot = _Lazy(lambda: self._by_slot(sched.assign, len(loads)))
         out = SlotFacts(sorted(range(len(loads)), key=loads.__getitem__, reverse=True), by_slot,
                         self._slot_parts(sched) if self.start_s else None)
         self.slots[key] = Cached(sched, out)
@@ -417,10 +434,13 @@ class Planner:
             return have.value
         order, by_slot, parts = self._slots_of(sched, start)
         each: list
-        if every_slot:
+        if every_slot and parts is None:
             loads = sched.loads
-            each = [tuple((parts[0][m], parts[1][m]) if parts else (loads[m], 0) for m in order[v * slots:(v + 1) * slots])
-                    for v in range(n)]
+            each = [tuple([(loads[m], 0) for m in order[v * slots:(v + 1) * slots]]) for v in range(n)]
+        elif every_slot:
+            assert parts is not None  # (mypy: the branch above took None)
+            ticks, starts = parts
+            each = [tuple([(ticks[m], starts[m]) for m in order[v * slots:(v + 1) * slots]]) for v in range(n)]
         elif parts is None:  # without job starts a machine's load is its longest slot's ticks
             loads = sched.loads
             each = [loads[order[v * slots]] for v in range(n)]
@@ -428,9 +448,12 @@ class Planner:
             each = [frozenset((parts[0][m], parts[1][m]) for m in order[v * slots:(v + 1) * slots]) for v in range(n)]
         kinds: list = []
         counts: list[int] = []
-        for kind, run in itertools.groupby(each):
-            kinds.append(kind)
-            counts.append(sum(1 for _ in run))
+        for kind in each:  # runs of equal kinds (as itertools.groupby finds them), counted as they come
+            if kinds and kind == kinds[-1]:
+                counts[-1] += 1
+            else:
+                kinds.append(kind)
+                counts.append(1)
         out = Alike(kinds, counts, _Names(order, by_slot, slots, counts, self._named))
         self.alike[key] = Cached(sched, out)
         return out
@@ -445,7 +468,8 @@ class Planner:
         jobs_of: dict[int, list[int]] = {}
         for j, m in enumerate(sched.assign):
             jobs_of.setdefault(m, []).append(j)
-        order, by_slot, _ = self._slots_of(sched, 0)
+        order, lazy, _ = self._slots_of(sched, 0)
+        by_slot = lazy()
         out = []
         for v in range(n):
             mine = order[v * slots:(v + 1) * slots]
@@ -468,14 +492,20 @@ class Planner:
         if rates is not None and not self.start_s:  # all slots of each machine, slowed while several are busy
             # without job starts a machine's end is its shape's (reference ticks) times the factor:
             # worked out once per shape, whatever the offer
-            shapes = self.colocated.setdefault(tuple(sorted(rates.items())), {})
+            rated = tuple(sorted(rates.items()))
+            shaped = self.shape_ends.get((id(kinds), rated))
+            if shaped is None or shaped[0] is not kinds:  # each machine's end once per fleet, whatever the offer
+                shapes = self.colocated.setdefault(rated, {})
+                ends = []
+                for kind in kinds:
+                    end = shapes.get(kind)
+                    if end is None:
+                        end = shapes[kind] = model.colocated_work(sorted(t for t, _ in kind if t), rates)
+                    ends.append(end)
+                shaped = self.shape_ends[id(kinds), rated] = (kinds, ends)
             scale = factor * self.tick
-            jobs, starts = [], []  # type: list[int], list[Decimal]
-            for kind in kinds:
-                end = shapes.get(kind)
-                if end is None:
-                    end = shapes[kind] = model.colocated_work(sorted(t for t, _ in kind if t), rates)
-                jobs.append(model.ceil_s(scale * end))
+            ceil = math.ceil  # model.ceil_s without its call: exact for a Decimal
+            jobs, starts = [ceil(scale * end) for end in shaped[1]], []  # type: list[int], list[Decimal]
         elif rates is not None:
             jobs, starts = [], []
             for kind in kinds:
@@ -686,6 +716,7 @@ class Planner:
         nj = len(self.ref)
         plans = []
         total_ref = sum(self.ref, Decimal(0))
+        longest_ref = max(self.ref)  # once per pair, not once per mix: 20,000 Decimals each time
         for na in (1, 2, 3, 4):
             for nb in (1, 2, 3, 4):
                 if na * a.gpu_count + nb * b.gpu_count > max(nj, a.gpu_count + b.gpu_count):
@@ -699,7 +730,7 @@ class Planner:
                 # counted as at least start / (slowest factor) of it; no job is shorter than on its
                 # fastest slot type
                 work = total_ref + nj * self.start_s / max(fa, fb)
-                bound_s = model.ceil_s(max(work / sum(1 / f for f in slots), max(self.ref) * min(fa, fb) + self.start_s))
+                bound_s = model.ceil_s(max(work / sum(1 / f for f in slots), longest_ref * min(fa, fb) + self.start_s))
                 pa, pb = _hourly(a), _hourly(b)
                 jobs_lb = (total_ref * min(pa * fa / a.gpu_count, pb * fb / b.gpu_count)
                            + nj * self.start_s * min(pa / a.gpu_count, pb / b.gpu_count)) / model.HOUR
@@ -737,7 +768,8 @@ class Planner:
     def _pair_plan(self, a, na, fa, b, nb, fb, mode, bound_s, notes, rates=None) -> Plan | None:
         # schedule on milliseconds of each slot type; the plan's loads are then exact seconds
         start_ms = self.start_s * 1000
-        p = [[model.ceil_s(f * t * self.tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
+        tick, ceil = self.tick, math.ceil  # model.ceil_s without its call (exact for a Decimal): 20,000 jobs x 2
+        p = [[ceil(f * t * tick * 1000 + start_ms) for t in self.ticks] for f in (fa, fb)]
         types = [0] * (na * a.gpu_count) + [1] * (nb * b.gpu_count)
         sched = schedule(p, types, exact=False)
         per_slot, starts = [0] * len(types), [0] * len(types)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
+from gpuplan.collector import collector_paused
 from gpuplan.planning import fmt, ranking
 from gpuplan.planning.candidates import EXACT, SWAPS, Planner, prune
 from gpuplan.planning.model import Setting
@@ -65,6 +66,14 @@ EXACT_PHASE_S = 0.6  # and exact solving adds at most this much: each solve is l
 def estimate(workload: Workload, setting: Setting, provider: str | None = None, region: str | None = None,
              objective: str = "balanced", mixes: bool = True, cost_slack: Decimal = ranking.DEFAULT_SLACK,
              budget: Decimal | None = None) -> Estimate:
+    """Every candidate plan, the cost/wall-time Pareto frontier and the recommendation
+    (_estimate), with Python's cyclic garbage collector paused (collector_paused)."""
+    with collector_paused():
+        return _estimate(workload, setting, provider, region, objective, mixes, cost_slack, budget)
+
+
+def _estimate(workload: Workload, setting: Setting, provider: str | None, region: str | None, objective: str,
+              mixes: bool, cost_slack: Decimal, budget: Decimal | None) -> Estimate:
     """Every candidate plan, the cost/wall-time Pareto frontier and the recommendation.
 
     Schedules are first found by the fast heuristics (proven optimal where they meet a lower

@@ -131,15 +131,18 @@ def videos(n: int) -> Workload:
 def parse(text: str, where: str) -> Workload:
     import yaml
 
+    from gpuplan.collector import collector_paused
     from gpuplan.userfiles import load_yaml
 
     try:
-        data = load_yaml(text)
+        with collector_paused():  # 20,000 jobs are some 100,000 parser events and values, none in a cycle
+            data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark is not None else ""
         raise UsageError(f"{where}{at}: not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__})") from None
-    return from_dict(data, where)
+    with collector_paused():
+        return from_dict(data, where)
 
 
 def from_dict(data: Any, where: str) -> Workload:
@@ -508,7 +511,8 @@ def _jobs(where: str, raw: Any, spu: Decimal) -> tuple[Job, ...]:
         if len(out) + count > MAX_JOBS:
             raise UsageError(f"{where}: {w} brings the batch to {len(out) + count:,} jobs; gpuplan plans at most"
                              f" {MAX_JOBS:,} at once; plan a part of the batch")
-        name = _text(f"{where}: jobs[{i}]", "name", entry.get("name") or f"job{i + 1}")
+        given_name = entry.get("name")  # the default name is ours, plain: checked only where the file gives one
+        name = _text(f"{where}: jobs[{i}]", "name", given_name) if given_name else f"job{i + 1}"
         out.extend(Job(name if count == 1 else f"{name}-{j + 1}", units) for j in range(count))
     seen: set[str] = set()
     for job in out:  # a plan's schedule, a run's order and its outputs find each job by its name
