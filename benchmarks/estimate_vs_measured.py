@@ -281,7 +281,7 @@ def main() -> None:
         wall_m = Decimal(str(run_local(a, gpus, cpu)))
         yen_m = a.price_jpy_per_hour * wall_m / 3600
     else:
-        from gpuplan.run.ray import runner
+        from gpuplan.run import items as run_items
 
         plan = predict_cluster(wl, profile, a.cluster, folder)
         items = folder / "items.txt"
@@ -295,7 +295,7 @@ def main() -> None:
         from gpuplan.store.state import State
 
         runs = State.open_default().runs(a.cluster)[-JOBS:]
-        pred = runner.read_plan(plan)
+        pred = run_items.read_plan(plan)
         wall_p, yen_p = pred["wall_s"], pred["yen"]
         row = State.open_default().cluster(a.cluster)
         # the run's own span: first job start to last job end, every node billed for it

@@ -2,8 +2,8 @@
 
 The CLI maps them to exit codes in one place (gpuplan.cli), each code meaning one thing
 (docs/commands.md): 1 an unexpected error, 2 bad input, 3 cloud/provider failures, 4 remote
-(SSH/bootstrap/fetch) failures, 5 items that failed (runner.JobsFailed), 6 a batch stopped at
-its yen cap (runner.Capped), 7 when another gpuplan command holds the cluster (run it again
+(SSH/bootstrap/fetch) failures, 5 items that failed (gpuplan.run.items.JobsFailed), 6 a batch stopped at
+its yen cap (gpuplan.run.items.Capped), 7 when another gpuplan command holds the cluster (run it again
 later), 130 interrupted (Ctrl-C).
 """
 

@@ -19,7 +19,7 @@ from gpuplan.planning import optimizer
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
 from gpuplan.run import backends
-from gpuplan.run.ray import runner
+from gpuplan.run import items as run_items
 from gpuplan.store.state import State
 from support import planner as sp
 from support.sakura_fake import SakuraFake
@@ -59,16 +59,16 @@ def test_a_sakura_node_up_ten_minutes_costs_990_in_status_and_in_runs_measured_y
     terms = state.ledger_terms("tenmin")
     assert (terms.price_jpy, terms.granularity_s, terms.minimum_s) == (Decimal(990), 3600, 3600)
     # `run` measures its wall time and charges every node by the ledger's terms, as it does after a batch
-    summary = runner.RunSummary("tenmin", (), 600.0, 1, Decimal(990), tmp_path, terms=terms)
+    summary = run_items.RunSummary("tenmin", (), 600.0, 1, Decimal(990), tmp_path, terms=terms)
     assert summary.yen == Decimal(990)
-    cmp = runner.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(990)})
+    cmp = run_items.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(990)})
     assert cmp.measured_yen == Decimal(990) and cmp.yen_error_pct == 0
     # issue 31: the measured yen go on the plan's tax basis first (Sakura bills with consumption tax)
     assert state.ledger_rows()[0]["tax"] == "included"  # provision recorded the row's basis
-    cmp = runner.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(900), "tax": "excluded",
+    cmp = run_items.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(900), "tax": "excluded",
                                    "listed_tax": "included"})
     assert cmp.measured_yen == Decimal(900) and cmp.yen_error_pct == 0
-    cmp = runner.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(990), "tax": "included",
+    cmp = run_items.compare(summary, {"wall_s": Decimal(600), "yen": Decimal(990), "tax": "included",
                                    "listed_tax": "included"})
     assert cmp.measured_yen == Decimal(990) and cmp.yen_error_pct == 0
     r = cli("teardown", "--yes", "tenmin")

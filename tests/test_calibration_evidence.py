@@ -3,7 +3,7 @@ when it ran the workload's job on the planned machines with plausible item times
 its provenance (batch, date, machine, clock); `gpuplan profiles` lists what the planner applies
 and removes it.
 
-The unit tests drive runner.calibrate with summaries; the last test launches real batches on two
+The unit tests drive run_items.calibrate with summaries; the last test launches real batches on two
 loopback OpenSSH hosts (Ray from the tests' venv), as a user following the README would.
 """
 
@@ -19,22 +19,22 @@ import pytest
 import yaml
 
 from gpuplan.measuring import calibration
-from gpuplan.run.ray import runner
+from gpuplan.run import items as run_items
 
 COLORIZE = ["python3", "-m", "gpuplan.jobs.colorize", "--video", "{item}"]
 
 
 def _summary(seconds, tmp_path, nodes=4, size="Standard_NC6", provider="azure", task_seconds=(), wall=None):
-    jobs = tuple(runner.JobResult(f"video-{i}", f"v{i}.mp4", f"n{i}:gpu0", f"n{i}", "ok", 1, s, tmp_path / "log")
+    jobs = tuple(run_items.JobResult(f"video-{i}", f"v{i}.mp4", f"n{i}:gpu0", f"n{i}", "ok", 1, s, tmp_path / "log")
                  for i, s in enumerate(seconds))
-    return runner.RunSummary("demo", jobs, wall if wall is not None else max(seconds), nodes, Decimal("91.80"), tmp_path,
+    return run_items.RunSummary("demo", jobs, wall if wall is not None else max(seconds), nodes, Decimal("91.80"), tmp_path,
                              provider=provider, size=size, task_seconds=tuple(task_seconds))
 
 
 def _plan_2017(cli, tmp_path):
     path = tmp_path / "plan.json"
     assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0
-    return runner.read_plan(path)
+    return run_items.read_plan(path)
 
 
 def test_the_command_must_be_the_workloads_job():
@@ -59,12 +59,12 @@ def test_a_stand_in_command_records_no_speed_and_says_why(cli, tmp_path):
     before = json.loads(cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json").out)["recommended"]
     state = State.open_default()
     # the issue's case: `echo` took a few ms per item, "error wall -100.0%", and became the K80's speed
-    line = runner.calibrate(state, _summary([0.01] * 4, tmp_path), pred, ["echo", "{item}"], "demo-1")
+    line = run_items.calibrate(state, _summary([0.01] * 4, tmp_path), pred, ["echo", "{item}"], "demo-1")
     assert line == ("not recorded as a calibration: the batch ran `echo {item}`, not colorize-hd's job"
                     " (`python -m gpuplan.jobs.colorize`): its times say nothing about the job's speed; kept as an"
                     " observation, the estimate is unchanged")
     # the workload's own job, but over in 2 s an item where 2 h were planned: a --quick run, say
-    line = runner.calibrate(state, _summary([2.0] * 4, tmp_path), pred, COLORIZE, "demo-2")
+    line = run_items.calibrate(state, _summary([2.0] * 4, tmp_path), pred, COLORIZE, "demo-2")
     assert line.startswith("not recorded as a calibration: an item took 2 s, outside the plan's band of")
     assert state.calibrations("colorize-hd") == []
     after = json.loads(cli("estimate", "--videos", "4", "--as-of", "2017-08", "--format", "json").out)["recommended"]
@@ -80,7 +80,7 @@ def test_a_dok_batch_is_timed_by_its_billed_tasks_not_the_clients_wall(cli, tmp_
     pred = _plan_2017(cli, tmp_path)
     state = State.open_default()
     summary = _summary([21.0] * 4, tmp_path, task_seconds=[9000] * 4, wall=21.0)
-    assert "calibration recorded" in runner.calibrate(state, summary, pred, COLORIZE, "dok-7")
+    assert "calibration recorded" in run_items.calibrate(state, summary, pred, COLORIZE, "dok-7")
     (row,) = state.calibrations("colorize-hd")
     assert (row["measured_s"], row["predicted_s"], row["clock"], row["batch"]) == (
         9000.0, 7200.0, "billed task time", "dok-7")
@@ -93,7 +93,7 @@ def test_profiles_lists_each_speed_with_its_provenance_and_removes_it(cli, tmp_p
 
     pred = _plan_2017(cli, tmp_path)
     state = State.open_default()
-    assert "calibration recorded" in runner.calibrate(state, _summary([9000.0] * 4, tmp_path), pred, COLORIZE, "demo-3")
+    assert "calibration recorded" in run_items.calibrate(state, _summary([9000.0] * 4, tmp_path), pred, COLORIZE, "demo-3")
     rows = json.loads(cli("profiles", "--format", "json").out)
     assert [(r["kind"], r["workload"], r["gpu"], r["machine"], r["speed"]) for r in rows] == [
         ("calibration", "colorize-hd", "K80", "azure Standard_NC6", "0.800x the plan's")]

@@ -90,15 +90,15 @@ def test_a_capped_launch_says_the_ledgers_figure_on_the_caps_basis(tmp_path, gpu
 
     import pytest
 
+    from gpuplan.run import items as run_items
     from gpuplan.run import launcher, recover
-    from gpuplan.run.ray import runner
 
     state, row = _launch_job(tmp_path, gpuplan_home)
     time.sleep(1.1)  # a started second: each machine's first started hour is billed
     for n in ("c-0", "c-1"):
         state.ledger_stop("c", n)  # torn down: the ledger holds both machines' first started hour
     state.set_job_state("c-1", "capped")
-    with pytest.raises(runner.Capped) as got:
+    with pytest.raises(run_items.Capped) as got:
         launcher.raise_outcome(state, "c-1", recover.job_cap(row))
     assert "stopped at max_yen ¥110: ¥114 spent on the batch's cluster, claim to teardown" in str(got.value)
     state.close()

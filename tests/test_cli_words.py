@@ -108,7 +108,7 @@ def test_status_of_owned_hosts_without_power_watts_says_so(cli, gpuplan_home):
 
 def _summary(provider: str, price: Decimal | None):
     from gpuplan.market import billing
-    from gpuplan.run.ray.runner import JobResult, RunSummary
+    from gpuplan.run.items import JobResult, RunSummary
 
     jobs = tuple(JobResult(f"j{i}", f"item{i}", "s", "own-0", "ok", 1, 600.0, Path("-")) for i in range(2))
     return RunSummary("own", jobs, 3600.0, 2, price, Path("-"), provider=provider, size="t4",

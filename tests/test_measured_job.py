@@ -29,14 +29,14 @@ def test_the_job_a_probe_timed_is_the_command_words_both_share(probe, command, j
 def test_a_plan_saved_with_the_probed_job_calibrates_only_batches_that_run_it(tmp_path, gpuplan_home):
     from gpuplan.cli.estimate import plan_estimate, save_plan
     from gpuplan.planning import workloads
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     est = plan_estimate(workloads.load("colorize-hd"), objective="cost")
     path = tmp_path / "plan.json"
     save_plan(est, path, command="python mycolorize.py")
     assert json.loads(path.read_text())["command"] == "python mycolorize.py"
-    predicted = runner.read_plan(path)
-    accepted = runner.workload_commands(predicted)
+    predicted = run_items.read_plan(path)
+    accepted = run_items.workload_commands(predicted)
     # the user's own job (not colorize-hd's reference job) counts, as the probe measured it
     assert "python mycolorize.py" in accepted and "python -m gpuplan.jobs.colorize" in accepted
     assert calibration.runs_job(["python3", "mycolorize.py", "clip-1.mp4"], accepted)
@@ -46,4 +46,4 @@ def test_a_plan_saved_with_the_probed_job_calibrates_only_batches_that_run_it(tm
     # a plan saved without a probe names no job of its own: only the workload's
     save_plan(est, path)
     assert "command" not in json.loads(path.read_text())
-    assert not calibration.runs_job(["python", "mycolorize.py", "clip-1.mp4"], runner.workload_commands(runner.read_plan(path)))
+    assert not calibration.runs_job(["python", "mycolorize.py", "clip-1.mp4"], run_items.workload_commands(run_items.read_plan(path)))

@@ -11,7 +11,7 @@ from gpuplan.cli.estimate import plan_dict
 from gpuplan.planning import optimizer, saved_plan
 from gpuplan.planning.model import Setting
 from gpuplan.planning.plan_types import Job, Workload
-from gpuplan.run.ray import runner
+from gpuplan.run import items as run_items
 from support import planner as sp
 
 MINUTES = {"j0": 10, "j1": 20, "j2": 30, "j3": 40, "j4": 50, "j5": 60, "j6": 5, "j7": 45}
@@ -49,10 +49,10 @@ def test_the_saved_plan_hands_the_batch_out_longest_first(tmp_path):
     path = tmp_path / "plan.json"
     saved_plan.dump({**data, "schema_version": 2, "workload": "unequal", "order": saved_plan.longest_first(est.workload)},
                     path)
-    predicted = runner.read_plan(path)
+    predicted = run_items.read_plan(path)
     assert predicted["order"] == ["j5", "j4", "j7", "j3", "j2", "j1", "j0", "j6"]
     items = list(MINUTES)  # the items file in the workload's order
-    ordered, why = runner.run_order(items, predicted)
+    ordered, why = run_items.run_order(items, predicted)
     assert [item for _, item in ordered] == ["j5", "j4", "j7", "j3", "j2", "j1", "j0", "j6"]
     assert why.startswith("the plan's (longest first; 8 of 8")
     # the indexes still name each item's line in the file
@@ -66,7 +66,7 @@ def test_a_plan_saved_without_an_order_deals_its_machines_lists_in_turn(tmp_path
                                               "jobs": ["j5", "j2", "j1"]},
                                              {"jobs_s": 5400, "idle_tail_s": 0, "billed_s": 5400, "cost_jpy": "1",
                                               "jobs": ["j4", "j3", "j0"]}]}))
-    assert runner.read_plan(path)["order"] == ["j5", "j4", "j2", "j3", "j1", "j0"]
+    assert run_items.read_plan(path)["order"] == ["j5", "j4", "j2", "j3", "j1", "j0"]
 
 
 def test_estimate_save_writes_the_order(tmp_path):

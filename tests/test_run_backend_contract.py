@@ -27,7 +27,7 @@ import yaml
 
 from gpuplan.errors import UsageError
 from gpuplan.run import backends, batches, caps
-from gpuplan.run.ray import runner
+from gpuplan.run import items as run_items
 
 COMMAND = ("sh", "-c", 'echo "done $1" > "$GPUPLAN_OUTPUT_DIR/r.txt"; echo "log $1"', "x", "{item}")
 SLOW = ("sh", "-c", "sleep 60; : {item}")
@@ -200,9 +200,9 @@ def test_a_cancelled_batch_ends_with_nothing_left_running(h, request):
             time.sleep(0.3)
     stopped = backends.cancel(h.state, job)
     assert stopped >= 0
-    runner.record_finished(h.state, job)
+    run_items.record_finished(h.state, job)
     row = backends.refresh(h.state, job)
-    assert row.state in runner.JOB_STATES_OVER and row.state != "succeeded"
+    assert row.state in run_items.JOB_STATES_OVER and row.state != "succeeded"
     counts = h.state.job_counts(job)
     assert counts.get("running", 0) == 0 and counts.get("ok", 0) == 0
     if h.name == "dok":

@@ -281,6 +281,7 @@ def _pids_left(hosts, job: str) -> list[str]:
 def test_the_yen_cap_stops_the_batch_on_the_cluster_with_no_client_following(docker_ready, tmp_path):
     """Submitted and left: nobody follows it. At stop_at the driver and each node stop it."""
     from gpuplan.run import backends
+    from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
     from support.ray_env import processes_running
 
@@ -290,7 +291,7 @@ def test_the_yen_cap_stops_the_batch_on_the_cluster_with_no_client_following(doc
     job = runner.submit(state, CLUSTER, items, ["sh", "-c", "sleep 37; : {item}"], image=IMAGE, stop_at=stop_at)
     assert state.job(job).options["stop_at"] == stop_at.isoformat(timespec="milliseconds")
     wait_for(lambda: len(processes_running(["sleep", "37"])) == 4, timeout=60)
-    row = wait_for(lambda: (r := backends.refresh(state, job)).state in runner.JOB_STATES_OVER and r, timeout=60)
+    row = wait_for(lambda: (r := backends.refresh(state, job)).state in run_items.JOB_STATES_OVER and r, timeout=60)
     assert row.state == "capped"
     statuses = sorted(it.status for it in state.job_items(job))
     assert statuses == ["cancelled"] * 4 + ["queued"] * 2
@@ -301,8 +302,8 @@ def test_the_yen_cap_stops_the_batch_on_the_cluster_with_no_client_following(doc
     # billed no later than the cap plus one increment (per second here: 2 nodes x ¥367.20/h)
     started = row.started_at
     terms, nodes = state.ledger_terms(CLUSTER), row.nodes
-    at_cap = runner.yen_for(terms, PRICE, nodes, (stop_at - started).total_seconds())
-    assert backends.yen(state, row) <= at_cap + runner.yen_for(terms, PRICE, nodes, 1)
+    at_cap = run_items.yen_for(terms, PRICE, nodes, (stop_at - started).total_seconds())
+    assert backends.yen(state, row) <= at_cap + run_items.yen_for(terms, PRICE, nodes, 1)
 
 
 def test_a_cap_moved_earlier_stops_the_attempts_already_running(ray_cluster):
@@ -310,6 +311,7 @@ def test_a_cap_moved_earlier_stops_the_attempts_already_running(ray_cluster):
     driver stops at the new time, and the attempts it handed out before, which only know the old
     one, are told to stop then."""
     from gpuplan.run import backends
+    from gpuplan.run import items as run_items
     from gpuplan.run.ray import engine, runner
     from support.ray_env import processes_running
 
@@ -320,7 +322,7 @@ def test_a_cap_moved_earlier_stops_the_attempts_already_running(ray_cluster):
     wait_for(lambda: len(processes_running(["sleep", "41"])) == 4, timeout=60)
     moved = datetime.now(timezone.utc) + timedelta(seconds=2)
     engine.move_cap(engine.engine_of(state, CLUSTER), job, moved)
-    row = wait_for(lambda: (r := backends.refresh(state, job)).state in runner.JOB_STATES_OVER and r, timeout=60)
+    row = wait_for(lambda: (r := backends.refresh(state, job)).state in run_items.JOB_STATES_OVER and r, timeout=60)
     assert row.state == "capped" and row.ended_at < far - timedelta(seconds=800)
     assert sorted(it.status for it in state.job_items(job)) == ["cancelled"] * 4 + ["queued"] * 2
     assert not processes_running(["sleep", "41"]) and _pids_left(hosts, job) == []

@@ -8,14 +8,14 @@ from decimal import Decimal
 import pytest
 
 from gpuplan.errors import UsageError
-from gpuplan.run.ray import runner
+from gpuplan.run import items as run_items
 
 
 def test_plan_from_estimate_predicts_report_a_jobs_phase(cli, tmp_path):
     path = tmp_path / "plan.json"
     r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "included", "--save", str(path))  # report A's own basis: with 2017's 8 %
     assert r.code == 0, r.err
-    pred = runner.read_plan(path)
+    pred = run_items.read_plan(path)
     # Report A: 4x NC6 from an image; 60 min setup on the builder, then 120 min of four NC6 (¥826 in all).
     assert pred["plan_wall_s"] == 180 * 60 and pred["plan_yen"] == Decimal("826.20")
     assert pred["wall_s"] == 7200 and pred["yen"] == Decimal("734.40")  # 4 x 2 h x ¥91.80
@@ -25,7 +25,7 @@ def test_plan_from_estimate_predicts_report_a_jobs_phase(cli, tmp_path):
 def test_plan_without_machines_is_compared_whole(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"recommended": {"wall_minutes": 210, "cost_jpy": 1285}}))
-    pred = runner.read_plan(path)
+    pred = run_items.read_plan(path)
     assert (pred["wall_s"], pred["yen"], pred["basis"]) == (12600, 1285, "the whole plan")
 
 
@@ -38,19 +38,19 @@ def test_bad_plan_files_are_one_line_usage_errors(tmp_path, text, message):
     path = tmp_path / "p.json"
     path.write_text(text)
     with pytest.raises(UsageError, match=message):
-        runner.read_plan(path)
+        run_items.read_plan(path)
     with pytest.raises(UsageError, match="not found"):
-        runner.read_plan(tmp_path / "missing.json")
+        run_items.read_plan(tmp_path / "missing.json")
 
 
 def test_read_items_skips_blanks_and_comments(tmp_path):
     f = tmp_path / "items.txt"
     f.write_text("# clips\n\n a.mp4 \nb.mp4\n")
-    assert runner.read_items(f) == ["a.mp4", "b.mp4"]
+    assert run_items.read_items(f) == ["a.mp4", "b.mp4"]
     f.write_text("# nothing\n")
     with pytest.raises(UsageError, match="has no items"):
-        runner.read_items(f)
-    assert runner.job_name(3, "/data/My Clip (1).mp4") == "0003-My_Clip_1_.mp4"
+        run_items.read_items(f)
+    assert run_items.job_name(3, "/data/My Clip (1).mp4") == "0003-My_Clip_1_.mp4"
     # an item with a quote reaches the program as one word (the one command line of every backend)
     import os
     import subprocess
@@ -64,10 +64,10 @@ def test_read_items_skips_blanks_and_comments(tmp_path):
 
 
 def _summary(jobs: int, wall_s: float, tmp_path, status: str = "ok", nodes: int | None = None,
-             size: str = "Standard_NC6") -> runner.RunSummary:
-    results = tuple(runner.JobResult(f"video-{i}", f"v{i}.mp4", f"n{i}:gpu0", f"n{i}", status, 1, wall_s, tmp_path / "log")
+             size: str = "Standard_NC6") -> run_items.RunSummary:
+    results = tuple(run_items.JobResult(f"video-{i}", f"v{i}.mp4", f"n{i}:gpu0", f"n{i}", status, 1, wall_s, tmp_path / "log")
                     for i in range(jobs))
-    return runner.RunSummary("demo", results, wall_s, jobs if nodes is None else nodes, Decimal("91.80"), tmp_path,
+    return run_items.RunSummary("demo", results, wall_s, jobs if nodes is None else nodes, Decimal("91.80"), tmp_path,
                              provider="azure", size=size)
 
 
@@ -76,14 +76,14 @@ def test_a_whole_batch_run_calibrates_the_next_estimate(cli, tmp_path):
 
     path = tmp_path / "plan.json"
     assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0
-    pred = runner.read_plan(path)
+    pred = run_items.read_plan(path)
     assert (pred["workload"], pred["provider"], pred["instance_type"], pred["jobs"]) == ("colorize-hd", "azure", "Standard_NC6", 4)
     state = State.open_default()
     job = ["python3", "-m", "gpuplan.jobs.colorize", "--epochs", "1000", "--video", "{item}"]  # the workload's own job
-    assert "not recorded" in runner.calibrate(state, _summary(3, 9000.0, tmp_path), pred, job)  # not the whole batch
-    assert "not recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path, status="failed"), pred, job)
+    assert "not recorded" in run_items.calibrate(state, _summary(3, 9000.0, tmp_path), pred, job)  # not the whole batch
+    assert "not recorded" in run_items.calibrate(state, _summary(4, 9000.0, tmp_path, status="failed"), pred, job)
     # the four jobs took 150 min, not the 120 planned: the K80 runs this at 0.8x what the plan assumed
-    assert "calibration recorded" in runner.calibrate(state, _summary(4, 9000.0, tmp_path), pred, job, "demo-1")
+    assert "calibration recorded" in run_items.calibrate(state, _summary(4, 9000.0, tmp_path), pred, job, "demo-1")
 
     r = cli("estimate", "--videos", "4", "--as-of", "2017-08", "--tax", "included", "--format", "json")  # report A's own basis: with 2017's 8 %
     assert r.code == 0, r.err
@@ -103,14 +103,14 @@ def test_calibration_only_from_the_fleet_that_was_planned(cli, tmp_path):
 
     path = tmp_path / "plan.json"
     assert cli("estimate", "--videos", "4", "--as-of", "2017-08", "--save", str(path)).code == 0
-    pred = runner.read_plan(path)
+    pred = run_items.read_plan(path)
     assert pred["fleet"] == [("Standard_NC6", 4)]
     state = State.open_default()
     job = ["python", "-m", "gpuplan.jobs.colorize", "{item}"]
-    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, nodes=1), pred, job)
+    line = run_items.calibrate(state, _summary(4, 9000.0, tmp_path, nodes=1), pred, job)
     assert line == ("not recorded as a calibration: the plan is for 4 x Standard_NC6 (azure), the batch ran on"
                     " 1 x Standard_NC6 (azure); kept as a per-GPU speed point")
-    line = runner.calibrate(state, _summary(4, 9000.0, tmp_path, size="Standard_NC12"), pred, job)
+    line = run_items.calibrate(state, _summary(4, 9000.0, tmp_path, size="Standard_NC12"), pred, job)
     assert "ran on 4 x Standard_NC12 (azure)" in line
     assert state.calibrations("colorize-hd") == []
     points = state.speed_points("colorize-hd")

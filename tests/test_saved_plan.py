@@ -12,7 +12,7 @@ import pytest
 from gpuplan.errors import UsageError
 from gpuplan.fleet import provision
 from gpuplan.planning import saved_plan
-from gpuplan.run.ray import runner
+from gpuplan.run import items as run_items
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_estimate_save_writes_the_current_schema_and_both_readers_take_it(saved)
     plan = saved_plan.load(saved)
     assert plan.target() == ("azure", "Standard_NC6", "westus2", 4, "image")
     assert provision.read_plan(saved) == ("azure", "Standard_NC6", "westus2", 4, "image", "on-demand")
-    pred = runner.read_plan(saved)
+    pred = run_items.read_plan(saved)
     # report A's ¥826.20: its prices include 2017's 8 % tax (¥91.80 = ¥85 x 1.08), the default basis (issue 42)
     assert pred["plan_yen"] == Decimal("826.20") and pred["workload"] == "colorize-hd" and pred["jobs"] == 4
     assert (data["tax"], plan.tax, pred["tax"], pred["listed_tax"]) == ("included", "included", "included", "included")

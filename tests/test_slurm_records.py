@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplan.run.ray import runner
+from gpuplan.run import items as run_items
 from gpuplan.run.slurm import slurm_runs
 from gpuplan.store.state import State
 
@@ -59,7 +59,7 @@ def test_a_batch_read_late_has_the_wall_gpus_and_ledger_slurm_timed(batch, monke
     row = slurm_runs.refresh(state, job)
     assert row.state == "succeeded"
     assert (row.started_at, row.ended_at) == (_at(1), _at(12))  # not the looks' 8 and 30
-    assert runner.job_seconds(row) == 11
+    assert run_items.job_seconds(row) == 11
     assert slurm_runs.summary(state, job).nodes == 2  # both GPUs at once
     # the ledger: one row a task, its own seconds, the same yen as the job's
     rows = [r for r in state.ledger_rows() if r["provider"] == "slurm"]
@@ -78,5 +78,5 @@ def test_one_gpu_at_a_time_is_said_as_one(batch, monkeypatch):
     said["ended"] = {0: {"state": "COMPLETED", "exit": "0:0", "start": _at(0), "end": _at(10), "elapsed": 10, "gpus": 1},
                      1: {"state": "FAILED", "exit": "1:0", "start": _at(10), "end": _at(15), "elapsed": 5, "gpus": 1}}
     row = slurm_runs.refresh(state, job)
-    assert row.state == "failed" and runner.job_seconds(row) == 15
+    assert row.state == "failed" and run_items.job_seconds(row) == 15
     assert slurm_runs.summary(state, job).nodes == 1

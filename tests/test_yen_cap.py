@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan.market import billing
+from gpuplan.run import items as run_items
 from gpuplan.run.ray import runner
 from gpuplan.store.state import State
 
@@ -33,7 +34,7 @@ def test_the_cap_is_the_last_whole_second_the_nodes_bill_stays_within_it(tmp_pat
     at = runner.cap_stop_at(state, "c", Decimal(4), now=NOW)
     t = int((at - NOW).total_seconds())
     assert t == 19  # 2 x ¥0.102 a second: 19 s is ¥3.876, 20 s ¥4.08
-    assert runner.yen_for(None, Decimal("367.20"), 2, t) <= 4 < runner.yen_for(None, Decimal("367.20"), 2, t + 1)
+    assert run_items.yen_for(None, Decimal("367.20"), 2, t) <= 4 < run_items.yen_for(None, Decimal("367.20"), 2, t + 1)
 
 
 def test_the_cap_follows_the_ledgers_terms_granularity_and_minimum(tmp_path):
@@ -52,8 +53,8 @@ def test_a_cluster_without_a_price_cannot_be_capped(tmp_path):
 
 
 def test_capped_is_an_end_state_and_exits_6():
-    assert "capped" in runner.JOB_STATES_OVER
-    assert runner.Capped("x").exit_code == 6
+    assert "capped" in run_items.JOB_STATES_OVER
+    assert run_items.Capped("x").exit_code == 6
 
 
 @pytest.mark.parametrize("args, says", [

@@ -89,7 +89,7 @@ def _bench(workload, local, cluster, quick, gpus, max_pack, out, python, timeout
         raise UsageError("say where to measure: --local or --cluster NAME, or --on OFFER[,OFFER...] (one of them)")
     if on is None and (dry_run or yes or ssh_from or no_bootstrap):
         raise UsageError("--dry-run, --yes, --ssh-from and --no-bootstrap go with --on (a campaign that provisions machines)")
-    from gpuplan.run.ray.runner import MAX_PER_GPU, MAX_SLOTS_PER_NODE
+    from gpuplan.run.items import MAX_PER_GPU, MAX_SLOTS_PER_NODE
     from gpuplan.units import MAX_DURATION_S
 
     if max_pack < 1 or (gpus is not None and gpus < 1) or timeout < 1:
@@ -295,6 +295,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     batch service, on every backend the same way."""
     from dataclasses import replace
 
+    from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
     from gpuplan.store.state import State
     from gpuplan.units import MAX_DURATION_S
@@ -302,8 +303,8 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     command = list(command or [])
     if per_gpu < 1 or retries < 0 or timeout < 1:
         raise UsageError("--per-gpu and --timeout must be at least 1 and --retries at least 0")
-    if per_gpu > runner.MAX_PER_GPU or retries > runner.MAX_RETRIES or timeout > MAX_DURATION_S:
-        raise UsageError(f"--per-gpu is at most {runner.MAX_PER_GPU}, --retries at most {runner.MAX_RETRIES} and"
+    if per_gpu > run_items.MAX_PER_GPU or retries > run_items.MAX_RETRIES or timeout > MAX_DURATION_S:
+        raise UsageError(f"--per-gpu is at most {run_items.MAX_PER_GPU}, --retries at most {run_items.MAX_RETRIES} and"
                          f" --timeout at most {MAX_DURATION_S:,} s (366 days)")
     if not 1 <= master_port <= 65535:
         raise UsageError(f"bad --master-port {master_port}: a TCP port from 1 to 65535")
@@ -338,8 +339,8 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     if (registry_user or registry_password_env) and not image and not resume:
         raise UsageError("--registry-user and --registry-password-env log in to pull --image IMAGE: give the image")
     cap = _max_yen(max_yen)
-    every_s = runner.checkpoint_interval(checkpoint_every) if checkpoint_every is not None else 0
-    predicted = runner.read_plan(plan) if plan else None
+    every_s = run_items.checkpoint_interval(checkpoint_every) if checkpoint_every is not None else 0
+    predicted = run_items.read_plan(plan) if plan else None
     login = None
     if registry_user:
         from gpuplan.run.ray import containers
@@ -376,7 +377,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         sub = backend.resumed(old, replace(sub, items=tuple(todo)))
         order_note = f"job {resume}'s order, {fmt.plural(len(todo), 'item')} that did not succeed"
     else:
-        todo, order_note = runner.run_order(runner.read_items(items), predicted)
+        todo, order_note = run_items.run_order(run_items.read_items(items), predicted)
         sub = replace(sub, items=tuple(todo))
     job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
     count = len(state.job_items(job)) if torchrun else len(sub.items)
@@ -390,7 +391,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         _emit_job(state, job)
         return
     _follow(state, where, job, _recoverer(state, cluster, yes, on_demand_fallback) if recover else None)
-    runner.record_finished(state, job)
+    run_items.record_finished(state, job)
     ended = _job_of(state, where, job)
     if cap is not None and ended.state == "capped":
         summary = backends.summary(state, job)
@@ -398,7 +399,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         _emit_job(state, job, summary, predicted)
         if down:
             _down(state, cluster, job, fetch)
-        raise runner.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, ended))} spent;"
+        raise run_items.Capped(f"capped at {fmt.yen(cap)}: {fmt.yen(backends.yen(state, ended))} spent;"
                             f" `gpuplan run {cluster} --resume {job}` runs the items it did not finish")
     try:
         _finish(state, job, predicted)
@@ -462,12 +463,12 @@ def confirm_dok(yes: bool, doing: str, predicted: dict | None = None):
 
 def _refuse_busy(state, cluster: str, why: str) -> None:
     """Bad input: a batch still running on the cluster (its slots hold the GPUs)."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     for row in state.jobs(cluster):
-        if row.state not in runner.JOB_STATES_OVER:
+        if row.state not in run_items.JOB_STATES_OVER:
             row = backends.refresh(state, row.id)
-            if row.state not in runner.JOB_STATES_OVER:
+            if row.state not in run_items.JOB_STATES_OVER:
                 raise UsageError(f"job {row.id} is still {row.state} on {cluster} and {why}: wait for it or"
                                  f" `gpuplan cancel {cluster} {row.id}` first")
 
@@ -486,11 +487,11 @@ def env_pairs(env: Optional[list[str]]) -> dict[str, str]:
 def _resumable(state, cluster: str, resume: str, command: list[str]) -> tuple[JobRow, list[tuple[int, str]]]:
     """`run --resume JOB`: the job (ended, its own command) and its items that did not succeed;
     none (said here) when every one did."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     _job_of(state, cluster, resume)
     old = backends.refresh(state, resume)
-    if old.state not in runner.JOB_STATES_OVER:
+    if old.state not in run_items.JOB_STATES_OVER:
         raise UsageError(f"job {resume} is still {old.state}; wait for it or `gpuplan cancel {cluster} {resume}` first")
     if old.options.get("torchrun"):
         raise UsageError(f"job {resume} is a --torchrun job: its ranks run together or not at all; start it again with"
@@ -612,7 +613,7 @@ def _follow(state, cluster: str, job: str, on_look=None) -> None:
 def _finish(state, job: str, predicted) -> None:
     """An ended batch: its summary, whether it calibrated its plan, exit 5 when items failed."""
     from gpuplan.run import batches
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     summary, line = batches.finish(state, job, predicted)
     _print_summary(summary, predicted, job)
@@ -620,7 +621,7 @@ def _finish(state, job: str, predicted) -> None:
         _console().print(line, markup=False)
     _emit_job(state, job, summary, predicted)
     if summary.failed:
-        raise runner.JobsFailed(f"{len(summary.failed)} of {fmt.plural(len(summary.jobs), 'item')} failed:"
+        raise run_items.JobsFailed(f"{len(summary.failed)} of {fmt.plural(len(summary.jobs), 'item')} failed:"
                                 f" {', '.join(j.item or j.job for j in summary.failed[:5])}; logs:"
                                 f" `gpuplan logs {summary.cluster} {job} ITEM`")
 
@@ -628,7 +629,7 @@ def _finish(state, job: str, predicted) -> None:
 def _print_summary(summary, predicted, job: str | None = None) -> None:
     from rich.table import Table
 
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     con = _console()
     counts: dict[str, int] = {}
@@ -645,7 +646,7 @@ def _print_summary(summary, predicted, job: str | None = None) -> None:
             con.print(f"... and {len(failed) - 20} more: `gpuplan jobs {summary.cluster} --format json`", markup=False)
     for q in summary.quarantined:
         con.print(f"set aside {q.node}: {q.reason}", markup=False, soft_wrap=True)
-    cmp = runner.compare(summary, predicted)
+    cmp = run_items.compare(summary, predicted)
     how = _billed_how(summary)
     unpriced = owned(summary.provider) and summary.price_jpy_per_hour is None
     spent = ("power not counted (no power_watts in the inventory)" if unpriced else
@@ -686,12 +687,12 @@ def _emit_job(state, job: str, summary=None, predicted: dict | None = None) -> N
     end, what it measured against the plan (shapes.outcome)."""
     if not _words_to_stderr.get():
         return
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     row = state.job(job)
     doc = shapes.job(state, row, state.job_counts(job))
     if summary is not None:
-        doc.update(shapes.outcome(summary, runner.compare(summary, predicted), predicted, _billed_how(summary)))
+        doc.update(shapes.outcome(summary, run_items.compare(summary, predicted), predicted, _billed_how(summary)))
     shapes.emit(doc)
 
 
@@ -729,7 +730,7 @@ def jobs(
     from rich.table import Table
 
     from gpuplan.run import batches
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
     from gpuplan.store import costs
     from gpuplan.store.state import State
 
@@ -759,7 +760,7 @@ def jobs(
     for r, c in rows:
         failed = c.get("failed", 0) + c.get("bad input", 0) + c.get("timed out", 0)
         table.add_row(r.id, r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
-                      f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(runner.job_seconds(r)),
+                      f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(run_items.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
     out = _console()
     out.print(table)
@@ -817,17 +818,17 @@ def cancel(
     job: Annotated[str, typer.Argument(help="Job id (see `gpuplan jobs CLUSTER`).")],
 ) -> None:
     """Stop a batch on every node: its driver, its tasks and every process its items started."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
     from gpuplan.store.state import State
 
     state = State.open_default()
     _job_of(state, cluster, job)
     row = backends.refresh(state, job)
-    if row.state in runner.JOB_STATES_OVER and row.state != "lost":
+    if row.state in run_items.JOB_STATES_OVER and row.state != "lost":
         _console().print(f"job {job} is already {row.state}; nothing to stop", markup=False)
         return
     stopped = backends.cancel(state, job)
-    runner.record_finished(state, job)
+    run_items.record_finished(state, job)
     counts = state.job_counts(job)
     noun, verb = backends.of(state.job(job)).stopped
     _console().print(f"job {job} cancelled: {fmt.plural(counts.get('ok', 0), 'item')} had succeeded;"

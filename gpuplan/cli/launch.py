@@ -46,8 +46,8 @@ def launch(
     from gpuplan import batchfile
     from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _print_lines
+    from gpuplan.run import items as run_items
     from gpuplan.run import launcher
-    from gpuplan.run.ray import runner
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
         # no batch file, a command after --: its first word landed in BATCH.yaml's place
@@ -64,7 +64,7 @@ def launch(
                  "env": env, "command": list(command) if command else None,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     batch = batchfile.read(batch_file, overrides)
-    todo_items = runner.read_items(batch.items)
+    todo_items = run_items.read_items(batch.items)
     out = _console()
     saved = plan is None  # the plan is this command's own file (removed if the launch is refused)
     work = None  # the workload planned here: a refused pick may fall over to the next plan (issue 44)
@@ -141,13 +141,13 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     from gpuplan.cli.jobs import _console, _progress
     from gpuplan.cli.lifecycle import _confirm
     from gpuplan.run import backends, launcher
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     out, err = _console(), _console(stderr=True)
     # extras, credentials, the backend, a terminal for the question: all at once; then quota
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
-    todo, _ = runner.run_order(todo_items, runner.read_plan(plan))
+    todo, _ = run_items.run_order(todo_items, run_items.read_plan(plan))
     job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan, work, yes, keep)
     pick = launcher.pick_of(plan, batch.region or None, batch.tax)  # the next plan's, where the first was refused
     where = backends.job_row(state, job).cluster
@@ -165,7 +165,7 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
     """launcher.start; where every zone of the pick's region refused it and the launch planned the
     batch itself, the next plan without the refused offer (run/failover.py), saved over the plan."""
     from gpuplan.run import failover, launcher
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     if work is None:  # a saved plan (--plan) is launched as it is
         return launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, progress, keep=keep)
@@ -184,7 +184,7 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
         nxt = launcher.pick_of(plan, batch.region or None, batch.tax)
         launcher.refuse_over_cap(nxt, batch.max_yen)
         orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),
-                           runner.run_order([item for _, item in todo], runner.read_plan(plan))[0])
+                           run_items.run_order([item for _, item in todo], run_items.read_plan(plan))[0])
         return nxt
 
     def start(p):
@@ -217,7 +217,7 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
     from gpuplan.cli.jobs import _console, _follow, _print_summary, _progress, _recoverer
     from gpuplan.fleet import lifecycle
     from gpuplan.run import backends, batches, launcher, recover
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     released = lifecycle.settle_released(state)  # a cluster that released itself at the cap: its job ended there
     row = state.job(job)
@@ -236,9 +236,9 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
     say = _progress(_console(stderr=True))
     fetched = False
     try:
-        if row.state not in runner.JOB_STATES_OVER:  # one that ended (or was settled) has nothing to follow
+        if row.state not in run_items.JOB_STATES_OVER:  # one that ended (or was settled) has nothing to follow
             _follow(state, cluster, job, look if watchers else None)
-        predicted = runner.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
+        predicted = run_items.read_plan(Path(row.options["plan"])) if row.options.get("plan") else None
         # a whole batch on the planned fleet calibrates the plan's workload, as `run --plan` does
         summary, calibration = batches.finish(state, job, predicted)
         _print_summary(summary, predicted, job)

@@ -32,8 +32,8 @@ def probe(
     """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
     from gpuplan import batchfile
     from gpuplan.cli.estimate import plan_batch, show_plan
+    from gpuplan.run import items as run_items
     from gpuplan.run import launcher
-    from gpuplan.run.ray import runner
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
         # no batch file, a command after --: its first word landed in BATCH.yaml's place
@@ -41,7 +41,7 @@ def probe(
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "command": list(command) if command else None}
     batch = batchfile.read(batch_file, overrides)
-    todo = runner.read_items(batch.items)
+    todo = run_items.read_items(batch.items)
     work = launcher.workload_for(batch, todo)
     est = show_plan(plan_batch(batch, work))
     after = probe_and_plan_again(batch, work, todo[0], est, probe_budget, yes, dry_run)
@@ -145,7 +145,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     out.print(f"probes: {measured} of {fmt.plural(len(results), 'offer')} measured,"
               f" {fmt.yen(spent)} spent of at most {fmt.yen(budget)}", markup=False)
     if not measured:  # nothing learnt: the plan would be the same guess, so say so and stop
-        from gpuplan.run.ray.runner import JobsFailed
+        from gpuplan.run.items import JobsFailed
 
         raise JobsFailed("no probe measured (each says why above); fix the batch's `probe:` command, or plan without"
                          " probing")

@@ -58,14 +58,14 @@ def dok_submit(
     """Submit one task per item. DOK runs one task at a time per project; the others wait."""
     from gpuplan.cli.jobs import confirm_dok
     from gpuplan.providers.sakura_dok import check_task_input
+    from gpuplan.run import items as run_items
     from gpuplan.run.dok import dok_runs
-    from gpuplan.run.ray import runner
     from gpuplan.store.state import State
     from gpuplan.units import parse_duration
 
     if not command:
         raise UsageError("give the command after --, e.g. gpuplan dok submit --image IMG --items clips.txt -- python run.py {item}")
-    values = runner.read_items(items)
+    values = run_items.read_items(items)
     name = run or re.sub(r"[^A-Za-z0-9_.-]", "-", items.stem)[:40] or "batch"
     from gpuplan.cli.jobs import env_pairs
 

@@ -133,7 +133,7 @@ def job(state, row, counts: dict[str, int]) -> dict:
     from dataclasses import asdict
 
     from gpuplan.run import backends
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
     from gpuplan.store import costs
 
     interrupted = costs.interruptions(state, row)
@@ -143,7 +143,7 @@ def job(state, row, counts: dict[str, int]) -> dict:
             "running": counts.get("running", 0), "queued": counts.get("queued", 0),
             "cancelled": counts.get("cancelled", 0), "resumes": row.resumes,
             "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at), "ended_at": iso(row.ended_at),
-            "wall_s": round(runner.job_seconds(row), 3), "yen": exact(backends.yen(state, row), "0.01"),
+            "wall_s": round(run_items.job_seconds(row), 3), "yen": exact(backends.yen(state, row), "0.01"),
             "command": list(row.command), "quarantined": [asdict(q) for q in state.job_quarantines(row.id)],
             "interruptions": None if interrupted is None else interruptions(interrupted)}
 
@@ -155,7 +155,7 @@ def interruptions(cost) -> dict:
 
 
 def outcome(summary, cmp, predicted: dict | None, how: str) -> dict:
-    """A followed run's end (runner.RunSummary and its comparison with the plan)."""
+    """A followed run's end (run_items.RunSummary and its comparison with the plan)."""
     return {
         "measured": {"wall_s": round(cmp.measured_wall_s, 3), "yen": exact(cmp.measured_yen, "0.01"), "how": how},
         "plan": None if predicted is None else {

@@ -524,7 +524,7 @@ def settle_released(state: State) -> list[str]:
     rows end at that moment, unfinished jobs end capped, the keys go, the cluster is gone.
     Called before what reads the ledger or the cluster (cost-report, status, teardown, launch
     --resume), so a client killed mid-batch leaves nothing billing in the figures either."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
     from gpuplan.store.state import parse_time
 
     t = now()
@@ -537,7 +537,7 @@ def settle_released(state: State) -> list[str]:
             state.ledger_stop(c.name, node.name, at=at)
             state.update_node(c.name, node.name, status="deleted")
         for job in state.jobs(c.name):
-            if job.state not in runner.JOB_STATES_OVER:
+            if job.state not in run_items.JOB_STATES_OVER:
                 state.close_job(job.id, "capped", at)
         state.unpin_cluster_host_keys(c.name)
         keys.remove_cluster_keys(state, c.name)
@@ -620,10 +620,10 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
                                      f" released: stop it there, then `gpuplan teardown {cluster}` again")
         not_stopped = stopped.unreachable
     state.set_cluster_status(cluster, "tearing-down")
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     for job in state.jobs(cluster):  # its engine is stopped: a batch that was running on it has ended
-        if job.state not in runner.JOB_STATES_OVER:
+        if job.state not in run_items.JOB_STATES_OVER:
             state.close_job(job.id, "cancelled")
     found = reconcile(state, prov, row)
     # An owned host that is down (or could not be reached to stop Ray) keeps its claim: released

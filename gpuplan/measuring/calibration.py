@@ -16,7 +16,7 @@ Times are on the clock the backend bills: each DOK task's billed run time, each 
 on its host for a cluster batch; never the client's wall clock (a client that watched a DOK batch
 for 21 s while its tasks were billed 900 s must not make the job 40x faster).
 
-Pure: no state, no SQL, no words decided elsewhere; operating/runner.calibrate records what this
+Pure: no state, no SQL, no words decided elsewhere; gpuplan/run/items.calibrate records what this
 decides and `said` renders it.
 """
 

@@ -185,12 +185,12 @@ def _stop(state, job: str | None) -> None:
     """A probe's job still running (interrupted, or an error while it was followed) is cancelled:
     on DOK its tasks would run on, and bill, with nothing to tear down."""
     from gpuplan.run import backends
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     if job is None:
         return
     try:
-        if backends.refresh(state, job).state not in runner.JOB_STATES_OVER:
+        if backends.refresh(state, job).state not in run_items.JOB_STATES_OVER:
             backends.cancel(state, job)
     except GpuplanError:
         pass  # the teardown that follows stops a cluster's batch too

@@ -31,7 +31,7 @@ from gpuplan.planning import fmt
 
 if TYPE_CHECKING:
     from gpuplan.run.caps import Cap
-    from gpuplan.run.ray.runner import RunSummary
+    from gpuplan.run.items import RunSummary
     from gpuplan.store.state import JobRow, State
 
 
@@ -679,7 +679,7 @@ def submit(state: State, backend: RunBackend, sub: Submission, progress: Callabl
 
 def refresh(state: State, job: str, conn: Any = None) -> JobRow:
     """The job's row, with what is new read from where it runs (an ended job as it is)."""
-    from gpuplan.run.ray.runner import JOB_STATES_OVER
+    from gpuplan.run.items import JOB_STATES_OVER
 
     row = job_row(state, job)
     if row.state in JOB_STATES_OVER:

@@ -19,7 +19,7 @@ from gpuplan.errors import UsageError
 from gpuplan.run import backends
 
 if TYPE_CHECKING:
-    from gpuplan.run.ray.runner import RunSummary
+    from gpuplan.run.items import RunSummary
     from gpuplan.run.recover import Cost
     from gpuplan.store.state import JobRow, State
 
@@ -42,14 +42,14 @@ class Progress:
 
 
 def progress(state: State, row: JobRow) -> Progress:
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     counts = state.job_counts(row.id)
     ok, failed = counts.get("ok", 0), sum(counts.get(k, 0) for k in FAILED)
     left = row.total - ok - failed
-    eta = 0.0 if not left else (runner.job_seconds(row) / (ok + failed) * left if ok else None)
+    eta = 0.0 if not left else (run_items.job_seconds(row) / (ok + failed) * left if ok else None)
     return Progress(row.id, row.state, ok, failed, counts.get("running", 0), row.total, eta, backends.yen(state, row),
-                    row.state in runner.JOB_STATES_OVER)
+                    row.state in run_items.JOB_STATES_OVER)
 
 
 def follow(state: State, job: str, look: Callable[[JobRow, Progress], None], every_s: float | None = None) -> JobRow:
@@ -71,12 +71,12 @@ def follow(state: State, job: str, look: Callable[[JobRow, Progress], None], eve
 def finish(state: State, job: str, predicted: dict | None) -> tuple[RunSummary, str]:
     """An ended batch: each item recorded as a run, its summary, and the line saying whether it
     calibrated its plan ("" where it has none; a capped batch never does: it did not run whole)."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
-    runner.record_finished(state, job)
+    run_items.record_finished(state, job)
     summary = backends.summary(state, job)
     row = backends.job_row(state, job)
-    return summary, "" if row.state == "capped" else runner.calibrate(state, summary, predicted, row.command, job)
+    return summary, "" if row.state == "capped" else run_items.calibrate(state, summary, predicted, row.command, job)
 
 
 @dataclass(frozen=True)
@@ -93,18 +93,18 @@ class JobView:
 def overview(state: State, cluster: str) -> list[JobView]:
     """The cluster's batches, each unfinished one read anew from where it runs; one that has
     ended since anyone looked is recorded and, when it ran a saved plan whole, calibrates it."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     if state.cluster(cluster) is None and cluster not in backends.pseudo_clusters():
         raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
     views = []
     for row in state.jobs(cluster):
         why, calibration = "", ""
-        if row.state not in runner.JOB_STATES_OVER:
+        if row.state not in run_items.JOB_STATES_OVER:
             try:
                 row = backends.refresh(state, row.id)
-                if row.state in runner.JOB_STATES_OVER:
-                    runner.record_finished(state, row.id)
+                if row.state in run_items.JOB_STATES_OVER:
+                    run_items.record_finished(state, row.id)
                     calibration = _calibrate_detached(state, row)
             except Exception as exc:  # noqa: BLE001 - an unreachable head: show what the state knows, say why
                 why = f"{type(exc).__name__}: {exc}"
@@ -114,16 +114,16 @@ def overview(state: State, cluster: str) -> list[JobView]:
 
 def _calibrate_detached(state: State, row: JobRow) -> str:
     """A batch submitted with --plan that ended while nobody followed it: its calibration, now."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     plan = row.options.get("plan")
     if not plan or row.state != "succeeded":
         return ""
     try:
-        predicted = runner.read_plan(Path(plan))
+        predicted = run_items.read_plan(Path(plan))
     except UsageError as exc:
         return f"not calibrated ({exc})"
-    return runner.calibrate(state, backends.summary(state, row.id), predicted, row.command, row.id)
+    return run_items.calibrate(state, backends.summary(state, row.id), predicted, row.command, row.id)
 
 
 @dataclass(frozen=True)
@@ -141,18 +141,18 @@ class Lost:
 
 def newly_lost(state: State, cluster: str, row: JobRow, handled: set[str]) -> list[Lost]:
     """The nodes the running batch has lost that `handled` does not hold yet (added to it)."""
+    from gpuplan.run import items as run_items
     from gpuplan.run import recover
-    from gpuplan.run.ray import runner
     from gpuplan.run.ray.batch_rules import INTERRUPTED, LOST
 
-    if row.state in runner.JOB_STATES_OVER:
+    if row.state in run_items.JOB_STATES_OVER:
         return []
     lost = [q for q in state.job_quarantines(row.id) if q.code in (LOST, INTERRUPTED) and q.node not in handled]
     if not lost:
         return []
     p = progress(state, row)
     done = p.ok + p.failed
-    elapsed = runner.job_seconds(row)
+    elapsed = run_items.job_seconds(row)
     left = elapsed / done * (row.total - done) if done else elapsed
     handled.update(q.node for q in lost)
     return [Lost(q.node, q.code, q.reason, left, recover.cost(state, cluster, left + recover.SETUP_GUESS_S)) for q in lost]

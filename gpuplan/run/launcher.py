@@ -408,7 +408,7 @@ def take(state: State, pick: Pick, name: str, order: Order | None) -> None:
     """Before anything is bought: the cluster `name` is this launch's to make, or one of the
     pick's kind that is ready and runs no batch (a launch of this batch file cut off after
     provisioning, or kept with --keep); anything else is refused in one line, untouched."""
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     row = state.cluster(name)
     if row is None or row.status == "gone":  # torn down: its name is free again
@@ -418,7 +418,7 @@ def take(state: State, pick: Pick, name: str, order: Order | None) -> None:
     if (row.provider, row.size) != (pick.offer.provider, pick.offer.name) or row.status != "ready":
         raise UsageError(f"cluster {name} exists already ({row.count}x {row.provider}:{row.size}, {row.status}): give"
                          " the batch another name (name: or --name), or `gpuplan teardown " + name + "` first")
-    busy = [j.id for j in state.jobs(name) if j.state not in runner.JOB_STATES_OVER]
+    busy = [j.id for j in state.jobs(name) if j.state not in run_items.JOB_STATES_OVER]
     if busy:  # two batches on one cluster would share its GPU slots, and one's teardown would end the other
         raise UsageError(f"cluster {name} is running job {busy[0]}: wait for it (`gpuplan launch --resume {busy[0]}`),"
                          " or give this batch another name (name: or --name)")
@@ -480,7 +480,7 @@ def stop_at(state: State, cluster: str, cap: Cap) -> datetime | None:
     start = now()
     seconds = caps.stop_time(state, cluster, cap.billed, now=start, allowance_s=cap.allowance_s)
     if seconds < 0:
-        from gpuplan.run.ray.runner import Capped
+        from gpuplan.run.items import Capped
 
         raise Capped(f"cluster {cluster} has already spent {fmt.yen(cap.said(state.ledger_seconds_and_yen(cluster)[1]))}"
                      f" of max_yen {fmt.yen(cap.yen)} (with {cap.allowance_s} s kept for fetch and teardown):"
@@ -543,12 +543,12 @@ def cap_watch(state: State, job: str, cap: Cap | Decimal) -> Callable[[JobRow], 
     batch at its stop_at on its own; this also holds where the backend has no driver (DOK). A
     bare Decimal is a cap as listed."""
     from gpuplan.run import backends, caps
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     held = cap if isinstance(cap, caps.Cap) else caps.Cap.on(cap)
 
     def look(row: JobRow) -> None:
-        if row.state in runner.JOB_STATES_OVER:
+        if row.state in run_items.JOB_STATES_OVER:
             return
         if held.reached(backends.spent(state, row, held)):
             backends.cancel(state, job)
@@ -577,11 +577,11 @@ def wind_down(state: State, cluster: str, job: str | None, outputs: Path | None,
     how it went through `progress` and never raises: the failure that led here is what the
     caller raises next."""
     from gpuplan.run import backends
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     if job is not None:
         try:
-            if backends.refresh(state, job).state not in runner.JOB_STATES_OVER:
+            if backends.refresh(state, job).state not in run_items.JOB_STATES_OVER:
                 backends.cancel(state, job)
                 progress(f"job {job} stopped")
         except Exception as exc:  # noqa: BLE001 - the teardown below stops it too
@@ -658,6 +658,7 @@ def raise_outcome(state: State, job: str, cap: Cap | None) -> None:
     batch says what the ledger counts for it (backends.spent: a launch's cluster from claim to
     teardown), on the cap's own tax basis."""
     from gpuplan.run import backends, caps
+    from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
 
     row = backends.job_row(state, job)
@@ -672,7 +673,7 @@ def raise_outcome(state: State, job: str, cap: Cap | None) -> None:
         else:
             spent = backends.spent(state, row, cap)
             said, what = (cap.said(spent) if spent is not None else None), "the batch"
-        raise runner.Capped(f"job {job} stopped at max_yen {fmt.yen(cap.yen)}:"
+        raise run_items.Capped(f"job {job} stopped at max_yen {fmt.yen(cap.yen)}:"
                             f" {fmt.yen(said)} spent on {what},"
                             f" {counts.get('ok', 0)} of {fmt.plural(row.total, 'item')} done; the rest did not run")
     failed = sum(counts.get(k, 0) for k in ("failed", "bad input", "timed out", "cancelled", "queued", "running"))
@@ -682,4 +683,4 @@ def raise_outcome(state: State, job: str, cap: Cap | None) -> None:
         logs = f"`gpuplan logs {row.cluster} {job} ITEM`"
         where = (f"the failed items' logs are in {kept}/ ({logs} while the cluster is up)"
                  if kept is not None and kept.is_dir() and any(kept.iterdir()) else f"logs: {logs}")
-        raise runner.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; {where}")
+        raise run_items.JobsFailed(f"{failed} of {fmt.plural(row.total, 'item')} did not succeed; {where}")

@@ -66,12 +66,12 @@ def cost(state: State, cluster: str, seconds: float, market: str | None = None) 
     """What one replacement machine (request's) costs for `seconds` (the batch's ETA plus its
     setup), by the one billing rule and its terms."""
     from gpuplan.market import billing
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     req = request(state, cluster, market)
     terms = req.billing or (billing.per_second(req.price_jpy_per_hour) if req.price_jpy_per_hour is not None else None)
     return Cost(f"1x {req.provider}:{req.size}{' (spot)' if req.spot else ''}", req.price_jpy_per_hour,
-                runner.yen_for(terms, req.price_jpy_per_hour, 1, seconds), seconds, SPOT if req.spot else ON_DEMAND, terms)
+                run_items.yen_for(terms, req.price_jpy_per_hour, 1, seconds), seconds, SPOT if req.spot else ON_DEMAND, terms)
 
 
 def job_cap(row: JobRow) -> Cap | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 from gpuplan.run import backends, command_line
+from gpuplan.run import items as run_items
 from gpuplan.run.ray import runner
 
 PSEUDO = "toy"
@@ -102,7 +103,7 @@ class ToyBackend:
 
     def refresh(self, state, job: str, conn=None):
         row = backends.job_row(state, job)
-        if row.state in runner.JOB_STATES_OVER:
+        if row.state in run_items.JOB_STATES_OVER:
             return row
         events: list[dict] = []
         if row.state == "submitted":
@@ -141,7 +142,7 @@ class ToyBackend:
 
     def summary(self, state, job: str):
         row = backends.job_row(state, job)
-        return runner.RunSummary(row.cluster, runner.item_results(state, job), runner.job_seconds(row), 1, Decimal(0),
+        return run_items.RunSummary(row.cluster, runner.item_results(state, job), run_items.job_seconds(row), 1, Decimal(0),
                                  _root() / job, (), "toy", "here")
 
     def outputs(self, state, job: str, into: Path, item: str | None = None) -> backends.Fetched:

@@ -392,11 +392,11 @@ def task_seconds(state: State, job: str, at=None) -> list[int]:
 
     row = _row(state, job)
     if is_batch(row):
-        from gpuplan.run.ray import runner
+        from gpuplan.run import items as run_items
 
         if not row.started_at:
             return []
-        wall = Decimal(str(runner.job_seconds(row, at)))
+        wall = Decimal(str(run_items.job_seconds(row, at)))
         return [int(wall.to_integral_value(rounding=ROUND_CEILING))]
     out = []
     for it in state.job_items(job):
@@ -444,10 +444,11 @@ def summary(state: State, job: str):
     """The batch as a RunSummary (runner.py): each task billed on its own for its run time."""
     from pathlib import Path
 
+    from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
 
     row = _row(state, job)
-    return runner.RunSummary(row.cluster, runner.item_results(state, job), runner.job_seconds(row), 1, None,
+    return run_items.RunSummary(row.cluster, runner.item_results(state, job), run_items.job_seconds(row), 1, None,
                              Path(f"dok artifacts of {job}"), (), "sakura", f"dok-{row.options['dok_plan']}",
                              job_terms(row), tuple(task_seconds(state, job)))
 

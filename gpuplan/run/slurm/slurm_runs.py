@@ -457,28 +457,29 @@ def gpus_at_once(state: State, job: str) -> int:
 
 def summary(state: State, job: str):
     from gpuplan.providers import slurm
+    from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
 
     row = _row(state, job)
-    return runner.RunSummary(row.cluster, runner.item_results(state, job), runner.job_seconds(row), gpus_at_once(state, job),
-                             None,
-                             Path(f"{_array_of(state, row)[1] or '?'} on Slurm {row.options['slurm_cluster']}"), (),
-                             slurm.PROVIDER, slurm.offer_name(row.options["slurm_cluster"], row.options["partition"]),
-                             job_terms(row), tuple(task_seconds(state, job)))
+    return run_items.RunSummary(row.cluster, runner.item_results(state, job), run_items.job_seconds(row),
+                                gpus_at_once(state, job), None,
+                                Path(f"{_array_of(state, row)[1] or '?'} on Slurm {row.options['slurm_cluster']}"), (),
+                                slurm.PROVIDER, slurm.offer_name(row.options["slurm_cluster"], row.options["partition"]),
+                                job_terms(row), tuple(task_seconds(state, job)))
 
 
 def fetch_outputs(state: State, job: str, into: Path, item: str | None = None) -> tuple[int, int]:
     """What each ended item (or one) wrote in $GPUPLAN_OUTPUT_DIR, from the login host into
     `into`/<index>-<item>/ (never over a folder that exists); (items, files)."""
     from gpuplan.hosts import remote
-    from gpuplan.run.ray import runner
+    from gpuplan.run import items as run_items
 
     row = refresh(state, job)
     rows = state.job_items(job) if item is None else [x for x in [state.job_item(job, item)] if x is not None]
     if item is not None and not rows:
         raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
     ended = [it for it in rows if it.status not in ("queued", "running") and not (it.slot or "").startswith("not ")]
-    names = {it.idx: runner.job_name(it.idx, it.item) for it in ended}
+    names = {it.idx: run_items.job_name(it.idx, it.item) for it in ended}
     taken = [n for n in names.values() if (into / n).exists()]
     if taken:
         raise UsageError(f"{into / taken[0]} exists already: fetch into another folder, or move it away first")
