@@ -434,14 +434,21 @@ def outputs_dir(batch: Batch, name: str) -> Path:
     return batch.outputs or Path("outputs") / name
 
 
-def check_before_buying(batch: Batch, cluster: str) -> None:
-    """What the real run would refuse only once the machines are bought, refused now (by the dry
-    run too): a registry password variable or a secret_env variable that is not set, an outputs
-    folder that cannot be made."""
-    secret_env_values(batch.secret_env)
+def check_environment(batch: Batch) -> None:
+    """The secrets the batch names in the caller's environment are there: a registry password
+    variable or a secret_env variable not set is refused (one line), before anything is planned,
+    claimed or written."""
     if batch.registry is not None and batch.registry.password_env and not os.environ.get(batch.registry.password_env):
         raise UsageError(f"registry.password_env {batch.registry.password_env}: not set in this environment; export it"
                          " (the registry password) before launching")
+    secret_env_values(batch.secret_env)
+
+
+def check_before_buying(batch: Batch, cluster: str) -> None:
+    """What the real run would refuse only once the machines are bought, refused now (by the dry
+    run too): a secret not set in this environment (check_environment), an outputs folder that
+    cannot be made."""
+    check_environment(batch)
     out = outputs_dir(batch, cluster).absolute()
     above = out
     while not above.exists() and above != above.parent:

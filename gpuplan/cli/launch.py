@@ -65,6 +65,7 @@ def launch(
                  "env": env, "secret_env": secret_env, "command": list(command) if command else None,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     batch = batchfile.read(batch_file, overrides)
+    batchfile.check_environment(batch)  # a secret it names but this environment lacks: refused before anything
     todo_items = runner.read_items(batch.items)
     out = _console()
     saved = plan is None  # the plan is this command's own file (removed if the launch is refused)
