@@ -32,8 +32,8 @@ from gpuplan.errors import UsageError
 from gpuplan.units import MAX_YEN
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
-                    "secret_env", "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
-                    "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
+                    "secret_env", "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries",
+                    "timeout", "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
                     "max_yen_per_hour"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
