@@ -365,7 +365,8 @@ def secret_env_names(at: str, value: Any, env: Mapping[str, str]) -> tuple[str, 
     return names
 
 
-def secret_env_values(names: tuple[str, ...] | list[str], said: str = "secret_env") -> dict[str, str]:
+def secret_env_values(names: tuple[str, ...] | list[str], said: str = "secret_env",
+                      may_leave_out: bool = True) -> dict[str, str]:
     """The values of the secret_env `names`, read from this process's environment now (as the
     registry password is: batchfile.Registry.password); one line naming the first that is not set.
     The values are held in memory only: they travel as `env:` values do (a 0600 file on the nodes)."""
@@ -373,8 +374,8 @@ def secret_env_values(names: tuple[str, ...] | list[str], said: str = "secret_en
     for name in names:
         value = os.environ.get(name)
         if not value:
-            raise UsageError(f"{said} {name}: not set in this environment; export {name} (its value) before running,"
-                             f" or leave {name} out")
+            raise UsageError(f"{said} {name}: not set in this environment; export {name} (its value) before running"
+                             + (f", or leave {name} out" if may_leave_out else ""))
         values[name] = value
     return values
 

@@ -159,7 +159,9 @@ def test_run_dok_sends_the_value_keeps_the_name_and_a_resume_reads_it_again(dok_
     assert cli("cancel", "dok", "dok-1").code == 0
     monkeypatch.delenv("HF_TOKEN")  # the resume reads it again from this environment: not set, refused
     r = cli("run", "-y", "dok", "--resume", "dok-1", "--env", "BUCKET=s3://b", "--detach")
-    assert r.code == 2 and "job dok-1's secret_env HF_TOKEN: not set in this environment" in r.err, r.err
+    assert r.code == 2 and r.err.strip().splitlines() == [
+        "gpuplan: error: job dok-1's secret_env HF_TOKEN: not set in this environment; export HF_TOKEN (its value)"
+        " before running"], r.err
     rotated = "hf_" + secrets.token_hex(8)
     monkeypatch.setenv("HF_TOKEN", rotated)
     r = cli("run", "-y", "dok", "--resume", "dok-1", "--env", "BUCKET=s3://b", "--detach")

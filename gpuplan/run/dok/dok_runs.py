@@ -148,7 +148,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
         from gpuplan.batchfile import secret_env_values
 
         environment = {**secret_env_values([n for n in secret if n not in (environment or {})],
-                                           f"job {resumes}'s secret_env"), **(environment or {})}
+                                           f"job {resumes}'s secret_env", may_leave_out=False), **(environment or {})}
         options = {**(options or {}), "secret_env": secret}
     lacking = sorted(set(resumed.options.get("env_names") or ()) - set(environment or {})) if resumed else []
     if lacking:  # bad input before anything is sent: the state never kept their values
