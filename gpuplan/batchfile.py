@@ -32,8 +32,8 @@ from gpuplan.errors import UsageError
 from gpuplan.units import MAX_YEN
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
-                    "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries", "timeout",
-                    "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
+                    "secret_env", "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries",
+                    "timeout", "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
                     "max_yen_per_hour"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
@@ -94,6 +94,9 @@ class Batch:
     workdir: Path | None = None
     setup: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    # `secret_env: [HF_TOKEN]`: names whose values are read from the caller's environment when the
+    # batch is submitted (secret_env_values), as the registry password is; never in the file
+    secret_env: tuple[str, ...] = ()
     infra: tuple[str, ...] = ()
     region: str = ""
     objective: str = "balanced"
@@ -223,6 +226,7 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     if on_demand_fallback and not recover:
         raise UsageError(f"{at('on_demand_fallback')}: says how a replacement is bought; give recover: true (or"
                          " --recover) too")
+    env = _env(at("env"), data.get("env"))
     timeout = data.get("timeout", 24 * 3600)
     if isinstance(timeout, str):
         from gpuplan.units import parse_duration
@@ -231,7 +235,8 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
     return Batch(
         items=items, command=command, workload=workload, profile=path_of("profile"), name=name,
         image=image, registry=_registry(at("registry"), data.get("registry")),
-        workdir=workdir, setup=_words(at("setup"), data.get("setup")), env=_env(at("env"), data.get("env")),
+        workdir=workdir, setup=_words(at("setup"), data.get("setup")), env=env,
+        secret_env=secret_env_names(at("secret_env"), data.get("secret_env"), env),
         infra=_words(at("infra"), data.get("infra")), region=_text(at("region"), data.get("region") or ""),
         objective=objective, deadline=deadline, max_yen=_yen(at("max_yen"), data.get("max_yen")),
         max_yen_per_hour=_yen(at("max_yen_per_hour"), data.get("max_yen_per_hour")),
@@ -343,6 +348,43 @@ def _env(at: str, value: Any) -> dict[str, str]:
     return out
 
 
+def secret_env_names(at: str, value: Any, env: Mapping[str, str]) -> tuple[str, ...]:
+    """`secret_env: [NAME, ...]`: the names of variables whose values come from the caller's
+    environment; each a variable name, given once, and none also in `env:` (which value would win?)."""
+    names = _words(at, value)
+    seen: set[str] = set()
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"{at}: {name!r} is not a variable name (letters, digits and _, not starting with a digit)")
+        if name in seen:
+            raise UsageError(f"{at}: {name} is named twice; name it once")
+        if name in env:
+            raise UsageError(f"{at}: {name} is in env too; give it in one of them (secret_env: its value is read from"
+                             " your environment, env: the value is written out)")
+        seen.add(name)
+    return names
+
+
+def secret_env_values(names: tuple[str, ...] | list[str], said: str = "secret_env",
+                      may_leave_out: bool = True) -> dict[str, str]:
+    """The values of the secret_env `names`, read from this process's environment now (as the
+    registry password is: batchfile.Registry.password); one line naming the first that is not set.
+    The values are held in memory only: they travel as `env:` values do (a 0600 file on the nodes)."""
+    values = {}
+    for name in names:
+        value = os.environ.get(name)
+        if not value:
+            raise UsageError(f"{said} {name}: not set in this environment; export {name} (its value) before running"
+                             + (f", or leave {name} out" if may_leave_out else ""))
+        values[name] = value
+    return values
+
+
+def item_env(batch: Batch) -> dict[str, str]:
+    """Every item's own variables: the batch's `env:` and its `secret_env:` values, read now."""
+    return {**batch.env, **secret_env_values(batch.secret_env)}
+
+
 def _registry(at: str, value: Any) -> Registry | None:
     if value in (None, ""):
         return None
@@ -393,12 +435,21 @@ def outputs_dir(batch: Batch, name: str) -> Path:
     return batch.outputs or Path("outputs") / name
 
 
-def check_before_buying(batch: Batch, cluster: str) -> None:
-    """What the real run would refuse only once the machines are bought, refused now (by the dry
-    run too): a registry password variable that is not set, an outputs folder that cannot be made."""
+def check_environment(batch: Batch) -> None:
+    """The secrets the batch names in the caller's environment are there: a registry password
+    variable or a secret_env variable not set is refused (one line), before anything is planned,
+    claimed or written."""
     if batch.registry is not None and batch.registry.password_env and not os.environ.get(batch.registry.password_env):
         raise UsageError(f"registry.password_env {batch.registry.password_env}: not set in this environment; export it"
                          " (the registry password) before launching")
+    secret_env_values(batch.secret_env)
+
+
+def check_before_buying(batch: Batch, cluster: str) -> None:
+    """What the real run would refuse only once the machines are bought, refused now (by the dry
+    run too): a secret not set in this environment (check_environment), an outputs folder that
+    cannot be made."""
+    check_environment(batch)
     out = outputs_dir(batch, cluster).absolute()
     above = out
     while not above.exists() and above != above.parent:

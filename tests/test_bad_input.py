@@ -294,6 +294,11 @@ CASES = [
           ("registry-password-unset", "image: ghcr.io/me/x:1\nregistry: {server: ghcr.io, username: me,"
                                       " password_env: GPUPLAN_TEST_NOT_SET}\n", "GPUPLAN_TEST_NOT_SET: not set"),
           ("outputs-under-a-file", "outputs: items.txt/out\n", "outputs folder"),
+          # secret_env: names only, each set in the caller's environment, none also in env
+          ("secret-env-bad-name", "secret_env: [HF-TOKEN]\n", "'HF-TOKEN' is not a variable name"),
+          ("secret-env-empty", "secret_env: []\n", "secret_env: empty"),
+          ("secret-env-also-in-env", "secret_env: [HF_TOKEN]\nenv: {HF_TOKEN: x}\n", "HF_TOKEN is in env too"),
+          ("secret-env-unset", "secret_env: [GPUPLAN_TEST_NOT_SET]\n", "secret_env GPUPLAN_TEST_NOT_SET: not set"),
       ]],
     ("config-unknown-provider", {"{home}/config/config.yaml": "providers:\n  awz: {ami: ami-1}\n"},
      ["estimate", "--videos", "4"], "providers.awz: unknown provider"),
@@ -578,6 +583,8 @@ REFUSED = [  # (files, argv): each refused before anything is done
     ({}, ["teardown", "--sweep", "--provider", "nosuch", "--dry-run"]),
     ({**ITEMS, "b.yaml": BATCH + "max_yen: 1\n"}, ["launch", "{tmp}/b.yaml", "--dry-run"]),  # over the cap
     ({**ITEMS, "b.yaml": BATCH + "max_yen: 1\n"}, ["launch", "{tmp}/b.yaml", "-y"]),
+    ({**ITEMS, "b.yaml": BATCH + "secret_env: [GPUPLAN_TEST_NOT_SET]\n"}, ["launch", "{tmp}/b.yaml", "--dry-run"]),
+    ({**ITEMS, "b.yaml": BATCH + "secret_env: [GPUPLAN_TEST_NOT_SET]\n"}, ["launch", "{tmp}/b.yaml", "-y"]),
 ]
 
 

@@ -13,6 +13,7 @@ import threading
 import time
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -38,9 +39,9 @@ def ray_cluster(tmp_path_factory):
         yield running
 
 
-def _batch(tmp_path: Path, command: str, env: dict, items: list[str]):
-    """A batch file as a user writes it, read as `launch` reads it; a `python` on the env's PATH
-    (the loopback hosts have python3 only)."""
+def _batch(tmp_path: Path, command: str, env: dict, items: list[str], **more):
+    """A batch file as a user writes it (with `more` fields), read as `launch` reads it; a
+    `python` on the env's PATH (the loopback hosts have python3 only)."""
     from gpuplan import batchfile
 
     bin_dir = tmp_path / "bin"
@@ -51,16 +52,19 @@ def _batch(tmp_path: Path, command: str, env: dict, items: list[str]):
     (tmp_path / "videos.txt").write_text("".join(f"{i}\n" for i in items))
     (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
         "workload": "colorize-hd", "items": "videos.txt", "command": command, "workdir": "code",
-        "env": {"PATH": f"{bin_dir}:/usr/bin:/bin", **env}}))
+        "env": {"PATH": f"{bin_dir}:/usr/bin:/bin", **env}, **more}))
     return batchfile.read(tmp_path / "batch.yaml", {})
 
 
-def _submit_and_wait(state, batch, items: list[str], during=None) -> str:
-    """The batch submitted to the cluster as `launch` submits it (backends.Submission), followed to its end."""
+def _submit_and_wait(state, batch, items: list[str], during=None, options=None) -> str:
+    """The batch submitted to the cluster as `launch` submits it (backends.Submission; its env
+    with secret_env's values read now, as launcher.submission does), followed to its end."""
+    from gpuplan import batchfile
     from gpuplan.run import backends
 
-    sub = backends.Submission(target=CLUSTER, items=tuple(enumerate(items)), command=batch.command, env=batch.env,
-                              workdir=batch.workdir, timeout_s=300)
+    sub = backends.Submission(target=CLUSTER, items=tuple(enumerate(items)), command=batch.command,
+                              env=batchfile.item_env(batch), workdir=batch.workdir, timeout_s=300,
+                              options=options or {})
     job = backends.get("ray").submit(state, sub, lambda _m: None)
     wait_for(lambda: (during and during()) or backends.refresh(state, job).state in ("succeeded", "failed", "lost"),
              timeout=240, every=0.3)
@@ -132,6 +136,68 @@ def test_an_env_value_reaches_the_item_and_nowhere_else(ray_cluster, tmp_path):
         assert r.code == 0, r.err
         assert secret not in r.out + r.err
     assert json.loads(run_cli("jobs", CLUSTER, "--format", "json").out)
+    # on the nodes: only env.json holds it, the SSH user's alone; not the spec, the logs, Ray's own logs
+    holders = []
+    roots = [h.fake_root for h in hosts] + [Path(f"/tmp/gpuplan-ray-{int(p)}") for p in _ray_bases()]
+    for root in roots:
+        for f in root.rglob("*"):
+            try:
+                if f.is_file() and not f.is_symlink() and secret.encode() in f.read_bytes():
+                    holders.append(f)
+            except OSError:
+                pass
+    assert [f.name for f in holders] == ["env.json"] and holders[0].parent.name == job
+    assert stat.S_IMODE(holders[0].stat().st_mode) == 0o600 and stat.S_IMODE(holders[0].parent.stat().st_mode) == 0o700
+    assert b'"HF_TOKEN"' not in (holders[0].parent / "spec.json").read_bytes()
+
+
+def test_a_secret_env_value_reaches_the_item_and_nowhere_else(ray_cluster, tmp_path, monkeypatch):
+    """`secret_env: [HF_TOKEN]`: the value is not in the batch file; it is read from the caller's
+    environment when the batch is submitted and travels as an `env:` value does: the item gets it,
+    no process list sampled during the run shows it, nor the state database file, the spec on the
+    head, the JSON or the logs; on the nodes only the job's env.json (0600) holds it."""
+    from gpuplan import paths
+    from gpuplan.run import launcher
+
+    state, hosts, _ = ray_cluster
+    secret = "hf_" + secrets.token_hex(16)
+    monkeypatch.setenv("HF_TOKEN", secret)  # the caller's environment; the cluster's Ray was started before it
+    command = "sh -c 'printf %s \"$HF_TOKEN\" | sha256sum > $GPUPLAN_OUTPUT_DIR/h; sleep 2' {item}"
+    batch = _batch(tmp_path, command, {}, ["a", "b", "c"], secret_env=["HF_TOKEN"])
+    assert batch.secret_env == ("HF_TOKEN",) and "HF_TOKEN" not in batch.env
+    assert secret.encode() not in (tmp_path / "batch.yaml").read_bytes()
+    seen, stop = [], threading.Event()
+
+    def sample() -> None:  # every process on this machine (the client, both nodes, Ray, the items), all along
+        while not stop.is_set():
+            seen.extend(c for c in _cmdlines() if secret.encode() in c)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:  # the names as launch_options records them
+        job = _submit_and_wait(state, batch, ["a", "b", "c"],
+                               options={"secret_env": launcher.launch_options(
+                                   batch, SimpleNamespace(plan_path=tmp_path / "plan.json", backend="ray"), CLUSTER,
+                                   tmp_path / "out")["secret_env"]})
+    finally:
+        stop.set()
+        sampler.join(5)
+    assert state.job(job).state == "succeeded", state.job_items(job)
+    assert seen == []
+    # the item got it: the hash of what it read from its environment
+    r = run_cli("logs", CLUSTER, job, "--fetch", str(tmp_path / "back"))
+    assert r.code == 0, r.err
+    want = hashlib.sha256(secret.encode()).hexdigest()
+    assert [p.read_text().split()[0] for p in sorted((tmp_path / "back").glob("*/h"))] == [want] * 3
+    # the state keeps the names only: not in the database file's bytes, the JSON, the logs
+    assert secret.encode() not in paths.state_db().read_bytes()
+    opts = state.job(job).options
+    assert opts["env_names"] == ["HF_TOKEN", "PATH"] and opts["secret_env"] == ["HF_TOKEN"]
+    for args in (("jobs", CLUSTER, "--format", "json"), ("logs", CLUSTER, job), ("logs", CLUSTER, job, "b")):
+        r = run_cli(*args)
+        assert r.code == 0, r.err
+        assert secret not in r.out + r.err
     # on the nodes: only env.json holds it, the SSH user's alone; not the spec, the logs, Ray's own logs
     holders = []
     roots = [h.fake_root for h in hosts] + [Path(f"/tmp/gpuplan-ray-{int(p)}") for p in _ray_bases()]

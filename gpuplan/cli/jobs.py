@@ -263,6 +263,7 @@ def run(
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.", metavar="DIR")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Each item runs in a container of this image: on a cluster `docker run --gpus` (pulled on every node first; `gpuplan bootstrap CLUSTER --playbook docker-gpu` installs Docker); with dok:PLAN the task's image (linux/amd64, at most 30 GB).", metavar="IMAGE")] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*).", metavar="KEY=VALUE")] = None,
+    secret_env: Annotated[Optional[list[str]], typer.Option("--secret-env", help="dok:PLAN runs: NAME, a variable of this environment whose value every task gets, as --env's (repeatable; never on a command line or in the state; --resume reads it again).", metavar="NAME")] = None,
     registry: Annotated[Optional[str], typer.Option("--registry", help="dok:PLAN runs: the UUID of the registry credentials registered with DOK, for a private image.", metavar="UUID")] = None,
     registry_user: Annotated[Optional[str], typer.Option("--registry-user", help="Cluster runs with --image: the private registry's user (its server is the image's).", metavar="USER")] = None,
     registry_password_env: Annotated[Optional[str], typer.Option("--registry-password-env", help="Cluster runs with --image: the environment variable holding the registry's password or token (fed to `docker login --password-stdin` on each node; never on a disk or a command line).", metavar="VAR")] = None,
@@ -282,13 +283,13 @@ def run(
     with _json_mode(as_json):  # the words on stderr, the job as JSON on stdout
         _run(cluster=cluster, command=command, items=items, resume=resume, detach=detach, per_gpu=per_gpu,
              retries=retries, plan=plan, torchrun=torchrun, python=python, master_port=master_port, timeout=timeout,
-             down=down, fetch=fetch, workdir=workdir, image=image, env=env, registry=registry,
+             down=down, fetch=fetch, workdir=workdir, image=image, env=env, secret_env=secret_env, registry=registry,
              registry_user=registry_user, registry_password_env=registry_password_env, max_yen=max_yen,
              recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes)
 
 
 def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchrun, python, master_port, timeout,
-         down, fetch, workdir, image, env, registry, registry_user, registry_password_env, max_yen, recover,
+         down, fetch, workdir, image, env, secret_env, registry, registry_user, registry_password_env, max_yen, recover,
          on_demand_fallback, checkpoint_every, yes) -> None:
     """`gpuplan run`, its options checked by typer: the target resolved to its backend, the
     submission checked against what that backend supports, submitted and followed through the
@@ -329,9 +330,9 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     if workdir is not None and resume:
         raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
     backend = backends.for_target(cluster)
-    if (env or registry) and backends.REGISTRY_ID not in backend.supports:
-        raise UsageError("--env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE ...; a private"
-                         " image on a cluster: --registry-user USER --registry-password-env VAR")
+    if (env or secret_env or registry) and backends.REGISTRY_ID not in backend.supports:
+        raise UsageError("--env, --secret-env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE"
+                         " ...; a private image on a cluster: --registry-user USER --registry-password-env VAR")
     if (registry_user or registry_password_env) and not (registry_user and registry_password_env):
         raise UsageError("a private registry needs both --registry-user USER and --registry-password-env VAR")
     if torchrun and (image or max_yen is not None):
@@ -349,11 +350,17 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     from gpuplan.run import caps
 
     where = cluster if backend.has_cluster else backend.pseudo_clusters[0]  # what its jobs are listed under
+    from gpuplan import batchfile
+
+    environment = env_pairs(env)
+    secrets = batchfile.secret_env_names("--secret-env", secret_env, environment)
+    environment.update(batchfile.secret_env_values(secrets, "--secret-env"))  # read now, held in memory only
     sub = backends.Submission(
         target=cluster, items=(), command=tuple(command), image=image or "", registry=login, registry_id=registry or "",
-        env=env_pairs(env), per_gpu=per_gpu, retries=retries, timeout_s=timeout, workdir=workdir,
+        env=environment, per_gpu=per_gpu, retries=retries, timeout_s=timeout, workdir=workdir,
         cap=caps.Cap.on(cap) if cap is not None else None,
-        options={"plan": str(plan.resolve()) if plan else None, **({"max_yen": str(cap)} if cap is not None else {})},
+        options={"plan": str(plan.resolve()) if plan else None, **({"max_yen": str(cap)} if cap is not None else {}),
+                 **({"secret_env": sorted(secrets)} if secrets else {})},
         resumes=resume, checkpoint_every_s=every_s, recover=recover,
         torchrun=backends.Torchrun(python, master_port) if torchrun else None)
     also = ("--down",) if down and not backend.has_cluster else ()

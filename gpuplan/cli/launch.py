@@ -30,6 +30,7 @@ def launch(
     outputs: Annotated[Optional[Path], typer.Option("--outputs", help="Where the items' outputs are fetched to (default outputs/NAME).", metavar="DIR")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="The cluster's name (default: the batch file's).", metavar="NAME")] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every item (repeatable).", metavar="KEY=VALUE")] = None,
+    secret_env: Annotated[Optional[list[str]], typer.Option("--secret-env", help="NAME: a variable of this environment whose value every item gets, as --env's, never written anywhere but the nodes' owner-only file (repeatable; replaces the file's secret_env).", metavar="NAME")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Pick up a launch: follow its job to the end, fetch, tear down.", metavar="JOB")] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once the batch runs, with its job id (`gpuplan launch --resume JOB` finishes it).")] = False,
     keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster up after the batch.")] = False,
@@ -61,9 +62,10 @@ def launch(
         return
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "deadline": deadline, "max_yen": max_yen, "max_yen_per_hour": max_yen_per_hour, "outputs": outputs, "name": name,
-                 "env": env, "command": list(command) if command else None,
+                 "env": env, "secret_env": secret_env, "command": list(command) if command else None,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     batch = batchfile.read(batch_file, overrides)
+    batchfile.check_environment(batch)  # a secret it names but this environment lacks: refused before anything
     todo_items = run_items.read_items(batch.items)
     out = _console()
     saved = plan is None  # the plan is this command's own file (removed if the launch is refused)

@@ -381,6 +381,7 @@ def submission(pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, st
     """The batch as a backends.Submission to the pick's backend (the cap's moment not set yet: it
     is known once the fleet is up). On a backend that cannot stop a batch at a moment, each
     item's time limit is at most what the cap buys (RunBackend.time_limit_within)."""
+    from gpuplan import batchfile
     from gpuplan.run import backends
 
     backend = backends.get(pick.backend)
@@ -390,7 +391,9 @@ def submission(pick: Pick, batch: Batch, name: str, todo: Sequence[tuple[int, st
         timeout_s = backend.time_limit_within(pick.offer, cap.billed, batch.timeout_s)
     return backends.Submission(
         target=backend.target_of(pick.offer, name), items=tuple(todo), command=batch.command, image=batch.image,
-        registry=batch.registry if batch.image else None, env=batch.env, per_gpu=batch.per_gpu, retries=batch.retries,
+        registry=batch.registry if batch.image else None,
+        env=batchfile.item_env(batch),  # secret_env's values read from this environment now, carried as env's are
+        per_gpu=batch.per_gpu, retries=batch.retries,
         timeout_s=timeout_s, workdir=batch.workdir, checkpoint_every_s=batch.checkpoint_s or 0,
         recover=batch.recover, outputs_env=True)
 
@@ -527,8 +530,10 @@ def backstop_ttl_s(pick: Pick, batch: Batch) -> int | None:
 
 
 def launch_options(batch: Batch, pick: Pick, name: str | None, outputs: Path, cap: Cap | None = None) -> dict:
-    """What a launch's job row keeps for --resume: the cluster made for it (None: none), its outputs, its cap."""
-    return {"plan": str(pick.plan_path), **({"cap": cap.options()} if cap is not None else {}), "launch": {
+    """What a launch's job row keeps for --resume: the cluster made for it (None: none), its outputs, its cap,
+    and the names (never the values) of its secret_env (a `run --resume` reads them again)."""
+    return {"plan": str(pick.plan_path), **({"cap": cap.options()} if cap is not None else {}),
+            **({"secret_env": sorted(batch.secret_env)} if batch.secret_env else {}), "launch": {
         "cluster": name, "backend": pick.backend, "outputs": str(outputs.resolve()),
         "max_yen": str(batch.max_yen) if batch.max_yen is not None else None, "image": batch.image,
         "recover": batch.recover, "on_demand_fallback": batch.on_demand_fallback, "tax": batch.tax}}

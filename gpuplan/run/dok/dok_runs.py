@@ -142,6 +142,14 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
 
     engine.check_items_command(command)
     resumed = state.job(resumes) if resumes else None
+    secret = sorted(set(resumed.options.get("secret_env") or ()) | set((options or {}).get("secret_env") or ())
+                    ) if resumed else []
+    if secret:  # the resumed job's secret_env: read again from this environment (the state kept no value)
+        from gpuplan.batchfile import secret_env_values
+
+        environment = {**secret_env_values([n for n in secret if n not in (environment or {})],
+                                           f"job {resumes}'s secret_env", may_leave_out=False), **(environment or {})}
+        options = {**(options or {}), "secret_env": secret}
     lacking = sorted(set(resumed.options.get("env_names") or ()) - set(environment or {})) if resumed else []
     if lacking:  # bad input before anything is sent: the state never kept their values
         raise UsageError(f"job {resumes} ran with --env {', '.join(lacking)}: give {'it' if len(lacking) == 1 else 'them'}"

@@ -180,6 +180,8 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
         resumed = state.job(resumes)
         if resumed is not None and resumed.options.get("env_names"):
             opts["env_names"] = resumed.options["env_names"]
+        if resumed is not None and resumed.options.get("secret_env"):  # which of them are secret_env, kept for the next resume
+            opts["secret_env"] = resumed.options["secret_env"]
     row = state.cluster(cluster)
     if row is not None and row.provider in NOTICE_PROVIDERS:  # each node watches for the cloud's notice
         spec["notice"] = True

@@ -173,6 +173,8 @@ def submit(state: State, target: str, items: Sequence[tuple[int, str]], command:
         resumed = state.job(resumes)
         if resumed is not None and resumed.options.get("env_names"):
             opts["env_names"] = resumed.options["env_names"]
+        if resumed is not None and resumed.options.get("secret_env"):  # which of them are secret_env, kept for the next resume
+            opts["secret_env"] = resumed.options["secret_env"]
     job = state.add_numbered_job(CLUSTER, list(command), opts, list(items), 1, resumes, backend="slurm")
     from gpuplan.hosts import remote
 
