@@ -31,7 +31,6 @@ def _read_until(proc, marker: str, timeout: float = 60) -> list[str]:
     raise AssertionError(f"no {marker!r} from the demo: {lines}")
 
 
-@pytest.mark.xfail(strict=False, reason="known failing or unverified after the session's merge of issues 41-44 (the closing note of this stop names it; the next session fixes it first)")
 def test_the_demo_runs_as_printed(tmp_path):
     if missing_prerequisite():
         pytest.skip(missing_prerequisite())

@@ -27,7 +27,7 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
     from gpuplan import paths
     from gpuplan.run.ray import engine
     from gpuplan.store.state import State
-    from support.ray_env import free_port_range, processes_running, ray_venv, stop_ray
+    from support.ray_env import free_port_range, ray_venv, stop_ray
     from support.sshd import start_hosts, stop_hosts
 
     monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
@@ -50,8 +50,16 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         items.write_text("".join(f"i{k}\n" for k in range(12)))
         lay = engine.layout()
 
+        def running_on_rec_1() -> bool:  # as the run following the batch wrote it in the state
+            seen = State(paths.state_db())
+            try:
+                return any(it.status == "running" and it.node == "rec-1"
+                           for job in seen.jobs("rec") for it in seen.job_items(job.id))
+            finally:
+                seen.close()
+
         def lose_node_1() -> None:
-            _wait(lambda: len(processes_running(["sleep", "5"])) == 4, timeout=120)
+            _wait(running_on_rec_1, timeout=120, every=0.3)
             stop_ray(f"rec-{lay.base(1)}")  # rec-1's Ray and everything under it: a host gone
 
         killer = threading.Thread(target=lose_node_1, daemon=True)
@@ -63,6 +71,9 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         err = " ".join(r.err.split())
         assert "rec-1 was lost" in err and "a replacement, 1x baremetal:t4, costs" in err
         assert "rec-2 joined the batch in place of rec-1" in err
+        # the replacement joins the running batch, which makes its slots there: no warm-up job that
+        # waits for GPUs the batch holds (it kept this client from the batch's end for ~2 min)
+        assert "starting a Ray worker for each GPU slot" not in err.split("creating rec-2")[1]
         state = State(paths.state_db())
         job = next(j for j in state.jobs("rec"))
         rows = state.job_items(job.id)

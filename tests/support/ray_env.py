@@ -54,10 +54,17 @@ def port_band() -> tuple[int, int]:
 
 
 def ours(environ: bytes) -> bool:
-    """Is a process with this /proc environ none of another worker's Ray nodes (their tag,
-    CLUSTER-BASEPORT, names a port outside this process's band)?"""
+    """Is a process with this /proc environ none of another pytest-xdist worker's? Everything
+    started through a loopback host carries the worker that started the host
+    (GPUPLAN_TEST_WORKER, support/sshd.py); a Ray node's processes also carry their tag,
+    CLUSTER-BASEPORT, whose port is in the band of the worker that picked it."""
+    me = (os.environ.get("PYTEST_XDIST_WORKER") or "main").encode()
     lo, hi = port_band()
-    for v in environ.split(b"\0"):
+    fields = environ.split(b"\0")
+    for v in fields:
+        if v.startswith(b"GPUPLAN_TEST_WORKER="):
+            return v.split(b"=", 1)[1] == me
+    for v in fields:
         if v.startswith(b"GPUPLAN_RAY_TAG="):
             tail = v.rsplit(b"-", 1)[-1]
             return not tail.isdigit() or lo <= int(tail) < hi

@@ -157,7 +157,7 @@ MaxSessions 50
 Subsystem sftp /usr/lib/openssh/sftp-server
 # Start in the fake home, as a real login starts in the real one (sshd itself chdirs to /root).
 ForceCommand cd "$HOME" && eval "${{SSH_ORIGINAL_COMMAND:-exec bash -l}}"
-SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} HOME={root}/root PATH={fakebin}:/usr/bin:/bin
+SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} HOME={root}/root PATH={fakebin}:/usr/bin:/bin GPUPLAN_TEST_WORKER={worker}
 """
 
 
@@ -198,7 +198,10 @@ def start_hosts(n: int, tmp_path: Path | None = None, gpus: int = 1,
             shutil.copy(str(client_key) + ".pub", d / "authorized_keys")
             os.chmod(d / "authorized_keys", 0o600)
             port = _free_port()
-            config = _CONFIG.format(port=port, dir=d, root=root, fakebin=FAKEBIN)
+            # every process of a login carries the pytest-xdist worker that started the host
+            # (support/ray_env.ours: a worker counts only its own items' processes)
+            config = _CONFIG.format(port=port, dir=d, root=root, fakebin=FAKEBIN,
+                                    worker=os.environ.get("PYTEST_XDIST_WORKER") or "main")
             extra = (host_env or [{}] * n)[i]
             if extra:
                 config = config.rstrip("\n") + "".join(f" {k}={v}" for k, v in extra.items()) + "\n"

@@ -418,7 +418,10 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
         for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h), progress))):
             if isinstance(o, BaseException):
                 out[n.name] = _why(str(o), o)
-    if started or todo:
+    # only where the engine itself started: a node joining a running engine (run --recover's
+    # replacement) may join a running batch, whose slots hold the GPUs a warm-up slot would wait
+    # for (minutes, with the client following the batch blocked); the batch makes its own there
+    if started:
         progress("starting a Ray worker for each GPU slot")
         try:
             prestart(eng, out)
