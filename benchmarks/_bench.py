@@ -13,7 +13,9 @@ user does from anywhere, each target printed with its figure, and the exit statu
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,7 @@ from typing import NamedTuple
 
 SCALE = float(os.environ.get("GPUPLAN_BENCH_TARGET_SCALE", "1"))
 _SCRATCH = tempfile.mkdtemp(prefix="gpuplan-bench-cwd-")
+atexit.register(shutil.rmtree, _SCRATCH, True)  # the benchmark's scratch folder goes with it (it was left in /tmp)
 
 
 class Verdicts:

@@ -321,10 +321,11 @@ def test_a_sweep_stops_the_engine_on_owned_hosts_before_it_releases_them(tmp_pat
 
     import yaml
 
-    from support.ray_env import tagged_pids
+    from support.ray_env import port_band, tagged_pids
     from support.sshd import start_hosts, stop_hosts
 
     hosts = start_hosts(2, tmp_path)
+    base = port_band()[0]  # this test process's ports: tagged_pids counts only those
     engine = []
     try:
         (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
@@ -334,10 +335,10 @@ def test_a_sweep_stops_the_engine_on_owned_hosts_before_it_releases_them(tmp_pat
                         "gpus": {"model": "Tesla T4", "count": 1}, "group": "t4"} for h in hosts]}))
         r = cli("provision", "--yes", "baremetal:t4", "x2", "--name", "lost", "--no-bootstrap")
         assert r.code == 0, r.err
-        for port in (23000, 23100):  # one "node" of the engine per host (both hosts are this machine)
+        for port in (base, base + 100):  # one "node" of the engine per host (both hosts are this machine)
             engine.append(subprocess.Popen(["sleep", "600"], env={**os.environ, "GPUPLAN_RAY_TAG": f"lost-{port}"},
                                            start_new_session=True))
-        other = subprocess.Popen(["sleep", "600"], env={**os.environ, "GPUPLAN_RAY_TAG": "lost-two-23000"},
+        other = subprocess.Popen(["sleep", "600"], env={**os.environ, "GPUPLAN_RAY_TAG": f"lost-two-{base}"},
                                  start_new_session=True)  # another cluster's ("lost-two"): not this one's
         engine.append(other)
         assert len(tagged_pids("lost-")) == 3
