@@ -10,6 +10,7 @@ what to plan, the items, the command, where it may run and what it may cost, in 
     checkpoint: {every: 10m}         # optional: how often each item's job saves its work (spot risk)
     recover: true                    # optional: a node lost or taken back mid-batch is replaced
     on_demand_fallback: true         # optional, with recover on spot: on-demand when spot capacity is gone
+    failover: {regions: false, wait: 2h}  # optional: what the next plan may change when the cloud refuses
 
 Paths are relative to the batch file. Every field can be given on the command line instead
 (`gpuplan launch --items v.txt --workload colorize-hd -- python colorize.py {item}`); a flag wins
@@ -34,9 +35,10 @@ from gpuplan.units import MAX_YEN
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "secret_env", "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries",
                     "timeout", "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
-                    "max_yen_per_hour"})
+                    "max_yen_per_hour", "failover"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
+FAILOVER_FIELDS = frozenset({"regions", "providers", "on_demand", "plans", "wait"})
 OBJECTIVES = ("balanced", "cost", "time")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
@@ -80,6 +82,21 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Failover:
+    """What a launch may change when every zone of its pick's region refuses it (issue 44:
+    run/failover.py): plan again in other regions, with other providers, a spot pick on
+    on-demand; at most `plans` next plans; and, where none is left, keep trying for `wait_s`
+    seconds (within the batch's deadline) for the capacity to come back. Zones of one region are
+    always tried in turn: that is the provider's own way to one machine, not another plan."""
+
+    regions: bool = True
+    providers: bool = True
+    on_demand: bool = True
+    plans: int = 3
+    wait_s: int = 0
+
+
+@dataclass(frozen=True)
 class Batch:
     """One batch as `gpuplan launch` runs it. `command` is a list of words ({item} and {out} are
     filled in per item); `infra` the providers it may run on (empty: any); `max_yen` the cap."""
@@ -119,6 +136,7 @@ class Batch:
     checkpoint_path: str = ""
     recover: bool = False  # a node lost, or taken back by the cloud, mid-batch gets a replacement (run --recover)
     on_demand_fallback: bool = False  # a spot cluster's replacement is bought on-demand when spot capacity is gone
+    failover: Failover = Failover()  # what the next plan may change when the cloud refuses the pick
 
     def planned(self, workload):
         """The workload as this batch plans it: with the batch's checkpoint where it gives one
@@ -247,7 +265,8 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)),
         tax=taxes.parse(_text(at("tax"), data.get("tax") or "included"), at("tax")),
         probe=_probe(at("probe"), data.get("probe"), command), source=source, checkpoint_s=checkpoint_s,
-        checkpoint_path=checkpoint_path, recover=recover, on_demand_fallback=on_demand_fallback)
+        checkpoint_path=checkpoint_path, recover=recover, on_demand_fallback=on_demand_fallback,
+        failover=_failover(at("failover"), data.get("failover"), deadline))
 
 
 def _text(at: str, value: Any) -> str:
@@ -314,6 +333,38 @@ def _probe(at: str, value: Any, command: tuple[str, ...]) -> Probe | None:
     if a >= b:
         raise UsageError(f"{at}.units {units!r}: two different sizes, the smaller first, such as [2, 10]")
     return Probe(words, (a, b))
+
+
+def _failover(at: str, value: Any, deadline: str) -> Failover:
+    """`failover: {regions: false, providers: false, on_demand: false, plans: 2, wait: 2h}`; each
+    left out keeps its default (the next plan may be anywhere the batch may run, at most 3, no
+    waiting); `failover: false` is no next plan and no waiting."""
+    if value is None:
+        return Failover()
+    if value is False:
+        return Failover(plans=0)
+    if not isinstance(value, dict):
+        raise UsageError(f"{at}: a mapping such as {{regions: false, wait: 2h}}, or false for no next plan")
+    unknown = sorted(set(map(str, value)) - FAILOVER_FIELDS)
+    if unknown:
+        raise UsageError(f"{at}: unknown field {unknown[0]!r}; use {', '.join(sorted(FAILOVER_FIELDS))}")
+    wait_s = 0
+    if value.get("wait") not in (None, 0, "0"):
+        from gpuplan.units import parse_duration
+
+        raw = value["wait"]
+        if isinstance(raw, bool) or not isinstance(raw, str):
+            raise UsageError(f"{at}.wait {raw!r}: a duration with its unit, such as 30m or 2h")
+        wait_s = parse_duration(raw, f"{at}.wait")
+        if deadline:
+            limit = parse_duration(deadline, "deadline")
+            if wait_s >= limit:
+                raise UsageError(f"{at}.wait {raw}: as long as the deadline ({deadline}) or longer, so the batch could"
+                                 " not finish in time after it; wait less, or give a later deadline")
+    return Failover(regions=_flag(f"{at}.regions", value.get("regions", True)),
+                    providers=_flag(f"{at}.providers", value.get("providers", True)),
+                    on_demand=_flag(f"{at}.on_demand", value.get("on_demand", True)),
+                    plans=_whole(f"{at}.plans", value.get("plans", 3), 0, 10), wait_s=wait_s)
 
 
 def _words(at: str, value: Any) -> tuple[str, ...]:

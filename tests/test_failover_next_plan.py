@@ -101,15 +101,15 @@ def test_start_or_next_takes_the_next_plan_once_the_pick_is_refused_everywhere()
             raise CapacityUnavailable("AWS has no capacity for a in us-east-1a right now (every zone of us-east-1 refused)")
         return "job-1"
 
-    assert failover.start_or_next(start, a, lambda: b, said.append) == "job-1"
+    assert failover.start_or_next(start, a, lambda first: b, said.append) == "job-1"
     assert started == ["aws:a", "gcp:b"]
     assert said == ["2x aws:a refused in every zone of us-east-1; the next plan: 1x gcp:b in us-central1, ¥1,200"]
 
     # nothing left within the cap: the refusal, saying what was tried
     with pytest.raises(CapacityUnavailable) as err:
-        failover.start_or_next(start, a, lambda: None, said.append)
-    assert str(err.value).endswith("no next plan within the batch's max_yen, max_yen_per_hour and deadline"
-                                   " (tried 2x aws:a)")
+        failover.start_or_next(start, a, lambda first: None, said.append)
+    assert str(err.value).endswith("no next plan within the batch's max_yen, max_yen_per_hour, deadline and"
+                                   " failover (tried 2x aws:a)")
 
 
 def test_launch_saves_the_next_plan_and_starts_it(gpuplan_home, tmp_path, monkeypatch):

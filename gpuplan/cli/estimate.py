@@ -1044,7 +1044,11 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     if without:  # issue 44: offers every zone of their region refused, for a launch's next plan
         from dataclasses import replace as with_offers
 
-        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key.split("#")[0] not in without))
+        from gpuplan.run.failover import on_demand_key
+
+        # an offer's key leaves out both its rows (both markets refused); its on_demand_key only the on-demand one
+        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key.split("#")[0] not in without
+                                            and (o.market == "spot" or on_demand_key(o) not in without)))
     if offers:  # one offer alone (a probe's plan); the inventory's other hosts are not planned
         from dataclasses import replace as with_offers
 

@@ -165,7 +165,8 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
 def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
                    keep: bool = False) -> str:
     """launcher.start; where every zone of the pick's region refused it and the launch planned the
-    batch itself, the next plan without the refused offer (run/failover.py), saved over the plan."""
+    batch itself, the next plan without the refused offer, within the batch's `failover:`
+    (run/failover.py), saved over the plan; or the pick again after failover.wait."""
     from gpuplan.run import failover, launcher
     from gpuplan.run import items as run_items
 
@@ -176,8 +177,8 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
 
     orders = {id(pick): (order, todo)}
 
-    def replan():
-        est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch)
+    def replan(first):
+        est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch, first)
         if rec is None:
             return None
         from gpuplan.planning import saved_plan
@@ -197,7 +198,11 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
         _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
                  default=True)
 
-    return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask)
+    from gpuplan.units import parse_duration
+
+    deadline_s = parse_duration(batch.deadline, "deadline") if batch.deadline else None
+    return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask, policy=batch.failover,
+                                  deadline_s=deadline_s)
 
 
 def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:
