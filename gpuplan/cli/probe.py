@@ -41,6 +41,9 @@ def probe(
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "command": list(command) if command else None}
     batch = batchfile.read(batch_file, overrides)
+    # the probes run the batch's job with its env: and secret_env: (launcher.start); a secret this
+    # environment lacks, or a registry password, refused before any probe is bought (dry run too)
+    batchfile.check_environment(batch)
     todo = run_items.read_items(batch.items)
     work = launcher.workload_for(batch, todo)
     est = show_plan(plan_batch(batch, work))
