@@ -32,7 +32,6 @@ def probe(
     """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
     from gpuplan import batchfile
     from gpuplan.cli.estimate import plan_batch, show_plan
-    from gpuplan.run import items as run_items
     from gpuplan.run import launcher
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
@@ -41,7 +40,7 @@ def probe(
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "command": list(command) if command else None}
     batch = batchfile.read(batch_file, overrides)
-    todo = run_items.read_items(batch.items)
+    todo = batchfile.items_of(batch)
     work = launcher.workload_for(batch, todo)
     est = show_plan(plan_batch(batch, work))
     after = probe_and_plan_again(batch, work, todo[0], est, probe_budget, yes, dry_run)
