@@ -27,6 +27,7 @@ DSTACK = "dstack task"
 _BATCH_ONLY = frozenset({"items", "command", "workload"})
 _SKY_ONLY = frozenset({"run", "resources", "envs", "num_nodes", "file_mounts", "storage_mounts", "secrets", "service",
                        "event_callback", "config", "volumes"})
+_DSTACK_TYPES = ("task", "service", "dev-environment", "fleet", "volume", "gateway")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
 
@@ -68,7 +69,7 @@ def kind_of(data: Any) -> str:
     """SKYPILOT, DSTACK or "" (a gpuplan batch file, or not a mapping)."""
     if not isinstance(data, dict) or _BATCH_ONLY & set(map(str, data)):
         return ""
-    if "type" in data or "commands" in data:
+    if data.get("type") in _DSTACK_TYPES or "commands" in data:
         return DSTACK
     return SKYPILOT if _SKY_ONLY & set(map(str, data)) else ""
 
