@@ -214,3 +214,12 @@ def test_a_batch_files_bare_timeout_is_refused(tmp_path):
     assert "timeout '600': give the unit, such as 600m, 600h or 600s (a bare number meant seconds here" in str(got.value)
     path.write_text("items: items.txt\ncommand: echo {item}\ntimeout: 10m\n")
     assert batchfile.read(path, {}).timeout_s == 600
+
+
+def test_provision_gpus_takes_the_cheapest_size_with_them(cli):
+    r = cli("provision", "--gpus", "V100:4", "x2", "--dry-run", "--ssh-from", "203.0.113.7/32")
+    assert r.code == 0, r.err
+    assert "--gpus V100:4: aws:p3.8xlarge in us-east-1, 4x V100, the cheapest an hour" in r.err
+    assert "2x aws:p3.8xlarge" in r.out
+    r = cli("provision", "aws:g4dn.xlarge", "--gpus", "T4", "--dry-run")
+    assert r.code == 2 and "give --gpus or TARGET (or --plan), not both" in r.err

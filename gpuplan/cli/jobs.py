@@ -59,7 +59,7 @@ def bench(
     local: Annotated[bool, typer.Option("--local", help="Measure on this machine.")] = False,
     cluster: Annotated[Optional[str], typer.Option("--cluster", help="Measure on this cluster's nodes over SSH.", metavar="NAME")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny shapes (CPU-only machines): proves the pipeline, not the speed.")] = False,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="Slots per node to use (default: all GPUs; 2 processes on a CPU).", metavar="N")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="How many slots per node to use, a number (default: all GPUs; 2 processes on a CPU); not estimate's --gpus MODEL[:N].", metavar="N")] = None,
     max_pack: Annotated[int, typer.Option("--max-pack", help="Try up to this many jobs sharing one GPU.", metavar="N")] = 4,
     out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (.yaml or .json).", metavar="FILE")] = None,
     python: Annotated[Optional[str], typer.Option("--python", help="Python on the nodes with gpuplan[bench] installed (default: gpuplan makes one there: a venv with torch from the package index, the jobs' code copied from here).", metavar="PATH")] = None,

@@ -70,7 +70,7 @@ def launch(
                  "command": list(command) if command else None, "gpus": gpus,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     out = _console()
-    conv = _foreign(batch_file) if batch_file is not None and plan is None else None
+    conv = _foreign(batch_file) if batch_file is not None else None
     if conv is not None:
         _print_lines(out, foreign.lines(conv))
         if conv.refusal:
@@ -78,7 +78,7 @@ def launch(
     batch = batchfile.read(batch_file, overrides, conv.batch if conv is not None else None)
     batchfile.check_environment(batch)  # a secret it names but this environment lacks: refused before anything
     todo_items = batchfile.items_of(batch)
-    if conv is not None and not batch.workload:  # planned as SkyPilot plans a task: its machines by the hour
+    if conv is not None and not batch.workload and plan is None:  # planned as SkyPilot plans a task: its machines by the hour
         _print_lines(out, hourly_lines(batch, conv.nodes))
         if dry_run:
             _print_lines(out, ["dry run: nothing was created"])
