@@ -63,7 +63,7 @@ def bench(
     max_pack: Annotated[int, typer.Option("--max-pack", help="Try up to this many jobs sharing one GPU.", metavar="N")] = 4,
     out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (.yaml or .json).", metavar="FILE")] = None,
     python: Annotated[Optional[str], typer.Option("--python", help="Python on the nodes with gpuplan[bench] installed (default: gpuplan makes one there: a venv with torch from the package index, the jobs' code copied from here).", metavar="PATH")] = None,
-    timeout: Annotated[int, typer.Option("--timeout", help="Seconds each measurement may take.", metavar="SECONDS")] = 1800,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="How long each measurement may take, such as 120s or 30m (default 30m; a bare number is refused).", metavar="DURATION")] = None,
     job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.", metavar="ARGS")] = None,
     on: Annotated[Optional[str], typer.Option("--on", help="Provision one machine per offer (an inventory host for baremetal:KIND), bench it, save one profile per offer where every estimate reads it, tear it down. Asks first with the yen it costs.", metavar="OFFER[,OFFER...]")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --on: print the campaign (offers, time, yen); provision nothing.")] = False,
@@ -91,8 +91,9 @@ def _bench(workload, local, cluster, quick, gpus, max_pack, out, python, timeout
     if on is None and (dry_run or yes or ssh_from or no_bootstrap):
         raise UsageError("--dry-run, --yes, --ssh-from and --no-bootstrap go with --on (a campaign that provisions machines)")
     from gpuplan.run.items import MAX_PER_GPU, MAX_SLOTS_PER_NODE
-    from gpuplan.units import MAX_DURATION_S
+    from gpuplan.units import MAX_DURATION_S, parse_duration
 
+    timeout = 1800 if timeout is None else parse_duration(timeout, "--timeout", bare_meant="seconds")
     if max_pack < 1 or (gpus is not None and gpus < 1) or timeout < 1:
         raise UsageError("--max-pack, --gpus and --timeout must be at least 1")
     if max_pack > MAX_PER_GPU or (gpus or 0) > MAX_SLOTS_PER_NODE or timeout > MAX_DURATION_S:

@@ -70,12 +70,7 @@ def launch(
                  "command": list(command) if command else None, "gpus": gpus,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
     out = _console()
-    conv = _foreign(batch_file) if batch_file is not None else None
-    if conv is not None:
-        _print_lines(out, foreign.lines(conv))
-        if conv.refusal:
-            raise UsageError(conv.refusal)
-    batch = batchfile.read(batch_file, overrides, conv.batch if conv is not None else None)
+    batch, conv = read_batch(batch_file, overrides)
     batchfile.check_environment(batch)  # a secret it names but this environment lacks: refused before anything
     todo_items = batchfile.items_of(batch)
     if conv is not None and not batch.workload and plan is None:  # planned as SkyPilot plans a task: its machines by the hour
@@ -292,6 +287,22 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
 def _released(state, cluster: str) -> bool:
     row = state.cluster(cluster)
     return row is not None and row.status == "gone" and bool(row.spec.get("releases_itself_at"))
+
+
+def read_batch(batch_file: Optional[Path], overrides: dict):
+    """(batch, conversion): batchfile.read of `batch_file` with the command line's `overrides`; a
+    SkyPilot or dstack task is converted first (foreign.Conversion, else None) and its mapping
+    printed; one line where it cannot run as a batch at all."""
+    from gpuplan import batchfile
+    from gpuplan.cli.jobs import _console
+    from gpuplan.cli.lifecycle import _print_lines
+
+    conv = _foreign(batch_file) if batch_file is not None else None
+    if conv is not None:
+        _print_lines(_console(), foreign.lines(conv))
+        if conv.refusal:
+            raise UsageError(conv.refusal)
+    return batchfile.read(batch_file, overrides, conv.batch if conv is not None else None), conv
 
 
 def _foreign(path: Path):

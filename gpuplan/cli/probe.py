@@ -39,7 +39,9 @@ def probe(
         command, batch_file = [str(batch_file), *(command or [])], None
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "command": list(command) if command else None}
-    batch = batchfile.read(batch_file, overrides)
+    from gpuplan.cli.launch import read_batch
+
+    batch, _ = read_batch(batch_file, overrides)  # a SkyPilot or dstack task too, converted
     todo = batchfile.items_of(batch)
     work = launcher.workload_for(batch, todo)
     est = show_plan(plan_batch(batch, work))
