@@ -15,6 +15,7 @@ of either is used.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -499,3 +500,20 @@ def read(path: Path) -> tuple[str, dict[str, Any]]:
         at = f" line {mark.line + 1}" if mark is not None else ""
         raise UsageError(f"{path}{at}: not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__})") from None
     return kind_of(data), data if isinstance(data, dict) else {}
+
+
+def read_batch(batch_file: Path | None, overrides: Mapping[str, Any], show: Callable[[list[str]], None]):
+    """(batch, conversion): batchfile.read of `batch_file` with the command line's `overrides`; a
+    SkyPilot or dstack task is converted first (its Conversion, else None) and its mapping handed
+    to `show`; one line where it cannot run as a batch at all (no command)."""
+    from gpuplan import batchfile
+
+    conv = None
+    if batch_file is not None and batch_file.is_file():
+        kind, data = read(batch_file)
+        conv = convert(data, batch_file, kind) if kind else None
+    if conv is not None:
+        show(lines(conv))
+        if conv.refusal:
+            raise UsageError(conv.refusal)
+    return batchfile.read(batch_file, overrides, conv.batch if conv is not None else None), conv

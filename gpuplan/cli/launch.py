@@ -290,28 +290,11 @@ def _released(state, cluster: str) -> bool:
 
 
 def read_batch(batch_file: Optional[Path], overrides: dict):
-    """(batch, conversion): batchfile.read of `batch_file` with the command line's `overrides`; a
-    SkyPilot or dstack task is converted first (foreign.Conversion, else None) and its mapping
-    printed; one line where it cannot run as a batch at all."""
-    from gpuplan import batchfile
+    """foreign.read_batch, the mapping of a SkyPilot or dstack task printed first."""
     from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _print_lines
 
-    conv = _foreign(batch_file) if batch_file is not None else None
-    if conv is not None:
-        _print_lines(_console(), foreign.lines(conv))
-        if conv.refusal:
-            raise UsageError(conv.refusal)
-    return batchfile.read(batch_file, overrides, conv.batch if conv is not None else None), conv
-
-
-def _foreign(path: Path):
-    """The SkyPilot or dstack task at `path` as a batch (foreign.Conversion); None for a batch file
-    (or a file that is not there: batchfile.read says so)."""
-    if not path.is_file():
-        return None
-    kind, data = foreign.read(path)
-    return foreign.convert(data, path, kind) if kind else None
+    return foreign.read_batch(batch_file, overrides, lambda lines: _print_lines(_console(), lines))
 
 
 def hourly_lines(batch, nodes: int, shown: int = 8) -> list[str]:

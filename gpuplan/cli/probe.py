@@ -39,9 +39,12 @@ def probe(
         command, batch_file = [str(batch_file), *(command or [])], None
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "command": list(command) if command else None}
-    from gpuplan.cli.launch import read_batch
+    from gpuplan import foreign
+    from gpuplan.cli.jobs import _console
+    from gpuplan.cli.lifecycle import _print_lines
 
-    batch, _ = read_batch(batch_file, overrides)  # a SkyPilot or dstack task too, converted
+    # a SkyPilot or dstack task too, converted (its mapping printed)
+    batch, _ = foreign.read_batch(batch_file, overrides, lambda lines: _print_lines(_console(), lines))
     todo = batchfile.items_of(batch)
     work = launcher.workload_for(batch, todo)
     est = show_plan(plan_batch(batch, work))
