@@ -223,3 +223,19 @@ def test_provision_gpus_takes_the_cheapest_size_with_them(cli):
     assert "2x aws:p3.8xlarge" in r.out
     r = cli("provision", "aws:g4dn.xlarge", "--gpus", "T4", "--dry-run")
     assert r.code == 2 and "give --gpus or TARGET (or --plan), not both" in r.err
+
+
+def test_a_gpu_ask_matches_the_catalogs_names_and_json_stays_out_of_a_batchs_command():
+    from gpuplan.cli import _register_commands, shapes
+    from gpuplan.market import gpus
+
+    assert gpus.model_matches("A100", "A100 80GB") and gpus.model_matches("a100-80gb", "A100 80GB")
+    assert gpus.model_matches("H100", "H100 SXM") and not gpus.model_matches("H100", "H200")
+    assert not gpus.model_matches("A10", "A100 40GB") and gpus.model_matches("A10", "A10")
+    assert gpus.parse("A100:40GB:2") == gpus.GpuAsk("A100", 2, 40) and gpus.parse("24GB").text() == "24GB"
+    root = _register_commands()
+    assert shapes.json_alias(root, ["status", "--json"]) == ["status", "--format=json"]
+    assert shapes.json_alias(root, ["dok", "status", "--json"]) == ["dok", "status", "--format=json"]
+    run = ["run", "c", "--items", "i", "--", "python", "x.py", "--json", "{item}"]
+    assert shapes.json_alias(root, run) == run  # the batch's own words
+    assert shapes.json_alias(root, ["launch", "b.yaml", "--json"]) == ["launch", "b.yaml", "--json"]  # no --format there
