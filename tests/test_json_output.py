@@ -275,8 +275,9 @@ def test_every_command_takes_one_format_option_with_the_same_help(cli, command, 
     assert r.code == 0, r.err
     text = " ".join(r.out.replace("│", " ").split())
     csv = command in (("catalog",), ("estimate",))
-    assert ("--format table|json|csv Print a table (for people), JSON or CSV (for programs)." if csv else
-            "--format table|json Print a table (for people) or JSON (for programs).") in text, text
+    aliases = "-o json and --json are --format json."  # issue 46: as SkyPilot's and dstack's users type it
+    assert (f"--format -o table|json|csv Print a table (for people), JSON or CSV (for programs); {aliases}" if csv else
+            f"--format -o table|json Print a table (for people) or JSON (for programs); {aliases}") in text, text
     assert "--format TEXT" not in text
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt, outcomes
 from gpuplan.planning.outcomes import Code
@@ -987,7 +988,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
                   release: str = "when-done", spot: bool = False, tax: str = "included", providers: tuple[str, ...] = (),
                   offers: tuple[str, ...] = (), strict: bool = False, unknown_as: str = "",
-                  max_yen_per_hour: str | Decimal | None = None, without: tuple[str, ...] = ()):
+                  max_yen_per_hour: str | Decimal | None = None, without: tuple[str, ...] = (), gpus: str = "",
+                  gpus_said: str = "--gpus"):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
@@ -998,7 +1000,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     the other reading too, and a note says whether the pick depends on it). `max_yen_per_hour`:
     plans whose fleet costs more an hour (on the `tax` basis) are left out (MAX_YEN_PER_HOUR).
     `without`: offers ("provider:name@region", either market) left out: a launch's next plan
-    after every zone refused them (run/failover.py)."""
+    after every zone refused them (run/failover.py). `gpus`: only offers with these GPUs per machine
+    (market/gpus.py: "V100:4", "A100", "24GB")."""
     from gpuplan.market import catalog
     from gpuplan.market import tax as taxes
     from gpuplan.planning import optimizer, workloads
@@ -1021,7 +1024,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     basis = taxes.parse(tax)
     again = dict(work=work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
                  cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot, tax=tax,
-                 providers=providers, offers=offers, strict=strict, max_yen_per_hour=max_yen_per_hour, without=without)
+                 providers=providers, offers=offers, strict=strict, max_yen_per_hour=max_yen_per_hour, without=without,
+                 gpus=gpus, gpus_said=gpus_said)
     first = not unknown_as
     unknown_as = unknown_as or taxes.ASSUMED_UNKNOWN
     cat, japan_notes = _japan(cat, region, as_of, basis, unknown_as)
@@ -1041,6 +1045,13 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
         if not cat.offers:
             raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
                              f" catalog {cat.snapshot}; see `gpuplan catalog`")
+    if gpus:  # --gpus V100:4 (a batch's gpus:, a SkyPilot task's accelerators): only machines with them
+        from dataclasses import replace as with_offers
+
+        from gpuplan.market import gpus as gpu_asks
+
+        ask = gpu_asks.parse(gpus, gpus_said)
+        cat = with_offers(cat, offers=gpu_asks.offers_for(ask, cat.offers, gpus_said))
     if without:  # issue 44: offers every zone of their region refused, for a launch's next plan
         from dataclasses import replace as with_offers
 
@@ -1120,7 +1131,7 @@ def register(app: typer.Typer) -> None:
         cost_slack: Annotated[str, typer.Option("--cost-slack", metavar="PERCENT", help="With the balanced pick: how much dearer than the cheapest a faster plan may be, such as 3% (the default) or 0.")] = "3%",
         budget: Annotated[Optional[str], typer.Option(metavar="YEN", help="Pick the fastest plan costing at most this many yen, such as 5000 or ¥5,000.")] = None,
         quota: Annotated[Optional[list[str]], typer.Option(metavar="PROVIDER=VCPUS", help="A vCPU quota to plan within: azure=20 for the whole provider, azure:NC=24 for one family; repeat for several.")] = None,
-        out_format: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
+        out_format: Annotated[str, shapes.format_option(csv=True)] = "table",
         save: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
         profile: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
         owned: Annotated[Optional[list[str]], typer.Option(metavar="OFFER[=N]", help="Hardware you already own or rent by the month (offer name; =N: you have N of them, planned at once); it may then be recommended.")] = None,
@@ -1130,6 +1141,7 @@ def register(app: typer.Typer) -> None:
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
         schedules: Annotated[bool, typer.Option("--schedules", help="With --format json, list every plan's machines with their jobs (by default only the recommendation's).")] = False,
         max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Leave out plans whose fleet costs more than this many yen an hour (on the --tax basis), such as 1500.")] = None,
+        gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="MODEL[:N]", help="Only machines with these GPUs: V100:4 (four V100s in each machine), A100 (any count), 24GB (at least 24 GB each), A100:40GB:2.")] = None,
         tax: Annotated[str, typer.Option("--tax", metavar="included|excluded", callback=tax_basis, help="The one tax basis every yen is compared and shown on: included (the default: Japan's 10 % consumption tax on every provider, what a Japanese company pays; prices listed without it x 1.1) or excluded (prices listed with it / 1.1).")] = "included",
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
@@ -1153,7 +1165,7 @@ def register(app: typer.Typer) -> None:
             work = workloads.apply_profile(work, profile)
         est = plan_estimate(work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
                             cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot,
-                            tax=tax, strict=strict, max_yen_per_hour=max_yen_per_hour)
+                            tax=tax, strict=strict, max_yen_per_hour=max_yen_per_hour, gpus=gpus or "")
         if save is not None and est.recommended is not None:
             save_plan(est, save)
             print(f"plan saved to {save}: {next_step(est.recommended, save)}", file=sys.stderr)
@@ -1200,7 +1212,8 @@ def plan_batch(batch, work, without: tuple[str, ...] = ()):
     return plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
                                       objective=batch.objective, spot=batch.spot, tax=batch.tax,
                                       providers=launcher.infra_providers(batch.infra),
-                                      max_yen_per_hour=batch.max_yen_per_hour, without=without)
+                                      max_yen_per_hour=batch.max_yen_per_hour, without=without, gpus=batch.gpus,
+                                      gpus_said="gpus" if batch.source is not None else "--gpus")
 
 
 def show_plan(est, title: str = ""):

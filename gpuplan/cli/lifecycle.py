@@ -186,6 +186,7 @@ def provision(
     ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="After this long the cloud itself ends the machines (4h, 90m): AWS shuts them down and terminates them, GCP deletes them, Azure deallocates them, Sakura stops them.")] = None,
     idle: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Each machine stops and releases itself after this long with no batch running (30m); AWS and Sakura.")] = None,
     spot: Annotated[bool, typer.Option("--spot", help="Ask for spot/low-priority capacity where the provider has it.")] = False,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="MODEL[:N]", help="Instead of TARGET: the cheapest size an hour with these GPUs in each machine (V100:4, A100, 24GB), in --region where given.")] = None,
     max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Refuse, before anything is made, machines that together cost more than this many yen an hour (tax included).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be created and its yen per hour; create nothing.")] = False,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Do not run the setup playbooks after creating.")] = False,
@@ -200,6 +201,12 @@ def provision(
     from gpuplan.fleet import lifecycle, preflight, provision
 
     as_json = shapes.check_format(format)
+    if gpus is not None:  # `provision --gpus V100:4`: the cheapest size an hour that has them
+        if plan is not None or (target is not None and not target.lower().lstrip("x×").isdigit()):
+            raise UsageError("--gpus picks the size: give --gpus or TARGET (or --plan), not both")
+        if target is not None:  # `provision --gpus V100:4 x2`: the count took TARGET's place
+            target, count = None, target
+        target, region = _cheapest_with(gpus, region, spot)
     # everything that needs no cloud call, checked at once before anything (and by --dry-run)
     ask = preflight.ProvisionAsk(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot,
                                  idle=idle, playbooks=tuple(playbook or ()), bootstrap=not no_bootstrap,
@@ -294,10 +301,32 @@ def _print_status(out, statuses) -> None:
     out.print(text, soft_wrap=True)
 
 
+def _cheapest_with(gpus: str, region: str | None, spot: bool) -> tuple[str, str]:
+    """`provision --gpus`: the catalog's size with those GPUs that costs least an hour (tax
+    included; spot rows with --spot), in `region` where given, said in one line on stderr;
+    (PROVIDER:SIZE, its region)."""
+    from gpuplan.market import catalog, tax
+    from gpuplan.market import gpus as gpu_asks
+    from gpuplan.planning import fmt
+
+    cat = catalog.with_tax(catalog.load(), tax.DEFAULT)
+    offers = [o for o in cat.offers if o.kind == "cloud" and (o.market == "on-demand" or spot)
+              and (region is None or o.region.lower() == region.lower())]
+    if not offers:
+        raise UsageError(f"--region {region}: no cloud offers there in catalog {cat.snapshot}; see `gpuplan catalog`")
+    rows = gpu_asks.hourly(gpu_asks.offers_for(gpu_asks.parse(gpus), offers), 1, {})
+    if not rows:
+        raise UsageError(f"--gpus {gpus}: no offer with a price has them; see `gpuplan catalog`")
+    o = rows[0].offer
+    print(f"--gpus {gpus}: {o.provider}:{o.name} in {o.region}{' (spot)' if o.market == 'spot' else ''}, {o.gpu_count}x"
+          f" {o.gpu}, the cheapest an hour ({fmt.yen(rows[0].yen_per_hour)} a machine, tax included)", file=sys.stderr)
+    return f"{o.provider}:{o.name}", o.region
+
+
 def status(
     cluster: Annotated[Optional[str], typer.Argument(help="One cluster (default: all).")] = None,
     format: Annotated[str, shapes.format_option()] = "table",
-    refresh: Annotated[bool, typer.Option("--refresh", help="First ask each cluster's provider what its machines are now, bring the state in line and say what differed.")] = False,
+    refresh: Annotated[bool, typer.Option("--refresh", "-r", help="First ask each cluster's provider what its machines are now, bring the state in line and say what differed.")] = False,
 ) -> None:
     """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger)."""
     from gpuplan.fleet import lifecycle

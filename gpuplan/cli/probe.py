@@ -32,7 +32,6 @@ def probe(
     """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
     from gpuplan import batchfile
     from gpuplan.cli.estimate import plan_batch, show_plan
-    from gpuplan.run import items as run_items
     from gpuplan.run import launcher
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
@@ -40,11 +39,16 @@ def probe(
         command, batch_file = [str(batch_file), *(command or [])], None
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "command": list(command) if command else None}
-    batch = batchfile.read(batch_file, overrides)
+    from gpuplan import foreign
+    from gpuplan.cli.jobs import _console
+    from gpuplan.cli.lifecycle import _print_lines
+
+    # a SkyPilot or dstack task too, converted (its mapping printed)
+    batch, _ = foreign.read_batch(batch_file, overrides, lambda lines: _print_lines(_console(), lines))
     # the probes run the batch's job with its env: and secret_env: (launcher.start); a secret this
     # environment lacks, or a registry password, refused before any probe is bought (dry run too)
     batchfile.check_environment(batch)
-    todo = run_items.read_items(batch.items)
+    todo = batchfile.items_of(batch)
     work = launcher.workload_for(batch, todo)
     est = show_plan(plan_batch(batch, work))
     after = probe_and_plan_again(batch, work, todo[0], est, probe_budget, yes, dry_run)

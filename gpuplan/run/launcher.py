@@ -156,7 +156,7 @@ def cluster_name(batch: Batch) -> str:
 
     if batch.name:
         return batch.name
-    stem = (batch.source or batch.items).stem
+    stem = (batch.source or batch.items or Path("batch")).stem
     name = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")
     if not name or not name[0].isalpha():
         name = f"batch-{name}".strip("-")
@@ -165,7 +165,7 @@ def cluster_name(batch: Batch) -> str:
 
 def batch_identity(batch: Batch) -> str:
     """What makes a batch this batch across launches: its batch file (else its items file), resolved."""
-    return str((batch.source or batch.items).resolve())
+    return str((batch.source or batch.items or Path("batch")).resolve())
 
 
 def name_choices(batch: Batch) -> list[str]:
