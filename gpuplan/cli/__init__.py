@@ -49,6 +49,9 @@ def _root(
 ) -> None:
     global _debug
     _debug = debug or bool(os.environ.get("GPUPLAN_DEBUG"))
+    from gpuplan import team
+
+    team.reset()  # each command names its own project (a test runs many in one process)
     if _debug:
         import logging
 
@@ -63,11 +66,12 @@ def _register_commands():
     command a second time, which made each later call slower. Returns the click command, its
     help made readable (helptext.py)."""
     global _command
-    from gpuplan.cli import catalog, check, costs, estimate, helptext, jobs, launch, lifecycle, probe, profiles, remote, sakura
+    from gpuplan.cli import (catalog, check, costs, estimate, helptext, jobs, launch, lifecycle, probe, profiles, remote,
+                             sakura, teams)
 
     if _command is None:
         if not (app.registered_commands or app.registered_groups):
-            for module in (estimate, catalog, check, lifecycle, costs, remote, jobs, launch, probe, profiles, sakura):
+            for module in (estimate, catalog, check, lifecycle, costs, teams, remote, jobs, launch, probe, profiles, sakura):
                 module.register(app)
         _annotations_once(app)
         _command = helptext.readable(typer.main.get_command(app))
