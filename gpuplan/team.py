@@ -105,6 +105,15 @@ def current() -> Who:
     return Who(user(), _chosen or project())
 
 
+def visible(user_of_row: str, project_of_row: str, all_users: bool, only_project: str | None, me: str) -> bool:
+    """Whether a row shows in `status`, `jobs` and `cost-report`: your own (and rows older than
+    users, "unknown", so nothing existing goes out of sight), every user's with --all-users;
+    only `only_project`'s with --project."""
+    if only_project is not None and project_of_row != only_project:
+        return False
+    return all_users or user_of_row in (me, UNKNOWN_USER)
+
+
 def month_of(at: datetime | None = None) -> str:
     """The budget month ("YYYY-MM", JST) that `at` (default now) falls in."""
     return (at or datetime.now(timezone.utc)).astimezone(BUDGET_ZONE).strftime("%Y-%m")

@@ -19,6 +19,9 @@ def cost_report(
     month: Annotated[Optional[str], typer.Option("--month", metavar="YYYY-MM", help="Only this month (UTC).")] = None,
     out_format: Annotated[str, shapes.format_option()] = "table",
     tax: Annotated[str, typer.Option("--tax", metavar="included|excluded", callback=tax_basis, help="The one tax basis every yen is shown on, as `gpuplan estimate`'s: included (the default: Japan's 10 % consumption tax on every provider) or excluded.")] = "included",
+    all_users: Annotated[bool, typer.Option("--all-users", help="Every user's clusters, not only yours (rows from before gpuplan kept users show to everyone).")] = False,
+    project: Annotated[Optional[str], typer.Option("--project", help="Only this project's.", metavar="NAME")] = None,
+    by: Annotated[Optional[str], typer.Option("--by", help="Also the totals per user, project or month.", metavar="user|project|month")] = None,
 ) -> None:
     """Yen per cluster and per month from the cost ledger, each machine billed as its provider
     bills it (granularity, minimum, daily and monthly caps), running machines up to now, on one
@@ -28,7 +31,13 @@ def cost_report(
     from gpuplan.store import costs
     from gpuplan.store.state import State
 
+    from gpuplan import team
+
     as_json = shapes.check_format(out_format)
+    if by is not None and by not in BY:
+        raise UsageError(f"bad --by {by!r}: use user, project or month")
+    only = team.check_name(project, "--project") if project is not None else None
+    me = team.user()
     if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month.strip()):
         raise UsageError(f"bad --month {month!r}: write it as YYYY-MM, e.g. 2026-11")
     state = State.open_default()
@@ -36,7 +45,9 @@ def cost_report(
 
     lifecycle.settle_released(state)  # hosts that released themselves at a launch's max_yen bill no more
     month = month.strip() if month else None
-    lines = costs.on_basis(costs.report(state.ledger_rows(), month), tax)
+    lines = [x for x in costs.on_basis(costs.report(state.ledger_rows(), month), tax)
+             if team.visible(x.user, x.project, all_users, only, me)]
+    groups = _grouped(lines, by) if by else []
     interrupted = costs.report_interruptions(state, month, tax)
     total = sum((line.yen for line in lines), Decimal(0))
     unknown = sum(1 for x in lines if x.tax == "unknown")
@@ -46,7 +57,9 @@ def cost_report(
         shapes.emit({"month": month, "tax": tax, "total_jpy": _exact(total), "lines": [
             {"month": x.month, "cluster": _name(x.cluster), "provider": x.provider, "instance_type": x.size,
              "machines": x.machines, "machine_seconds": x.seconds, "cost_jpy": _exact(x.yen), "running": x.running,
-             "billing": x.terms, "listed_tax": x.tax} for x in lines],
+             "billing": x.terms, "listed_tax": x.tax, "user": x.user, "project": x.project} for x in lines],
+            **({"by": by, "groups": [{by: k, "cost_jpy": _exact(y), "machine_seconds": s} for k, y, s in groups]}
+               if by else {}),
             "interruptions": [{"month": b.month, "cluster": b.cluster, "job": b.job,
                                **shapes.interruptions(b.interruptions)} for b in interrupted]})
         return
@@ -58,7 +71,8 @@ def cost_report(
     columns = [Column("month"), Column("cluster"), Column("machines"), Column("held", right=True),
                Column("yen", right=True), Column("billing", wrap=True)]
     held = fmt.durations([x.seconds for x in lines])
-    rows = [[x.month, _name(x.cluster) + (" (running)" if x.running else ""),
+    rows = [[x.month, _name(x.cluster) + (" (running)" if x.running else "")
+             + (f" ({x.user}'s, {x.project})" if x.user not in (me, team.UNKNOWN_USER) else ""),
              f"{x.machines}x {x.provider}:{x.size}", h, fmt.yen(x.yen), x.terms] for x, h in zip(lines, held)]
     tables.render(out, columns, rows, title="gpuplan cost-report" + (f" {month}" if month else "") + f"; {taxes.said(tax)}")
     by_month: dict[str, Decimal] = {}
@@ -66,12 +80,29 @@ def cost_report(
         by_month[x.month] = by_month.get(x.month, Decimal(0)) + x.yen
     for m, yen in by_month.items():
         out.print(f"{m}: {fmt.yen(yen)}")
+    if by:
+        tables.render(out, [Column(by), Column("held", right=True), Column("yen", right=True)],
+                      [[k, h, fmt.yen(y)] for (k, y, _), h in zip(groups, fmt.durations([s for _, _, s in groups]))],
+                      title=f"by {by}")
     out.print(f"total: {fmt.yen(total)} (each line rounded once; machines still held counted up to now)")
     out.print(f"tax: {basis}; --tax {'excluded' if tax == 'included' else 'included'} shows the other view")
     from gpuplan.cli.jobs import interruption_words
 
     for b in interrupted:  # in the month the batch started
         out.print(f"{b.month} {b.cluster} {b.job} interrupted: {interruption_words(b.interruptions)}")
+
+
+BY = ("user", "project", "month")
+
+
+def _grouped(lines, by: str) -> list[tuple[str, Decimal, int]]:
+    """(user, project or month; exact yen; machine-seconds) per group, in name order."""
+    out: dict[str, tuple[Decimal, int]] = {}
+    for x in lines:
+        key = getattr(x, by)
+        yen, seconds = out.get(key, (Decimal(0), 0))
+        out[key] = (yen + x.yen, seconds + x.seconds)
+    return [(k, y, s) for k, (y, s) in sorted(out.items())]
 
 
 def _name(cluster: str) -> str:

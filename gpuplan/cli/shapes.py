@@ -99,6 +99,7 @@ def cluster(s) -> dict:
         "price_jpy_per_hour": exact(c.price_jpy_per_hour),
         "ttl_left_s": s.ttl_left_s, "ttl_expires_at": iso(c.ttl_expires_at),
         "nodes": [node(n) for n in s.nodes],
+        "user": c.user, "project": c.project,  # whose, for which project ("unknown": made before gpuplan kept it)
     }
 
 
