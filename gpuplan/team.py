@@ -132,38 +132,3 @@ def month_bounds(month: str) -> tuple[datetime, datetime]:
     end = datetime(year + (mon == 12), mon % 12 + 1, 1, tzinfo=BUDGET_ZONE)
     return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
 
-
-# --- budgets: a spend checked, and reserved, before anything is bought -------------------------
-
-def refusal(figures, yen, what: str) -> str:
-    """The one line a spend over a project's month is refused with."""
-    from gpuplan.planning import fmt
-
-    return (f"project {figures.project}'s budget for {figures.month} (JST) would be passed: budget"
-            f" {fmt.yen(figures.budget)}, spent {fmt.yen(figures.spent)}, committed {fmt.yen(figures.committed)},"
-            f" this {what} {fmt.yen(yen)}, left {fmt.yen(figures.left)} (yen include consumption tax); lower the"
-            f" spend, or raise the budget with `gpuplan budget set {figures.project} YEN`")
-
-
-def check_spend(state, project: str, yen, what: str) -> None:
-    """Refuse (one line, exit 2) a spend of `yen` ("included" basis) that would pass what is left of
-    `project`'s budget this month; reserves nothing (a dry run, the look before the question).
-    `state` None: no state yet, so no budget."""
-    if state is None:
-        return
-    figures = state.budget_figures(project, month_of())
-    if figures.left is not None and yen > figures.left:
-        raise UsageError(refusal(figures, yen, what))
-
-
-def reserve_spend(state, project: str, yen, what: str, source: str, cluster: str | None = None) -> str:
-    """check_spend, and the spend reserved in the same transaction (two teammates at once never
-    both take the yen left); returns the reservation's id."""
-    r = state.reserve(project, month_of(), yen, source, user(), cluster=cluster)
-    if r.refused:
-        raise UsageError(refusal(r.figures, yen, what))
-    return r.id
-
-
-def has_budget(state, project: str) -> bool:
-    return state is not None and state.budget_figures(project, month_of()).budget is not None

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpuplan import team
+from gpuplan.budget import priced
 from gpuplan.store.state import State
 
 ITEMS = ["clip-a.mp4", "clip-b.mp4"]
@@ -134,24 +135,24 @@ def test_spent_and_committed_count_the_month_on_the_included_basis(gpuplan_home,
         Decimal(100)), "excluded", start + timedelta(hours=1), start + timedelta(hours=3))
     s.ledger_add("c1", "n0", "aws", "g4", Decimal(100), __import__("gpuplan.market.billing").market.billing.per_second(
         Decimal(100)), "excluded", start - timedelta(hours=2), start - timedelta(hours=1))  # the month before
-    r = s.reserve("vision", month, Decimal(500), "cap", "alice", cluster="c1")
+    r = s.reserve("vision", month, Decimal(500), "cap", "alice", priced, cluster="c1")
     assert not r.refused
-    f = s.budget_figures("vision", month)
+    f = s.budget_figures("vision", month, priced)
     assert (f.budget, f.spent, f.committed, f.left) == (Decimal(1000), Decimal(220), Decimal(280), Decimal(500))
-    refused = s.reserve("vision", month, Decimal(501), "cap", "alice")
+    refused = s.reserve("vision", month, Decimal(501), "cap", "alice", priced)
     assert refused.refused and refused.figures.left == Decimal(500)
     s.set_cluster_status("c1", "gone")  # torn down (or its client died and teardown ran): holds nothing
-    assert s.budget_figures("vision", month).committed == Decimal(0)
+    assert s.budget_figures("vision", month, priced).committed == Decimal(0)
     s.add_job("c1-1", "dok", ["x"], {}, [(0, "a")], 1)
     old = datetime.now(timezone.utc) - timedelta(hours=1)
-    s.reserve("vision", month, Decimal(100), "cap", "alice", at=old)  # a client killed before its row: expired
-    assert s.budget_figures("vision", month).committed == Decimal(0)
+    s.reserve("vision", month, Decimal(100), "cap", "alice", priced, at=old)  # a client killed before its row: expired
+    assert s.budget_figures("vision", month, priced).committed == Decimal(0)
 
 
 def _reserve(path: str, start, yen: int, out) -> None:
     start.wait()
     s = State(path)
-    r = s.reserve("vision", team.month_of(), Decimal(yen), "cap", "x")
+    r = s.reserve("vision", team.month_of(), Decimal(yen), "cap", "x", priced)
     out.put(r.refused)
 
 
@@ -173,7 +174,7 @@ def test_two_reservations_at_once_that_fit_alone_but_not_together_one_is_refused
             p.join(60)
         refused = sorted(out.get(timeout=5) for _ in procs)
         assert refused == [False, True]
-        assert State(path).budget_figures("vision", project_month).committed == Decimal(600)
+        assert State(path).budget_figures("vision", project_month, priced).committed == Decimal(600)
 
 
 def test_cost_report_by_user_project_and_month_adds_up_by_hand(cli, gpuplan_home, monkeypatch):

@@ -66,12 +66,11 @@ def _register_commands():
     command a second time, which made each later call slower. Returns the click command, its
     help made readable (helptext.py)."""
     global _command
-    from gpuplan.cli import (catalog, check, costs, estimate, helptext, jobs, launch, lifecycle, probe, profiles, remote,
-                             sakura, teams)
+    from gpuplan.cli import catalog, check, costs, estimate, helptext, jobs, launch, lifecycle, probe, profiles, remote, sakura
 
     if _command is None:
         if not (app.registered_commands or app.registered_groups):
-            for module in (estimate, catalog, check, lifecycle, costs, teams, remote, jobs, launch, probe, profiles, sakura):
+            for module in (estimate, catalog, check, lifecycle, costs, remote, jobs, launch, probe, profiles, sakura):
                 module.register(app)
         _annotations_once(app)
         _command = helptext.readable(typer.main.get_command(app))

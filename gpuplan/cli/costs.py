@@ -1,4 +1,5 @@
-"""`gpuplan cost-report`: what the clusters cost, per month and per cluster, from the cost ledger."""
+"""`gpuplan cost-report`: what the clusters cost, per month and per cluster, from the cost ledger; `gpuplan
+budget`: a project's monthly budget, what was spent and reserved of it, and what is left."""
 
 from __future__ import annotations
 
@@ -26,12 +27,11 @@ def cost_report(
     """Yen per cluster and per month from the cost ledger, each machine billed as its provider
     bills it (granularity, minimum, daily and monthly caps), running machines up to now, on one
     tax basis (the estimate's)."""
+    from gpuplan import team
     from gpuplan.cli import tables
     from gpuplan.cli.tables import Column
     from gpuplan.store import costs
     from gpuplan.store.state import State
-
-    from gpuplan import team
 
     as_json = shapes.check_format(out_format)
     if by is not None and by not in BY:
@@ -114,5 +114,67 @@ def _exact(yen: Decimal) -> str:
     return str(yen.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
+def _exact_or_none(yen: Decimal | None) -> str | None:
+    return None if yen is None else _exact(yen)
+
+
+# --- gpuplan budget: a project's monthly budget (JST months; docs/teams.md) ------------------------
+
+def budget(
+    words: Annotated[Optional[list[str]], typer.Argument(help="PROJECT to show one project; `set PROJECT YEN` to set its budget.", metavar="[set] [PROJECT] [YEN]")] = None,
+    month: Annotated[Optional[str], typer.Option("--month", metavar="YYYY-MM", help="The month, Japan's (JST, UTC+9; default: this month).")] = None,
+    out_format: Annotated[str, shapes.format_option()] = "table",
+) -> None:
+    """Each project's budget for a month (JST), spent (the cost ledger's yen in the month),
+    committed (running batches' caps and live clusters' planned yen not yet spent) and left; yen
+    include consumption tax. `gpuplan budget set PROJECT YEN` sets one. A project with no budget
+    has no limit. `launch`, `provision`, `run` and `probe` refuse a spend that would pass what is left."""
+    from gpuplan import budget as budgets
+    from gpuplan import team
+    from gpuplan.store.state import State
+    from gpuplan.units import yen as parse_yen
+
+    as_json = shapes.check_format(out_format)
+    words = list(words or [])
+    month = team.check_month(month) if month is not None else team.month_of()
+    if words and words[0] == "set":
+        if len(words) != 3:
+            raise UsageError("write `gpuplan budget set PROJECT YEN [--month YYYY-MM]`, e.g. gpuplan budget set vision 300000")
+        project = team.check_name(words[1], "project")
+        amount = parse_yen(words[2])
+        if amount is None:
+            raise UsageError(f"bad budget {words[2]!r}: a number of yen above 0, such as 300000")
+        state = State.open_default()
+        state.set_budget(project, month, amount, team.user())
+        words = [project]
+    elif len(words) > 1:
+        raise UsageError("give one project (or none for all), or `set PROJECT YEN`")
+    else:
+        state = State.open_default()
+    projects = [team.check_name(words[0], "project")] if words else state.budget_projects(month)
+    figures = [state.budget_figures(p, month, budgets.priced) for p in projects]
+    if as_json:
+        shapes.emit({"month": month, "zone": "JST", "tax": "included", "projects": [
+            {"project": f.project, "budget_jpy": _exact_or_none(f.budget), "spent_jpy": _exact_or_none(f.spent),
+             "committed_jpy": _exact_or_none(f.committed), "left_jpy": _exact_or_none(f.left), "limited": f.budget is not None}
+            for f in figures]})
+        return
+    from gpuplan.cli import tables
+    from gpuplan.cli.tables import Cell, Column
+
+    out = tables.console()
+    if not figures:
+        out.print(f"no budgets and no spend for {month} (JST); `gpuplan budget set PROJECT YEN` sets one")
+        return
+    rows: list[list[Cell]] = [[f.project, fmt.yen(f.budget) if f.budget is not None else "no limit", fmt.yen(f.spent),
+             fmt.yen(f.committed), fmt.yen(f.left) if f.left is not None else "-"] for f in figures]
+    tables.render(out, [Column("project"), Column("budget", right=True), Column("spent", right=True),
+                        Column("committed", right=True), Column("left", right=True)], rows,
+                  title=f"gpuplan budget {month} (JST months; yen include consumption tax)")
+    if any(f.budget is None for f in figures):
+        out.print("no limit: a project without a budget for the month is not limited (`gpuplan budget set PROJECT YEN`)")
+
+
 def register(app: typer.Typer) -> None:
     app.command("cost-report")(cost_report)
+    app.command("budget")(budget)

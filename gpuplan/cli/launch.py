@@ -69,7 +69,7 @@ def launch(
                  "env": env, "secret_env": secret_env, "command": list(command) if command else None,
                  "recover": recover or None, "on_demand_fallback": on_demand_fallback or None, "project": project}
     batch = batchfile.read(batch_file, overrides)
-    from gpuplan import team
+    from gpuplan import budget, team
 
     team.user()  # a bad GPUPLAN_USER is refused before anything
     team.choose(None, batch.project or None)
@@ -114,13 +114,13 @@ def launch(
                 from gpuplan import paths
 
                 peek = State.open_default() if paths.state_db().exists() else None
-                team.check_spend(peek, team.current().project, spend, spend_what)  # before anything is written
+                budget.check_spend(peek, team.current().project, spend, spend_what)  # before anything is written
                 cluster = launcher.peek_name(peek, batch)
                 if peek is not None:
                     peek.close()
             else:
                 state = State.open_default()
-                team.check_spend(state, team.current().project, spend, spend_what)  # reserved after the question
+                budget.check_spend(state, team.current().project, spend, spend_what)  # reserved after the question
                 cluster = launcher.claim_name(state, batch, held)
             batchfile.check_before_buying(batch, cluster)
             outputs_dir = launcher.outputs_dir(batch, cluster)
@@ -161,10 +161,10 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = run_items.run_order(todo_items, run_items.read_plan(plan))
-    from gpuplan import team
+    from gpuplan import budget, team
 
     spend, spend_what = launcher.budget_spend(pick, batch)  # checked before the question, reserved now in one transaction
-    reserved = team.reserve_spend(state, team.current().project, spend, spend_what,
+    reserved = budget.reserve_spend(state, team.current().project, spend, spend_what,
                                   "cap" if batch.max_yen is not None else "plan",
                                   cluster if backends.get(pick.backend).has_cluster else None)
     try:

@@ -16,7 +16,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -1283,19 +1283,21 @@ class State:
                            " ledger UNION SELECT project FROM commitments WHERE month=?", (month, month))
         return sorted({r[0] for r in rows})
 
-    def budget_figures(self, project: str, month: str, at: datetime | None = None) -> BudgetFigures:
+    def budget_figures(self, project: str, month: str, pricing: Pricing, at: datetime | None = None) -> BudgetFigures:
+        """`project`'s month: its budget, the ledger's yen in it (`pricing`: gpuplan/budget.py) and what
+        live reservations hold."""
         with self._tx() as db:  # one snapshot of the budget, the ledger and the reservations
-            return _figures(db, project, month, at or now())
+            return _figures(db, project, month, pricing, at or now())
 
-    def reserve(self, project: str, month: str, yen: Decimal, what: str, user: str, cluster: str | None = None,
-                job: str | None = None, at: datetime | None = None) -> Reservation:
+    def reserve(self, project: str, month: str, yen: Decimal, what: str, user: str, pricing: Pricing,
+                cluster: str | None = None, job: str | None = None, at: datetime | None = None) -> Reservation:
         """Reserve `yen` ("included" basis) of `project`'s budget for `month`, or refuse it: the
         figures read and the reservation written in one transaction, so two commands at once never
         both take the same yen left. No budget for the month: always reserved (no limit)."""
         import secrets
 
         with self._tx() as db:
-            figures = _figures(db, project, month, at or now())
+            figures = _figures(db, project, month, pricing, at or now())
             if figures.left is not None and yen > figures.left:
                 return Reservation(None, figures, yen)
             rid = secrets.token_hex(8)
@@ -1349,23 +1351,24 @@ class Reservation:
         return self.id is None
 
 
-def _figures(db: sqlite3.Connection, project: str, month: str, at: datetime) -> BudgetFigures:
-    from gpuplan.market import tax
-    from gpuplan.store import costs
+# (a project's ledger rows, the month, now) -> (the month's yen, each cluster's yen in it), both on
+# the "included" basis: gpuplan/budget.py's `priced` (the store does not bill)
+Pricing = Callable[[list[dict], str, datetime], tuple[Decimal, dict[str, Decimal]]]
 
+
+def _figures(db: sqlite3.Connection, project: str, month: str, pricing: Pricing, at: datetime) -> BudgetFigures:
     row = db.execute("SELECT yen FROM budgets WHERE project=? AND month=?", (project, month)).fetchone()
     start, end = team.month_bounds(month)
     rows = [_ledger_dict(r) for r in db.execute(
         "SELECT * FROM ledger WHERE COALESCE(project, 'default')=? AND started_at < ? AND (stopped_at IS NULL OR"
         " stopped_at > ?) ORDER BY started_at, id", (project, _iso(end), _iso(start)))]
-    lines = costs.on_basis(costs.report(rows, month, at, zone=team.BUDGET_ZONE), tax.DEFAULT)
-    spent = sum((x.yen for x in lines), Decimal(0))
+    spent, per_cluster = pricing(rows, month, at)
     committed, live = Decimal(0), 0
     for c in db.execute("SELECT * FROM commitments WHERE project=? AND month=?", (project, month)).fetchall():
         if not _holds(db, c, at):
             continue
         live += 1
-        used = costs.cluster_yen(rows, c["cluster"], tax.DEFAULT, at) if c["cluster"] else Decimal(0)
+        used = per_cluster.get(c["cluster"], Decimal(0)) if c["cluster"] else Decimal(0)
         committed += max(Decimal(0), Decimal(c["yen"]) - used)
     return BudgetFigures(project, month, Decimal(row["yen"]) if row else None, spent, committed, live)
 
