@@ -731,9 +731,13 @@ def jobs(
     cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok for 高火力 DOK batches.")],
     job: Annotated[Optional[str], typer.Argument(help="One job (see the list): its row, the nodes it set aside and what interruptions cost it.")] = None,
     format: Annotated[str, shapes.format_option()] = "table",
+    all_users: Annotated[bool, typer.Option("--all-users", help="Every user's batches, not only yours (rows from before gpuplan kept users show to everyone).")] = False,
+    project: Annotated[Optional[str], typer.Option("--project", help="Only this project's batches.", metavar="NAME")] = None,
 ) -> None:
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster);
-    and what the cloud taking nodes back cost each interrupted one."""
+    and what the cloud taking nodes back cost each interrupted one. Your own, unless --all-users
+    (another user's batch names its owner)."""
+    from gpuplan import team
     from rich.table import Table
 
     from gpuplan.run import batches
@@ -742,6 +746,8 @@ def jobs(
     from gpuplan.store.state import State
 
     as_json = shapes.check_format(format)
+    me = team.user()
+    only = team.check_name(project, "--project") if project is not None else None
     state = State.open_default()
     if job is not None:
         _job_of(state, cluster, job)
@@ -749,6 +755,8 @@ def jobs(
     rows = []
     for v in batches.overview(state, cluster):
         if job is not None and v.row.id != job:
+            continue
+        if job is None and not team.visible(v.row.user, v.row.project, all_users, only, me):
             continue
         if v.not_refreshed:
             err.print(f"{v.row.id}: not refreshed ({v.not_refreshed})", markup=False)
@@ -766,7 +774,7 @@ def jobs(
     table = Table("job", "state", "ok", "failed", "running", "total", "started", "wall", "yen")
     for r, c in rows:
         failed = c.get("failed", 0) + c.get("bad input", 0) + c.get("timed out", 0)
-        table.add_row(r.id, r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
+        table.add_row(r.id + (f" ({r.user}'s)" if r.user not in (me, team.UNKNOWN_USER) else ""), r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
                       f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(run_items.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
     out = _console()

@@ -146,7 +146,8 @@ def job(state, row, counts: dict[str, int]) -> dict:
             "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at), "ended_at": iso(row.ended_at),
             "wall_s": round(run_items.job_seconds(row), 3), "yen": exact(backends.yen(state, row), "0.01"),
             "command": list(row.command), "quarantined": [asdict(q) for q in state.job_quarantines(row.id)],
-            "interruptions": None if interrupted is None else interruptions(interrupted)}
+            "interruptions": None if interrupted is None else interruptions(interrupted),
+            "user": row.user, "project": row.project}
 
 
 def interruptions(cost) -> dict:
