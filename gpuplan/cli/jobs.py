@@ -737,9 +737,9 @@ def jobs(
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster);
     and what the cloud taking nodes back cost each interrupted one. Your own, unless --all-users
     (another user's batch names its owner)."""
-    from gpuplan import team
     from rich.table import Table
 
+    from gpuplan import team
     from gpuplan.run import batches
     from gpuplan.run import items as run_items
     from gpuplan.store import costs
