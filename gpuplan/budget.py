@@ -56,3 +56,25 @@ def reserve_spend(state, project: str, yen, what: str, source: str, cluster: str
 
 def has_budget(state, project: str) -> bool:
     return state is not None and state.budget_figures(project, month_of(), priced).budget is not None
+
+
+def provision_spend(request) -> tuple[Decimal | None, str]:
+    """What a provision may spend, consumption tax included: its machines' hourly prices x its TTL
+    (the hours it is planned for: the cloud ends the machines then); None without a TTL (no bound).
+    Owned hosts with no power price spend nothing."""
+    from gpuplan.market import tax
+
+    per_hour = sum((tax.on_basis(p.price_jpy_per_hour * p.count, p.tax, tax.DEFAULT) for p in request.parts
+                    if p.price_jpy_per_hour is not None), Decimal(0))
+    if not per_hour:
+        return Decimal(0), "provision"
+    if not request.ttl_s:
+        return None, "provision"
+    return per_hour * request.ttl_s / 3600, f"provision's {request.ttl_s / 3600:g} h (--ttl)"
+
+
+def refuse_unbounded(state, project: str, what: str) -> None:
+    """A spend with no bound (no cap, no TTL) in a project with a budget this month: refused, one line."""
+    if has_budget(state, project):
+        raise UsageError(f"project {project} has a budget for {month_of()} (JST) and {what} has no bound on its spend:"
+                         " give --ttl (the cloud ends the machines then) so it can be held against the budget")

@@ -208,3 +208,34 @@ def test_cost_report_by_user_project_and_month_adds_up_by_hand(cli, gpuplan_home
     r = cli("cost-report", "--all-users", "--by", "project")
     assert "by project" in r.out and "¥9,900" in r.out and "(bob's, nlp)" in r.out
     assert cli("cost-report", "--by", "team").code == 2
+
+
+def test_a_provision_holds_its_ttl_s_yen_until_torn_down_and_one_past_what_is_left_is_refused(cli, mem, gpuplan_home,
+                                                                                              monkeypatch):
+    """m1.gpu at ¥100/h (its row says no tax basis: as listed): x2 for 4 h is ¥800 of a ¥1,000
+    budget; x1 for 4 h (¥400) is then over the ¥200 left, dry run or not."""
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    month = team.month_of()
+    assert cli("budget", "set", "vision", "1000").code == 0
+    r = cli("provision", "--yes", "memory:m1.gpu", "x2", "--name", "a", "--no-bootstrap", "--ttl", "4h", "--project",
+            "vision")
+    assert r.code == 0, r.err
+    doc = json.loads(cli("budget", "vision", "--format", "json").out)["projects"][0]
+    # what the machines billed so far (a minimum of 60 s each once a second passed) moves from committed to spent
+    assert (doc["budget_jpy"], doc["left_jpy"]) == ("1000.00", "200.00")
+    assert Decimal(doc["spent_jpy"]) + Decimal(doc["committed_jpy"]) == Decimal(800)
+    for extra in (["--dry-run"], []):
+        r = cli("provision", "--yes", "memory:m1.gpu", "x1", "--name", "b", "--no-bootstrap", "--ttl", "4h",
+                "--project", "vision", *extra)
+        assert r.code == 2 and f"project vision's budget for {month} (JST) would be passed: budget ¥1,000" in r.err
+        assert "this provision's 4 h (--ttl) ¥400, left ¥200" in r.err
+    assert _state(gpuplan_home).cluster("b") is None and mem.create_calls == 2
+    r = cli("provision", "--yes", "memory:m1.gpu", "x1", "--name", "b", "--no-bootstrap", "--project", "vision")
+    assert r.code == 2 and "has no bound on its spend: give --ttl" in r.err
+    assert cli("teardown", "a", "-y").code == 0
+    doc = json.loads(cli("budget", "vision", "--format", "json").out)["projects"][0]
+    assert doc["committed_jpy"] == "0.00"
+    r = cli("provision", "--yes", "memory:m1.gpu", "x1", "--name", "b", "--no-bootstrap", "--ttl", "4h",
+            "--project", "vision")
+    assert r.code == 0, r.err
+    assert _state(gpuplan_home).cluster("b").project == "vision"

@@ -46,6 +46,8 @@ def _open_state():
 # --- asking before creating or deleting ----------------------------------------------------
 
 YES_HELP = "Do not ask; go ahead (needed when stdin is not a terminal)."
+PROJECT_HELP = ("The project the spend counts to and whose monthly budget must hold it (default: config.yaml's"
+                " project:, else default; docs/teams.md).")
 SSH_FROM_HELP = ("Let SSH in from this address or CIDR only (default: providers.<name>.ssh_cidr, else your "
                  "public address, detected); 0.0.0.0/0 opens it to everyone.")
 
@@ -194,10 +196,16 @@ def provision(
     ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP, metavar="CIDR")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
     format: Annotated[str, shapes.format_option()] = "table",
+    project: Annotated[Optional[str], typer.Option("--project", help=PROJECT_HELP, metavar="NAME")] = None,
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
-    per hour, the quota check and the TTL) unless --yes."""
+    per hour, the quota check and the TTL) unless --yes. In a project with a budget this month,
+    the machines' yen for their --ttl must fit what is left (docs/teams.md)."""
+    from gpuplan import budget, team
     from gpuplan.fleet import lifecycle, preflight, provision
+
+    team.user()  # a bad GPUPLAN_USER or --project: refused before anything
+    team.choose(project)
 
     as_json = shapes.check_format(format)
     # everything that needs no cloud call, checked at once before anything (and by --dry-run)
@@ -211,7 +219,15 @@ def provision(
         failover.refuse_over_rate([(o.offer, o.request.count), *zip(o.more, (r.count for r in o.request.more))],
                                   failover.parse_rate_cap(max_yen_per_hour), what="the machines")
     _say_mapped(o)
+    spend, spend_what = budget.provision_spend(o.request)
     if dry_run:
+        from gpuplan import paths
+
+        peek = _open_state() if paths.state_db().exists() else None
+        if spend is None:
+            budget.refuse_unbounded(peek, team.current().project, "this provision")
+        else:
+            budget.check_spend(peek, team.current().project, spend, spend_what)
         lines = _create_lines(o) + [f"  {n}" for n in provision.dry_run_notes(o)]
         lines[0] = "would " + lines[0]
         if as_json:
@@ -223,10 +239,22 @@ def provision(
     state = _open_state()
     prov = lifecycle.get_provider(o.request.provider)
     o, quota = provision.check(state, prov, o, ssh_from)
+    if spend is None:
+        budget.refuse_unbounded(state, team.current().project, "this provision")
+    else:
+        budget.check_spend(state, team.current().project, spend, spend_what)  # before the question
     _confirm(_create_lines(o, quota), "Create these machines?", yes, default=True)
-    with working(err, f"provisioning {o.request.name}") as step:
-        cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
-                                   keep_on_failure=keep_on_failure, progress=step)
+    reserved = (budget.reserve_spend(state, team.current().project, spend, spend_what, "ttl", o.request.name)
+                if spend else None)  # checked and recorded in one transaction
+    try:
+        with working(err, f"provisioning {o.request.name}") as step:
+            cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
+                                       keep_on_failure=keep_on_failure, progress=step)
+    except BaseException:
+        if reserved is not None and (state.cluster(o.request.name) is None
+                                     or state.cluster(o.request.name).status == "gone"):
+            state.release_commitments(rid=reserved)  # nothing of it bills
+        raise
     if as_json:
         shapes.emit(shapes.cluster(lifecycle.status(state, cluster.name)[0]))
     else:
