@@ -239,3 +239,18 @@ def test_a_provision_holds_its_ttl_s_yen_until_torn_down_and_one_past_what_is_le
             "--project", "vision")
     assert r.code == 0, r.err
     assert _state(gpuplan_home).cluster("b").project == "vision"
+
+
+def test_a_run_s_max_yen_past_what_is_left_is_refused_before_it_is_sent(cli, mem, gpuplan_home, tmp_path, monkeypatch):
+    """A ¥1,000 month: the cluster's 1 h (¥100, as listed) held; a run capped at ¥950 is over the
+    ¥900 left: refused before anything reaches the cluster, no batch row, nothing reserved."""
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    assert cli("budget", "set", "vision", "1000").code == 0
+    r = cli("provision", "--yes", "memory:m1.gpu", "x1", "--name", "a", "--no-bootstrap", "--ttl", "1h", "--project",
+            "vision")
+    assert r.code == 0, r.err
+    (tmp_path / "items.txt").write_text("a\nb\n")
+    r = cli("run", "a", "--items", str(tmp_path / "items.txt"), "--max-yen", "950", "--", "echo", "{item}")
+    assert r.code == 2 and "project vision's budget" in r.err and "this run's --max-yen ¥950, left ¥900" in r.err
+    s = _state(gpuplan_home)
+    assert s.jobs("a") == [] and s._query("SELECT COUNT(*) AS n FROM commitments")[0]["n"] == 1  # the cluster's own

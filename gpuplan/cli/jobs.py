@@ -273,6 +273,7 @@ def run(
     checkpoint_every: Annotated[Optional[str], typer.Option("--checkpoint-every", help="Cluster runs: each item gets $GPUPLAN_CHECKPOINT_DIR, kept on the head every DURATION (and at the attempt's end); an item run again (its node lost, a retry) starts from it.", metavar="DURATION")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
     format: Annotated[str, shapes.format_option()] = "table",
+    project: Annotated[Optional[str], typer.Option("--project", help="The project the batch's spend counts to and whose monthly budget must hold its --max-yen (default: the cluster's; docs/teams.md).", metavar="NAME")] = None,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
@@ -285,22 +286,27 @@ def run(
              retries=retries, plan=plan, torchrun=torchrun, python=python, master_port=master_port, timeout=timeout,
              down=down, fetch=fetch, workdir=workdir, image=image, env=env, secret_env=secret_env, registry=registry,
              registry_user=registry_user, registry_password_env=registry_password_env, max_yen=max_yen,
-             recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes)
+             recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes,
+             project=project)
 
 
 def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchrun, python, master_port, timeout,
          down, fetch, workdir, image, env, secret_env, registry, registry_user, registry_password_env, max_yen, recover,
-         on_demand_fallback, checkpoint_every, yes) -> None:
+         on_demand_fallback, checkpoint_every, yes, project=None) -> None:
     """`gpuplan run`, its options checked by typer: the target resolved to its backend, the
     submission checked against what that backend supports, submitted and followed through the
     batch service, on every backend the same way."""
     from dataclasses import replace
 
+    from gpuplan import budget, team
     from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
     from gpuplan.store.state import State
     from gpuplan.units import MAX_DURATION_S
 
+    team.user()  # a bad GPUPLAN_USER or --project: refused before anything
+    if project is not None:  # none named: a batch on a cluster counts to the cluster's project
+        team.choose(project)
     command = list(command or [])
     if per_gpu < 1 or retries < 0 or timeout < 1:
         raise UsageError("--per-gpu and --timeout must be at least 1 and --retries at least 0")
@@ -386,7 +392,23 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     else:
         todo, order_note = run_items.run_order(run_items.read_items(items), predicted)
         sub = replace(sub, items=tuple(todo))
-    job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
+    reserved = None
+    if cap is not None:  # the batch's cap held against its project's month, checked and recorded in one transaction
+        from gpuplan.market import tax as taxes
+
+        row = state.cluster(cluster) if backend.has_cluster else None
+        run_project = team.chosen() or (row.project if row is not None else None) or team.project()
+        listed = (row.spec.get("tax") if row is not None else None) or "unknown"  # the cap is in billed yen, as listed
+        reserved = budget.reserve_spend(state, run_project, taxes.on_basis(cap, listed, taxes.DEFAULT),
+                                        "run's --max-yen", "cap")
+    try:
+        job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
+    except BaseException:
+        if reserved is not None:
+            state.release_commitments(rid=reserved)
+        raise
+    if reserved is not None:
+        state.attach_commitment(reserved, job=job)  # held while the batch runs
     count = len(state.job_items(job)) if torchrun else len(sub.items)
     out = _console()
     out.print(f"job {job} submitted: {backend.submitted(state, job, count)}; order: {order_note}", markup=False)
