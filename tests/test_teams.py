@@ -254,3 +254,26 @@ def test_a_run_s_max_yen_past_what_is_left_is_refused_before_it_is_sent(cli, mem
     assert r.code == 2 and "project vision's budget" in r.err and "this run's --max-yen ¥950, left ¥900" in r.err
     s = _state(gpuplan_home)
     assert s.jobs("a") == [] and s._query("SELECT COUNT(*) AS n FROM commitments")[0]["n"] == 1  # the cluster's own
+
+
+def test_a_probe_dry_run_past_the_project_s_budget_is_refused_and_sends_nothing(cli, tmp_path, monkeypatch,
+                                                                                 gpuplan_home):
+    """The DOK fake (nothing sent by a dry run): the pick's probe may cost ¥2 (tax included, as
+    DOK lists it); vision has ¥1 this month."""
+    from support.sakura_dok_fake import serving
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    (tmp_path / "videos.txt").write_text("".join(f"v{i}.mp4\n" for i in range(4)))
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
+        "workload": "colorize-hd", "items": "videos.txt", "infra": ["dok"], "image": "registry.example/me/colorize:1",
+        "command": "colorize {item}", "project": "vision",
+        "probe": {"command": "python3 -c 'import time; time.sleep(0.1)' {units}", "units": [2, 10]}}))
+    assert cli("budget", "set", "vision", "1").code == 0
+    with serving(monkeypatch, execute=True) as fake:
+        r = cli("probe", "batch.yaml", "--dry-run", "--probe-budget", "5")
+        assert r.code == 2 and "project vision's budget" in r.err and "budget ¥1, spent ¥0, committed ¥0" in r.err
+        assert "this probe's most ¥2, left ¥1" in r.err
+        r = cli("probe", "batch.yaml", "--dry-run", "--probe-budget", "5", "--project", "nlp")
+        assert r.code == 0 and "dry run: nothing was run" in r.out
+        assert [p for m, p, _ in fake.requests if m == "POST"] == []
