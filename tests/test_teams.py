@@ -277,3 +277,18 @@ def test_a_probe_dry_run_past_the_project_s_budget_is_refused_and_sends_nothing(
         r = cli("probe", "batch.yaml", "--dry-run", "--probe-budget", "5", "--project", "nlp")
         assert r.code == 0 and "dry run: nothing was run" in r.out
         assert [p for m, p, _ in fake.requests if m == "POST"] == []
+
+
+def test_jobs_lists_your_own_batches_unless_all_users(cli, gpuplan_home, monkeypatch):
+    _cluster(gpuplan_home, "shared", "alice", "vision")
+    s = _state(gpuplan_home)
+    for user, job in (("alice", "shared-1"), ("bob", "shared-2")):
+        monkeypatch.setenv("GPUPLAN_USER", user)
+        s.add_job(job, "shared", ["echo", "{item}"], {}, [(0, "a")], 1)
+        s.set_job_state(job, "succeeded")  # over: `jobs` reads nothing from the cluster
+    r = cli("jobs", "shared", "--format", "json")  # as bob
+    assert [(j["id"], j["user"], j["project"]) for j in json.loads(r.out)] == [("shared-2", "bob", "vision")]
+    r = cli("jobs", "shared", "--all-users", "--format", "json")
+    assert [(j["id"], j["user"]) for j in json.loads(r.out)] == [("shared-1", "alice"), ("shared-2", "bob")]
+    assert "(alice's)" in cli("jobs", "shared", "--all-users").out  # the owner, beside the id
+    assert json.loads(cli("jobs", "shared", "--all-users", "--project", "nlp", "--format", "json").out) == []

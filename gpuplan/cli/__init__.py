@@ -49,9 +49,6 @@ def _root(
 ) -> None:
     global _debug
     _debug = debug or bool(os.environ.get("GPUPLAN_DEBUG"))
-    from gpuplan import team
-
-    team.reset()  # each command names its own project (a test runs many in one process)
     if _debug:
         import logging
 
@@ -313,3 +310,7 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(1)
+    finally:
+        from gpuplan import team
+
+        team.reset()  # the project a command named is its own (in-process callers run many)
