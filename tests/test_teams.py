@@ -292,3 +292,27 @@ def test_jobs_lists_your_own_batches_unless_all_users(cli, gpuplan_home, monkeyp
     assert [(j["id"], j["user"]) for j in json.loads(r.out)] == [("shared-1", "alice"), ("shared-2", "bob")]
     assert "(alice's)" in cli("jobs", "shared", "--all-users").out  # the owner, beside the id
     assert json.loads(cli("jobs", "shared", "--all-users", "--project", "nlp", "--format", "json").out) == []
+
+
+def test_a_budget_month_is_japan_s_so_a_machine_held_over_midnight_jst_splits_there(cli, gpuplan_home, monkeypatch):
+    """¥3,600/h excluding tax, held 2026-10-31 14:00-17:00 UTC (23:00-02:00 JST): 1 h in October's
+    budget, 2 h (¥7,200, ¥7,920 with tax) in November's; cost-report's UTC months put all 3 h in October."""
+    from gpuplan.market import billing
+
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    s = _state(gpuplan_home)
+    s.add_cluster("c", "aws", "r", "g4", 1, price_jpy_per_hour=Decimal(3600), who=team.Who("alice", "vision"))
+    start = datetime(2026, 10, 31, 14, tzinfo=timezone.utc)
+    s.ledger_add("c", "n1", "aws", "g4", Decimal(3600), billing.per_second(Decimal(3600)), "excluded", start,
+                 start + timedelta(hours=3))
+    s.set_budget("vision", "2026-11", Decimal(10000), "alice")
+    at = datetime(2026, 11, 15, tzinfo=timezone.utc)
+    nov, oct_ = s.budget_figures("vision", "2026-11", priced, at), s.budget_figures("vision", "2026-10", priced, at)
+    assert (nov.spent, nov.left, oct_.spent, oct_.budget) == (Decimal(7920), Decimal(2080), Decimal(3960), None)
+    r = cli("budget", "--month", "2026-11")
+    assert "vision" in r.out and "¥10,000" in r.out and "¥7,920" in r.out and "¥2,080" in r.out
+    r = cli("budget", "--month", "2026-10")
+    assert "no limit" in r.out and "¥3,960" in r.out
+    doc = json.loads(cli("cost-report", "--by", "month", "--format", "json").out)
+    assert doc["groups"] == [{"month": "2026-10", "cost_jpy": "11880.00", "machine_seconds": 10800}]
+    assert cli("budget", "set", "vision", "-5").code == 2 and cli("budget", "set", "bad name", "5").code == 2
