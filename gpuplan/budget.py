@@ -78,3 +78,22 @@ def refuse_unbounded(state, project: str, what: str) -> None:
     if has_budget(state, project):
         raise UsageError(f"project {project} has a budget for {month_of()} (JST) and {what} has no bound on its spend:"
                          " give --ttl (the cloud ends the machines then) so it can be held against the budget")
+
+
+def spent_by_day(rows: list[dict], month: str, at: datetime) -> tuple[list[int], list[Decimal]]:
+    """The month's (JST) ledger yen, consumption tax included, by the end of each of its days up to
+    `at`: each row cut at the day's end (a machine held on bills only what it had by then)."""
+    from datetime import timedelta
+
+    from gpuplan.team import month_bounds
+
+    start, end = month_bounds(month)
+    days, spent = [], []
+    day = 1
+    while start + timedelta(days=day - 1) < min(end, at):
+        edge = min(start + timedelta(days=day), at, end)
+        cut = [{**r, "stopped_at": min(r["stopped_at"] or edge, edge)} for r in rows if r["started_at"] < edge]
+        days.append(day)
+        spent.append(priced(cut, month, edge)[0])
+        day += 1
+    return days, spent

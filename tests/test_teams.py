@@ -316,3 +316,31 @@ def test_a_budget_month_is_japan_s_so_a_machine_held_over_midnight_jst_splits_th
     doc = json.loads(cli("cost-report", "--by", "month", "--format", "json").out)
     assert doc["groups"] == [{"month": "2026-10", "cost_jpy": "11880.00", "machine_seconds": 10800}]
     assert cli("budget", "set", "vision", "-5").code == 2 and cli("budget", "set", "bad name", "5").code == 2
+
+
+def test_the_budget_plot_draws_the_month_s_spend_day_by_day_against_the_budget(cli, gpuplan_home, tmp_path,
+                                                                                 monkeypatch):
+    """The machine of the JST test above: by the end of 1 November (JST) ¥7,920 of November's, none
+    before 31 October's end in October's (¥3,960 then)."""
+    pytest.importorskip("matplotlib")
+    from gpuplan import budget as budgets
+    from gpuplan.market import billing
+
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    s = _state(gpuplan_home)
+    s.add_cluster("c", "aws", "r", "g4", 1, price_jpy_per_hour=Decimal(3600), who=team.Who("alice", "vision"))
+    start = datetime(2026, 10, 31, 14, tzinfo=timezone.utc)
+    s.ledger_add("c", "n1", "aws", "g4", Decimal(3600), billing.per_second(Decimal(3600)), "excluded", start,
+                 start + timedelta(hours=3))
+    rows = s.ledger_rows()
+    # 2 November 12:00 UTC is 21:00 JST: two days of the month drawn
+    assert budgets.spent_by_day(rows, "2026-11", datetime(2026, 11, 2, 12, tzinfo=timezone.utc)) == (
+        [1, 2], [Decimal(7920), Decimal(7920)])
+    days, spent = budgets.spent_by_day(rows, "2026-10", datetime(2026, 11, 15, tzinfo=timezone.utc))
+    assert len(days) == 31 and spent[29] == 0 and spent[30] == Decimal(3960)
+    s.set_budget("vision", team.month_of(), Decimal(50000), "alice")
+    r = cli("budget", "vision", "--plot", str(tmp_path / "vision.svg"))
+    assert r.code == 0, r.err
+    svg = (tmp_path / "vision.svg").read_text()
+    assert 'id="spent"' in svg and 'id="budget"' in svg and "budget ¥50,000" in svg
+    assert cli("budget", "--plot", str(tmp_path / "all.svg")).code == 2  # one project's month

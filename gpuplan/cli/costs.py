@@ -4,7 +4,9 @@ budget`: a project's monthly budget, what was spent and reserved of it, and what
 from __future__ import annotations
 
 import re
+import sys
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -124,6 +126,7 @@ def budget(
     words: Annotated[Optional[list[str]], typer.Argument(help="PROJECT to show one project; `set PROJECT YEN` to set its budget.", metavar="[set] [PROJECT] [YEN]")] = None,
     month: Annotated[Optional[str], typer.Option("--month", metavar="YYYY-MM", help="The month, Japan's (JST, UTC+9; default: this month).")] = None,
     out_format: Annotated[str, shapes.format_option()] = "table",
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.svg|png", help="With one PROJECT: draw its month's spend day by day against its budget (needs gpuplan[plot]).")] = None,
 ) -> None:
     """Each project's budget for a month (JST), spent (the cost ledger's yen in the month),
     committed (running batches' caps and live clusters' planned yen not yet spent) and left; yen
@@ -153,6 +156,18 @@ def budget(
         state = State.open_default()
     projects = [team.check_name(words[0], "project")] if words else state.budget_projects(month)
     figures = [state.budget_figures(p, month, budgets.priced) for p in projects]
+    if plot is not None:
+        if not words:
+            raise UsageError("--plot draws one project's month: name it (gpuplan budget PROJECT --plot FILE.svg)")
+        from datetime import datetime, timezone
+
+        from gpuplan.planning import plot as plotting
+
+        f = figures[0]
+        ledger = [r for r in state.ledger_rows() if r["project"] == f.project]
+        days, spent = budgets.spent_by_day(ledger, month, datetime.now(timezone.utc))
+        plotting.budget_chart(plot, f"project {f.project}, {month} (JST)", days, spent, f.budget, f.committed)
+        print(f"plot written to {plot}", file=sys.stderr)
     if as_json:
         shapes.emit({"month": month, "zone": "JST", "tax": "included", "projects": [
             {"project": f.project, "budget_jpy": _exact_or_none(f.budget), "spent_jpy": _exact_or_none(f.spent),
