@@ -344,3 +344,36 @@ def test_the_budget_plot_draws_the_month_s_spend_day_by_day_against_the_budget(c
     svg = (tmp_path / "vision.svg").read_text()
     assert 'id="spent"' in svg and 'id="budget"' in svg and "budget ¥50,000" in svg
     assert cli("budget", "--plot", str(tmp_path / "all.svg")).code == 2  # one project's month
+
+
+def test_a_launch_reserves_its_cap_while_its_batch_runs_and_the_next_one_past_what_is_left_is_refused(
+        cli, tmp_path, monkeypatch, gpuplan_home):
+    """Through the DOK fake (tasks queued, none run): ¥100 for vision; a launch capped at ¥80 holds ¥80
+    while its batch is unfinished, so a second one capped at ¥80 is refused (¥20 left) and sends
+    nothing; once the first batch is over, nothing is committed."""
+    from support.sakura_dok_fake import serving
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    with serving(monkeypatch) as fake:
+        plan = tmp_path / "plan.json"
+        assert cli("estimate", "--videos", "4", "--save", str(plan)).code == 0
+        (tmp_path / "videos.txt").write_text("".join(f"v{i}.mp4\n" for i in range(4)))
+        assert cli("budget", "set", "vision", "100").code == 0
+        args = ("launch", "--plan", str(plan), "--image", "registry.example/me/colorize:1", "--items",
+                str(tmp_path / "videos.txt"), "--max-yen", "80", "--project", "vision", "-y", "--detach", "--",
+                "colorize", "{item}")
+        r = cli(*args)
+        assert r.code == 0, r.out + r.err
+        doc = json.loads(cli("budget", "vision", "--format", "json").out)["projects"][0]
+        assert (doc["committed_jpy"], doc["left_jpy"]) == ("80.00", "20.00")
+        posted = len([p for m, p, _ in fake.requests if m == "POST"])
+        r = cli(*args)
+        assert r.code == 2 and "this launch's max_yen ¥80, left ¥20" in r.err
+        assert len([p for m, p, _ in fake.requests if m == "POST"]) == posted
+        s = _state(gpuplan_home)
+        (job,) = [j for j in s.unfinished_jobs()]
+        assert (job.user, job.project) == ("alice", "vision")
+        s.close_job(job.id, "cancelled")  # the batch is over: its cap holds nothing more
+        doc = json.loads(cli("budget", "vision", "--format", "json").out)["projects"][0]
+        assert (doc["committed_jpy"], doc["left_jpy"]) == ("0.00", "100.00")
