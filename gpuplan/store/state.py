@@ -1280,10 +1280,10 @@ class State:
     def budget_projects(self, month: str) -> list[str]:
         """Every project with a budget in `month`, a ledger row or a reservation: what `gpuplan budget` lists."""
         start, end = team.month_bounds(month)
-        rows = self._query("SELECT project FROM budgets WHERE month=? UNION SELECT COALESCE(project, 'default') FROM"
-                           " ledger WHERE started_at < ? AND (stopped_at IS NULL OR stopped_at > ?) UNION SELECT"
-                           " project FROM commitments WHERE month=?", (month, _iso(end), _iso(start), month))
-        return sorted({r[0] for r in rows})
+        rows = self._query("SELECT project AS p FROM budgets WHERE month=? UNION SELECT COALESCE(project, 'default') AS p"
+                           " FROM ledger WHERE started_at < ? AND (stopped_at IS NULL OR stopped_at > ?) UNION SELECT"
+                           " project AS p FROM commitments WHERE month=?", (month, _iso(end), _iso(start), month))
+        return sorted({r["p"] for r in rows})
 
     def budget_figures(self, project: str, month: str, pricing: Pricing, at: datetime | None = None) -> BudgetFigures:
         """`project`'s month: its budget, the ledger's yen in it (`pricing`: gpuplan/budget.py) and what
