@@ -7,6 +7,7 @@ what to plan, the items, the command, where it may run and what it may cost, in 
     image: registry.example/me/colorize:1    # optional: each item runs in this container
     infra: [sakura, baremetal]       # optional: only these providers
     max_yen: 500                     # optional: the batch stops before it spends more
+    project: vision                  # optional: whose monthly budget it spends (docs/teams.md)
     checkpoint: {every: 10m}         # optional: how often each item's job saves its work (spot risk)
     recover: true                    # optional: a node lost or taken back mid-batch is replaced
     on_demand_fallback: true         # optional, with recover on spot: on-demand when spot capacity is gone
@@ -35,7 +36,7 @@ from gpuplan.units import MAX_YEN
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "secret_env", "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries",
                     "timeout", "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
-                    "max_yen_per_hour", "failover", "gpus"})
+                    "max_yen_per_hour", "failover", "gpus", "project"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
 FAILOVER_FIELDS = frozenset({"regions", "providers", "on_demand", "plans", "wait"})
@@ -139,6 +140,7 @@ class Batch:
     failover: Failover = Failover()  # what the next plan may change when the cloud refuses the pick
     gpus: str = ""  # only machines with these GPUs (market/gpus.py: "V100:4"); "": any the planner picks
     item_list: tuple[str, ...] = ()  # `items: [a, b]` in the file: the items themselves (items is then None)
+    project: str = ""  # `project:` (team.project resolves it with --project and config; "": not said)
 
     def planned(self, workload):
         """The workload as this batch plans it: with the batch's checkpoint where it gives one
@@ -284,7 +286,16 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         tax=taxes.parse(_text(at("tax"), data.get("tax") or "included"), at("tax")),
         probe=_probe(at("probe"), data.get("probe"), command), source=source, checkpoint_s=checkpoint_s,
         checkpoint_path=checkpoint_path, recover=recover, on_demand_fallback=on_demand_fallback, gpus=gpus,
-        item_list=item_list, failover=_failover(at("failover"), data.get("failover"), deadline))
+        item_list=item_list, failover=_failover(at("failover"), data.get("failover"), deadline),
+        project=_project(at("project"), data.get("project")))
+
+
+def _project(at: str, value: Any) -> str:
+    if value in (None, ""):
+        return ""
+    from gpuplan.team import check_name
+
+    return check_name(_text(at, value), at)
 
 
 def _text(at: str, value: Any) -> str:

@@ -15,11 +15,11 @@ from support.sakura_phy_fake import PhyFake
 
 CLUSTER_KEYS = {"name", "provider", "region", "instance_type", "count", "status", "owned", "image", "created_at",
                 "uptime_s", "machine_seconds", "yen_so_far", "price_jpy_per_hour", "ttl_left_s", "ttl_expires_at",
-                "nodes"}
+                "nodes", "user", "project"}
 NODE_KEYS = {"name", "status", "public_ip", "private_ip", "ssh_port", "gpus", "id", "created_at"}
 JOB_KEYS = {"id", "cluster", "state", "total", "succeeded", "failed", "bad_input", "timed_out", "running", "queued",
             "cancelled", "resumes", "submitted_at", "started_at", "ended_at", "wall_s", "yen", "command", "quarantined",
-            "interruptions"}
+            "interruptions", "user", "project"}
 
 
 def _json(r):

@@ -313,3 +313,7 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(1)
+    finally:
+        from gpuplan import team
+
+        team.reset()  # the project a command named is its own (in-process callers run many)

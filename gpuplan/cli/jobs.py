@@ -276,6 +276,7 @@ def run(
     checkpoint_every: Annotated[Optional[str], typer.Option("--checkpoint-every", help="Cluster runs: each item gets $GPUPLAN_CHECKPOINT_DIR, kept on the head every DURATION (and at the attempt's end); an item run again (its node lost, a retry) starts from it.", metavar="DURATION")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
     format: Annotated[str, shapes.format_option()] = "table",
+    project: Annotated[Optional[str], typer.Option("--project", help="The project the batch's spend counts to and whose monthly budget must hold its --max-yen (default: the cluster's; docs/teams.md).", metavar="NAME")] = None,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
@@ -289,22 +290,27 @@ def run(
              down=down, fetch=fetch, workdir=workdir, image=image, env=env, env_file=env_file, secret_env=secret_env,
              registry=registry,
              registry_user=registry_user, registry_password_env=registry_password_env, max_yen=max_yen,
-             recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes)
+             recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes,
+             project=project)
 
 
 def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchrun, python, master_port, timeout,
          down, fetch, workdir, image, env, secret_env, registry, registry_user, registry_password_env, max_yen, recover,
-         on_demand_fallback, checkpoint_every, yes, env_file=None) -> None:
+         on_demand_fallback, checkpoint_every, yes, env_file=None, project=None) -> None:
     """`gpuplan run`, its options checked by typer: the target resolved to its backend, the
     submission checked against what that backend supports, submitted and followed through the
     batch service, on every backend the same way."""
     from dataclasses import replace
 
+    from gpuplan import budget, team
     from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
     from gpuplan.store.state import State
     from gpuplan.units import MAX_DURATION_S
 
+    team.user()  # a bad GPUPLAN_USER or --project: refused before anything
+    if project is not None:  # none named: a batch on a cluster counts to the cluster's project
+        team.choose(project)
     command = list(command or [])
     from gpuplan.units import parse_duration
 
@@ -393,7 +399,23 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     else:
         todo, order_note = run_items.run_order(run_items.read_items(items), predicted)
         sub = replace(sub, items=tuple(todo))
-    job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
+    reserved = None
+    if cap is not None:  # the batch's cap held against its project's month, checked and recorded in one transaction
+        from gpuplan.market import tax as taxes
+
+        row = state.cluster(cluster) if backend.has_cluster else None
+        run_project = team.chosen() or (row.project if row is not None else None) or team.project()
+        listed = (row.spec.get("tax") if row is not None else None) or "unknown"  # the cap is in billed yen, as listed
+        reserved = budget.reserve_spend(state, run_project, taxes.on_basis(cap, listed, taxes.DEFAULT),
+                                        "run's --max-yen", "cap")
+    try:
+        job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
+    except BaseException:
+        if reserved is not None:
+            state.release_commitments(rid=reserved)
+        raise
+    if reserved is not None:
+        state.attach_commitment(reserved, job=job)  # held while the batch runs
     count = len(state.job_items(job)) if torchrun else len(sub.items)
     out = _console()
     out.print(f"job {job} submitted: {backend.submitted(state, job, count)}; order: {order_note}", markup=False)
@@ -751,17 +773,23 @@ def jobs(
     cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok for 高火力 DOK batches.")],
     job: Annotated[Optional[str], typer.Argument(help="One job (see the list): its row, the nodes it set aside and what interruptions cost it.")] = None,
     format: Annotated[str, shapes.format_option()] = "table",
+    all_users: Annotated[bool, typer.Option("--all-users", help="Every user's batches, not only yours (rows from before gpuplan kept users show to everyone).")] = False,
+    project: Annotated[Optional[str], typer.Option("--project", help="Only this project's batches.", metavar="NAME")] = None,
 ) -> None:
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster);
-    and what the cloud taking nodes back cost each interrupted one."""
+    and what the cloud taking nodes back cost each interrupted one. Your own, unless --all-users
+    (another user's batch names its owner)."""
     from rich.table import Table
 
+    from gpuplan import team
     from gpuplan.run import batches
     from gpuplan.run import items as run_items
     from gpuplan.store import costs
     from gpuplan.store.state import State
 
     as_json = shapes.check_format(format)
+    me = team.user()
+    only = team.check_name(project, "--project") if project is not None else None
     state = State.open_default()
     if job is not None:
         _job_of(state, cluster, job)
@@ -769,6 +797,8 @@ def jobs(
     rows = []
     for v in batches.overview(state, cluster):
         if job is not None and v.row.id != job:
+            continue
+        if job is None and not team.visible(v.row.user, v.row.project, all_users, only, me):
             continue
         if v.not_refreshed:
             err.print(f"{v.row.id}: not refreshed ({v.not_refreshed})", markup=False)
@@ -786,7 +816,7 @@ def jobs(
     table = Table("job", "state", "ok", "failed", "running", "total", "started", "wall", "yen")
     for r, c in rows:
         failed = c.get("failed", 0) + c.get("bad input", 0) + c.get("timed out", 0)
-        table.add_row(r.id, r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
+        table.add_row(r.id + (f" ({r.user}'s)" if r.user not in (me, team.UNKNOWN_USER) else ""), r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
                       f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(run_items.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
     out = _console()

@@ -14,6 +14,9 @@ from gpuplan import foreign
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
+PROJECT_HELP = ("The project the spend counts to and whose monthly budget must hold it (default: the batch file's"
+                " project:, else config.yaml's, else default; docs/teams.md).")
+
 
 def launch(
     batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file, ending in .yaml or .yml (docs/batch.md): workload, items, command, image, infra, max_yen, ...; or a SkyPilot task YAML or a dstack task, read as a batch (`gpuplan convert FILE` shows how).", metavar="BATCH.yaml")] = None,
@@ -43,6 +46,7 @@ def launch(
     on_demand_fallback: Annotated[bool, typer.Option("--on-demand-fallback", help="With --recover on spot: a replacement that finds no spot capacity is bought on-demand.")] = False,
     probe: Annotated[bool, typer.Option("--probe", help="First time the batch's own job on the pick and its rivals (`gpuplan probe`), then plan again from what was measured.")] = False,
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="With --probe: at most this for the probes, a share of the pick's yen (2%, the default) or yen.", metavar="PERCENT|YEN")] = None,
+    project: Annotated[Optional[str], typer.Option("--project", help=PROJECT_HELP, metavar="NAME")] = None,
 ) -> None:
     """Plan a batch, build the pick, run the batch on it, fetch its outputs, tear it down."""
     from contextlib import ExitStack
@@ -68,9 +72,13 @@ def launch(
                  "objective": objective, "deadline": deadline, "max_yen": max_yen, "max_yen_per_hour": max_yen_per_hour, "outputs": outputs, "name": name,
                  "env": env_pairs(env, env_file) or None, "secret_env": secret_env,
                  "command": list(command) if command else None, "gpus": gpus,
-                 "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
+                 "recover": recover or None, "on_demand_fallback": on_demand_fallback or None, "project": project}
     out = _console()
     batch, conv = read_batch(batch_file, overrides)
+    from gpuplan import budget, team
+
+    team.user()  # a bad GPUPLAN_USER is refused before anything
+    team.choose(None, batch.project or None)
     batchfile.check_environment(batch)  # a secret it names but this environment lacks: refused before anything
     todo_items = batchfile.items_of(batch)
     if conv is not None and not batch.workload and plan is None:  # planned as SkyPilot plans a task: its machines by the hour
@@ -114,15 +122,18 @@ def launch(
             from gpuplan.run import failover
 
             failover.refuse_over_rate([(pick.offer, pick.count)], batch.max_yen_per_hour, batch.tax)
+            spend, spend_what = launcher.budget_spend(pick, batch)
             if dry_run:
                 from gpuplan import paths
 
                 peek = State.open_default() if paths.state_db().exists() else None
+                budget.check_spend(peek, team.current().project, spend, spend_what)  # before anything is written
                 cluster = launcher.peek_name(peek, batch)
                 if peek is not None:
                     peek.close()
             else:
                 state = State.open_default()
+                budget.check_spend(state, team.current().project, spend, spend_what)  # reserved after the question
                 cluster = launcher.claim_name(state, batch, held)
             batchfile.check_before_buying(batch, cluster)
             outputs_dir = launcher.outputs_dir(batch, cluster)
@@ -163,7 +174,18 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = run_items.run_order(todo_items, run_items.read_plan(plan))
-    job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan, work, yes, keep)
+    from gpuplan import budget, team
+
+    spend, spend_what = launcher.budget_spend(pick, batch)  # checked before the question, reserved now in one transaction
+    reserved = budget.reserve_spend(state, team.current().project, spend, spend_what,
+                                  "cap" if batch.max_yen is not None else "plan",
+                                  cluster if backends.get(pick.backend).has_cluster else None)
+    try:
+        job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan, work, yes, keep)
+    except BaseException:
+        state.release_commitments(rid=reserved)  # nothing of it is left running (start tears down what it made)
+        raise
+    state.attach_commitment(reserved, job=job)
     pick = launcher.pick_of(plan, batch.region or None, batch.tax)  # the next plan's, where the first was refused
     where = backends.job_row(state, job).cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)

@@ -122,6 +122,7 @@ def cluster(s) -> dict:
         "price_jpy_per_hour": exact(c.price_jpy_per_hour),
         "ttl_left_s": s.ttl_left_s, "ttl_expires_at": iso(c.ttl_expires_at),
         "nodes": [node(n) for n in s.nodes],
+        "user": c.user, "project": c.project,  # whose, for which project ("unknown": made before gpuplan kept it)
     }
 
 
@@ -168,7 +169,8 @@ def job(state, row, counts: dict[str, int]) -> dict:
             "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at), "ended_at": iso(row.ended_at),
             "wall_s": round(run_items.job_seconds(row), 3), "yen": exact(backends.yen(state, row), "0.01"),
             "command": list(row.command), "quarantined": [asdict(q) for q in state.job_quarantines(row.id)],
-            "interruptions": None if interrupted is None else interruptions(interrupted)}
+            "interruptions": None if interrupted is None else interruptions(interrupted),
+            "user": row.user, "project": row.project}
 
 
 def interruptions(cost) -> dict:

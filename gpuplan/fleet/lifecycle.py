@@ -542,6 +542,7 @@ def settle_released(state: State) -> list[str]:
         state.unpin_cluster_host_keys(c.name)
         keys.remove_cluster_keys(state, c.name)
         state.set_cluster_status(c.name, "gone")
+        state.release_commitments(cluster=c.name)  # its budget reservation ends with it
         settled.append(c.name)
     return settled
 
@@ -668,6 +669,7 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
     state.unpin_cluster_host_keys(cluster)
     keys.remove_cluster_keys(state, cluster)
     state.set_cluster_status(cluster, "gone")
+    state.release_commitments(cluster=cluster)  # its budget reservation ends with it
     return report
 
 

@@ -175,3 +175,38 @@ def _timeline(ax, rec, vms: Sequence, hidden: int) -> None:
     ax.legend(fontsize=8, loc="lower right", ncols=3)
     ax.grid(True, axis="x", alpha=0.3)
 
+
+
+def budget_chart(path: Path, title: str, days: Sequence[int], spent: Sequence[Decimal], budget: Decimal | None,
+                 committed: Decimal) -> Path:
+    """`gpuplan budget PROJECT --plot FILE`: a month's spend, day by day (JST; cumulative, the
+    ledger's yen by the end of each day), against its budget (a line; none: no limit), with what
+    live reservations hold stacked on the last day drawn."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise UsageError(f"--plot {path}: name an .svg or .png file")
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.step(list(days), [float(y) for y in spent], where="post", color="#0072b2", label="spent", gid="spent")
+    if days and committed:
+        ax.bar([days[-1]], [float(committed)], bottom=[float(spent[-1])], width=0.6, color="#e69f00",
+               label=f"committed {fmt.yen(committed)}", gid="committed")
+    if budget is not None:
+        ax.axhline(float(budget), color="#d55e00", linestyle="--", label=f"budget {fmt.yen(budget)}", gid="budget")
+    ax.set_xlabel("day of the month (JST)")
+    ax.set_ylabel("yen, consumption tax included")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.yen(Decimal(str(v)).quantize(Decimal(1)))))
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None,
+                    bbox_inches="tight", pad_inches=0.2)
+    except OSError as exc:
+        raise UsageError(f"cannot write the plot to {path} ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+    return path

@@ -106,6 +106,27 @@ def pick_of(plan_path: Path, region: str | None = None, tax: str | None = None) 
                 Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name)
 
 
+def budget_spend(pick: Pick, batch: Batch) -> tuple[Decimal, str]:
+    """What a launch may spend, as its project's budget counts it (consumption tax included): its
+    max_yen, or where it has none the plan's upper yen (the top of its cost range, else its
+    estimate); and those yen in words."""
+    from gpuplan.market import tax as taxes
+
+    if batch.max_yen is not None:
+        return taxes.on_basis(batch.max_yen, batch.tax, taxes.DEFAULT), "launch's max_yen"
+    upper = pick.yen
+    try:
+        import json
+
+        raw = json.loads(pick.plan_path.read_text(encoding="utf-8"))
+        span = (raw.get("recommended", raw) if isinstance(raw, dict) else {}).get("cost_jpy_range")
+        if isinstance(span, list) and len(span) == 2:
+            upper = max(upper, Decimal(str(span[1])))
+    except (OSError, ValueError, ArithmeticError):  # the plan was read already: its estimate stands
+        pass
+    return taxes.on_basis(upper, batch.tax, taxes.DEFAULT), "launch's planned upper yen"
+
+
 def batch_cap(pick: Pick, batch: Batch) -> Cap | None:
     """The batch's max_yen as a Cap: on its tax basis, and in the yen the provider bills and the
     ledger counts (the offer's price as listed: max_yen / 1.1 where the batch counts a tax the
