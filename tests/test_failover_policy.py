@@ -12,18 +12,7 @@ import pytest
 from gpuplan.errors import CapacityUnavailable, UsageError
 from gpuplan.fleet import refusals
 from gpuplan.fleet.provider import ZoneRefusal
-
-
-def _batch(tmp_path, extra: str = ""):
-    from gpuplan import batchfile
-    from gpuplan.run import launcher
-
-    items = tmp_path / "items.txt"
-    items.write_text("".join(f"v{i}.mp4\n" for i in range(8)))
-    path = tmp_path / "b.yaml"
-    path.write_text(f"items: {items}\nworkload: colorize-hd\ncommand: echo {{item}}\ninfra: [aws, gcp]\n{extra}")
-    batch = batchfile.read(path, {})
-    return batch, launcher.workload_for(batch, [f"v{i}.mp4" for i in range(8)])
+from support.batches import planned_batch
 
 
 def _refuse(offer):
@@ -44,17 +33,17 @@ def _pick(plan, tmp_path):
 def test_the_policy_is_read_with_its_defaults_and_each_mistake_named(tmp_path):
     from gpuplan.batchfile import Failover
 
-    assert _batch(tmp_path)[0].failover == Failover(regions=True, providers=True, on_demand=True, plans=3, wait_s=0)
-    got = _batch(tmp_path, "deadline: 6h\nfailover: {regions: false, on_demand: false, plans: 1, wait: 2h}\n")[0]
+    assert planned_batch(tmp_path)[0].failover == Failover(regions=True, providers=True, on_demand=True, plans=3, wait_s=0)
+    got = planned_batch(tmp_path, "deadline: 6h\nfailover: {regions: false, on_demand: false, plans: 1, wait: 2h}\n")[0]
     assert got.failover == Failover(regions=False, providers=True, on_demand=False, plans=1, wait_s=7200)
-    assert _batch(tmp_path, "failover: false\n")[0].failover.plans == 0
+    assert planned_batch(tmp_path, "failover: false\n")[0].failover.plans == 0
     for extra, said in [("failover: {zones: false}\n", "unknown field 'zones'"),
                         ("failover: {wait: 30}\n", "failover.wait 30"),
                         ("deadline: 2h\nfailover: {wait: 3h}\n", "as long as the deadline (2h) or longer"),
                         ("failover: {plans: 11}\n", "failover.plans"),
                         ("failover: yes\n", "failover")]:
         with pytest.raises(UsageError) as err:
-            _batch(tmp_path, extra)
+            planned_batch(tmp_path, extra)
         assert said in str(err.value), (extra, str(err.value))
 
 
@@ -77,11 +66,11 @@ def test_regions_false_keeps_the_next_plan_in_the_pick_s_region(gpuplan_home, tm
     from gpuplan.cli.estimate import plan_batch
     from gpuplan.run import failover
 
-    batch, work = _batch(tmp_path, "failover: {regions: false}\n")
+    batch, work = planned_batch(tmp_path, "failover: {regions: false}\n")
     first = _pick(plan_batch(batch, work), tmp_path)
     _refuse(first.offer)
     # refused until the default next plan leaves the pick's region
-    anywhere = _refused_until(_batch(tmp_path)[0], work, first, lambda p: p.region != first.offer.region)
+    anywhere = _refused_until(planned_batch(tmp_path)[0], work, first, lambda p: p.region != first.offer.region)
     _, kept = failover.next_plan(batch, work, plan_batch, first)
     assert anywhere.region != first.offer.region
     assert kept is not None and kept.region == first.offer.region
@@ -91,10 +80,10 @@ def test_providers_false_keeps_the_next_plan_with_the_pick_s_provider(gpuplan_ho
     from gpuplan.cli.estimate import plan_batch
     from gpuplan.run import failover
 
-    batch, work = _batch(tmp_path, "failover: {providers: false}\n")
+    batch, work = planned_batch(tmp_path, "failover: {providers: false}\n")
     first = _pick(plan_batch(batch, work), tmp_path)
     _refuse(first.offer)
-    anywhere = _refused_until(_batch(tmp_path)[0], work, first, lambda p: p.provider != first.offer.provider)
+    anywhere = _refused_until(planned_batch(tmp_path)[0], work, first, lambda p: p.provider != first.offer.provider)
     _, kept = failover.next_plan(batch, work, plan_batch, first)
     assert anywhere.provider == "gcp" and first.offer.provider == "aws"
     assert kept is not None and kept.provider == "aws"
@@ -104,11 +93,11 @@ def test_a_spot_pick_whose_batch_keeps_spot_gets_a_spot_next_plan(gpuplan_home, 
     from gpuplan.cli.estimate import plan_batch
     from gpuplan.run import failover
 
-    batch, work = _batch(tmp_path, "spot: true\nfailover: {on_demand: false}\n")
+    batch, work = planned_batch(tmp_path, "spot: true\nfailover: {on_demand: false}\n")
     first = _pick(plan_batch(batch, work), tmp_path)
     assert first.market == "spot"
     _refuse(first.offer)
-    free = _refused_until(_batch(tmp_path, "spot: true\n")[0], work, first,
+    free = _refused_until(planned_batch(tmp_path, "spot: true\n")[0], work, first,
                           lambda p: any(o.market != "spot" for o, _ in p.fleet))
     _, kept = failover.next_plan(batch, work, plan_batch, first)
     assert any(o.market != "spot" for o, _ in free.fleet)  # the default takes on-demand here
