@@ -676,7 +676,8 @@ def _billed_how(summary) -> str:
         how = (f"{fmt.plural(len(summary.task_seconds), 'task')} each billed for its own run time at"
                f" {fmt.rate(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
     elif owned(summary.provider):  # the user's own hosts: their power, as the estimate charges it
-        how = (f"{fmt.plural(summary.nodes, 'owned host')}' power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
+        whose = "1 owned host's" if summary.nodes == 1 else f"{fmt.count(summary.nodes)} owned hosts'"
+        how = (f"{whose} power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
                if summary.price_jpy_per_hour is not None else "owned hosts")
     elif len({t.hourly for t, _ in summary.node_seconds}) > 1:  # a replacement at another price joined
         from collections import Counter

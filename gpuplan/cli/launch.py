@@ -21,7 +21,7 @@ def launch(
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with (one job per item).", metavar="NAME|FILE")] = None,
     plan: Annotated[Optional[Path], typer.Option("--plan", help="Launch this saved plan (`gpuplan estimate --save`) instead of planning again.", metavar="FILE")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run each item in this container image.", metavar="IMAGE")] = None,
-    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated: {infra}.", metavar="NAMES")] = None,
     region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="The latest acceptable wall time (3h, 90m).", metavar="DURATION")] = None,

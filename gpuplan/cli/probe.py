@@ -21,7 +21,7 @@ def probe(
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (the first is probed).", metavar="FILE")] = None,
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with.", metavar="NAME|FILE")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run the probe in this container image.", metavar="IMAGE")] = None,
-    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated: {infra}.", metavar="NAMES")] = None,
     region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="At most this for all the probes: a share of the pick's yen (2%, the default) or yen (500).", metavar="PERCENT|YEN")] = None,
