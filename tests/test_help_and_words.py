@@ -126,3 +126,26 @@ def test_a_cluster_left_up_says_what_its_cloud_does_at_the_ttl(gpuplan_home, pro
     state.close()
     assert f"({words} at 13:30:00 UTC, the max_yen or TTL moment)" in line
     assert "stop themselves" not in line
+
+
+def test_slurm_md_points_cluster_example_is_refused_until_filled_in_then_planned_at_its_figures(tmp_path):
+    """docs/slurm.md's prepaid-points example (issue 46 item 8) ships no figure of its own: as
+    written it is refused in one line naming the blank; filled in, it is a points-priced partition."""
+    from decimal import Decimal
+    from pathlib import Path
+
+    from gpuplan.errors import UsageError
+    from gpuplan.providers import slurm
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "slurm.md").read_text(encoding="utf-8")
+    example = doc.split("### Example: a prepaid-points GPU cluster")[1].split("```yaml\n")[1].split("```")[0]
+    path = tmp_path / "slurm.yaml"
+    path.write_text(example.replace("GPUS", "8").replace("NODES", "2").replace("host_key: ssh-ed25519 AAAA...", ""))
+    with pytest.raises(UsageError, match="points_per_gpu_hour must be a number above 0, not 'POINTS'"):
+        slurm.load(path)
+    path.write_text(path.read_text().replace("POINTS", "3").replace("YEN", "110"))
+    (cluster,) = slurm.load(path)
+    (part,) = cluster.partitions
+    assert (cluster.name, part.gpus_per_node, part.nodes) == ("soroban", 8, 2)
+    cost = slurm.cost_of(cluster, part, None)
+    assert cost.jpy_per_gpu_hour == Decimal(330) and "3 points a GPU-hour" in cost.said
