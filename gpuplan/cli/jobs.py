@@ -593,24 +593,34 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
 
 
 def _follow(state, cluster: str, job: str, on_look=None) -> None:
-    """Print the batch's progress until it ends (batches.follow). Ctrl-C stops following, not the batch."""
-    from gpuplan.run import batches
+    """Show the batch's progress until it ends (batches.follow): on a terminal one live display
+    (cli/tables.py LiveView: a bar with its ETA, the yen so far against its cap in ledger yen), elsewhere a
+    line per change. Ctrl-C stops following, not the batch."""
+    from gpuplan.cli.tables import LiveView
+    from gpuplan.run import batches, recover
 
     err = _console(stderr=True)
-    quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
+    row = state.job(job)
+    cap = recover.job_cap(row) if row is not None else None
+    view = LiveView(err, (cap.billed or cap.yen) if cap is not None else None)
+    quiet_s = 10.0  # a log file gets a line when something changed, at most every 10 s
     last, last_at = "", 0.0
 
     def look(row: JobRow, p) -> None:
         nonlocal last, last_at
-        line = _progress_line(p)
-        if line != last and (p.over or time.monotonic() - last_at >= quiet_s):
-            err.print(line, markup=False, highlight=False)
-            last, last_at = line, time.monotonic()
+        if view.drawing:
+            view.batch(p)
+        else:
+            line = _progress_line(p)
+            if line != last and (p.over or time.monotonic() - last_at >= quiet_s):
+                err.print(line, markup=False, highlight=False)
+                last, last_at = line, time.monotonic()
         if not p.over and on_look is not None:
             on_look(row)
 
     try:
-        batches.follow(state, job, look)
+        with view:
+            batches.follow(state, job, look)
     except KeyboardInterrupt:
         err.print(f"stopped following; job {job} goes on on the cluster: `gpuplan jobs {cluster}`,"
                   f" `gpuplan cancel {cluster} {job}`", markup=False)

@@ -4,6 +4,7 @@ nothing to a finished batch (gpuplan/run/launcher.py carries it out; docs/batch.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -140,8 +141,9 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     """A launch past its checks that need nothing but its files: preflight, the question, the
     build and the batch, under the cluster name's lock (`work`: the workload this command
     planned, for the next plan where the pick is refused; None: a saved plan, launched as it is)."""
-    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _confirm
+    from gpuplan.cli.tables import LiveView
     from gpuplan.run import backends, launcher
     from gpuplan.run import items as run_items
 
@@ -150,7 +152,10 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = run_items.run_order(todo_items, run_items.read_plan(plan))
-    job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan, work, yes, keep)
+    # one live display of the build on a terminal: each machine's latest step (cli/tables.py)
+    with LiveView(err, machines=lambda: [n.name for n in state.nodes(cluster)], title=f"launching {cluster}") as view:
+        job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, view.step, plan, work, yes, keep,
+                             view.paused)
     pick = launcher.pick_of(plan, batch.region or None, batch.tax)  # the next plan's, where the first was refused
     where = backends.job_row(state, job).cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
@@ -163,7 +168,7 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
 
 
 def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
-                   keep: bool = False) -> str:
+                   keep: bool = False, paused=contextlib.nullcontext) -> str:
     """launcher.start; where every zone of the pick's region refused it and the launch planned the
     batch itself, the next plan without the refused offer (run/failover.py), saved over the plan."""
     from gpuplan.run import failover, launcher
@@ -194,8 +199,9 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
         return launcher.start(state, p, batch, cluster, o, t, outputs_dir, progress, keep=keep)
 
     def ask(p):
-        _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
-                 default=True)
+        with paused():  # the live display gives the terminal to the question
+            _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
+                     default=True)
 
     return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask)
 

@@ -209,7 +209,7 @@ def provision(
     prov = lifecycle.get_provider(o.request.provider)
     o, quota = provision.check(state, prov, o, ssh_from)
     _confirm(_create_lines(o, quota), "Create these machines?", yes, default=True)
-    with working(err, f"provisioning {o.request.name}") as step:
+    with working(err, f"provisioning {o.request.name}", lambda: [n.name for n in state.nodes(o.request.name)]) as step:
         cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
                                    keep_on_failure=keep_on_failure, progress=step)
     if as_json:

@@ -70,7 +70,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     they measured (None: a dry run, or nothing to probe). Raises UsageError where the batch says
     no way to probe, or no probe fits the budget."""
     from gpuplan.cli import estimate as estimate_cli
-    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
     from gpuplan.measuring import probe as probing_ops
     from gpuplan.planning import probing
@@ -129,7 +129,10 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
         _print_lines(out, lines + ["dry run: nothing was run"])
         return None
     _confirm(lines, f"Spend at most {fmt.yen(at_most)} on probes?", yes, default=True)
-    results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], _progress(err))
+    from gpuplan.cli.tables import working
+
+    with working(err, f"probing {fmt.plural(len(take), 'offer')}") as step:  # one live display on a terminal
+        results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], step)
     for r in results:
         where = f"{r.offer.provider}:{r.offer.name} ({r.offer.gpu})"
         cost = f", cost {fmt.yen(r.yen)}" if r.yen is not None else ""
