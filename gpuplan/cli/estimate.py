@@ -1194,7 +1194,7 @@ def register(app: typer.Typer) -> None:
             from gpuplan.planning import plot as plotting
             from gpuplan.units import parse_duration
 
-            plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None)
+            plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None, parse_budget(budget))
             print(f"plot written to {plot}", file=sys.stderr)
         if out_format == "json":
             write_json(est, sys.stdout, schedules)
