@@ -385,6 +385,13 @@ def _folded(est, alike: dict[int, int]) -> tuple[list, dict[int, int]]:
     return out, alike
 
 
+# What an excluded plan's reason word means where the word alone does not say it (issue 46:
+# "priced later 4" read as nothing); --all gives each plan's own sentence.
+_EXCLUDED_WORDS = {"priced later": " (their price rows are dated after the --as-of month)",
+                   "not available": " (sold only after the --as-of month)",
+                   "unpriced": " (no price row: prices.yaml can give one)"}
+
+
 def _excluded_line(est) -> str:
     """The excluded plans folded: "52 plans excluded: packing 20, image 6, retired 8; --all lists them"."""
     counts: dict[str, int] = {}
@@ -394,7 +401,8 @@ def _excluded_line(est) -> str:
             counts[word] = counts.get(word, 0) + 1
     if not counts:
         return ""
-    parts = ", ".join(f"{word} {n}" for word, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    parts = ", ".join(f"{word} {n}{_EXCLUDED_WORDS.get(word, '')}"
+                      for word, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
     return f"{fmt.plural(sum(counts.values()), 'plan')} excluded: {parts}; --all lists them with their reasons"
 
 
@@ -465,6 +473,22 @@ def _table_scale(est, show_all: bool) -> str | None:
                         + [t for sp in ranged.values() for t in sp.wall_s])
 
 
+def _billed_words(plan) -> str:
+    """Why a plan's billed time differs from its wall (issue 46: "billed 1:02 h" under "wall
+    1:14 h" read as a mistake): what is billed and what of the wall is not."""
+    first = plan.fleet[0][0]
+    machines = sum(n for _, n in plan.fleet)
+    if plan.billed_s == plan.wall_s:
+        return ""
+    if first.kind == "task":
+        return " (each task's run time; its image pull and start are wall time, not billed)"
+    if getattr(first, "queue_wait_s", 0):  # a shared cluster's queue (planning/candidates.py)
+        return " (GPU time from each job's start; the queue's wait is wall time, not billed)"
+    if plan.billed_s > plan.wall_s and machines > 1:
+        return f" (the time of {fmt.plural(machines, 'machine')}, summed)"
+    return " (the machines' billed time; the rest of the wall, no machine bills)"
+
+
 def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     """The lines after the table as (kind, text): kind "head", "line", "warning" or "assumption".
     Every note once: plans that share hardware share its note."""
@@ -476,7 +500,7 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     wall, billed = fmt.duration(rec.wall_s, scale), fmt.duration(rec.billed_s, scale)
     out = [("head", f"Recommended: {rec.label} {rec.provider} {rec.region}, "
                     f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
-                    f"{fmt.yen(rec.cost)}, wall {wall}, billed {billed}")]
+                    f"{fmt.yen(rec.cost)}, wall {wall}, billed {billed}{_billed_words(rec)}")]
     parts = ", ".join(f"{k} {fmt.yen(v, 2)}" for k, v in rec.breakdown.items() if v)
     out.append(("line", f"breakdown: {parts} (total {fmt.yen(rec.cost, 2)} → {fmt.yen(rec.cost)})" if parts
                 else "breakdown: nothing more to pay for this batch (hardware you already have)"))
@@ -1042,6 +1066,19 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
 
         allowed = {p.lower() for p in providers}
         cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.provider.lower() in allowed))
+        if not cat.offers:  # a run backend's own offers (a Slurm cluster's partitions) come from its file
+            from gpuplan.run import backends
+
+            own = [name for name in allowed if name in backends.registered() and name != backends.CLUSTERS]
+            if own:
+                from importlib import import_module
+
+                try:  # where its file is looked for (providers/slurm.py: config.yaml may name another)
+                    where = getattr(import_module(f"gpuplan.providers.{own[0]}"), "clusters_path", lambda: None)()
+                except ImportError:
+                    where = None
+                raise UsageError(f"infra {', '.join(providers)}: no {own[0]} offers: none described in"
+                                 f" {where or own[0] + '.yaml'}; docs/{own[0]}.md says how to describe yours")
         if not cat.offers:
             raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
                              f" catalog {cat.snapshot}; see `gpuplan catalog`")
@@ -1123,7 +1160,7 @@ def register(app: typer.Typer) -> None:
         videos: Annotated[Optional[int], typer.Option(metavar="N", help="Plan N colorize-hd jobs, one model per video (field report A).")] = None,
         workload: Annotated[Optional[str], typer.Option(metavar="NAME|FILE", help="Built-in workload name or a YAML file (docs/workloads.md).")] = None,
         as_of: Annotated[Optional[str], typer.Option("--as-of", help="Plan with the catalog as of YYYY-MM.", metavar="YYYY-MM")] = None,
-        provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers.")] = None,
+        provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers: {providers}.")] = None,
         region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region's offers.")] = None,
         deadline: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The latest acceptable wall time, such as 90m, 3h, 1h30m or 2d.")] = None,
         strict: Annotated[bool, typer.Option("--strict", help="With --deadline: a plan meets it only if its wall range's slow end does (every GPU at the low end of its speed's band), not its estimate alone.")] = False,
@@ -1173,7 +1210,7 @@ def register(app: typer.Typer) -> None:
             from gpuplan.planning import plot as plotting
             from gpuplan.units import parse_duration
 
-            plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None)
+            plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None, parse_budget(budget))
             print(f"plot written to {plot}", file=sys.stderr)
         if out_format == "json":
             write_json(est, sys.stdout, schedules)

@@ -635,24 +635,34 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
 
 
 def _follow(state, cluster: str, job: str, on_look=None) -> None:
-    """Print the batch's progress until it ends (batches.follow). Ctrl-C stops following, not the batch."""
-    from gpuplan.run import batches
+    """Show the batch's progress until it ends (batches.follow): on a terminal one live display
+    (cli/tables.py LiveView: a bar with its ETA, the yen so far against its cap in ledger yen), elsewhere a
+    line per change. Ctrl-C stops following, not the batch."""
+    from gpuplan.cli.tables import LiveView
+    from gpuplan.run import batches, recover
 
     err = _console(stderr=True)
-    quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
+    row = state.job(job)
+    cap = recover.job_cap(row) if row is not None else None
+    view = LiveView(err, (cap.billed or cap.yen) if cap is not None else None)
+    quiet_s = 10.0  # a log file gets a line when something changed, at most every 10 s
     last, last_at = "", 0.0
 
     def look(row: JobRow, p) -> None:
         nonlocal last, last_at
-        line = _progress_line(p)
-        if line != last and (p.over or time.monotonic() - last_at >= quiet_s):
-            err.print(line, markup=False, highlight=False)
-            last, last_at = line, time.monotonic()
+        if view.drawing:
+            view.batch(p)
+        else:
+            line = _progress_line(p)
+            if line != last and (p.over or time.monotonic() - last_at >= quiet_s):
+                err.print(line, markup=False, highlight=False)
+                last, last_at = line, time.monotonic()
         if not p.over and on_look is not None:
             on_look(row)
 
     try:
-        batches.follow(state, job, look)
+        with view:
+            batches.follow(state, job, look)
     except KeyboardInterrupt:
         err.print(f"stopped following; job {job} goes on on the cluster: `gpuplan jobs {cluster}`,"
                   f" `gpuplan cancel {cluster} {job}`", markup=False)
@@ -718,7 +728,8 @@ def _billed_how(summary) -> str:
         how = (f"{fmt.plural(len(summary.task_seconds), 'task')} each billed for its own run time at"
                f" {fmt.rate(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
     elif owned(summary.provider):  # the user's own hosts: their power, as the estimate charges it
-        how = (f"{fmt.plural(summary.nodes, 'owned host')}' power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
+        whose = "1 owned host's" if summary.nodes == 1 else f"{fmt.count(summary.nodes)} owned hosts'"
+        how = (f"{whose} power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
                if summary.price_jpy_per_hour is not None else "owned hosts")
     elif len({t.hourly for t, _ in summary.node_seconds}) > 1:  # a replacement at another price joined
         from collections import Counter

@@ -4,6 +4,7 @@ nothing to a finished batch (gpuplan/run/launcher.py carries it out; docs/batch.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -25,7 +26,7 @@ def launch(
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with (one job per item).", metavar="NAME|FILE")] = None,
     plan: Annotated[Optional[Path], typer.Option("--plan", help="Launch this saved plan (`gpuplan estimate --save`) instead of planning again.", metavar="FILE")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run each item in this container image.", metavar="IMAGE")] = None,
-    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated: {infra}.", metavar="NAMES")] = None,
     region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="The latest acceptable wall time (3h, 90m).", metavar="DURATION")] = None,
@@ -164,8 +165,9 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     """A launch past its checks that need nothing but its files: preflight, the question, the
     build and the batch, under the cluster name's lock (`work`: the workload this command
     planned, for the next plan where the pick is refused; None: a saved plan, launched as it is)."""
-    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _confirm
+    from gpuplan.cli.tables import LiveView
     from gpuplan.run import backends, launcher
     from gpuplan.run import items as run_items
 
@@ -181,7 +183,10 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
                                   "cap" if batch.max_yen is not None else "plan",
                                   cluster if backends.get(pick.backend).has_cluster else None)
     try:
-        job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan, work, yes, keep)
+        # one live display of the build on a terminal: each machine's latest step (cli/tables.py)
+        with LiveView(err, machines=lambda: [n.name for n in state.nodes(cluster)], title=f"launching {cluster}") as view:
+            job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, view.step, plan, work, yes, keep,
+                                 view.paused)
     except BaseException:
         state.release_commitments(rid=reserved)  # nothing of it is left running (start tears down what it made)
         raise
@@ -198,7 +203,7 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
 
 
 def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
-                   keep: bool = False) -> str:
+                   keep: bool = False, paused=contextlib.nullcontext) -> str:
     """launcher.start; where every zone of the pick's region refused it and the launch planned the
     batch itself, the next plan without the refused offer, within the batch's `failover:`
     (run/failover.py), saved over the plan; or the pick again after failover.wait."""
@@ -230,8 +235,9 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
         return launcher.start(state, p, batch, cluster, o, t, outputs_dir, progress, keep=keep)
 
     def ask(p):
-        _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
-                 default=True)
+        with paused():  # the live display gives the terminal to the question
+            _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
+                     default=True)
 
     from gpuplan.units import parse_duration
 

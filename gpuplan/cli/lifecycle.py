@@ -135,23 +135,6 @@ def _create_lines(o, quota: list | None = None, lifetime: str | None = None) -> 
     return lines + [f"  {note}" for note in o.notes]
 
 
-# What each provider does at a TTL, in its own terms (issue 42: GCP's was said to "stop" machines
-# GCE deletes), as its module's docstring says it arms it: the provision line, and status's words
-# for the time left. AWS: a shutdown from inside with InstanceInitiatedShutdownBehavior=terminate;
-# GCP: maxRunDuration with instanceTerminationAction DELETE; Azure: the auto-shutdown schedule,
-# which deallocates; Sakura: a timer that powers the server off (stopped, its disk kept).
-_TTL_DOES = {
-    "aws": ("each machine shuts itself down after that and EC2 terminates it (its root disk with it)",
-            "EC2 terminates them in"),
-    "gcp": ("GCE itself deletes the machines (and their disks) after that", "GCE deletes them in"),
-    "azure": ("Azure's auto-shutdown deallocates the machines after that (compute stops billing; their disks and"
-              " addresses bill until `gpuplan teardown`)", "Azure deallocates them in"),
-    "sakura": ("each machine powers itself off (stops) after that; its disk bills until `gpuplan teardown`",
-               "they stop (power off) in"),
-    "": ("the cloud itself stops the machines after that", "released in"),
-}
-
-
 def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
     """How long the machines live and bill: one true line for each of TTL, idle stop, both and
     neither (issue 33: the "no TTL" warning followed a TTL, and --idle alone hid it)."""
@@ -159,9 +142,11 @@ def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
         return [lifetime]
     if mine:
         return [f"owned hosts: claimed for {req.name} until `gpuplan teardown {req.name}` releases them (never deleted)"]
+    from gpuplan.fleet.lifecycle import TTL_DOES
+
     lines = []
     if req.ttl_s:
-        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {_TTL_DOES.get(req.provider, _TTL_DOES[''])[0]}")
+        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {TTL_DOES.get(req.provider, TTL_DOES[''])[0]}")
     if req.idle_s:
         from gpuplan.fleet import idle
 
@@ -254,7 +239,7 @@ def provision(
     reserved = (budget.reserve_spend(state, team.current().project, spend, spend_what, "ttl", o.request.name)
                 if spend else None)  # checked and recorded in one transaction
     try:
-        with working(err, f"provisioning {o.request.name}") as step:
+        with working(err, f"provisioning {o.request.name}", lambda: [n.name for n in state.nodes(o.request.name)]) as step:
             cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
                                        keep_on_failure=keep_on_failure, progress=step)
     except BaseException:
@@ -289,6 +274,8 @@ def _print_status(out, statuses) -> None:
     printed in one call: a rich Table per cluster took 15 s for 1,000 clusters."""
     from rich.text import Text
 
+    from gpuplan.fleet.lifecycle import TTL_DOES
+
     if not statuses:
         out.print("no clusters; `gpuplan launch batch.yaml` plans, builds and runs a batch on whatever the pick is"
                   " (docs/batch.md), or `gpuplan provision NC4as_T4_v3 x2` creates one")
@@ -297,7 +284,7 @@ def _print_status(out, statuses) -> None:
     me = _me()
     for s in statuses:
         c = s.cluster
-        ttl = (f", TTL: {_TTL_DOES.get(c.provider, _TTL_DOES[''])[1]} {fmt.duration(max(0, s.ttl_left_s))}"
+        ttl = (f", TTL: {TTL_DOES.get(c.provider, TTL_DOES[''])[1]} {fmt.duration(max(0, s.ttl_left_s))}"
                if s.ttl_left_s is not None else "")
         parts.append((c.name, "bold"))
         if c.user not in (me, "unknown"):  # another user's: say whose (and for which project)

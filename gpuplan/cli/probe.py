@@ -21,7 +21,7 @@ def probe(
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (the first is probed).", metavar="FILE")] = None,
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with.", metavar="NAME|FILE")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run the probe in this container image.", metavar="IMAGE")] = None,
-    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated: {infra}.", metavar="NAMES")] = None,
     region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="At most this for all the probes: a share of the pick's yen (2%, the default) or yen (500).", metavar="PERCENT|YEN")] = None,
@@ -80,7 +80,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     they measured (None: a dry run, or nothing to probe). Raises UsageError where the batch says
     no way to probe, or no probe fits the budget."""
     from gpuplan.cli import estimate as estimate_cli
-    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
     from gpuplan.measuring import probe as probing_ops
     from gpuplan.planning import probing
@@ -149,8 +149,11 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     _confirm(lines, f"Spend at most {fmt.yen(at_most)} on probes?", yes, default=True)
     state = state or State.open_default()
     reserved = budgets.reserve_spend(state, team.current().project, spend, "probe's most", "cap")
+    from gpuplan.cli.tables import working
+
     try:  # held while the probes run (a killed client's: COMMITMENT_GRACE_S)
-        results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], _progress(err))
+        with working(err, f"probing {fmt.plural(len(take), 'offer')}") as step:  # one live display on a terminal
+            results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], step)
     finally:
         state.release_commitments(rid=reserved)  # what they spent is in the ledger now
     for r in results:
