@@ -76,15 +76,7 @@ def write(est, path: Path, deadline_s: int | None = None, budget: Decimal | None
     else:
         timeline.axis("off")
         timeline.text(0.5, 0.5, f"no recommendation: {est.reason}", ha="center", va="center", wrap=True)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None,
-                    bbox_inches="tight", pad_inches=0.2)
-    except OSError as exc:
-        raise UsageError(f"cannot write the plot to {path} ({exc.strerror})") from None
-    finally:
-        plt.close(fig)
-    return path
+    return _save(fig, path, suffix)
 
 
 def _jobs_text(names: Sequence[str]) -> str:
@@ -253,6 +245,14 @@ def budget_chart(path: Path, title: str, days: Sequence[int], spent: Sequence[De
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.yen(Decimal(str(v)).quantize(Decimal(1)))))
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left")
+    return _save(fig, path, suffix)
+
+
+def _save(fig, path: Path, suffix: str) -> Path:
+    """Write the figure to `path` as `suffix` says (an SVG without its date, so the same plot
+    is the same file) and close it; one line where the file cannot be written."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     try:
         fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None,
