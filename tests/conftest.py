@@ -94,6 +94,16 @@ def issue_19_regions(gpuplan_home):
 
 
 @pytest.fixture
+def dok_env(monkeypatch):
+    """The Sakura 高火力 DOK fake (support/sakura_dok_fake.py) started, gpuplan's DOK settings
+    pointing at it; stopped after, and no request it did not know."""
+    from support.sakura_dok_fake import serving
+
+    with serving(monkeypatch) as fake:
+        yield fake
+
+
+@pytest.fixture
 def mem(monkeypatch):
     """An in-memory provider registered as "memory", every size resolving to test_lifecycle's
     offer (m1.gpu at ¥100/h): provision, status and teardown through the CLI without a cloud."""

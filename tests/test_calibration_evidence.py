@@ -130,8 +130,10 @@ def _pick(cli) -> tuple:
 
 
 def _batch(folder, workload, command):
+    """The batch file, batch.yaml (one file, edited between launches: a launch of it finds the
+    cluster an earlier one kept up for it)."""
     (folder / "videos.txt").write_text("".join(f"{i}\n" for i in ITEMS))
-    path = folder / f"batch-{len(list(folder.glob('batch-*.yaml')))}.yaml"
+    path = folder / "batch.yaml"
     path.write_text(yaml.safe_dump({"workload": workload, "items": "videos.txt", "infra": ["owned"],
                                     "command": command}, sort_keys=False))
     return path
@@ -143,10 +145,11 @@ def test_an_echo_batch_changes_no_estimate_and_the_reference_job_records_a_speed
     from gpuplan.store.state import State
 
     before = _pick(cli)
-    r = cli("launch", str(_batch(tmp_path, "colorize-hd", "echo {item}")), "-y")
+    # kept up for the reference job's launch below (one claim and one Ray start for the two)
+    r = cli("launch", str(_batch(tmp_path, "colorize-hd", "echo {item}")), "-y", "--keep")
     assert r.code == 0, r.out + r.err
     out = " ".join(r.out.split())
-    assert "4 ok of 4 items" in out and "calibration recorded" not in out
+    assert "4 ok of 4 items" in out and "calibration recorded" not in out and "left up (--keep)" in out
     assert ("not recorded as a calibration: the batch ran `echo {item}`, not colorize-hd's job"
             " (`python -m gpuplan.jobs.colorize`)") in out
     assert _pick(cli) == before  # the pick, its yen and every plan's speed kind: as before the batch
@@ -165,8 +168,9 @@ def test_an_echo_batch_changes_no_estimate_and_the_reference_job_records_a_speed
         "memory_gib": 1, "parallel": "none", "jobs": [{"name": "clip", "count": 4, "units": 1}],
         "command": "python -m gpuplan.jobs.colorize", "source": "timed once on this machine's CPU by the test"}))
     job = f"{sys.executable} -m gpuplan.jobs.colorize {' '.join(SMALL)} --checkpoint-dir {tmp_path}/ckpt/{{item}}"
-    r = cli("launch", str(_batch(tmp_path, "colorize-cpu.yaml", job)), "-y")
+    r = cli("launch", str(_batch(tmp_path, "colorize-cpu.yaml", job)), "-y", "--outputs", "reference")
     assert r.code == 0, r.out + r.err
+    assert "cluster batch is up already: using it" in r.err
     assert "calibration recorded: `gpuplan estimate --workload colorize-cpu` now plans" in " ".join(r.out.split())
     state = State(paths.state_db())
     (row,) = state.calibrations("colorize-cpu")

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from support.sakura_dok_fake import DokFake, run_the_queue
+from support.sakura_dok_fake import run_the_queue
 from support.sakura_phy_fake import PhyFake
 
 CLUSTER_KEYS = {"name", "provider", "region", "instance_type", "count", "status", "owned", "image", "created_at",
@@ -131,17 +131,7 @@ def test_image_list_prints_the_image_shape(cli, gpuplan_home):
     assert "t4-img" in table and "g4dn.xlarge" in table
 
 
-# --- run, jobs, dok status (the DOK fake) ----------------------------------------------------------
-
-
-@pytest.fixture
-def dok_env(monkeypatch):
-    fake = DokFake()
-    fake.root = fake.start()
-    for k, v in fake.env(fake.root).items():
-        monkeypatch.setenv(k, v)
-    yield fake
-    fake.stop()
+# --- run, jobs, dok status (the DOK fake: conftest's dok_env) ----------------------------------------
 
 
 def _items(tmp_path, *names) -> str:

@@ -201,9 +201,8 @@ def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_host
     job = state.jobs("batch")[-1]
     assert (job.backend, job.state, job.options["launch"]["cluster"]) == ("ray", "succeeded", "batch")
     state.close()
-    r = cli("launch", str(path), "-y", "--outputs", "again")  # the same batch again: the name is free once torn down
-    assert r.code == 0, r.out + r.err
-    assert len(list((tmp_path / "again").glob("*/result.txt"))) == 4
+    # the same batch file launched again once torn down takes its name again, claims the same hosts
+    # and runs: tests/test_launch_unhappy.py's link test launches one batch file three times over
 
 
 def test_estimate_and_launch_agree_on_the_pick(cli, tmp_path, monkeypatch):

@@ -6,22 +6,12 @@ and given items of the batch, which stays within its cap on one tax basis."""
 from __future__ import annotations
 
 import threading
-import time
 from decimal import Decimal
 
 import pytest
 import yaml
 
 pytestmark = pytest.mark.sshd
-
-
-def _wait(what, timeout: float, every: float = 0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if what():
-            return True
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap(tmp_path, gpuplan_home, monkeypatch,
@@ -32,6 +22,7 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
     from gpuplan.store.state import State
     from support.ray_env import free_port_range, ray_venv, stop_ray, tagged_pids
     from support.sshd import start_hosts, stop_hosts
+    from support.waiting import item_running_on, wait_for
 
     hosts = start_hosts(3, tmp_path)
     port = free_port_range(3)
@@ -62,16 +53,8 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
         "command": "sh -c 'sleep 5; echo {item} > $GPUPLAN_OUTPUT_DIR/r'"}))
     lay = engine.layout()
     try:
-        def running_on_batch_1() -> bool:  # as the launch following the batch wrote it in the state
-            seen = State(paths.state_db())
-            try:
-                return any(it.status == "running" and it.node == "batch-1"
-                           for job in seen.jobs("batch") for it in seen.job_items(job.id))
-            finally:
-                seen.close()
-
-        def lose_node_1() -> None:
-            _wait(running_on_batch_1, timeout=180, every=0.3)
+        def lose_node_1() -> None:  # once the launch following the batch wrote an item running on batch-1
+            wait_for(lambda: item_running_on(paths.state_db(), "batch", "batch-1"), timeout=180)
             write_inventory(3)
             stop_ray(f"batch-{lay.base(1)}")  # batch-1's Ray and everything under it: a host gone
 

@@ -5,20 +5,10 @@ is claimed, joined to Ray and given items while the batch runs."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 pytestmark = pytest.mark.sshd
-
-
-def _wait(what, timeout: float, every: float = 0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if what():
-            return True
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tmp_path, monkeypatch, cli, gpuplan_home):
@@ -29,6 +19,7 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
     from gpuplan.store.state import State
     from support.ray_env import free_port_range, ray_venv, stop_ray
     from support.sshd import start_hosts, stop_hosts
+    from support.waiting import item_running_on, wait_for
 
     monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
     port = free_port_range(3)
@@ -50,16 +41,8 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         items.write_text("".join(f"i{k}\n" for k in range(12)))
         lay = engine.layout()
 
-        def running_on_rec_1() -> bool:  # as the run following the batch wrote it in the state
-            seen = State(paths.state_db())
-            try:
-                return any(it.status == "running" and it.node == "rec-1"
-                           for job in seen.jobs("rec") for it in seen.job_items(job.id))
-            finally:
-                seen.close()
-
-        def lose_node_1() -> None:
-            _wait(running_on_rec_1, timeout=120, every=0.3)
+        def lose_node_1() -> None:  # once the run following the batch wrote an item running on rec-1
+            wait_for(lambda: item_running_on(paths.state_db(), "rec", "rec-1"), timeout=120)
             stop_ray(f"rec-{lay.base(1)}")  # rec-1's Ray and everything under it: a host gone
 
         killer = threading.Thread(target=lose_node_1, daemon=True)

@@ -14,7 +14,7 @@ import pytest
 
 from gpuplan.errors import UsageError
 from gpuplan.run.dok import dok_batch
-from support.sakura_dok_fake import DokFake
+from support.sakura_dok_fake import serving
 
 SH = shutil.which("dash") or "sh"  # the runner must do with a plain POSIX shell
 
@@ -27,13 +27,9 @@ ITEM_COMMAND = ["sh", "-c", 'echo "got [$1] on gpu $CUDA_VISIBLE_DEVICES"; sleep
 
 @pytest.fixture
 def fake(monkeypatch):
-    f = DokFake(execute=True)
-    f.root = f.start()
-    for k, v in f.env(f.root).items():
-        monkeypatch.setenv(k, v)
-    yield f
-    f.stop()
-    assert f.unknown == []
+    """The DOK fake running each task's command here (conftest's dok_env, with execute=True)."""
+    with serving(monkeypatch, execute=True) as f:
+        yield f
 
 
 def _items(tmp_path: Path, names) -> str:

@@ -110,20 +110,7 @@ def test_run_takes_secret_env_where_it_takes_env(cli, tmp_path, monkeypatch):
     assert r.code == 2 and "--env, --env-file, --secret-env and --registry are for DOK task runs" in r.err
 
 
-# --- `gpuplan run dok:PLAN --secret-env NAME` against the DOK fake (tests/support/sakura_dok_fake.py) ----
-
-
-@pytest.fixture
-def dok_env(monkeypatch):
-    from support.sakura_dok_fake import DokFake
-
-    fake = DokFake()
-    fake.root = fake.start()
-    for k, v in fake.env(fake.root).items():
-        monkeypatch.setenv(k, v)
-    yield fake
-    fake.stop()
-    assert fake.unknown == []
+# --- `gpuplan run dok:PLAN --secret-env NAME` against the DOK fake (conftest's dok_env) ----
 
 
 def test_run_dok_sends_the_value_keeps_the_name_and_a_resume_reads_it_again(dok_env, cli, tmp_path, monkeypatch):

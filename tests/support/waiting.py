@@ -14,3 +14,16 @@ def wait_for(what, timeout: float = 90.0, every: float = 0.3):
             return got
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def item_running_on(state_db, cluster: str, node: str) -> bool:
+    """Does the state at `state_db` show an item of a batch on `cluster` running on `node`, as the
+    client following the batch wrote it? (A recover test loses the node then: by the state, not by
+    counting machine-wide processes, as items carry no Ray tag.)"""
+    from gpuplan.store.state import State
+
+    seen = State(state_db)
+    try:
+        return any(it.status == "running" and it.node == node for job in seen.jobs(cluster) for it in seen.job_items(job.id))
+    finally:
+        seen.close()
