@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-pytest_plugins = ["support.aws_moto"]  # the moto_aws fixture, for every test module that asks for it
+pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and the PostgreSQL (store) fixtures
 
 
 # scripts/test.sh runs the suite on two pytest-xdist workers, a test file to a worker (--dist

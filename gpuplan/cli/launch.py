@@ -102,9 +102,7 @@ def launch(
 
             failover.refuse_over_rate([(pick.offer, pick.count)], batch.max_yen_per_hour, batch.tax)
             if dry_run:
-                from gpuplan import paths
-
-                peek = State.open_default() if paths.state_db().exists() else None
+                peek = State.open_existing()
                 cluster = launcher.peek_name(peek, batch)
                 if peek is not None:
                     peek.close()
