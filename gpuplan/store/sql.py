@@ -91,11 +91,11 @@ def check_url(url: str, where: str) -> str:
     return url
 
 
-def _conninfo(url: str) -> dict[str, Any]:
+def _conninfo(url: str, application_name: str = "gpuplan") -> dict[str, Any]:
     parts = urlsplit(url)
     info: dict[str, Any] = {"host": parts.hostname, "dbname": unquote(parts.path.lstrip("/")),
                             "connect_timeout": int(os.environ.get("GPUPLAN_STATE_CONNECT_TIMEOUT") or 10),
-                            "application_name": "gpuplan"}
+                            "application_name": application_name[:63]}
     if parts.port:
         info["port"] = parts.port
     if parts.username:
@@ -191,12 +191,13 @@ class PostgresDb:
     fetchall, rowcount, iteration); executemany(). Autocommit: transactions are explicit
     (State._tx). Losing the server is one StateUnreachable line, not a traceback."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, application_name: str = "gpuplan") -> None:
         self.url = url
         self.where = redacted(url)
         self._psycopg = _psycopg()
         try:
-            self._conn = self._psycopg.connect(**_conninfo(url), autocommit=True, row_factory=_row_factory)
+            self._conn = self._psycopg.connect(**_conninfo(url, application_name), autocommit=True,
+                                               row_factory=_row_factory)
         except self._psycopg.Error as exc:
             raise unreachable(self.where, exc) from None
 
@@ -241,12 +242,36 @@ class PostgresDb:
             out.setdefault(r[0], set()).add(r[1])
         return out
 
-    def try_lock(self, key: int) -> bool:
-        """Take the session advisory lock `key` if no other session holds it."""
-        return bool(self.execute("SELECT pg_try_advisory_lock(?)", (key,)).fetchone()[0])
-
     def close(self) -> None:
         self._conn.close()
+
+
+class AdvisoryLock:
+    """A gpuplan lock (fleet/locks.py) held across machines sharing one PostgreSQL state: a
+    session advisory lock on a connection of its own, kept for the lock's life. The server
+    frees it when that session ends, a killed process's included, so it cannot go stale.
+    `who` (pid, host, command) is the connection's application_name: what a refused command
+    shows of the holder."""
+
+    def __init__(self, url: str, name: str, who: str) -> None:
+        self.key = lock_key(name)
+        self.db = PostgresDb(url, application_name=who)
+
+    def try_take(self) -> bool:
+        """Take the lock if no other session holds it."""
+        return bool(self.db.execute("SELECT pg_try_advisory_lock(?)", (self.key,)).fetchone()[0])
+
+    def holder(self) -> str | None:
+        """The holder's application_name (None: it cannot be told)."""
+        hi, lo = (self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF
+        row = self.db.execute("SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                              " WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = ?"
+                              " AND l.objid::bigint = ? AND l.objsubid = 1 AND a.pid <> pg_backend_pid()",
+                              (hi, lo)).fetchone()
+        return str(row[0]) if row and row[0] else None
+
+    def release(self) -> None:
+        self.db.close()  # the session's end frees its advisory locks
 
 
 def _psycopg():
