@@ -206,7 +206,7 @@ class PostgresDb:
             return self._conn.execute(postgres_sql(sql), tuple(args))  # type: ignore[arg-type]
         except self._psycopg.OperationalError as exc:
             if self._conn.closed or self._conn.broken:
-                raise unreachable(self.where, exc) from None
+                raise unreachable(self.where, exc, lost=True) from None
             raise
 
     def executemany(self, sql: str, rows: Iterable[Iterable[Any]]) -> None:
@@ -215,7 +215,7 @@ class PostgresDb:
                 cur.executemany(postgres_sql(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
         except self._psycopg.OperationalError as exc:
             if self._conn.closed or self._conn.broken:
-                raise unreachable(self.where, exc) from None
+                raise unreachable(self.where, exc, lost=True) from None
             raise
 
     @contextmanager
@@ -283,13 +283,17 @@ def _psycopg():
     return psycopg
 
 
-def unreachable(where: str, exc: BaseException) -> StateUnreachable:
-    """One line for a PostgreSQL state gpuplan cannot reach, saying what to check."""
+def unreachable(where: str, exc: BaseException, lost: bool = False) -> StateUnreachable:
+    """One line for a PostgreSQL state gpuplan cannot reach (`lost`: lost mid-command), saying
+    what to check."""
     reason = " ".join(str(exc).split()) or type(exc).__name__
-    reason = re.sub(r"password=\S+", "password=...", reason)
+    reason = re.sub(r"password=\S+", "password=...", reason).split(". ")[0].rstrip(".")
     if "password" in reason.lower() or "authentication" in reason.lower():
         check = "check the user and the password in PGPASSWORD or ~/.pgpass"
     else:
         check = "check that the server runs and that host, port and database are right"
-    return StateUnreachable(f"cannot reach the state database {where} ({reason[:200]}); {check}, then run this"
+    if lost:
+        return StateUnreachable(f"lost the state database {where} mid-command ({reason[:160]}); {check}, then run"
+                                " `gpuplan status` to see where things stand")
+    return StateUnreachable(f"cannot reach the state database {where} ({reason[:160]}); {check}, then run this"
                             " again: nothing was changed")

@@ -61,7 +61,7 @@ class Server:
 
     def start(self) -> None:
         options = (f"-k {self.folder} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off"
-                   " -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+                   " -c full_page_writes=off -c max_connections=300"
                    " -c shared_buffers=32MB")
         self._run("pg_ctl", "-D", str(self.folder / "data"), "-o", options, "-l", str(self.folder / "log"),
                   "-w", "-t", "60", "start")
