@@ -91,6 +91,15 @@ def test_a_cloud_call_whose_intent_cannot_be_written_is_not_made(postgres_server
     state.close()
 
 
+def test_a_login_the_server_refuses_is_one_line_naming_where_the_password_comes_from(cli, postgres_server, monkeypatch):
+    url = f"postgresql://nosuch@127.0.0.1:{postgres_server.port}/postgres"
+    monkeypatch.setenv("GPUPLAN_STATE_URL", url)
+    r = cli("status")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    assert r.err.startswith(f"gpuplan: error: cannot reach the state database {url} (")
+    assert '"nosuch" does not exist' in r.err and "check the user and the password in PGPASSWORD or ~/.pgpass" in r.err
+
+
 def test_postgres_stopped_mid_provision_leaves_nothing_the_journal_does_not_hold(tmp_path, monkeypatch):
     """The server stops right after the create call, before its outcome is written: the
     provision fails with one line and makes no other call that needs a journal row first (no

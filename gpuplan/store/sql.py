@@ -160,7 +160,7 @@ class Row(tuple):
     _names: tuple[str, ...]
     _index: dict[str, int]
 
-    def __getitem__(self, key):  # type: ignore[override]
+    def __getitem__(self, key):
         if isinstance(key, str):
             return tuple.__getitem__(self, self._index[key])
         return tuple.__getitem__(self, key)
@@ -203,7 +203,7 @@ class PostgresDb:
 
     def execute(self, sql: str, args: Iterable[Any] = ()):
         try:
-            return self._conn.execute(postgres_sql(sql), tuple(args))  # type: ignore[arg-type]
+            return self._conn.execute(postgres_sql(sql), tuple(args))
         except self._psycopg.OperationalError as exc:
             if self._conn.closed or self._conn.broken:
                 raise unreachable(self.where, exc, lost=True) from None
@@ -212,7 +212,7 @@ class PostgresDb:
     def executemany(self, sql: str, rows: Iterable[Iterable[Any]]) -> None:
         try:
             with self._conn.cursor() as cur:
-                cur.executemany(postgres_sql(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
+                cur.executemany(postgres_sql(sql), [tuple(r) for r in rows])
         except self._psycopg.OperationalError as exc:
             if self._conn.closed or self._conn.broken:
                 raise unreachable(self.where, exc, lost=True) from None
@@ -288,7 +288,7 @@ def unreachable(where: str, exc: BaseException, lost: bool = False) -> StateUnre
     what to check."""
     reason = " ".join(str(exc).split()) or type(exc).__name__
     reason = re.sub(r"password=\S+", "password=...", reason).split(". ")[0].rstrip(".")
-    if "password" in reason.lower() or "authentication" in reason.lower():
+    if any(w in reason.lower() for w in ("password", "authentication", "role", "permission denied")):
         check = "check the user and the password in PGPASSWORD or ~/.pgpass"
     else:
         check = "check that the server runs and that host, port and database are right"

@@ -587,6 +587,7 @@ class State:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._pg: dialect.PostgresDb | None = None
+        self._db: Db
         # where the state is, in words a message may show (a URL never with a password)
         self.where = dialect.redacted(url) if url else str(self.path)
         if url:
