@@ -76,19 +76,29 @@ def test_a_database_away_is_one_line_and_creates_nothing(cli, gpuplan_home, monk
         assert _files(gpuplan_home / "state") == []
 
 
-def test_a_cloud_call_whose_intent_cannot_be_written_is_not_made(postgres_server, postgres_url, tmp_path):
-    state = State(tmp_path / "x.db", url=postgres_url)
-    calls: list[str] = []
-    postgres_server.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{postgres_url.rsplit('/', 1)[1]}'"
-                         " AND pid <> pg_backend_pid()")  # the server drops the state's connection
-    with pytest.raises(StateUnreachable) as caught:
+def test_a_cloud_call_whose_intent_cannot_be_written_is_not_made(tmp_path):
+    server = start_server()
+    try:
+        server.psql("CREATE DATABASE team")
+        state = State(tmp_path / "x.db", url=server.url("team"))
+        state.add_cluster("demo", "aws", "ap-northeast-1", "g4dn.xlarge", 1)
+        calls: list[str] = []
+        server.stop()
+        with pytest.raises(StateUnreachable) as caught:
+            with state.journaled("create-nodes", "demo-0", "demo"):
+                calls.append("create")
+        assert calls == [] and str(caught.value).startswith(f"lost the state database {server.url('team')} mid-command")
+        server.start()  # back: the same State goes on, on a new connection (none was in a transaction)
+        assert state.journal() == [] and [c.name for c in state.clusters()] == ["demo"]
         with state.journaled("create-nodes", "demo-0", "demo"):
             calls.append("create")
-    assert calls == [] and str(caught.value).startswith(f"lost the state database {postgres_url} mid-command")
-    state.close()
-    state = State(tmp_path / "x.db", url=postgres_url)
-    assert state.journal() == []
-    state.close()
+        assert calls == ["create"] and [j.phase for j in state.journal()] == ["ok"]
+        state.close()
+    finally:
+        server.stop()
+        import shutil
+
+        shutil.rmtree(server.folder, ignore_errors=True)
 
 
 def test_a_login_the_server_refuses_is_one_line_naming_where_the_password_comes_from(cli, postgres_server, monkeypatch):

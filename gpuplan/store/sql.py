@@ -189,25 +189,57 @@ class PostgresDb:
     """A psycopg connection that takes state.py's SQL (`?` placeholders) and answers as
     sqlite3.Connection does where state.py uses it: execute() returns a cursor (fetchone,
     fetchall, rowcount, iteration); executemany(). Autocommit: transactions are explicit
-    (State._tx). Losing the server is one StateUnreachable line, not a traceback."""
+    (State._tx). Losing the server is one StateUnreachable line, not a traceback.
 
-    def __init__(self, url: str, application_name: str = "gpuplan") -> None:
+    A connection lost between transactions (the server restarted while `run` follows a batch
+    for hours) is made again once, with `reconnect`, before a statement outside a transaction
+    (a read, or a transaction's BEGIN); never inside one, whose writes the server rolled back."""
+
+    def __init__(self, url: str, application_name: str = "gpuplan", reconnect: bool = True) -> None:
         self.url = url
         self.where = redacted(url)
         self._psycopg = _psycopg()
+        self._application_name = application_name
+        self._reconnect = reconnect
+        self._in_tx = False
         try:
-            self._conn = self._psycopg.connect(**_conninfo(url, application_name), autocommit=True,
-                                               row_factory=_row_factory)
+            self._conn = self._connect()
         except self._psycopg.Error as exc:
             raise unreachable(self.where, exc) from None
 
+    def _connect(self):
+        return self._psycopg.connect(**_conninfo(self.url, self._application_name), autocommit=True,
+                                     row_factory=_row_factory)
+
+    def _lost(self) -> bool:
+        return bool(self._conn.closed or self._conn.broken)
+
     def execute(self, sql: str, args: Iterable[Any] = ()):
+        text, values = postgres_sql(sql), tuple(args)
+        again = self._reconnect and not self._in_tx
+        if again and self._lost():
+            self._reopen()
+            again = False
         try:
-            return self._conn.execute(postgres_sql(sql), tuple(args))
+            return self._conn.execute(text, values)
         except self._psycopg.OperationalError as exc:
-            if self._conn.closed or self._conn.broken:
+            if not self._lost():
+                raise
+            if not again:
+                raise unreachable(self.where, exc, lost=True) from None
+        self._reopen()
+        try:
+            return self._conn.execute(text, values)
+        except self._psycopg.OperationalError as exc:
+            if self._lost():
                 raise unreachable(self.where, exc, lost=True) from None
             raise
+
+    def _reopen(self) -> None:
+        try:
+            self._conn = self._connect()
+        except self._psycopg.Error as exc:
+            raise unreachable(self.where, exc, lost=True) from None
 
     def executemany(self, sql: str, rows: Iterable[Iterable[Any]]) -> None:
         try:
@@ -223,16 +255,19 @@ class PostgresDb:
         """One transaction; a writing one holds the writers' advisory lock (`key`) from its
         start to its end, as SQLite's BEGIN IMMEDIATE holds the file's write lock."""
         self.execute("BEGIN")
+        self._in_tx = True
         try:
             if write:
                 self.execute("SELECT pg_advisory_xact_lock(?)", (key,))
             yield self
         except BaseException:
-            if not (self._conn.closed or self._conn.broken):
+            if not self._lost():
                 self._conn.execute("ROLLBACK")
             raise
         else:
             self.execute("COMMIT")
+        finally:
+            self._in_tx = False
 
     def tables(self) -> dict[str, set[str]]:
         """Every table of the connection's schema and its columns."""
@@ -255,7 +290,7 @@ class AdvisoryLock:
 
     def __init__(self, url: str, name: str, who: str) -> None:
         self.key = lock_key(name)
-        self.db = PostgresDb(url, application_name=who)
+        self.db = PostgresDb(url, application_name=who, reconnect=False)  # a new session would not hold it
 
     def try_take(self) -> bool:
         """Take the lock if no other session holds it."""
