@@ -278,6 +278,17 @@ def test_provision_status_teardown_and_cost_report_run_on_postgres(cli, mem, pos
     assert not (gpuplan_home / "state" / "state.db").exists()  # the state is the database, not a file
 
 
+def test_an_estimate_on_an_empty_database_makes_no_table(cli, postgres_url, monkeypatch):
+    from gpuplan.store.sql import PostgresDb
+
+    monkeypatch.setenv("GPUPLAN_STATE_URL", postgres_url)
+    r = cli("estimate", "--videos", "4")
+    assert r.code == 0 and "recommend" in r.out.lower(), r.err
+    db = PostgresDb(postgres_url)
+    assert db.tables() == {}  # an estimate reads a state, never makes one
+    db.close()
+
+
 def test_a_refused_command_writes_no_row_on_postgres(cli, mem, postgres_url, monkeypatch):
     monkeypatch.setenv("GPUPLAN_STATE_URL", postgres_url)
     r = cli("provision", "memory:m1.gpu", "x2", "--no-bootstrap", "--format", "json")  # no --yes, no terminal
