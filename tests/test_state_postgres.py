@@ -227,6 +227,35 @@ def test_two_homes_on_one_database_share_the_state_and_its_installation_id(postg
         bob.close()
 
 
+def test_a_teammates_stray_is_found_by_my_sweep(postgres_url, tmp_path, monkeypatch):
+    """One installation for the team: Alice's machines carry the team's owner tag, so Bob's
+    sweep (another user, another host) finds those the state no longer knows."""
+    from test_lifecycle import offer
+
+    from gpuplan import config
+    from gpuplan.fleet import lifecycle
+    from support.memory_provider import MemoryProvider
+
+    prov = MemoryProvider()
+    monkeypatch.setattr(config, "legacy_owner", lambda: "alice-laptop")
+    alice = State(tmp_path / "alice" / "state.db", url=postgres_url)
+    lifecycle.provision(alice, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
+    mine = lifecycle.owner(alice)
+    assert mine == f"team-{alice.installation_id()}"
+    assert {r.tags["gpuplan-owner"] for r in prov.resources.values()} == {mine}
+    alice.set_cluster_status("demo", "gone")  # the state forgets the cluster; its machines stay
+    alice.forget_cluster("demo")
+    monkeypatch.setattr(config, "legacy_owner", lambda: "bob-desk")
+    bob = State(tmp_path / "bob" / "state.db", url=postgres_url)
+    assert lifecycle.owner(bob) == mine
+    plan = lifecycle.sweep_find(bob, prov, ["mem-1"], lifecycle.sweep_owners(bob), grace_s=0)
+    assert sorted(r.kind for r in plan.strays) == ["disk", "disk", "instance", "instance"]
+    lifecycle.sweep_delete(bob, prov, plan.strays)
+    assert prov.resources == {}
+    alice.close()
+    bob.close()
+
+
 def test_a_lock_held_from_one_home_holds_for_another_on_the_same_database(postgres_url, tmp_path, monkeypatch):
     """Two homes (two machines: their own lock files) on one PostgreSQL state: a cluster's lock
     excludes across them, names its holder, and frees when the holder dies (kill -9)."""
