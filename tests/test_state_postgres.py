@@ -163,6 +163,52 @@ def test_postgres_stopped_mid_provision_leaves_nothing_the_journal_does_not_hold
         shutil.rmtree(server.folder, ignore_errors=True)
 
 
+# --- both stores, the same answers ---------------------------------------------------------------
+
+def test_the_other_tables_read_back_the_same_on_both_stores(tmp_path, store):
+    """What the lifecycle, job-row and ledger tests (run on both stores) do not cover: images,
+    keys, pins, quotas, setup times, calibrations, speed points, runs, the installation id."""
+    state = State(tmp_path / "state.db", url=store)
+    try:
+        assert state.shared is (store is not None)
+        assert state.installation_id() == state.installation_id() and len(state.installation_id()) == 12
+        state.add_image("img", "aws", "r", "g", "cuda")
+        state.update_image("img", status="ready", provider_id="ami-1")
+        assert [(i.name, i.status, i.provider_id) for i in state.images()] == [("img", "ready", "ami-1")]
+        state.save_ssh_key("c", tmp_path / "k1", "ssh-ed25519 A")
+        state.save_ssh_key("c", tmp_path / "k2", "ssh-ed25519 B")  # replaces
+        assert state.ssh_key("c") == (tmp_path / "k2", "ssh-ed25519 B")
+        state.pin_host_key("10.0.0.1", 22, "ssh-ed25519 K1", "c", "c-0", origin="injected")
+        state.set_pending_host_key("10.0.0.1", 22, "ssh-ed25519 K2")
+        state.pin_host_key("10.0.0.1", 22, "ssh-ed25519 K2", "c", "c-0")  # the rotation confirmed
+        pin = state.host_pin("10.0.0.1", 22)
+        assert (pin.key, pin.origin, pin.pending_key) == ("ssh-ed25519 K2", "node", None)
+        state.pin_host_key("10.0.0.2", 2222, "ssh-ed25519 K3")
+        assert state.known_hosts_lines() == ["10.0.0.1 ssh-ed25519 K2", "[10.0.0.2]:2222 ssh-ed25519 K3"]
+        state.save_quota("aws", "r", "L-1", 8, "vCPUs")
+        state.save_quota("aws", "r", "L-1", 16, "vCPUs")
+        assert [(q["name"], q["limit"]) for q in state.quotas()] == [("L-1", 16)]
+        state.record_setup_time("aws", "g", "cuda", 300)
+        state.record_setup_time("aws", "g", "cuda", 240)  # the same second: the later row wins
+        state.record_setup_time("aws", "g", "ray", 90)
+        assert state.setup_time("aws", "g")[0] == 240 and state.setup_time("aws", "g", "ray")[0] == 90
+        state.record_calibration("w", "aws", "g", 10, 5.0, 6.5, "c", batch="c-1")
+        state.record_calibration("w", "aws", "g", 10, 5.0, 7.25, "c", batch="c-2")
+        [cal] = state.calibrations("w")
+        assert (cal["measured_s"], cal["batch"]) == (7.25, "c-2") and "rowid" not in cal
+        assert state.remove_calibration(cal["id"]) == 2 and state.calibrations() == []
+        state.record_speed_point("w", "aws", "g", 4, 8, 10.0, "other fleet", "c")
+        state.record_speed_point("w", "aws", "g", 2, 8, 20.0, "other fleet", "c")
+        assert [p["seconds_per_job_per_gpu"] for p in state.speed_points("w")] == [5.0, 5.0]
+        assert all("rowid" not in p for p in state.speed_points("w"))
+        from datetime import datetime, timezone
+
+        state.record_run("c", "j", "c-0", "c-0:0", "ok", 1, 1.5, None, datetime(2026, 1, 1, tzinfo=timezone.utc))
+        assert [(r["job"], r["seconds"]) for r in state.runs("c")] == [("j", 1.5)]
+    finally:
+        state.close()
+
+
 # --- the schema, migrations and the tables of another program -----------------------------------
 
 def test_a_database_of_another_program_is_refused_in_one_line(postgres_server, postgres_url, tmp_path):
