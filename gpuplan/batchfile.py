@@ -7,9 +7,11 @@ what to plan, the items, the command, where it may run and what it may cost, in 
     image: registry.example/me/colorize:1    # optional: each item runs in this container
     infra: [sakura, baremetal]       # optional: only these providers
     max_yen: 500                     # optional: the batch stops before it spends more
+    project: vision                  # optional: whose monthly budget it spends (docs/teams.md)
     checkpoint: {every: 10m}         # optional: how often each item's job saves its work (spot risk)
     recover: true                    # optional: a node lost or taken back mid-batch is replaced
     on_demand_fallback: true         # optional, with recover on spot: on-demand when spot capacity is gone
+    failover: {regions: false, wait: 2h}  # optional: what the next plan may change when the cloud refuses
 
 Paths are relative to the batch file. Every field can be given on the command line instead
 (`gpuplan launch --items v.txt --workload colorize-hd -- python colorize.py {item}`); a flag wins
@@ -34,9 +36,10 @@ from gpuplan.units import MAX_YEN
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "secret_env", "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries",
                     "timeout", "playbooks", "params", "spot", "probe", "tax", "checkpoint", "recover", "on_demand_fallback",
-                    "max_yen_per_hour"})
+                    "max_yen_per_hour", "failover", "gpus", "project"})
 REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry"})
 PROBE_FIELDS = frozenset({"command", "units"})
+FAILOVER_FIELDS = frozenset({"regions", "providers", "on_demand", "plans", "wait"})
 OBJECTIVES = ("balanced", "cost", "time")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
@@ -80,11 +83,26 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Failover:
+    """What a launch may change when every zone of its pick's region refuses it (issue 44:
+    run/failover.py): plan again in other regions, with other providers, a spot pick on
+    on-demand; at most `plans` next plans; and, where none is left, keep trying for `wait_s`
+    seconds (within the batch's deadline) for the capacity to come back. Zones of one region are
+    always tried in turn: that is the provider's own way to one machine, not another plan."""
+
+    regions: bool = True
+    providers: bool = True
+    on_demand: bool = True
+    plans: int = 3
+    wait_s: int = 0
+
+
+@dataclass(frozen=True)
 class Batch:
     """One batch as `gpuplan launch` runs it. `command` is a list of words ({item} and {out} are
     filled in per item); `infra` the providers it may run on (empty: any); `max_yen` the cap."""
 
-    items: Path
+    items: Path | None  # None: the items are in the file itself (item_list)
     command: tuple[str, ...]
     workload: str = ""  # a built-in workload name or a workload file's path
     profile: Path | None = None
@@ -119,6 +137,10 @@ class Batch:
     checkpoint_path: str = ""
     recover: bool = False  # a node lost, or taken back by the cloud, mid-batch gets a replacement (run --recover)
     on_demand_fallback: bool = False  # a spot cluster's replacement is bought on-demand when spot capacity is gone
+    failover: Failover = Failover()  # what the next plan may change when the cloud refuses the pick
+    gpus: str = ""  # only machines with these GPUs (market/gpus.py: "V100:4"); "": any the planner picks
+    item_list: tuple[str, ...] = ()  # `items: [a, b]` in the file: the items themselves (items is then None)
+    project: str = ""  # `project:` (team.project resolves it with --project and config; "": not said)
 
     def planned(self, workload):
         """The workload as this batch plans it: with the batch's checkpoint where it gives one
@@ -131,13 +153,19 @@ class Batch:
                        checkpoint_path=self.checkpoint_path or workload.checkpoint_path)
 
 
-def read(path: Path | None, overrides: Mapping[str, Any]) -> Batch:
+def read(path: Path | None, overrides: Mapping[str, Any], loaded_data: dict[str, Any] | None = None) -> Batch:
     """The batch of `path` (None: none) with the command line's `overrides` (None values are not
-    given) applied on top; every field checked."""
+    given) applied on top; every field checked. `loaded_data`: the file's fields, already read
+    (a SkyPilot or dstack task converted: gpuplan/foreign.py)."""
     data: dict[str, Any] = {}
     base = Path.cwd()
     where = "the command line"
-    if path is not None:
+    if path is not None and loaded_data is not None:
+        data = dict(loaded_data)
+        check_file(data, path)
+        base = path.resolve().parent
+        where = f"batch of {path}"
+    elif path is not None:
         from gpuplan.userfiles import load_yaml, read_text
 
         text = read_text(path, "batch file", "see docs/batch.md for its fields")
@@ -190,9 +218,14 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         p = expand(text, at(key))
         return p if p.is_absolute() or key in flags else base / p
 
-    items = path_of("items")
-    if items is None:
-        raise UsageError(f"{where} names no items: give `items: FILE` (one item per line) or --items FILE")
+    item_list: tuple[str, ...] = ()
+    if isinstance(data.get("items"), list) and "items" not in flags:  # `items: [task]`: the items themselves
+        item_list = tuple(_text(at("items"), v) for v in data["items"])
+        items = None
+    else:
+        items = path_of("items")
+        if items is None:
+            raise UsageError(f"{where} names no items: give `items: FILE` (one item per line) or --items FILE")
     command = _command(at("command"), data.get("command"))
     workload = _text(at("workload"), data.get("workload") or "")
     if workload and (workload.endswith((".yaml", ".yml")) or "/" in workload) and "workload" not in flags:
@@ -228,14 +261,19 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
                          " --recover) too")
     env = _env(at("env"), data.get("env"))
     timeout = data.get("timeout", 24 * 3600)
-    if isinstance(timeout, str):
+    if "timeout" in data:
         from gpuplan.units import parse_duration
 
-        timeout = parse_duration(timeout, at("timeout"))
+        timeout = parse_duration(timeout, at("timeout"), bare_meant="seconds")
+    gpus = ""
+    if data.get("gpus") not in (None, ""):
+        from gpuplan.market import gpus as gpu_asks
+
+        gpus = gpu_asks.parse(_text(at("gpus"), data["gpus"]), at("gpus")).text()
     return Batch(
         items=items, command=command, workload=workload, profile=path_of("profile"), name=name,
         image=image, registry=_registry(at("registry"), data.get("registry")),
-        workdir=workdir, setup=_words(at("setup"), data.get("setup")), env=env,
+        workdir=workdir, setup=_setup(at("setup"), data.get("setup")), env=env,
         secret_env=secret_env_names(at("secret_env"), data.get("secret_env"), env),
         infra=_words(at("infra"), data.get("infra")), region=_text(at("region"), data.get("region") or ""),
         objective=objective, deadline=deadline, max_yen=_yen(at("max_yen"), data.get("max_yen")),
@@ -247,7 +285,17 @@ def _batch(data: dict[str, Any], base: Path, flags: set[str], where: str, source
         params=_env(at("params"), data.get("params")), spot=_flag(at("spot"), data.get("spot", False)),
         tax=taxes.parse(_text(at("tax"), data.get("tax") or "included"), at("tax")),
         probe=_probe(at("probe"), data.get("probe"), command), source=source, checkpoint_s=checkpoint_s,
-        checkpoint_path=checkpoint_path, recover=recover, on_demand_fallback=on_demand_fallback)
+        checkpoint_path=checkpoint_path, recover=recover, on_demand_fallback=on_demand_fallback, gpus=gpus,
+        item_list=item_list, failover=_failover(at("failover"), data.get("failover"), deadline),
+        project=_project(at("project"), data.get("project")))
+
+
+def _project(at: str, value: Any) -> str:
+    if value in (None, ""):
+        return ""
+    from gpuplan.team import check_name
+
+    return check_name(_text(at, value), at)
 
 
 def _text(at: str, value: Any) -> str:
@@ -274,7 +322,16 @@ def _command(at: str, value: Any) -> tuple[str, ...]:
         raise UsageError(f"{at}: a command line (text) or a list of words")
     if not any("{item}" in w for w in words):
         raise UsageError(f"{at} {shlex.join(words)!r} has no {{item}}: say where each item goes")
-    return tuple(_text(at, w) for w in words)
+    from gpuplan.run.command_line import is_script
+
+    # a shell's script (`bash -c SCRIPT`, a SkyPilot task's run:) may span lines; any other word is one line
+    return tuple(_script(at, w) if is_script(words, i) else _text(at, w) for i, w in enumerate(words))
+
+
+def _script(at: str, value: str) -> str:
+    """A shell script's text: lines and tabs allowed, any other control character refused."""
+    _text(at, value.replace("\n", " ").replace("\t", " "))
+    return value
 
 
 def _probe(at: str, value: Any, command: tuple[str, ...]) -> Probe | None:
@@ -314,6 +371,48 @@ def _probe(at: str, value: Any, command: tuple[str, ...]) -> Probe | None:
     if a >= b:
         raise UsageError(f"{at}.units {units!r}: two different sizes, the smaller first, such as [2, 10]")
     return Probe(words, (a, b))
+
+
+def _failover(at: str, value: Any, deadline: str) -> Failover:
+    """`failover: {regions: false, providers: false, on_demand: false, plans: 2, wait: 2h}`; each
+    left out keeps its default (the next plan may be anywhere the batch may run, at most 3, no
+    waiting); `failover: false` is no next plan and no waiting."""
+    if value is None:
+        return Failover()
+    if value is False:
+        return Failover(plans=0)
+    if not isinstance(value, dict):
+        raise UsageError(f"{at}: a mapping such as {{regions: false, wait: 2h}}, or false for no next plan")
+    unknown = sorted(set(map(str, value)) - FAILOVER_FIELDS)
+    if unknown:
+        raise UsageError(f"{at}: unknown field {unknown[0]!r}; use {', '.join(sorted(FAILOVER_FIELDS))}")
+    wait_s = 0
+    if value.get("wait") not in (None, 0, "0"):
+        from gpuplan.units import parse_duration
+
+        raw = value["wait"]
+        if isinstance(raw, bool) or not isinstance(raw, str):
+            raise UsageError(f"{at}.wait {raw!r}: a duration with its unit, such as 30m or 2h")
+        wait_s = parse_duration(raw, f"{at}.wait")
+        if deadline:
+            limit = parse_duration(deadline, "deadline")
+            if wait_s >= limit:
+                raise UsageError(f"{at}.wait {raw}: as long as the deadline ({deadline}) or longer, so the batch could"
+                                 " not finish in time after it; wait less, or give a later deadline")
+    return Failover(regions=_flag(f"{at}.regions", value.get("regions", True)),
+                    providers=_flag(f"{at}.providers", value.get("providers", True)),
+                    on_demand=_flag(f"{at}.on_demand", value.get("on_demand", True)),
+                    plans=_whole(f"{at}.plans", value.get("plans", 3), 0, 10), wait_s=wait_s)
+
+
+def _setup(at: str, value: Any) -> tuple[str, ...]:
+    """`setup:` commands: a list of shell text run by bash in order (an entry may span lines, as
+    a SkyPilot task's setup script does); text alone is a comma-separated list, as before."""
+    if isinstance(value, list):
+        if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+            raise UsageError(f"{at}: a list of shell commands")
+        return tuple(_script(at, str(v)) for v in value)
+    return _words(at, value)
 
 
 def _words(at: str, value: Any) -> tuple[str, ...]:
@@ -428,6 +527,20 @@ def _flag(at: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise UsageError(f"{at} {value!r}: true or false")
     return value
+
+
+def items_of(batch: Batch) -> list[str]:
+    """The batch's items: those its file lists (`items: [a, b]`) or its items file's lines."""
+    from gpuplan.run import items as run_items
+
+    if batch.items is None:
+        if not batch.item_list:
+            raise UsageError(f"batch file {batch.source}: items: an empty list; give the items, or an items file")
+        if len(batch.item_list) > run_items.MAX_JOBS:
+            raise UsageError(f"batch file {batch.source}: {len(batch.item_list):,} items; one run takes at most"
+                             f" {run_items.MAX_JOBS:,}: put them in an items file and split it")
+        return list(batch.item_list)
+    return run_items.read_items(batch.items)
 
 
 def outputs_dir(batch: Batch, name: str) -> Path:

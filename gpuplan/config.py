@@ -1,6 +1,8 @@
 """The user's config file, `<config_dir>/config.yaml`:
 
     owner: alice-laptop            # gpuplan-owner tag value (default: user-host-<installation id>)
+    user: alice                    # who you are on a shared state (default: GPUPLAN_USER, else your login)
+    project: vision                # the project your spend counts to by default (docs/teams.md)
     preferred_regions: [ap-northeast-1, japaneast, is1a]   # estimate and provision stay in these
     state_url: postgresql://alice@db.example:5432/gpuplan   # a team's shared state (default: SQLite)
     providers:
@@ -70,7 +72,7 @@ def _check(data: dict[str, Any], path) -> None:
         raise Mistakes(str(path), mistakes)
 
 
-KEYS = frozenset({"owner", "preferred_regions", "providers", "state_url"})
+KEYS = frozenset({"owner", "preferred_regions", "providers", "user", "project", "state_url"})
 
 
 def provider_config(name: str) -> dict[str, str]:
@@ -81,6 +83,12 @@ def provider_config(name: str) -> dict[str, str]:
     if not isinstance(section, dict):
         raise UsageError(f"{paths.config_dir() / 'config.yaml'}: providers.{name} must be a mapping")
     return {str(k): str(v) for k, v in section.items()}
+
+
+def setting(key: str) -> str | None:
+    """A plain text setting of config.yaml (`user:`, `project:`), None where it is not set."""
+    value = _load().get(key)
+    return str(value) if value not in (None, "") else None
 
 
 def owner() -> str | None:

@@ -33,14 +33,22 @@ def yen(text: object) -> Decimal | None:
     return value if value.is_finite() and 0 < value <= MAX_YEN else None
 
 
-def parse_duration(text: str, what: str = "duration") -> int:
-    """Seconds in "90m", "3h", "1h30m", "2d" or "45s"; a bare number is minutes. Longer than
-    zero and at most MAX_DURATION_S."""
+def parse_duration(text: str | int, what: str = "duration", bare_meant: str = "minutes") -> int:
+    """Seconds in "90m", "3h", "1h30m", "2d" or "45s". Longer than zero and at most MAX_DURATION_S.
+    A bare number is refused with the units to use (issue 46): it meant minutes in --ttl and
+    --idle but seconds in `run --timeout` and a batch file's `timeout:`, so "30" was read two ways;
+    `bare_meant` says what it meant where it is refused."""
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise UsageError(f"bad {what} {text!r}: a duration such as 30m, 2h, 1h30m or 90s")
+    text = str(text)
     t = text.strip().lower()
     if len(t) > 40:
         raise UsageError(f"bad {what} {text[:40]!r}...: use forms like 90m, 3h, 1h30m or 2d")
     if t.isascii() and t.isdecimal():
-        seconds = int(t) * 60
+        n = int(t)
+        other = "minutes in --ttl" if bare_meant == "seconds" else "seconds in `run --timeout`"
+        raise UsageError(f"bad {what} {text!r}: give the unit, such as {n}m, {n}h or {n}s (a bare number meant"
+                         f" {bare_meant} here but {other}, so it is refused)")
     else:
         parts = _DURATION_PART.findall(t)
         if not parts or "".join(n + u for n, u in parts) != t:

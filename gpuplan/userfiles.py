@@ -393,3 +393,33 @@ def _no_refused(data, text: str, where: str) -> None:
 
 def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n // 2**10} KiB"
+
+
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def read_env_file(path: str | os.PathLike) -> dict[str, str]:
+    """An --env-file: KEY=VALUE a line (`export ` before it allowed; blank lines and # comments
+    skipped; a value in matching single or double quotes has them taken off). Every bad line is
+    refused at once, with its line number (errors.Mistakes)."""
+    from gpuplan.errors import Mistakes
+
+    text = read_text(path, "env file", "write KEY=VALUE, one a line")
+    values: dict[str, str] = {}
+    bad: list[str] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        key = key.strip()
+        if not sep or not _ENV_KEY.match(key):
+            bad.append(f"line {n}: {one_line(line)[:40]!r} is not KEY=VALUE (a variable name, =, its value)")
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key] = value
+    if bad:
+        raise Mistakes(f"env file {path}", bad)
+    return values

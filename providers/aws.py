@@ -71,6 +71,7 @@ from gpuplan.fleet.provider import (
     console_host_key,
 )
 from gpuplan.fleet.tags import TAG_CLUSTER, TAG_IMAGE, TAG_NODE, TAG_OWNER
+from gpuplan.market.catalog import SPOT_QUOTA
 
 UBUNTU_SSM = "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
 DEFAULT_REGIONS = ["us-east-1", "ap-northeast-1"]
@@ -90,7 +91,7 @@ QUOTAS = {
 }
 _FAMILY_QUOTA = {"g": "L-DB2E81BA", "gr": "L-DB2E81BA", "vt": "L-DB2E81BA", "p": "L-417A185B",
                  **{letter: "L-1216C47A" for letter in "acdhimrtz"}}
-_SPOT_QUOTA = {"L-DB2E81BA": "L-3819A6DF", "L-417A185B": "L-7212CCBC", "L-1216C47A": "L-34B43A08"}
+_SPOT_QUOTA = SPOT_QUOTA  # the catalog plans a spot row against the same code
 
 _AUTH_CODES = {"AuthFailure", "UnrecognizedClient", "UnrecognizedClientException", "InvalidClientTokenId",
                "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException", "RequestExpired",

@@ -22,9 +22,22 @@ REGENERATE = ".venv/bin/python scripts/cli_docs.py > docs/cli.md"
 def root_command():
     """The click command `gpuplan` runs: every command registered, help made readable."""
     sys.path.insert(0, str(ROOT))  # a checkout's gpuplan, installed or not
-    from gpuplan.cli import _register_commands
+    from gpuplan.cli import _register_commands, helptext
 
-    return _register_commands()
+    return helptext.fill_lists(_register_commands())  # the provider lists, made from the registries
+
+
+def batch_infra_row() -> str:
+    """docs/batch.md's `infra` row, from the registries as `--infra`'s help (tests/test_cli_docs.py
+    holds the doc to it)."""
+    sys.path.insert(0, str(ROOT))
+    from gpuplan.run.launcher import infra_names
+
+    names = []
+    for name, also in infra_names():
+        names.append(f"`{name}`" + (f" (`{'`, `'.join(also)}`)" if also else "")
+                     + (" (a cluster of slurm.yaml: [slurm.md](slurm.md))" if name == "slurm" else ""))
+    return f"| `infra` | providers allowed: {', '.join(names)} | every one |"
 
 
 def walk(command, path: tuple[str, ...] = ("gpuplan",)):

@@ -134,6 +134,12 @@ CASES = [
     ("run-timeout-huge", ITEMS, RUN + ["--timeout", "99999999999999999999", "--", "echo", "{item}"], "--timeout"),
     ("bench-gpus-100000", {}, ["bench", "resnet50", "--local", "--quick", "--gpus", "100000"], "--gpus"),
     ("bench-max-pack-huge", {}, ["bench", "resnet50", "--local", "--max-pack", "1000"], "--max-pack"),
+    # --- issue 46: a bare duration (minutes in --ttl, seconds in --timeout) and GPUs nobody rents ---------
+    ("run-timeout-bare", ITEMS, RUN + ["--timeout", "30", "--", "echo", "{item}"], "give the unit"),
+    ("bench-timeout-bare", {}, ["bench", "resnet50", "--local", "--timeout", "120"], "give the unit"),
+    ("idle-bare", {}, ["provision", "aws:g4dn.xlarge", "x1", "--idle", "30", *DRY], "give the unit"),
+    ("gpus-no-such-count", {}, ["estimate", "--videos", "4", "--gpus", "V100:3"], "--gpus V100:3"),
+    ("gpus-not-a-gpu", {}, ["estimate", "--videos", "4", "--gpus", "V100:x:y"], "--gpus"),
     # --- accepted silently before --------------------------------------------------------------
     ("deadline-0", {}, ["estimate", "--videos", "4", "--deadline", "0"], "--deadline"),
     ("ttl-0", {}, ["provision", "aws:g4dn.xlarge", "x1", "--ttl", "0", *DRY], "--ttl"),

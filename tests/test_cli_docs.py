@@ -70,3 +70,38 @@ def test_check_line(tmp_path, capsys):
     assert gen.check(stale) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "run `.venv/bin/python scripts/cli_docs.py > docs/cli.md`" in err[0]
+
+
+def test_provider_lists_come_from_the_registries():
+    """Issue 46: `catalog --provider`, `--infra` and docs/batch.md's `infra` row list every provider
+    of the entry points (gcp and sakura-phy were missing) and the Slurm backend, each from the
+    registries, so a provider added as a plugin shows up in them."""
+    gen = _generator()
+    from gpuplan.fleet import provider as providers
+
+    names = providers.available()
+    assert {"gcp", "sakura-phy", "aws", "azure", "sakura", "baremetal"} <= set(names)
+    tree = {" ".join(path): command for path, command in gen.walk(gen.root_command())}
+    helps = {f"{path} {p.opts[0]}": p.help for path, c in tree.items() for p in c.params if p.opts}
+    for option in ("gpuplan catalog --provider", "gpuplan launch --infra", "gpuplan probe --infra",
+                   "gpuplan estimate --provider"):
+        assert "{" not in helps[option], helps[option]
+        for name in (*names, "slurm"):
+            assert name in helps[option], (option, name)
+    assert "sakura (= dok, vrt, koukaryoku)" in helps["gpuplan launch --infra"]
+    row = gen.batch_infra_row()
+    assert "`gcp`" in row and "`slurm`" in row
+    assert row in (ROOT / "docs" / "batch.md").read_text(encoding="utf-8"), \
+        f"docs/batch.md's infra row is out of date; it should read:\n{row}"
+
+
+def test_a_plugin_provider_joins_the_lists(monkeypatch):
+    from gpuplan.cli import helptext
+    from gpuplan.fleet import provider as providers
+
+    providers.override("lambda-labs", lambda config: None)
+    try:
+        made = helptext.lists()
+    finally:
+        providers.override("lambda-labs", None)
+    assert "lambda-labs" in made["providers"] and "lambda-labs" in made["infra"]

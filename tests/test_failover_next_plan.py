@@ -13,18 +13,7 @@ import pytest
 
 from gpuplan.fleet import refusals
 from gpuplan.fleet.provider import ZoneRefusal
-
-
-def _batch(tmp_path, extra: str = ""):
-    from gpuplan import batchfile
-    from gpuplan.run import launcher
-
-    items = tmp_path / "items.txt"
-    items.write_text("".join(f"v{i}.mp4\n" for i in range(8)))
-    path = tmp_path / "b.yaml"
-    path.write_text(f"items: {items}\nworkload: colorize-hd\ncommand: echo {{item}}\ninfra: [aws, gcp]\n{extra}")
-    batch = batchfile.read(path, {})
-    return batch, launcher.workload_for(batch, [f"v{i}.mp4" for i in range(8)])
+from support.batches import planned_batch
 
 
 def _refused_everywhere(offer, at=None):
@@ -37,7 +26,7 @@ def test_a_refused_pick_is_left_out_of_the_next_plan_and_the_estimate_says_when(
     from gpuplan.cli.estimate import plan_batch
     from gpuplan.run import failover
 
-    batch, work = _batch(tmp_path)
+    batch, work = planned_batch(tmp_path)
     first = plan_batch(batch, work).recommended
     offer = first.fleet[0][0]
     assert not any(k.startswith("refused") for k in plan_batch(batch, work).extra)
@@ -59,11 +48,11 @@ def test_no_next_plan_within_max_yen(gpuplan_home, tmp_path):
     from gpuplan.cli.estimate import plan_batch
     from gpuplan.run import failover
 
-    batch, work = _batch(tmp_path)
+    batch, work = planned_batch(tmp_path)
     offer = plan_batch(batch, work).recommended.fleet[0][0]
     _refused_everywhere(offer)
     _, pick = failover.next_plan(batch, work, plan_batch)
-    tight, _ = _batch(tmp_path, f"max_yen: {int(pick.cost) - 1}\n")  # a yen under the next plan's own estimate
+    tight, _ = planned_batch(tmp_path, f"max_yen: {int(pick.cost) - 1}\n")  # a yen under the next plan's own estimate
     assert tight.max_yen == Decimal(int(pick.cost) - 1)
     est, none = failover.next_plan(tight, work, plan_batch)
     assert none is None and est.recommended is not None
@@ -101,15 +90,15 @@ def test_start_or_next_takes_the_next_plan_once_the_pick_is_refused_everywhere()
             raise CapacityUnavailable("AWS has no capacity for a in us-east-1a right now (every zone of us-east-1 refused)")
         return "job-1"
 
-    assert failover.start_or_next(start, a, lambda: b, said.append) == "job-1"
+    assert failover.start_or_next(start, a, lambda first: b, said.append) == "job-1"
     assert started == ["aws:a", "gcp:b"]
     assert said == ["2x aws:a refused in every zone of us-east-1; the next plan: 1x gcp:b in us-central1, ¥1,200"]
 
     # nothing left within the cap: the refusal, saying what was tried
     with pytest.raises(CapacityUnavailable) as err:
-        failover.start_or_next(start, a, lambda: None, said.append)
-    assert str(err.value).endswith("no next plan within the batch's max_yen, max_yen_per_hour and deadline"
-                                   " (tried 2x aws:a)")
+        failover.start_or_next(start, a, lambda first: None, said.append)
+    assert str(err.value).endswith("no next plan within the batch's max_yen, max_yen_per_hour, deadline and"
+                                   " failover (tried 2x aws:a)")
 
 
 def test_launch_saves_the_next_plan_and_starts_it(gpuplan_home, tmp_path, monkeypatch):
@@ -118,7 +107,7 @@ def test_launch_saves_the_next_plan_and_starts_it(gpuplan_home, tmp_path, monkey
     from gpuplan.errors import CapacityUnavailable
     from gpuplan.run import launcher
 
-    batch, work = _batch(tmp_path)
+    batch, work = planned_batch(tmp_path)
     plan = tmp_path / "plan.json"
     estimate_cli.save_plan(plan_first := estimate_cli.plan_batch(batch, work), plan)
     first = launcher.pick_of(plan, None, batch.tax)

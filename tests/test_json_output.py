@@ -15,11 +15,11 @@ from support.sakura_phy_fake import PhyFake
 
 CLUSTER_KEYS = {"name", "provider", "region", "instance_type", "count", "status", "owned", "image", "created_at",
                 "uptime_s", "machine_seconds", "yen_so_far", "price_jpy_per_hour", "ttl_left_s", "ttl_expires_at",
-                "nodes"}
+                "nodes", "user", "project"}
 NODE_KEYS = {"name", "status", "public_ip", "private_ip", "ssh_port", "gpus", "id", "created_at"}
 JOB_KEYS = {"id", "cluster", "state", "total", "succeeded", "failed", "bad_input", "timed_out", "running", "queued",
             "cancelled", "resumes", "submitted_at", "started_at", "ended_at", "wall_s", "yen", "command", "quarantined",
-            "interruptions"}
+            "interruptions", "user", "project"}
 
 
 def _json(r):
@@ -275,8 +275,9 @@ def test_every_command_takes_one_format_option_with_the_same_help(cli, command, 
     assert r.code == 0, r.err
     text = " ".join(r.out.replace("│", " ").split())
     csv = command in (("catalog",), ("estimate",))
-    assert ("--format table|json|csv Print a table (for people), JSON or CSV (for programs)." if csv else
-            "--format table|json Print a table (for people) or JSON (for programs).") in text, text
+    aliases = "-o json and --json are --format json."  # issue 46: as SkyPilot's and dstack's users type it
+    assert (f"--format -o table|json|csv Print a table (for people), JSON or CSV (for programs); {aliases}" if csv else
+            f"--format -o table|json Print a table (for people) or JSON (for programs); {aliases}") in text, text
     assert "--format TEXT" not in text
 
 

@@ -419,7 +419,7 @@ def test_a_failure_kept_with_keep_says_what_is_left_up_and_what_it_bills(tmp_pat
     state.set_cluster_status("kept", "ready")
     said: list[str] = []
     launcher.wind_down(state, "kept", None, None, True, said.append)
-    assert said == ["cluster kept left up (--keep): 2x aws:g5.xlarge bill about ¥303/h (they stop themselves at"
+    assert said == ["cluster kept left up (--keep): 2x aws:g5.xlarge bill about ¥303/h (EC2 terminates them at"
                     " 13:30:00 UTC, the max_yen or TTL moment) until `gpuplan teardown kept`"]
     assert state.cluster("kept").status == "ready"
     state.close()

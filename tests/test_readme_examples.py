@@ -75,7 +75,8 @@ def test_the_readme_is_short_and_its_quickstart_is_two_commands():
     assert len(text.splitlines()) <= 150, "README.md is over 150 lines: move the detail into docs/"
     quickstart = re.search(r"^## Quickstart.*?```bash\n(.*?)```", text, re.S | re.M).group(1).splitlines()
     assert len(quickstart) == 2 and quickstart[1] == "bash scripts/test.sh"  # .ci/run runs the second
-    assert quickstart[0].startswith("python3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/gpuplan estimate ")
+    # the venv is activated in the same line, so every example's bare `gpuplan` works as written (issue 46)
+    assert quickstart[0].startswith("python3 -m venv .venv && . .venv/bin/activate && pip install -q . && gpuplan estimate ")
     # the demo line runs as written on a root machine (no sudo in front); the Ray download is said
     for doc in (text, DEMO_DOC.read_text(encoding="utf-8")):
         assert ".venv/bin/python scripts/demo.py" in doc and "sudo .venv" not in doc
@@ -87,7 +88,7 @@ def test_the_readme_shows_the_quickstart_estimate_as_it_prints(cli):
     breaks aside): after changing what estimate prints, paste its output there again."""
     text = README.read_text(encoding="utf-8")
     command = re.search(r"^## Quickstart.*?```bash\n(.*?)\n", text, re.S | re.M).group(1)
-    args = shlex.split(command.split("&& .venv/bin/gpuplan ")[1])
+    args = shlex.split(command.split("&& gpuplan ")[1])
     shown = re.search(r"^## An estimate\n.*?```text\n(.*?)```", text, re.S | re.M).group(1)
     r = cli(*args)
     assert r.code == 0, r.err

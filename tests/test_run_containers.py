@@ -246,7 +246,7 @@ def test_a_timed_out_and_a_cancelled_item_have_their_containers_killed(docker_re
     state, hosts, _ = docker_ready
     # the command ignores SIGTERM: killing the docker client's group leaves its container running,
     # and only `docker rm -f` stops it
-    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["slow"]), "--image", IMAGE, "--timeout", "2", "--",
+    r = _cli("run", CLUSTER, "--items", items_file(tmp_path, ["slow"]), "--image", IMAGE, "--timeout", "2s", "--",
              "sh", "-c", "trap '' TERM; sleep 331; : {item}")
     assert r.code == 5, r.err + r.out
     job = submitted_job(r.out)

@@ -125,7 +125,7 @@ def test_a_timed_out_item_has_its_processes_killed(ray_cluster, tmp_path):
     from support.ray_env import processes_running
 
     items = items_file(tmp_path, ["slow"])
-    r = _cli("run", CLUSTER, "--items", items, "--timeout", "2", "--", "sh", "-c", "sleep 301 & sleep 302; : {item}")
+    r = _cli("run", CLUSTER, "--items", items, "--timeout", "2s", "--", "sh", "-c", "sleep 301 & sleep 302; : {item}")
     assert r.code == 5, r.err + r.out
     assert "timed out" in r.out
     job = _jobs()[submitted_job(r.out)]

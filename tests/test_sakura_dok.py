@@ -269,7 +269,7 @@ def test_run_dok_detached_then_jobs_logs_cancel_and_resume(dok_env, cli, tmp_pat
 
     monkeypatch.setenv("COLUMNS", "200")
     r = cli("run", "-y", "dok:h100-80gb", "--image", "registry.example/me/colorize:1", "--items",
-            _items(tmp_path, "a.mp4", "b.mp4", "c.mp4"), "--env", "BUCKET=s3://b", "--timeout", "3600", "--detach",
+            _items(tmp_path, "a.mp4", "b.mp4", "c.mp4"), "--env", "BUCKET=s3://b", "--timeout", "1h", "--detach",
             "--", "python", "run.py", "{item}")
     assert r.code == 0, r.err
     assert "job dok-1 submitted: 3 DOK tasks on h100-80gb" in r.out and "gpuplan cancel dok dok-1" in r.out
@@ -356,7 +356,7 @@ def test_run_dok_failed_items_exit_5_and_name_their_logs(dok_env, cli, tmp_path,
     (["dok:h100-80gb", "--items", "ITEMS", "--", "w", "{item}"], "name the container image"),
     (["dok:a100", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "unknown DOK plan 'a100'"),
     (["dok", "--image", "i:1", "--items", "ITEMS", "--", "w", "{item}"], "name the DOK plan: gpuplan run dok:PLAN"),
-    (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--timeout", "60", "--", "w", "{item}"], "at least 600 s"),
+    (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--timeout", "60s", "--", "w", "{item}"], "at least 600 s"),
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--per-gpu", "2", "--", "w", "{item}"], "one container task per item"),
     (["somecluster", "--env", "A=1", "--items", "ITEMS", "--", "w", "{item}"], "are for DOK task runs"),  # --image runs containers on a cluster now
     (["dok:h100-80gb", "--image", "i:1", "--items", "ITEMS", "--env", "SAKURA_X=1", "--", "w", "{item}"],
@@ -378,7 +378,7 @@ def test_dok_tasks_are_sent_only_after_their_cost_is_shown_and_a_person_says_yes
 
     monkeypatch.setenv("COLUMNS", "200")
     items = _items(tmp_path, "a", "b", "c")
-    run = ["run", "dok:h100-80gb", "--image", "img:1", "--items", items, "--timeout", "3600", "--", "w", "{item}"]
+    run = ["run", "dok:h100-80gb", "--image", "img:1", "--items", items, "--timeout", "1h", "--", "w", "{item}"]
     posted = lambda: [b for m, p, b in dok_env.requests if m == "POST" and p == "tasks/"]  # noqa: E731
 
     r = cli(*run)  # no terminal and no -y: one line, nothing sent, no job

@@ -60,7 +60,7 @@ def test_run_8gpu_is_one_task_for_the_batch_with_each_items_outcome_gpu_log_and_
 
     monkeypatch.setattr(DokClient, "submit", submit)
     r = cli("run", "-y", "dok:h100-8gpu-80gb", "--image", "registry.example/me/colorize:1", "--items", _items(tmp_path, ITEMS),
-            "--env", "BUCKET=s3://b", "--timeout", "3600", "--detach", "--", *ITEM_COMMAND)
+            "--env", "BUCKET=s3://b", "--timeout", "1h", "--detach", "--", *ITEM_COMMAND)
     assert r.code == 0, r.err
     assert "job dok-1 submitted: one h100-8gpu-80gb DOK task for 10 items, one per GPU at a time" in r.out
     [body] = _posted(fake)  # exactly ONE task for the batch

@@ -107,7 +107,7 @@ def test_run_takes_secret_env_where_it_takes_env(cli, tmp_path, monkeypatch):
     (tmp_path / "items.txt").write_text("a\n")
     monkeypatch.setenv("HF_TOKEN", "x")
     r = cli("run", "demo", "--items", str(tmp_path / "items.txt"), "--secret-env", "HF_TOKEN", "--", "echo", "{item}")
-    assert r.code == 2 and "--env, --secret-env and --registry are for DOK task runs" in r.err
+    assert r.code == 2 and "--env, --env-file, --secret-env and --registry are for DOK task runs" in r.err
 
 
 # --- `gpuplan run dok:PLAN --secret-env NAME` against the DOK fake (tests/support/sakura_dok_fake.py) ----

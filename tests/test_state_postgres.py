@@ -364,6 +364,25 @@ def test_an_estimate_on_an_empty_database_makes_no_table(cli, postgres_url, monk
     db.close()
 
 
+def test_two_homes_as_two_users_on_one_database_see_and_guard_each_other(cli, mem, postgres_url, monkeypatch,
+                                                                          tmp_path):
+    """Issue 45's two homes: Alice's cluster is in Bob's `status --all-users` with her name, and
+    Bob's teardown of it asks, naming her (no terminal: refused; -y does not skip it)."""
+    monkeypatch.setenv("GPUPLAN_STATE_URL", postgres_url)
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "alice"))
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    r = cli("provision", "--yes", "memory:m1.gpu", "x1", "--name", "vision", "--no-bootstrap", "--project", "vision")
+    assert r.code == 0, r.err
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "bob"))
+    monkeypatch.setenv("GPUPLAN_USER", "bob")
+    assert json.loads(cli("status", "--format", "json").out) == []  # his own: none
+    [theirs] = json.loads(cli("status", "--all-users", "--format", "json").out)
+    assert (theirs["name"], theirs["user"], theirs["project"]) == ("vision", "alice", "vision")
+    r = cli("teardown", "vision", "-y")
+    assert r.code == 2 and "alice's cluster vision is not yours" in r.err
+    assert len(mem.resources) == 2  # her machine and its disk are still there
+
+
 def test_a_refused_command_writes_no_row_on_postgres(cli, mem, postgres_url, monkeypatch):
     monkeypatch.setenv("GPUPLAN_STATE_URL", postgres_url)
     r = cli("provision", "memory:m1.gpu", "x2", "--no-bootstrap", "--format", "json")  # no --yes, no terminal

@@ -62,7 +62,7 @@ def test_capped_is_an_end_state_and_exits_6():
     (["--max-yen", "ten"], "bad --max-yen 'ten'"),
     (["--registry-user", "bob"], "needs both --registry-user USER and --registry-password-env VAR"),
     (["--registry-user", "bob", "--registry-password-env", "V"], "give the image"),
-    (["--env", "A=1"], "--env, --secret-env and --registry are for DOK task runs"),
+    (["--env", "A=1"], "--env, --env-file, --secret-env and --registry are for DOK task runs"),
 ])
 def test_run_refuses_bad_cap_and_registry_options_before_anything_starts(cli, tmp_path, args, says):
     items = tmp_path / "items.txt"

@@ -253,8 +253,11 @@ def main(argv: list[str] | None = None) -> None:
     _survive_narrow_encodings()
     _quiet_libraries()
     before = _state_files()
+    from gpuplan.cli import shapes
+
+    args = shapes.json_alias(command, list(sys.argv[1:] if argv is None else argv))
     try:
-        code = command.main(args=argv, prog_name="gpuplan", standalone_mode=False)
+        code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
         if isinstance(code, int) and code:  # typer.Exit(code), --help and `gpuplan ssh` exit codes
             sys.exit(code)
     except _click_exception() as exc:  # typer's own usage errors: one line too, not a box
@@ -303,3 +306,7 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(1)
+    finally:
+        from gpuplan import team
+
+        team.reset()  # the project a command named is its own (in-process callers run many)

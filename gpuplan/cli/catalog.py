@@ -77,7 +77,7 @@ catalog_app = typer.Typer(
 @catalog_app.callback(invoke_without_command=True)
 def catalog_command(
     ctx: typer.Context,
-    provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider: azure, aws, sakura, baremetal.")] = None,
+    provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider: {providers}.")] = None,
     gpu: Annotated[Optional[str], typer.Option(metavar="GPU", help="Only this GPU: t4, a100 (both sizes), h100 (every form), \"H100 SXM\"; case and spaces do not matter.")] = None,
     region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region or zone.")] = None,
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="Use the newest snapshot not after this month (YYYY-MM) or day (YYYY-MM-DD).", metavar="YYYY-MM[-DD]")] = None,
@@ -189,18 +189,20 @@ def _table(cat, offers, hidden: int, empty: str | None = None) -> None:
 
 def newest_source(offers) -> str | None:
     """The newest date among the offers' sources (`as_of` is free text: "2026-11-09 (derived)",
-    "~2025 H1"): what the prices shown are dated by, never the snapshot's own label date, which
-    may lie in the future."""
+    "~2025 H1", "2025-2026"): what the prices shown are dated by, never the snapshot's own label
+    date, which may lie in the future. A year range's newest is its last year ("2026"), not
+    "2025-20" read as a month."""
     import re
 
-    dates = [d for o in offers for d in re.findall(r"\d{4}-\d{2}(?:-\d{2})?", str(o.as_of or ""))]
+    dated = re.compile(r"(?<!\d)\d{4}(?:-[01]\d(?:-[0-3]\d)?)?(?!\d)")
+    dates = [d for o in offers for d in dated.findall(str(o.as_of or ""))]
     return max(dates) if dates else None
 
 
 @catalog_app.command("refresh")
 def refresh_command(
     provider: Annotated[Optional[list[str]], typer.Option(metavar="NAME", 
-        help="Only this provider: azure, aws or sakura (repeat for several; default: all three).")] = None,
+        help="Only this provider: {refreshable} (repeat for several; default: all of them).")] = None,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Write the snapshot folder under DIR instead of your data dir (where gpuplan finds it).",
         metavar="DIR")] = None,

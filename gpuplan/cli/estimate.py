@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from gpuplan.cli import shapes
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt, outcomes
 from gpuplan.planning.outcomes import Code
@@ -379,6 +380,13 @@ def _folded(est, alike: dict[int, int]) -> tuple[list, dict[int, int]]:
     return out, alike
 
 
+# What an excluded plan's reason word means where the word alone does not say it (issue 46:
+# "priced later 4" read as nothing); --all gives each plan's own sentence.
+_EXCLUDED_WORDS = {"priced later": " (their price rows are dated after the --as-of month)",
+                   "not available": " (sold only after the --as-of month)",
+                   "unpriced": " (no price row: prices.yaml can give one)"}
+
+
 def _excluded_line(est) -> str:
     """The excluded plans folded: "52 plans excluded: packing 20, image 6, retired 8; --all lists them"."""
     counts: dict[str, int] = {}
@@ -388,7 +396,8 @@ def _excluded_line(est) -> str:
             counts[word] = counts.get(word, 0) + 1
     if not counts:
         return ""
-    parts = ", ".join(f"{word} {n}" for word, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    parts = ", ".join(f"{word} {n}{_EXCLUDED_WORDS.get(word, '')}"
+                      for word, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
     return f"{fmt.plural(sum(counts.values()), 'plan')} excluded: {parts}; --all lists them with their reasons"
 
 
@@ -459,6 +468,22 @@ def _table_scale(est, show_all: bool) -> str | None:
                         + [t for sp in ranged.values() for t in sp.wall_s])
 
 
+def _billed_words(plan) -> str:
+    """Why a plan's billed time differs from its wall (issue 46: "billed 1:02 h" under "wall
+    1:14 h" read as a mistake): what is billed and what of the wall is not."""
+    first = plan.fleet[0][0]
+    machines = sum(n for _, n in plan.fleet)
+    if plan.billed_s == plan.wall_s:
+        return ""
+    if first.kind == "task":
+        return " (each task's run time; its image pull and start are wall time, not billed)"
+    if getattr(first, "queue_wait_s", 0):  # a shared cluster's queue (planning/candidates.py)
+        return " (GPU time from each job's start; the queue's wait is wall time, not billed)"
+    if plan.billed_s > plan.wall_s and machines > 1:
+        return f" (the time of {fmt.plural(machines, 'machine')}, summed)"
+    return " (the machines' billed time; the rest of the wall, no machine bills)"
+
+
 def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     """The lines after the table as (kind, text): kind "head", "line", "warning" or "assumption".
     Every note once: plans that share hardware share its note."""
@@ -470,7 +495,7 @@ def _summary(est, show_all: bool) -> list[tuple[str, str]]:
     wall, billed = fmt.duration(rec.wall_s, scale), fmt.duration(rec.billed_s, scale)
     out = [("head", f"Recommended: {rec.label} {rec.provider} {rec.region}, "
                     f"{'from an image' if rec.setup == 'image' else 'from scratch'}: "
-                    f"{fmt.yen(rec.cost)}, wall {wall}, billed {billed}")]
+                    f"{fmt.yen(rec.cost)}, wall {wall}, billed {billed}{_billed_words(rec)}")]
     parts = ", ".join(f"{k} {fmt.yen(v, 2)}" for k, v in rec.breakdown.items() if v)
     out.append(("line", f"breakdown: {parts} (total {fmt.yen(rec.cost, 2)} → {fmt.yen(rec.cost)})" if parts
                 else "breakdown: nothing more to pay for this batch (hardware you already have)"))
@@ -982,7 +1007,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
                   budget: str | None = None, quota: list[str] | None = None, owned: list[str] | None = None,
                   release: str = "when-done", spot: bool = False, tax: str = "included", providers: tuple[str, ...] = (),
                   offers: tuple[str, ...] = (), strict: bool = False, unknown_as: str = "",
-                  max_yen_per_hour: str | Decimal | None = None, without: tuple[str, ...] = ()):
+                  max_yen_per_hour: str | Decimal | None = None, without: tuple[str, ...] = (), gpus: str = "",
+                  gpus_said: str = "--gpus"):
     """Every plan for `work` on the catalog (as of a month, or today's with the inventory's hosts,
     the quotas `gpuplan check` read, measured setup and calibrations) and the recommendation:
     what `gpuplan estimate` shows and `gpuplan launch` acts on. `providers`: only these (empty: all);
@@ -993,7 +1019,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     the other reading too, and a note says whether the pick depends on it). `max_yen_per_hour`:
     plans whose fleet costs more an hour (on the `tax` basis) are left out (MAX_YEN_PER_HOUR).
     `without`: offers ("provider:name@region", either market) left out: a launch's next plan
-    after every zone refused them (run/failover.py)."""
+    after every zone refused them (run/failover.py). `gpus`: only offers with these GPUs per machine
+    (market/gpus.py: "V100:4", "A100", "24GB")."""
     from gpuplan.market import catalog
     from gpuplan.market import tax as taxes
     from gpuplan.planning import optimizer, workloads
@@ -1016,7 +1043,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     basis = taxes.parse(tax)
     again = dict(work=work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
                  cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot, tax=tax,
-                 providers=providers, offers=offers, strict=strict, max_yen_per_hour=max_yen_per_hour, without=without)
+                 providers=providers, offers=offers, strict=strict, max_yen_per_hour=max_yen_per_hour, without=without,
+                 gpus=gpus, gpus_said=gpus_said)
     first = not unknown_as
     unknown_as = unknown_as or taxes.ASSUMED_UNKNOWN
     cat, japan_notes = _japan(cat, region, as_of, basis, unknown_as)
@@ -1033,13 +1061,37 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
 
         allowed = {p.lower() for p in providers}
         cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.provider.lower() in allowed))
+        if not cat.offers:  # a run backend's own offers (a Slurm cluster's partitions) come from its file
+            from gpuplan.run import backends
+
+            own = [name for name in allowed if name in backends.registered() and name != backends.CLUSTERS]
+            if own:
+                from importlib import import_module
+
+                try:  # where its file is looked for (providers/slurm.py: config.yaml may name another)
+                    where = getattr(import_module(f"gpuplan.providers.{own[0]}"), "clusters_path", lambda: None)()
+                except ImportError:
+                    where = None
+                raise UsageError(f"infra {', '.join(providers)}: no {own[0]} offers: none described in"
+                                 f" {where or own[0] + '.yaml'}; docs/{own[0]}.md says how to describe yours")
         if not cat.offers:
             raise UsageError(f"infra {', '.join(providers)}: no offers of {'it' if len(providers) == 1 else 'them'} in"
                              f" catalog {cat.snapshot}; see `gpuplan catalog`")
+    if gpus:  # --gpus V100:4 (a batch's gpus:, a SkyPilot task's accelerators): only machines with them
+        from dataclasses import replace as with_offers
+
+        from gpuplan.market import gpus as gpu_asks
+
+        ask = gpu_asks.parse(gpus, gpus_said)
+        cat = with_offers(cat, offers=gpu_asks.offers_for(ask, cat.offers, gpus_said))
     if without:  # issue 44: offers every zone of their region refused, for a launch's next plan
         from dataclasses import replace as with_offers
 
-        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key.split("#")[0] not in without))
+        from gpuplan.run.failover import on_demand_key
+
+        # an offer's key leaves out both its rows (both markets refused); its on_demand_key only the on-demand one
+        cat = with_offers(cat, offers=tuple(o for o in cat.offers if o.key.split("#")[0] not in without
+                                            and (o.market == "spot" or on_demand_key(o) not in without)))
     if offers:  # one offer alone (a probe's plan); the inventory's other hosts are not planned
         from dataclasses import replace as with_offers
 
@@ -1103,7 +1155,7 @@ def register(app: typer.Typer) -> None:
         videos: Annotated[Optional[int], typer.Option(metavar="N", help="Plan N colorize-hd jobs, one model per video (field report A).")] = None,
         workload: Annotated[Optional[str], typer.Option(metavar="NAME|FILE", help="Built-in workload name or a YAML file (docs/workloads.md).")] = None,
         as_of: Annotated[Optional[str], typer.Option("--as-of", help="Plan with the catalog as of YYYY-MM.", metavar="YYYY-MM")] = None,
-        provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers.")] = None,
+        provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this provider's offers: {providers}.")] = None,
         region: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this region's offers.")] = None,
         deadline: Annotated[Optional[str], typer.Option(metavar="DURATION", help="The latest acceptable wall time, such as 90m, 3h, 1h30m or 2d.")] = None,
         strict: Annotated[bool, typer.Option("--strict", help="With --deadline: a plan meets it only if its wall range's slow end does (every GPU at the low end of its speed's band), not its estimate alone.")] = False,
@@ -1111,7 +1163,7 @@ def register(app: typer.Typer) -> None:
         cost_slack: Annotated[str, typer.Option("--cost-slack", metavar="PERCENT", help="With the balanced pick: how much dearer than the cheapest a faster plan may be, such as 3% (the default) or 0.")] = "3%",
         budget: Annotated[Optional[str], typer.Option(metavar="YEN", help="Pick the fastest plan costing at most this many yen, such as 5000 or ¥5,000.")] = None,
         quota: Annotated[Optional[list[str]], typer.Option(metavar="PROVIDER=VCPUS", help="A vCPU quota to plan within: azure=20 for the whole provider, azure:NC=24 for one family; repeat for several.")] = None,
-        out_format: Annotated[str, typer.Option("--format", help="Print a table (for people), JSON or CSV (for programs).", metavar="table|json|csv")] = "table",
+        out_format: Annotated[str, shapes.format_option(csv=True)] = "table",
         save: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the recommended plan (for `gpuplan provision --plan`).")] = None,
         profile: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A measured profile (YAML/JSON) replacing the workload's figures.")] = None,
         owned: Annotated[Optional[list[str]], typer.Option(metavar="OFFER[=N]", help="Hardware you already own or rent by the month (offer name; =N: you have N of them, planned at once); it may then be recommended.")] = None,
@@ -1121,6 +1173,7 @@ def register(app: typer.Typer) -> None:
         spot: Annotated[bool, typer.Option("--spot", help="Also plan on spot capacity at the catalog's spot prices (interruptible: each such plan says how); spot plans may then be recommended.")] = False,
         schedules: Annotated[bool, typer.Option("--schedules", help="With --format json, list every plan's machines with their jobs (by default only the recommendation's).")] = False,
         max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Leave out plans whose fleet costs more than this many yen an hour (on the --tax basis), such as 1500.")] = None,
+        gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="MODEL[:N]", help="Only machines with these GPUs: V100:4 (four V100s in each machine), A100 (any count), 24GB (at least 24 GB each), A100:40GB:2.")] = None,
         tax: Annotated[str, typer.Option("--tax", metavar="included|excluded", callback=tax_basis, help="The one tax basis every yen is compared and shown on: included (the default: Japan's 10 % consumption tax on every provider, what a Japanese company pays; prices listed without it x 1.1) or excluded (prices listed with it / 1.1).")] = "included",
     ) -> None:
         """Plan a batch of GPU work: every fleet, its wall time and yen, and the recommendation."""
@@ -1144,7 +1197,7 @@ def register(app: typer.Typer) -> None:
             work = workloads.apply_profile(work, profile)
         est = plan_estimate(work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
                             cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot,
-                            tax=tax, strict=strict, max_yen_per_hour=max_yen_per_hour)
+                            tax=tax, strict=strict, max_yen_per_hour=max_yen_per_hour, gpus=gpus or "")
         if save is not None and est.recommended is not None:
             save_plan(est, save)
             print(f"plan saved to {save}: {next_step(est.recommended, save)}", file=sys.stderr)
@@ -1152,7 +1205,7 @@ def register(app: typer.Typer) -> None:
             from gpuplan.planning import plot as plotting
             from gpuplan.units import parse_duration
 
-            plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None)
+            plotting.write(est, plot, parse_duration(deadline, "--deadline") if deadline else None, parse_budget(budget))
             print(f"plot written to {plot}", file=sys.stderr)
         if out_format == "json":
             write_json(est, sys.stdout, schedules)
@@ -1191,7 +1244,8 @@ def plan_batch(batch, work, without: tuple[str, ...] = ()):
     return plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
                                       objective=batch.objective, spot=batch.spot, tax=batch.tax,
                                       providers=launcher.infra_providers(batch.infra),
-                                      max_yen_per_hour=batch.max_yen_per_hour, without=without)
+                                      max_yen_per_hour=batch.max_yen_per_hour, without=without, gpus=batch.gpus,
+                                      gpus_said="gpus" if batch.source is not None else "--gpus")
 
 
 def show_plan(est, title: str = ""):

@@ -72,6 +72,47 @@ def _fix_param(param: Any) -> None:
         param.help = _sentences(param.help)
 
 
+# Lists a help text names by placeholder, made from the registries (the entry points
+# gpuplan.providers and gpuplan.run_backends, the refresh sources) when that help is shown or
+# docs/cli.md is written, never when a command starts: reading the entry points costs ~0.1 s.
+_NOTES = {"baremetal": "your own hosts", "slurm": "a cluster of slurm.yaml, docs/slurm.md"}
+_LIST = re.compile(r"\{(providers|infra|refreshable)\}")
+
+
+def lists() -> dict[str, str]:
+    """Each placeholder's text: `{providers}` the catalog's providers, `{infra}` what `--infra`
+    takes (a provider's other names after `=`), `{refreshable}` what `catalog refresh` reads."""
+    from gpuplan.market.catalog_refresh import PROVIDERS
+    from gpuplan.run.launcher import infra_names
+
+    names = infra_names()
+
+    def noted(name: str) -> str:
+        return f"{name} ({_NOTES[name]})" if name in _NOTES else name
+
+    infra = [noted(n) if not also else f"{n} (= {', '.join(also)})" for n, also in names]
+    return {"providers": ", ".join(noted(n) for n, _ in names),
+            "infra": ", ".join(infra),
+            "refreshable": ", ".join(PROVIDERS)}
+
+
+def fill_lists(command: Any) -> Any:
+    """Every placeholder in the help of `command` and the commands below it replaced by its list."""
+    made: dict[str, str] = {}
+
+    def fill(text: str) -> str:
+        if not made:
+            made.update(lists())
+        return _LIST.sub(lambda m: made[m.group(1)], text)
+
+    for param in command.params:
+        if getattr(param, "help", None) and _LIST.search(param.help):
+            param.help = fill(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        fill_lists(sub)
+    return command
+
+
 def readable(command: Any) -> Any:
     """Fix every command's and parameter's help in place; returns the command."""
     for attr in ("help", "short_help"):
@@ -79,6 +120,14 @@ def readable(command: Any) -> Any:
             setattr(command, attr, _sentences(getattr(command, attr)))
     for param in command.params:
         _fix_param(param)
+    if any(_LIST.search(getattr(p, "help", None) or "") for p in command.params):
+        shown = command.format_help
+
+        def format_help(ctx, formatter):  # the lists made only when this help is shown
+            fill_lists(command)
+            return shown(ctx, formatter)
+
+        command.format_help = format_help
     own = command.get_help_option
 
     def help_option(ctx):

@@ -4,6 +4,7 @@ the cluster's engine, or one data-parallel job through torchrun) and the batch c
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import time
@@ -58,11 +59,11 @@ def bench(
     local: Annotated[bool, typer.Option("--local", help="Measure on this machine.")] = False,
     cluster: Annotated[Optional[str], typer.Option("--cluster", help="Measure on this cluster's nodes over SSH.", metavar="NAME")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny shapes (CPU-only machines): proves the pipeline, not the speed.")] = False,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="Slots per node to use (default: all GPUs; 2 processes on a CPU).", metavar="N")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="How many slots per node to use, a number (default: all GPUs; 2 processes on a CPU); not estimate's --gpus MODEL[:N].", metavar="N")] = None,
     max_pack: Annotated[int, typer.Option("--max-pack", help="Try up to this many jobs sharing one GPU.", metavar="N")] = 4,
     out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (.yaml or .json).", metavar="FILE")] = None,
     python: Annotated[Optional[str], typer.Option("--python", help="Python on the nodes with gpuplan[bench] installed (default: gpuplan makes one there: a venv with torch from the package index, the jobs' code copied from here).", metavar="PATH")] = None,
-    timeout: Annotated[int, typer.Option("--timeout", help="Seconds each measurement may take.", metavar="SECONDS")] = 1800,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="How long each measurement may take, such as 120s or 30m (default 30m; a bare number is refused).", metavar="DURATION")] = None,
     job_args: Annotated[Optional[str], typer.Option("--job-args", help="Extra arguments for the job, quoted: '--height 360 --width 640'.", metavar="ARGS")] = None,
     on: Annotated[Optional[str], typer.Option("--on", help="Provision one machine per offer (an inventory host for baremetal:KIND), bench it, save one profile per offer where every estimate reads it, tear it down. Asks first with the yen it costs.", metavar="OFFER[,OFFER...]")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --on: print the campaign (offers, time, yen); provision nothing.")] = False,
@@ -90,8 +91,9 @@ def _bench(workload, local, cluster, quick, gpus, max_pack, out, python, timeout
     if on is None and (dry_run or yes or ssh_from or no_bootstrap):
         raise UsageError("--dry-run, --yes, --ssh-from and --no-bootstrap go with --on (a campaign that provisions machines)")
     from gpuplan.run.items import MAX_PER_GPU, MAX_SLOTS_PER_NODE
-    from gpuplan.units import MAX_DURATION_S
+    from gpuplan.units import MAX_DURATION_S, parse_duration
 
+    timeout = 1800 if timeout is None else parse_duration(timeout, "--timeout", bare_meant="seconds")
     if max_pack < 1 or (gpus is not None and gpus < 1) or timeout < 1:
         raise UsageError("--max-pack, --gpus and --timeout must be at least 1")
     if max_pack > MAX_PER_GPU or (gpus or 0) > MAX_SLOTS_PER_NODE or timeout > MAX_DURATION_S:
@@ -256,12 +258,13 @@ def run(
     torchrun: Annotated[bool, typer.Option("--torchrun", help="One data-parallel job over all nodes' GPUs through torchrun.")] = False,
     python: Annotated[str, typer.Option("--python", help="Python on the nodes, for --torchrun.", metavar="PATH")] = "python3",
     master_port: Annotated[int, typer.Option("--master-port", help="torchrun rendezvous port on the first node.", metavar="PORT")] = 29500,
-    timeout: Annotated[int, typer.Option("--timeout", help="Seconds one item may run; then its processes are killed.", metavar="SECONDS")] = 24 * 3600,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="How long one item may run, such as 90s, 30m or 2h (default 24h; a bare number is refused); then its processes are killed.", metavar="DURATION")] = None,
     down: Annotated[bool, typer.Option("--down", help="Tear the cluster down when the batch ends (follows it to the end); the outputs are fetched first.")] = False,
     fetch: Annotated[Optional[Path], typer.Option("--fetch", help="With --down: fetch the items' outputs into DIR before the teardown (default outputs/CLUSTER-JOB).", metavar="DIR")] = None,
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder copied to every node before the batch; the items run in it.", metavar="DIR")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Each item runs in a container of this image: on a cluster `docker run --gpus` (pulled on every node first; `gpuplan bootstrap CLUSTER --playbook docker-gpu` installs Docker); with dok:PLAN the task's image (linux/amd64, at most 30 GB).", metavar="IMAGE")] = None,
-    env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*).", metavar="KEY=VALUE")] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="dok:PLAN runs: KEY=VALUE in every task (repeatable; not SAKURA_*); KEY alone: its value from the environment you run gpuplan in.", metavar="KEY[=VALUE]")] = None,
+    env_file: Annotated[Optional[Path], typer.Option("--env-file", help="dok:PLAN runs: " + ENV_FILE_HELP.format(what="task"), metavar="FILE")] = None,
     secret_env: Annotated[Optional[list[str]], typer.Option("--secret-env", help="dok:PLAN runs: NAME, a variable of this environment whose value every task gets, as --env's (repeatable; never on a command line or in the state; --resume reads it again).", metavar="NAME")] = None,
     registry: Annotated[Optional[str], typer.Option("--registry", help="dok:PLAN runs: the UUID of the registry credentials registered with DOK, for a private image.", metavar="UUID")] = None,
     registry_user: Annotated[Optional[str], typer.Option("--registry-user", help="Cluster runs with --image: the private registry's user (its server is the image's).", metavar="USER")] = None,
@@ -272,6 +275,7 @@ def run(
     checkpoint_every: Annotated[Optional[str], typer.Option("--checkpoint-every", help="Cluster runs: each item gets $GPUPLAN_CHECKPOINT_DIR, kept on the head every DURATION (and at the attempt's end); an item run again (its node lost, a retry) starts from it.", metavar="DURATION")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="With --recover: replace lost nodes without asking; with dok:PLAN: send the billed tasks without asking.")] = False,
     format: Annotated[str, shapes.format_option()] = "table",
+    project: Annotated[Optional[str], typer.Option("--project", help="The project the batch's spend counts to and whose monthly budget must hold its --max-yen (default: the cluster's; docs/teams.md).", metavar="NAME")] = None,
 ) -> None:
     """Run a batch of items on the cluster's engine (Ray, on the cluster: killing this command
     does not stop it) and follow it; compare time and yen with the plan. CLUSTER `dok:PLAN`
@@ -282,25 +286,34 @@ def run(
     with _json_mode(as_json):  # the words on stderr, the job as JSON on stdout
         _run(cluster=cluster, command=command, items=items, resume=resume, detach=detach, per_gpu=per_gpu,
              retries=retries, plan=plan, torchrun=torchrun, python=python, master_port=master_port, timeout=timeout,
-             down=down, fetch=fetch, workdir=workdir, image=image, env=env, secret_env=secret_env, registry=registry,
+             down=down, fetch=fetch, workdir=workdir, image=image, env=env, env_file=env_file, secret_env=secret_env,
+             registry=registry,
              registry_user=registry_user, registry_password_env=registry_password_env, max_yen=max_yen,
-             recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes)
+             recover=recover, on_demand_fallback=on_demand_fallback, checkpoint_every=checkpoint_every, yes=yes,
+             project=project)
 
 
 def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchrun, python, master_port, timeout,
          down, fetch, workdir, image, env, secret_env, registry, registry_user, registry_password_env, max_yen, recover,
-         on_demand_fallback, checkpoint_every, yes) -> None:
+         on_demand_fallback, checkpoint_every, yes, env_file=None, project=None) -> None:
     """`gpuplan run`, its options checked by typer: the target resolved to its backend, the
     submission checked against what that backend supports, submitted and followed through the
     batch service, on every backend the same way."""
     from dataclasses import replace
 
+    from gpuplan import budget, team
     from gpuplan.run import items as run_items
     from gpuplan.run.ray import runner
     from gpuplan.store.state import State
     from gpuplan.units import MAX_DURATION_S
 
+    team.user()  # a bad GPUPLAN_USER or --project: refused before anything
+    if project is not None:  # none named: a batch on a cluster counts to the cluster's project
+        team.choose(project)
     command = list(command or [])
+    from gpuplan.units import parse_duration
+
+    timeout = 24 * 3600 if timeout is None else parse_duration(timeout, "--timeout", bare_meant="seconds")
     if per_gpu < 1 or retries < 0 or timeout < 1:
         raise UsageError("--per-gpu and --timeout must be at least 1 and --retries at least 0")
     if per_gpu > run_items.MAX_PER_GPU or retries > run_items.MAX_RETRIES or timeout > MAX_DURATION_S:
@@ -329,8 +342,8 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     if workdir is not None and resume:
         raise UsageError("--resume runs in the job's own workdir (already on the nodes); leave out --workdir")
     backend = backends.for_target(cluster)
-    if (env or secret_env or registry) and backends.REGISTRY_ID not in backend.supports:
-        raise UsageError("--env, --secret-env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE"
+    if (env or env_file or secret_env or registry) and backends.REGISTRY_ID not in backend.supports:
+        raise UsageError("--env, --env-file, --secret-env and --registry are for DOK task runs: gpuplan run dok:PLAN --image IMAGE"
                          " ...; a private image on a cluster: --registry-user USER --registry-password-env VAR")
     if (registry_user or registry_password_env) and not (registry_user and registry_password_env):
         raise UsageError("a private registry needs both --registry-user USER and --registry-password-env VAR")
@@ -351,7 +364,7 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     where = cluster if backend.has_cluster else backend.pseudo_clusters[0]  # what its jobs are listed under
     from gpuplan import batchfile
 
-    environment = env_pairs(env)
+    environment = env_pairs(env, env_file)
     secrets = batchfile.secret_env_names("--secret-env", secret_env, environment)
     environment.update(batchfile.secret_env_values(secrets, "--secret-env"))  # read now, held in memory only
     sub = backends.Submission(
@@ -385,7 +398,23 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     else:
         todo, order_note = run_items.run_order(run_items.read_items(items), predicted)
         sub = replace(sub, items=tuple(todo))
-    job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
+    reserved = None
+    if cap is not None:  # the batch's cap held against its project's month, checked and recorded in one transaction
+        from gpuplan.market import tax as taxes
+
+        row = state.cluster(cluster) if backend.has_cluster else None
+        run_project = team.chosen() or (row.project if row is not None else None) or team.project()
+        listed = (row.spec.get("tax") if row is not None else None) or "unknown"  # the cap is in billed yen, as listed
+        reserved = budget.reserve_spend(state, run_project, taxes.on_basis(cap, listed, taxes.DEFAULT),
+                                        "run's --max-yen", "cap")
+    try:
+        job = backends.submit(state, backend, sub, progress, RUN_WORDS)  # checked again: a resumed job's own settings
+    except BaseException:
+        if reserved is not None:
+            state.release_commitments(rid=reserved)
+        raise
+    if reserved is not None:
+        state.attach_commitment(reserved, job=job)  # held while the batch runs
     count = len(state.job_items(job)) if torchrun else len(sub.items)
     out = _console()
     out.print(f"job {job} submitted: {backend.submitted(state, job, count)}; order: {order_note}", markup=False)
@@ -479,13 +508,26 @@ def _refuse_busy(state, cluster: str, why: str) -> None:
                                  f" `gpuplan cancel {cluster} {row.id}` first")
 
 
-def env_pairs(env: Optional[list[str]]) -> dict[str, str]:
-    """--env KEY=VALUE options as a mapping; one line for a malformed one."""
-    environment = {}
+ENV_FILE_HELP = "KEY=VALUE lines (# comments) for every {what}, as --env's; an --env of the same KEY wins."
+
+
+def env_pairs(env: Optional[list[str]], env_file: Optional[Path] = None) -> dict[str, str]:
+    """--env KEY=VALUE options (KEY alone: its value from this process's environment) over an
+    --env-file's lines, as a mapping; one line for a malformed one or a KEY that is not set."""
+    import os
+
+    from gpuplan.userfiles import read_env_file
+
+    environment = read_env_file(env_file) if env_file is not None else {}
     for kv in env or []:
         key, sep, value = kv.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"bad --env {kv!r}: write KEY=VALUE")
+        if not key.strip() or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
+            raise UsageError(f"bad --env {kv!r}: write KEY=VALUE, or KEY alone for its value in your environment")
+        if not sep:
+            if key.strip() not in os.environ:
+                raise UsageError(f"--env {key.strip()}: not set in this environment; export it, or write"
+                                 f" {key.strip()}=VALUE")
+            value = os.environ[key.strip()]
         environment[key.strip()] = value
     return environment
 
@@ -592,24 +634,34 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
 
 
 def _follow(state, cluster: str, job: str, on_look=None) -> None:
-    """Print the batch's progress until it ends (batches.follow). Ctrl-C stops following, not the batch."""
-    from gpuplan.run import batches
+    """Show the batch's progress until it ends (batches.follow): on a terminal one live display
+    (cli/tables.py LiveView: a bar with its ETA, the yen so far against its cap in ledger yen), elsewhere a
+    line per change. Ctrl-C stops following, not the batch."""
+    from gpuplan.cli.tables import LiveView
+    from gpuplan.run import batches, recover
 
     err = _console(stderr=True)
-    quiet_s = 0.0 if err.is_terminal else 10.0  # a log file gets a line when something changed, at most every 10 s
+    row = state.job(job)
+    cap = recover.job_cap(row) if row is not None else None
+    view = LiveView(err, (cap.billed or cap.yen) if cap is not None else None)
+    quiet_s = 10.0  # a log file gets a line when something changed, at most every 10 s
     last, last_at = "", 0.0
 
     def look(row: JobRow, p) -> None:
         nonlocal last, last_at
-        line = _progress_line(p)
-        if line != last and (p.over or time.monotonic() - last_at >= quiet_s):
-            err.print(line, markup=False, highlight=False)
-            last, last_at = line, time.monotonic()
+        if view.drawing:
+            view.batch(p)
+        else:
+            line = _progress_line(p)
+            if line != last and (p.over or time.monotonic() - last_at >= quiet_s):
+                err.print(line, markup=False, highlight=False)
+                last, last_at = line, time.monotonic()
         if not p.over and on_look is not None:
             on_look(row)
 
     try:
-        batches.follow(state, job, look)
+        with view:
+            batches.follow(state, job, look)
     except KeyboardInterrupt:
         err.print(f"stopped following; job {job} goes on on the cluster: `gpuplan jobs {cluster}`,"
                   f" `gpuplan cancel {cluster} {job}`", markup=False)
@@ -675,7 +727,8 @@ def _billed_how(summary) -> str:
         how = (f"{fmt.plural(len(summary.task_seconds), 'task')} each billed for its own run time at"
                f" {fmt.rate(summary.terms.price_jpy)}/h, at least {summary.terms.minimum_s} s a task")
     elif owned(summary.provider):  # the user's own hosts: their power, as the estimate charges it
-        how = (f"{fmt.plural(summary.nodes, 'owned host')}' power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
+        whose = "1 owned host's" if summary.nodes == 1 else f"{fmt.count(summary.nodes)} owned hosts'"
+        how = (f"{whose} power at {fmt.rate(summary.price_jpy_per_hour)}/h each"
                if summary.price_jpy_per_hour is not None else "owned hosts")
     elif len({t.hourly for t, _ in summary.node_seconds}) > 1:  # a replacement at another price joined
         from collections import Counter
@@ -730,17 +783,23 @@ def jobs(
     cluster: Annotated[str, typer.Argument(help="Cluster name (see `gpuplan status`), or dok for 高火力 DOK batches.")],
     job: Annotated[Optional[str], typer.Argument(help="One job (see the list): its row, the nodes it set aside and what interruptions cost it.")] = None,
     format: Annotated[str, shapes.format_option()] = "table",
+    all_users: Annotated[bool, typer.Option("--all-users", help="Every user's batches, not only yours (rows from before gpuplan kept users show to everyone).")] = False,
+    project: Annotated[Optional[str], typer.Option("--project", help="Only this project's batches.", metavar="NAME")] = None,
 ) -> None:
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster);
-    and what the cloud taking nodes back cost each interrupted one."""
+    and what the cloud taking nodes back cost each interrupted one. Your own, unless --all-users
+    (another user's batch names its owner)."""
     from rich.table import Table
 
+    from gpuplan import team
     from gpuplan.run import batches
     from gpuplan.run import items as run_items
     from gpuplan.store import costs
     from gpuplan.store.state import State
 
     as_json = shapes.check_format(format)
+    me = team.user()
+    only = team.check_name(project, "--project") if project is not None else None
     state = State.open_default()
     if job is not None:
         _job_of(state, cluster, job)
@@ -748,6 +807,8 @@ def jobs(
     rows = []
     for v in batches.overview(state, cluster):
         if job is not None and v.row.id != job:
+            continue
+        if job is None and not team.visible(v.row.user, v.row.project, all_users, only, me):
             continue
         if v.not_refreshed:
             err.print(f"{v.row.id}: not refreshed ({v.not_refreshed})", markup=False)
@@ -765,7 +826,7 @@ def jobs(
     table = Table("job", "state", "ok", "failed", "running", "total", "started", "wall", "yen")
     for r, c in rows:
         failed = c.get("failed", 0) + c.get("bad input", 0) + c.get("timed out", 0)
-        table.add_row(r.id, r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
+        table.add_row(r.id + (f" ({r.user}'s)" if r.user not in (me, team.UNKNOWN_USER) else ""), r.state, str(c.get("ok", 0)), str(failed), str(c.get("running", 0)), str(r.total),
                       f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "-", fmt.duration(run_items.job_seconds(r)),
                       fmt.yen(backends.yen(state, r)))
     out = _console()

@@ -4,24 +4,29 @@ nothing to a finished batch (gpuplan/run/launcher.py carries it out; docs/batch.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from gpuplan import foreign
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
+PROJECT_HELP = ("The project the spend counts to and whose monthly budget must hold it (default: the batch file's"
+                " project:, else config.yaml's, else default; docs/teams.md).")
+
 
 def launch(
-    batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file, ending in .yaml or .yml (docs/batch.md): workload, items, command, image, infra, max_yen, ...", metavar="BATCH.yaml")] = None,
+    batch_file: Annotated[Optional[Path], typer.Argument(help="The batch file, ending in .yaml or .yml (docs/batch.md): workload, items, command, image, infra, max_yen, ...; or a SkyPilot task YAML or a dstack task, read as a batch (`gpuplan convert FILE` shows how).", metavar="BATCH.yaml")] = None,
     command: Annotated[Optional[list[str]], typer.Argument(help="After --: the command ({item} is each item); overrides the file's.")] = None,
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line.", metavar="FILE")] = None,
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with (one job per item).", metavar="NAME|FILE")] = None,
     plan: Annotated[Optional[Path], typer.Option("--plan", help="Launch this saved plan (`gpuplan estimate --save`) instead of planning again.", metavar="FILE")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run each item in this container image.", metavar="IMAGE")] = None,
-    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated: {infra}.", metavar="NAMES")] = None,
     region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="The latest acceptable wall time (3h, 90m).", metavar="DURATION")] = None,
@@ -29,7 +34,9 @@ def launch(
     max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", help="Leave out plans whose fleet costs more than this many yen an hour (a saved plan over it is refused).", metavar="YEN")] = None,
     outputs: Annotated[Optional[Path], typer.Option("--outputs", help="Where the items' outputs are fetched to (default outputs/NAME).", metavar="DIR")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="The cluster's name (default: the batch file's).", metavar="NAME")] = None,
-    env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every item (repeatable).", metavar="KEY=VALUE")] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every item (repeatable); KEY alone: its value from the environment you run gpuplan in.", metavar="KEY[=VALUE]")] = None,
+    env_file: Annotated[Optional[Path], typer.Option("--env-file", help="KEY=VALUE lines (# comments) for every item, as --env's; an --env of the same KEY wins.", metavar="FILE")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="Only machines with these GPUs: V100:4 (four V100s in each machine), A100 (any count), 24GB (at least 24 GB each).", metavar="MODEL[:N]")] = None,
     secret_env: Annotated[Optional[list[str]], typer.Option("--secret-env", help="NAME: a variable of this environment whose value every item gets, as --env's, never written anywhere but the nodes' owner-only file (repeatable; replaces the file's secret_env).", metavar="NAME")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Pick up a launch: follow its job to the end, fetch, tear down.", metavar="JOB")] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once the batch runs, with its job id (`gpuplan launch --resume JOB` finishes it).")] = False,
@@ -40,6 +47,7 @@ def launch(
     on_demand_fallback: Annotated[bool, typer.Option("--on-demand-fallback", help="With --recover on spot: a replacement that finds no spot capacity is bought on-demand.")] = False,
     probe: Annotated[bool, typer.Option("--probe", help="First time the batch's own job on the pick and its rivals (`gpuplan probe`), then plan again from what was measured.")] = False,
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="With --probe: at most this for the probes, a share of the pick's yen (2%, the default) or yen.", metavar="PERCENT|YEN")] = None,
+    project: Annotated[Optional[str], typer.Option("--project", help=PROJECT_HELP, metavar="NAME")] = None,
 ) -> None:
     """Plan a batch, build the pick, run the batch on it, fetch its outputs, tear it down."""
     from contextlib import ExitStack
@@ -47,7 +55,6 @@ def launch(
     from gpuplan import batchfile
     from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _print_lines
-    from gpuplan.run import items as run_items
     from gpuplan.run import launcher
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
@@ -60,14 +67,29 @@ def launch(
             raise UsageError("--resume picks up a launch from its job alone; leave out the batch file, --plan and the command")
         _resume(resume, keep, detach, yes)
         return
+    from gpuplan.cli.jobs import env_pairs
+
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
                  "objective": objective, "deadline": deadline, "max_yen": max_yen, "max_yen_per_hour": max_yen_per_hour, "outputs": outputs, "name": name,
-                 "env": env, "secret_env": secret_env, "command": list(command) if command else None,
-                 "recover": recover or None, "on_demand_fallback": on_demand_fallback or None}
-    batch = batchfile.read(batch_file, overrides)
-    batchfile.check_environment(batch)  # a secret it names but this environment lacks: refused before anything
-    todo_items = run_items.read_items(batch.items)
+                 "env": env_pairs(env, env_file) or None, "secret_env": secret_env,
+                 "command": list(command) if command else None, "gpus": gpus,
+                 "recover": recover or None, "on_demand_fallback": on_demand_fallback or None, "project": project}
     out = _console()
+    batch, conv = read_batch(batch_file, overrides)
+    from gpuplan import budget, team
+
+    team.user()  # a bad GPUPLAN_USER is refused before anything
+    team.choose(None, batch.project or None)
+    batchfile.check_environment(batch)  # a secret it names but this environment lacks: refused before anything
+    todo_items = batchfile.items_of(batch)
+    if conv is not None and not batch.workload and plan is None:  # planned as SkyPilot plans a task: its machines by the hour
+        _print_lines(out, hourly_lines(batch, conv.nodes))
+        if dry_run:
+            _print_lines(out, ["dry run: nothing was created"])
+            return
+        raise UsageError(f"{batch_file} names no workload, so its total time and yen are unknown and no cap can hold:"
+                         " give --workload NAME or a workload file (docs/workloads.md), or launch the batch"
+                         " `gpuplan convert` writes with `workload:` added")
     saved = plan is None  # the plan is this command's own file (removed if the launch is refused)
     work = None  # the workload planned here: a refused pick may fall over to the next plan (issue 44)
     if plan is None:
@@ -101,13 +123,16 @@ def launch(
             from gpuplan.run import failover
 
             failover.refuse_over_rate([(pick.offer, pick.count)], batch.max_yen_per_hour, batch.tax)
+            spend, spend_what = launcher.budget_spend(pick, batch)
             if dry_run:
                 peek = State.open_existing()
+                budget.check_spend(peek, team.current().project, spend, spend_what)  # before anything is written
                 cluster = launcher.peek_name(peek, batch)
                 if peek is not None:
                     peek.close()
             else:
                 state = State.open_default()
+                budget.check_spend(state, team.current().project, spend, spend_what)  # reserved after the question
                 cluster = launcher.claim_name(state, batch, held)
             batchfile.check_before_buying(batch, cluster)
             outputs_dir = launcher.outputs_dir(batch, cluster)
@@ -138,8 +163,9 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     """A launch past its checks that need nothing but its files: preflight, the question, the
     build and the batch, under the cluster name's lock (`work`: the workload this command
     planned, for the next plan where the pick is refused; None: a saved plan, launched as it is)."""
-    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _confirm
+    from gpuplan.cli.tables import LiveView
     from gpuplan.run import backends, launcher
     from gpuplan.run import items as run_items
 
@@ -148,7 +174,21 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
     order = launcher.preflight(state, pick, batch, cluster, can_answer=yes or (sys.stdin is not None and sys.stdin.isatty()))
     _confirm(lines, f"Spend about {fmt.yen(pick.yen)} on this batch?", yes, default=True)
     todo, _ = run_items.run_order(todo_items, run_items.read_plan(plan))
-    job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, _progress(err), plan, work, yes, keep)
+    from gpuplan import budget, team
+
+    spend, spend_what = launcher.budget_spend(pick, batch)  # checked before the question, reserved now in one transaction
+    reserved = budget.reserve_spend(state, team.current().project, spend, spend_what,
+                                  "cap" if batch.max_yen is not None else "plan",
+                                  cluster if backends.get(pick.backend).has_cluster else None)
+    try:
+        # one live display of the build on a terminal: each machine's latest step (cli/tables.py)
+        with LiveView(err, machines=lambda: [n.name for n in state.nodes(cluster)], title=f"launching {cluster}") as view:
+            job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, view.step, plan, work, yes, keep,
+                                 view.paused)
+    except BaseException:
+        state.release_commitments(rid=reserved)  # nothing of it is left running (start tears down what it made)
+        raise
+    state.attach_commitment(reserved, job=job)
     pick = launcher.pick_of(plan, batch.region or None, batch.tax)  # the next plan's, where the first was refused
     where = backends.job_row(state, job).cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
@@ -161,9 +201,10 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
 
 
 def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
-                   keep: bool = False) -> str:
+                   keep: bool = False, paused=contextlib.nullcontext) -> str:
     """launcher.start; where every zone of the pick's region refused it and the launch planned the
-    batch itself, the next plan without the refused offer (run/failover.py), saved over the plan."""
+    batch itself, the next plan without the refused offer, within the batch's `failover:`
+    (run/failover.py), saved over the plan; or the pick again after failover.wait."""
     from gpuplan.run import failover, launcher
     from gpuplan.run import items as run_items
 
@@ -174,8 +215,8 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
 
     orders = {id(pick): (order, todo)}
 
-    def replan():
-        est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch)
+    def replan(first):
+        est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch, first)
         if rec is None:
             return None
         from gpuplan.planning import saved_plan
@@ -192,10 +233,15 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
         return launcher.start(state, p, batch, cluster, o, t, outputs_dir, progress, keep=keep)
 
     def ask(p):
-        _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
-                 default=True)
+        with paused():  # the live display gives the terminal to the question
+            _confirm([f"launch on {p.count}x {p.target} instead"], f"Spend about {fmt.yen(p.yen)} on this batch?", yes,
+                     default=True)
 
-    return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask)
+    from gpuplan.units import parse_duration
+
+    deadline_s = parse_duration(batch.deadline, "deadline") if batch.deadline else None
+    return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask, policy=batch.failover,
+                                  deadline_s=deadline_s)
 
 
 def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:
@@ -274,5 +320,66 @@ def _released(state, cluster: str) -> bool:
     return row is not None and row.status == "gone" and bool(row.spec.get("releases_itself_at"))
 
 
+def read_batch(batch_file: Optional[Path], overrides: dict):
+    """foreign.read_batch, the mapping of a SkyPilot or dstack task printed first."""
+    from gpuplan.cli.jobs import _console
+    from gpuplan.cli.lifecycle import _print_lines
+
+    return foreign.read_batch(batch_file, overrides, lambda lines: _print_lines(_console(), lines))
+
+
+def hourly_lines(batch, nodes: int, shown: int = 8) -> list[str]:
+    """A task that names no workload, planned as SkyPilot plans one: the offers with its GPUs by
+    yen per hour for its machines, each machine's setup counted (catalog provider facts), and that
+    the batch's total stays unknown until a workload (or `gpuplan probe`) times it."""
+    from dataclasses import replace
+
+    from gpuplan.market import catalog, gpus
+    from gpuplan.market import tax as taxes
+    from gpuplan.run import launcher
+
+    cat = catalog.with_tax(catalog.load(), batch.tax, taxes.ASSUMED_UNKNOWN)
+    offers = [o for o in cat.offers if o.market == "on-demand" or batch.spot]
+    providers = launcher.infra_providers(batch.infra)
+    if providers:
+        offers = [o for o in offers if o.provider.lower() in providers]
+    if batch.region:
+        offers = [o for o in offers if o.region.lower() == batch.region.lower()]
+    if batch.gpus:
+        offers = list(gpus.offers_for(gpus.parse(batch.gpus, "gpus"), offers, "gpus"))
+    setup = {name: (f.setup_s, f.source) for name, f in cat.providers.items()}
+    rows = gpus.hourly(replace(cat, offers=tuple(offers)).offers, nodes, setup)
+    head = (f"no workload: planned by the hour as SkyPilot plans a task ({nodes}x machine{'s' if nodes > 1 else ''}"
+            f" with {batch.gpus or 'any GPU'}; yen {batch.tax} tax, catalog {cat.snapshot}):")
+    if not rows:
+        return [head, "  no offer with a price fits; `gpuplan catalog` lists them"]
+    body = [f"  {fmt.yen(r.yen_per_hour)}/h  {r.nodes}x {r.offer.provider}:{r.offer.name} {r.offer.region}"
+            f"{' spot' if r.offer.market == 'spot' else ''} ({r.offer.gpu_count}x {r.offer.gpu})"
+            f"  setup {fmt.duration(r.setup_s)} {fmt.yen(r.setup_yen)}" for r in rows[:shown]]
+    more = [f"  ... and {len(rows) - shown} more"] if len(rows) > shown else []
+    pick = rows[0]
+    return [head, *body, *more,
+            f"cheapest: {pick.nodes}x {pick.offer.provider}:{pick.offer.name} at {fmt.yen(pick.yen_per_hour)} an hour after"
+            f" {fmt.duration(pick.setup_s)} of setup ({fmt.yen(pick.setup_yen)});"
+            " the batch's total time and yen stay unknown until a workload says its size or `gpuplan probe` times it"]
+
+
+def convert(
+    task_file: Annotated[Path, typer.Argument(help="A SkyPilot task YAML or a dstack task (`type: task`).", metavar="TASK.yaml")],
+) -> None:
+    """Print the gpuplan batch file a SkyPilot task YAML or a dstack task is, and every field of it
+    that does not map, with what to do in gpuplan (as comments at its end)."""
+    kind, data = foreign.read(task_file)
+    if not kind:
+        raise UsageError(f"{task_file} is not a SkyPilot task (run:, resources:, envs:, ...) nor a dstack task (type:"
+                         " task, commands:); a gpuplan batch file runs as it is: `gpuplan launch FILE --dry-run`")
+    conv = foreign.convert(data, task_file, kind)
+    if conv.refusal:
+        raise UsageError(conv.refusal)
+    sys.stdout.write(foreign.batch_yaml(conv))
+    sys.stdout.write("".join(f"# {line}\n" for line in foreign.lines(conv)))
+
+
 def register(app: typer.Typer) -> None:
     app.command("launch", context_settings={"allow_extra_args": False})(launch)
+    app.command("convert")(convert)

@@ -46,6 +46,8 @@ def _open_state():
 # --- asking before creating or deleting ----------------------------------------------------
 
 YES_HELP = "Do not ask; go ahead (needed when stdin is not a terminal)."
+PROJECT_HELP = ("The project the spend counts to and whose monthly budget must hold it (default: config.yaml's"
+                " project:, else default; docs/teams.md).")
 SSH_FROM_HELP = ("Let SSH in from this address or CIDR only (default: providers.<name>.ssh_cidr, else your "
                  "public address, detected); 0.0.0.0/0 opens it to everyone.")
 
@@ -133,23 +135,6 @@ def _create_lines(o, quota: list | None = None, lifetime: str | None = None) -> 
     return lines + [f"  {note}" for note in o.notes]
 
 
-# What each provider does at a TTL, in its own terms (issue 42: GCP's was said to "stop" machines
-# GCE deletes), as its module's docstring says it arms it: the provision line, and status's words
-# for the time left. AWS: a shutdown from inside with InstanceInitiatedShutdownBehavior=terminate;
-# GCP: maxRunDuration with instanceTerminationAction DELETE; Azure: the auto-shutdown schedule,
-# which deallocates; Sakura: a timer that powers the server off (stopped, its disk kept).
-_TTL_DOES = {
-    "aws": ("each machine shuts itself down after that and EC2 terminates it (its root disk with it)",
-            "EC2 terminates them in"),
-    "gcp": ("GCE itself deletes the machines (and their disks) after that", "GCE deletes them in"),
-    "azure": ("Azure's auto-shutdown deallocates the machines after that (compute stops billing; their disks and"
-              " addresses bill until `gpuplan teardown`)", "Azure deallocates them in"),
-    "sakura": ("each machine powers itself off (stops) after that; its disk bills until `gpuplan teardown`",
-               "they stop (power off) in"),
-    "": ("the cloud itself stops the machines after that", "released in"),
-}
-
-
 def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
     """How long the machines live and bill: one true line for each of TTL, idle stop, both and
     neither (issue 33: the "no TTL" warning followed a TTL, and --idle alone hid it)."""
@@ -157,9 +142,11 @@ def _lifetime_lines(req, lifetime: str | None, mine: bool) -> list[str]:
         return [lifetime]
     if mine:
         return [f"owned hosts: claimed for {req.name} until `gpuplan teardown {req.name}` releases them (never deleted)"]
+    from gpuplan.fleet.lifecycle import TTL_DOES
+
     lines = []
     if req.ttl_s:
-        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {_TTL_DOES.get(req.provider, _TTL_DOES[''])[0]}")
+        lines.append(f"TTL {fmt.duration(req.ttl_s)}: {TTL_DOES.get(req.provider, TTL_DOES[''])[0]}")
     if req.idle_s:
         from gpuplan.fleet import idle
 
@@ -186,6 +173,7 @@ def provision(
     ttl: Annotated[Optional[str], typer.Option(metavar="DURATION", help="After this long the cloud itself ends the machines (4h, 90m): AWS shuts them down and terminates them, GCP deletes them, Azure deallocates them, Sakura stops them.")] = None,
     idle: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Each machine stops and releases itself after this long with no batch running (30m); AWS and Sakura.")] = None,
     spot: Annotated[bool, typer.Option("--spot", help="Ask for spot/low-priority capacity where the provider has it.")] = False,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="MODEL[:N]", help="Instead of TARGET: the cheapest size an hour with these GPUs in each machine (V100:4, A100, 24GB), in --region where given.")] = None,
     max_yen_per_hour: Annotated[Optional[str], typer.Option("--max-yen-per-hour", metavar="YEN", help="Refuse, before anything is made, machines that together cost more than this many yen an hour (tax included).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be created and its yen per hour; create nothing.")] = False,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Do not run the setup playbooks after creating.")] = False,
@@ -194,12 +182,24 @@ def provision(
     ssh_from: Annotated[Optional[str], typer.Option("--ssh-from", help=SSH_FROM_HELP, metavar="CIDR")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
     format: Annotated[str, shapes.format_option()] = "table",
+    project: Annotated[Optional[str], typer.Option("--project", help=PROJECT_HELP, metavar="NAME")] = None,
 ) -> None:
     """Create a cluster of GPU machines, then bootstrap them. Asks first (shows machines, yen
-    per hour, the quota check and the TTL) unless --yes."""
+    per hour, the quota check and the TTL) unless --yes. In a project with a budget this month,
+    the machines' yen for their --ttl must fit what is left (docs/teams.md)."""
+    from gpuplan import budget, team
     from gpuplan.fleet import lifecycle, preflight, provision
 
+    team.user()  # a bad GPUPLAN_USER or --project: refused before anything
+    team.choose(project)
+
     as_json = shapes.check_format(format)
+    if gpus is not None:  # `provision --gpus V100:4`: the cheapest size an hour that has them
+        if plan is not None or (target is not None and not target.lower().lstrip("x×").isdigit()):
+            raise UsageError("--gpus picks the size: give --gpus or TARGET (or --plan), not both")
+        if target is not None:  # `provision --gpus V100:4 x2`: the count took TARGET's place
+            target, count = None, target
+        target, region = _cheapest_with(gpus, region, spot)
     # everything that needs no cloud call, checked at once before anything (and by --dry-run)
     ask = preflight.ProvisionAsk(target, count, plan=plan, region=region, name=name, image=image, ttl=ttl, spot=spot,
                                  idle=idle, playbooks=tuple(playbook or ()), bootstrap=not no_bootstrap,
@@ -211,7 +211,15 @@ def provision(
         failover.refuse_over_rate([(o.offer, o.request.count), *zip(o.more, (r.count for r in o.request.more))],
                                   failover.parse_rate_cap(max_yen_per_hour), what="the machines")
     _say_mapped(o)
+    spend, spend_what = budget.provision_spend(o.request)
     if dry_run:
+        from gpuplan.store.state import State
+
+        peek = State.open_existing()
+        if spend is None:
+            budget.refuse_unbounded(peek, team.current().project, "this provision")
+        else:
+            budget.check_spend(peek, team.current().project, spend, spend_what)
         lines = _create_lines(o) + [f"  {n}" for n in provision.dry_run_notes(o)]
         lines[0] = "would " + lines[0]
         if as_json:
@@ -223,10 +231,22 @@ def provision(
     state = _open_state()
     prov = lifecycle.get_provider(o.request.provider)
     o, quota = provision.check(state, prov, o, ssh_from)
+    if spend is None:
+        budget.refuse_unbounded(state, team.current().project, "this provision")
+    else:
+        budget.check_spend(state, team.current().project, spend, spend_what)  # before the question
     _confirm(_create_lines(o, quota), "Create these machines?", yes, default=True)
-    with working(err, f"provisioning {o.request.name}") as step:
-        cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
-                                   keep_on_failure=keep_on_failure, progress=step)
+    reserved = (budget.reserve_spend(state, team.current().project, spend, spend_what, "ttl", o.request.name)
+                if spend else None)  # checked and recorded in one transaction
+    try:
+        with working(err, f"provisioning {o.request.name}", lambda: [n.name for n in state.nodes(o.request.name)]) as step:
+            cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
+                                       keep_on_failure=keep_on_failure, progress=step)
+    except BaseException:
+        if reserved is not None and (state.cluster(o.request.name) is None
+                                     or state.cluster(o.request.name).status == "gone"):
+            state.release_commitments(rid=reserved)  # nothing of it bills
+        raise
     if as_json:
         shapes.emit(shapes.cluster(lifecycle.status(state, cluster.name)[0]))
     else:
@@ -236,6 +256,12 @@ def provision(
 def _say_mapped(o) -> None:
     if o.mapped:  # a retired size and its successor: one line, before anything else
         _err_console().print(o.mapped, markup=False, soft_wrap=True)
+
+
+def _me() -> str:
+    from gpuplan import team
+
+    return team.user()
 
 
 def _print_lines(console, lines: list[str]) -> None:
@@ -248,16 +274,21 @@ def _print_status(out, statuses) -> None:
     printed in one call: a rich Table per cluster took 15 s for 1,000 clusters."""
     from rich.text import Text
 
+    from gpuplan.fleet.lifecycle import TTL_DOES
+
     if not statuses:
         out.print("no clusters; `gpuplan launch batch.yaml` plans, builds and runs a batch on whatever the pick is"
                   " (docs/batch.md), or `gpuplan provision NC4as_T4_v3 x2` creates one")
         return
     parts: list[tuple[str, str]] = []  # (text, style): a rich Text on a terminal, plain characters elsewhere
+    me = _me()
     for s in statuses:
         c = s.cluster
-        ttl = (f", TTL: {_TTL_DOES.get(c.provider, _TTL_DOES[''])[1]} {fmt.duration(max(0, s.ttl_left_s))}"
+        ttl = (f", TTL: {TTL_DOES.get(c.provider, TTL_DOES[''])[1]} {fmt.duration(max(0, s.ttl_left_s))}"
                if s.ttl_left_s is not None else "")
         parts.append((c.name, "bold"))
+        if c.user not in (me, "unknown"):  # another user's: say whose (and for which project)
+            parts.append((f"  ({c.user}'s, project {c.project})", ""))
         if owned(c.provider):  # no rental bill: their power, where the inventory gives power_watts
             cost = (f"power ≈{fmt.yen(s.yen_so_far)} so far ({fmt.rate(c.price_jpy_per_hour)}/h per machine)"
                     if c.price_jpy_per_hour is not None else "power not counted (no power_watts in the inventory)")
@@ -294,13 +325,46 @@ def _print_status(out, statuses) -> None:
     out.print(text, soft_wrap=True)
 
 
+def _cheapest_with(gpus: str, region: str | None, spot: bool) -> tuple[str, str]:
+    """`provision --gpus`: the catalog's size with those GPUs that costs least an hour (tax
+    included; spot rows with --spot), in `region` where given, said in one line on stderr;
+    (PROVIDER:SIZE, its region)."""
+    from gpuplan.market import catalog, tax
+    from gpuplan.market import gpus as gpu_asks
+    from gpuplan.planning import fmt
+
+    cat = catalog.with_tax(catalog.load(), tax.DEFAULT)
+    offers = [o for o in cat.offers if o.kind == "cloud" and (o.market == "on-demand" or spot)
+              and (region is None or o.region.lower() == region.lower())]
+    if not offers:
+        raise UsageError(f"--region {region}: no cloud offers there in catalog {cat.snapshot}; see `gpuplan catalog`")
+    rows = gpu_asks.hourly(gpu_asks.offers_for(gpu_asks.parse(gpus), offers), 1, {})
+    if not rows:
+        raise UsageError(f"--gpus {gpus}: no offer with a price has them; see `gpuplan catalog`")
+    o = rows[0].offer
+    print(f"--gpus {gpus}: {o.provider}:{o.name} in {o.region}{' (spot)' if o.market == 'spot' else ''}, {o.gpu_count}x"
+          f" {o.gpu}, the cheapest an hour ({fmt.yen(rows[0].yen_per_hour)} a machine, tax included)", file=sys.stderr)
+    return f"{o.provider}:{o.name}", o.region
+
+
+ALL_USERS_HELP = "Every user's, not only yours (rows from before gpuplan kept users show to everyone)."
+ONLY_PROJECT_HELP = "Only this project's."
+
+
 def status(
     cluster: Annotated[Optional[str], typer.Argument(help="One cluster (default: all).")] = None,
     format: Annotated[str, shapes.format_option()] = "table",
-    refresh: Annotated[bool, typer.Option("--refresh", help="First ask each cluster's provider what its machines are now, bring the state in line and say what differed.")] = False,
+    refresh: Annotated[bool, typer.Option("--refresh", "-r", help="First ask each cluster's provider what its machines are now, bring the state in line and say what differed.")] = False,
+    all_users: Annotated[bool, typer.Option("--all-users", help=ALL_USERS_HELP)] = False,
+    project: Annotated[Optional[str], typer.Option("--project", help=ONLY_PROJECT_HELP, metavar="NAME")] = None,
 ) -> None:
-    """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger)."""
+    """Clusters, nodes, addresses, uptime and yen so far (from the cost ledger): your own, unless
+    --all-users (another user's cluster names its owner)."""
+    from gpuplan import team
     from gpuplan.fleet import lifecycle
+
+    me = team.user()
+    only = team.check_name(project, "--project") if project is not None else None
 
     as_json = shapes.check_format(format)
     state = _open_state()
@@ -315,14 +379,15 @@ def status(
         for d in found:
             err.print(f"refresh: {d.text}")
         err.print(f"refresh: {fmt.plural(len(found), 'difference')} with the cloud" + ("" if found else "; the state matched"))
-    statuses = lifecycle.status(state, cluster)
+    statuses = [s for s in lifecycle.status(state, cluster)
+                if cluster or team.visible(s.cluster.user, s.cluster.project, all_users, only, me)]
     if as_json:
         shapes.emit([shapes.cluster(s) for s in statuses])
     else:
         _print_status(_out_console(), statuses)
         place = {s.cluster.name: i for i, s in enumerate(statuses)}  # in the clusters' order, then as submitted
         out = _out_console()
-        pending = state.unfinished_jobs()
+        pending = [j for j in state.unfinished_jobs() if team.visible(j.user, j.project, all_users, only, me)]
         unfinished = sorted((j for j in pending if j.cluster in place), key=lambda j: place[j.cluster])
         if cluster is None:  # batches of a backend without clusters (高火力 DOK: gpuplan run dok:PLAN)
             from gpuplan.run import backends
@@ -343,7 +408,7 @@ def teardown(
     region: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Regions to sweep besides those the state knows.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
     grace: Annotated[str, typer.Option("--grace", help="With --sweep: leave resources younger than this alone (a provision may be making them).", metavar="DURATION")] = "30m",
-    force: Annotated[bool, typer.Option("--force", help="With --sweep: take young resources too (no grace period).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --sweep: take young resources too (no grace period). A cluster of another user: tear it down without asking (-y does not skip that question).")] = False,
     legacy_owner: Annotated[bool, typer.Option("--legacy-owner", help="With --sweep: also sweep resources tagged by gpuplan versions before per-installation owners (user-host; shared by all your installations).")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)] = False,
     format: Annotated[str, shapes.format_option()] = "table",
@@ -363,7 +428,16 @@ def teardown(
     err = _err_console()
     out = err if as_json else _out_console()  # with --format json, stdout holds the JSON alone
     doc: dict = {"dry_run": dry_run, "clusters": [], "images": [], "sweep": None}
+    from gpuplan import team
+
+    me = team.user()
     rows = state.clusters() if all_ else ([state.cluster(cluster)] if cluster else [])
+    if all_:  # --all: your own clusters (and those older than users); another's only by its name
+        others = [r for r in rows if r.user not in (me, team.UNKNOWN_USER)]
+        rows = [r for r in rows if r not in others]
+        if others:
+            err.print(f"--all leaves {fmt.plural(len(others), 'cluster')} of other users alone ("
+                      + ", ".join(f"{r.user}'s {r.name}" for r in others[:5]) + "); name one to tear it down", markup=False)
     # `--sweep --force NAME`: NAME may be a cluster of another installation under a shared owner
     take = [cluster] if cluster and sweep and force else []
     if take and rows[0] is None:
@@ -388,6 +462,16 @@ def teardown(
         if as_json:
             shapes.emit(doc)
         return
+    for row in rows:  # a teammate's batch is not killed by accident: -y does not answer this, --force does
+        if row is not None and row.user not in (me, team.UNKNOWN_USER) and not force:
+            question = f"{row.user}'s cluster {row.name}: tear it down? (it is not yours)"
+            if not (sys.stdin is not None and sys.stdin.isatty()):
+                raise UsageError(f"{row.user}'s cluster {row.name} is not yours (project {row.project}): gpuplan asks before"
+                                 " tearing down another user's cluster, and -y does not answer that; answer at a terminal,"
+                                 " or add --force")
+            if not typer.confirm(question, default=False, err=True):
+                err.print("aborted: nothing was changed")
+                raise typer.Exit(1)
     if rows or image_rows:
         _need_answer(yes, "teardown")
         lines = [_teardown_line(state, row) for row in rows]

@@ -21,27 +21,37 @@ def probe(
     items: Annotated[Optional[Path], typer.Option("--items", help="File with one item per line (the first is probed).", metavar="FILE")] = None,
     workload: Annotated[Optional[str], typer.Option("--workload", help="Built-in workload or a workload file to plan with.", metavar="NAME|FILE")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Run the probe in this container image.", metavar="IMAGE")] = None,
-    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated (aws, azure, sakura, owned).", metavar="NAMES")] = None,
+    infra: Annotated[Optional[str], typer.Option("--infra", help="Only these providers, comma-separated: {infra}.", metavar="NAMES")] = None,
     region: Annotated[Optional[str], typer.Option("--region", help="Only this region's offers.", metavar="NAME")] = None,
     objective: Annotated[Optional[str], typer.Option("--objective", help="balanced, cost or time (as estimate).", metavar="NAME")] = None,
     probe_budget: Annotated[Optional[str], typer.Option("--probe-budget", help="At most this for all the probes: a share of the pick's yen (2%, the default) or yen (500).", metavar="PERCENT|YEN")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show which offers would be probed and what each may cost; run nothing.")] = False,
     save: Annotated[Optional[Path], typer.Option("--save", help="Write the plan made again from what was measured (for `run --plan`), with the job the probes timed, which its batch's calibration then accepts.", metavar="FILE")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when stdin is not a terminal).")] = False,
+    project: Annotated[Optional[str], typer.Option("--project", help="The project the probes' spend counts to and whose monthly budget must hold it (default: the batch file's project:, else config.yaml's, else default; docs/teams.md).", metavar="NAME")] = None,
 ) -> None:
     """Time the batch's own job on the pick and its rivals, save a profile per GPU, plan again."""
-    from gpuplan import batchfile
+    from gpuplan import batchfile, team
     from gpuplan.cli.estimate import plan_batch, show_plan
-    from gpuplan.run import items as run_items
     from gpuplan.run import launcher
 
     if batch_file is not None and batch_file.suffix.lower() not in (".yaml", ".yml"):
         # no batch file, a command after --: its first word landed in BATCH.yaml's place
         command, batch_file = [str(batch_file), *(command or [])], None
     overrides = {"items": items, "workload": workload, "image": image, "infra": infra, "region": region,
-                 "objective": objective, "command": list(command) if command else None}
-    batch = batchfile.read(batch_file, overrides)
-    todo = run_items.read_items(batch.items)
+                 "objective": objective, "command": list(command) if command else None, "project": project}
+    from gpuplan import foreign
+    from gpuplan.cli.jobs import _console
+    from gpuplan.cli.lifecycle import _print_lines
+
+    # a SkyPilot or dstack task too, converted (its mapping printed)
+    batch, _ = foreign.read_batch(batch_file, overrides, lambda lines: _print_lines(_console(), lines))
+    # the probes run the batch's job with its env: and secret_env: (launcher.start); a secret this
+    # environment lacks, or a registry password, refused before any probe is bought (dry run too)
+    team.user()  # a bad GPUPLAN_USER is refused before anything
+    team.choose(None, batch.project or None)
+    batchfile.check_environment(batch)
+    todo = batchfile.items_of(batch)
     work = launcher.workload_for(batch, todo)
     est = show_plan(plan_batch(batch, work))
     after = probe_and_plan_again(batch, work, todo[0], est, probe_budget, yes, dry_run)
@@ -70,7 +80,7 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
     they measured (None: a dry run, or nothing to probe). Raises UsageError where the batch says
     no way to probe, or no probe fits the budget."""
     from gpuplan.cli import estimate as estimate_cli
-    from gpuplan.cli.jobs import _console, _progress
+    from gpuplan.cli.jobs import _console
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
     from gpuplan.measuring import probe as probing_ops
     from gpuplan.planning import probing
@@ -125,11 +135,27 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
             raise UsageError("no offer can be probed: each line above says why")
         raise UsageError(f"no probe fits the budget {fmt.yen(budget)}; the cheapest may cost {fmt.yen(cheapest)}:"
                          " raise --probe-budget")
+    from gpuplan import budget as budgets
+    from gpuplan import team
+    from gpuplan.market import tax as taxes
+    from gpuplan.store.state import State
+
+    spend = taxes.on_basis(at_most, batch.tax, taxes.DEFAULT)  # the probes' most, held against the project's month
+    state = State.open_existing()
+    budgets.check_spend(state, team.current().project, spend, "probe's most")
     if dry_run:
         _print_lines(out, lines + ["dry run: nothing was run"])
         return None
     _confirm(lines, f"Spend at most {fmt.yen(at_most)} on probes?", yes, default=True)
-    results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], _progress(err))
+    state = state or State.open_default()
+    reserved = budgets.reserve_spend(state, team.current().project, spend, "probe's most", "cap")
+    from gpuplan.cli.tables import working
+
+    try:  # held while the probes run (a killed client's: COMMITMENT_GRACE_S)
+        with working(err, f"probing {fmt.plural(len(take), 'offer')}") as step:  # one live display on a terminal
+            results = probing_ops.run(work, batch, [prepared[p.offer.key] for p in take], step)
+    finally:
+        state.release_commitments(rid=reserved)  # what they spent is in the ledger now
     for r in results:
         where = f"{r.offer.provider}:{r.offer.name} ({r.offer.gpu})"
         cost = f", cost {fmt.yen(r.yen)}" if r.yen is not None else ""

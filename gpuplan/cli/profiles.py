@@ -15,6 +15,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuplan.cli import shapes
+
 profiles_app = typer.Typer(help="The measured speeds every estimate applies (calibrations, bench and probe profiles), with"
                                 " their provenance; `gpuplan profiles rm ID` removes one.",
                            invoke_without_command=True, no_args_is_help=False)
@@ -69,7 +71,7 @@ def _rows(workload: str | None) -> list[dict]:
 def profiles(
     ctx: typer.Context,
     workload: Annotated[Optional[str], typer.Option("--workload", "-w", help="Only this workload's speeds.")] = None,
-    format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    format: Annotated[str, shapes.format_option()] = "table",
 ) -> None:
     """List every measured speed the planner applies on its own, with its provenance."""
     if ctx.invoked_subcommand is not None:

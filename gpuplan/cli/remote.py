@@ -102,7 +102,8 @@ def bootstrap(
     from gpuplan.cli.tables import working
 
     try:
-        with working(err, f"bootstrapping {cluster}") as step:  # piped: the styled lines alone
+        with working(err, f"bootstrapping {cluster}",  # piped: the styled lines alone
+                     lambda: [n.name for n in state.nodes(cluster)]) as step:
             report = pb.bootstrap_cluster(state, cluster, playbook or None, params,
                                           progress=step if err.is_terminal else progress,
                                           accept_host_keys=accept_host_key or ())

@@ -50,7 +50,8 @@ def dok_submit(
     items: Annotated[Path, typer.Option("--items", help="File with one item per line: one task each (# comments skipped).")],
     plan: Annotated[str, typer.Option("--plan", help="v100-32gb, h100-80gb or h100-8gpu-80gb.")] = "h100-80gb",
     run: Annotated[Optional[str], typer.Option("--run", help="A name for this batch (tags its tasks; default: from the items file).")] = None,
-    env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every task (repeatable; not SAKURA_*).")] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for every task (repeatable; not SAKURA_*); KEY alone: its value from the environment you run gpuplan in.", metavar="KEY[=VALUE]")] = None,
+    env_file: Annotated[Optional[Path], typer.Option("--env-file", help="KEY=VALUE lines (# comments) for every task, as --env's; an --env of the same KEY wins.", metavar="FILE")] = None,
     registry: Annotated[Optional[str], typer.Option("--registry", help="The UUID of the registry credentials registered with DOK, for a private image.")] = None,
     time_limit: Annotated[Optional[str], typer.Option("--time-limit", help="Longest a task may run: 2h, 90m (at least 10 min; default 20 days).")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Send the billed tasks without asking.")] = False,
@@ -69,7 +70,7 @@ def dok_submit(
     name = run or re.sub(r"[^A-Za-z0-9_.-]", "-", items.stem)[:40] or "batch"
     from gpuplan.cli.jobs import env_pairs
 
-    environment = env_pairs(env)
+    environment = env_pairs(env, env_file)
     limit_s = parse_duration(time_limit, "--time-limit") if time_limit else None
     check_task_input(plan, image, environment, limit_s)
     dok = _dok()

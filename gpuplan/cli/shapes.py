@@ -19,8 +19,8 @@ import typer
 
 from gpuplan.errors import UsageError
 
-FORMAT_HELP = "Print a table (for people) or JSON (for programs)."
-FORMAT_CSV_HELP = "Print a table (for people), JSON or CSV (for programs)."
+FORMAT_HELP = "Print a table (for people) or JSON (for programs); -o json and --json are --format json."
+FORMAT_CSV_HELP = "Print a table (for people), JSON or CSV (for programs); -o json and --json are --format json."
 
 
 OWNED = frozenset({"baremetal"})  # providers whose machines are the user's own: charged their power, never rented
@@ -33,8 +33,31 @@ def owned(provider: str) -> bool:
 
 def format_option(csv: bool = False) -> Any:
     """The one --format option: `table|json` (or `table|json|csv` where CSV exists)."""
-    return typer.Option("--format", help=FORMAT_CSV_HELP if csv else FORMAT_HELP,
+    return typer.Option("--format", "-o", help=FORMAT_CSV_HELP if csv else FORMAT_HELP,
                         metavar="table|json|csv" if csv else "table|json")
+
+
+def json_alias(root: Any, args: list[str]) -> list[str]:
+    """The command line with `--json` read as `--format json` where the command it runs has the
+    one --format option (format_option), as SkyPilot's and dstack's users type it; `-o json` is
+    that option's own short name. Words after `--` (a batch's command) are left as they are."""
+    if "--json" not in args:
+        return args
+    command, i = root, 0
+    while hasattr(command, "commands") and i < len(args):  # the group's subcommand, past its own options
+        word = args[i]
+        if word == "--":
+            return args
+        if not word.startswith("-"):
+            nxt = command.commands.get(word)
+            if nxt is None:
+                return args
+            command = nxt
+        i += 1
+    if not any("--format" in getattr(p, "opts", ()) for p in getattr(command, "params", ())):
+        return args
+    end = args.index("--", i) if "--" in args[i:] else len(args)
+    return [*args[:i], *("--format=json" if w == "--json" else w for w in args[i:end]), *args[end:]]
 
 
 def check_format(value: str, csv: bool = False) -> bool:
@@ -99,6 +122,7 @@ def cluster(s) -> dict:
         "price_jpy_per_hour": exact(c.price_jpy_per_hour),
         "ttl_left_s": s.ttl_left_s, "ttl_expires_at": iso(c.ttl_expires_at),
         "nodes": [node(n) for n in s.nodes],
+        "user": c.user, "project": c.project,  # whose, for which project ("unknown": made before gpuplan kept it)
     }
 
 
@@ -145,7 +169,8 @@ def job(state, row, counts: dict[str, int]) -> dict:
             "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at), "ended_at": iso(row.ended_at),
             "wall_s": round(run_items.job_seconds(row), 3), "yen": exact(backends.yen(state, row), "0.01"),
             "command": list(row.command), "quarantined": [asdict(q) for q in state.job_quarantines(row.id)],
-            "interruptions": None if interrupted is None else interruptions(interrupted)}
+            "interruptions": None if interrupted is None else interruptions(interrupted),
+            "user": row.user, "project": row.project}
 
 
 def interruptions(cost) -> dict:

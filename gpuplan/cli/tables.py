@@ -1,6 +1,6 @@
 """How long output is laid out on a terminal: one table style for every command that prints a
-table (estimate, catalog, bench, cost-report), and one progress line for work that takes more
-than a few seconds (`working`).
+table (estimate, catalog, bench, cost-report), and one live display for work that takes more
+than a few seconds (`working`, `LiveView`).
 
 On a terminal: a rich table with a rule under the header and no outer box, fitted to the
 terminal's width (columns that may wrap fold, the others never do). Piped into another program:
@@ -14,8 +14,13 @@ may be a (text, style) pair to colour it on a terminal.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from gpuplan.planning import fmt
 
 Cell = str | tuple[str, str]
 
@@ -69,30 +74,137 @@ def render(out, columns: list[Column], rows: list[list[Cell]], title: str | None
     out.print(table)
 
 
-# Progress for work that takes more than a few seconds (provision, bootstrap, image build, teardown,
-# catalog refresh, status --refresh): on a terminal a spinner line under the output with the time
-# elapsed and the latest step, each step also printed above it as a line that stays; piped, the
-# step lines alone, so logs and tests read the same text.
+# Progress for work that takes more than a few seconds (launch, probe, provision, bootstrap, image
+# build, teardown, catalog refresh, status --refresh): on a terminal one live display (LiveView,
+# below) with the time elapsed, the work's latest step and each machine's; piped, the step lines
+# alone, so logs and tests read the same text.
 @contextlib.contextmanager
-def working(console, what: str) -> Iterator[Callable[[str], None]]:
-    """A progress callback for `what` ("provisioning demo"), shown on `console` (stderr)."""
-    from rich.text import Text
+def working(console, what: str, machines=None) -> Iterator[Callable[[str], None]]:
+    """A progress callback for `what` ("provisioning demo"), shown on `console` (stderr): one live
+    display on a terminal (each machine's latest step among `machines()`), a "… step" line each
+    elsewhere."""
+    with LiveView(console, machines=machines, title=what) as view:
+        yield view.step
 
-    def line(message: str) -> None:
-        console.print(Text.assemble(("… ", "dim"), message), soft_wrap=True)
 
-    if not console.is_terminal:
-        yield line
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+# --- the live display ------------------------------------------------------------------------------
+# One live display of long work (issue 46): launch, probe, provision and bootstrap redraw one
+# block on a terminal instead of printing a line per change. It holds each machine's latest step,
+# the batch's progress bar with its ETA, and the yen spent so far against the cap.
+#
+# Only the CLI draws it. The services keep reporting as they always did, through the `progress`
+# callback (a step in words) and the batch's looks (run/batches.Progress); `LiveView.step` and
+# `LiveView.batch` are those callbacks. Where stderr is not a terminal (a pipe, a log file, the
+# tests) nothing is redrawn: each step is the same "… step" line as before and the batch's lines are
+# printed by the caller as before, so what a log records is unchanged.
+#
+# A step is shown as a machine's when it starts with the machine's name (the playbooks' "gpu-1
+# cuda/driver: running", provisioning's "gpu-1: ..."); the machines are named by `machines()`, read
+# again at each step (they exist only once provisioning made their rows). Every other step is the
+# work's own latest line.
 
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
-                   console=console, transient=True)
-    with bar:
-        task = bar.add_task(what, total=None)
+WORK = ""  # the steps that name no machine
 
-        def step(message: str) -> None:
-            line(message)
-            bar.update(task, description=f"{what}: {message}")
 
-        yield step
+class LiveView:
+    def __init__(self, console: Any, cap_yen: Decimal | int | None = None,
+                 machines: Callable[[], list[str]] | None = None, title: str = "") -> None:
+        self.console = console
+        self.cap_yen = cap_yen
+        self.machines = machines or (lambda: [])
+        self.title = title  # what the work is ("provisioning demo"), with its time so far
+        self.started = time.monotonic()
+        self.steps: dict[str, str] = {}  # machine name (WORK: none) -> its latest step
+        self.progress: Any = None  # the batch's latest look (run/batches.Progress)
+        self._live: Any = None
+
+    @property
+    def drawing(self) -> bool:
+        """Redrawn in place (a terminal) rather than printed a line at a time."""
+        return bool(self.console.is_terminal)
+
+    def __enter__(self) -> LiveView:
+        if self.drawing:
+            from rich.live import Live
+
+            # redrawn 4 times a second (the time so far ticks) and at once on every step
+            self._live = Live(console=self.console, get_renderable=self.render, refresh_per_second=4, transient=False)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.refresh()
+            self._live.stop()
+            self._live = None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The display stopped while something else uses the terminal (a question), then resumed."""
+        live = self._live
+        if live is None:
+            yield
+            return
+        live.stop()
+        try:
+            yield
+        finally:
+            live.start()
+
+    def step(self, message: str) -> None:
+        """A service's progress callback: a step in words."""
+        if not self.drawing:
+            from rich.text import Text
+
+            self.console.print(Text.assemble(("… ", "dim"), message), soft_wrap=True)
+            return
+        subject = next((m for m in self.machines() if message == m or message.startswith((f"{m} ", f"{m}:"))), WORK)
+        self.steps[subject] = message
+        self._redraw()
+
+    def batch(self, progress: Any) -> None:
+        """A look at the running batch (run/batches.Progress); drawn only on a terminal."""
+        self.progress = progress
+        self._redraw()
+
+    def _redraw(self) -> None:
+        if self._live is not None:
+            self._live.refresh()
+
+    def render(self) -> Any:
+        """The display as rich renderables: the work's step, each machine's step, the batch's bar
+        and the yen line."""
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        parts: list[Any] = []
+        if self.title:
+            parts.append(Text.assemble((self.title, "bold"), f" ({fmt.duration(time.monotonic() - self.started)})"))
+        if WORK in self.steps:
+            parts.append(Text.assemble(("… ", "dim"), self.steps[WORK]))
+        machines = [(m, s) for m, s in self.steps.items() if m != WORK]
+        if machines:
+            table = Table.grid(padding=(0, 2))
+            for name, step in machines:
+                table.add_row(Text(name, style="bold"), Text(step[len(name):].lstrip(": ")))
+            parts.append(table)
+        p = self.progress
+        if p is not None:
+            done = p.ok + p.failed
+            bar = Table.grid(padding=(0, 1))
+            eta = "-" if p.eta_s is None else fmt.duration(p.eta_s)
+            bar.add_row(ProgressBar(total=max(p.total, 1), completed=done, width=30),
+                        Text(f"{done}/{p.total} items ({p.failed} failed, {p.running} running), ETA {eta}"))
+            parts.append(bar)
+            parts.append(Text(self.yen_line()))
+        return Group(*parts)
+
+    def yen_line(self) -> str:
+        """What the batch has spent so far, against its cap where it has one."""
+        p = self.progress
+        spent = "?" if p is None or p.yen is None else fmt.yen(p.yen)
+        if self.cap_yen is None:
+            return f"{spent} so far (no max_yen)"
+        return f"{spent} so far of the max_yen cap, {fmt.yen(self.cap_yen)} as the ledger counts it"

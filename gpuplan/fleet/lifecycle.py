@@ -48,6 +48,29 @@ def _quiet(_: str) -> None:
     pass
 
 
+# What each provider does at a TTL, in its own terms (issue 42: GCP's was said to "stop" machines
+# GCE deletes), as its module's docstring says it arms it: `provision`'s line, `status`'s words
+# for the time left and a launch's line for a cluster it leaves up (run/launcher.py). AWS: a
+# shutdown from inside with InstanceInitiatedShutdownBehavior=terminate; GCP: maxRunDuration with
+# instanceTerminationAction DELETE; Azure: the auto-shutdown schedule, which deallocates; Sakura:
+# a timer that powers the server off (stopped, its disk kept).
+TTL_DOES = {
+    "aws": ("each machine shuts itself down after that and EC2 terminates it (its root disk with it)",
+            "EC2 terminates them in"),
+    "gcp": ("GCE itself deletes the machines (and their disks) after that", "GCE deletes them in"),
+    "azure": ("Azure's auto-shutdown deallocates the machines after that (compute stops billing; their disks and"
+              " addresses bill until `gpuplan teardown`)", "Azure deallocates them in"),
+    "sakura": ("each machine powers itself off (stops) after that; its disk bills until `gpuplan teardown`",
+               "they stop (power off) in"),
+    "": ("the cloud itself stops the machines after that", "released in"),
+}
+
+
+def ttl_does_at(provider: str) -> str:
+    """What happens to the machines at their TTL moment, for "... at 13:30:00 UTC": "EC2
+    terminates them", "GCE deletes them", "Azure deallocates them", "they stop (power off)"."""
+    return TTL_DOES.get(provider, TTL_DOES[""])[1].removesuffix(" in")
+
 @dataclass(frozen=True)
 class ProvisionRequest:
     """Everything needed to create a cluster, resolved from the catalog and the command line."""
@@ -548,6 +571,7 @@ def settle_released(state: State) -> list[str]:
         state.unpin_cluster_host_keys(c.name)
         keys.remove_cluster_keys(state, c.name)
         state.set_cluster_status(c.name, "gone")
+        state.release_commitments(cluster=c.name)  # its budget reservation ends with it
         settled.append(c.name)
     return settled
 
@@ -674,6 +698,7 @@ def _teardown(state: State, prov: Provider, cluster: str, include_images: bool, 
     state.unpin_cluster_host_keys(cluster)
     keys.remove_cluster_keys(state, cluster)
     state.set_cluster_status(cluster, "gone")
+    state.release_commitments(cluster=cluster)  # its budget reservation ends with it
     return report
 
 

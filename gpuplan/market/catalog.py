@@ -968,6 +968,15 @@ def _load_folder(name: str, folder, label: str) -> Catalog:
     return _finish(name, offers, _fx_for(_snapshot_date(name), fx_rows), _providers(folder, label))
 
 
+# AWS counts spot vCPUs against quotas of their own, apart from the on-demand ones (EC2 User Guide,
+# "Spot Instance quotas": docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html, each
+# 0 vCPUs by default for GPU families); their Service Quotas codes by the on-demand code of the
+# same families. A spot row is planned against its spot quota.
+SPOT_QUOTA = {"L-DB2E81BA": "L-3819A6DF",  # All G and VT Spot Instance Requests
+              "L-417A185B": "L-7212CCBC",  # All P Spot Instance Requests
+              "L-1216C47A": "L-34B43A08"}  # All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests
+
+
 def _spot_offers(folder, label: str, offers: list[Offer]) -> list[Offer]:
     """The snapshot's spot.csv (where it has one): each row is its on-demand offer again, at the
     spot price, with the provider's interruption rule in its notes and its interruption figure
@@ -986,6 +995,7 @@ def _spot_offers(folder, label: str, offers: list[Offer]) -> list[Offer]:
                              "to price as spot")
         out.append(dataclasses.replace(
             base, market="spot", price=_dec(where, "spot_price", row["spot_price"], required=True),
+            quota_family=SPOT_QUOTA.get(base.quota_family, base.quota_family),
             currency=row["currency"].upper(), source=row["source"], as_of=row["as_of"],
             notes=f"spot: {row['interruption']}" + (f"; {row['notes']}" if row["notes"] else ""),
             interruption=figures.get(base.key)))

@@ -64,7 +64,8 @@ if TYPE_CHECKING:
 
 HOUR = Decimal(3600)
 # quota codes as providers name them (catalog providers.csv notes: AWS Service Quotas codes)
-QUOTA_NAMES = {"L-DB2E81BA": "Running On-Demand G and VT instances", "L-417A185B": "Running On-Demand P instances"}
+QUOTA_NAMES = {"L-DB2E81BA": "Running On-Demand G and VT instances", "L-417A185B": "Running On-Demand P instances",
+               "L-3819A6DF": "All G and VT Spot Instance Requests", "L-7212CCBC": "All P Spot Instance Requests"}
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,9 @@ def _estimate(workload: Workload, setting: Setting, provider: str | None, region
     else:
         gap, proven = ranking.gap(open_, rec, choice.base, setting.deadline_s, ranking.cost_cap(rec, eligible, choice))
 
-    reason = ranking.why(rec, eligible, choice, plans, setting)
+    # the why's durations in the unit the estimate's table writes every plan's wall and billed in
+    scale = fmt.scale_of([p.wall_s for p in eligible] + [p.billed_s for p in eligible])
+    reason = ranking.why(rec, eligible, choice, plans, setting, scale)
     words = ranking.deadline_words(rec, setting, workload.streams is not None)
     reason = f"{reason}; {words}" if words else reason
     faster = ranking.faster_for_more(rec, eligible)

@@ -222,10 +222,12 @@ def pareto(plans: list[Plan]) -> list[Plan]:
     return out
 
 
-def why(rec: Plan | None, eligible: list[Plan], choice: Choice, plans: list[Plan], setting: Setting) -> str:
+def why(rec: Plan | None, eligible: list[Plan], choice: Choice, plans: list[Plan], setting: Setting,
+        scale: str | None = None) -> str:
     """One line: why the pick won, stating the rule of the choice; for the strict objectives,
     naming the rule that decided against each plan that tied with it; or why nothing can be
-    recommended."""
+    recommended. Its durations in `scale` (fmt.scale_of), the unit of the table it is read under:
+    "1:14 h" under a row of "1:14 h", never "74 min" (issue 42)."""
     objective = choice.base
     if rec is None:
         if choice.budget is not None and eligible:
@@ -235,16 +237,16 @@ def why(rec: Plan | None, eligible: list[Plan], choice: Choice, plans: list[Plan
                     f" {cheapest.cost_jpy} or more")
         return nothing_feasible(plans, objective, setting)
     if choice.budget is not None:
-        return (f"fastest plan within the budget {fmt.yen(choice.budget)} ({fmt.duration(rec.wall_s)} wall,"
+        return (f"fastest plan within the budget {fmt.yen(choice.budget)} ({fmt.duration(rec.wall_s, scale)} wall,"
                 f" {fmt.yen(rec.cost)})")
     if choice.objective == "balanced":
-        return balanced_why(rec, eligible, choice)
+        return balanced_why(rec, eligible, choice, scale)
     if objective == "time":
-        head = f"fastest feasible plan ({fmt.duration(rec.wall_s)} wall, {fmt.yen(rec.cost)})"
-        same = f"as fast ({fmt.duration(rec.wall_s)})"
+        head = f"fastest feasible plan ({fmt.duration(rec.wall_s, scale)} wall, {fmt.yen(rec.cost)})"
+        same = f"as fast ({fmt.duration(rec.wall_s, scale)})"
         lost = ("dearer", "as dear, but with more warnings", "as dear with as many warnings, but more machines")
     else:
-        head = f"cheapest feasible plan ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)} wall)"
+        head = f"cheapest feasible plan ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s, scale)} wall)"
         same = f"also {fmt.yen(rec.cost)}"
         lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
     ties = _ties(rec, eligible, objective, lost, lambda p: rank_key(p, objective)[0] == rank_key(rec, objective)[0])
@@ -294,27 +296,27 @@ def _ties(rec: Plan, eligible: list[Plan], objective: str, lost: tuple[str, ...]
     return "; ".join(parts)
 
 
-def balanced_why(rec: Plan, eligible: list[Plan], choice: Choice) -> str:
+def balanced_why(rec: Plan, eligible: list[Plan], choice: Choice, scale: str | None = None) -> str:
     """The default rule in words, with the figures that applied it."""
     cheapest = min(eligible, key=lambda p: rank_key(p, "cost"))
     slack = f"{choice.cost_slack * 100:f}".rstrip("0").rstrip(".") or "0"  # "0", not "" (--cost-slack 0)
     rule = f"rule: fastest within {slack} % of the cheapest, or cheaper within 5 % of its wall; --objective cost: cheapest"
     lost = ("longer", "as long, but with more warnings", "as long with as many warnings, but more machines")
     ties = _ties(rec, eligible, "cost", lost, lambda p: p.cost_jpy == rec.cost_jpy and p.wall_s == rec.wall_s)
-    ties = f"; also {fmt.yen(rec.cost)} and {fmt.duration(rec.wall_s)}: {ties}" if ties else ""
+    ties = f"; also {fmt.yen(rec.cost)} and {fmt.duration(rec.wall_s, scale)}: {ties}" if ties else ""
     before = balanced(cheapest, eligible, choice)
     if before is not rec:  # the quota rule moved the pick
         need = quota_increase(rec)
         rule += (f"; quota: of the plans within {slack} % and 5 % of {before.label} (needs {quota_increase(before)} vCPUs"
                  f" more quota), the one needing the least ({'none' if not need else f'{need} vCPUs'})")
     if rec is cheapest or (rec.cost_jpy == cheapest.cost_jpy and rec.wall_s <= cheapest.wall_s):
-        return f"the cheapest ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s)}){ties}; {rule}"
+        return f"the cheapest ({fmt.yen(rec.cost)}, {fmt.duration(rec.wall_s, scale)}){ties}; {rule}"
     if rec.cost > cheapest.cost * (1 + choice.cost_slack):
         rule += "; 2 % more again where that halves the wall time and saves 2 h"
     more = Decimal(rec.cost_jpy - cheapest.cost_jpy)  # in whole yen, as both are shown
     share = more / cheapest.cost * 100 if cheapest.cost else Decimal(0)
     return (f"+{fmt.yen(more)} ({share:.1f} %) over the cheapest, {cheapest.label}"
-            f" ({fmt.yen(cheapest.cost)}, {fmt.duration(cheapest.wall_s)}){ties}; {rule}")
+            f" ({fmt.yen(cheapest.cost)}, {fmt.duration(cheapest.wall_s, scale)}){ties}; {rule}")
 
 
 def nothing_feasible(plans: list[Plan], objective: str, setting: Setting) -> str:

@@ -67,7 +67,7 @@ def script_word(text: str) -> str:
     return shlex.quote("".join(out))
 
 
-def _is_script(words: Sequence[str], i: int) -> bool:
+def is_script(words: Sequence[str], i: int) -> bool:
     """Is words[i] the script of a shell started by the command (`sh -c`, `bash -e -lc`, `env X=1 sh -c`)?"""
     j = i - 1
     while j >= 0 and words[j].startswith("-") and not words[j].startswith("--"):
@@ -77,10 +77,13 @@ def _is_script(words: Sequence[str], i: int) -> bool:
     return j < i - 1 and j >= 0 and words[j].rsplit("/", 1)[-1] in SHELLS
 
 
+_is_script = is_script  # the name tests/test_command_line.py knows
+
+
 def shell_text(command: Sequence[str]) -> str:
     """The command as one line of shell text (without `exec`)."""
     words = list(command)
-    return " ".join(script_word(w) if _is_script(words, i) else word(w) for i, w in enumerate(words))
+    return " ".join(script_word(w) if is_script(words, i) else word(w) for i, w in enumerate(words))
 
 
 def needs_shell(command: Sequence[str]) -> bool:
@@ -88,7 +91,7 @@ def needs_shell(command: Sequence[str]) -> bool:
     One that does not runs the same as an argv with {item} put in (DOK's exec form)."""
     words = list(command)
     for i, w in enumerate(words):
-        if _is_script(words, i):
+        if is_script(words, i):
             if "{item}" in w or "{out}" in w:
                 return True
         elif any(m.group() != "{item}" for m in _PIECE.finditer(w)):

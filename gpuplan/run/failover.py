@@ -60,43 +60,88 @@ def without_refused() -> tuple[str, ...]:
     return tuple(f"{r.provider}:{r.size}@{r.region}" for r in refusals.recent())
 
 
-def next_plan(batch, work, plan_batch):
+def next_plan(batch, work, plan_batch, first=None):
     """The batch planned again without the refused offers by `plan_batch` (cli.estimate's, as the
-    launch planned it first): (the estimate, its pick) where the pick is within max_yen (its own
-    estimate) and the planner kept the deadline and max_yen_per_hour; (the estimate, None) where
-    nothing is left."""
-    est = plan_batch(batch, work, without=without_refused())
-    rec = est.recommended
-    if rec is None or (batch.max_yen is not None and rec.cost > batch.max_yen):
-        return est, None
-    return est, rec
+    launch planned it first), within what the batch's `failover:` lets change from the `first`
+    pick (its provider, its region, a spot pick's market): (the estimate, its pick) where the pick
+    is within max_yen (its own estimate) and the planner kept the deadline and max_yen_per_hour;
+    (the estimate, None) where nothing is left."""
+    from dataclasses import replace
+
+    policy = batch.failover
+    if first is not None and not policy.providers:
+        batch = replace(batch, infra=(first.offer.provider,))
+    if first is not None and not policy.regions:
+        batch = replace(batch, region=first.offer.region)
+    left_out = list(without_refused())
+    while True:
+        est = plan_batch(batch, work, without=tuple(left_out))
+        rec = est.recommended
+        if rec is None or (batch.max_yen is not None and rec.cost > batch.max_yen):
+            return est, None
+        on_demand = [o for o, _ in rec.fleet if o.market != "spot"]
+        if first is None or first.market != "spot" or policy.on_demand or not on_demand:
+            return est, rec
+        # a spot pick whose batch keeps it on spot: its on-demand rows are left out, its spot rows kept
+        left_out += [on_demand_key(o) for o in on_demand]
 
 
-MAX_PLANS = 3  # a launch tries its pick and at most this many next plans
+def on_demand_key(offer: Offer) -> str:
+    """The key `without` leaves out an offer's on-demand row by, keeping its spot row."""
+    return offer.key.split("#")[0] + "#on-demand"
 
 
-def start_or_next(start, pick, replan, say, ask=None):
+RETRY_S = 300  # while a batch waits for capacity (failover.wait), how often it asks again
+
+
+def start_or_next(start, pick, replan, say, ask=None, policy=None, deadline_s=None, sleep=None, clock=None):
     """`start(pick)` (the launch's build-and-submit; returns the job id); where every zone of the
     pick's region refused it (CapacityUnavailable, remembered by then: fleet/refusals), the next
-    plan from `replan()` (a new pick, or None: nothing left within the cap, deadline and rate),
-    said in one line by `say`, asked about once by `ask(pick)` where given (no -y), and started in
-    turn; at most MAX_PLANS more. Raises the last refusal, with what was tried, where none is left."""
+    plan from `replan(first)` (a new pick, or None: nothing left within the cap, deadline, rate
+    and the batch's `failover:` policy), said in one line by `say`, asked about once by `ask(pick)`
+    where given (no -y), and started in turn; at most `policy.plans` more. Where none is left and
+    the policy waits (`wait_s`), the first pick is asked for again every RETRY_S while the wait
+    lasts and its planned wall still fits the deadline (`deadline_s` from now). Raises the last
+    refusal, with what was tried, where nothing came of it."""
+    import time
+
+    from gpuplan.batchfile import Failover
     from gpuplan.errors import CapacityUnavailable
     from gpuplan.planning import fmt
 
+    policy = policy or Failover()
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    began = clock()
+    first = pick
     tried: list[str] = []
+    plans = 0
     while True:
         try:
             return start(pick)
         except CapacityUnavailable as exc:
             tried.append(f"{pick.count}x {pick.target}")
-            nxt = replan() if len(tried) <= MAX_PLANS else None
-            if nxt is None:
-                exc.args = (f"{exc}; no next plan within the batch's max_yen, max_yen_per_hour and deadline"
-                            f" (tried {', '.join(tried)})",)
-                raise
-            say(f"{pick.count}x {pick.target} refused in every zone of {pick.offer.region}; the next plan:"
-                f" {nxt.count}x {nxt.target} in {nxt.offer.region}, {fmt.yen(nxt.yen)}")
-            if ask is not None:
-                ask(nxt)
-            pick = nxt
+            nxt = replan(first) if plans < policy.plans else None
+            if nxt is not None:
+                plans += 1
+                say(f"{pick.count}x {pick.target} refused in every zone of {pick.offer.region}; the next plan:"
+                    f" {nxt.count}x {nxt.target} in {nxt.offer.region}, {fmt.yen(nxt.yen)}")
+                if ask is not None:
+                    ask(nxt)
+                pick = nxt
+                continue
+            waited = clock() - began
+            fits = deadline_s is None or waited + RETRY_S + float(first.wall_s) <= deadline_s
+            if waited + RETRY_S <= policy.wait_s and fits:
+                say(f"no capacity for {first.count}x {first.target} nor a next plan; waiting"
+                    f" {fmt.duration(RETRY_S)} to ask again ({fmt.duration(int(policy.wait_s - waited))} of"
+                    f" failover.wait left)")
+                sleep(RETRY_S)
+                pick = first
+                continue
+            why = ("no next plan within the batch's max_yen, max_yen_per_hour, deadline and failover"
+                   if policy.plans else "failover: false")
+            if policy.wait_s:
+                why += f"; waited {fmt.duration(int(waited))} of failover.wait"
+            exc.args = (f"{exc}; {why} (tried {', '.join(tried)})",)
+            raise

@@ -59,11 +59,27 @@ class Pick:
         return f"{self.offer.provider}:{self.offer.name}"
 
 
+# Other names `infra:` takes for a provider's offers: `owned` is the baremetal provider (your own
+# hosts); `dok`, `vrt` and `koukaryoku` are Sakura's 高火力 offers, `phy` its rented servers.
+INFRA_ALIASES = {"owned": "baremetal", "dok": "sakura", "vrt": "sakura", "koukaryoku": "sakura", "phy": "sakura-phy"}
+
+
 def infra_providers(infra: Sequence[str]) -> tuple[str, ...]:
-    """A batch's `infra:` as catalog provider names (`owned` is the baremetal provider; `dok`,
-    `vrt` and `phy` are Sakura's offers)."""
-    names = {"owned": "baremetal", "dok": "sakura", "vrt": "sakura", "koukaryoku": "sakura", "phy": "sakura-phy"}
-    return tuple(dict.fromkeys(names.get(x.lower(), x.lower()) for x in infra))
+    """A batch's `infra:` as catalog provider names (INFRA_ALIASES)."""
+    return tuple(dict.fromkeys(INFRA_ALIASES.get(x.lower(), x.lower()) for x in infra))
+
+
+def infra_names() -> list[tuple[str, tuple[str, ...]]]:
+    """What `infra:` and `--infra` take, from the registries: each provider of the entry points
+    gpuplan.providers with its other names (INFRA_ALIASES), then each run backend of
+    gpuplan.run_backends that plans offers of its own (a Slurm cluster's partitions), by name."""
+    from gpuplan.fleet import provider as providers
+    from gpuplan.run import backends
+
+    names = providers.available()
+    out = [(p, tuple(a for a, to in INFRA_ALIASES.items() if to == p)) for p in names]
+    own = [b for b in backends.registered() if b not in names and b not in INFRA_ALIASES and b != backends.CLUSTERS]
+    return out + [(b, ()) for b in own]
 
 
 def workload_for(batch: Batch, items: Sequence[str]):
@@ -104,6 +120,27 @@ def pick_of(plan_path: Path, region: str | None = None, tax: str | None = None) 
         yen = taxes.moved(yen, saved.listed_tax(), saved.tax, tax)
     return Pick(plan_path, offer, count, setup, saved.market, yen,
                 Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name)
+
+
+def budget_spend(pick: Pick, batch: Batch) -> tuple[Decimal, str]:
+    """What a launch may spend, as its project's budget counts it (consumption tax included): its
+    max_yen, or where it has none the plan's upper yen (the top of its cost range, else its
+    estimate); and those yen in words."""
+    from gpuplan.market import tax as taxes
+
+    if batch.max_yen is not None:
+        return taxes.on_basis(batch.max_yen, batch.tax, taxes.DEFAULT), "launch's max_yen"
+    upper = pick.yen
+    try:
+        import json
+
+        raw = json.loads(pick.plan_path.read_text(encoding="utf-8"))
+        span = (raw.get("recommended", raw) if isinstance(raw, dict) else {}).get("cost_jpy_range")
+        if isinstance(span, list) and len(span) == 2:
+            upper = max(upper, Decimal(str(span[1])))
+    except (OSError, ValueError, ArithmeticError):  # the plan was read already: its estimate stands
+        pass
+    return taxes.on_basis(upper, batch.tax, taxes.DEFAULT), "launch's planned upper yen"
 
 
 def batch_cap(pick: Pick, batch: Batch) -> Cap | None:
@@ -156,7 +193,7 @@ def cluster_name(batch: Batch) -> str:
 
     if batch.name:
         return batch.name
-    stem = (batch.source or batch.items).stem
+    stem = (batch.source or batch.items or Path("batch")).stem
     name = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")
     if not name or not name[0].isalpha():
         name = f"batch-{name}".strip("-")
@@ -165,7 +202,7 @@ def cluster_name(batch: Batch) -> str:
 
 def batch_identity(batch: Batch) -> str:
     """What makes a batch this batch across launches: its batch file (else its items file), resolved."""
-    return str((batch.source or batch.items).resolve())
+    return str((batch.source or batch.items or Path("batch")).resolve())
 
 
 def name_choices(batch: Batch) -> list[str]:
@@ -624,8 +661,11 @@ def left_billing(state: State, cluster: str, why: str = "") -> str:
     price = row.price_jpy_per_hour
     bills = (f"{row.count}x {row.provider}:{row.size} bill about {fmt.yen(price * row.count)}/h" if price
              else f"{row.count}x {row.provider}:{row.size} stay claimed")
+    from gpuplan.fleet.lifecycle import ttl_does_at
+
     at = parse_time(row.spec.get("releases_itself_at")) or row.ttl_expires_at
-    stops = f" (they stop themselves at {at:%H:%M:%S} UTC, the max_yen or TTL moment)" if at else ""
+    # what the cloud does then, in its terms: AWS terminates, GCE deletes, Azure deallocates, Sakura stops
+    stops = f" ({ttl_does_at(row.provider)} at {at:%H:%M:%S} UTC, the max_yen or TTL moment)" if at else ""
     return f"cluster {cluster} left up{why}: {bills}{stops} until `gpuplan teardown {cluster}`"
 
 

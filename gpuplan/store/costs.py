@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,8 @@ class CostLine:
     running: bool  # a machine of it is still held (the figure grows)
     terms: str  # how it is billed, in words
     tax: str = "unknown"  # whether `yen` includes consumption tax, as the provider bills it (market/tax.py)
+    user: str = "unknown"  # whose cluster it was (team.py; "unknown" on rows older than that)
+    project: str = "default"
 
 
 def terms_for_row(row: dict) -> tuple[billing.Terms, str]:
@@ -54,12 +56,13 @@ def terms_for_row(row: dict) -> tuple[billing.Terms, str]:
     return t, f"{step}{least}{caps}"
 
 
-def _month_starts(start: datetime, stop: datetime) -> list[datetime]:
-    """The first instant of every month from start's to stop's, plus stop."""
-    out, t = [], datetime(start.year, start.month, 1, tzinfo=timezone.utc)
+def _month_starts(start: datetime, stop: datetime, zone: tzinfo = timezone.utc) -> list[datetime]:
+    """The first instant of every month (in `zone`) from start's to stop's, plus stop."""
+    local = start.astimezone(zone)
+    out, t = [], datetime(local.year, local.month, 1, tzinfo=zone)
     while t < stop:
         out.append(t)
-        t = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=timezone.utc)
+        t = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=zone)
     return out + [stop]
 
 
@@ -79,9 +82,11 @@ def cluster_yen(rows: list[dict], cluster: str, basis: str, at: datetime | None 
     return sum((x.yen for x in on_basis(report([r for r in rows if r["cluster"] == cluster], at=at), basis)), Decimal(0))
 
 
-def report(rows: list[dict], month: str | None = None, at: datetime | None = None) -> list[CostLine]:
+def report(rows: list[dict], month: str | None = None, at: datetime | None = None,
+           zone: tzinfo = timezone.utc) -> list[CostLine]:
     """Cost lines per (month, cluster, provider, size), oldest month first; only `month`'s if given;
-    each line's yen as the provider bills them (`tax` says whether with consumption tax: on_basis)."""
+    each line's yen as the provider bills them (`tax` says whether with consumption tax: on_basis).
+    Months are UTC's, or `zone`'s (a budget's: JST, team.BUDGET_ZONE)."""
     at = at or datetime.now(timezone.utc)
     lines: dict[tuple, dict] = {}
     for row in rows:
@@ -89,22 +94,23 @@ def report(rows: list[dict], month: str | None = None, at: datetime | None = Non
         if stop <= start:
             continue
         terms, words = terms_for_row(row)
-        edges = _month_starts(start, stop)
+        edges = _month_starts(start, stop, zone)
         for a, b in zip(edges, edges[1:]):
             lo, hi = max(a, start), min(b, stop)
             if hi <= lo:
                 continue
             before = int((lo - start).total_seconds())
             upto = int((hi - start).total_seconds())
-            key = (lo.strftime("%Y-%m"), row["cluster"], row["provider"], row["size"])
+            key = (lo.astimezone(zone).strftime("%Y-%m"), row["cluster"], row["provider"], row["size"],
+                   row.get("user", "unknown"), row.get("project", "default"))
             line = lines.setdefault(key, {"machines": set(), "seconds": 0, "yen": Decimal(0), "running": False,
                                           "terms": words, "tax": row.get("tax") or "unknown"})
             line["machines"].add(row["node"])
             line["seconds"] += upto - before
             line["yen"] += billing.charge(upto, terms) - billing.charge(before, terms)
             line["running"] |= row["stopped_at"] is None
-    out = [CostLine(m, c, p, s, len(v["machines"]), v["seconds"], v["yen"], v["running"], v["terms"], v["tax"])
-           for (m, c, p, s), v in lines.items()]
+    out = [CostLine(m, c, p, s, len(v["machines"]), v["seconds"], v["yen"], v["running"], v["terms"], v["tax"], u, j)
+           for (m, c, p, s, u, j), v in lines.items()]
     if month is not None:
         out = [line for line in out if line.month == month]
     return sorted(out, key=lambda line: (line.month, line.cluster))

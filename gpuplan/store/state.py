@@ -18,7 +18,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,12 +26,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gpuplan import faults, paths
+from gpuplan import faults, paths, team
 from gpuplan.errors import UsageError
 from gpuplan.market import billing
 from gpuplan.market.billing import Terms
 from gpuplan.run.ray.batch_rules import INTERRUPTED, UNKNOWN
 from gpuplan.store import sql as dialect
+from gpuplan.team import Who
 
 Db = Any  # a sqlite3.Connection or a sql.PostgresDb: both take the same statements (state.py's SQL)
 
@@ -227,6 +228,29 @@ CREATE TABLE IF NOT EXISTS ledger_closed (
     yen TEXT NOT NULL               -- a Decimal, exact: the sum of billing.charge of each row
 );
 CREATE INDEX IF NOT EXISTS journal_by_cluster ON journal (cluster);
+-- a project's budget for one month (JST: team.BUDGET_ZONE), yen on the "included" tax basis
+CREATE TABLE IF NOT EXISTS budgets (
+    project TEXT NOT NULL,
+    month TEXT NOT NULL,            -- YYYY-MM, Japan's month
+    yen TEXT NOT NULL,              -- a Decimal
+    set_by TEXT NOT NULL,
+    set_at TEXT NOT NULL,
+    PRIMARY KEY (project, month)
+);
+-- a spend reserved against a project's month before anything is bought (issue 45): held while
+-- its cluster row is live or its batch unfinished (a crashed client's row holds nothing once
+-- those end; one attached to neither yet holds for COMMITMENT_GRACE_S)
+CREATE TABLE IF NOT EXISTS commitments (
+    id TEXT PRIMARY KEY,            -- random: a reservation is made before its job id exists
+    project TEXT NOT NULL,
+    month TEXT NOT NULL,
+    user_name TEXT NOT NULL,
+    yen TEXT NOT NULL,              -- a Decimal on the "included" basis: the cap, or the plan's upper yen
+    what TEXT NOT NULL,             -- cap | plan | ttl: where the figure comes from
+    cluster TEXT,
+    job TEXT,
+    created_at TEXT NOT NULL
+);
 """
 
 
@@ -351,6 +375,14 @@ MIGRATIONS = [
     ("calibrations", "clock", "TEXT"),
     ("calibrations", "command", "TEXT"),
     ("calibrations", "gpu", "TEXT"),
+    # who made a row, for which project (issue 45, gpuplan/team.py); NULL on older rows: read as
+    # user "unknown", project "default", shown to every user
+    ("clusters", "user_name", "TEXT"),
+    ("clusters", "project", "TEXT"),
+    ("jobs", "user_name", "TEXT"),
+    ("jobs", "project", "TEXT"),
+    ("ledger", "user_name", "TEXT"),
+    ("ledger", "project", "TEXT"),
 ]
 
 
@@ -386,6 +418,25 @@ def _node(r) -> NodeRow:
                    r["ssh_port"], r["gpus"], parse_time(r["created_at"]))
 
 
+def _ledger_dict(r) -> dict:
+    """A ledger row as State.ledger_rows gives it (user "unknown", project "default" on older rows)."""
+    return {"cluster": r["cluster"], "node": r["node"], "provider": r["provider"], "size": r["size"],
+            "price_jpy_per_hour": Decimal(r["price_jpy_per_hour"]), "started_at": parse_time(r["started_at"]),
+            "stopped_at": parse_time(r["stopped_at"]), "terms": _terms(r), "tax": r["tax"] or "unknown",
+            "user": r["user_name"] or team.UNKNOWN_USER, "project": r["project"] or team.DEFAULT_PROJECT}
+
+
+def _payer(db: Db, cluster: str, node: str) -> Who:
+    """Who a ledger row is billed to: its cluster's user and project; a batch's without a cluster
+    (a Slurm task "<job>/<task>") its job's; else whoever writes it."""
+    row = db.execute("SELECT user_name, project FROM clusters WHERE name=?", (cluster,)).fetchone()
+    if row is None or row["user_name"] is None:
+        row = db.execute("SELECT user_name, project FROM jobs WHERE id=?", (node.split("/", 1)[0],)).fetchone()
+    if row is not None and row["user_name"] is not None:
+        return Who(row["user_name"], row["project"] or team.DEFAULT_PROJECT)
+    return team.current()
+
+
 def _ledger_row(r, at: datetime) -> tuple[int, Decimal]:
     """One ledger row's machine-seconds up to `at` and what they are billed in yen (billing.charge
     by the row's terms: a started hour of an hourly machine is a whole hour; exact Decimal)."""
@@ -419,6 +470,8 @@ class ClusterRow:
     price_jpy_per_hour: Decimal | None
     spec: dict
     created_at: datetime
+    user: str = "unknown"  # team.UNKNOWN_USER on rows older than the column
+    project: str = "default"
 
 
 @dataclass(frozen=True)
@@ -463,6 +516,8 @@ class JobRow:
     started_at: datetime | None
     ended_at: datetime | None
     backend: str | None  # None on rows older than the column (run/backends.py: of)
+    user: str = "unknown"  # team.UNKNOWN_USER on rows older than the column
+    project: str = "default"
 
 
 @dataclass(frozen=True)
@@ -765,12 +820,15 @@ class State:
         ttl_expires_at: datetime | None = None,
         price_jpy_per_hour: Decimal | None = None,
         spec: dict | None = None,
+        who: Who | None = None,
     ) -> None:
         t = _iso()
+        who = who or team.current()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO clusters (name, provider, region, size, count, status, image, ssh_user, ttl_expires_at,"
-                " price_jpy_per_hour, spec, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " price_jpy_per_hour, spec, created_at, updated_at, user_name, project)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name,
                     provider,
@@ -785,6 +843,8 @@ class State:
                     json.dumps(spec or {}),
                     t,
                     t,
+                    who.user,
+                    who.project,
                 ),
             )
 
@@ -997,11 +1057,14 @@ class State:
                 "SELECT 1 FROM ledger WHERE cluster=? AND node=? AND stopped_at IS NULL", (cluster, node)
             ).fetchall()
             if not open_rows:
+                who = _payer(db, cluster, node)
                 db.execute(
                     "INSERT INTO ledger (cluster, node, provider, size, price_jpy_per_hour, started_at, price_jpy, period_s,"
-                    " granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy, tax) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy, tax, user_name, project)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (cluster, node, provider, size, str(price_jpy_per_hour), _iso(), str(t.price_jpy), t.period_s,
-                     t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy), _text(t.monthly_cap_jpy), tax),
+                     t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy), _text(t.monthly_cap_jpy), tax, who.user,
+                     who.project),
                 )
 
     def ledger_stop(self, cluster: str, node: str, at: datetime | None = None) -> None:
@@ -1028,12 +1091,14 @@ class State:
         with self._tx() as db:
             if db.execute("SELECT 1 FROM ledger WHERE cluster=? AND node=?", (cluster, node)).fetchone():
                 return
+            who = _payer(db, cluster, node)
             db.execute(
                 "INSERT INTO ledger (cluster, node, provider, size, price_jpy_per_hour, started_at, stopped_at, price_jpy,"
-                " period_s, granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy, tax) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " period_s, granularity_s, minimum_s, daily_cap_jpy, monthly_cap_jpy, tax, user_name, project)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (cluster, node, provider, size, str(price_jpy_per_hour), _iso(started_at), _iso(stopped_at),
                  str(t.price_jpy), t.period_s, t.granularity_s, t.minimum_s, _text(t.daily_cap_jpy),
-                 _text(t.monthly_cap_jpy), tax),
+                 _text(t.monthly_cap_jpy), tax, who.user, who.project),
             )
 
     def ledger_seconds_and_yen(self, cluster: str, at: datetime | None = None) -> tuple[int, Decimal]:
@@ -1089,10 +1154,7 @@ class State:
         oldest first: cluster, node, provider, size, price_jpy_per_hour (Decimal), started_at,
         stopped_at (None while held), terms (the billing Terms the row was started with), tax (whether
         its price includes consumption tax as the provider bills it; "unknown" on rows older than that)."""
-        return [{"cluster": r["cluster"], "node": r["node"], "provider": r["provider"], "size": r["size"],
-                 "price_jpy_per_hour": Decimal(r["price_jpy_per_hour"]), "started_at": parse_time(r["started_at"]),
-                 "stopped_at": parse_time(r["stopped_at"]), "terms": _terms(r), "tax": r["tax"] or "unknown"}
-                for r in self._query("SELECT * FROM ledger ORDER BY started_at, id")]
+        return [_ledger_dict(r) for r in self._query("SELECT * FROM ledger ORDER BY started_at, id")]
     def ledger_terms(self, cluster: str) -> Terms | None:
         """The billing terms of the cluster's latest ledger row (None where it has none)."""
         rows = self._query("SELECT * FROM ledger WHERE cluster=? ORDER BY id DESC LIMIT 1", (cluster,))
@@ -1315,13 +1377,138 @@ class State:
     def speed_points(self, workload: str) -> list[dict]:
         return [dict(r) for r in self._query("SELECT * FROM speed_points WHERE workload=? ORDER BY rowid", (workload,))]
 
+    # --- teams: monthly budgets and the spend reserved against them (issue 45) -----------------
+
+    def set_budget(self, project: str, month: str, yen: Decimal, user: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO budgets (project, month, yen, set_by, set_at) VALUES (?,?,?,?,?)"
+                       " ON CONFLICT (project, month) DO UPDATE SET yen=excluded.yen, set_by=excluded.set_by,"
+                       " set_at=excluded.set_at", (project, month, str(yen), user, _iso()))
+
+    def budget_projects(self, month: str) -> list[str]:
+        """Every project with a budget in `month`, a ledger row or a reservation: what `gpuplan budget` lists."""
+        start, end = team.month_bounds(month)
+        rows = self._query("SELECT project AS p FROM budgets WHERE month=? UNION SELECT COALESCE(project, 'default') AS p"
+                           " FROM ledger WHERE started_at < ? AND (stopped_at IS NULL OR stopped_at > ?) UNION SELECT"
+                           " project AS p FROM commitments WHERE month=?", (month, _iso(end), _iso(start), month))
+        return sorted({r["p"] for r in rows})
+
+    def budget_figures(self, project: str, month: str, pricing: Pricing, at: datetime | None = None) -> BudgetFigures:
+        """`project`'s month: its budget, the ledger's yen in it (`pricing`: gpuplan/budget.py) and what
+        live reservations hold."""
+        with self._tx() as db:  # one snapshot of the budget, the ledger and the reservations
+            return _figures(db, project, month, pricing, at or now())
+
+    def reserve(self, project: str, month: str, yen: Decimal, what: str, user: str, pricing: Pricing,
+                cluster: str | None = None, job: str | None = None, at: datetime | None = None) -> Reservation:
+        """Reserve `yen` ("included" basis) of `project`'s budget for `month`, or refuse it: the
+        figures read and the reservation written in one transaction, so two commands at once never
+        both take the same yen left. No budget for the month: always reserved (no limit)."""
+        import secrets
+
+        with self._tx() as db:
+            figures = _figures(db, project, month, pricing, at or now())
+            if figures.left is not None and yen > figures.left:
+                return Reservation(None, figures, yen)
+            rid = secrets.token_hex(8)
+            db.execute("INSERT INTO commitments (id, project, month, user_name, yen, what, cluster, job, created_at)"
+                       " VALUES (?,?,?,?,?,?,?,?,?)", (rid, project, month, user, str(yen), what, cluster, job,
+                                                      _iso(at)))
+            return Reservation(rid, figures, yen)
+
+    def attach_commitment(self, rid: str, *, cluster: str | None = None, job: str | None = None) -> None:
+        """A reservation made before its row existed now belongs to that cluster or batch (held while it lives)."""
+        with self._tx() as db:
+            db.execute("UPDATE commitments SET cluster=COALESCE(?, cluster), job=COALESCE(?, job) WHERE id=?",
+                       (cluster, job, rid))
+
+    def release_commitments(self, *, rid: str | None = None, cluster: str | None = None) -> None:
+        """Drop a reservation (a launch refused after it), or every one of a torn-down cluster."""
+        with self._tx() as db:
+            if rid is not None:
+                db.execute("DELETE FROM commitments WHERE id=?", (rid,))
+            if cluster is not None:
+                db.execute("DELETE FROM commitments WHERE cluster=?", (cluster,))
+
+
+COMMITMENT_GRACE_S = 900  # a reservation not yet tied to a cluster or batch row holds this long (a client killed before)
+
+
+@dataclass(frozen=True)
+class BudgetFigures:
+    """A project's month (JST), yen on the "included" basis: budget None = no limit."""
+
+    project: str
+    month: str
+    budget: Decimal | None
+    spent: Decimal  # the ledger's yen in the month
+    committed: Decimal  # live reservations not yet spent
+    live: int  # how many reservations hold
+
+    @property
+    def left(self) -> Decimal | None:
+        return None if self.budget is None else self.budget - self.spent - self.committed
+
+
+@dataclass(frozen=True)
+class Reservation:
+    id: str | None  # None: refused, it would pass what is left
+    figures: BudgetFigures  # as they were before it
+    yen: Decimal
+
+    @property
+    def refused(self) -> bool:
+        return self.id is None
+
+
+# (a project's ledger rows, the month, now) -> (the month's yen, each cluster's yen in it), both on
+# the "included" basis: gpuplan/budget.py's `priced` (the store does not bill)
+Pricing = Callable[[list[dict], str, datetime], tuple[Decimal, dict[str, Decimal]]]
+
+
+def _figures(db: Db, project: str, month: str, pricing: Pricing, at: datetime) -> BudgetFigures:
+    row = db.execute("SELECT yen FROM budgets WHERE project=? AND month=?", (project, month)).fetchone()
+    start, end = team.month_bounds(month)
+    rows = [_ledger_dict(r) for r in db.execute(
+        "SELECT * FROM ledger WHERE COALESCE(project, 'default')=? AND started_at < ? AND (stopped_at IS NULL OR"
+        " stopped_at > ?) ORDER BY started_at, id", (project, _iso(end), _iso(start)))]
+    spent, per_cluster = pricing(rows, month, at)
+    committed, live = Decimal(0), 0
+    for c in db.execute("SELECT * FROM commitments WHERE project=? AND month=?", (project, month)).fetchall():
+        if not _holds(db, c, at):
+            continue
+        live += 1
+        used = per_cluster.get(c["cluster"], Decimal(0)) if c["cluster"] else Decimal(0)
+        committed += max(Decimal(0), Decimal(c["yen"]) - used)
+    return BudgetFigures(project, month, Decimal(row["yen"]) if row else None, spent, committed, live)
+
+
+def _holds(db: Db, c, at: datetime) -> bool:
+    """Whether a reservation still holds: its batch unfinished, else its cluster not gone; one tied
+    to no row yet for COMMITMENT_GRACE_S after it was made (a client killed before it made one)."""
+    young = (at - datetime.fromisoformat(c["created_at"])).total_seconds() < COMMITMENT_GRACE_S
+    if c["job"]:
+        job = db.execute("SELECT state FROM jobs WHERE id=?", (c["job"],)).fetchone()
+        return job["state"] in ("submitted", "running") if job else young
+    if c["cluster"]:
+        cluster = db.execute("SELECT status, created_at FROM clusters WHERE name=?", (c["cluster"],)).fetchone()
+        if cluster is None or (cluster["status"] == "gone" and cluster["created_at"] < c["created_at"]):
+            return young  # not made yet (a gone row of the name's last use makes way for it)
+        return cluster["status"] != "gone"
+    return young
+
 
 def _insert_job(db: Db, job: str, cluster: str, command: list[str], options: dict,
                 items: Sequence[tuple[int, str]], nodes: int, resumes: str | None, backend: str | None) -> None:
-    db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at, backend)"
-               " VALUES (?,?,?,?,?,?,?,?,?,?)",
+    who = team.current()
+    if team.chosen() is None:  # a batch on a cluster counts to the cluster's project unless it names one
+        row = db.execute("SELECT project FROM clusters WHERE name=?", (cluster,)).fetchone()
+        if row is not None and row["project"]:
+            who = Who(who.user, row["project"])
+    db.execute("INSERT INTO jobs (id, cluster, state, command, options, total, nodes, resumes, submitted_at, backend,"
+               " user_name, project) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                (job, cluster, "submitted", json.dumps(command), json.dumps(options), len(items), nodes, resumes, _iso(),
-                backend))
+                backend, who.user, who.project))
     db.executemany("INSERT INTO job_items (job, idx, item, position, status) VALUES (?,?,?,?,?)",
                    ((job, idx, item, pos, "queued") for pos, (idx, item) in enumerate(items)))
 
@@ -1330,7 +1517,7 @@ def _job(r) -> JobRow:
     return JobRow(
         r["id"], r["cluster"], r["state"], tuple(json.loads(r["command"])), json.loads(r["options"]) or {}, r["total"],
         r["nodes"], r["resumes"], r["events_read"], datetime.fromisoformat(r["submitted_at"]), parse_time(r["started_at"]),
-        parse_time(r["ended_at"]), r["backend"],
+        parse_time(r["ended_at"]), r["backend"], r["user_name"] or "unknown", r["project"] or "default",
     )
 
 
@@ -1346,7 +1533,7 @@ def _cluster(r) -> ClusterRow:
         r["name"], r["provider"], r["region"], r["size"], r["count"], r["status"], r["image"], r["ssh_user"],
         parse_time(r["ttl_expires_at"]),
         Decimal(r["price_jpy_per_hour"]) if r["price_jpy_per_hour"] is not None else None,
-        json.loads(r["spec"]), parse_time(r["created_at"]),
+        json.loads(r["spec"]), parse_time(r["created_at"]), r["user_name"] or "unknown", r["project"] or "default",
     )
 
 

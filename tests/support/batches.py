@@ -21,3 +21,17 @@ def container_batch(folder: Path, infra: str) -> Path:
         "command": "sh -c 'echo in-container {item} > $GPUPLAN_OUTPUT_DIR/result.txt'",
         "params": {"root": "$GPUPLAN_FAKE_ROOT"}, "outputs": "results"}, sort_keys=False))
     return path
+
+
+def planned_batch(folder: Path, extra: str = ""):
+    """A colorize-hd batch of 8 videos on AWS or GCP (its file in `folder`, `extra` YAML lines
+    added) and its workload, as launch plans it: the failover tests' batch."""
+    from gpuplan import batchfile
+    from gpuplan.run import launcher
+
+    items = folder / "items.txt"
+    items.write_text("".join(f"v{i}.mp4\n" for i in range(8)))
+    path = folder / "b.yaml"
+    path.write_text(f"items: {items}\nworkload: colorize-hd\ncommand: echo {{item}}\ninfra: [aws, gcp]\n{extra}")
+    batch = batchfile.read(path, {})
+    return batch, launcher.workload_for(batch, [f"v{i}.mp4" for i in range(8)])
