@@ -13,7 +13,7 @@ per statement text, for PostgreSQL only:
   row's keys as SQLite hides its own;
 - a row reads by column name and by index on both (sqlite3.Row; Row here).
 
-psycopg is imported only by `connect_postgres`, so `gpuplan --help` and `estimate` on the
+psycopg is imported only when a PostgresDb is made (`_psycopg`), so `gpuplan --help` and `estimate` on the
 SQLite default import none of it.
 """
 
