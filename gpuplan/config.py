@@ -4,6 +4,7 @@
     user: alice                    # who you are on a shared state (default: GPUPLAN_USER, else your login)
     project: vision                # the project your spend counts to by default (docs/teams.md)
     preferred_regions: [ap-northeast-1, japaneast, is1a]   # estimate and provision stay in these
+    state_url: postgresql://alice@db.example:5432/gpuplan   # a team's shared state (default: SQLite)
     providers:
       aws: {ami: ami-0123..., ssh_cidr: 203.0.113.5/32}   # SSH source (default: your address, detected)
       azure: {ssh_source: 203.0.113.5}
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import socket
 from typing import Any
@@ -70,7 +72,7 @@ def _check(data: dict[str, Any], path) -> None:
         raise Mistakes(str(path), mistakes)
 
 
-KEYS = frozenset({"owner", "preferred_regions", "providers", "user", "project"})
+KEYS = frozenset({"owner", "preferred_regions", "providers", "user", "project", "state_url"})
 
 
 def provider_config(name: str) -> dict[str, str]:
@@ -119,3 +121,17 @@ def preferred_regions() -> list[str]:
     from gpuplan.userfiles import check_plain
 
     return [check_plain(r.strip(), f"{paths.config_dir() / 'config.yaml'}: preferred_regions entry") for r in raw]
+
+
+def state_url() -> str | None:
+    """The PostgreSQL state a team shares: GPUPLAN_STATE_URL, else `state_url:` in config.yaml;
+    None: the SQLite file in the state folder (the default). A URL holding a password is refused."""
+    from gpuplan.store.sql import check_url
+
+    url = os.environ.get("GPUPLAN_STATE_URL", "").strip()
+    if url:
+        return check_url(url, "GPUPLAN_STATE_URL")
+    configured = _load().get("state_url")
+    if configured:
+        return check_url(str(configured).strip(), f"{paths.config_dir() / 'config.yaml'}: state_url")
+    return None

@@ -57,6 +57,11 @@ class AuthMissing(UsageError):
     """Credentials are missing; the message names the variable or file to set."""
 
 
+class StateUnreachable(UsageError):
+    """The shared state database (GPUPLAN_STATE_URL, PostgreSQL) cannot be reached: stopped, wrong
+    host or port, or the login refused. Nothing was changed; exit 2 as for a setting to fix."""
+
+
 class ProviderError(GpuplanError):
     """A cloud API call failed for a reason the user cannot fix by changing input."""
 

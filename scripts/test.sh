@@ -4,35 +4,37 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# A real OpenSSH sshd for the SSH/bootstrap/baremetal tests (they start their own on loopback).
+# System packages the tests start for real, each group checked and, when missing, installed with the
+# others in ONE apt-get update and ONE apt-get install (as root; otherwise each group's tests are skipped):
+# - OpenSSH sshd for the SSH/bootstrap/baremetal tests (they start their own on loopback);
+# - Slurm (tests/support/slurm.py starts slurmctld, slurmd, slurmdbd on MariaDB and munge on this machine,
+#   each its own process under /run/gpuplan-test-slurm; no service is enabled);
+# - docker-daemon (issue 41): dockerd for tests/test_docker_daemon.py (tests/support/docker_daemon.py starts it
+#   in a scratch folder, stops it by its pid) and busybox-static for the image it builds FROM scratch;
+# - PostgreSQL (issue 45): the server binaries for the state tests on PostgreSQL (tests/support/postgres.py
+#   starts a server in a scratch folder on a loopback port, stops it by its data folder; no cluster is made).
+missing=()
 if [ ! -x /usr/sbin/sshd ] || ! command -v ssh-keygen >/dev/null; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null
-    else
-        echo "scripts/test.sh: openssh-server is missing; install it (sudo apt-get install openssh-server) or the sshd tests are skipped" >&2
-    fi
+    missing+=("openssh-server openssh-client|openssh-server is missing; install it (sudo apt-get install openssh-server) or the sshd tests are skipped")
 fi
-
-# A real Slurm for the Slurm backend's tests (tests/support/slurm.py starts slurmctld, slurmd, slurmdbd on
-# MariaDB and munge on this machine, each its own process under /run/gpuplan-test-slurm; no service is enabled).
 if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmdbd ] || [ ! -x /usr/sbin/mariadbd ] || [ ! -x /usr/sbin/munged ]; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm slurmdbd munge mariadb-server >/dev/null
-    else
-        echo "scripts/test.sh: slurm-wlm, slurmdbd, munge or mariadb-server is missing; install them or the Slurm tests are skipped" >&2
-    fi
+    missing+=("slurm-wlm slurmdbd munge mariadb-server|slurm-wlm, slurmdbd, munge or mariadb-server is missing; install them or the Slurm tests are skipped")
 fi
-
-# docker-daemon (issue 41): a real dockerd for tests/test_docker_daemon.py (tests/support/docker_daemon.py starts it
-# in a scratch folder, stops it by its pid) and busybox-static for the image it builds FROM scratch; no service is enabled.
 if [ ! -x /usr/sbin/dockerd ] || [ ! -x /bin/busybox ]; then
+    missing+=("docker.io busybox-static|docker.io or busybox-static is missing; install them or the real-Docker tests are skipped")
+fi
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    missing+=("postgresql|postgresql is missing; install it (sudo apt-get install postgresql) or the PostgreSQL state tests are skipped")
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
+        packages=""
+        for group in "${missing[@]}"; do packages="$packages ${group%%|*}"; done
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io busybox-static >/dev/null
+        # shellcheck disable=SC2086 # the package names, split on purpose
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/dev/null
     else
-        echo "scripts/test.sh: docker.io or busybox-static is missing; install them or the real-Docker tests are skipped" >&2
+        for group in "${missing[@]}"; do echo "scripts/test.sh: ${group#*|}" >&2; done
     fi
 fi
 

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-pytest_plugins = ["support.aws_moto"]  # the moto_aws fixture, for every test module that asks for it
+pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and the PostgreSQL (store) fixtures
 
 
 # scripts/test.sh runs the suite on two pytest-xdist workers, a test file to a worker (--dist
@@ -25,6 +25,9 @@ def _no_outside_calls(monkeypatch):
     so a test that forgot its SSH source fails fast), and a busy lock refuses after 2 s."""
     monkeypatch.setenv("GPUPLAN_CHECKIP_URL", "http://127.0.0.1:9/")
     monkeypatch.setenv("GPUPLAN_LOCK_WAIT", "2")
+    # a developer's team state (GPUPLAN_STATE_URL) is never written by a test: the `store`
+    # fixture (support/postgres.py) gives a test a database of its own
+    monkeypatch.delenv("GPUPLAN_STATE_URL", raising=False)
 
 
 # What the playbooks write on a machine, each with a mark of what they write there. The loopback

@@ -21,8 +21,8 @@ def _job(state: State, job: str = "c-1", cluster: str = "c") -> None:
                   backend="ray")
 
 
-def test_the_state_returns_frozen_rows(tmp_path):
-    state = State(tmp_path / "state.db")
+def test_the_state_returns_frozen_rows(tmp_path, store):
+    state = State(tmp_path / "state.db", url=store)
     try:
         _job(state)
         state.record_job_events("c-1", [
@@ -54,8 +54,8 @@ def test_the_state_returns_frozen_rows(tmp_path):
         state.close()
 
 
-def test_a_quarantine_events_code_is_stored_and_read_back(tmp_path):
-    state = State(tmp_path / "state.db")
+def test_a_quarantine_events_code_is_stored_and_read_back(tmp_path, store):
+    state = State(tmp_path / "state.db", url=store)
     try:
         _job(state)
         state.record_job_events("c-1", [

@@ -14,17 +14,22 @@ from gpuplan.store import state as state_mod
 from gpuplan.store.state import State
 
 
-def _every_row_priced(db: Path, at: datetime) -> dict[str, tuple[int, Decimal]]:
+def _every_row_priced(rows, at: datetime) -> dict[str, tuple[int, Decimal]]:
     """The totals as status made them before: every row priced again."""
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
     out: dict[str, tuple[int, Decimal]] = {}
-    for r in con.execute("SELECT * FROM ledger ORDER BY id"):
+    for r in rows:
         s, yen = state_mod._ledger_row(r, at)
         s0, y0 = out.get(r["cluster"], (0, Decimal(0)))
         out[r["cluster"]] = (s0 + s, y0 + yen)
-    con.close()
     return out
+
+
+def _sqlite_rows(db: Path) -> list:
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    rows = con.execute("SELECT * FROM ledger ORDER BY id").fetchall()
+    con.close()
+    return rows
 
 
 def _closed(db: Path) -> dict[str, tuple[int, int, Decimal]]:
@@ -34,9 +39,13 @@ def _closed(db: Path) -> dict[str, tuple[int, int, Decimal]]:
     return rows
 
 
-def test_a_row_closed_is_summed_once_and_open_rows_priced_live(tmp_path: Path, monkeypatch):
-    db = tmp_path / "state.db"
-    state = State(db)
+def _closed_in(state: State) -> dict[str, tuple[int, int, Decimal]]:
+    """ledger_closed as the store holds it, either store."""
+    return {r["cluster"]: (r["rows"], r["seconds"], Decimal(r["yen"])) for r in state._query("SELECT * FROM ledger_closed")}
+
+
+def test_a_row_closed_is_summed_once_and_open_rows_priced_live(tmp_path: Path, monkeypatch, store):
+    state = State(tmp_path / "state.db", url=store)
     sakura = billing.Terms(Decimal(990), 3600, 3600, 3600)
     t0 = datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc)
     monkeypatch.setattr(state_mod, "now", lambda: t0)
@@ -44,14 +53,14 @@ def test_a_row_closed_is_summed_once_and_open_rows_priced_live(tmp_path: Path, m
     state.ledger_start("c", "c-1", "aws", "g", Decimal("80.5"))
     monkeypatch.setattr(state_mod, "now", lambda: t0 + timedelta(minutes=10))
     state.ledger_stop("c", "c-0")  # 10 minutes of a started hour: ¥990
-    assert _closed(db) == {"c": (1, 600, Decimal(990))}
+    assert _closed_in(state) == {"c": (1, 600, Decimal(990))}
     at = t0 + timedelta(hours=2)
     # the open row by the second up to `at`: 7,200 s x ¥80.5/h = ¥161
     assert state.ledger_totals(at) == {"c": (600 + 7200, Decimal(990) + Decimal("161.0"))}
-    assert state.ledger_totals(at) == _every_row_priced(db, at)
+    assert state.ledger_totals(at) == _every_row_priced(state._query("SELECT * FROM ledger ORDER BY id"), at)
     assert state.ledger_seconds_and_yen("c", at) == (7800, Decimal("1151.0"))
     state.ledger_stop("c", "c-0")  # nothing open on it: nothing added twice
-    assert _closed(db) == {"c": (1, 600, Decimal(990))}
+    assert _closed_in(state) == {"c": (1, 600, Decimal(990))}
 
 
 def test_closed_rows_not_summed_are_summed_on_the_next_read(tmp_path: Path):
@@ -66,7 +75,7 @@ def test_closed_rows_not_summed_are_summed_on_the_next_read(tmp_path: Path):
     con.close()
     state = State(db)
     at = datetime(2026, 1, 1, 4, 0, tzinfo=timezone.utc)
-    assert state.ledger_totals(at) == _every_row_priced(db, at)
+    assert state.ledger_totals(at) == _every_row_priced(_sqlite_rows(db), at)
     # by the second: 600 s + 9,000 s closed = ¥2,640; the open row 7,200 s = ¥1,980
     assert _closed(db) == {"old": (2, 9600, Decimal(2640))}
     assert state.ledger_totals(at) == {"old": (16800, Decimal(4620))}

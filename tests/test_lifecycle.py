@@ -1,5 +1,7 @@
 """gpuplan's own bookkeeping around provider calls: journal, rollback, resume, sweep.
-Against an in-memory provider; the clouds' own behaviour is tested against their stand-ins."""
+Against an in-memory provider; the clouds' own behaviour is tested against their stand-ins.
+The `state` tests run on both stores (SQLite, and PostgreSQL: support/postgres.py); those
+that lose the SQLite file (the installation id kept beside it) on SQLite only."""
 
 from datetime import date, timedelta
 from decimal import Decimal
@@ -25,7 +27,14 @@ def offer(**kw) -> Offer:
 
 
 @pytest.fixture
-def state(gpuplan_home):
+def state(gpuplan_home, store):
+    s = State(gpuplan_home / "state" / "state.db", url=store)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_state(gpuplan_home):
     s = State(gpuplan_home / "state" / "state.db")
     yield s
     s.close()
@@ -151,7 +160,8 @@ def sweep(state, prov, regions, include_images=False, grace_s=0):
     return lifecycle.sweep_delete(state, prov, plan.strays), plan
 
 
-def test_sweep_finds_what_a_lost_state_forgot(state, gpuplan_home):
+def test_sweep_finds_what_a_lost_state_forgot(sqlite_state, gpuplan_home):
+    state = sqlite_state
     prov = MemoryProvider()
     lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
     prov.capture_image("mem-1", "i-1", "img", {"gpuplan-owner": lifecycle.owner(state), "gpuplan-image": "img"})
@@ -172,7 +182,8 @@ def test_sweep_leaves_clusters_the_state_knows(state):
     assert len(prov.resources) == 4
 
 
-def test_sweep_spares_young_resources_unless_forced(state, gpuplan_home):
+def test_sweep_spares_young_resources_unless_forced(sqlite_state, gpuplan_home):
+    state = sqlite_state
     prov = MemoryProvider()
     lifecycle.provision(state, prov, lifecycle.request_from_offer(offer(), 2, name="demo"))
     fresh = lose_the_database(state, gpuplan_home)
@@ -184,7 +195,8 @@ def test_sweep_spares_young_resources_unless_forced(state, gpuplan_home):
     fresh.close()
 
 
-def test_sweep_rechecks_each_cluster_under_its_lock_before_deleting(state, gpuplan_home):
+def test_sweep_rechecks_each_cluster_under_its_lock_before_deleting(sqlite_state, gpuplan_home):
+    state = sqlite_state
     from gpuplan.fleet import locks
 
     prov = MemoryProvider()
@@ -209,7 +221,8 @@ def test_sweep_rechecks_each_cluster_under_its_lock_before_deleting(state, gpupl
     fresh.close()
 
 
-def test_owner_is_per_installation_and_kept(state, gpuplan_home, monkeypatch):
+def test_owner_is_per_installation_and_kept(sqlite_state, gpuplan_home, monkeypatch):
+    state = sqlite_state
     from gpuplan import config
 
     mine = lifecycle.owner(state)

@@ -35,7 +35,9 @@ def _free(name: str) -> bool:
 
 
 @pytest.mark.parametrize("how", ["unlink", "rmtree", "replace"])
-def test_a_deleted_lock_file_still_excludes_a_second_command(gpuplan_home, how):
+def test_a_deleted_lock_file_still_excludes_a_second_command(gpuplan_home, how, store):
+    """On both stores (`store`: GPUPLAN_STATE_URL, which the holder inherits): on PostgreSQL the
+    lock is also the database's advisory lock."""
     holder = _holder("gone")
     try:
         path = locks._path("cluster-gone")

@@ -1,11 +1,14 @@
 """Issue 45 items 2 and 3: who and which project every row records, views of your own by
 default, another user's cluster not torn down by accident, and monthly budgets that hold before
-anything is bought (two reservations at once: exactly one refused)."""
+anything is bought (two reservations at once: exactly one refused). Every test runs on both
+stores (`store`: SQLite, and a fresh PostgreSQL database that two homes may share)."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import uuid
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -19,8 +22,13 @@ from gpuplan.store.state import State
 ITEMS = ["clip-a.mp4", "clip-b.mp4"]
 
 
+@pytest.fixture(autouse=True)
+def _both_stores(store):
+    """Each test on SQLite and on PostgreSQL (GPUPLAN_STATE_URL set by `store`)."""
+
+
 def _state(home) -> State:
-    return State(home / "state" / "state.db")
+    return State(home / "state" / "state.db", url=os.environ.get("GPUPLAN_STATE_URL") or None)
 
 
 def _cluster(home, name: str, user: str, project: str, provider: str = "baremetal") -> None:
@@ -149,24 +157,30 @@ def test_spent_and_committed_count_the_month_on_the_included_basis(gpuplan_home,
     assert s.budget_figures("vision", month, priced).committed == Decimal(0)
 
 
-def _reserve(path: str, start, yen: int, out) -> None:
+def _reserve(path: str, url: str | None, start, yen: int, out) -> None:
     start.wait()
-    s = State(path)
+    s = State(path, url=url)
     r = s.reserve("vision", team.month_of(), Decimal(yen), "cap", "x", priced)
     out.put(r.refused)
 
 
-def test_two_reservations_at_once_that_fit_alone_but_not_together_one_is_refused(gpuplan_home, monkeypatch):
+def test_two_reservations_at_once_that_fit_alone_but_not_together_one_is_refused(gpuplan_home, monkeypatch, request,
+                                                                                   store):
     monkeypatch.setenv("GPUPLAN_USER", "alice")
     ctx = multiprocessing.get_context("spawn")
     for round_ in range(4):
         project_month = team.month_of()
         path = gpuplan_home / f"race{round_}" / "state.db"
-        s = State(path)
+        url = None
+        if store is not None:  # a database a round, as a file a round on SQLite
+            server, name = request.getfixturevalue("postgres_server"), f"race_{uuid.uuid4().hex[:12]}"
+            server.psql(f"CREATE DATABASE {name}")
+            url = server.url(name)
+        s = State(path, url=url)
         s.set_budget("vision", project_month, Decimal(1000), "alice")
         s.close()
         start, out = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_reserve, args=(str(path), start, 600, out)) for _ in range(2)]
+        procs = [ctx.Process(target=_reserve, args=(str(path), url, start, 600, out)) for _ in range(2)]
         for p in procs:
             p.start()
         start.set()
@@ -174,7 +188,7 @@ def test_two_reservations_at_once_that_fit_alone_but_not_together_one_is_refused
             p.join(60)
         refused = sorted(out.get(timeout=5) for _ in procs)
         assert refused == [False, True]
-        assert State(path).budget_figures("vision", project_month, priced).committed == Decimal(600)
+        assert State(path, url=url).budget_figures("vision", project_month, priced).committed == Decimal(600)
 
 
 def test_cost_report_by_user_project_and_month_adds_up_by_hand(cli, gpuplan_home, monkeypatch):

@@ -218,9 +218,9 @@ def _undo_refused(before: set[Path] | None) -> None:
     goes (an empty state.db, a cluster's lock file, the state folder itself); a database with a
     row in it, or any other new file, is kept."""
     import shutil
-    import sqlite3
 
     from gpuplan import paths
+    from gpuplan.store.state import file_holds_rows
 
     try:
         folder = paths.state_dir()
@@ -228,15 +228,8 @@ def _undo_refused(before: set[Path] | None) -> None:
         db = folder / "state.db"
         if db in made and _open_elsewhere(db):  # another command made it or works in it now: it stays
             return
-        if db in made:
-            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-            try:
-                tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-                if any(con.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in tables
-                       if not t.startswith("sqlite_") and t != "meta"):
-                    return
-            finally:
-                con.close()
+        if db in made and file_holds_rows(db) is not False:  # rows in it, or unreadable: it stays
+            return
         allowed = {db, db.with_name("state.db-journal"), db.with_name("state.db-wal"), db.with_name("state.db-shm"),
                    folder / "installation-id", folder / "locks"}
         if any(p not in allowed and not (p.parent == folder / "locks" and p.suffix == ".lock") for p in made):
@@ -249,7 +242,7 @@ def _undo_refused(before: set[Path] | None) -> None:
                 p.rmdir()
             else:
                 p.unlink(missing_ok=True)
-    except (OSError, sqlite3.Error):
+    except OSError:
         pass
 
 

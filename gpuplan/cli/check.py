@@ -41,10 +41,9 @@ def _store(results) -> None:
                 if not q.error and q.limit is not None and q.unit == "vCPUs"]
     if not readable:
         return
-    from gpuplan import paths
     from gpuplan.store.state import State
 
-    state = State(paths.state_db())
+    state = State.open_default()
     for r, q in readable:
         state.save_quota(r.provider, r.region, q.name, int(q.limit), q.unit)
 

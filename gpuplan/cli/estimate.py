@@ -109,14 +109,9 @@ def check_quotas(quotas, cat) -> None:
 
 def _user_state():
     """The user's state DB if it exists (an estimate never creates one), else None."""
-    from gpuplan import paths
-
-    db = paths.state_db()
-    if not db.is_file():
-        return None
     from gpuplan.store.state import State
 
-    return State(db)
+    return State.open_existing()
 
 
 def _measured_setup(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
@@ -129,7 +124,7 @@ def _measured_setup(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
             continue
         hit = state.setup_time(o.provider, o.name)
         if hit is not None:
-            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {state.path}, {hit[1].date().isoformat()}")
+            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {state.where}, {hit[1].date().isoformat()}")
     return out
 
 
@@ -141,7 +136,7 @@ def _measured_engine(state, cat) -> dict[tuple[str, str], tuple[int, str]]:
     for o in cat.offers:
         hit = state.setup_time(o.provider, o.name, "ray") if (o.provider, o.name) not in out else None
         if hit is not None:
-            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {state.path}, {hit[1].date().isoformat()}")
+            out[(o.provider, o.name)] = (int(hit[0]), f"gpuplan state {state.where}, {hit[1].date().isoformat()}")
     return out
 
 

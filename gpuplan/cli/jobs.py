@@ -151,7 +151,6 @@ def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Opt
     benched and torn down at once, each on its own (a failed one does not stop the others)."""
     from dataclasses import replace
 
-    from gpuplan import paths
     from gpuplan.cli.lifecycle import _confirm, _need_answer, _print_lines
     from gpuplan.cli.tables import working
     from gpuplan.errors import GpuplanError
@@ -160,7 +159,7 @@ def _campaign(on: str, opts, python: Optional[str], dry_run: bool, ssh_from: Opt
     from gpuplan.store.state import State
 
     texts = campaign.split(on)
-    known = State(paths.state_db()) if paths.state_db().is_file() else None  # measured setup times, if any
+    known = State.open_existing()  # measured setup times, if any
     targets = campaign.plan(texts, opts, known, bootstrap, make_python=python is None)
     total = sum((t.yen for t in targets), Decimal(0))
     lines = [f"bench {opts.workload} on {fmt.plural(len(targets), 'offer')}, one machine each, torn down after its bench:"]

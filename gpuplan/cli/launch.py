@@ -125,9 +125,7 @@ def launch(
             failover.refuse_over_rate([(pick.offer, pick.count)], batch.max_yen_per_hour, batch.tax)
             spend, spend_what = launcher.budget_spend(pick, batch)
             if dry_run:
-                from gpuplan import paths
-
-                peek = State.open_default() if paths.state_db().exists() else None
+                peek = State.open_existing()
                 budget.check_spend(peek, team.current().project, spend, spend_what)  # before anything is written
                 cluster = launcher.peek_name(peek, batch)
                 if peek is not None:

@@ -213,9 +213,9 @@ def provision(
     _say_mapped(o)
     spend, spend_what = budget.provision_spend(o.request)
     if dry_run:
-        from gpuplan import paths
+        from gpuplan.store.state import State
 
-        peek = _open_state() if paths.state_db().exists() else None
+        peek = State.open_existing()
         if spend is None:
             budget.refuse_unbounded(peek, team.current().project, "this provision")
         else:

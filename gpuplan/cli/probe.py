@@ -136,12 +136,12 @@ def probe_and_plan_again(batch, work, first_item: str, est, budget_text: str | N
         raise UsageError(f"no probe fits the budget {fmt.yen(budget)}; the cheapest may cost {fmt.yen(cheapest)}:"
                          " raise --probe-budget")
     from gpuplan import budget as budgets
-    from gpuplan import paths, team
+    from gpuplan import team
     from gpuplan.market import tax as taxes
     from gpuplan.store.state import State
 
     spend = taxes.on_basis(at_most, batch.tax, taxes.DEFAULT)  # the probes' most, held against the project's month
-    state = State.open_default() if paths.state_db().exists() else None
+    state = State.open_existing()
     budgets.check_spend(state, team.current().project, spend, "probe's most")
     if dry_run:
         _print_lines(out, lines + ["dry run: nothing was run"])

@@ -203,8 +203,14 @@ def _trust_pins(state: State, prov: Provider) -> None:
 def owner(state: State) -> str:
     """The gpuplan-owner tag value: config `owner:` if set, else user-host plus this
     installation's id, so a sweep from another installation (another GPUPLAN_HOME, another
-    state) never takes this one's resources for strays."""
-    return config.owner() or config.tag_value(f"{config.legacy_owner()[:50]}-{state.installation_id()}")
+    state) never takes this one's resources for strays. On a team's shared state (PostgreSQL)
+    the team is one installation: `team-<id>` for every member, so that any member's sweep
+    finds what the team left behind."""
+    if (configured := config.owner()) is not None:
+        return configured
+    if state.shared:
+        return config.tag_value(f"team-{state.installation_id()}")
+    return config.tag_value(f"{config.legacy_owner()[:50]}-{state.installation_id()}")
 
 
 CHECKIP_URL = "https://checkip.amazonaws.com"  # answers with the caller's public IPv4 address

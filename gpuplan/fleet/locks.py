@@ -17,6 +17,12 @@ create a new file and lock that. So a lock is also an abstract Unix socket bound
 made from the lock file's path (Linux), which no file deletion can remove and the kernel frees
 with its process; and a flock is only trusted once the path still names the inode locked.
 
+With a PostgreSQL state (GPUPLAN_STATE_URL) the state is shared by several machines, and so is
+a lock: besides the flock, the holder takes a session advisory lock on the database, on a
+connection kept for the lock's life (gpuplan/store/sql.AdvisoryLock), which the server frees
+when that session ends, a killed process's included. A command on another machine that wants
+the same name waits for it and is refused as above, naming the holder's pid, host and command.
+
 The holder writes who it is (pid, host, command, since) into the file, so a refused command
 can say what to wait for. Locks are re-entrant within one thread: provision's rollback tears
 down under the lock provision already holds.
@@ -195,7 +201,15 @@ def hold(name: str, what: str, wait_s: float | None = None) -> Iterator[None]:
                 _held[name] = (tid, depth - 1)
         return
 
-    fd, sock = _locked(name, what, time.monotonic() + _wait_s(wait_s))
+    deadline = time.monotonic() + _wait_s(wait_s)
+    fd, sock = _locked(name, what, deadline)
+    try:
+        shared = _shared(name, what, deadline)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        os.close(fd)
+        raise
     try:
         since = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         os.ftruncate(fd, 0)
@@ -210,6 +224,32 @@ def hold(name: str, what: str, wait_s: float | None = None) -> Iterator[None]:
                 _held.pop(name, None)
             os.ftruncate(fd, 0)
     finally:
+        if shared is not None:
+            shared.release()
         if sock is not None:
             sock.close()
         os.close(fd)  # closing the descriptor releases the flock
+
+
+def _shared(name: str, what: str, deadline: float):
+    """With a PostgreSQL state, the lock's advisory lock there, waited for until `deadline`
+    (None with the SQLite state: the flock is the lock)."""
+    from gpuplan import config
+
+    url = config.state_url()
+    if url is None:
+        return None
+    from gpuplan.store.sql import AdvisoryLock
+
+    who = f"gpuplan pid {os.getpid()} on {socket.gethostname()}: {_command().removeprefix('gpuplan ')}"
+    lock = AdvisoryLock(url, name, who)
+    try:
+        while not lock.try_take():
+            if time.monotonic() >= deadline:
+                raise Busy(f"{what} is busy: {lock.holder() or 'another gpuplan command'} holds its lock (on the"
+                           " shared state); wait for it to finish (or stop that process), then run this again")
+            time.sleep(_POLL_S)
+    except BaseException:
+        lock.release()
+        raise
+    return lock

@@ -1,4 +1,6 @@
-"""The state store: one SQLite file. The only module that knows SQL.
+"""The state store: one SQLite file (the default), or a team's PostgreSQL database
+(GPUPLAN_STATE_URL or `state_url:` in config.yaml). With sql.py, the only place that knows SQL:
+one schema text and one MIGRATIONS list for both; sql.py translates what is spelt differently.
 
 It is the source of truth for teardown. Every cloud call is journaled twice: an intent row
 written (and committed) *before* the call, and its outcome after. A node row exists, with its
@@ -29,7 +31,10 @@ from gpuplan.errors import UsageError
 from gpuplan.market import billing
 from gpuplan.market.billing import Terms
 from gpuplan.run.ray.batch_rules import INTERRUPTED, UNKNOWN
+from gpuplan.store import sql as dialect
 from gpuplan.team import Who
+
+Db = Any  # a sqlite3.Connection or a sql.PostgresDb: both take the same statements (state.py's SQL)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS clusters (
@@ -331,6 +336,23 @@ def _refuse_unusable(path: Path) -> None:
         raise UsageError(f"state database {path} is damaged ({check[0]}); {advice}")
 
 
+def file_holds_rows(path: Path) -> bool | None:
+    """Whether the SQLite state file `path` holds a row outside the meta table (read-only look;
+    None: it cannot be read). A refused command removes a state file it made only when empty."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return any(con.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in tables
+                   if not t.startswith("sqlite_") and t != "meta")
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
 # Columns added after a table was first shipped: (table, column, definition) for ALTER TABLE.
 MIGRATIONS = [
     ("host_keys", "origin", "TEXT NOT NULL DEFAULT 'node'"),
@@ -372,7 +394,7 @@ _TERMS_COLUMNS = ("price_jpy", "price_jpy_per_hour", "period_s", "granularity_s"
                   "monthly_cap_jpy")
 
 
-def _terms(row: sqlite3.Row) -> Terms:
+def _terms(row) -> Terms:
     """A ledger row's billing terms (rows older than the terms columns: per second, as counted then)."""
     price = Decimal(row["price_jpy"] if row["price_jpy"] is not None else row["price_jpy_per_hour"])
     caps = [Decimal(row[k]) if row[k] is not None else None for k in ("daily_cap_jpy", "monthly_cap_jpy")]
@@ -404,7 +426,7 @@ def _ledger_dict(r) -> dict:
             "user": r["user_name"] or team.UNKNOWN_USER, "project": r["project"] or team.DEFAULT_PROJECT}
 
 
-def _payer(db: sqlite3.Connection, cluster: str, node: str) -> Who:
+def _payer(db: Db, cluster: str, node: str) -> Who:
     """Who a ledger row is billed to: its cluster's user and project; a batch's without a cluster
     (a Slurm task "<job>/<task>") its job's; else whoever writes it."""
     row = db.execute("SELECT user_name, project FROM clusters WHERE name=?", (cluster,)).fetchone()
@@ -423,7 +445,7 @@ def _ledger_row(r, at: datetime) -> tuple[int, Decimal]:
     return s, billing.charge(s, _terms(r))
 
 
-def _add_closed(db: sqlite3.Connection, cluster: str, rows: int, seconds: int, yen: Decimal) -> None:
+def _add_closed(db: Db, cluster: str, rows: int, seconds: int, yen: Decimal) -> None:
     """Add closed rows to the cluster's closed total (ledger_closed), inside the caller's transaction."""
     have = db.execute("SELECT * FROM ledger_closed WHERE cluster=?", (cluster,)).fetchone()
     if have is None:
@@ -585,13 +607,52 @@ def _side_file(path: Path, what: str, max_bytes: int) -> str:
         raise UsageError(f"the {what} file {path} is damaged (not a short text line); {advice}") from None
 
 
-class State:
-    """A handle on the SQLite file. Safe to share between threads: each method is one
-    transaction under one lock; WAL mode lets several processes read while one writes."""
+def _postgres_schema(db: dialect.PostgresDb) -> None:
+    """Make or bring up to date gpuplan's tables in a PostgreSQL database, under an advisory
+    lock so that two processes starting together do not race; refuse in one line a database
+    whose tables are not gpuplan's. A database already up to date is only read."""
+    wanted = [m.group(1) for m in re.finditer(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)]
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def up_to_date(tables: dict[str, set[str]]) -> bool:
+        if tables and not {"name", "provider", "region", "size", "status"} <= tables.get("clusters", set()):
+            raise UsageError(f"{db.where} is not a gpuplan state database (its tables: "
+                             f"{', '.join(sorted(tables))[:80]}); name an empty database or gpuplan's own in"
+                             " GPUPLAN_STATE_URL")
+        return all(t in tables for t in wanted) and all(c in tables[t] for t, c, _ in MIGRATIONS)
+
+    if up_to_date(db.tables()):
+        return
+    with db.transaction(key=dialect.SCHEMA_KEY):
+        tables = db.tables()
+        if up_to_date(tables):
+            return
+        for statement in dialect.schema_statements(SCHEMA):
+            db.execute(statement)
+        for table, column, definition in MIGRATIONS:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {dialect.column_definition(definition)}")
+
+
+class State:
+    """A handle on the SQLite file, or on the PostgreSQL database `url` names (then `path` is
+    not used). Safe to share between threads: each method is one transaction under one lock;
+    WAL mode lets several processes read while one writes. On PostgreSQL, writing transactions
+    take turns under one advisory lock, as SQLite's writers do under BEGIN IMMEDIATE."""
+
+    def __init__(self, path: str | os.PathLike, url: str | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._pg: dialect.PostgresDb | None = None
+        self._db: Db
+        # where the state is, in words a message may show (a URL never with a password)
+        self.where = dialect.redacted(url) if url else str(self.path)
+        if url:
+            self._pg = self._db = dialect.PostgresDb(dialect.check_url(url, "the state URL"))
+            try:
+                _postgres_schema(self._pg)
+            except BaseException:
+                self._pg.close()
+                raise
+            return
         with _opening(self.path):
             _refuse_unusable(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -616,15 +677,43 @@ class State:
 
     @classmethod
     def open_default(cls) -> State:
-        from gpuplan import paths
+        """The user's state: the team's PostgreSQL database if one is set (config.state_url),
+        else the SQLite file in the state folder."""
+        from gpuplan import config
 
-        return cls(paths.state_db())
+        return cls(paths.state_db(), url=config.state_url())
+
+    @classmethod
+    def open_existing(cls) -> State | None:
+        """The user's state if it exists (None: no SQLite file yet, or a PostgreSQL database
+        without gpuplan's tables): for commands that only read it and never create one."""
+        from gpuplan import config
+
+        url = config.state_url()
+        if url is None:
+            return cls(paths.state_db()) if paths.state_db().is_file() else None
+        db = dialect.PostgresDb(url)
+        try:
+            if "clusters" not in db.tables():
+                return None
+        finally:
+            db.close()
+        return cls(paths.state_db(), url=url)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the state is a PostgreSQL database other machines may share."""
+        return self._pg is not None
 
     def close(self) -> None:
         self._db.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> Iterator[Db]:
+        if self._pg is not None:
+            with self._lock, self._pg.transaction():
+                yield self._pg
+            return
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -635,7 +724,7 @@ class State:
             else:
                 self._db.execute("COMMIT")
 
-    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+    def _query(self, sql: str, args: tuple = ()) -> list[Any]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
@@ -648,6 +737,16 @@ class State:
         file does not orphan what this installation made (a sweep finds it by this id)."""
         import secrets
 
+        if self._pg is not None:  # the team shares one id, so that a sweep finds the team's resources
+            with self._tx() as db:
+                row = db.execute("SELECT value FROM meta WHERE key='installation_id'").fetchone()
+                if row is not None and not _INSTALLATION.fullmatch(row["value"]):
+                    raise UsageError(f"the installation id in {self.where} (meta table) is damaged ({row['value'][:20]!r});"
+                                     " the team's cloud resources are tagged with it: restore it from a backup")
+                if row is None:
+                    db.execute("INSERT INTO meta (key, value) VALUES ('installation_id', ?)", (secrets.token_hex(6),))
+                    row = db.execute("SELECT value FROM meta WHERE key='installation_id'").fetchone()
+            return str(row["value"])
         side = self.path.parent / "installation-id"
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE key='installation_id'").fetchone()
@@ -660,7 +759,8 @@ class State:
                                      "file aside to start a new installation")
             value = from_file or in_db or secrets.token_hex(6)
             if row is None or row["value"] != value:
-                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('installation_id', ?)", (value,))
+                db.execute("INSERT INTO meta (key, value) VALUES ('installation_id', ?)"
+                           " ON CONFLICT (key) DO UPDATE SET value=excluded.value", (value,))
             if from_file != value:
                 paths.write_owner_only(side, value + "\n")
         return value
@@ -669,11 +769,11 @@ class State:
 
     def journal_intent(self, op: str, target: str, cluster: str | None = None, detail: str = "") -> int:
         with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO journal (at, cluster, op, target, phase, detail) VALUES (?,?,?,?,?,?)",
+            row = db.execute(
+                "INSERT INTO journal (at, cluster, op, target, phase, detail) VALUES (?,?,?,?,?,?) RETURNING id",
                 (_iso(), cluster, op, target, "intent", detail),
-            )
-            return int(cur.lastrowid)
+            ).fetchone()
+            return int(row[0])
 
     def journal_outcome(self, entry_id: int, ok: bool, detail: str = "") -> None:
         with self._tx() as db:
@@ -814,7 +914,8 @@ class State:
         t = _iso()
         with self._tx() as db:
             db.execute(
-                "INSERT OR IGNORE INTO nodes (cluster, name, status, gpus, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+                "INSERT INTO nodes (cluster, name, status, gpus, created_at, updated_at) VALUES (?,?,?,?,?,?)"
+                " ON CONFLICT DO NOTHING",
                 (cluster, name, "intent", gpus, t, t),
             )
 
@@ -872,7 +973,8 @@ class State:
     def save_ssh_key(self, cluster: str, private_key_path: Path, public_key: str) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO ssh_keys (cluster, private_key_path, public_key) VALUES (?,?,?)",
+                "INSERT INTO ssh_keys (cluster, private_key_path, public_key) VALUES (?,?,?) ON CONFLICT (cluster)"
+                " DO UPDATE SET private_key_path=excluded.private_key_path, public_key=excluded.public_key",
                 (cluster, str(private_key_path), public_key),
             )
 
@@ -892,8 +994,10 @@ class State:
         the machine, to be rotated at the first login."""
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO host_keys (host, port, key, cluster, node, pinned_at, origin, pending_key)"
-                " VALUES (?,?,?,?,?,?,?,NULL)",
+                "INSERT INTO host_keys (host, port, key, cluster, node, pinned_at, origin, pending_key)"
+                " VALUES (?,?,?,?,?,?,?,NULL) ON CONFLICT (host, port) DO UPDATE SET key=excluded.key,"
+                " cluster=excluded.cluster, node=excluded.node, pinned_at=excluded.pinned_at, origin=excluded.origin,"
+                " pending_key=NULL",
                 (host, port, key.strip(), cluster, node, _iso(), origin),
             )
 
@@ -932,7 +1036,7 @@ class State:
         value = json.dumps({"provider": provider, "region": region, "name": name, "limit": limit, "unit": unit,
                             "read_at": _iso()})
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
                        (f"quota:{provider}:{region}:{name}", value))
 
     def quotas(self) -> list[dict]:
@@ -1188,15 +1292,19 @@ class State:
                                " started_at=?, ended_at=NULL, exit_code=NULL, timed_out=0 WHERE job=? AND idx=?",
                                (e["attempt"], e["node"], e.get("slot"), e["at"], job, e["i"]))
                 elif kind == "end":
-                    db.execute("UPDATE job_items SET status=?, attempts=MAX(attempts, ?), node=?, slot=?, started_at=?,"
-                               " ended_at=?, exit_code=?, timed_out=?, log_path=? WHERE job=? AND idx=?",
-                               (e["status"], e["attempt"], e["node"], e["slot"], e["start"], e["end"], e["exit"],
-                                int(bool(e["timed_out"])), e["log"], job, e["i"]))
+                    db.execute("UPDATE job_items SET status=?, attempts=CASE WHEN attempts > ? THEN attempts ELSE ? END,"
+                               " node=?, slot=?, started_at=?, ended_at=?, exit_code=?, timed_out=?, log_path=?"
+                               " WHERE job=? AND idx=?",
+                               (e["status"], e["attempt"], e["attempt"], e["node"], e["slot"], e["start"], e["end"],
+                                e["exit"], int(bool(e["timed_out"])), e["log"], job, e["i"]))
                     if e["status"] == INTERRUPTED:
                         gpus = db.execute("SELECT n.gpus FROM nodes n JOIN jobs j ON n.cluster=j.cluster"
                                           " WHERE j.id=? AND n.name=?", (job, e["node"])).fetchone()
-                        db.execute("INSERT OR REPLACE INTO job_interruptions (job, idx, attempt, node, node_gpus,"
-                                   " started_at, ended_at, saved_at) VALUES (?,?,?,?,?,?,?,?)",
+                        db.execute("INSERT INTO job_interruptions (job, idx, attempt, node, node_gpus,"
+                                   " started_at, ended_at, saved_at) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (job, idx,"
+                                   " attempt) DO UPDATE SET node=excluded.node, node_gpus=excluded.node_gpus,"
+                                   " started_at=excluded.started_at, ended_at=excluded.ended_at,"
+                                   " saved_at=excluded.saved_at",
                                    (job, e["i"], e["attempt"], e["node"], gpus["gpus"] if gpus else 0, e["start"],
                                     e["end"], e.get("saved")))
                 elif kind in ("lost", "requeue"):
@@ -1212,7 +1320,7 @@ class State:
 
     def job_counts(self, job: str) -> dict[str, int]:
         """Items per status; a failed item whose latest attempt timed out counts as "timed out"."""
-        rows = self._query("SELECT CASE WHEN status IN ('failed', 'bad input') AND timed_out THEN 'timed out'"
+        rows = self._query("SELECT CASE WHEN status IN ('failed', 'bad input') AND timed_out<>0 THEN 'timed out'"
                            " ELSE status END AS s, COUNT(*) AS n FROM job_items WHERE job=? GROUP BY s", (job,))
         return {r["s"]: r["n"] for r in rows}
 
@@ -1358,7 +1466,7 @@ class Reservation:
 Pricing = Callable[[list[dict], str, datetime], tuple[Decimal, dict[str, Decimal]]]
 
 
-def _figures(db: sqlite3.Connection, project: str, month: str, pricing: Pricing, at: datetime) -> BudgetFigures:
+def _figures(db: Db, project: str, month: str, pricing: Pricing, at: datetime) -> BudgetFigures:
     row = db.execute("SELECT yen FROM budgets WHERE project=? AND month=?", (project, month)).fetchone()
     start, end = team.month_bounds(month)
     rows = [_ledger_dict(r) for r in db.execute(
@@ -1375,7 +1483,7 @@ def _figures(db: sqlite3.Connection, project: str, month: str, pricing: Pricing,
     return BudgetFigures(project, month, Decimal(row["yen"]) if row else None, spent, committed, live)
 
 
-def _holds(db: sqlite3.Connection, c, at: datetime) -> bool:
+def _holds(db: Db, c, at: datetime) -> bool:
     """Whether a reservation still holds: its batch unfinished, else its cluster not gone; one tied
     to no row yet for COMMITMENT_GRACE_S after it was made (a client killed before it made one)."""
     young = (at - datetime.fromisoformat(c["created_at"])).total_seconds() < COMMITMENT_GRACE_S
@@ -1390,7 +1498,7 @@ def _holds(db: sqlite3.Connection, c, at: datetime) -> bool:
     return young
 
 
-def _insert_job(db: sqlite3.Connection, job: str, cluster: str, command: list[str], options: dict,
+def _insert_job(db: Db, job: str, cluster: str, command: list[str], options: dict,
                 items: Sequence[tuple[int, str]], nodes: int, resumes: str | None, backend: str | None) -> None:
     who = team.current()
     if team.chosen() is None:  # a batch on a cluster counts to the cluster's project unless it names one
@@ -1405,7 +1513,7 @@ def _insert_job(db: sqlite3.Connection, job: str, cluster: str, command: list[st
                    ((job, idx, item, pos, "queued") for pos, (idx, item) in enumerate(items)))
 
 
-def _job(r: sqlite3.Row) -> JobRow:
+def _job(r) -> JobRow:
     return JobRow(
         r["id"], r["cluster"], r["state"], tuple(json.loads(r["command"])), json.loads(r["options"]) or {}, r["total"],
         r["nodes"], r["resumes"], r["events_read"], datetime.fromisoformat(r["submitted_at"]), parse_time(r["started_at"]),
@@ -1413,14 +1521,14 @@ def _job(r: sqlite3.Row) -> JobRow:
     )
 
 
-def _item(r: sqlite3.Row) -> ItemRow:
+def _item(r) -> ItemRow:
     return ItemRow(
         r["job"], r["idx"], r["item"], r["position"], r["status"], bool(r["timed_out"]), r["attempts"], r["node"],
         r["slot"], parse_time(r["started_at"]), parse_time(r["ended_at"]), r["exit_code"], r["log_path"],
     )
 
 
-def _cluster(r: sqlite3.Row) -> ClusterRow:
+def _cluster(r) -> ClusterRow:
     return ClusterRow(
         r["name"], r["provider"], r["region"], r["size"], r["count"], r["status"], r["image"], r["ssh_user"],
         parse_time(r["ttl_expires_at"]),
@@ -1429,7 +1537,7 @@ def _cluster(r: sqlite3.Row) -> ClusterRow:
     )
 
 
-def _image(r: sqlite3.Row) -> ImageRow:
+def _image(r) -> ImageRow:
     return ImageRow(
         r["name"], r["provider"], r["region"], r["size"], r["provider_id"], r["status"], r["playbooks"],
         parse_time(r["created_at"]),
