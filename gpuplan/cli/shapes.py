@@ -33,15 +33,16 @@ def owned(provider: str) -> bool:
 
 def format_option(csv: bool = False) -> Any:
     """The one --format option: `table|json` (or `table|json|csv` where CSV exists)."""
-    return typer.Option("--format", "-o", help=FORMAT_CSV_HELP if csv else FORMAT_HELP,
+    return typer.Option("--format", help=FORMAT_CSV_HELP if csv else FORMAT_HELP,
                         metavar="table|json|csv" if csv else "table|json")
 
 
 def json_alias(root: Any, args: list[str]) -> list[str]:
-    """The command line with `--json` read as `--format json` where the command it runs has the
-    one --format option (format_option), as SkyPilot's and dstack's users type it; `-o json` is
-    that option's own short name. Words after `--` (a batch's command) are left as they are."""
-    if "--json" not in args:
+    """The command line with `--json` read as `--format json` and `-o FORMAT` as `--format FORMAT`
+    where the command it runs has the one --format option (format_option), as SkyPilot's and
+    dstack's users type them. Words after `--` (a batch's command) are left as they are. (`-o` is
+    not declared as the option's short name: its column narrowed every help page's sentences.)"""
+    if "--json" not in args and "-o" not in args:
         return args
     command, i = root, 0
     while hasattr(command, "commands") and i < len(args):  # the group's subcommand, past its own options
@@ -57,7 +58,8 @@ def json_alias(root: Any, args: list[str]) -> list[str]:
     if not any("--format" in getattr(p, "opts", ()) for p in getattr(command, "params", ())):
         return args
     end = args.index("--", i) if "--" in args[i:] else len(args)
-    return [*args[:i], *("--format=json" if w == "--json" else w for w in args[i:end]), *args[end:]]
+    words = ["--format=json" if w == "--json" else "--format" if w == "-o" else w for w in args[i:end]]
+    return [*args[:i], *words, *args[end:]]
 
 
 def check_format(value: str, csv: bool = False) -> bool:
