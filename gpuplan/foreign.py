@@ -490,15 +490,9 @@ def batch_yaml(conv: Conversion) -> str:
 
 def read(path: Path) -> tuple[str, dict[str, Any]]:
     """(kind, data) of a YAML file: kind SKYPILOT, DSTACK or "" (a batch file, or not a mapping)."""
-    from gpuplan.userfiles import load_yaml, read_text
+    from gpuplan.userfiles import read_yaml
 
-    text = read_text(path, "task file", "give a SkyPilot task YAML, a dstack task or a gpuplan batch file")
-    try:
-        data = load_yaml(text)
-    except Exception as exc:  # yaml.YAMLError: one line, where it is
-        mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{path}{at}: not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__})") from None
+    data = read_yaml(path, "task file", "give a SkyPilot task YAML, a dstack task or a gpuplan batch file")
     return kind_of(data), data if isinstance(data, dict) else {}
 
 
