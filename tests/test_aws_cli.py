@@ -168,3 +168,40 @@ def test_kill_9_during_provision_then_teardown_removes_everything(aws, gpuplan_h
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert aws.held() == {}
+
+
+def test_two_homes_as_two_users_on_one_postgres_state_see_and_guard_each_other_s_aws_cluster(aws, cli, postgres_url,
+                                                                                              gpuplan_home, tmp_path,
+                                                                                              monkeypatch):
+    """Issue 45: Alice and Bob, each with a home of their own, on one PostgreSQL state. Alice's
+    cluster (on moto) is in Bob's `status --all-users` with her name, not in his own view; his
+    teardown of it is refused naming her (-y does not skip it) and leaves her instance running;
+    with --force it goes, gone from moto too."""
+    from support.cli import Terminal
+
+    monkeypatch.setenv("GPUPLAN_STATE_URL", postgres_url)
+    bob_home = tmp_path / "bob-home"
+    (bob_home / "config").mkdir(parents=True)
+    (bob_home / "config" / "config.yaml").write_text((gpuplan_home / "config" / "config.yaml").read_text())
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    r = cli("provision", "--yes", "aws:g4dn.xlarge", "x1", "--name", "vision", "--no-bootstrap", "--ttl", "1h",
+            "--project", "vision")
+    assert r.code == 0, r.err
+    [mine] = instances(aws.ec2())
+    monkeypatch.setenv("GPUPLAN_HOME", str(bob_home))
+    monkeypatch.setenv("GPUPLAN_USER", "bob")
+    assert json.loads(cli("status", "--format", "json").out) == []  # his own: none
+    [theirs] = json.loads(cli("status", "--all-users", "--format", "json").out)
+    assert (theirs["name"], theirs["user"], theirs["project"]) == ("vision", "alice", "vision")
+    assert [n["id"] for n in theirs["nodes"]] == [mine["InstanceId"]]
+    r = cli("teardown", "vision", "-y")  # no terminal: refused, naming her
+    assert r.code == 2 and "alice's cluster vision is not yours" in r.err
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    r = cli("teardown", "vision", "-y")  # a terminal: asked, naming her, even with -y; "n" keeps it
+    assert "alice's cluster vision: tear it down? (it is not yours)" in r.err
+    assert [i["InstanceId"] for i in instances(aws.ec2())] == [mine["InstanceId"]]
+    r = cli("teardown", "vision", "-y", "--force")
+    assert r.code == 0, r.err
+    assert instances(aws.ec2()) == []
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    assert json.loads(cli("status", "--format", "json").out) == []  # gone for her too: one state
