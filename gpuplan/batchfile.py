@@ -32,6 +32,7 @@ from typing import Any
 
 from gpuplan.errors import UsageError
 from gpuplan.units import MAX_YEN
+from gpuplan.userfiles import ENV_NAME as _ENV_NAME
 
 FIELDS = frozenset({"name", "workload", "profile", "items", "command", "image", "registry", "workdir", "setup", "env",
                     "secret_env", "infra", "region", "objective", "deadline", "max_yen", "outputs", "per_gpu", "retries",
@@ -41,7 +42,6 @@ REGISTRY_FIELDS = frozenset({"server", "username", "password_env", "dok_registry
 PROBE_FIELDS = frozenset({"command", "units"})
 FAILOVER_FIELDS = frozenset({"regions", "providers", "on_demand", "plans", "wait"})
 OBJECTIVES = ("balanced", "cost", "time")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
 # a container image reference as docker and DOK parse it: [registry[:port]/]path[:tag][@digest]
 _DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"

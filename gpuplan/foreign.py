@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
+from gpuplan.userfiles import ENV_NAME as _ENV_NAME
 
 SKYPILOT = "SkyPilot task"
 DSTACK = "dstack task"
@@ -29,7 +30,6 @@ _BATCH_ONLY = frozenset({"items", "command", "workload"})
 _SKY_ONLY = frozenset({"run", "resources", "envs", "num_nodes", "file_mounts", "storage_mounts", "secrets", "service",
                        "event_callback", "config", "volumes"})
 _DSTACK_TYPES = ("task", "service", "dev-environment", "fleet", "volume", "gateway")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}\Z")
 
 

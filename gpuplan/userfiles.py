@@ -395,7 +395,8 @@ def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n // 2**10} KiB"
 
 
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# an environment variable's name as shells take it: env:, --env, --env-file, secret_env, task files
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def read_env_file(path: str | os.PathLike) -> dict[str, str]:
@@ -413,7 +414,7 @@ def read_env_file(path: str | os.PathLike) -> dict[str, str]:
             continue
         key, sep, value = line.removeprefix("export ").partition("=")
         key = key.strip()
-        if not sep or not _ENV_KEY.match(key):
+        if not sep or not ENV_NAME.match(key):
             bad.append(f"line {n}: {one_line(line)[:40]!r} is not KEY=VALUE (a variable name, =, its value)")
             continue
         value = value.strip()

@@ -4,7 +4,6 @@ the cluster's engine, or one data-parallel job through torchrun) and the batch c
 
 from __future__ import annotations
 
-import re
 import shlex
 import sys
 import time
@@ -516,12 +515,12 @@ def env_pairs(env: Optional[list[str]], env_file: Optional[Path] = None) -> dict
     --env-file's lines, as a mapping; one line for a malformed one or a KEY that is not set."""
     import os
 
-    from gpuplan.userfiles import read_env_file
+    from gpuplan.userfiles import ENV_NAME, read_env_file
 
     environment = read_env_file(env_file) if env_file is not None else {}
     for kv in env or []:
         key, sep, value = kv.partition("=")
-        if not key.strip() or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
+        if not ENV_NAME.match(key.strip()):
             raise UsageError(f"bad --env {kv!r}: write KEY=VALUE, or KEY alone for its value in your environment")
         if not sep:
             if key.strip() not in os.environ:
