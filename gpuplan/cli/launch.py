@@ -332,23 +332,15 @@ def hourly_lines(batch, nodes: int, shown: int = 8) -> list[str]:
     """A task that names no workload, planned as SkyPilot plans one: the offers with its GPUs by
     yen per hour for its machines, each machine's setup counted (catalog provider facts), and that
     the batch's total stays unknown until a workload (or `gpuplan probe`) times it."""
-    from dataclasses import replace
-
     from gpuplan.market import catalog, gpus
     from gpuplan.market import tax as taxes
     from gpuplan.run import launcher
 
     cat = catalog.with_tax(catalog.load(), batch.tax, taxes.ASSUMED_UNKNOWN)
-    offers = [o for o in cat.offers if o.market == "on-demand" or batch.spot]
-    providers = launcher.infra_providers(batch.infra)
-    if providers:
-        offers = [o for o in offers if o.provider.lower() in providers]
-    if batch.region:
-        offers = [o for o in offers if o.region.lower() == batch.region.lower()]
-    if batch.gpus:
-        offers = list(gpus.offers_for(gpus.parse(batch.gpus, "gpus"), offers, "gpus"))
     setup = {name: (f.setup_s, f.source) for name, f in cat.providers.items()}
-    rows = gpus.hourly(replace(cat, offers=tuple(offers)).offers, nodes, setup)
+    ask = gpus.parse(batch.gpus, "gpus") if batch.gpus else None
+    rows = gpus.by_the_hour(cat.offers, ask, nodes, setup, spot=batch.spot, region=batch.region or None,
+                            providers=launcher.infra_providers(batch.infra), what="gpus")
     head = (f"no workload: planned by the hour as SkyPilot plans a task ({nodes}x machine{'s' if nodes > 1 else ''}"
             f" with {batch.gpus or 'any GPU'}; yen {batch.tax} tax, catalog {cat.snapshot}):")
     if not rows:

@@ -334,11 +334,11 @@ def _cheapest_with(gpus: str, region: str | None, spot: bool) -> tuple[str, str]
     from gpuplan.planning import fmt
 
     cat = catalog.with_tax(catalog.load(), tax.DEFAULT)
-    offers = [o for o in cat.offers if o.kind == "cloud" and (o.market == "on-demand" or spot)
-              and (region is None or o.region.lower() == region.lower())]
-    if not offers:
+    cloud = [o for o in cat.offers if o.kind == "cloud"]
+    if region is not None and not any(o.region.lower() == region.lower() and (o.market == "on-demand" or spot)
+                                      for o in cloud):
         raise UsageError(f"--region {region}: no cloud offers there in catalog {cat.snapshot}; see `gpuplan catalog`")
-    rows = gpu_asks.hourly(gpu_asks.offers_for(gpu_asks.parse(gpus), offers), 1, {})
+    rows = gpu_asks.by_the_hour(cloud, gpu_asks.parse(gpus), 1, {}, spot=spot, region=region)
     if not rows:
         raise UsageError(f"--gpus {gpus}: no offer with a price has them; see `gpuplan catalog`")
     o = rows[0].offer

@@ -114,6 +114,20 @@ class HourlyRow:
     setup_source: str
 
 
+def by_the_hour(offers: Iterable[Offer], ask: GpuAsk | None, nodes: int, setup: dict[str, tuple[int, str]], *,
+                spot: bool, region: str | None = None, providers: Sequence[str] = (),
+                what: str = "--gpus") -> list[HourlyRow]:
+    """`offers` (on-demand, and spot rows with `spot`; in `region` and of `providers` where given)
+    with the GPUs `ask` asks for (None: any), cheapest an hour first: `provision --gpus`'s pick
+    and a task with no workload planned by the hour."""
+    kept = [o for o in offers if (o.market == "on-demand" or spot)
+            and (region is None or o.region.lower() == region.lower())
+            and (not providers or o.provider.lower() in providers)]
+    if ask is not None:
+        kept = list(offers_for(ask, kept, what))
+    return hourly(kept, nodes, setup)
+
+
 def hourly(offers: Sequence[Offer], nodes: int, setup: dict[str, tuple[int, str]]) -> list[HourlyRow]:
     """`offers` with a price, cheapest an hour first (`setup`: provider -> (seconds, source))."""
     from gpuplan.market import billing
