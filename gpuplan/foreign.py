@@ -198,11 +198,21 @@ class _Builder:
             self.put(field, "secret_env", have + [k for k in caller if k not in have],
                      f"{', '.join(caller)} (their values from the environment you launch in)")
 
-    def setup(self, field: str, script: str) -> None:
+    def setup(self, field: str, value: Any, todo: str = "") -> None:
+        """The task's setup script (text or a list of lines) as the batch's setup; left, with `todo`, otherwise."""
+        script = _script(value)
+        if script is None:
+            self.leave(field, todo)
+            return
         self.put(field, "setup", [script], f"{fmt.plural(len(script.splitlines()), 'line')}, run by bash (set -e) on every"
                  " node before the batch")
 
-    def command(self, field: str, script: str) -> None:
+    def command(self, field: str, value: Any, todo: str) -> None:
+        """The task's run script (text or a list of lines) as the batch's command; left, with `todo`, otherwise."""
+        script = _script(value)
+        if script is None:
+            self.leave(field, todo)
+            return
         self.put(field, "command", ["bash", "-c", script, "{item}"],
                  f"bash -c SCRIPT {{item}} ({fmt.plural(len(script.splitlines()), 'line')}; the item, the task's name, is the"
                  " script's $0)")
@@ -250,17 +260,9 @@ def _skypilot(data: dict[str, Any], source: Path) -> Conversion:
         if key == "name":
             b.name(key, value)
         elif key == "run":
-            script = _script(value)
-            if script is None:
-                b.leave(key, "give `run:` as a shell script (text)")
-            else:
-                b.command(key, script)
+            b.command(key, value, "give `run:` as a shell script (text)")
         elif key == "setup":
-            script = _script(value)
-            if script is None:
-                b.leave(key, "give `setup:` as a shell script (text)")
-            else:
-                b.setup(key, script)
+            b.setup(key, value, "give `setup:` as a shell script (text)")
         elif key == "envs":
             b.env(key, value, listed_bare_means_caller=False)
         elif key == "secrets" and isinstance(value, dict):
@@ -354,17 +356,9 @@ def _dstack(data: dict[str, Any], source: Path) -> Conversion:
         if key == "name":
             b.name(key, value)
         elif key == "commands":
-            script = _script(value)
-            if script is None:
-                b.leave(key, "give `commands:` as a list of shell commands")
-            else:
-                b.command(key, script)
+            b.command(key, value, "give `commands:` as a list of shell commands")
         elif key == "setup":
-            script = _script(value)
-            if script is not None:
-                b.setup(key, script)
-            else:
-                b.leave(key)
+            b.setup(key, value)
         elif key == "env":
             b.env(key, value, listed_bare_means_caller=True)
         elif key == "image" and isinstance(value, str):

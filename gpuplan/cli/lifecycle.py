@@ -258,12 +258,6 @@ def _say_mapped(o) -> None:
         _err_console().print(o.mapped, markup=False, soft_wrap=True)
 
 
-def _me() -> str:
-    from gpuplan import team
-
-    return team.user()
-
-
 def _print_lines(console, lines: list[str]) -> None:
     for line in lines:
         console.print(line, markup=False, soft_wrap=True)
@@ -281,7 +275,9 @@ def _print_status(out, statuses) -> None:
                   " (docs/batch.md), or `gpuplan provision NC4as_T4_v3 x2` creates one")
         return
     parts: list[tuple[str, str]] = []  # (text, style): a rich Text on a terminal, plain characters elsewhere
-    me = _me()
+    from gpuplan import team
+
+    me = team.user()
     for s in statuses:
         c = s.cluster
         ttl = (f", TTL: {TTL_DOES.get(c.provider, TTL_DOES[''])[1]} {fmt.duration(max(0, s.ttl_left_s))}"
