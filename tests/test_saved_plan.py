@@ -55,3 +55,21 @@ def test_a_file_from_a_newer_gpuplan_is_refused_in_one_line(tmp_path, cli):
         saved_plan.load(path)
     r = cli("provision", "--plan", str(path), "--dry-run")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "schema version 9" in r.err
+
+
+def test_a_launch_without_a_cap_counts_the_top_of_its_plan_s_cost_range_against_the_budget(gpuplan_home, tmp_path):
+    """Issue 45: a launch with no max_yen reserves the plan's upper yen: its cost range's top, as
+    the saved plan lists it, on the batch's basis (here the same: included)."""
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.run import launcher
+    from support.batches import planned_batch
+
+    batch, work = planned_batch(tmp_path)
+    path = tmp_path / "plan.json"
+    estimate_cli.save_plan(estimate_cli.plan_batch(batch, work), path)
+    low, high = json.loads(path.read_text())["cost_jpy_range"]  # the saved plan is the recommendation itself
+    pick = launcher.pick_of(path, None, batch.tax)
+    assert pick.yen_upper == Decimal(high) and Decimal(low) <= pick.yen <= pick.yen_upper
+    assert launcher.budget_spend(pick, batch) == (Decimal(high), "launch's planned upper yen")
+    capped, _ = planned_batch(tmp_path, "max_yen: 900\n")
+    assert launcher.budget_spend(pick, capped) == (Decimal(900), "launch's max_yen")

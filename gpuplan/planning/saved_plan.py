@@ -53,6 +53,17 @@ class SavedPlan:
     per_gpu: Any = None  # jobs sharing one GPU
     command: str = ""  # the command the plan's speeds were measured with, where it says (calibration accepts it)
     workload_commands: Any = None  # the commands the workload named when the plan was made (None: older files)
+    cost_range: Any = None  # [low, high] yen of the plan's cost range, where the estimate showed one
+
+    def upper_yen(self) -> Decimal | None:
+        """The top of the plan's cost range (its yen basis is the plan's); None where it has none."""
+        span = self.cost_range
+        if not isinstance(span, list) or len(span) != 2:
+            return None
+        try:
+            return _figure(span[1])
+        except (TypeError, ValueError, ArithmeticError):
+            return None
 
     def more(self) -> list[tuple[str, int]]:
         """The offer types after the first of a mixed fleet, as (instance type, count), checked."""
@@ -278,6 +289,7 @@ def load(path: Path) -> SavedPlan:
         speeds=plan.get("speeds"), per_gpu=plan.get("per_gpu"),
         command=_text(plan.get("command", top.get("command"))),
         workload_commands=plan.get("workload_commands", top.get("workload_commands")),
+        cost_range=plan.get("cost_jpy_range"),
     )
 
 

@@ -53,6 +53,7 @@ class Pick:
     yen: Decimal  # the plan's own estimate
     wall_s: Decimal
     backend: str  # the run backend's name: "ray" (a cluster) or "dok" (高火力 DOK tasks)
+    yen_upper: Decimal | None = None  # the top of the plan's cost range, on `yen`'s basis (None: it shows none)
 
     @property
     def target(self) -> str:
@@ -116,10 +117,13 @@ def pick_of(plan_path: Path, region: str | None = None, tax: str | None = None) 
     offer = provision.resolve_offer(f"{provider}:{size}", region or plan_region)
     pred = saved.prediction()
     yen = Decimal(str(pred.get("plan_yen") or pred.get("yen") or 0))
+    upper = saved.upper_yen()
     if tax is not None:
         yen = taxes.moved(yen, saved.listed_tax(), saved.tax, tax)
+        upper = taxes.moved(upper, saved.listed_tax(), saved.tax, tax) if upper is not None else None
     return Pick(plan_path, offer, count, setup, saved.market, yen,
-                Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name)
+                Decimal(str(pred.get("plan_wall_s") or pred.get("wall_s") or 0)), backends.for_offer(offer).name,
+                upper)
 
 
 def budget_spend(pick: Pick, batch: Batch) -> tuple[Decimal, str]:
@@ -130,16 +134,7 @@ def budget_spend(pick: Pick, batch: Batch) -> tuple[Decimal, str]:
 
     if batch.max_yen is not None:
         return taxes.on_basis(batch.max_yen, batch.tax, taxes.DEFAULT), "launch's max_yen"
-    upper = pick.yen
-    try:
-        import json
-
-        raw = json.loads(pick.plan_path.read_text(encoding="utf-8"))
-        span = (raw.get("recommended", raw) if isinstance(raw, dict) else {}).get("cost_jpy_range")
-        if isinstance(span, list) and len(span) == 2:
-            upper = max(upper, Decimal(str(span[1])))
-    except (OSError, ValueError, ArithmeticError):  # the plan was read already: its estimate stands
-        pass
+    upper = max(pick.yen, pick.yen_upper or pick.yen)
     return taxes.on_basis(upper, batch.tax, taxes.DEFAULT), "launch's planned upper yen"
 
 
