@@ -68,7 +68,7 @@ def test_the_test_script_checks_types_against_a_baseline_that_may_only_shrink():
 
 # The DOK run backend (and the `gpuplan dok` commands, which are DOK's own) may speak of DOK;
 # everything else asks the run-backend registry (run/backends.py), never a cluster's name.
-DOK_OWN = {"run/dok/dok_runs.py", "run/dok/dok_batch.py", "run/backends.py", "cli/sakura.py"}
+DOK_OWN = {"run/dok/dok_runs.py", "run/dok/dok_batch.py", "run/dok/backend.py", "cli/sakura.py"}
 DOK_SWITCH = (r"""[!=]=\s*["']dok""", r"""["']dok["']\s*[!=]=""", r"""in\s*\(\s*["']dok""", r"is_dok\(", "DOK_CLUSTER",
               r"[!=]=\s*dok_runs\.CLUSTER", r"dok_runs\.CLUSTER\s*[!=]=", r"""startswith\(\s*["']dok""")
 
@@ -87,13 +87,15 @@ def test_no_dok_switch_is_left_outside_the_dok_backend():
     assert found == []
 
 
-# Every run backend's own modules (its adapter in run/backends.py, the contract, and its code);
-# outside them no code compares a backend's name or its pseudo-cluster (issue 41): it asks the
-# registry (backends.for_target, backends.of(row)) and the backend's declared capabilities.
+# Every run backend's own modules (its folder run/<name>/: its adapter backend.py and its code);
+# outside them no code compares a backend's name or its pseudo-cluster (issue 41), not even the
+# contract (run/backends.py): it asks the registry (backends.for_target, backends.of(row)) and the
+# backend's declared capabilities.
 BACKEND_OWN = {
-    "ray": {"run/backends.py", "run/ray/runner.py", "run/ray/engine.py", "run/ray/ray_driver.py", "run/ray/containers.py"},
+    "ray": {"run/ray/backend.py", "run/ray/runner.py", "run/ray/engine.py", "run/ray/ray_driver.py",
+            "run/ray/containers.py"},
     "dok": DOK_OWN,
-    "slurm": {"run/backends.py", "run/slurm/slurm_runs.py", "cli/slurm.py"},
+    "slurm": {"run/slurm/backend.py", "run/slurm/slurm_runs.py"},
 }
 
 
@@ -176,3 +178,86 @@ def test_no_folder_of_gpuplan_holds_more_than_15_modules():
              for d in [PKG, *PKG.rglob("*")] if d.is_dir() and d.name != "__pycache__"}
     assert sizes["run"] >= 4 and sizes["fleet"] >= 8
     assert {d: n for d, n in sizes.items() if n > 15} == {}
+
+
+def _backend_folders() -> set[str]:
+    """The run backends' folders: each sub-folder of gpuplan/run holding an adapter (backend.py)."""
+    return {d.name for d in (PKG / "run").iterdir() if (d / "backend.py").is_file()}
+
+
+def test_each_backend_is_one_folder_with_its_adapter_registered_by_one_entry_point():
+    """A new backend is one folder and one entry point (issue 41): the built-in ones' adapters live
+    beside their code, registered as a plugin's would be, and no backend's folder reaches into
+    another's (what they share is in run/, the contract's folder)."""
+    import tomllib
+
+    from gpuplan.run import backends
+
+    declared = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"]["entry-points"][backends.GROUP]
+    assert set(declared) == _backend_folders() == set(BACKEND_OWN)
+    for name, target in declared.items():
+        assert target == f"gpuplan.run.{name}.backend:{type(backends.get(name)).__name__}"
+        assert type(backends.get(name)).__module__ == f"gpuplan.run.{name}.backend"
+    for name in _backend_folders():
+        for path in sorted((PKG / "run" / name).glob("*.py")):
+            others = sorted(m for m in imports(path) for o in _backend_folders() - {name}
+                            if m == f"gpuplan.run.{o}" or m.startswith(f"gpuplan.run.{o}."))
+            assert others == [], f"run/{name}/{path.name} imports {others}"
+    # the contract and the batch service import no backend's module
+    assert not [m for m in imports(PKG / "run" / "backends.py")
+                for o in _backend_folders() if m.startswith(f"gpuplan.run.{o}.")]
+
+
+# a backend's own commands may use its code: `gpuplan dok ...` is DOK's (cli/sakura.py)
+CLI_OF_A_BACKEND = {"cli/sakura.py": "dok"}
+
+
+def test_the_cli_imports_no_backends_module():
+    """The CLI reaches every backend through the contract and the batch service (run/backends.py):
+    `gpuplan run --torchrun`'s check, a private registry's login, a lost node's cause and the
+    dashboard included."""
+    found = []
+    for path in sorted((PKG / "cli").glob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        for m in sorted(imports(path)):
+            for name in _backend_folders() - {CLI_OF_A_BACKEND.get(rel)}:
+                if m.startswith(f"gpuplan.run.{name}.") or m == f"gpuplan.run.{name}":
+                    found.append(f"{rel}: {m}")
+    assert found == []
+
+
+def _bodies(path: Path) -> dict[str, str]:
+    """Each function of a module (methods too) by its qualified name: its body as the AST has it,
+    without its docstring."""
+    out = {}
+    tree = ast.parse(path.read_text())
+
+    def walk(node, prefix=""):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = child.body
+                if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                    body = body[1:]
+                if len(body) > 1 or (body and not isinstance(body[0], (ast.Return, ast.Pass, ast.Raise))):
+                    out[prefix + child.name] = ast.dump(ast.Module(body=body, type_ignores=[]))
+            elif isinstance(child, ast.ClassDef):
+                walk(child, prefix + child.name + ".")
+
+    walk(tree)
+    return out
+
+
+def test_no_function_of_the_run_wing_is_written_twice():
+    """What two backends share is written once, in run/ (task_batches.py for the task backends,
+    items.py for every backend's job vocabulary): no function or method of gpuplan/run has the
+    body of another (one-statement ones aside: a `return X` may well repeat)."""
+    seen: dict[str, str] = {}
+    twice = []
+    for path in sorted((PKG / "run").rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        for name, body in _bodies(path).items():
+            if body in seen:
+                twice.append(f"{rel}:{name} = {seen[body]}")
+            else:
+                seen[body] = f"{rel}:{name}"
+    assert twice == []

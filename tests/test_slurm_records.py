@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 
+from gpuplan.run import backends
 from gpuplan.run import items as run_items
 from gpuplan.run.slurm import slurm_runs
 from gpuplan.store.state import State
@@ -67,7 +68,7 @@ def test_a_batch_read_late_has_the_wall_gpus_and_ledger_slurm_timed(batch, monke
         ("slurm", f"{job}/77_0", "lab.gpu", _at(1), _at(11)), ("slurm", f"{job}/77_1", "lab.gpu", _at(2), _at(12))]
     lines = costs.report(state.ledger_rows())
     assert [(x.cluster, x.provider, x.size, x.machines, x.seconds) for x in lines] == [("slurm", "slurm", "lab.gpu", 2, 20)]
-    assert lines[0].yen == slurm_runs.job_yen(state, state.job(job)) == Decimal(20) * PRICE / 3600
+    assert lines[0].yen == backends.yen(state, state.job(job)) == Decimal(20) * PRICE / 3600
     slurm_runs.refresh(state, job)  # read again: nothing is billed twice
     assert len([r for r in state.ledger_rows() if r["provider"] == "slurm"]) == 2
 

@@ -302,7 +302,6 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
 
     from gpuplan import budget, team
     from gpuplan.run import items as run_items
-    from gpuplan.run.ray import runner
     from gpuplan.store.state import State
     from gpuplan.units import MAX_DURATION_S
 
@@ -353,16 +352,15 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
     cap = _max_yen(max_yen)
     every_s = run_items.checkpoint_interval(checkpoint_every) if checkpoint_every is not None else 0
     predicted = run_items.read_plan(plan) if plan else None
-    login = None
-    if registry_user:
-        from gpuplan.run.ray import containers
+    from gpuplan import batchfile
 
-        login = containers.Login(registry_user, containers.secret_from_env(registry_password_env or ""))
+    login = None
+    if registry_user:  # the password is read from its variable where the image is pulled, never kept
+        login = batchfile.Registry(username=registry_user, password_env=registry_password_env or "")
+        login.password()  # not set: one line before anything starts
     from gpuplan.run import caps
 
     where = cluster if backend.has_cluster else backend.pseudo_clusters[0]  # what its jobs are listed under
-    from gpuplan import batchfile
-
     environment = env_pairs(env, env_file)
     secrets = batchfile.secret_env_names("--secret-env", secret_env, environment)
     environment.update(batchfile.secret_env_values(secrets, "--secret-env"))  # read now, held in memory only
@@ -375,12 +373,11 @@ def _run(cluster, command, items, resume, detach, per_gpu, retries, plan, torchr
         resumes=resume, checkpoint_every_s=every_s, recover=recover,
         torchrun=backends.Torchrun(python, master_port) if torchrun else None)
     also = ("--down",) if down and not backend.has_cluster else ()
-    backends.check(backend, sub, RUN_WORDS, also)  # before anything is read from where it runs
+    # before anything is read from where it runs; the backend validates the rest (a --torchrun command)
+    backends.check(backend, sub, RUN_WORDS, also)
     if backends.QUOTE in backend.supports:  # what the batch can cost, shown and asked about before it is sent
         sub = replace(sub, confirm=confirm_dok(yes, f"run {where}", predicted))
-    if torchrun:
-        runner.torchrun_program(command)  # bad input before anything starts
-    elif not resume:
+    if not torchrun and not resume:
         sub = replace(sub, target=backend.resolve(cluster, predicted))
     state = State.open_default()
     err = _console(stderr=True)
@@ -577,7 +574,6 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
 
     from gpuplan.errors import CapacityUnavailable
     from gpuplan.run import batches, recover
-    from gpuplan.run.ray.batch_rules import INTERRUPTED
 
     handled: set[str] = set()
     err = _console(stderr=True)
@@ -586,7 +582,7 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
         err.print(text, markup=False)
 
     def replace(row: JobRow, lost: batches.Lost) -> None:
-        went = "is being taken back by the cloud" if lost.code == INTERRUPTED else "was lost"
+        went = "is being taken back by the cloud" if lost.taken_back else "was lost"
         say(f"{lost.node} {went} ({lost.reason.removeprefix('lost: ')[:120]})")
         markets = [None] + ([recover.ON_DEMAND] if on_demand and lost.cost.market == recover.SPOT else [])
         for market in markets:
@@ -906,19 +902,17 @@ def dashboard(
     port: Annotated[int, typer.Option("--port", help="Local port (0: any free one).")] = 8265,
 ) -> None:
     """Ray's dashboard of the cluster on http://127.0.0.1:PORT, through SSH, until Ctrl-C."""
-    from gpuplan.run.ray import engine
     from gpuplan.store.state import State
 
     if not 0 <= port <= 65535:
         raise UsageError(f"bad --port {port}: a TCP port from 0 to 65535")
     state = State.open_default()
-    if state.cluster(cluster) is None:
+    if backends.for_target(cluster).has_cluster and state.cluster(cluster) is None:
         raise UsageError(f"no cluster named {cluster!r}; `gpuplan status` lists them")
-    eng = engine.engine_of(state, cluster)
     say = lambda p: (_console().print(f"Ray dashboard of {cluster}: http://127.0.0.1:{p} (Ctrl-C to stop)", markup=False),  # noqa: E731
                      sys.stdout.flush())
     try:
-        engine.serve_dashboard(eng, port, say, lambda: False)
+        backends.dashboard(state, cluster, port, say, lambda: False)
     except OSError as exc:
         raise UsageError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); choose another --port") from None
     except KeyboardInterrupt:

@@ -3,14 +3,17 @@ makes machines. A job row names its backend (state column `backend`); every ques
 job (read what is new, cancel it, what it cost, what it did, fetch its outputs) goes through
 `of(row)`, so no caller switches on a cluster's name.
 
-- `ray`: a batch on a cluster's Ray engine (cloud VMs and owned hosts): run/ray/runner.py.
-- `dok`: items as Sakura 高火力 DOK tasks: run/dok/dok_runs.py.
-- `slurm`: items as one Slurm job array on a cluster of slurm.yaml: run/slurm/slurm_runs.py.
+- `ray`: a batch on a cluster's Ray engine (cloud VMs and owned hosts): run/ray/.
+- `dok`: items as Sakura 高火力 DOK tasks: run/dok/.
+- `slurm`: items as one Slurm job array on a cluster of slurm.yaml: run/slurm/.
 
 Backends are plugins: each is registered under the entry-point group `gpuplan.run_backends`
-(pyproject.toml), the built-in ones as a third party's would be, so a new backend is one module
-and one entry point. Each declares the options it `supports` (OPTIONS); `submit` here refuses a
-Submission that asks for another in one line (Unsupported, exit 2) before anything is sent.
+(pyproject.toml), the built-in ones as a third party's would be: each one's adapter is
+run/<name>/backend.py beside its code, so a new backend is one folder and one entry point. This
+module names none of them; the two whose batch is a service's tasks share run/task_batches.py.
+Each declares the options it `supports` (OPTIONS); `submit` here refuses a Submission that asks
+for another in one line (Unsupported, exit 2) before anything is sent, and lets the backend
+`validate` the rest.
 
 The module-level functions (submit, refresh, cancel, yen, summary, outputs) are the batch
 service the CLI and the launcher call; `registered()`, `get(name)` and `of(row)` the registry.
@@ -19,15 +22,15 @@ service the CLI and the launcher call; `registered()`, `get(name)` and `of(row)`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuplan.errors import NotFound, UsageError
-from gpuplan.planning import fmt
+from gpuplan.errors import UsageError
+from gpuplan.run.items import job_row  # noqa: F401 (the batch service's: backends.job_row)
 
 if TYPE_CHECKING:
     from gpuplan.run.caps import Cap
@@ -119,6 +122,7 @@ def check(backend: RunBackend, sub: Submission, words: Mapping[str, str] | None 
         named = [(words or {}).get(o, o) for o in refused] + list(also)
         verb = "does" if len(named) == 1 else "do"
         raise Unsupported(f"{backend.refusal}: {', '.join(named)} {verb} not apply{backend.refusal_hint}")
+    backend.validate(sub)
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,15 @@ class RunBackend(Protocol):
     def preflight(self, image: str) -> None:
         """What this backend can check before anything is bought (credentials; an image where it needs one)."""
 
+    def validate(self, sub: Submission) -> None:
+        """Bad input in a submission whose options it supports, said in one line before anything
+        is read or sent (a --torchrun command torchrun cannot start, a DOK time limit too short)."""
+
+    def dashboard(self, state: State, target: str, port: int, ready: Callable[[int], None],
+                  stop: Callable[[], bool]) -> None:
+        """Serve the engine's dashboard of `target` on 127.0.0.1:`port` (`ready(port)` once it
+        listens) until stop(); a backend without one refuses in one line."""
+
     def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
         """Record the batch and start it where it runs; the job id."""
 
@@ -211,391 +224,6 @@ class RunBackend(Protocol):
     def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
              note: Callable[[str], None]) -> None:
         """Write an item's log (or the batch's own) through `write`; `note` for a remark about it."""
-
-
-class RayBackend:
-    name = "ray"
-    has_cluster = True
-    poll_s = 1.0
-    stopped = ("running item", "stopped on every node")
-    pseudo_clusters: tuple[str, ...] = ()
-    supports = frozenset({RECOVER, WORKDIR, TORCHRUN, PER_GPU, RETRIES, CHECKPOINTS, CAP, IMAGE, REGISTRY_LOGIN})
-    refusal = "a cluster run is a batch on the cluster's Ray engine"
-    refusal_hint = ""
-    unit = "item"
-
-    def resolve(self, target: str, predicted: Mapping[str, Any] | None) -> str:
-        return target
-
-    def resumed(self, old: JobRow, sub: Submission) -> Submission:
-        from dataclasses import replace
-
-        o = old.options
-        return replace(sub, target=old.cluster, command=tuple(old.command), per_gpu=o.get("per_gpu", sub.per_gpu),
-                       retries=o.get("retries", sub.retries), timeout_s=o.get("timeout_s", sub.timeout_s),
-                       checkpoint_every_s=sub.checkpoint_every_s or o.get("checkpoint_every_s", 0),
-                       image=sub.image or o.get("image") or "", node_workdir=o.get("workdir") or "")
-
-    def offer_of(self, target: str) -> Any:
-        return None
-
-    def time_limit_within(self, offer: Any, billed: Decimal, limit_s: int) -> int:
-        return limit_s  # the driver stops the batch at the cap's moment (CAP)
-
-    def submitted(self, state: State, job: str, count: int) -> str:
-        return fmt.plural(count, "rank" if job_row(state, job).options.get("torchrun") else "item")
-
-    def notes(self, job: str) -> list[str]:
-        return []
-
-    def after(self, job: str) -> list[str]:
-        return []
-
-    def names(self, target: str) -> bool:
-        return not any(b.pseudo_clusters and b.names(target) for b in _backends().values())
-
-    def serves(self, offer: Any) -> bool:
-        return offer.kind != "task" and offer.provider != "slurm"  # machines: cloud VMs, rented servers, owned hosts
-
-    def target_of(self, offer: Any, cluster: str) -> str:
-        return cluster
-
-    def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
-        return []  # a cluster's steps (provision, bootstrap, run, fetch, teardown) are launcher.steps' own
-
-    def bench_hint(self, offer: Any, job: str, out: str) -> str | None:
-        return None  # `bench --on` provisions (or claims) one machine of the offer
-
-    def preflight(self, image: str) -> None:
-        return None  # the cluster's provider is checked by whoever makes the cluster
-
-    def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
-        from gpuplan.fleet import locks
-        from gpuplan.run.ray import runner
-
-        command = list(sub.command)  # `env` reaches each item (in its container too) from a 0600 file: runner.submit
-        if sub.torchrun is not None:
-            runner.torchrun_program(command)  # bad input before anything starts
-            with locks.cluster(sub.target):  # no teardown or bootstrap while the job is submitted
-                return runner.submit_torchrun(state, sub.target, command, python=sub.torchrun.python,
-                                              master_port=sub.torchrun.master_port, timeout=sub.timeout_s,
-                                              options=dict(sub.options), local_workdir=sub.workdir, progress=progress)
-        stop_at, options = sub.stop_at, dict(sub.options)
-        if sub.cap is not None and stop_at is None:  # `run --max-yen`: the nodes' bill for the batch from now
-            stop_at = runner.cap_stop_at(state, sub.target, sub.cap.billed)
-            options["cap"] = sub.cap.at(stop_at).options()
-            progress(f"--max-yen {fmt.yen(sub.cap.yen)}: the batch stops at {stop_at:%Y-%m-%d %H:%M:%S} UTC if it is"
-                     " still running")
-        with locks.cluster(sub.target):  # no teardown or bootstrap while the batch is submitted
-            return runner.submit(state, sub.target, list(sub.items), command, per_gpu=sub.per_gpu, retries=sub.retries,
-                                 timeout=sub.timeout_s, options=options, resumes=sub.resumes,
-                                 workdir=sub.node_workdir, local_workdir=sub.workdir, progress=progress,
-                                 image=sub.image or None, registry=sub.registry, stop_at=stop_at,
-                                 checkpoint_every_s=sub.checkpoint_every_s, recover=sub.recover,
-                                 env=dict(sub.env))
-
-    def claims(self, row: JobRow) -> bool:
-        return self.names(row.cluster)
-
-    def session(self, state: State, job: str) -> AbstractContextManager[Any]:
-        from gpuplan.hosts import remote
-        from gpuplan.run.ray import engine
-
-        return remote.connect(engine.engine_of(state, job_row(state, job).cluster).head.host)
-
-    def refresh(self, state: State, job: str, conn: Any = None) -> JobRow:
-        from gpuplan.run.ray import runner
-
-        return runner.refresh_engine(state, job, conn)
-
-    def cancel(self, state: State, job: str) -> int:
-        from gpuplan.run.ray import runner
-
-        running = state.job_counts(job).get("running", 0)
-        runner.cancel_engine(state, job)
-        return running  # the items that were running, each stopped on its node (process group, container)
-
-    def yen(self, state: State, row: JobRow, at: Any = None) -> Decimal | None:
-        from gpuplan.run.ray import runner
-
-        return runner.engine_job_yen(state, row, at)
-
-    def summary(self, state: State, job: str) -> RunSummary:
-        from gpuplan.run.ray import runner
-
-        return runner.engine_summary(state, job)
-
-    def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
-        from gpuplan.run.ray import runner
-
-        skipped: list[str] = []
-        items, files = runner.fetch_outputs(state, job, item, into, skipped)
-        return Fetched(items, files, tuple(skipped))
-
-    def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
-             note: Callable[[str], None]) -> None:
-        from gpuplan.run.ray import runner
-
-        runner.engine_logs(state, job, item, follow, write)
-
-
-class DokBackend:
-    name = "dok"
-    has_cluster = False
-    poll_s = 10.0
-    stopped = ("DOK task", "cancelled (waiting or running)")
-    pseudo_clusters: tuple[str, ...] = ("dok",)
-    supports = frozenset({IMAGE, REGISTRY_ID, QUOTE})
-    refusal = "a DOK run is one container task per item (or one 8-GPU task, one item per GPU)"
-    refusal_hint = (" (those are for cluster runs: put the code in the image; --timeout bounds each task's bill;"
-                    " `--resume JOB` resubmits what failed)")
-    unit = "DOK task"
-
-    def resolve(self, target: str, predicted: Mapping[str, Any] | None) -> str:
-        from gpuplan.run.dok import dok_runs
-
-        return dok_runs.plan_of(target, predicted)
-
-    def resumed(self, old: JobRow, sub: Submission) -> Submission:
-        from dataclasses import replace
-
-        o = old.options
-        return replace(sub, target=o["dok_plan"], command=tuple(old.command), image=sub.image or o["image"],
-                       env=sub.env or o.get("environment") or {}, registry_id=sub.registry_id or o.get("registry") or "",
-                       timeout_s=o.get("time_limit_s") or sub.timeout_s)
-
-    def offer_of(self, target: str) -> Any:
-        return None
-
-    def time_limit_within(self, offer: Any, billed: Decimal, limit_s: int) -> int:
-        from gpuplan.market import billing
-        from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
-
-        terms = billing.terms_for(offer)
-        return max(MIN_TIME_LIMIT_S, billing.seconds_within(lambda s: billing.charge(s, terms), billed, limit_s))
-
-    def submitted(self, state: State, job: str, count: int) -> str:
-        from gpuplan.run.dok import dok_runs
-
-        row = job_row(state, job)
-        plan = row.options.get("dok_plan")
-        if dok_runs.is_batch(row):
-            return f"one {plan} DOK task for {fmt.plural(count, 'item')}, one per GPU at a time"
-        return f"{fmt.plural(count, 'DOK task')} on {plan}, one running at a time per project"
-
-    def notes(self, job: str) -> list[str]:
-        return [f"artifacts: `gpuplan dok artifacts --run {job}`"]
-
-    def after(self, job: str) -> list[str]:
-        return [f"artifacts (each task's SAKURA_ARTIFACT_DIR, for 72 hours): `gpuplan dok artifacts --run {job} --out DIR`"]
-
-    def names(self, target: str) -> bool:
-        from gpuplan.run.dok import dok_runs
-
-        return dok_runs.is_dok(target)
-
-    def serves(self, offer: Any) -> bool:
-        return offer.kind == "task" and offer.name.startswith("dok-")
-
-    def target_of(self, offer: Any, cluster: str) -> str:
-        return offer.name.removeprefix("dok-")  # the task plan
-
-    def bench_hint(self, offer: Any, job: str, out: str) -> str | None:
-        return (f"run `gpuplan bench {job} --local --out {out}` on one {offer.gpu} (as a `gpuplan dok submit` task from"
-                f" an image with gpuplan[bench], or any machine with that GPU), then `--profile {out}`")
-
-    def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
-        from gpuplan.planning import fmt
-
-        return [f"1. send {fmt.plural(items, 'DOK task')} on {offer.name.removeprefix('dok-')} from image"
-                f" {image or '(none given)'}, one running at a time",
-                f"2. follow them; each task's artifact (SAKURA_ARTIFACT_DIR) is fetched into {outputs}"]
-
-    def preflight(self, image: str) -> None:
-        from gpuplan.run.dok import dok_runs
-
-        _need_image(image, "the pick")
-        dok_runs.default_client().check_credentials()
-
-    def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
-        from gpuplan.providers.sakura_dok import MIN_TIME_LIMIT_S
-        from gpuplan.run.dok import dok_runs
-
-        _need_image(sub.image, sub.target)
-        if sub.timeout_s < MIN_TIME_LIMIT_S:
-            raise UsageError(f"--timeout {sub.timeout_s}: a DOK task's time limit is at least {MIN_TIME_LIMIT_S} s")
-        command = list(sub.command)
-        if sub.outputs_env:  # $GPUPLAN_OUTPUT_DIR is where an item's outputs go: on DOK, the task's artifact folder
-            command = ["sh", "-c", 'GPUPLAN_OUTPUT_DIR="${SAKURA_ARTIFACT_DIR:-/tmp}" exec "$@"', "gpuplan", *command]
-        registry = sub.registry_id or getattr(sub.registry, "dok_registry", "") or None
-        return dok_runs.submit(state, dok_runs.default_client(), sub.target, sub.image, list(sub.items), command,
-                               environment=dict(sub.env), registry=registry, time_limit_s=sub.timeout_s,
-                               resumes=sub.resumes, options=dict(sub.options), progress=progress,
-                               **({"confirm": sub.confirm} if sub.confirm is not None else {}))
-
-    def claims(self, row: JobRow) -> bool:
-        return self.names(row.cluster)
-
-    def session(self, state: State, job: str) -> AbstractContextManager[Any]:
-        return nullcontext()  # DOK is asked over its public API, one request at a time
-
-    def refresh(self, state: State, job: str, conn: Any = None) -> JobRow:
-        from gpuplan.run.dok import dok_runs
-
-        return dok_runs.refresh(state, job)
-
-    def cancel(self, state: State, job: str) -> int:
-        from gpuplan.run.dok import dok_runs
-
-        return dok_runs.cancel(state, job)
-
-    def yen(self, state: State, row: JobRow, at: Any = None) -> Decimal | None:
-        from gpuplan.run.dok import dok_runs
-
-        return dok_runs.job_yen(state, row, at)
-
-    def summary(self, state: State, job: str) -> RunSummary:
-        from gpuplan.run.dok import dok_runs
-
-        return dok_runs.summary(state, job)
-
-    def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
-        from gpuplan.run.dok import dok_runs
-
-        if item is not None:
-            raise UsageError("a DOK task's outputs are its artifact: fetch them all with `--fetch DIR` (no ITEM)")
-        items, files = dok_runs.fetch_artifacts(state, job, into)
-        return Fetched(items, files)
-
-    def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
-             note: Callable[[str], None]) -> None:
-        from gpuplan.run.dok import dok_runs
-
-        dok_runs.item_logs(state, job, item, follow, write, note)
-
-
-class SlurmBackend:
-    name = "slurm"
-    has_cluster = False
-    poll_s = 5.0
-    stopped = ("Slurm array task", "cancelled (pending or running), none left in squeue")
-    pseudo_clusters: tuple[str, ...] = ("slurm",)
-    supports: frozenset[str] = frozenset()
-    refusal = "a Slurm run is one array task per item, one GPU each, on the nodes as they are"
-    refusal_hint = ""
-    unit = "item"
-
-    def resolve(self, target: str, predicted: Mapping[str, Any] | None) -> str:
-        return target
-
-    def resumed(self, old: JobRow, sub: Submission) -> Submission:
-        from dataclasses import replace
-
-        o = old.options
-        return replace(sub, target=f"slurm:{o['slurm_cluster']}/{o['partition']}", command=tuple(old.command),
-                       env=sub.env or o.get("env") or {}, timeout_s=o.get("timeout_s") or sub.timeout_s)
-
-    def offer_of(self, target: str) -> Any:
-        from gpuplan.providers import slurm
-
-        return slurm.offer_of(target.split(":", 1)[1]) if ":" in target else None
-
-    def time_limit_within(self, offer: Any, billed: Decimal, limit_s: int) -> int:
-        from gpuplan.market import billing
-
-        terms = billing.terms_for(offer)
-        return max(1, billing.seconds_within(lambda s: billing.charge(s, terms), billed, limit_s))
-
-    def submitted(self, state: State, job: str, count: int) -> str:
-        return f"{fmt.plural(count, 'item')} as one Slurm job array"
-
-    def notes(self, job: str) -> list[str]:
-        return []
-
-    def after(self, job: str) -> list[str]:
-        return []
-
-    def names(self, target: str) -> bool:
-        from gpuplan.run.slurm import slurm_runs
-
-        return slurm_runs.is_slurm(target)
-
-    def serves(self, offer: Any) -> bool:
-        return offer.provider == "slurm"
-
-    def target_of(self, offer: Any, cluster: str) -> str:
-        return "slurm:" + offer.name.replace(".", "/", 1)  # CLUSTER.PARTITION -> slurm:CLUSTER/PARTITION
-
-    def bench_hint(self, offer: Any, job: str, out: str) -> str | None:
-        cluster, _, partition = offer.name.partition(".")  # a partition is shared, never provisioned
-        return (f"run `srun -p {partition or 'PARTITION'} --gres=gpu:1 gpuplan bench {job} --local --out {out}` on"
-                f" {cluster}'s login host (gpuplan[bench] installed there), then `--profile {out}`")
-
-    def task_steps(self, offer: Any, image: str, items: int, outputs: Path) -> list[str]:
-        from gpuplan.planning import fmt
-
-        return [f"1. submit {fmt.plural(items, 'item')} to Slurm partition {offer.name} as one job array"
-                " (one GPU per task; the queue's wait comes first)",
-                f"2. follow it with squeue/sacct; each item's outputs are fetched into {outputs}"]
-
-    def preflight(self, image: str) -> None:
-        if image:
-            raise UsageError("the pick is a Slurm partition: its batch runs on the nodes as they are; containers"
-                             " (image:) are not supported there yet")
-
-    def submit(self, state: State, sub: Submission, progress: Callable[[str], None]) -> str:
-        from gpuplan.run.slurm import slurm_runs
-
-        return slurm_runs.submit(state, sub.target, list(sub.items), sub.command, env=dict(sub.env),
-                                 timeout_s=sub.timeout_s, image=sub.image, options=dict(sub.options),
-                                 resumes=sub.resumes, progress=progress)
-
-    def claims(self, row: JobRow) -> bool:
-        return self.names(row.cluster)
-
-    def session(self, state: State, job: str) -> AbstractContextManager[Any]:
-        from gpuplan.run.slurm import slurm_runs
-
-        return slurm_runs.session(state, job)  # one SSH connection to the login host while following
-
-    def refresh(self, state: State, job: str, conn: Any = None) -> JobRow:
-        from gpuplan.run.slurm import slurm_runs
-
-        return slurm_runs.refresh(state, job, conn)
-
-    def cancel(self, state: State, job: str) -> int:
-        from gpuplan.run.slurm import slurm_runs
-
-        return slurm_runs.cancel(state, job)
-
-    def yen(self, state: State, row: JobRow, at: Any = None) -> Decimal | None:
-        from gpuplan.run.slurm import slurm_runs
-
-        return slurm_runs.job_yen(state, row, at)
-
-    def summary(self, state: State, job: str) -> RunSummary:
-        from gpuplan.run.slurm import slurm_runs
-
-        return slurm_runs.summary(state, job)
-
-    def outputs(self, state: State, job: str, into: Path, item: str | None = None) -> Fetched:
-        from gpuplan.run.slurm import slurm_runs
-
-        items, files = slurm_runs.fetch_outputs(state, job, into, item)
-        return Fetched(items, files)
-
-    def logs(self, state: State, job: str, item: str | None, follow: bool, write: Callable[[str], None],
-             note: Callable[[str], None]) -> None:
-        from gpuplan.run.slurm import slurm_runs
-
-        slurm_runs.item_logs(state, job, item, follow, write, note)
-
-
-def _need_image(image: str, what: str) -> None:
-    if not image:
-        raise UsageError(f"{what} is a 高火力 DOK task plan: every item runs in a container there; name the container"
-                         " image each task runs: give the batch an image (image: or --image), e.g. one built from your"
-                         " code's Dockerfile")
 
 
 GROUP = "gpuplan.run_backends"  # the entry-point group backends register in, built-in ones as a plugin would
@@ -658,14 +286,6 @@ def of(row: JobRow) -> RunBackend:
     return next(b for b in _backends().values() if b.claims(row))
 
 
-def job_row(state: State, job: str) -> JobRow:
-    """The job's row; NotFound where the state has none."""
-    row = state.job(job)
-    if row is None:
-        raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
-    return row
-
-
 # --- the batch service ------------------------------------------------------------------------
 
 
@@ -690,6 +310,10 @@ def refresh(state: State, job: str, conn: Any = None) -> JobRow:
 def cancel(state: State, job: str) -> int:
     return of(job_row(state, job)).cancel(state, job)
 
+
+def dashboard(state: State, cluster: str, port: int, ready: Callable[[int], None], stop: Callable[[], bool]) -> None:
+    """The dashboard of the engine a cluster's batches run on (`gpuplan dashboard CLUSTER`)."""
+    for_target(cluster).dashboard(state, cluster, port, ready, stop)
 
 
 def spent(state: State, row: JobRow, cap: Cap) -> Decimal | None:

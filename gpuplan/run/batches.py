@@ -138,6 +138,13 @@ class Lost:
     left_s: float
     cost: Cost
 
+    @property
+    def taken_back(self) -> bool:
+        """The cloud announced it takes the node back (a spot interruption), rather than it was lost."""
+        from gpuplan.run.ray.batch_rules import INTERRUPTED
+
+        return self.code == INTERRUPTED
+
 
 def newly_lost(state: State, cluster: str, row: JobRow, handled: set[str]) -> list[Lost]:
     """The nodes the running batch has lost that `handled` does not hold yet (added to it)."""

@@ -186,11 +186,37 @@ def held_yen(held: Sequence[tuple[Terms, float]]) -> Decimal:
     return sum((billing.measured_yen(s, 1, t) or Decimal(0) for t, s in held), Decimal(0))
 
 
-def record_finished(state: State, job: str) -> None:
-    """Each item's final outcome also as a `runs` row (what `estimate_vs_measured` reads)."""
+def job_row(state: State, job: str, listed: str = "CLUSTER") -> JobRow:
+    """The job's row; NotFound where the state has none (`listed`: what `gpuplan jobs` lists it under)."""
     row = state.job(job)
     if row is None:
-        raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
+        raise NotFound(f"no job {job!r}; `gpuplan jobs {listed}` lists them")
+    return row
+
+
+def check_items_command(command: Sequence[str]) -> None:
+    """An item batch's command says where each item goes, on every backend."""
+    if "{item}" not in " ".join(command):
+        raise UsageError("the command has no {item}: write where each item goes, e.g. -- python train.py {item}")
+
+
+def item_results(state: State, job: str) -> tuple[JobResult, ...]:
+    """One JobResult per item of the job, as the state has it (every backend's summary)."""
+    results = []
+    for it in state.job_items(job):
+        status = "ok" if it.status == "ok" else ("timed out" if it.timed_out and it.status in ("failed", "bad input")
+                                                 else it.status)
+        seconds = 0.0
+        if it.started_at and it.ended_at:
+            seconds = (it.ended_at - it.started_at).total_seconds()
+        results.append(JobResult(job_name(it.idx, it.item), it.item, it.slot or "-", it.node or "-", status,
+                                 it.attempts, seconds, Path(it.log_path or "-")))
+    return tuple(results)
+
+
+def record_finished(state: State, job: str) -> None:
+    """Each item's final outcome also as a `runs` row (what `estimate_vs_measured` reads)."""
+    row = job_row(state, job)
     for it in state.job_items(job, statuses=("ok", "failed", "bad input")):
         started = it.started_at or row.submitted_at
         seconds = (it.ended_at - started).total_seconds() if it.ended_at else 0.0

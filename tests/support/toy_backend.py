@@ -16,7 +16,6 @@ from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 from gpuplan.run import backends, command_line
 from gpuplan.run import items as run_items
-from gpuplan.run.ray import runner
 
 PSEUDO = "toy"
 
@@ -57,6 +56,13 @@ class ToyBackend:
     def preflight(self, image: str) -> None:
         return None
 
+    def validate(self, sub) -> None:
+        if sub.timeout_s < 1:
+            raise UsageError("a toy item needs at least a second")
+
+    def dashboard(self, state, target: str, port: int, ready, stop) -> None:
+        raise UsageError("a toy run has no dashboard")
+
     def resolve(self, target, predicted) -> str:
         return target
 
@@ -84,9 +90,7 @@ class ToyBackend:
         return []
 
     def submit(self, state, sub, progress) -> str:
-        from gpuplan.run.ray import engine
-
-        engine.check_items_command(list(sub.command))
+        run_items.check_items_command(list(sub.command))
         if not sub.items:
             raise UsageError("no items to run")
         job = f"{PSEUDO}-{state.next_job_number(PSEUDO)}"
@@ -142,7 +146,7 @@ class ToyBackend:
 
     def summary(self, state, job: str):
         row = backends.job_row(state, job)
-        return run_items.RunSummary(row.cluster, runner.item_results(state, job), run_items.job_seconds(row), 1, Decimal(0),
+        return run_items.RunSummary(row.cluster, run_items.item_results(state, job), run_items.job_seconds(row), 1, Decimal(0),
                                  _root() / job, (), "toy", "here")
 
     def outputs(self, state, job: str, into: Path, item: str | None = None) -> backends.Fetched:

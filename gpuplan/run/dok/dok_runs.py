@@ -36,8 +36,11 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.errors import NotFound, UsageError
+from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
+from gpuplan.run import items as run_items
+from gpuplan.run import task_batches
+from gpuplan.run.task_batches import iso
 from gpuplan.units import DOK_TASK_LIMIT_S
 
 if TYPE_CHECKING:
@@ -84,18 +87,6 @@ def terms_of(plan: str) -> Terms:
     return billing.terms_for(offer)
 
 
-def _terms_json(t: Terms) -> dict:
-    return {"price_jpy": str(t.price_jpy), "period_s": t.period_s, "granularity_s": t.granularity_s,
-            "minimum_s": t.minimum_s}
-
-
-def job_terms(row: JobRow) -> Terms:
-    from gpuplan.market.billing import Terms
-
-    t = row.options["terms"]
-    return Terms(Decimal(t["price_jpy"]), int(t["period_s"]), int(t["granularity_s"]), int(t["minimum_s"]))
-
-
 @dataclass(frozen=True)
 class Spend:
     """What a DOK submission can be billed, known before anything is sent: `tasks` tasks on
@@ -138,9 +129,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     submits them later) and raises."""
     from gpuplan.providers.sakura_dok import check_task_input
     from gpuplan.run.dok import dok_batch
-    from gpuplan.run.ray import engine
-
-    engine.check_items_command(command)
+    run_items.check_items_command(command)
     resumed = state.job(resumes) if resumes else None
     secret = sorted(set(resumed.options.get("secret_env") or ()) | set((options or {}).get("secret_env") or ())
                     ) if resumed else []
@@ -165,7 +154,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
     confirm(spend(plan, 1 if batch else len(items), len(items), task_limit_s, terms))
     # the environment's names only: its values go to DOK with each task, never into the state
     opts = {"dok_plan": plan, "image": image, "env_names": sorted(environment or {}), "registry": registry,
-            "time_limit_s": time_limit_s, "terms": _terms_json(terms), **(options or {})}
+            "time_limit_s": time_limit_s, "terms": task_batches.terms_json(terms), **(options or {})}
     job = state.add_numbered_job(CLUSTER, list(command), opts, items, 1, resumes, backend="dok")
     installation = state.installation_id()
     if runner_script is not None:
@@ -183,7 +172,7 @@ def submit(state: State, client, plan: str, image: str, items: Sequence[tuple[in
                               time_limit_s=time_limit_s, registry=registry)
             done += 1
     except BaseException:
-        _not_submitted(state, job, items[done:])
+        task_batches.not_submitted(state, job, items[done:], CLUSTER)
         if not done:
             state.set_job_state(job, "failed")
         raise
@@ -216,14 +205,6 @@ def _batch_limit(item_limit_s: int | None, items: int) -> int | None:
     return min(MAX_TIME_LIMIT_S, item_limit_s * -(-items // dok_batch.GPUS) + RUNNER_MARGIN_S)
 
 
-def _not_submitted(state: State, job: str, items: Sequence[tuple[int, str]]) -> None:
-    """Record these items failed, never sent (`--resume` sends them later)."""
-    now = _iso()
-    state.record_job_events(job, [{"t": "end", "i": idx, "status": "failed", "attempt": 0, "node": CLUSTER,
-                                   "slot": "not submitted", "start": now, "end": now, "exit": None,
-                                   "timed_out": False, "log": None} for idx, _ in items], 0)
-
-
 def _submit_batch(state: State, client, job: str, plan: str, image: str, items: Sequence[tuple[int, str]], script: str,
                   environment, registry, task_limit_s: int | None, installation: str, progress) -> None:
     """The 8-GPU plan: one task runs every item, 8 at a time. The runner stops an item after
@@ -239,15 +220,9 @@ def _submit_batch(state: State, client, job: str, plan: str, image: str, items: 
                           tags=[f"{TAG_RUN}={job}", f"{TAG_ITEM}={dok_batch.ITEM_TAG}", f"{TAG_INSTALLATION}={installation}"],
                           time_limit_s=task_limit_s, registry=registry)
     except BaseException:
-        _not_submitted(state, job, items)
+        task_batches.not_submitted(state, job, items, CLUSTER)
         state.set_job_state(job, "failed")
         raise
-
-
-def _iso(t=None) -> str:
-    from gpuplan.store.state import now
-
-    return (t or now()).isoformat(timespec="seconds")  # as the state writes its times
 
 
 def _tasks(state: State, client, job: str) -> list[Any]:
@@ -276,7 +251,7 @@ def refresh(state: State, job: str, client=None) -> JobRow:
     """Read the job's tasks from the API and write what changed into the state."""
     from gpuplan.store.state import now
 
-    row = _row(state, job)
+    row = run_items.job_row(state, job, CLUSTER)
     if row.state in OVER:
         return row
     client = client or default_client()
@@ -291,21 +266,19 @@ def refresh(state: State, job: str, client=None) -> JobRow:
         if t is None or it.status in ("ok", "failed", "bad input"):
             continue
         if t.status == "running" and it.status != "running":
-            events.append({"t": "start", "i": it.idx, "attempt": 1, "node": CLUSTER, "at": _iso(at)})
+            events.append({"t": "start", "i": it.idx, "attempt": 1, "node": CLUSTER, "at": iso(at)})
         elif t.finished:
             started = at - timedelta(seconds=t.execution_s) if t.execution_s is not None else (it.started_at or at)
             first = min(first, started)
             events.append({"t": "end", "i": it.idx, "status": "ok" if t.status == "done" else "failed", "attempt": 1,
-                           "node": CLUSTER, "slot": f"task {t.id}", "start": _iso(started), "end": _iso(at),
+                           "node": CLUSTER, "slot": f"task {t.id}", "start": iso(started), "end": iso(at),
                            "exit": t.exit_code, "timed_out": t.status == "aborted", "log": f"dok task {t.id} ({t.status})"})
     if row.state == "submitted" and any(t.status != "waiting" for t in tasks.values()):
-        events.insert(0, {"t": "begin", "at": _iso(first)})
+        events.insert(0, {"t": "begin", "at": iso(first)})
     if events:
         state.record_job_events(job, events, row.events_read)
-    from gpuplan.run import job_end
-
-    job_end.settle(state, job, _iso(at), OVER)
-    return _row(state, job)
+    task_batches.settle(state, job, iso(at), OVER)
+    return run_items.job_row(state, job, CLUSTER)
 
 
 # why an item of an 8-GPU task has no status file, by how the task ended
@@ -325,18 +298,18 @@ def _refresh_batch(state: State, row: JobRow, client) -> JobRow:
     job = row.id
     task = batch_task(state, client, job)
     if task is None or task.status == "waiting":
-        return _row(state, job)
+        return run_items.job_row(state, job, CLUSTER)
     at = now()
     events: list[dict] = []
     open_items = [it for it in state.job_items(job) if it.status in ("queued", "running")]
     if not task.finished:
         if row.state == "submitted":
-            events.append({"t": "begin", "at": _iso(at)})
+            events.append({"t": "begin", "at": iso(at)})
         events += [{"t": "start", "i": it.idx, "attempt": 1, "node": CLUSTER, "slot": f"task {task.id}",
-                    "at": _iso(at)} for it in open_items if it.status == "queued"]
+                    "at": iso(at)} for it in open_items if it.status == "queued"]
         if events:
             state.record_job_events(job, events, row.events_read)
-        return _row(state, job)
+        return run_items.job_row(state, job, CLUSTER)
     found = dok_batch.statuses(artifact(state, client, task, job)) if task.artifact_id else {}
     began = (at - timedelta(seconds=task.execution_s) if task.execution_s is not None
              else row.started_at or at)
@@ -347,23 +320,23 @@ def _refresh_batch(state: State, row: JobRow, client) -> JobRow:
             if task.artifact_id is None and task.status in ("done", "error"):
                 why = f"the task ended ({task.status}) and left no artifact to read this item's outcome from"
             events.append({"t": "end", "i": it.idx, "status": "failed", "attempt": 1, "node": CLUSTER,
-                           "slot": f"task {task.id}", "start": _iso(at), "end": _iso(at), "exit": None,
+                           "slot": f"task {task.id}", "start": iso(at), "end": iso(at), "exit": None,
                            "timed_out": task.status == "aborted", "log": f"not run: {why}"})
             continue
         events.append({"t": "end", "i": it.idx, "status": "ok" if s.exit_code == 0 else "failed", "attempt": 1,
                        "node": CLUSTER, "slot": f"task {task.id} gpu {s.gpu}",
-                       "start": _iso(datetime.fromtimestamp(s.start, timezone.utc)),
-                       "end": _iso(datetime.fromtimestamp(s.end, timezone.utc)), "exit": s.exit_code,
+                       "start": iso(datetime.fromtimestamp(s.start, timezone.utc)),
+                       "end": iso(datetime.fromtimestamp(s.end, timezone.utc)), "exit": s.exit_code,
                        "timed_out": s.timed_out, "log": f"gpuplan/{it.idx}.log in the artifact of task {task.id}"})
     if row.state == "submitted":
-        events.insert(0, {"t": "begin", "at": _iso(began)})
+        events.insert(0, {"t": "begin", "at": iso(began)})
     state.record_job_events(job, events, row.events_read)
     ok = state.job_counts(job).get("ok", 0) == row.total
     # the job's start and end are the task's: its wall is the one figure DOK bills
-    state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": _iso(at),
-                                   "started": _iso(began) if task.execution_s is not None else None}],
+    state.record_job_events(job, [{"t": "done", "state": "succeeded" if ok else "failed", "at": iso(at),
+                                   "started": iso(began) if task.execution_s is not None else None}],
                             row.events_read)
-    return _row(state, job)
+    return run_items.job_row(state, job, CLUSTER)
 
 
 def artifact(state: State, client, task, job: str):
@@ -377,13 +350,6 @@ def artifact(state: State, client, task, job: str):
     return path
 
 
-def _row(state: State, job: str) -> JobRow:
-    row = state.job(job)
-    if row is None:
-        raise NotFound(f"no job {job!r}; `gpuplan jobs dok` lists them")
-    return row
-
-
 def default_client():
     from gpuplan import config
     from gpuplan.providers.sakura_dok import DokClient
@@ -394,32 +360,15 @@ def default_client():
 def task_seconds(state: State, job: str, at=None) -> list[int]:
     """Each started item's seconds: its billed run time when it ended, the time so far while it
     runs. An 8-GPU job is one task: one figure, its run time (the job's wall)."""
-    from decimal import ROUND_CEILING
-
     from gpuplan.store.state import now
 
-    row = _row(state, job)
+    row = run_items.job_row(state, job, CLUSTER)
     if is_batch(row):
-        from gpuplan.run import items as run_items
-
         if not row.started_at:
             return []
-        wall = Decimal(str(run_items.job_seconds(row, at)))
-        return [int(wall.to_integral_value(rounding=ROUND_CEILING))]
-    out = []
-    for it in state.job_items(job):
-        start = it.started_at
-        if start is None or it.slot == "not submitted":
-            continue
-        end = it.ended_at or at or now()
-        out.append(int(Decimal(str(max(0.0, (end - start).total_seconds()))).to_integral_value(rounding=ROUND_CEILING)))
-    return out
-
-
-def job_yen(state: State, row: JobRow, at=None) -> Decimal:
-    from gpuplan.market import billing
-
-    return billing.charge_tasks(task_seconds(state, row.id, at), job_terms(row))
+        return [task_batches.seconds_billed(row.started_at, row.ended_at or at or now())]
+    return [task_batches.seconds_billed(it.started_at, it.ended_at or at or now()) for it in state.job_items(job)
+            if it.started_at is not None and it.slot != "not submitted"]
 
 
 def cancel(state: State, job: str, client=None) -> int:
@@ -442,23 +391,18 @@ def item_task(state: State, job: str, item: str, client=None):
     if it is None:
         raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")
     client = client or default_client()
-    task = batch_task(state, client, job) if is_batch(_row(state, job)) else tasks_of(state, client, job).get(it.idx)
+    batch = is_batch(run_items.job_row(state, job, CLUSTER))
+    task = batch_task(state, client, job) if batch else tasks_of(state, client, job).get(it.idx)
     if task is None:
         raise UsageError(f"item {item!r} of job {job} has no DOK task (it was not submitted)")
     return task
 
 
 def summary(state: State, job: str):
-    """The batch as a RunSummary (runner.py): each task billed on its own for its run time."""
-    from pathlib import Path
-
-    from gpuplan.run import items as run_items
-    from gpuplan.run.ray import runner
-
-    row = _row(state, job)
-    return run_items.RunSummary(row.cluster, runner.item_results(state, job), run_items.job_seconds(row), 1, None,
-                             Path(f"dok artifacts of {job}"), (), "sakura", f"dok-{row.options['dok_plan']}",
-                             job_terms(row), tuple(task_seconds(state, job)))
+    """The batch as a RunSummary: each task billed on its own for its run time."""
+    row = run_items.job_row(state, job, CLUSTER)
+    return task_batches.summary(state, row, 1, f"dok artifacts of {job}", "sakura", f"dok-{row.options['dok_plan']}",
+                         task_seconds(state, job))
 
 
 def fetch_artifacts(state: State, job: str, into, client=None) -> tuple[int, int]:
@@ -476,7 +420,7 @@ def fetch_artifacts(state: State, job: str, into, client=None) -> tuple[int, int
     for t in tasks:
         client.download_artifact(t, into / f"{t.name}.tar.gz")
     # the 8-GPU plan's one task holds every item that ran; otherwise a task is an item
-    items = state.job_counts(job).get("ok", 0) if tasks and is_batch(_row(state, job)) else len(tasks)
+    items = state.job_counts(job).get("ok", 0) if tasks and is_batch(run_items.job_row(state, job, CLUSTER)) else len(tasks)
     return items, len(tasks)
 
 
@@ -489,7 +433,7 @@ def item_logs(state: State, job: str, item: str | None, follow: bool, write: Cal
     client = default_client()
     refresh(state, job, client)
     task = item_task(state, job, item, client)
-    if is_batch(_row(state, job)):
+    if is_batch(run_items.job_row(state, job, CLUSTER)):
         it = state.job_item(job, item)
         if it is None:
             raise UsageError(f"job {job} has no item {item!r}; give its text or its line number")

@@ -860,9 +860,4 @@ def node_hosts(eng: Engine) -> dict[str, remote.Host]:
     return {n.name: n.host for n in eng.nodes}
 
 
-def check_items_command(command: Sequence[str]) -> None:
-    if "{item}" not in " ".join(command):
-        raise UsageError("the command has no {item}: write where each item goes, e.g. -- python train.py {item}")
-
-
 __all__ = ["Engine", "EngineError", "GpuplanError", "ensure_up", "submit", "poll", "cancel"]

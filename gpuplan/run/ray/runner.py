@@ -32,11 +32,13 @@ from gpuplan.errors import GpuplanError, NotFound, RemoteError, UsageError
 from gpuplan.planning import fmt
 from gpuplan.run.items import (
     JOB_STATES_OVER,
-    JobResult,
     Quarantine,
     RunSummary,
+    check_items_command,
     held_yen,
+    item_results,
     job_name,
+    job_row,
     job_seconds,
     yen_for,
 )
@@ -165,9 +167,8 @@ def submit(state: State, cluster: str, items: Sequence[tuple[int, str]], command
     environment; its values reach the head only as a 0600 file (engine.submit), the state keeps
     the names (a resumed job without its own takes the one it resumes)."""
     from gpuplan.run import command_line
-    from gpuplan.run.ray import engine
 
-    engine.check_items_command(command)
+    check_items_command(command)
     # every item runs this one line: {item}, {out} and $NAME as on every backend (command_line.py)
     spec = {"command": list(command), "shell": command_line.exec_line(command), "per_gpu": per_gpu, "retries": retries,
             "recover": recover}
@@ -291,7 +292,7 @@ def refresh_engine(state: State, job: str, conn=None) -> JobRow:
     (The Ray backend's refresh: callers go through run/backends.py.)"""
     from gpuplan.run.ray import engine
 
-    row = _job_row(state, job)
+    row = job_row(state, job)
     if row.state in JOB_STATES_OVER:
         return row
     eng = engine.engine_of(state, row.cluster)
@@ -299,20 +300,13 @@ def refresh_engine(state: State, job: str, conn=None) -> JobRow:
         p = engine.poll(eng.head.host, job, row.events_read, conn)
         if p.events or p.offset != row.events_read:
             state.record_job_events(job, p.events, p.offset)
-        row = _job_row(state, job)
+        row = job_row(state, job)
         if not p.events or row.state in JOB_STATES_OVER:
             break
     if row.state not in JOB_STATES_OVER and not p.driver_alive and (
             row.state != "submitted" or job_age_s(row) > DRIVER_START_S):
         state.set_job_state(job, "lost")  # `gpuplan logs CLUSTER JOB` shows the driver's own log
-        row = _job_row(state, job)
-    return row
-
-
-def _job_row(state: State, job: str) -> JobRow:
-    row = state.job(job)
-    if row is None:
-        raise NotFound(f"no job {job!r}; `gpuplan jobs CLUSTER` lists them")
+        row = job_row(state, job)
     return row
 
 
@@ -357,26 +351,12 @@ def node_seconds(state: State, row: JobRow, at=None) -> tuple[tuple[Terms, float
     return tuple(out)
 
 
-def item_results(state: State, job: str) -> tuple[JobResult, ...]:
-    """One JobResult per item of the job, as the state has it."""
-    results = []
-    for it in state.job_items(job):
-        status = "ok" if it.status == "ok" else ("timed out" if it.timed_out and it.status in ("failed", "bad input")
-                                                 else it.status)
-        seconds = 0.0
-        if it.started_at and it.ended_at:
-            seconds = (it.ended_at - it.started_at).total_seconds()
-        results.append(JobResult(job_name(it.idx, it.item), it.item, it.slot or "-", it.node or "-", status,
-                                 it.attempts, seconds, Path(it.log_path or "-")))
-    return tuple(results)
-
-
 def engine_summary(state: State, job: str) -> RunSummary:
     """A finished (or current) batch on a cluster as a RunSummary: one JobResult per item,
     quarantined nodes, wall and yen, and what interruptions cost it (the Ray backend's summary)."""
     from gpuplan.store import costs
 
-    row = _job_row(state, job)
+    row = job_row(state, job)
     cluster = state.cluster(row.cluster)
     results = item_results(state, job)
     quarantined = tuple(Quarantine(q.node, q.code, q.reason) for q in state.job_quarantines(job))
@@ -508,7 +488,7 @@ def cancel_engine(state: State, job: str) -> int:
                                        "node": it.node or "-", "slot": it.slot or "-",
                                        "start": it.started_at.isoformat(timespec="seconds") if it.started_at else at,
                                        "end": at, "exit": None, "timed_out": False, "log": it.log_path}
-                                      for it in open_items], _job_row(state, job).events_read)
+                                      for it in open_items], job_row(state, job).events_read)
     state.set_job_state(job, "cancelled")
     return killed
 

@@ -33,12 +33,14 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.errors import NotFound, RemoteError, UsageError
+from gpuplan.errors import RemoteError, UsageError
 from gpuplan.planning import fmt
+from gpuplan.run import items as run_items
+from gpuplan.run import task_batches
+from gpuplan.run.task_batches import iso
 
 if TYPE_CHECKING:
     from gpuplan.market.billing import Terms
@@ -54,19 +56,6 @@ CANCEL_WAIT_S = 120  # how long cancel waits for squeue to hold none of the arra
 
 def is_slurm(target: str) -> bool:
     return target == CLUSTER or target.startswith(CLUSTER + ":")
-
-
-def _iso(t: datetime | None = None) -> str:
-    from gpuplan.store.state import now
-
-    return (t or now()).isoformat(timespec="seconds")
-
-
-def _row(state: State, job: str) -> JobRow:
-    row = state.job(job)
-    if row is None:
-        raise NotFound(f"no job {job!r}; `gpuplan jobs slurm` lists them")
-    return row
 
 
 def _cluster(row_or_target):
@@ -94,13 +83,6 @@ def terms_of(cluster, partition) -> Terms:
         raise UsageError(f"Slurm {cluster.name}/{partition.name}: {offer.notes.split('; ')[-1]}; give the catalog a"
                          " baremetal power price (prices.yaml) or another cost")
     return billing.terms_for(offer)
-
-
-def job_terms(row: JobRow) -> Terms:
-    from gpuplan.market.billing import Terms
-
-    t = row.options["terms"]
-    return Terms(Decimal(t["price_jpy"]), int(t["period_s"]), int(t["granularity_s"]), int(t["minimum_s"]))
 
 
 def _sh(cluster, cmd: str) -> str:
@@ -150,12 +132,10 @@ def submit(state: State, target: str, items: Sequence[tuple[int, str]], command:
            env: dict[str, str] | None = None, timeout_s: int = 24 * 3600, image: str = "", options: dict | None = None,
            resumes: str | None = None, progress: Callable[[str], None] = lambda _m: None) -> str:
     """Record the batch and submit it as one job array; the job id."""
-    from gpuplan.run.ray import engine
-
     if image:
         raise UsageError("a Slurm batch runs on the cluster's nodes as they are: containers (image:) are not supported"
                          " there yet; leave out the image, or load your environment in the command")
-    engine.check_items_command(list(command))
+    run_items.check_items_command(list(command))
     if any("\n" in item for _, item in items):
         raise UsageError("an item holds a line break: one item per line")
     if not items:
@@ -164,8 +144,7 @@ def submit(state: State, target: str, items: Sequence[tuple[int, str]], command:
     terms = terms_of(cluster, part)
     host = cluster.host()
     opts = {"slurm_cluster": cluster.name, "partition": part.name, "array_items": [idx for idx, _ in items],
-            "terms": {"price_jpy": str(terms.price_jpy), "period_s": terms.period_s, "granularity_s": terms.granularity_s,
-                      "minimum_s": terms.minimum_s}, "timeout_s": timeout_s, **(options or {})}
+            "terms": task_batches.terms_json(terms), "timeout_s": timeout_s, **(options or {})}
     env = dict(env or {})
     if env:  # the names only: the values are in no state row (a resume without --env reuses env.sh)
         opts["env_names"] = sorted(env)
@@ -211,7 +190,7 @@ def submit(state: State, target: str, items: Sequence[tuple[int, str]], command:
                 raise
             state.journal_outcome(entry, True, f"array {array} folder {folder}")
     except BaseException:
-        _not_submitted(state, job, items)
+        task_batches.not_submitted(state, job, items, CLUSTER)
         state.set_job_state(job, "failed")
         raise
     return job
@@ -229,13 +208,6 @@ def _array_of(state: State, row: JobRow) -> tuple[str, str]:
             if m:
                 return m.group(1), m.group(2)
     return "", ""
-
-
-def _not_submitted(state: State, job: str, items: Sequence[tuple[int, str]]) -> None:
-    now = _iso()
-    state.record_job_events(job, [{"t": "end", "i": idx, "status": "failed", "attempt": 0, "node": CLUSTER,
-                                   "slot": "not submitted", "start": now, "end": now, "exit": None, "timed_out": False,
-                                   "log": None} for idx, _ in items], 0)
 
 
 def _time(text: str) -> datetime | None:
@@ -310,7 +282,7 @@ def refresh(state: State, job: str, conn=None) -> JobRow:
     """Read the array's tasks from squeue and sacct and write what changed into the state."""
     from gpuplan.store.state import now
 
-    row = _row(state, job)
+    row = run_items.job_row(state, job, CLUSTER)
     array, folder = _array_of(state, row)
     if row.state in OVER or not array:
         return row
@@ -336,39 +308,37 @@ def refresh(state: State, job: str, conn=None) -> JobRow:
             if status == "ok" and e["exit"] not in ("0:0", ""):
                 status = "failed"
             events.append({"t": "end", "i": it.idx, "status": status, "attempt": 1, "node": CLUSTER,
-                           "slot": f"{array}_{task} gres/gpu={e['gpus']}", "start": _iso(start), "end": _iso(end),
+                           "slot": f"{array}_{task} gres/gpu={e['gpus']}", "start": iso(start), "end": iso(end),
                            "exit": _exit(e["exit"]), "timed_out": e["state"] == "TIMEOUT",
                            "log": f"{folder}/logs/{task}.log"})
         elif task in queued and queued[task][0] in ("RUNNING", "COMPLETING") and it.status != "running":
             began = min(queued[task][1] or at, at)  # squeue's StartTime: the task may have run long before we looked
             first = began if first is None else min(first, began)
             events.append({"t": "start", "i": it.idx, "attempt": 1, "node": CLUSTER,
-                           "slot": f"{array}_{task} gres/gpu=1", "at": _iso(began)})
+                           "slot": f"{array}_{task} gres/gpu=1", "at": iso(began)})
     if row.state == "submitted" and first is not None:
-        events.insert(0, {"t": "begin", "at": _iso(first)})
+        events.insert(0, {"t": "begin", "at": iso(first)})
     if events:
         state.record_job_events(job, events, row.events_read)
         _bill(state, row, [e for e in events if e["t"] == "end"])
-    from gpuplan.run import job_end
-
     # the job's wall is its tasks' as Slurm timed them (first start to last end), not when someone
     # looked: a detached batch read once after it ended is as long as it ran
     starts = [it.started_at for it in state.job_items(job) if it.started_at and not (it.slot or "").startswith("not ")]
     ends = [it.ended_at for it in state.job_items(job) if it.ended_at and not (it.slot or "").startswith("not ")]
-    job_end.settle(state, job, _iso(max(ends)) if ends else _iso(at), OVER,
-                   started_iso=_iso(min(starts)) if starts else None)
-    return _row(state, job)
+    task_batches.settle(state, job, iso(max(ends)) if ends else iso(at), OVER,
+                   started_iso=iso(min(starts)) if starts else None)
+    return run_items.job_row(state, job, CLUSTER)
 
 
 def _bill(state: State, row: JobRow, ended: Sequence[dict]) -> None:
     """Each ended task that held a GPU as one row of the cost ledger (what `cost-report` reads):
     from its start to its end as Slurm counts them, by the partition's terms per GPU, x its GPUs;
-    the same seconds and rule as job_yen, each task billed on its own."""
+    the same seconds and rule as the backend's yen, each task billed on its own."""
     from dataclasses import replace
 
     from gpuplan.providers import slurm
 
-    terms = job_terms(row)
+    terms = task_batches.job_terms(row)
     size = slurm.offer_name(row.options["slurm_cluster"], row.options["partition"])
     for e in ended:
         held = re.fullmatch(r"(\S+) (gres/gpu\S*)", e.get("slot") or "")  # "ARRAY_TASK gres/gpu=N"; else never started
@@ -390,7 +360,7 @@ def cancel(state: State, job: str) -> int:
     """scancel the array; wait until squeue holds none of its tasks; returns how many it held."""
     from gpuplan.hosts import remote
 
-    row = _row(state, job)
+    row = run_items.job_row(state, job, CLUSTER)
     array, _ = _array_of(state, row)
     if not array:
         state.set_job_state(job, "cancelled")
@@ -406,39 +376,24 @@ def cancel(state: State, job: str) -> int:
                                   f" {CANCEL_WAIT_S} s after scancel; look with `squeue -j {array}` on the login host")
             time.sleep(1)
         refresh(state, job, conn)
-    now = _iso()
+    now = iso()
     open_items = [it for it in state.job_items(job) if it.status in ("queued", "running")]
     if open_items:  # cancelled before sacct recorded them (a pending task never started)
         ends = [{"t": "end", "i": it.idx, "status": "cancelled", "attempt": it.attempts, "node": CLUSTER,
-                 "slot": it.slot or "not started", "start": _iso(it.started_at) if it.started_at else now, "end": now,
+                 "slot": it.slot or "not started", "start": iso(it.started_at) if it.started_at else now, "end": now,
                  "exit": None, "timed_out": False, "log": it.log_path} for it in open_items]
-        state.record_job_events(job, ends, _row(state, job).events_read)
-        _bill(state, _row(state, job), ends)
+        state.record_job_events(job, ends, run_items.job_row(state, job, CLUSTER).events_read)
+        _bill(state, run_items.job_row(state, job, CLUSTER), ends)
     state.set_job_state(job, "cancelled")
     return len(held)
 
 
 def task_seconds(state: State, job: str, at=None) -> list[int]:
     """Each started task's GPU-seconds: ElapsedRaw x its GPUs once it ended, the time so far while it runs."""
-    from decimal import ROUND_CEILING
-
     from gpuplan.store.state import now
 
-    out = []
-    for it in state.job_items(job):
-        if it.started_at is None or (it.slot or "").startswith("not "):
-            continue
-        gpus = _gpus(it.slot or "")
-        end = it.ended_at or at or now()
-        secs = Decimal(str(max(0.0, (end - it.started_at).total_seconds()))) * gpus
-        out.append(int(secs.to_integral_value(rounding=ROUND_CEILING)))
-    return out
-
-
-def job_yen(state: State, row: JobRow, at=None) -> Decimal:
-    from gpuplan.market import billing
-
-    return billing.charge_tasks(task_seconds(state, row.id, at), job_terms(row))
+    return [task_batches.seconds_billed(it.started_at, it.ended_at or at or now(), _gpus(it.slot or ""))
+            for it in state.job_items(job) if it.started_at is not None and not (it.slot or "").startswith("not ")]
 
 
 def gpus_at_once(state: State, job: str) -> int:
@@ -459,22 +414,18 @@ def gpus_at_once(state: State, job: str) -> int:
 
 def summary(state: State, job: str):
     from gpuplan.providers import slurm
-    from gpuplan.run import items as run_items
-    from gpuplan.run.ray import runner
 
-    row = _row(state, job)
-    return run_items.RunSummary(row.cluster, runner.item_results(state, job), run_items.job_seconds(row),
-                                gpus_at_once(state, job), None,
-                                Path(f"{_array_of(state, row)[1] or '?'} on Slurm {row.options['slurm_cluster']}"), (),
+    row = run_items.job_row(state, job, CLUSTER)
+    return task_batches.summary(state, row, gpus_at_once(state, job),
+                                f"{_array_of(state, row)[1] or '?'} on Slurm {row.options['slurm_cluster']}",
                                 slurm.PROVIDER, slurm.offer_name(row.options["slurm_cluster"], row.options["partition"]),
-                                job_terms(row), tuple(task_seconds(state, job)))
+                                task_seconds(state, job))
 
 
 def fetch_outputs(state: State, job: str, into: Path, item: str | None = None) -> tuple[int, int]:
     """What each ended item (or one) wrote in $GPUPLAN_OUTPUT_DIR, from the login host into
     `into`/<index>-<item>/ (never over a folder that exists); (items, files)."""
     from gpuplan.hosts import remote
-    from gpuplan.run import items as run_items
 
     row = refresh(state, job)
     rows = state.job_items(job) if item is None else [x for x in [state.job_item(job, item)] if x is not None]
@@ -534,7 +485,7 @@ def session(state: State, job: str) -> Any:
 
     from gpuplan.hosts import remote
 
-    row = _row(state, job)
+    row = run_items.job_row(state, job, CLUSTER)
     if row.state in OVER or not _array_of(state, row)[0]:
         return nullcontext()
     cluster, _ = _cluster(row)
