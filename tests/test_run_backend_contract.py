@@ -276,3 +276,21 @@ def test_submission_asks_for_each_option_it_sets():
     assert base.asks() == ()
     for option, kw in UNSUPPORTED.items():
         assert replace(base, **kw).asks() == (option,)
+
+
+def test_check_runs_each_backends_own_validation_before_anything_is_read(cli, gpuplan_home):
+    """What a backend supports may still be bad input there: check() (and so backends.submit and
+    `gpuplan run` before it opens the state) lets the backend say so in one line (RunBackend.validate):
+    a --torchrun command torchrun cannot start on Ray, a task time limit DOK does not take."""
+    torch = backends.Submission(target="c", items=(), command=("torchrun", "train.py"), torchrun=backends.Torchrun())
+    with pytest.raises(UsageError) as refused:
+        backends.check(backends.get("ray"), torch)
+    assert "gpuplan adds torchrun" in str(refused.value) and "\n" not in str(refused.value)
+    short = backends.Submission(target="h100-80gb", items=((0, "a"),), command=("echo", "{item}"), image="img:1",
+                                timeout_s=60)
+    with pytest.raises(UsageError) as refused:
+        backends.check(backends.get("dok"), short)
+    assert "at least 600 s" in str(refused.value)
+    r = cli("run", "demo", "--torchrun", "--", "torchrun", "train.py")  # no cluster demo: refused before it is looked for
+    assert r.code == 2 and "gpuplan adds torchrun" in r.err and "no cluster" not in r.err
+    assert not (gpuplan_home / "state").exists() or not list((gpuplan_home / "state").iterdir())
