@@ -294,3 +294,17 @@ def test_check_runs_each_backends_own_validation_before_anything_is_read(cli, gp
     r = cli("run", "demo", "--torchrun", "--", "torchrun", "train.py")  # no cluster demo: refused before it is looked for
     assert r.code == 2 and "gpuplan adds torchrun" in r.err and "no cluster" not in r.err
     assert not (gpuplan_home / "state").exists() or not list((gpuplan_home / "state").iterdir())
+
+
+def test_an_entry_point_that_does_not_load_is_one_line_saying_to_reinstall(tmp_path, monkeypatch):
+    """An editable install keeps the entry points it was installed with: one whose adapter moved
+    is said in one line with what to do, not a traceback from every command."""
+    dist = tmp_path / "plugins" / "gpuplan_stale-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gpuplan-stale\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[gpuplan.run_backends]\nstale = gpuplan.run.backends:GoneBackend\n")
+    monkeypatch.syspath_prepend(str(dist.parent))
+    with pytest.raises(UsageError) as refused:
+        backends.registered()
+    assert "stale = gpuplan.run.backends:GoneBackend does not load" in str(refused.value)
+    assert "pip install -e ." in str(refused.value) and "\n" not in str(refused.value)

@@ -243,7 +243,12 @@ def registered() -> dict[str, RunBackend]:
         found: dict[str, RunBackend] = {}
         for ep in entry_points(group=GROUP):
             if ep.name not in found:
-                backend = ep.load()()
+                try:
+                    backend = ep.load()()
+                except (ImportError, AttributeError) as exc:  # an install whose entry points are older than its code
+                    raise UsageError(f"run backend entry point {ep.name} = {ep.value} does not load ({exc}); an"
+                                     " editable install reads its entry points when it is installed: run"
+                                     " `pip install -e .` again") from None
                 if backend.name != ep.name:
                     raise UsageError(f"run backend entry point {ep.name!r} loads a backend named {backend.name!r}")
                 found[ep.name] = backend
