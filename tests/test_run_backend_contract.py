@@ -308,3 +308,19 @@ def test_an_entry_point_that_does_not_load_is_one_line_saying_to_reinstall(tmp_p
         backends.registered()
     assert "stale = gpuplan.run.backends:GoneBackend does not load" in str(refused.value)
     assert "pip install -e ." in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_cli_reaches_a_backend_only_through_the_contract(cli, tmp_path, monkeypatch):
+    """`gpuplan run` and `gpuplan dashboard` ask the backend a target names (tests/test_layout.py:
+    the CLI imports no backend's module): a private registry's password that is not set is one
+    line before anything starts; a backend without a dashboard says so in one line."""
+    items = tmp_path / "items.txt"
+    items.write_text("a\n")
+    monkeypatch.delenv("GPUPLAN_TEST_NO_SUCH_TOKEN", raising=False)
+    r = cli("run", "demo", "--items", str(items), "--image", "ghcr.io/me/x:1", "--registry-user", "bob",
+            "--registry-password-env", "GPUPLAN_TEST_NO_SUCH_TOKEN", "--", "echo", "{item}")
+    assert r.code == 2 and "GPUPLAN_TEST_NO_SUCH_TOKEN is not set" in r.err and "no cluster" not in r.err
+    for target, says in (("dok", "has no cluster and no dashboard"), ("slurm", "has no gpuplan dashboard"),
+                         ("nosuch", "no cluster named 'nosuch'")):
+        r = cli("dashboard", target, "--port", "0")
+        assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
