@@ -75,7 +75,7 @@ class RayBackend:
 
     def serves(self, offer: Any) -> bool:
         # machines gpuplan makes: cloud VMs, rented servers, owned hosts (not a task plan, nor a shared queue's partition)
-        return offer.kind != "task" and not any(b is not self and b.serves(offer) for b in backends.registered().values())
+        return offer.kind != "task" and not any(b.name != self.name and b.serves(offer) for b in backends.registered().values())
 
     def target_of(self, offer: Any, cluster: str) -> str:
         return cluster
