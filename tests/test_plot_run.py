@@ -147,3 +147,25 @@ def test_plot_needs_one_job(batch, cli, tmp_path):
     r = cli("jobs", "c", "--plot", str(tmp_path / "x.svg"))
     assert r.code == 2 and "--plot draws one batch against its plan: name it" in r.err
     assert not (tmp_path / "x.svg").exists()
+
+
+def test_attempts_the_cloud_stopped_are_drawn_on_the_node_taken_back(gpuplan_home, monkeypatch):
+    """test_interruption_costs' batch spot-5 (from 06:05 to 07:10; spot-1 taken back at 06:30, its two
+    attempts redone on spot-0 and spot-2). Its yen by hand, each ledger row for its seconds in the
+    batch: spot-0 ¥360/h for 3,900 s = ¥390, spot-1 ¥360/h until 06:32, 1,620 s = ¥162, spot-2 (the
+    replacement at ¥720/h) from 06:33, 2,220 s = ¥444: ¥996, as `jobs` counts it."""
+    from test_interruption_costs import spot as spot_fixture
+
+    from gpuplan.run import against_plan, backends
+
+    gen = spot_fixture.__wrapped__(gpuplan_home, monkeypatch)
+    state = next(gen)
+    try:
+        pic = against_plan.picture(state, "spot-5")
+        by_node = {m.name: m for m in pic.machines}
+        assert by_node["spot-1"].spans == () and by_node["spot-1"].interrupted == ((300.0, 1500.25), (900.0, 1500.5))
+        assert by_node["spot-0"].spans == ((0.0, 2700.0), (2700.0, 3900.0)) and by_node["spot-0"].planned_s is None
+        assert pic.yen[-1] == (3900.0, Decimal(996)) == (3900.0, backends.yen(state, state.job("spot-5")))
+        assert pic.note.startswith("no plan")
+    finally:
+        gen.close()

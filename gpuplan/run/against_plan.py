@@ -34,8 +34,14 @@ class _AsOf:
     ended later, its items not yet started or still running, the ledger's machines not yet
     started or still held. Everything else is the state itself."""
 
-    def __init__(self, state: State, t: datetime):
+    def __init__(self, state: State, t: datetime, read: dict[Any, list] | None = None):
         self._state, self._t = state, t
+        self._read = read if read is not None else {}  # the rows read once for every moment priced
+
+    def _rows(self, key: Any, fetch) -> list:
+        if key not in self._read:
+            self._read[key] = fetch()
+        return self._read[key]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._state, name)
@@ -51,7 +57,7 @@ class _AsOf:
 
     def job_items(self, job: str, statuses: Sequence[str] | None = None, limit: int | None = None) -> list[ItemRow]:
         out = []
-        for it in self._state.job_items(job):
+        for it in self._rows(("items", job), lambda: self._state.job_items(job)):
             if it.started_at is None or it.started_at > self._t:
                 it = replace(it, status="queued", started_at=None, ended_at=None)
             elif it.ended_at is not None and it.ended_at > self._t:
@@ -62,7 +68,7 @@ class _AsOf:
 
     def ledger_rows(self) -> list[dict]:
         out = []
-        for r in self._state.ledger_rows():
+        for r in self._rows("ledger", self._state.ledger_rows):
             if r["started_at"] > self._t:
                 continue
             out.append({**r, "stopped_at": None} if r["stopped_at"] is not None and r["stopped_at"] > self._t else r)
@@ -189,8 +195,9 @@ def _yen_curve(state: State, row: JobRow, items: Sequence[ItemRow], start: datet
         step = len(times) / (MAX_YEN_POINTS - 1)
         times = sorted({times[int(k * step)] for k in range(MAX_YEN_POINTS - 1)} | {end})
     out = []
+    read: dict[Any, list] = {}
     for t in times:
-        view = _AsOf(state, t)
+        view = _AsOf(state, t, read)
         yen = backends.yen(view, view.row(row), t)  # type: ignore[arg-type]  # the state as it stood at t
         out.append(((t - start).total_seconds(), yen if yen is not None else Decimal(0)))
     return out
