@@ -119,3 +119,24 @@ def test_axis_in_yen_frontier_labelled_jobs_drawn_nothing_clipped(cli, tmp_path)
         first = along + start if turned else along - start  # a turned text runs upwards from its anchor
         lo, hi = (first - span, first) if turned else (first, first + span)
         assert -1 <= across <= other + 1 and lo >= -2 and hi <= room + 2, (text, x, y)
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_a_pick_at_no_yen_keeps_the_yen_axis_linear_and_its_label_on_the_chart(cli, gpuplan_home, tmp_path):
+    """Two owned T4 hosts with no power price: the pick costs ¥0, which a log yen axis put at minus
+    infinity with its label (matplotlib: "Tight layout not applied", the README example's warning)."""
+    config = gpuplan_home / "config"
+    config.mkdir(parents=True)
+    (config / "inventory.yaml").write_text(
+        "defaults: {user: root}\nhosts:\n"
+        "  - {name: host-0, address: 192.0.2.1, gpus: {model: Tesla T4, count: 1}}\n"
+        "  - {name: host-1, address: 192.0.2.2, gpus: {model: Tesla T4, count: 1}}\n")
+    out = tmp_path / "owned.svg"
+    r = cli("estimate", "--videos", "4", "--plot", str(out))
+    assert r.code == 0, r.err
+    assert "Tight layout" not in r.err
+    root = ET.parse(out).getroot()
+    label = next(t for t in root.iter(f"{SVG}text") if "".join(t.itertext()).startswith("2x tesla-t4 from scratch: ¥0"))
+    y = float(label.get("y"))
+    height = float(root.get("height").removesuffix("pt"))
+    assert 0 <= y <= height  # on the chart, not tens of thousands of points below it

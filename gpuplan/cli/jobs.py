@@ -780,6 +780,7 @@ def jobs(
     format: Annotated[str, shapes.format_option()] = "table",
     all_users: Annotated[bool, typer.Option("--all-users", help="Every user's batches, not only yours (rows from before gpuplan kept users show to everyone).")] = False,
     project: Annotated[Optional[str], typer.Option("--project", help="Only this project's batches.", metavar="NAME")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="With JOB: draw it against its plan (each machine's planned jobs phase beside the items it ran, and the yen billed over time against the plan's) into an .svg or .png (needs gpuplan[plot]).", metavar="FILE.svg|png")] = None,
 ) -> None:
     """List the cluster's batches: id, state, counts, started, yen (reads what is new from the cluster);
     and what the cloud taking nodes back cost each interrupted one. Your own, unless --all-users
@@ -795,6 +796,8 @@ def jobs(
     as_json = shapes.check_format(format)
     me = team.user()
     only = team.check_name(project, "--project") if project is not None else None
+    if plot is not None and job is None:
+        raise UsageError(f"--plot draws one batch against its plan: name it (gpuplan jobs {cluster} JOB --plot FILE.svg)")
     state = State.open_default()
     if job is not None:
         _job_of(state, cluster, job)
@@ -810,6 +813,8 @@ def jobs(
         if v.calibration:
             err.print(f"{v.row.id}: {v.calibration}", markup=False)
         rows.append((v.row, v.counts))
+    if plot is not None and job is not None:
+        _plot_job(state, job, plot)
     if as_json:
         docs = [shapes.job(state, r, c) for r, c in rows]
         shapes.emit(docs[0] if job is not None else docs)
@@ -833,6 +838,15 @@ def jobs(
         cost = costs.interruptions(state, r)
         if cost is not None:
             out.print(f"{r.id} interrupted: {interruption_words(cost)}", markup=False)
+
+
+def _plot_job(state, job: str, path: Path) -> None:
+    """`jobs CLUSTER JOB --plot FILE`: the batch drawn against its plan (run/against_plan.py)."""
+    from gpuplan.planning import plot as plotting
+    from gpuplan.run import against_plan
+
+    plotting.run_chart(path, against_plan.picture(state, job))
+    _console(stderr=True).print(f"plot written to {path}", markup=False)
 
 
 def interruption_words(cost) -> str:

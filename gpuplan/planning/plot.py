@@ -19,6 +19,7 @@ kept as text (svg.fonttype none) and the artists carry ids (gid), so the file ca
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def _jobs_text(names: Sequence[str]) -> str:
     return f"{names[0]} … {names[-1]} ({len(names)} jobs)"
 
 
-def _hours(seconds: int) -> float:
+def _hours(seconds: float) -> float:
     return seconds / 3600
 
 
@@ -152,16 +153,19 @@ def _chart(ax, est, deadline_s: int | None, budget: Decimal | None = None) -> No
                    gid="deadline")
     if budget is not None:
         ax.axhline(float(budget), color="#009e73", ls=":", lw=1.2, label=f"budget {fmt.yen(budget)}", gid="budget")
-    # log axes where the plans span more than a factor of 20, so the cheap end is not a smudge
-    costs = [float(p.cost) for p in shown if p.cost > 0]
-    walls = [p.wall_s for p in shown if p.wall_s > 0]
+    # log axes where the plans span more than a factor of 20, so the cheap end is not a smudge; not
+    # where a plan drawn is at ¥0 or 0 s (owned hosts with no power price): a log axis puts it at
+    # minus infinity, and its label with it (matplotlib's "Tight layout not applied")
+    drawn = [*shown, *front, *([rec] if rec is not None else [])]
+    costs = [float(p.cost) for p in drawn]
+    walls = [p.wall_s for p in drawn]
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    if costs and max(costs) / min(costs) > 20:
+    if costs and min(costs) > 0 and max(costs) / min(costs) > 20:
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_minor_formatter(NullFormatter())
-    if walls and max(walls) / min(walls) > 20:
+    if walls and min(walls) > 0 and max(walls) / min(walls) > 20:
         ax.set_xscale("log")  # 1, 2 and 5 of each decade: a decade of hours alone showed the one tick "1"
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -245,6 +249,120 @@ def budget_chart(path: Path, title: str, days: Sequence[int], spent: Sequence[De
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.yen(Decimal(str(v)).quantize(Decimal(1)))))
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left")
+    return _save(fig, path, suffix)
+
+
+# a run chart's time ticks are this many seconds apart: the first that gives at most 8 of them
+TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800,
+                432000, 864000)
+
+
+@dataclass(frozen=True)
+class MachineRun:
+    """One machine of a batch beside what its plan gave it (run/against_plan.py builds these): its
+    planned jobs phase (the plan's jobs_s: a run starts on machines already set up), and the items
+    it ran, each as (start, end) seconds from the batch's start."""
+
+    name: str  # the node, or "planned machine N" where no node matched it
+    planned_s: int | None  # None: the plan had no machine for this node
+    planned_items: int
+    spans: tuple[tuple[float, float], ...]  # its items' latest attempts
+    interrupted: tuple[tuple[float, float], ...] = ()  # attempts stopped when the cloud took the node back
+
+
+@dataclass(frozen=True)
+class RunPicture:
+    """A batch drawn against its plan: `gpuplan jobs CLUSTER JOB --plot`."""
+
+    job: str
+    state: str
+    machines: tuple[MachineRun, ...]
+    yen: tuple[tuple[float, Decimal], ...]  # (seconds from the batch's start, yen billed by then)
+    yen_basis: str  # how the yen are counted, in words ("consumption tax included")
+    planned_wall_s: Decimal | None = None  # the plan's jobs phase; None: run without --plan
+    planned_yen: Decimal | None = None
+    plan_file: str = ""
+    note: str = ""  # why the plan is not drawn, where it is not
+
+
+def run_chart(path: Path, pic: RunPicture) -> Path:
+    """Draw a batch against its plan into `path` (.svg or .png). Top: per machine, the plan's jobs
+    phase as an outlined bar and what it ran as solid bars (each item one bar, from its start to
+    its end; attempts the cloud stopped hatched). Bottom: the yen billed over the batch's time,
+    by the one billing rule (priced at each moment given, joined by straight lines), and the
+    plan's yen for its jobs phase and its wall as lines."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise UsageError(f"--plot {path}: name an .svg or .png file")
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter, MultipleLocator
+
+    machines = pic.machines[:MAX_TIMELINE_ROWS]
+    rows = max(len(machines), 2)
+    fig, (bars, money) = plt.subplots(2, 1, figsize=(10, 3.5 + 0.45 * rows),
+                                      gridspec_kw={"height_ratios": [1 + 0.45 * rows, 2.5]})
+    ends = [e for m in machines for _, e in (*m.spans, *m.interrupted)] + [float(t) for t, _ in pic.yen]
+    longest = max([*ends, *(float(m.planned_s) for m in machines if m.planned_s)], default=0.0)
+    scale = fmt.scale_of([int(longest)])
+    hours = FuncFormatter(lambda v, _: fmt.duration(v * 3600, scale) if v > 0 else "0")
+    step = _hours(next((s for s in TICK_STEPS_S if longest / s <= 8), TICK_STEPS_S[-1]))  # ticks it writes apart
+    legend: set[str] = set()
+
+    def once(label: str) -> str | None:  # each kind of bar named once in the legend
+        if label in legend:
+            return None
+        legend.add(label)
+        return label
+
+    for i, m in enumerate(machines):
+        y = len(machines) - 1 - i
+        if m.planned_s is not None:
+            bars.barh(y + 0.22, _hours(m.planned_s), height=0.36, color="none", edgecolor="#0072b2", lw=1.2,
+                      gid=f"planned-{i}", label=once("planned (its jobs phase)"))
+        for k, (start, end) in enumerate(m.spans):
+            bars.barh(y - 0.2, _hours(end - start) or 1e-6, left=_hours(start), height=0.36, color="#e69f00",
+                      edgecolor="white", lw=0.4, gid=f"actual-{i}-{k}", label=once("actual (one bar an item)"))
+        for k, (start, end) in enumerate(m.interrupted):
+            bars.barh(y - 0.2, _hours(end - start), left=_hours(start), height=0.36, color="none", edgecolor="#d55e00",
+                      hatch="//", gid=f"interrupted-{i}-{k}", label=once("stopped: node taken back"))
+    labels = []
+    for m in reversed(machines):
+        planned = "not in the plan" if m.planned_s is None else f"planned {fmt.plural(m.planned_items, 'item')}"
+        labels.append(f"{m.name}: {fmt.plural(len(m.spans), 'item')} ({planned})")
+    bars.set_yticks(range(len(machines)), labels, fontsize=8)
+    bars.set_ylim(-0.7, len(machines) - 0.3)
+    bars.set_xlabel("time from the batch's start")
+    bars.set_ylabel("machine")
+    hidden = len(pic.machines) - len(machines)
+    more = f"; {fmt.count(hidden)} more machines not drawn" if hidden else ""
+    against = f"against {pic.plan_file}" if pic.planned_wall_s is not None else (pic.note or "no plan")
+    bars.set_title(f"job {pic.job} ({pic.state}) {against}{more}", fontsize=10)
+    bars.grid(True, axis="x", alpha=0.3)
+    if legend:
+        bars.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+    if pic.yen:
+        money.plot([_hours(t) for t, _ in pic.yen], [float(y) for _, y in pic.yen], color="#e69f00",
+                   gid="yen-actual", label=f"billed: {fmt.yen(pic.yen[-1][1])}")
+    if pic.planned_yen is not None:
+        money.axhline(float(pic.planned_yen), color="#0072b2", ls="--", lw=1, gid="yen-planned",
+                      label=f"planned: {fmt.yen(pic.planned_yen)} for its jobs phase")
+    if pic.planned_wall_s is not None:
+        money.axvline(_hours(int(pic.planned_wall_s)), color="#0072b2", ls=":", lw=1, gid="wall-planned",
+                      label=f"planned wall {fmt.duration(int(pic.planned_wall_s), scale)}")
+    money.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.yen(Decimal(str(v)).quantize(Decimal(1)))))
+    money.set_xlabel("time from the batch's start")
+    money.set_ylabel(f"yen billed so far\n({pic.yen_basis})")
+    money.set_ylim(bottom=0)
+    money.grid(True, alpha=0.3)
+    if money.get_legend_handles_labels()[0]:
+        money.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    right = _hours(int(max(longest, float(pic.planned_wall_s or 0)))) * 1.05 or 1 / 60
+    for ax in (bars, money):
+        ax.set_xlim(0, right)
+        ax.xaxis.set_major_locator(MultipleLocator(step))
+        ax.xaxis.set_major_formatter(hours)
     return _save(fig, path, suffix)
 
 
