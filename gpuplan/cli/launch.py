@@ -184,7 +184,7 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
         # one live display of the build on a terminal: each machine's latest step (cli/tables.py)
         with LiveView(err, machines=lambda: [n.name for n in state.nodes(cluster)], title=f"launching {cluster}") as view:
             job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, view.step, plan, work, yes, keep,
-                                 view.paused)
+                                 view.paused, reserved)
     except BaseException:
         state.release_commitments(rid=reserved)  # nothing of it is left running (start tears down what it made)
         raise
@@ -201,10 +201,12 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
 
 
 def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
-                   keep: bool = False, paused=contextlib.nullcontext) -> str:
+                   keep: bool = False, paused=contextlib.nullcontext, reserved: str | None = None) -> str:
     """launcher.start; where every zone of the pick's region refused it and the launch planned the
     batch itself, the next plan without the refused offer, within the batch's `failover:`
-    (run/failover.py), saved over the plan; or the pick again after failover.wait."""
+    (run/failover.py), saved over the plan; or the pick again after failover.wait. The budget
+    reservation `reserved` is made to hold the next plan's spend before it is asked about or
+    bought (its upper yen may pass the first pick's): one line where the project's month cannot."""
     from gpuplan.run import failover, launcher
     from gpuplan.run import items as run_items
 
@@ -224,6 +226,13 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
         estimate_cli.save_plan(est, plan, command=saved_plan.load(plan).command)  # the job a probe timed, kept
         nxt = launcher.pick_of(plan, batch.region or None, batch.tax)
         launcher.refuse_over_cap(nxt, batch.max_yen)
+        if reserved is not None:
+            from gpuplan import budget, team
+
+            spend, what = launcher.budget_spend(nxt, batch)
+            what = what.removeprefix("launch's ")  # "max_yen" or "planned upper yen"
+            budget.re_reserve_spend(state, reserved, team.current().project, spend,
+                                    f"next plan's ({nxt.count}x {nxt.target}) {what}")
         orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),
                            run_items.run_order([item for _, item in todo], run_items.read_plan(plan))[0])
         return nxt
