@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import pytest
-
 from gpuplan import team
 from gpuplan.budget import priced
 from support.batches import planned_batch
@@ -47,8 +45,9 @@ def _launch_refusing_the_first(tmp_path, monkeypatch, budget_yen, first_reserved
 
     def start(state_, pick, batch_, name, order, todo, outputs, progress, keep=False):
         started.append(pick.target)
-        if len(started) == 1:
+        if len(started) == 1:  # as launcher.start: zones tried and remembered, what it made torn down
             _refused_everywhere(pick.offer)
+            state_.release_commitments(cluster=name)  # teardown drops the cluster's reservations
             raise CapacityUnavailable(f"no capacity for {pick.target} in any zone")
         return "job-7"
 
@@ -104,14 +103,16 @@ def test_a_next_plan_the_month_cannot_hold_is_refused_in_one_line_and_not_bought
                         f" {yen(_upper(nxt))}, left {yen(budget_yen)} (yen include consumption tax); lower the"
                         f" spend, or raise the budget with `gpuplan budget set {project} YEN`")
     assert started == [first.target]  # the next plan was never bought
-    # the reservation is as it was: the launch's own handler releases it (cli/launch._launch)
-    assert state.budget_figures(project, month, priced).committed == Decimal(100)
+    # nothing is held: the refused attempt's teardown dropped its reservation, the next plan took none
+    f = state.budget_figures(project, month, priced)
+    assert (f.committed, f.live) == (Decimal(0), 0)
 
 
 def test_re_reserve_gives_back_the_old_figure_and_keeps_what_the_cluster_spent(gpuplan_home):
     """Hand arithmetic: budget ¥10,000; another reservation holds ¥3,000; this one ¥2,000.
     Re-reserving it at ¥7,000 fits (10,000 - 3,000 = 7,000 left once its ¥2,000 is given back);
-    ¥7,001 does not, and the refusal's figures are the month's without it."""
+    ¥7,001 does not, and the refusal's figures are the month's without it. Dropped (its cluster
+    torn down after the refusal), it is made again: ¥6,000 + the other ¥3,000 = ¥9,000 held."""
     from gpuplan.store.state import State
 
     s = State.open_default()
@@ -119,12 +120,16 @@ def test_re_reserve_gives_back_the_old_figure_and_keeps_what_the_cluster_spent(g
     s.set_budget(project, month, Decimal(10_000), "alice")
     s.reserve(project, month, Decimal(3000), "cap", "bob", priced, cluster="other")
     mine = s.reserve(project, month, Decimal(2000), "plan", "alice", priced, cluster="c").id
-    refused = s.re_reserve(mine, project, month, Decimal(7001), priced)
+    refused = s.re_reserve(mine, project, month, Decimal(7001), "plan", "alice", priced)
     assert refused.refused and (refused.figures.committed, refused.figures.left) == (Decimal(3000), Decimal(7000))
     assert s.budget_figures(project, month, priced).committed == Decimal(5000)  # unchanged
-    ok = s.re_reserve(mine, project, month, Decimal(7000), priced)
+    ok = s.re_reserve(mine, project, month, Decimal(7000), "plan", "alice", priced)
     assert not ok.refused
     f = s.budget_figures(project, month, priced)
     assert (f.committed, f.left, f.live) == (Decimal(10_000), Decimal(0), 2)
-    with pytest.raises(ValueError):
-        s.re_reserve("nope", project, month, Decimal(1), priced)
+    # a refused attempt's teardown drops its cluster's reservations: the next plan's is made again
+    s.release_commitments(cluster="c")
+    assert s.budget_figures(project, month, priced).committed == Decimal(3000)
+    assert s.re_reserve(mine, project, month, Decimal(7001), "plan", "alice", priced, cluster="c").refused
+    again = s.re_reserve(mine, project, month, Decimal(6000), "plan", "alice", priced, cluster="c")
+    assert again.id == mine and s.budget_figures(project, month, priced).committed == Decimal(9000)

@@ -112,7 +112,7 @@ def launch(
         else:
             plan = launcher.plan_file(batch)
             plan.parent.mkdir(parents=True, exist_ok=True)
-        estimate_cli.save_plan(est, plan, command=probed_job)
+        estimate_cli.save_plan(est, plan, command=probed_job, planned=estimate_cli.batch_planned_with(batch, work))
     from gpuplan.store.state import State
 
     with ExitStack() as held:  # the cluster name's lock, held until the launch ends (the kernel frees it with the process)
@@ -207,7 +207,7 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
     (run/failover.py), saved over the plan; or the pick again after failover.wait. The budget
     reservation `reserved` is made to hold the next plan's spend before it is asked about or
     bought (its upper yen may pass the first pick's): one line where the project's month cannot."""
-    from gpuplan.run import failover, launcher
+    from gpuplan.run import backends, failover, launcher
     from gpuplan.run import items as run_items
 
     if work is None:  # a saved plan (--plan) is launched as it is
@@ -223,7 +223,8 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
             return None
         from gpuplan.planning import saved_plan
 
-        estimate_cli.save_plan(est, plan, command=saved_plan.load(plan).command)  # the job a probe timed, kept
+        estimate_cli.save_plan(est, plan, command=saved_plan.load(plan).command,  # the job a probe timed, kept
+                               planned=estimate_cli.batch_planned_with(batch, work))
         nxt = launcher.pick_of(plan, batch.region or None, batch.tax)
         launcher.refuse_over_cap(nxt, batch.max_yen)
         if reserved is not None:
@@ -232,7 +233,9 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
             spend, what = launcher.budget_spend(nxt, batch)
             what = what.removeprefix("launch's ")  # "max_yen" or "planned upper yen"
             budget.re_reserve_spend(state, reserved, team.current().project, spend,
-                                    f"next plan's ({nxt.count}x {nxt.target}) {what}")
+                                    f"next plan's ({nxt.count}x {nxt.target}) {what}",
+                                    "cap" if batch.max_yen is not None else "plan",
+                                    cluster if backends.get(nxt.backend).has_cluster else None)
         orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),
                            run_items.run_order([item for _, item in todo], run_items.read_plan(plan))[0])
         return nxt

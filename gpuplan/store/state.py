@@ -1416,30 +1416,33 @@ class State:
                                                       _iso(at)))
             return Reservation(rid, figures, yen)
 
-    def re_reserve(self, rid: str, project: str, month: str, yen: Decimal, pricing: Pricing,
-                   at: datetime | None = None) -> Reservation:
+    def re_reserve(self, rid: str, project: str, month: str, yen: Decimal, what: str, user: str, pricing: Pricing,
+                   cluster: str | None = None, at: datetime | None = None) -> Reservation:
         """Reservation `rid` to hold `yen` ("included" basis) from now on instead of what it held (a
-        launch's next plan after its pick was refused: issue 44), or refused where `yen` passes what
-        is left with its old figure given back; read and written in one transaction. What its
-        cluster has spent so far (a refused attempt's seconds) stays counted beside it. The figures
-        returned are the project's without this reservation."""
+        launch's or provision's next plan after its pick was refused: issue 44), or refused where
+        `yen` passes what is left with its old figure given back; read and written in one
+        transaction. Where the refused attempt's teardown dropped it, it is made again under the
+        same id (for `cluster`). What its cluster has spent so far (a refused attempt's seconds)
+        stays counted beside it. The figures returned are the project's without this reservation."""
         with self._tx() as db:
             at = at or now()
             row = db.execute("SELECT * FROM commitments WHERE id=?", (rid,)).fetchone()
-            if row is None:
-                raise ValueError(f"no reservation {rid}")
             figures = _figures(db, project, month, pricing, at)
-            used = held = Decimal(0)
-            holds = _holds(db, row, at)
-            if row["cluster"]:
-                used = pricing(_month_ledger(db, project, month), month, at)[1].get(row["cluster"], Decimal(0))
-            if holds:  # what it adds to `committed` now, given back before the new figure is judged
-                held = max(Decimal(0), Decimal(row["yen"]) - used)
+            cluster = row["cluster"] if row is not None else cluster
+            holds = row is not None and _holds(db, row, at)
+            used = pricing(_month_ledger(db, project, month), month, at)[1].get(cluster, Decimal(0)) \
+                if cluster else Decimal(0)
+            held = max(Decimal(0), Decimal(row["yen"]) - used) if holds else Decimal(0)  # in `committed` now
             without = BudgetFigures(project, month, figures.budget, figures.spent, figures.committed - held,
                                     figures.live - int(holds))
             if without.left is not None and yen > without.left:
                 return Reservation(None, without, yen)
-            db.execute("UPDATE commitments SET yen=? WHERE id=?", (str(yen + used), rid))
+            if row is not None:
+                db.execute("UPDATE commitments SET yen=? WHERE id=?", (str(yen + used), rid))
+            else:
+                db.execute("INSERT INTO commitments (id, project, month, user_name, yen, what, cluster, job, created_at)"
+                           " VALUES (?,?,?,?,?,?,?,?,?)", (rid, project, month, user, str(yen + used), what, cluster,
+                                                          None, _iso(at)))
             return Reservation(rid, without, yen)
 
     def attach_commitment(self, rid: str, *, cluster: str | None = None, job: str | None = None) -> None:
