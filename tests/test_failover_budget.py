@@ -108,11 +108,12 @@ def test_a_next_plan_the_month_cannot_hold_is_refused_in_one_line_and_not_bought
     assert (f.committed, f.live) == (Decimal(0), 0)
 
 
-def test_re_reserve_gives_back_the_old_figure_and_keeps_what_the_cluster_spent(gpuplan_home):
+def test_re_reserve_gives_back_the_old_figure_and_keeps_what_the_cluster_spent(gpuplan_home, store):
     """Hand arithmetic: budget ¥10,000; another reservation holds ¥3,000; this one ¥2,000.
     Re-reserving it at ¥7,000 fits (10,000 - 3,000 = 7,000 left once its ¥2,000 is given back);
     ¥7,001 does not, and the refusal's figures are the month's without it. Dropped (its cluster
-    torn down after the refusal), it is made again: ¥6,000 + the other ¥3,000 = ¥9,000 held."""
+    torn down after the refusal), it is made again: ¥6,000 + the other ¥3,000 = ¥9,000 held.
+    On both stores (`store`: SQLite, and a fresh PostgreSQL database)."""
     from gpuplan.store.state import State
 
     s = State.open_default()
