@@ -172,3 +172,50 @@ def _workload_yaml(units: int) -> str:
     job = "  - {name: video, count: 1, units: 1000}"
     assert job in base
     return base.replace(job, f"  - {{name: video, count: 2, units: {units}}}")
+
+
+# --- --recover's replacements: another zone of the cluster's region, no other region -------------
+
+
+def test_a_replacement_refused_in_a_zone_is_bought_in_another_zone_of_the_cluster_s_region(aws, cli, monkeypatch):
+    """recover.replace_node asks the provider for one machine in the cluster's region: the zones
+    are tried in turn there as for any create; every zone refusing, the refusal says so and
+    nothing is left of the attempt. (No other region: the replacement joins its cluster's head
+    over the region's private network; docs/batch.md says so.) Ray is not started here."""
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.fleet import provider as registry
+    from gpuplan.providers.aws import AwsProvider
+    from gpuplan.run import recover
+    from gpuplan.run.ray import engine
+    from gpuplan.store.state import State
+
+    assert cli("provision", "--yes", "aws:g4dn.xlarge", "x1", "--name", "c", "--no-bootstrap").code == 0
+    ec2 = aws.ec2()
+    zones = aws.provider().zones(REGION, "g4dn.xlarge")
+    refused: dict[str, int] = {zones[0]: 0}
+
+    def factory(conf):
+        prov = AwsProvider(conf)
+        refuse_in_zones(prov, "g4dn.xlarge", refused)
+        return prov
+
+    registry.override("aws", factory)
+    monkeypatch.setattr(engine, "ensure_up", lambda *a, **k: None)  # the new node would join Ray here
+    try:
+        state = State.open_default()
+        new = recover.replace_node(state, "c", "c-0")
+        [inst] = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+                  if i["State"]["Name"] != "terminated" and {"Key": "gpuplan-node", "Value": new} in i["Tags"]]
+        assert inst["Placement"]["AvailabilityZone"] == zones[1] and inst["InstanceType"] == "g4dn.xlarge"
+        # every zone refusing: the refusal says the region was tried through, its node "failed", nothing made
+        refused.update({z: 0 for z in zones})
+        with pytest.raises(CapacityUnavailable) as err:
+            recover.replace_node(state, "c", new)
+        assert f"every zone of {REGION} refused" in str(err.value)
+        status = {n.name: n.status for n in state.nodes("c")}
+        assert status == {"c-0": "lost", "c-1": "lost", "c-2": "failed"}
+        assert sorted(live_types(ec2)) == ["g4dn.xlarge", "g4dn.xlarge"]  # c-0 and c-1, nothing of the refused one
+    finally:
+        registry.override("aws", None)
+    assert cli("teardown", "--yes", "c").code == 0
+    assert aws.held() == {}
