@@ -79,29 +79,35 @@ def next_plan(batch, work, plan_batch, first=None):
     return _next(plan, batch.failover, batch.max_yen, first.offer if first else None, first.market if first else "")
 
 
-def next_for_saved(saved, first_offer: Offer, first_market: str, plan_estimate, rate_cap=None, region=None):
-    """A saved plan's next plan (`provision --plan` refused in every zone of its region): the
-    workload planned again with what the plan was planned with (SavedPlan.replan_inputs: one line
-    where the file does not say) by `plan_estimate` (cli.estimate's), without the refused offers,
-    within its max_yen, deadline, max_yen_per_hour (or `rate_cap`, provision's own flag, where
-    lower), the `region` provision was held to (--region) and its failover policy; (the estimate,
-    its pick or None, the policy)."""
+def next_for_saved(saved, first_offer: Offer, first_market: str, plan_estimate, rate_cap=None, region=None, *,
+                   deadline: str | None = None, max_yen: Decimal | None = None, policy=None):
+    """A saved plan's next plan (`provision --plan` or `launch --plan` refused in every zone of its
+    region): the workload planned again with what the plan was planned with (SavedPlan.replan_inputs:
+    one line where the file does not say) by `plan_estimate` (cli.estimate's), without the refused
+    offers, within its max_yen (and `max_yen`: a launch's, where lower), its deadline (a launch's
+    `deadline` instead, where it gives one), max_yen_per_hour (and `rate_cap`, where lower), the
+    `region` the command was held to, and its failover policy (a launch's batch's `policy`
+    instead); (the estimate, its pick or None, the policy)."""
     from dataclasses import replace
 
     from gpuplan.batchfile import Failover
 
-    work, settings, max_yen, fields = saved.replan_inputs()
-    try:
-        policy = Failover(**fields)
-    except TypeError:
-        raise UsageError(f"plan file {saved.path}: its failover {fields!r} is not one this gpuplan reads;"
-                         " write it with `gpuplan estimate ... --save`") from None
+    work, settings, kept_yen, fields = saved.replan_inputs()
+    if policy is None:
+        try:
+            policy = Failover(**fields)
+        except TypeError:
+            raise UsageError(f"plan file {saved.path}: its failover {fields!r} is not one this gpuplan reads;"
+                             " write it with `gpuplan estimate ... --save`") from None
     if rate_cap is not None:
         had = parse_rate_cap(settings.get("max_yen_per_hour"))
         settings["max_yen_per_hour"] = rate_cap if had is None else min(had, rate_cap)
     if region is not None:
         settings["region"] = region
         policy = replace(policy, regions=False)
+    if deadline is not None:
+        settings["deadline"] = deadline
+    max_yen = kept_yen if max_yen is None else max_yen if kept_yen is None else min(kept_yen, max_yen)
 
     def plan(without, provider, region):
         kept = dict(settings)
