@@ -54,6 +54,15 @@ def reserve_spend(state, project: str, yen, what: str, source: str, cluster: str
     return r.id
 
 
+def re_reserve_spend(state, rid: str, project: str, yen, what: str, source: str, cluster: str | None = None) -> None:
+    """Reservation `rid` (reserve_spend's) made to hold `yen` instead: a launch's or provision's
+    next plan, whose spend may be more than its first pick's (issue 44); refused in one line (exit
+    2) where that passes what is left of `project`'s month with the old figure given back."""
+    r = state.re_reserve(rid, project, month_of(), yen, source, user(), priced, cluster=cluster)
+    if r.refused:
+        raise UsageError(refusal(r.figures, yen, what))
+
+
 def has_budget(state, project: str) -> bool:
     return state is not None and state.budget_figures(project, month_of(), priced).budget is not None
 

@@ -133,3 +133,58 @@ def test_launch_saves_the_next_plan_and_starts_it(gpuplan_home, tmp_path, monkey
     assert said == [f"{first.count}x {first.target} refused in every zone of {first.offer.region}; the next plan:"
                     f" {second.count}x {second.target} in {second.offer.region}, ¥{second.yen:,.0f}"]
     assert plan_first.recommended.fleet[0][0].name == first.offer.name
+
+
+def test_launch_of_a_saved_plan_takes_the_next_plan_from_what_it_was_planned_with(gpuplan_home, tmp_path, monkeypatch):
+    """`launch --plan FILE`: the plan keeps what it was planned with (planned_with), so a refusal
+    in every zone plans its workload again from that, without the refused offer; the next plan is
+    saved beside it (FILE.next.json: the user's file is left as it was) and started. A plan that
+    does not say is launched as it is: the refusal says why no next plan was taken."""
+    import json
+
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.cli import launch as launch_cli
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.run import launcher
+
+    batch, work = planned_batch(tmp_path)
+    plan = tmp_path / "plan.json"
+    estimate_cli.save_plan(estimate_cli.plan_batch(batch, work), plan, planned=estimate_cli.batch_planned_with(batch, work))
+    kept = plan.read_text()
+    first = launcher.pick_of(plan, None, batch.tax)
+    started = []
+
+    def start(state, pick, batch_, name, order, todo, outputs, progress, keep=False):
+        started.append((pick.target, pick.plan_path.name, order))
+        if pick.offer.key == first.offer.key:  # the provider tried every zone; the lifecycle remembered it
+            _refused_everywhere(pick.offer)
+            raise CapacityUnavailable("no capacity in any zone")
+        return "job-8"
+
+    monkeypatch.setattr(launcher, "start", start)
+    monkeypatch.setattr(launcher, "preflight", lambda *a, **k: "order-2")
+    said = []
+    todo = [(i, f"v{i}.mp4") for i in range(8)]
+    job = launch_cli._start_or_next(None, first, batch, "c", "order-1", todo, tmp_path / "out", said.append, plan,
+                                    None, True)
+    assert job == "job-8"
+    second = launcher.pick_of(tmp_path / "plan.next.json", None, batch.tax)
+    assert second.target != first.target
+    assert started == [(first.target, "plan.json", "order-1"), (second.target, "plan.next.json", "order-2")]
+    assert said == [f"{first.count}x {first.target} refused in every zone of {first.offer.region}; the next plan:"
+                    f" {second.count}x {second.target} in {second.offer.region}, ¥{second.yen:,.0f}"]
+    assert plan.read_text() == kept  # the user's plan is as it was
+    assert json.loads((tmp_path / "plan.next.json").read_text())["planned_with"] == json.loads(kept)["planned_with"]
+
+    # a plan that does not say what it was planned with: launched as it is, the refusal saying why
+    old = json.loads(kept)
+    del old["planned_with"]
+    plan.write_text(json.dumps(old))
+    said.clear()
+    with pytest.raises(CapacityUnavailable) as err:
+        launch_cli._start_or_next(None, first, batch, "c", "order-1", todo, tmp_path / "out", said.append, plan, None,
+                                  True)
+    assert said == [f"no next plan: plan file {plan} does not say what it was planned with (written by an older"
+                    " gpuplan, or by hand), so no next plan can be made from it; write it with"
+                    " `gpuplan estimate ... --save`"]
+    assert str(err.value).endswith(f"(tried {first.count}x {first.target})")

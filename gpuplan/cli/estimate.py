@@ -880,15 +880,16 @@ def _plan_json(plan, workload_name: str, indent: int, schedule: bool, streams: b
     return text.replace("\n", "\n" + " " * indent)
 
 
-def save_plan(est, path: Path, command: str = "") -> None:
+def save_plan(est, path: Path, command: str = "", planned: dict | None = None) -> None:
     """The recommendation as a saved plan (planning/saved_plan.py) for `provision --plan` and `run --plan`;
     `command`: the job its speeds were measured with (a probe's: calibration.measured_job), which a
-    later batch's calibration accepts as the workload's own job."""
+    later batch's calibration accepts as the workload's own job; `planned`: what it was planned with
+    (saved_plan.planned_with: a refusal of its pick then plans again from it)."""
     from gpuplan.planning import saved_plan
 
     if est.recommended is None:
         raise UsageError(f"nothing to save to {path}: {est.reason}")
-    content = saved_plan.data(est, plan_dict(est.recommended, est.workload.name))
+    content = saved_plan.data(est, plan_dict(est.recommended, est.workload.name), planned)
     if command:
         content["command"] = command
     saved_plan.dump(content, path)
@@ -1195,11 +1196,16 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"say what to plan: --videos N or --workload NAME ({', '.join(workloads.builtin_names())}) or FILE")
         if profile is not None:
             work = workloads.apply_profile(work, profile)
-        est = plan_estimate(work, as_of=as_of, provider=provider, region=region, deadline=deadline, objective=objective,
-                            cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot,
-                            tax=tax, strict=strict, max_yen_per_hour=max_yen_per_hour, gpus=gpus or "")
+        settings: dict[str, Any] = dict(provider=provider, region=region, deadline=deadline, objective=objective,
+                        cost_slack=cost_slack, budget=budget, quota=quota, owned=owned, release=release, spot=spot,
+                        tax=tax, strict=strict, max_yen_per_hour=max_yen_per_hour, gpus=gpus or "")
+        est = plan_estimate(work, as_of=as_of, **settings)
         if save is not None and est.recommended is not None:
-            save_plan(est, save)
+            from gpuplan.planning import saved_plan
+
+            # a refusal of the pick (`provision --plan`) plans again from these, on today's catalog
+            recipe = {"videos": videos, "name": workload, "profile": profile}
+            save_plan(est, save, planned=saved_plan.planned_with(work, recipe, settings))
             print(f"plan saved to {save}: {next_step(est.recommended, save)}", file=sys.stderr)
         if plot is not None:
             from gpuplan.planning import plot as plotting
@@ -1239,22 +1245,32 @@ def as_of_note(as_of: str | None, cat) -> str | None:
 def plan_batch(batch, work, without: tuple[str, ...] = ()):
     """The estimate for a batch: its workload on its infra, region, deadline, objective, spot and
     tax basis, as `estimate` plans it (`without`: offers left out, see plan_estimate)."""
+    return plan_estimate(work, **batch_settings(batch), without=without)
+
+
+def batch_settings(batch) -> dict:
+    """plan_estimate's settings for a batch (plan_batch's; a launch's saved plan keeps them)."""
     from gpuplan.run import launcher
 
-    return plan_estimate(work, region=batch.region or None, deadline=batch.deadline or None,
-                                      objective=batch.objective, spot=batch.spot, tax=batch.tax,
-                                      providers=launcher.infra_providers(batch.infra),
-                                      max_yen_per_hour=batch.max_yen_per_hour, without=without, gpus=batch.gpus,
-                                      gpus_said="gpus" if batch.source is not None else "--gpus")
+    return dict(region=batch.region or None, deadline=batch.deadline or None, objective=batch.objective,
+                spot=batch.spot, tax=batch.tax, providers=launcher.infra_providers(batch.infra),
+                max_yen_per_hour=batch.max_yen_per_hour, gpus=batch.gpus,
+                gpus_said="gpus" if batch.source is not None else "--gpus")
+
+
+def batch_planned_with(batch, work) -> dict:
+    """What a launch's plan is planned with (saved_plan.planned_with): the batch's workload,
+    settings, max_yen and failover."""
+    from gpuplan.planning import saved_plan
+
+    return saved_plan.planned_with(work, {"name": batch.workload, "profile": batch.profile}, batch_settings(batch),
+                                   batch.max_yen, batch.failover)
 
 
 def show_plan(est, title: str = ""):
     """The estimate's short table (after `title`); one line and exit 2 where nothing can be picked."""
-    from gpuplan.cli.jobs import _console
-
-    if title:
-        sys.stdout.flush()
-        _console().print(title, markup=False)
+    if title:  # on stdout, as the table (cli.jobs' console is not imported here: provision plans again too)
+        print(title, flush=True)
     _render_table(est, False)
     if est.recommended is None:
         raise UsageError(est.reason)

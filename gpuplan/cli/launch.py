@@ -112,7 +112,7 @@ def launch(
         else:
             plan = launcher.plan_file(batch)
             plan.parent.mkdir(parents=True, exist_ok=True)
-        estimate_cli.save_plan(est, plan, command=probed_job)
+        estimate_cli.save_plan(est, plan, command=probed_job, planned=estimate_cli.batch_planned_with(batch, work))
     from gpuplan.store.state import State
 
     with ExitStack() as held:  # the cluster name's lock, held until the launch ends (the kernel frees it with the process)
@@ -184,13 +184,15 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
         # one live display of the build on a terminal: each machine's latest step (cli/tables.py)
         with LiveView(err, machines=lambda: [n.name for n in state.nodes(cluster)], title=f"launching {cluster}") as view:
             job = _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, view.step, plan, work, yes, keep,
-                                 view.paused)
+                                 view.paused, reserved)
     except BaseException:
         state.release_commitments(rid=reserved)  # nothing of it is left running (start tears down what it made)
         raise
     state.attach_commitment(reserved, job=job)
-    pick = launcher.pick_of(plan, batch.region or None, batch.tax)  # the next plan's, where the first was refused
-    where = backends.job_row(state, job).cluster
+    row = backends.job_row(state, job)
+    # the next plan's, where the first was refused (a saved plan's is saved beside it: the job says which)
+    pick = launcher.pick_of(Path(row.options.get("plan") or plan), batch.region or None, batch.tax)
+    where = row.cluster
     out.print(f"job {job} submitted: {fmt.plural(len(todo), 'item')} on {pick.count}x {pick.target}", markup=False)
     sys.stdout.flush()  # the id reaches a pipe even if this process is killed while it follows
     if detach:
@@ -201,32 +203,60 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
 
 
 def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
-                   keep: bool = False, paused=contextlib.nullcontext) -> str:
-    """launcher.start; where every zone of the pick's region refused it and the launch planned the
-    batch itself, the next plan without the refused offer, within the batch's `failover:`
-    (run/failover.py), saved over the plan; or the pick again after failover.wait."""
-    from gpuplan.run import failover, launcher
-    from gpuplan.run import items as run_items
-
-    if work is None:  # a saved plan (--plan) is launched as it is
-        return launcher.start(state, pick, batch, cluster, order, todo, outputs_dir, progress, keep=keep)
+                   keep: bool = False, paused=contextlib.nullcontext, reserved: str | None = None) -> str:
+    """launcher.start; where every zone of the pick's region refused it, the next plan without the
+    refused offer, within the batch's `failover:` (run/failover.py): the batch planned again where
+    the launch planned it (`work`), saved over the plan; a saved plan (--plan) planned again from
+    what it was planned with (its planned_with, within the batch's max_yen, deadline, region and
+    max_yen_per_hour too), saved beside it as PLAN.next.json; or the pick again after
+    failover.wait. The budget reservation `reserved` is made to hold the next plan's spend before
+    it is asked about or bought (its upper yen may pass the first pick's): one line where the
+    project's month cannot."""
     from gpuplan.cli import estimate as estimate_cli
     from gpuplan.cli.lifecycle import _confirm
+    from gpuplan.planning import saved_plan
+    from gpuplan.run import backends, failover, launcher
+    from gpuplan.run import items as run_items
 
     orders = {id(pick): (order, todo)}
+
+    def adopt(est, path: Path, planned, command: str = ""):
+        """The next plan `est` saved to `path`, checked, its spend reserved and its order made."""
+        estimate_cli.save_plan(est, path, command=command, planned=planned)
+        nxt = launcher.pick_of(path, batch.region or None, batch.tax)
+        launcher.refuse_over_cap(nxt, batch.max_yen)
+        if reserved is not None:
+            from gpuplan import budget, team
+
+            spend, what = launcher.budget_spend(nxt, batch)
+            what = what.removeprefix("launch's ")  # "max_yen" or "planned upper yen"
+            budget.re_reserve_spend(state, reserved, team.current().project, spend,
+                                    f"next plan's ({nxt.count}x {nxt.target}) {what}",
+                                    "cap" if batch.max_yen is not None else "plan",
+                                    cluster if backends.get(nxt.backend).has_cluster else None)
+        orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),
+                           run_items.run_order([item for _, item in todo], run_items.read_plan(path))[0])
+        return nxt
 
     def replan(first):
         est, rec = failover.next_plan(batch, work, estimate_cli.plan_batch, first)
         if rec is None:
             return None
-        from gpuplan.planning import saved_plan
+        return adopt(est, plan, estimate_cli.batch_planned_with(batch, work),
+                     saved_plan.load(plan).command)  # the job a probe timed, kept
 
-        estimate_cli.save_plan(est, plan, command=saved_plan.load(plan).command)  # the job a probe timed, kept
-        nxt = launcher.pick_of(plan, batch.region or None, batch.tax)
-        launcher.refuse_over_cap(nxt, batch.max_yen)
-        orders[id(nxt)] = (launcher.preflight(state, nxt, batch, cluster, can_answer=True),
-                           run_items.run_order([item for _, item in todo], run_items.read_plan(plan))[0])
-        return nxt
+    def replan_saved(first):
+        saved = saved_plan.load(plan)
+        try:
+            est, rec, _ = failover.next_for_saved(
+                saved, first.offer, first.market, estimate_cli.plan_estimate, failover.parse_rate_cap(batch.max_yen_per_hour),
+                batch.region or None, deadline=batch.deadline or None, max_yen=batch.max_yen, policy=batch.failover)
+        except UsageError as why:
+            progress(f"no next plan: {why}")
+            return None
+        if rec is None:
+            return None
+        return adopt(est, plan.with_name(f"{plan.stem}.next{plan.suffix or '.json'}"), saved.planned_with, saved.command)
 
     def start(p):
         o, t = orders[id(p)]
@@ -240,8 +270,8 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
     from gpuplan.units import parse_duration
 
     deadline_s = parse_duration(batch.deadline, "deadline") if batch.deadline else None
-    return failover.start_or_next(start, pick, replan, progress, ask=None if yes else ask, policy=batch.failover,
-                                  deadline_s=deadline_s)
+    return failover.start_or_next(start, pick, replan if work is not None else replan_saved, progress,
+                                  ask=None if yes else ask, policy=batch.failover, deadline_s=deadline_s)
 
 
 def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:

@@ -11,7 +11,7 @@ import typer
 
 from gpuplan.cli import shapes
 from gpuplan.cli.shapes import owned
-from gpuplan.cli.tables import working
+from gpuplan.cli.tables import LiveView, working
 from gpuplan.errors import UsageError
 from gpuplan.planning import fmt
 
@@ -236,21 +236,102 @@ def provision(
     else:
         budget.check_spend(state, team.current().project, spend, spend_what)  # before the question
     _confirm(_create_lines(o, quota), "Create these machines?", yes, default=True)
-    reserved = (budget.reserve_spend(state, team.current().project, spend, spend_what, "ttl", o.request.name)
-                if spend else None)  # checked and recorded in one transaction
+    held = _Held(budget.reserve_spend(state, team.current().project, spend, spend_what, "ttl", o.request.name)
+                 if spend else None)  # checked and recorded in one transaction
     try:
-        with working(err, f"provisioning {o.request.name}", lambda: [n.name for n in state.nodes(o.request.name)]) as step:
-            cluster = provision.provision(state, prov, o, playbooks=playbook, bootstrap=not no_bootstrap,
-                                       keep_on_failure=keep_on_failure, progress=step)
+        with LiveView(err, machines=lambda: [n.name for n in state.nodes(o.request.name)],
+                      title=f"provisioning {o.request.name}") as view:
+            cluster = _provision_or_next(state, prov, o, view, ask, held, yes=yes, playbook=playbook,
+                                         bootstrap=not no_bootstrap, keep_on_failure=keep_on_failure,
+                                         rate_cap=max_yen_per_hour)
     except BaseException:
-        if reserved is not None and (state.cluster(o.request.name) is None
+        if held.rid is not None and (state.cluster(o.request.name) is None
                                      or state.cluster(o.request.name).status == "gone"):
-            state.release_commitments(rid=reserved)  # nothing of it bills
+            state.release_commitments(rid=held.rid)  # nothing of it bills
         raise
     if as_json:
         shapes.emit(shapes.cluster(lifecycle.status(state, cluster.name)[0]))
     else:
         _print_status(_out_console(), lifecycle.status(state, cluster.name))
+
+
+@dataclass
+class _Held:
+    rid: str | None  # the budget reservation the provision holds (None: none, nothing to hold)
+
+
+def _provision_or_next(state, prov, o, view, ask, held: _Held, *, yes: bool, playbook, bootstrap: bool,
+                       keep_on_failure: bool, rate_cap: str | None):
+    """provision.provision; where every zone of the order's region refused it (CapacityUnavailable)
+    and it came from a saved plan (`--plan`), the plan's next plan (issue 44: run/failover.py
+    next_for_saved, from what the plan was planned with, without the refused offer, within its
+    max_yen, deadline, max_yen_per_hour and failover), saved beside it as PLAN.next.json, the
+    budget reservation made to hold its spend, said in one line, asked about once (unless -y),
+    and created in turn. Raises the last refusal, with why no next plan was taken."""
+    from gpuplan import budget, team
+    from gpuplan.cli import estimate as estimate_cli
+    from gpuplan.errors import CapacityUnavailable
+    from gpuplan.fleet import lifecycle, provision
+    from gpuplan.planning import saved_plan
+    from gpuplan.run import failover
+
+    plan = ask.plan
+    first = o
+    tried: list[str] = []
+    plans = 0
+    written: Path | None = None
+    try:
+        while True:
+            try:
+                return provision.provision(state, prov, o, playbooks=playbook, bootstrap=bootstrap,
+                                           keep_on_failure=keep_on_failure, progress=view.step)
+            except CapacityUnavailable as exc:
+                if plan is None:
+                    raise
+                tried.append(f"{o.request.count}x {o.offer.provider}:{o.offer.name} in {o.request.region}")
+                if keep_on_failure:
+                    exc.args = (f"{exc}; no next plan is tried with --keep-on-failure (what was made is kept)",)
+                    raise
+                try:
+                    est, rec, policy = failover.next_for_saved(
+                        saved_plan.load(plan), first.offer, "spot" if first.request.spot else "on-demand",
+                        estimate_cli.plan_estimate, failover.parse_rate_cap(rate_cap), ask.region)
+                except UsageError as why:
+                    exc.args = (f"{exc}; no next plan: {why}",)
+                    raise exc from None
+                if rec is None or plans >= policy.plans:
+                    exc.args = (f"{exc}; no next plan within the plan's max_yen, max_yen_per_hour, deadline and"
+                                f" failover (tried {', '.join(tried)})",)
+                    raise
+            plans += 1
+            written = plan.with_name(f"{plan.stem}.next{plan.suffix or '.json'}")
+            estimate_cli.save_plan(est, written, planned=saved_plan.load(plan).planned_with)
+            nxt = provision.order(None, None, plan=written, region=ask.region, name=o.request.name,
+                                  image=ask.image, ttl=ask.ttl, spot=ask.spot, idle=ask.idle)
+            nxt_prov = lifecycle.get_provider(nxt.request.provider)
+            nxt, quota = provision.check(state, nxt_prov, nxt, ask.ssh_from)
+            if rate_cap is not None:
+                failover.refuse_over_rate([(nxt.offer, nxt.request.count),
+                                           *zip(nxt.more, (r.count for r in nxt.request.more))],
+                                          failover.parse_rate_cap(rate_cap), what="the next plan's machines")
+            spend, _ = budget.provision_spend(nxt.request)
+            what = f"next plan's ({nxt.request.count}x {nxt.offer.provider}:{nxt.offer.name}) yen"
+            if spend is None:
+                budget.refuse_unbounded(state, team.current().project, "the next plan")
+            elif held.rid is not None:
+                budget.re_reserve_spend(state, held.rid, team.current().project, spend, what, "ttl", o.request.name)
+            elif spend:
+                held.rid = budget.reserve_spend(state, team.current().project, spend, what, "ttl", o.request.name)
+            view.step(f"{tried[-1]} refused in every zone; the next plan: {nxt.request.count}x"
+                      f" {nxt.offer.provider}:{nxt.offer.name} in {nxt.request.region}, {fmt.yen(rec.cost)} for the"
+                      f" batch (saved to {written})")
+            with view.paused():  # the live display gives the terminal to the question
+                _confirm(_create_lines(nxt, quota), "Create these machines instead?", yes, default=True)
+            o, prov = nxt, nxt_prov
+    except BaseException:
+        if written is not None:  # a next plan not made leaves no file
+            written.unlink(missing_ok=True)
+        raise
 
 
 def _say_mapped(o) -> None:

@@ -3,7 +3,9 @@ read. One type, one writer (`dump`), one reader (`load`), a schema version in th
 
 Version 2 (this one) is the recommended plan's JSON (as `estimate --format json` lists it) with
 `schema_version`, the catalog snapshot, the workload and `order`: every job's name, longest
-first (the order `run --plan` hands them out in; each machine's `jobs` are listed so too), and `tax`: the basis
+first (the order `run --plan` hands them out in; each machine's `jobs` are listed so too),
+`planned_with`: what it was planned with (its workload, settings, max_yen and failover: a
+refusal of its pick is planned again from them; absent in older files), and `tax`: the basis
 its yen are on ("included": Japan's 10 % consumption tax on every provider, or "excluded"; each fleet
 entry's `listed_tax` says its row's own basis, so the yen can be put on another; a file without
 `tax` is read as its rows list their prices, as gpuplan planned then). Version 1 files (no `schema_version`:
@@ -54,6 +56,52 @@ class SavedPlan:
     command: str = ""  # the command the plan's speeds were measured with, where it says (calibration accepts it)
     workload_commands: Any = None  # the commands the workload named when the plan was made (None: older files)
     cost_range: Any = None  # [low, high] yen of the plan's cost range, where the estimate showed one
+    planned_with: Any = None  # what it was planned with (planned_with()); None in files written before it
+
+    def replan_inputs(self):
+        """What the plan was planned with, for its next plan where its pick is refused (issue 44):
+        (the workload, rebuilt as it was planned, plan_estimate's settings, the max_yen, the
+        failover policy's fields: batchfile.Failover's, {} for its defaults). One line where the
+        file does not say, or its workload is no longer what was planned (a workload or profile
+        file changed since)."""
+        import contextlib
+        from dataclasses import replace
+
+        from gpuplan.planning import workloads
+        from gpuplan.planning.plan_types import Job
+
+        pw = self.planned_with
+        if not isinstance(pw, dict):
+            raise UsageError(f"plan file {self.path} does not say what it was planned with (written by an older"
+                             f" gpuplan, or by hand), so no next plan can be made from it; {FIX}")
+        try:
+            recipe, settings = pw["workload"], dict(pw["settings"])
+            # its files' paths read as they were, from the folder the plan was made in
+            with contextlib.chdir(recipe["cwd"]):
+                if recipe.get("videos") is not None:
+                    base = workloads.videos(int(recipe["videos"]))
+                else:
+                    base = workloads.load(str(recipe["name"]))
+                if recipe.get("profile"):
+                    base = workloads.apply_profile(base, str(recipe["profile"]))
+            work = replace(base, jobs=tuple(Job(str(n), Decimal(str(u))) for n, u in recipe["jobs"]),
+                           checkpoint_s=recipe.get("checkpoint_s"),
+                           checkpoint_path=recipe.get("checkpoint_path") or base.checkpoint_path)
+            policy = dict(pw["failover"]) if isinstance(pw.get("failover"), dict) else {}
+            max_yen = None if pw.get("max_yen") is None else _figure(pw["max_yen"])
+            settings["providers"] = tuple(settings.get("providers") or ())
+        except UsageError as exc:
+            raise UsageError(f"plan file {self.path}: its workload cannot be read again ({exc}); {FIX}") from None
+        except OSError as exc:
+            raise UsageError(f"plan file {self.path}: the folder it was planned in, {recipe.get('cwd')}, is gone"
+                             f" ({exc.strerror}); {FIX}") from None
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+            raise UsageError(f"plan file {self.path}: planned_with is unreadable ({exc}); {FIX}") from None
+        if fingerprint(work) != pw.get("fingerprint"):
+            raise UsageError(f"plan file {self.path}: its workload ({recipe.get('name') or 'colorize-hd'}) is no longer"
+                             f" what was planned (its file or profile changed since), so no next plan can be made"
+                             f" from it honestly; {FIX}")
+        return work, settings, max_yen, policy
 
     def upper_yen(self) -> Decimal | None:
         """The top of the plan's cost range (its yen basis is the plan's); None where it has none."""
@@ -219,12 +267,51 @@ def _figure(value: Any) -> Decimal:
     return d
 
 
-def data(est, plan_json: dict[str, Any]) -> dict[str, Any]:
+def fingerprint(work) -> str:
+    """The workload as planned, in one figure: a rebuilt one that differs was not what was planned."""
+    import hashlib
+
+    return hashlib.sha256(repr(work).encode()).hexdigest()
+
+
+def planned_with(work, recipe: dict[str, Any], settings: dict[str, Any], max_yen=None, failover=None) -> dict[str, Any]:
+    """What a plan is planned with, as the file keeps it (SavedPlan.replan_inputs reads it back):
+    the workload's `recipe` ({"videos": N} or {"name": a built-in name or a file's path}, and
+    "profile": a profile's path, where one was applied), its jobs and checkpoint as planned, and
+    their fingerprint; plan_estimate's `settings` (region, deadline, objective, tax, providers,
+    max_yen_per_hour, gpus, ...); the batch's max_yen and `failover:` where a launch planned it."""
+    from dataclasses import asdict
+
+    def plain(value):
+        if isinstance(value, Decimal):
+            return str(value)
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if isinstance(value, Path):
+            return str(value)
+        return value
+
+    import os
+
+    return {
+        "workload": {**{k: plain(v) for k, v in recipe.items() if v is not None}, "cwd": os.getcwd(),
+                     "jobs": [[j.name, str(j.units)] for j in work.jobs],
+                     "checkpoint_s": work.checkpoint_s, "checkpoint_path": plain(work.checkpoint_path)},
+        "fingerprint": fingerprint(work),
+        "settings": {k: plain(v) for k, v in settings.items()},
+        "max_yen": plain(max_yen),
+        "failover": asdict(failover) if failover is not None else None,
+    }
+
+
+def data(est, plan_json: dict[str, Any], planned: dict[str, Any] | None = None) -> dict[str, Any]:
     """The file's content for the estimate's recommendation, given its JSON object (the CLI's
-    plan_dict: the same fields `estimate --format json` lists)."""
+    plan_dict: the same fields `estimate --format json` lists) and what it was `planned` with
+    (planned_with(); None: not said, and no next plan can be made from the file)."""
     rec = est.recommended
     work = est.workload
     return {
+        **({"planned_with": planned} if planned is not None else {}),
         "schema_version": SCHEMA_VERSION,
         **plan_json,
         "snapshot": est.snapshot,
@@ -289,7 +376,7 @@ def load(path: Path) -> SavedPlan:
         speeds=plan.get("speeds"), per_gpu=plan.get("per_gpu"),
         command=_text(plan.get("command", top.get("command"))),
         workload_commands=plan.get("workload_commands", top.get("workload_commands")),
-        cost_range=plan.get("cost_jpy_range"),
+        cost_range=plan.get("cost_jpy_range"), planned_with=plan.get("planned_with", top.get("planned_with")),
     )
 
 

@@ -68,21 +68,73 @@ def next_plan(batch, work, plan_batch, first=None):
     (the estimate, None) where nothing is left."""
     from dataclasses import replace
 
-    policy = batch.failover
-    if first is not None and not policy.providers:
-        batch = replace(batch, infra=(first.offer.provider,))
-    if first is not None and not policy.regions:
-        batch = replace(batch, region=first.offer.region)
+    def plan(without, provider, region):
+        kept = batch
+        if provider is not None:
+            kept = replace(kept, infra=(provider,))
+        if region is not None:
+            kept = replace(kept, region=region)
+        return plan_batch(kept, work, without=without)
+
+    return _next(plan, batch.failover, batch.max_yen, first.offer if first else None, first.market if first else "")
+
+
+def next_for_saved(saved, first_offer: Offer, first_market: str, plan_estimate, rate_cap=None, region=None, *,
+                   deadline: str | None = None, max_yen: Decimal | None = None, policy=None):
+    """A saved plan's next plan (`provision --plan` or `launch --plan` refused in every zone of its
+    region): the workload planned again with what the plan was planned with (SavedPlan.replan_inputs:
+    one line where the file does not say) by `plan_estimate` (cli.estimate's), without the refused
+    offers, within its max_yen (and `max_yen`: a launch's, where lower), its deadline (a launch's
+    `deadline` instead, where it gives one), max_yen_per_hour (and `rate_cap`, where lower), the
+    `region` the command was held to, and its failover policy (a launch's batch's `policy`
+    instead); (the estimate, its pick or None, the policy)."""
+    from dataclasses import replace
+
+    from gpuplan.batchfile import Failover
+
+    work, settings, kept_yen, fields = saved.replan_inputs()
+    if policy is None:
+        try:
+            policy = Failover(**fields)
+        except TypeError:
+            raise UsageError(f"plan file {saved.path}: its failover {fields!r} is not one this gpuplan reads;"
+                             " write it with `gpuplan estimate ... --save`") from None
+    if rate_cap is not None:
+        had = parse_rate_cap(settings.get("max_yen_per_hour"))
+        settings["max_yen_per_hour"] = rate_cap if had is None else min(had, rate_cap)
+    if region is not None:
+        settings["region"] = region
+        policy = replace(policy, regions=False)
+    if deadline is not None:
+        settings["deadline"] = deadline
+    max_yen = kept_yen if max_yen is None else max_yen if kept_yen is None else min(kept_yen, max_yen)
+
+    def plan(without, provider, region):
+        kept = dict(settings)
+        if provider is not None:
+            kept.update(providers=(provider,), provider=None)
+        if region is not None:
+            kept["region"] = region
+        return plan_estimate(work, **kept, without=without)
+
+    return (*_next(plan, policy, max_yen, first_offer, first_market), policy)
+
+
+def _next(plan, policy, max_yen, first_offer: Offer | None, first_market: str):
+    """`plan(without, provider, region)` (provider, region: None where they may change) again
+    without the offers refused, by the `policy`; the recommendation where it is within `max_yen`."""
+    provider = first_offer.provider if first_offer is not None and not policy.providers else None
+    region = first_offer.region if first_offer is not None and not policy.regions else None
     left_out = list(without_refused())
     while True:
-        est = plan_batch(batch, work, without=tuple(left_out))
+        est = plan(tuple(left_out), provider, region)
         rec = est.recommended
-        if rec is None or (batch.max_yen is not None and rec.cost > batch.max_yen):
+        if rec is None or (max_yen is not None and rec.cost > max_yen):
             return est, None
         on_demand = [o for o, _ in rec.fleet if o.market != "spot"]
-        if first is None or first.market != "spot" or policy.on_demand or not on_demand:
+        if first_offer is None or first_market != "spot" or policy.on_demand or not on_demand:
             return est, rec
-        # a spot pick whose batch keeps it on spot: its on-demand rows are left out, its spot rows kept
+        # a spot pick whose policy keeps it on spot: its on-demand rows are left out, its spot rows kept
         left_out += [on_demand_key(o) for o in on_demand]
 
 

@@ -1416,6 +1416,35 @@ class State:
                                                       _iso(at)))
             return Reservation(rid, figures, yen)
 
+    def re_reserve(self, rid: str, project: str, month: str, yen: Decimal, what: str, user: str, pricing: Pricing,
+                   cluster: str | None = None, at: datetime | None = None) -> Reservation:
+        """Reservation `rid` to hold `yen` ("included" basis) from now on instead of what it held (a
+        launch's or provision's next plan after its pick was refused: issue 44), or refused where
+        `yen` passes what is left with its old figure given back; read and written in one
+        transaction. Where the refused attempt's teardown dropped it, it is made again under the
+        same id (for `cluster`). What its cluster has spent so far (a refused attempt's seconds)
+        stays counted beside it. The figures returned are the project's without this reservation."""
+        with self._tx() as db:
+            at = at or now()
+            row = db.execute("SELECT * FROM commitments WHERE id=?", (rid,)).fetchone()
+            figures = _figures(db, project, month, pricing, at)
+            cluster = row["cluster"] if row is not None else cluster
+            holds = row is not None and _holds(db, row, at)
+            used = pricing(_month_ledger(db, project, month), month, at)[1].get(cluster, Decimal(0)) \
+                if cluster else Decimal(0)
+            held = max(Decimal(0), Decimal(row["yen"]) - used) if holds else Decimal(0)  # in `committed` now
+            without = BudgetFigures(project, month, figures.budget, figures.spent, figures.committed - held,
+                                    figures.live - int(holds))
+            if without.left is not None and yen > without.left:
+                return Reservation(None, without, yen)
+            if row is not None:
+                db.execute("UPDATE commitments SET yen=? WHERE id=?", (str(yen + used), rid))
+            else:
+                db.execute("INSERT INTO commitments (id, project, month, user_name, yen, what, cluster, job, created_at)"
+                           " VALUES (?,?,?,?,?,?,?,?,?)", (rid, project, month, user, str(yen + used), what, cluster,
+                                                          None, _iso(at)))
+            return Reservation(rid, without, yen)
+
     def attach_commitment(self, rid: str, *, cluster: str | None = None, job: str | None = None) -> None:
         """A reservation made before its row existed now belongs to that cluster or batch (held while it lives)."""
         with self._tx() as db:
@@ -1468,11 +1497,7 @@ Pricing = Callable[[list[dict], str, datetime], tuple[Decimal, dict[str, Decimal
 
 def _figures(db: Db, project: str, month: str, pricing: Pricing, at: datetime) -> BudgetFigures:
     row = db.execute("SELECT yen FROM budgets WHERE project=? AND month=?", (project, month)).fetchone()
-    start, end = team.month_bounds(month)
-    rows = [_ledger_dict(r) for r in db.execute(
-        "SELECT * FROM ledger WHERE COALESCE(project, 'default')=? AND started_at < ? AND (stopped_at IS NULL OR"
-        " stopped_at > ?) ORDER BY started_at, id", (project, _iso(end), _iso(start)))]
-    spent, per_cluster = pricing(rows, month, at)
+    spent, per_cluster = pricing(_month_ledger(db, project, month), month, at)
     committed, live = Decimal(0), 0
     for c in db.execute("SELECT * FROM commitments WHERE project=? AND month=?", (project, month)).fetchall():
         if not _holds(db, c, at):
@@ -1481,6 +1506,14 @@ def _figures(db: Db, project: str, month: str, pricing: Pricing, at: datetime) -
         used = per_cluster.get(c["cluster"], Decimal(0)) if c["cluster"] else Decimal(0)
         committed += max(Decimal(0), Decimal(c["yen"]) - used)
     return BudgetFigures(project, month, Decimal(row["yen"]) if row else None, spent, committed, live)
+
+
+def _month_ledger(db: Db, project: str, month: str) -> list[dict]:
+    """`project`'s ledger rows that bill within `month`."""
+    start, end = team.month_bounds(month)
+    return [_ledger_dict(r) for r in db.execute(
+        "SELECT * FROM ledger WHERE COALESCE(project, 'default')=? AND started_at < ? AND (stopped_at IS NULL OR"
+        " stopped_at > ?) ORDER BY started_at, id", (project, _iso(end), _iso(start)))]
 
 
 def _holds(db: Db, c, at: datetime) -> bool:
