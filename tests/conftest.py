@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# Two workers share two cores (scripts/test.sh). A torch process (the reference jobs on CPU) that
+# starts one thread a core spins against the other worker's work: a tiny colorize step took 35 ms
+# with one thread and 70-1,800 ms with two on a loaded machine. Every process a test starts takes
+# one thread, the loopback hosts' too (support/sshd.py passes the setting on). Set before torch loads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and the PostgreSQL (store) fixtures
 

@@ -69,11 +69,12 @@ def test_a_batch_outlives_its_client_killed_with_sigkill(ray_cluster, tmp_path):
                                "--plan", _plan(tmp_path, names, "killed", item_s=3.5), "--", "sh", "-c", "sleep 3; echo done {item}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ), text=True)
     job = submitted_job(client.stdout.readline())  # printed (and flushed) once the batch is on the cluster
-    time.sleep(4)
+    # killed once its items run (not after a fixed sleep: on a busy machine they may not have started)
+    running = wait_for(lambda: (j := _jobs()[job])["state"] == "running" and j)
     client.send_signal(signal.SIGKILL)
     client.communicate()
-    assert client.returncode == -signal.SIGKILL  # killed mid-batch: 8 items of 3 s on 4 slots take two rounds
-    assert _jobs()[job]["state"] == "running"
+    assert client.returncode == -signal.SIGKILL
+    assert running["succeeded"] < 8  # killed mid-batch: 8 items of 3 s on 4 slots take two rounds
     done = wait_for(lambda: (j := _jobs()[job])["state"] in ("succeeded", "failed") and j)
     assert (done["state"], done["succeeded"], done["total"]) == ("succeeded", 8, 8)
     assert Decimal(done["yen"]) > 0 and done["wall_s"] >= 6

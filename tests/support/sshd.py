@@ -157,7 +157,7 @@ MaxSessions 50
 Subsystem sftp /usr/lib/openssh/sftp-server
 # Start in the fake home, as a real login starts in the real one (sshd itself chdirs to /root).
 ForceCommand cd "$HOME" && eval "${{SSH_ORIGINAL_COMMAND:-exec bash -l}}"
-SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} HOME={root}/root PATH={fakebin}:/usr/bin:/bin GPUPLAN_TEST_WORKER={worker}
+SetEnv GPUPLAN_FAKE_ROOT={root} GPUPLAN_SSHD_DIR={dir} HOME={root}/root PATH={fakebin}:/usr/bin:/bin GPUPLAN_TEST_WORKER={worker} OMP_NUM_THREADS={threads}
 """
 
 
@@ -201,7 +201,8 @@ def start_hosts(n: int, tmp_path: Path | None = None, gpus: int = 1,
             # every process of a login carries the pytest-xdist worker that started the host
             # (support/ray_env.ours: a worker counts only its own items' processes)
             config = _CONFIG.format(port=port, dir=d, root=root, fakebin=FAKEBIN,
-                                    worker=os.environ.get("PYTEST_XDIST_WORKER") or "main")
+                                    worker=os.environ.get("PYTEST_XDIST_WORKER") or "main",
+                                    threads=os.environ.get("OMP_NUM_THREADS") or "1")  # tests/conftest.py says why
             extra = (host_env or [{}] * n)[i]
             if extra:
                 config = config.rstrip("\n") + "".join(f" {k}={v}" for k, v in extra.items()) + "\n"

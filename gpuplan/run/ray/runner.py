@@ -394,6 +394,7 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path,
     import shutil
     import tempfile
 
+    from gpuplan.hosts import remote
     from gpuplan.run.ray import engine
 
     row = refresh_engine(state, job)
@@ -416,15 +417,20 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path,
         raise UsageError(f"{taken[0]} exists already: fetch into another folder, or move it away first")
     eng = engine.engine_of(state, row.cluster)
     hosts = engine.node_hosts(eng)
+    # an item that ended on a node lost since (its engine stopped, the machine perhaps still up) has
+    # its outputs there: that node is asked too, and where it cannot be, the item is named below
+    hosts.update({h.name: h for h in remote.hosts_to_stop(state, row.cluster) if h.name not in hosts})
     if failed:
         _fetch_logs(hosts, failed, {it.idx: into / FAILED_LOGS / f"{names[it.idx]}.log" for it in failed})
     by_node: dict[str, list[int]] = {}
+    unread: dict[str, str] = {}  # node -> why its outputs could not be fetched
     for it in ended:
         if it.node in hosts:
             by_node.setdefault(it.node, []).append(it.idx)
+        elif it.status == "ok":  # its outputs are on a machine gpuplan can no longer reach
+            unread[it.node] = "no address or pinned key is left to reach it"
     into.mkdir(parents=True, exist_ok=True)
     got, files = 0, 0
-    unread: dict[str, str] = {}  # node -> why its outputs could not be fetched
     links: list[str] = []
     with tempfile.TemporaryDirectory(dir=into, prefix=".gpuplan-fetch-") as tmp:
         for node, indexes in by_node.items():
