@@ -8,6 +8,8 @@ hosts. The DOK pick and containers: tests/test_launch_dok.py and tests/test_laun
 
 from __future__ import annotations
 
+import re
+
 from decimal import Decimal
 from pathlib import Path
 
@@ -185,7 +187,7 @@ def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_host
                              "command": "sh -c 'echo done {item} > $GPUPLAN_OUTPUT_DIR/result.txt'",
                              "setup": ["mkdir -p $HOME/venv", "echo ready > $HOME/venv/setup-done"],
                              "outputs": "results"})
-    r = cli("launch", str(path), "-y")
+    r = cli("launch", str(path), "-y", "--plot", str(tmp_path / "run.svg"))
     assert r.code == 0, r.out + r.err
     assert all((h.fake_root / "root" / "venv" / "setup-done").read_text() == "ready\n" for h in owned_hosts)
     assert "2x t4" in r.out and "launch 4 items on 2x baremetal:t4" in r.err  # the estimate's pick, shown, then built
@@ -201,6 +203,11 @@ def test_launch_runs_a_batch_file_from_nothing_to_a_finished_batch_on_owned_host
     job = state.jobs("batch")[-1]
     assert (job.backend, job.state, job.options["launch"]["cluster"]) == ("ray", "succeeded", "batch")
     state.close()
+    # --plot: the batch drawn against its plan once torn down (tests/test_plot_run.py checks the drawing's figures)
+    assert f"plot written to {tmp_path / 'run.svg'}" in r.err
+    drawn = (tmp_path / "run.svg").read_text()
+    assert len(re.findall(r"batch-[01]: \d items? \(planned 2 items\)", drawn)) == 2  # the driver deals items as slots free
+    assert f"job {job.id} (succeeded) against " in drawn
     # the same batch file launched again once torn down takes its name again, claims the same hosts
     # and runs: tests/test_launch_unhappy.py's link test launches one batch file three times over
 

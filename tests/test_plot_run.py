@@ -169,3 +169,10 @@ def test_attempts_the_cloud_stopped_are_drawn_on_the_node_taken_back(gpuplan_hom
         assert pic.note.startswith("no plan")
     finally:
         gen.close()
+
+
+def test_launch_plot_to_a_file_it_cannot_draw_is_refused_before_anything(cli, tmp_path):
+    """launch --plot draws at the batch's end: a file it could not draw into is refused first."""
+    r = cli("launch", "--resume", "batch-1", "--plot", str(tmp_path / "run.txt"))
+    assert r.code == 2 and f"--plot {tmp_path / 'run.txt'}: name an .svg or .png file" in r.err
+    assert not (tmp_path / "run.txt").exists() and not any(tmp_path.rglob("state.db"))

@@ -38,6 +38,7 @@ def launch(
     env_file: Annotated[Optional[Path], typer.Option("--env-file", help="KEY=VALUE lines (# comments) for every item, as --env's; an --env of the same KEY wins.", metavar="FILE")] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="Only machines with these GPUs: V100:4 (four V100s in each machine), A100 (any count), 24GB (at least 24 GB each).", metavar="MODEL[:N]")] = None,
     secret_env: Annotated[Optional[list[str]], typer.Option("--secret-env", help="NAME: a variable of this environment whose value every item gets, as --env's, never written anywhere but the nodes' owner-only file (repeatable; replaces the file's secret_env).", metavar="NAME")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="When the batch ends, draw it against its plan into an .svg or .png, as `gpuplan jobs CLUSTER JOB --plot` does (needs gpuplan[plot]).", metavar="FILE.svg|png")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Pick up a launch: follow its job to the end, fetch, tear down.", metavar="JOB")] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once the batch runs, with its job id (`gpuplan launch --resume JOB` finishes it).")] = False,
     keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster up after the batch.")] = False,
@@ -62,10 +63,14 @@ def launch(
         command, batch_file = [str(batch_file), *(command or [])], None
     if (probe or probe_budget) and plan is not None:
         raise UsageError("--probe plans again from what it measures: leave out --plan (or probe first: `gpuplan probe`)")
+    if plot is not None:
+        from gpuplan.planning import plot as plotting
+
+        plotting.check_target(plot)  # before anything is bought: the drawing comes at the batch's end
     if resume:
         if batch_file is not None or command or plan is not None:
             raise UsageError("--resume picks up a launch from its job alone; leave out the batch file, --plan and the command")
-        _resume(resume, keep, detach, yes)
+        _resume(resume, keep, detach, yes, plot)
         return
     from gpuplan.cli.jobs import env_pairs
 
@@ -155,11 +160,11 @@ def launch(
             _print_lines(out, lines + ["dry run: nothing was created"])
             return
         _launch(state, pick, batch, cluster, lines, plan, todo_items, outputs_dir, yes, detach, keep,
-                work if saved else None)
+                work if saved else None, plot)
 
 
 def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo_items, outputs_dir: Path, yes: bool,
-            detach: bool, keep: bool, work) -> None:
+            detach: bool, keep: bool, work, plot: Path | None = None) -> None:
     """A launch past its checks that need nothing but its files: preflight, the question, the
     build and the batch, under the cluster name's lock (`work`: the workload this command
     planned, for the next plan where the pick is refused; None: a saved plan, launched as it is)."""
@@ -199,7 +204,7 @@ def _launch(state, pick, batch, cluster: str, lines: list[str], plan: Path, todo
         out.print(f"it runs on without this terminal: `gpuplan jobs {where}`, `gpuplan logs {where} {job} ITEM`;"
                   f" `gpuplan launch --resume {job}` follows it, fetches its outputs and tears down", markup=False)
         return
-    _finish(state, job, keep, yes)
+    _finish(state, job, keep, yes, plot)
 
 
 def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progress, plan: Path, work, yes: bool,
@@ -274,7 +279,7 @@ def _start_or_next(state, pick, batch, cluster, order, todo, outputs_dir, progre
                                   ask=None if yes else ask, policy=batch.failover, deadline_s=deadline_s)
 
 
-def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:
+def _resume(job: str, keep: bool, detach: bool, yes: bool, plot: Path | None = None) -> None:
     from gpuplan.store.state import State
 
     state = State.open_default()
@@ -283,13 +288,14 @@ def _resume(job: str, keep: bool, detach: bool, yes: bool) -> None:
         raise UsageError(f"no launch with job {job!r}; `gpuplan jobs CLUSTER` lists the jobs")
     if detach:
         raise UsageError("--resume follows the job to its end; leave out --detach")
-    _finish(state, job, keep, yes)
+    _finish(state, job, keep, yes, plot)
 
 
-def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
+def _finish(state, job: str, keep: bool, yes: bool = False, plot: Path | None = None) -> None:
     """Follow the job to its end (the cap checked on every look; with the batch's `recover`, its
     lost nodes replaced as `run --recover` does), print what it did, fetch its outputs, tear the
-    cluster down (unless --keep); exit non-zero when it was capped or items failed."""
+    cluster down (unless --keep), draw it against its plan (`plot`); exit non-zero when it was
+    capped or items failed."""
     from gpuplan.cli.jobs import _console, _follow, _print_summary, _progress, _recoverer
     from gpuplan.fleet import lifecycle
     from gpuplan.run import backends, batches, launcher, recover
@@ -342,6 +348,10 @@ def _finish(state, job: str, keep: bool, yes: bool = False) -> None:
             out.print(f"cluster {cluster} torn down ({fmt.plural(deleted, 'resource')} deleted)", markup=False)
     else:
         out.print(launcher.left_billing(state, cluster, " (--keep)"), markup=False)
+    if plot is not None:  # after the teardown: the yen drawn are the batch's whole bill
+        from gpuplan.cli.jobs import _plot_job
+
+        _plot_job(state, job, plot)
     launcher.raise_outcome(state, job, cap)
 
 

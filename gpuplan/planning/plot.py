@@ -54,6 +54,17 @@ def _pyplot():
     return plt
 
 
+def check_target(path: Path) -> tuple[Path, str]:
+    """A --plot FILE this can draw into (.svg or .png, matplotlib there), and its suffix: checked
+    by a command before it does anything, so that a drawing asked for at its end cannot fail there."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise UsageError(f"--plot {path}: name an .svg or .png file")
+    _pyplot()
+    return path, suffix
+
+
 def _label(plan) -> str:
     how = "from an image" if plan.setup == "image" else "from scratch"
     return f"{plan.label} {how}"
@@ -61,10 +72,7 @@ def _label(plan) -> str:
 
 def write(est, path: Path, deadline_s: int | None = None, budget: Decimal | None = None) -> Path:
     """Draw the estimate into `path` (.svg or .png); `deadline_s` and `budget` (yen) as lines."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".svg", ".png"):
-        raise UsageError(f"--plot {path}: name an .svg or .png file")
+    path, suffix = check_target(path)
     plt = _pyplot()
     rec = est.recommended
     vms = list(rec.vms) if rec is not None else []
@@ -230,10 +238,7 @@ def budget_chart(path: Path, title: str, days: Sequence[int], spent: Sequence[De
     """`gpuplan budget PROJECT --plot FILE`: a month's spend, day by day (JST; cumulative, the
     ledger's yen by the end of each day), against its budget (a line; none: no limit), with what
     live reservations hold stacked on the last day drawn."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".svg", ".png"):
-        raise UsageError(f"--plot {path}: name an .svg or .png file")
+    path, suffix = check_target(path)
     plt = _pyplot()
     from matplotlib.ticker import FuncFormatter
 
@@ -291,10 +296,7 @@ def run_chart(path: Path, pic: RunPicture) -> Path:
     its end; attempts the cloud stopped hatched). Bottom: the yen billed over the batch's time,
     by the one billing rule (priced at each moment given, joined by straight lines), and the
     plan's yen for its jobs phase and its wall as lines."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".svg", ".png"):
-        raise UsageError(f"--plot {path}: name an .svg or .png file")
+    path, suffix = check_target(path)
     plt = _pyplot()
     from matplotlib.ticker import FuncFormatter, MultipleLocator
 
