@@ -9,7 +9,6 @@ hosts. The DOK pick and containers: tests/test_launch_dok.py and tests/test_laun
 from __future__ import annotations
 
 import re
-
 from decimal import Decimal
 from pathlib import Path
 

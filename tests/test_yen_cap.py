@@ -1,4 +1,4 @@
-"""The yen cap without a cluster: when `run --max-yen N` makes the batch stop (runner.cap_stop_at,
+"""The yen cap without a cluster: when `run --max-yen N` makes the batch stop (runner.cap_stop_at, by Cap.stop_moment,
 by the cluster's ledger terms and the one billing rule), and what `run` refuses. The cap on a
 real cluster (the driver stopping the batch) is in tests/test_run_containers.py."""
 
@@ -12,6 +12,7 @@ import pytest
 
 from gpuplan.market import billing
 from gpuplan.run import items as run_items
+from gpuplan.run.caps import Cap
 from gpuplan.run.ray import runner
 from gpuplan.store.state import State
 
@@ -31,7 +32,7 @@ def _cluster(tmp_path: Path, name: str, nodes: int, price: Decimal | None, terms
 
 def test_the_cap_is_the_last_whole_second_the_nodes_bill_stays_within_it(tmp_path):
     state = _cluster(tmp_path, "c", 2, Decimal("367.20"))  # no ledger terms: the hourly price by the second
-    at = runner.cap_stop_at(state, "c", Decimal(4), now=NOW)
+    at = runner.cap_stop_at(state, "c", Cap.on(Decimal(4)), now=NOW)
     t = int((at - NOW).total_seconds())
     assert t == 19  # 2 x ¥0.102 a second: 19 s is ¥3.876, 20 s ¥4.08
     assert run_items.yen_for(None, Decimal("367.20"), 2, t) <= 4 < run_items.yen_for(None, Decimal("367.20"), 2, t + 1)
@@ -41,15 +42,15 @@ def test_the_cap_follows_the_ledgers_terms_granularity_and_minimum(tmp_path):
     hourly = billing.Terms(Decimal(990), 3600, granularity_s=3600, minimum_s=3600)  # Sakura: the started hour
     state = _cluster(tmp_path, "s", 1, Decimal(990), hourly)
     # ¥2,000 buys two started hours: the batch may run until the second hour's last second
-    assert runner.cap_stop_at(state, "s", Decimal(2000), now=NOW) == NOW + timedelta(hours=2)
+    assert runner.cap_stop_at(state, "s", Cap.on(Decimal(2000)), now=NOW) == NOW + timedelta(hours=2)
     with pytest.raises(runner.UsageError, match="first billed second"):
-        runner.cap_stop_at(state, "s", Decimal(500), now=NOW)  # less than the first (whole) hour
+        runner.cap_stop_at(state, "s", Cap.on(Decimal(500)), now=NOW)  # less than the first (whole) hour
 
 
 def test_a_cluster_without_a_price_cannot_be_capped(tmp_path):
     state = _cluster(tmp_path, "owned", 1, None)
     with pytest.raises(runner.UsageError, match="no price"):
-        runner.cap_stop_at(state, "owned", Decimal(100), now=NOW)
+        runner.cap_stop_at(state, "owned", Cap.on(Decimal(100)), now=NOW)
 
 
 def test_capped_is_an_end_state_and_exits_6():

@@ -5,8 +5,9 @@ consumption tax on every provider; `run --max-yen` as the provider lists its pri
 cost ledger counts yen as each provider bills them (AWS, Azure, GCP without tax; Sakura and
 owned hosts' power with it). `Cap.billed` is the cap on the ledger's basis: every comparison of a
 cap with spent yen (the driver's stop time, a replacement's check, the follower's watch) uses it,
-never `yen` as written. `stop_time` is the one cap-to-time function: `run --max-yen`, `launch`
-and `run --recover` each ask it with their own start and allowance.
+never `yen` as written. `Cap.stop_moment` is the one way a cap becomes a moment (stop_time, on
+`billed`, with the cap's own scope and allowance): `run --max-yen`, `launch` and `run --recover`
+each ask it, and each words its own refusal where the moment has passed.
 """
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ class Cap:
     def at(self, stop_at: datetime | None) -> Cap:
         return replace(self, stop_at=stop_at)
 
+    def stop_moment(self, state: State, cluster: str, *, now: datetime, since: datetime | None = None,
+                    gone: Sequence[str] = (), joining: Terms | None = None) -> datetime | None:
+        """The latest whole second the batch may run to and the cluster's bill stay within the cap
+        (in ledger yen, `billed`), fetch and teardown (`allowance_s`) billed too: stop_time from
+        `since` (a batch's start, for a cap on the batch's machine time; a cluster's cap holds its
+        whole ledger), a node lost (or in `gone`) billed only until `now`, a machine billed by
+        `joining` from `now`. None: never (a fleet that bills nothing); a moment before `now`:
+        not even the bill so far fits."""
+        from gpuplan.units import MAX_DURATION_S
+
+        t = stop_time(state, cluster, self.billed, now=now, since=None if self.scope == CLUSTER else since,
+                      gone=gone, joining=joining, allowance_s=self.allowance_s)
+        return None if t == MAX_DURATION_S else now + timedelta(seconds=t)
+
     def reached(self, spent_billed: Decimal | None) -> bool:
         """Have yen spent (as the ledger counts them) reached the cap?"""
         return spent_billed is not None and spent_billed >= self.billed
@@ -93,13 +108,6 @@ def of_job(row: JobRow) -> Cap | None:
                       scope=CLUSTER if launch.get("cluster") else BATCH)
     yen = row.options.get("max_yen")
     return Cap.on(Decimal(str(yen))) if yen is not None else None
-
-
-def job_stop(state: State, row: JobRow, cap: Cap, *, now: datetime, gone: Sequence[str] = (),
-             joining: Terms | None = None) -> int:
-    """stop_time for a submitted batch's cap: its scope's start and allowance."""
-    return stop_time(state, row.cluster, cap.billed, now=now, since=None if cap.scope == CLUSTER else row.submitted_at,
-                     gone=gone, joining=joining, allowance_s=cap.allowance_s)
 
 
 def stop_time(state: State, cluster: str, billed: Decimal, *, now: datetime, since: datetime | None = None,

@@ -387,7 +387,7 @@ def start(state: State, pick: Pick, batch: Batch, name: str, order: Order | None
     def capped() -> None:  # once the machines bill, before they are set up: the cap's moment, and its backstop
         if cap is None or backends.CAP not in backend.supports:
             return
-        held[0] = moment = cap.at(stop_at(state, name, cap))
+        held[0] = moment = cap.at(_stop_at(state, name, cap))
         if moment.stop_at is not None:
             progress(f"max_yen {fmt.yen(batch.max_yen)}: the batch stops at {moment.stop_at:%H:%M:%S} UTC if it is still"
                      " running")
@@ -502,25 +502,21 @@ def run_setup(state: State, cluster: str, commands: Sequence[str], progress: Pro
         if not r.ok:
             raise RemoteError(f"setup on {h.name} failed (exit {r.exit_code}): {r.why()}; fix `setup:` and launch again")
 
-
-def stop_at(state: State, cluster: str, cap: Cap) -> datetime | None:
-    """When the batch must stop so that the cluster's ledger (every node billed by the one rule,
-    from its start) stays within the cap's ledger yen once fetch and teardown (caps.TEARDOWN_ALLOWANCE_S)
-    are billed too (caps.stop_time): the latest whole second at which it still does. None: a
-    fleet that bills nothing (owned hosts with no power figure)."""
-    from gpuplan.run import caps
+def _stop_at(state: State, cluster: str, cap: Cap) -> datetime | None:
+    """The launch's cap as a moment (Cap.stop_moment over the cluster's whole ledger, fetch and
+    teardown kept); Capped where the ledger is over it already. None: a fleet that bills nothing."""
     from gpuplan.store.state import now
-    from gpuplan.units import MAX_DURATION_S
 
     start = now()
-    seconds = caps.stop_time(state, cluster, cap.billed, now=start, allowance_s=cap.allowance_s)
-    if seconds < 0:
+    moment = cap.stop_moment(state, cluster, now=start)
+    if moment is not None and moment < start:
         from gpuplan.run.items import Capped
 
         raise Capped(f"cluster {cluster} has already spent {fmt.yen(cap.said(state.ledger_seconds_and_yen(cluster)[1]))}"
                      f" of max_yen {fmt.yen(cap.yen)} (with {cap.allowance_s} s kept for fetch and teardown):"
                      " nothing was run")
-    return None if seconds == MAX_DURATION_S else start + timedelta(seconds=seconds)  # None: the fleet bills nothing
+    return moment
+
 
 
 def backstop(state: State, cluster: str, at: datetime, progress: Progress) -> None:

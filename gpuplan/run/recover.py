@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -85,19 +85,17 @@ def job_cap(row: JobRow) -> Cap | None:
 def cap_time(state: State, row: JobRow, gone: Sequence[str] = (), joining: Terms | None = None,
              now: datetime | None = None) -> datetime | None:
     """When the batch must stop for its nodes' bill to stay within its cap, compared in ledger
-    yen (Cap.billed; None: no cap): caps.stop_time from the batch's start (a launch: the cluster's
-    whole ledger, teardown allowance kept), a node lost (or in `gone`) billed only until `now`,
-    and a machine billed by `joining` from `now`. What `run --recover` checks a replacement
-    against, and the cap it then moves the driver to (a dearer machine brings the stop earlier).
-    `now` itself where not even the bill so far fits."""
-    from gpuplan.run import caps
-
+    yen (Cap.stop_moment from the batch's start; a launch's: the cluster's whole ledger, teardown
+    allowance kept), a node lost (or in `gone`) billed only until `now`, and a machine billed by
+    `joining` from `now`. What `run --recover` checks a replacement against, and the cap it then
+    moves the driver to (a dearer machine brings the stop earlier). `now` itself where not even
+    the bill so far fits; None: no cap, or a fleet that bills nothing."""
     cap = job_cap(row)
     if cap is None or state.cluster(row.cluster) is None:
         return None
     now = now or datetime.now(timezone.utc)
-    t = caps.job_stop(state, row, cap, now=now, gone=gone, joining=joining)
-    return now + timedelta(seconds=t) if t >= 0 else now
+    stop = cap.stop_moment(state, row.cluster, now=now, since=row.submitted_at, gone=gone, joining=joining)
+    return None if stop is None else max(stop, now)
 
 
 def move_cap(state: State, row: JobRow, now: datetime | None = None) -> datetime | None:

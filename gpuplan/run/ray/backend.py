@@ -114,7 +114,7 @@ class RayBackend:
                                               options=dict(sub.options), local_workdir=sub.workdir, progress=progress)
         stop_at, options = sub.stop_at, dict(sub.options)
         if sub.cap is not None and stop_at is None:  # `run --max-yen`: the nodes' bill for the batch from now
-            stop_at = runner.cap_stop_at(state, sub.target, sub.cap.billed)
+            stop_at = runner.cap_stop_at(state, sub.target, sub.cap)
             options["cap"] = sub.cap.at(stop_at).options()
             progress(f"--max-yen {fmt.yen(sub.cap.yen)}: the batch stops at {stop_at:%Y-%m-%d %H:%M:%S} UTC if it is"
                      " still running")

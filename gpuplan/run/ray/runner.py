@@ -45,6 +45,7 @@ from gpuplan.run.items import (
 
 if TYPE_CHECKING:
     from gpuplan.market.billing import Terms
+    from gpuplan.run.caps import Cap
     from gpuplan.store.state import JobRow, State
 
 
@@ -58,13 +59,14 @@ class Target:
     gpus: int
 
 
-def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | None = None) -> datetime:
-    """`run --max-yen` (ledger yen, as the provider lists them): the time at which the batch must
-    stop so that the cluster's nodes, billed from `now` each by its own ledger terms (caps.stop_time,
-    the one cap-to-time rule), cost at most `max_yen`."""
+def cap_stop_at(state: State, cluster: str, cap: Cap, now: datetime | None = None) -> datetime:
+    """`run --max-yen`: the moment the batch must stop so that the cluster's nodes, billed from
+    `now` each by its own ledger terms, stay within the cap (Cap.stop_moment, in ledger yen);
+    refused where the cluster has no price, or its nodes' first billed second is over the cap."""
     from datetime import timedelta
 
     from gpuplan.run import caps
+    from gpuplan.units import MAX_DURATION_S
 
     row = state.cluster(cluster)
     if row is None:
@@ -72,12 +74,14 @@ def cap_stop_at(state: State, cluster: str, max_yen: Decimal, now: datetime | No
     if state.ledger_terms(cluster) is None and row.price_jpy_per_hour is None:
         raise UsageError(f"cluster {cluster} has no price in the state: --max-yen cannot say when to stop")
     now = now or datetime.now(timezone.utc)
-    low = caps.stop_time(state, cluster, max_yen, now=now, since=now)
-    if low <= 0:
+    stop = cap.stop_moment(state, cluster, now=now, since=now)
+    if stop is None:  # nothing of it bills: the cap never stops it
+        return now + timedelta(seconds=MAX_DURATION_S)
+    if stop <= now:
         nodes = sum(1 for n in state.nodes(cluster) if n.status not in (*caps.GONE, "lost"))
-        raise UsageError(f"--max-yen {max_yen}: {fmt.plural(nodes, 'node')} of {cluster} cost more than that for their"
-                         " first billed second already; raise the cap")
-    return now + timedelta(seconds=low)
+        raise UsageError(f"--max-yen {fmt.yen(cap.yen)}: {fmt.plural(nodes, 'node')} of {cluster} cost more than that"
+                         " for their first billed second already; raise the cap")
+    return stop
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -428,7 +432,7 @@ def fetch_outputs(state: State, job: str, item: str | None, into: Path,
         if it.node in hosts:
             by_node.setdefault(it.node, []).append(it.idx)
         elif it.status == "ok":  # its outputs are on a machine gpuplan can no longer reach
-            unread[it.node] = "no address or pinned key is left to reach it"
+            unread[str(it.node)] = "no address or pinned key is left to reach it"
     into.mkdir(parents=True, exist_ok=True)
     got, files = 0, 0
     links: list[str] = []
