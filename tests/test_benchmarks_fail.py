@@ -84,3 +84,12 @@ def test_a_figure_just_under_its_target_never_reads_as_the_target(capsys):
     out = capsys.readouterr().out
     assert "OK   just under: 0.4996 s (target < 0.500 s)" in out
     assert "OK   well under: 0.250 s (target < 0.500 s)" in out
+
+
+def test_planner_bench_exits_1_when_its_targets_are_missed(tmp_path: Path):
+    # start-up, heavy imports and the optimizer, one run each on 20 jobs, from a folder of its own
+    done = _bench("planner_bench.py", "--runs", "1", "--jobs", "20", "--sky", "", scale="0", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "MISS gpuplan --help:" in done.stdout and "MISS optimizer, 20 jobs, deadline 24 h" in done.stdout
+    assert "heavy modules imported: none" in done.stdout and "FAIL" not in done.stdout
+    assert "4 of 4 targets missed" in done.stdout
