@@ -291,7 +291,19 @@ def _undo_refused(before: set[Path] | None) -> None:
         pass
 
 
+_whole_process = False
+
+
+def process_ends_with_command() -> bool:
+    """Whether this process is the gpuplan command itself (main() called without argv: the
+    console script, `python -m gpuplan`), which exits when the command ends; not a caller
+    running commands in its own process (the tests)."""
+    return _whole_process
+
+
 def main(argv: list[str] | None = None) -> None:
+    global _whole_process
+    _whole_process = argv is None
     args = list(sys.argv[1:] if argv is None else argv)
     command = _register_commands(args)
     if not isinstance(sys.stdout, _Output):
