@@ -72,3 +72,18 @@ def test_status_to_a_pipe_imports_no_rich_and_forced_colour_still_styles(tmp_pat
     assert forced.returncode == 0, forced.stderr
     assert "\x1b[1mc0000" in forced.stdout  # the cluster's name in bold, as rich writes it at a terminal
     assert "rich.console" in forced.stderr
+
+
+def test_a_batch_not_over_is_still_said_after_the_clusters(cli, gpuplan_home: Path):
+    from gpuplan.store.state import State
+
+    _state(gpuplan_home, clusters=2)
+    state = State.open_default()
+    state.add_job("c0001-1", "c0001", ["echo", "{item}"], {}, [(0, "a"), (1, "b")], 4)
+    state.close()
+    r = cli("status")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[-1] == ("batch c0001-1 on c0001: submitted, 0 of 2 items done when last looked at;"
+                         " `gpuplan jobs c0001` for now")
+    assert sum(" ready  up " in line for line in lines) == 2

@@ -492,11 +492,16 @@ def status(
             from gpuplan.run import backends
 
             unfinished += [j for j in pending if not backends.of(j).has_cluster]
-        out = _out_console() if unfinished else None  # rich only where there is a batch to say
-        for j in unfinished:  # as of the last look (`gpuplan jobs` reads the cluster)
-            ok = state.job_counts(j.id).get("ok", 0)
-            out.print(f"batch {j.id} on {j.cluster}: {j.state}, {ok} of {fmt.plural(j.total, 'item')}"
-                      f" done when last looked at; `gpuplan jobs {j.cluster}` for now", markup=False)
+        if unfinished:  # rich only where there is a batch to say
+            _print_batches(state, _out_console(), unfinished)
+
+
+def _print_batches(state, out, unfinished) -> None:
+    """status's line per batch not over, as of the last look (`gpuplan jobs` reads the cluster)."""
+    for j in unfinished:
+        ok = state.job_counts(j.id).get("ok", 0)
+        out.print(f"batch {j.id} on {j.cluster}: {j.state}, {ok} of {fmt.plural(j.total, 'item')}"
+                  f" done when last looked at; `gpuplan jobs {j.cluster}` for now", markup=False)
 
 
 def teardown(
