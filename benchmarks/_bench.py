@@ -42,7 +42,14 @@ class Verdicts:
         self.checked += 1
         if not ok:
             self.missed.append(label)
-        print(f"  {'OK  ' if ok else 'MISS'} {label}: {value:{fmt}} {unit} (target < {limit:{fmt}} {unit})", flush=True)
+        shown = f"{value:{fmt}}"
+        if ok and fmt.startswith(".") and fmt.endswith("f") and shown == f"{limit:{fmt}}":
+            # 0.4996 met a 0.5 s target but read "0.500 s (target < 0.500 s)": as many digits as tell them apart
+            digits = int(fmt[1:-1])
+            while shown == f"{limit:.{digits}f}" and digits < 9:
+                digits += 1
+                shown = f"{value:.{digits}f}"
+        print(f"  {'OK  ' if ok else 'MISS'} {label}: {shown} {unit} (target < {limit:{fmt}} {unit})", flush=True)
         return ok
 
     def fail(self, label: str, why: str) -> None:

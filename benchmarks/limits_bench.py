@@ -17,13 +17,17 @@ many bytes it writes (targets 10 s and 30 MB), and (issue 33) its time against t
 best of `--repeat` runs of each, taken in turn (target: at most 1.3x); and what --deadline costs: the same estimate of
 1,000 and of MAX_JOBS mixed jobs with and without --deadline 10h, the difference in time and in
 peak memory (targets: under 1 s more at 1,000 jobs; at MAX_JOBS, within 1.5x the memory).
+`--only limits --jobs N` plans N jobs instead of MAX_JOBS in the first cases, against the same
+targets (a small case for tests/test_benchmarks_fail.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -119,11 +123,14 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated: limits, json, deadline (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="json: runs of each format, the best one counted")
     parser.add_argument("--wall", action="store_true", help="time by wall clock, not CPU time")
+    parser.add_argument("--jobs", type=int, default=MAX_JOBS, help="limits: jobs planned in the first cases (the targets stay)")
     opts = parser.parse_args()
+    jobs = opts.jobs
     global WALL
     WALL = opts.wall
     only = set(filter(None, opts.only.split(",")))
-    work = Path(tempfile.mkdtemp())
+    work = Path(tempfile.mkdtemp(prefix="gpuplan-limits-"))
+    atexit.register(shutil.rmtree, work, True)  # its workload files (one over 1 MiB) go with it
     env = dict(os.environ, GPUPLAN_HOME=str(work / "home"))
     if only and "limits" not in only:
         if "json" in only:
@@ -135,18 +142,18 @@ def main() -> None:
     rng = random.Random(1)
     mixed = work / "mixed.yaml"
     mixed.write_text("name: mixed\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n"
-                     + "".join(f"  - {{units: {rng.randint(600, 20000)}}}\n" for _ in range(MAX_JOBS)))
+                     + "".join(f"  - {{units: {rng.randint(600, 20000)}}}\n" for _ in range(jobs)))
     million = work / "million.yaml"
     million.write_text("name: x\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n  - {units: 100, count: 1000000}\n")
     big = work / "big.yaml"
     big.write_text("name: x\nseconds_per_unit: 1\nreference_gpu: K80\njobs:\n"
                    + "  - {units: 100}\n" * (MAX_FILE_BYTES // 16 + 1))
     planned = [
-        (f"--videos {MAX_JOBS:,}, whole current catalog", ["--videos", str(MAX_JOBS)]),
-        (f"--videos {MAX_JOBS:,}, --deadline 10h", ["--videos", str(MAX_JOBS), "--deadline", "10h"]),
-        (f"{MAX_JOBS:,} mixed jobs ({mixed.stat().st_size // 1024} KiB file)", ["--workload", str(mixed)]),
-        (f"{MAX_JOBS:,} mixed jobs, --deadline 10h", ["--workload", str(mixed), "--deadline", "10h"]),
-        (f"{MAX_JOBS:,} mixed jobs, --deadline 3h (tight)", ["--workload", str(mixed), "--deadline", "3h"]),
+        (f"--videos {jobs:,}, whole current catalog", ["--videos", str(jobs)]),
+        (f"--videos {jobs:,}, --deadline 10h", ["--videos", str(jobs), "--deadline", "10h"]),
+        (f"{jobs:,} mixed jobs ({mixed.stat().st_size // 1024} KiB file)", ["--workload", str(mixed)]),
+        (f"{jobs:,} mixed jobs, --deadline 10h", ["--workload", str(mixed), "--deadline", "10h"]),
+        (f"{jobs:,} mixed jobs, --deadline 3h (tight)", ["--workload", str(mixed), "--deadline", "3h"]),
     ]
     refused = [
         ("--videos 100,000 (refused)", ["--videos", "100000"]),

@@ -1,7 +1,8 @@
 """The command line. Only this package knows typer and rich.
 
-Each command group lives in its own module with a `register(app)` function; modules import
-their heavy dependencies inside the command bodies so `gpuplan --help` stays fast.
+Each command group lives in its own module with a `register(app)` function; a command imports
+only its own module (_MODULES), and modules import their heavy dependencies inside the command
+bodies, so `gpuplan --help` and each command start fast.
 Every gpuplan error becomes one line on stderr and its exit code here, in one place.
 """
 
@@ -19,12 +20,16 @@ from gpuplan.errors import GpuplanError
 plain_params.install()  # options parsed without pydantic where the answer is certain
 plain_params.light_help()  # --help without rich's Markdown and Traceback until they are used
 
-app = typer.Typer(
-    name="gpuplan",
-    help="Plan GPU batch work in yen (setup counted), provision it, bootstrap it, run it, tear it down.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
+
+def _new_app() -> typer.Typer:
+    made = typer.Typer(
+        name="gpuplan",
+        help="Plan GPU batch work in yen (setup counted), provision it, bootstrap it, run it, tear it down.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+    )
+    made.callback()(_root)
+    return made
 
 _debug = False
 
@@ -41,7 +46,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors, and a failed remote step's whole output."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
@@ -55,23 +59,64 @@ def _root(
         logging.getLogger().addHandler(logging.StreamHandler())
 
 
-_command = None
+# The command modules in the order `gpuplan --help` lists them, and the top-level commands each
+# registers (tests/test_cli_startup.py checks this against what their register() adds).
+_MODULES = {
+    "estimate": ("estimate",),
+    "catalog": ("catalog",),
+    "check": ("check",),
+    "lifecycle": ("provision", "status", "teardown", "image"),
+    "costs": ("cost-report", "budget"),
+    "remote": ("bootstrap", "ssh"),
+    "jobs": ("bench", "run", "jobs", "logs", "cancel", "dashboard"),
+    "launch": ("launch", "convert"),
+    "probe": ("probe",),
+    "profiles": ("profiles",),
+    "sakura": ("dok", "phy"),
+}
+_MODULE_OF = {name: module for module, names in _MODULES.items() for name in names}
+_ROOT_FLAGS = ("--debug", "--version")
+
+app = _new_app()  # every command (what --help lists, docs/cli.md and the tests read)
+_commands: dict[str | None, object] = {}  # the click command per module (None: all of them), built once
 
 
-def _register_commands():
-    """Once per process: main() called again (tests run the CLI in-process) must not add every
-    command a second time, which made each later call slower. Returns the click command, its
-    help made readable (helptext.py)."""
-    global _command
-    from gpuplan.cli import catalog, check, costs, estimate, helptext, jobs, launch, lifecycle, probe, profiles, remote, sakura
+def _module_for(args: list[str]) -> str | None:
+    """The one command module `gpuplan ARGS` runs, or None where every command is needed: no
+    command named, a name gpuplan does not know (its error suggests the near ones), shell
+    completion. Only the root's flags come before a command's name."""
+    if any(key.startswith("_GPUPLAN_COMPLETE") or key.startswith("_TYPER_COMPLETE") for key in os.environ):
+        return None
+    for word in args:
+        if word not in _ROOT_FLAGS:
+            return None if word.startswith("-") else _MODULE_OF.get(word)
+    return None
 
-    if _command is None:
-        if not (app.registered_commands or app.registered_groups):
-            for module in (estimate, catalog, check, lifecycle, costs, remote, jobs, launch, probe, profiles, sakura):
-                module.register(app)
-        _annotations_once(app)
-        _command = helptext.readable(typer.main.get_command(app))
-    return _command
+
+def _register_commands(args: list[str] | None = None):
+    """The click command that runs `gpuplan ARGS`, its help made readable (helptext.py): for a
+    command gpuplan knows, a group of only its own module's commands (issue 47: building every
+    command imported every command module, about 0.1 s of a 0.5 s `gpuplan status`); else, and
+    with no ARGS, the whole CLI on `app`. Built once per process each: main() called again (tests
+    run the CLI in-process) must not add every command a second time, which made each later call
+    slower."""
+    import importlib
+
+    from gpuplan.cli import helptext
+
+    module = _module_for(args) if args is not None else None
+    if module not in _commands:
+        if module is None:
+            group = app
+            if not (app.registered_commands or app.registered_groups):
+                for name in _MODULES:
+                    importlib.import_module(f"gpuplan.cli.{name}").register(app)
+        else:
+            group = _new_app()
+            importlib.import_module(f"gpuplan.cli.{module}").register(group)
+        _annotations_once(group)
+        _commands[module] = helptext.readable(typer.main.get_command(group))
+    return _commands[module]
 
 
 def _annotations_once(group: typer.Typer) -> None:
@@ -246,8 +291,21 @@ def _undo_refused(before: set[Path] | None) -> None:
         pass
 
 
+_whole_process = False
+
+
+def process_ends_with_command() -> bool:
+    """Whether this process is the gpuplan command itself (main() called without argv: the
+    console script, `python -m gpuplan`), which exits when the command ends; not a caller
+    running commands in its own process (the tests)."""
+    return _whole_process
+
+
 def main(argv: list[str] | None = None) -> None:
-    command = _register_commands()
+    global _whole_process
+    _whole_process = argv is None
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = _register_commands(args)
     if not isinstance(sys.stdout, _Output):
         sys.stdout = _Output(sys.stdout)
     _survive_narrow_encodings()
@@ -255,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     before = _state_files()
     from gpuplan.cli import shapes
 
-    args = shapes.json_alias(command, list(sys.argv[1:] if argv is None else argv))
+    args = shapes.json_alias(command, args)
     try:
         code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
         if isinstance(code, int) and code:  # typer.Exit(code), --help and `gpuplan ssh` exit codes

@@ -344,14 +344,34 @@ def _print_lines(console, lines: list[str]) -> None:
         console.print(line, markup=False, soft_wrap=True)
 
 
+# What rich strips from text it writes (rich.control.STRIP_CONTROL_CODES: bell, backspace, vertical
+# tab, form feed, carriage return; tests/test_status_output.py checks they agree).
+_CONTROL_CODES = "\a\b\v\f\r"
+
+
+def _plain_stdout() -> bool:
+    """Whether rich would write stdout as a file, not a terminal: no styles, the characters as they
+    are (rich's Console.is_terminal for a process outside IDLE and Jupyter: stdout not a tty, and
+    neither TTY_COMPATIBLE nor FORCE_COLOR set, which rich is left to read). Then status writes
+    its clusters without importing rich (issue 47: 0.04 s of a 0.5 s `gpuplan status`)."""
+    import os
+
+    if os.environ.get("TTY_COMPATIBLE", "") in ("0", "1") or "FORCE_COLOR" in os.environ:
+        return False
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, ValueError):  # closed: rich's path says so as before
+        return False
+
+
 def _print_status(out, statuses) -> None:
     """One header line per cluster, then its nodes in aligned columns. Laid out here and
-    printed in one call: a rich Table per cluster took 15 s for 1,000 clusters."""
-    from rich.text import Text
-
+    printed in one call: a rich Table per cluster took 15 s for 1,000 clusters. `out`: a rich
+    Console, or None to write the clusters to stdout as plain characters (_plain_stdout)."""
     from gpuplan.fleet.lifecycle import TTL_DOES
 
     if not statuses:
+        out = out or _out_console()
         out.print("no clusters; `gpuplan launch batch.yaml` plans, builds and runs a batch on whatever the pick is"
                   " (docs/batch.md), or `gpuplan provision NC4as_T4_v3 x2` creates one")
         return
@@ -386,15 +406,18 @@ def _print_status(out, statuses) -> None:
             cells = [r[i].ljust(widths[i]) for i in range(4)] + [r[4].rjust(widths[4])]
             lines.append("  " + "    ".join(cells).rstrip() + "\n")
         parts.append(("".join(lines), ""))
-    if not out.is_terminal and out.file is sys.stdout:  # a pipe or a file: the characters rich would write,
-        # without its pass over every line (0.3 s of `status` for 1,000 clusters); control codes stripped as it does
-        from rich.control import STRIP_CONTROL_CODES, strip_control_codes
-
+    if out is None or (not out.is_terminal and out.file is sys.stdout):  # a pipe or a file: the characters
+        # rich would write, without its pass over every line (0.3 s of `status` for 1,000 clusters); control
+        # codes stripped as it does
         plain = "".join(t for t, _ in parts).rstrip()
-        if any(chr(code) in plain for code in STRIP_CONTROL_CODES):  # rare: translate() is slow on a big string
+        if any(code in plain for code in _CONTROL_CODES):  # rare: translate() is slow on a big string
+            from rich.control import strip_control_codes
+
             plain = strip_control_codes(plain)
-        out.file.write(plain + "\n")
+        sys.stdout.write(plain + "\n")
         return
+    from rich.text import Text
+
     text = Text()
     for t, style in parts:
         text.append(t, style=style or None)
@@ -461,19 +484,24 @@ def status(
     if as_json:
         shapes.emit([shapes.cluster(s) for s in statuses])
     else:
-        _print_status(_out_console(), statuses)
+        _print_status(None if _plain_stdout() else _out_console(), statuses)
         place = {s.cluster.name: i for i, s in enumerate(statuses)}  # in the clusters' order, then as submitted
-        out = _out_console()
         pending = [j for j in state.unfinished_jobs() if team.visible(j.user, j.project, all_users, only, me)]
         unfinished = sorted((j for j in pending if j.cluster in place), key=lambda j: place[j.cluster])
-        if cluster is None:  # batches of a backend without clusters (高火力 DOK: gpuplan run dok:PLAN)
+        if cluster is None and pending:  # batches of a backend without clusters (高火力 DOK: gpuplan run dok:PLAN)
             from gpuplan.run import backends
 
             unfinished += [j for j in pending if not backends.of(j).has_cluster]
-        for j in unfinished:  # as of the last look (`gpuplan jobs` reads the cluster)
-            ok = state.job_counts(j.id).get("ok", 0)
-            out.print(f"batch {j.id} on {j.cluster}: {j.state}, {ok} of {fmt.plural(j.total, 'item')}"
-                      f" done when last looked at; `gpuplan jobs {j.cluster}` for now", markup=False)
+        if unfinished:  # rich only where there is a batch to say
+            _print_batches(state, _out_console(), unfinished)
+
+
+def _print_batches(state, out, unfinished) -> None:
+    """status's line per batch not over, as of the last look (`gpuplan jobs` reads the cluster)."""
+    for j in unfinished:
+        ok = state.job_counts(j.id).get("ok", 0)
+        out.print(f"batch {j.id} on {j.cluster}: {j.state}, {ok} of {fmt.plural(j.total, 'item')}"
+                  f" done when last looked at; `gpuplan jobs {j.cluster}` for now", markup=False)
 
 
 def teardown(

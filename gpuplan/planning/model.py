@@ -1200,12 +1200,41 @@ def _spot_risk(workload: Workload, machines: Sequence[Machines], per_gpu: int, s
     return spot_risk.expected(out, workload.checkpoint_s, synchronous)
 
 
+class _PerOffer:
+    """What a plan says of each offer, worked out once per estimate rather than once per plan
+    (issue 47: 20,000 jobs make some 2,000 plans of the same few offers). Kept for the last
+    (workload, setting) only, each offer by identity and held beside its figures, so an offer,
+    workload or setting made later never reads another's."""
+
+    def __init__(self) -> None:
+        self.of: tuple = (None, None)
+        self.speeds: dict[int, tuple[Offer, SpeedEvidence]] = {}
+        self.notes: dict[int, tuple[Offer, tuple[str, ...]]] = {}
+
+    def at(self, workload: Workload, setting: Setting) -> _PerOffer:
+        if self.of[0] is not workload or self.of[1] is not setting:
+            self.of, self.speeds, self.notes = (workload, setting), {}, {}
+        return self
+
+
+_PER_OFFER = _PerOffer()
+
+
+def _speed_of(workload: Workload, setting: Setting, o: Offer) -> SpeedEvidence:
+    """speed_evidence(workload, o, setting.catalog.gpus), once per offer of an estimate."""
+    known = _PER_OFFER.at(workload, setting).speeds
+    have = known.get(id(o))
+    if have is None or have[0] is not o:
+        have = known[id(o)] = (o, speed_evidence(workload, o, setting.catalog.gpus))
+    return have[1]
+
+
 def _speeds(workload: Workload, setting: Setting, fleet: Sequence[tuple[Offer, int]]) -> tuple[SpeedEvidence, ...]:
     """Each GPU of the fleet once, with its speed's kind and band."""
     out: dict[str, SpeedEvidence] = {}
     for o, _ in fleet:
         if o.gpu not in out:
-            out[o.gpu] = speed_evidence(workload, o, setting.catalog.gpus)
+            out[o.gpu] = _speed_of(workload, setting, o)
     return tuple(out.values())
 
 
@@ -1425,8 +1454,12 @@ def _assumptions(workload, setting, fleet, notes, time_notes, qnotes) -> list[st
     out.append(job_start(workload)[1])
     out.append(memory_note(workload))
     out.extend(notes)
+    known = _PER_OFFER.at(workload, setting).notes
     for o, _ in fleet:
-        out.extend(_price_notes(o, setting))
+        have = known.get(id(o))
+        if have is None or have[0] is not o:  # _price_notes once per offer of an estimate
+            have = known[id(o)] = (o, tuple(_price_notes(o, setting)))
+        out.extend(have[1])
     out.extend(time_notes)
     if workload.staging_s or workload.staging_jpy:
         # one rule (issue 42): the staging minutes are billed machine time (the breakdown's `staging`); staging_jpy

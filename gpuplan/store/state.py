@@ -1114,23 +1114,32 @@ class State:
         at = at or now()
         self._sum_closed_rows()
         args: tuple = ()
+        # The open rows alike (same cluster, start and terms: a cluster's machines started together)
+        # come as one group and its count: each priced once (issue 47).
+        grouped = (f"SELECT cluster, started_at, {', '.join(_TERMS_COLUMNS)}, COUNT(*) AS n FROM ledger"
+                   " WHERE {} stopped_at IS NULL GROUP BY cluster, started_at, " + ", ".join(_TERMS_COLUMNS))
         if cluster is None:
             closed = self._query("SELECT * FROM ledger_closed")
-            sql = "SELECT * FROM ledger WHERE stopped_at IS NULL"
+            sql = grouped.format("")
         else:
             closed = self._query("SELECT * FROM ledger_closed WHERE cluster=?", (cluster,))
-            sql, args = "SELECT * FROM ledger WHERE cluster=? AND stopped_at IS NULL", (cluster,)
+            sql, args = grouped.format("cluster=? AND"), (cluster,)
         out: dict[str, tuple[int, Decimal]] = {r["cluster"]: (r["seconds"], Decimal(r["yen"])) for r in closed}
         terms: dict[tuple, Terms] = {}  # the open rows of 1,000 clusters share a few terms
+        priced: dict[tuple[tuple, str], tuple[int, Decimal]] = {}  # (terms, started_at) -> seconds, yen
         for r in self._query(sql, args):
             key = tuple(r[k] for k in _TERMS_COLUMNS)
-            t = terms.get(key)
-            if t is None:
-                t = terms[key] = _terms(r)
-            s = max(0, int((at - datetime.fromisoformat(r["started_at"])).total_seconds()))
-            yen = billing.charge(s, t)
+            one = priced.get((key, r["started_at"]))
+            if one is None:
+                t = terms.get(key)
+                if t is None:
+                    t = terms[key] = _terms(r)
+                s = max(0, int((at - datetime.fromisoformat(r["started_at"])).total_seconds()))
+                one = priced[(key, r["started_at"])] = (s, billing.charge(s, t))
             seconds, total = out.get(r["cluster"], (0, Decimal(0)))
-            out[r["cluster"]] = (seconds + s, total + yen)
+            for _ in range(r["n"]):  # added row by row, as before: Decimal's rounding in the same steps
+                total += one[1]
+            out[r["cluster"]] = (seconds + one[0] * r["n"], total)
         return out
 
     def _sum_closed_rows(self) -> None:
