@@ -42,6 +42,9 @@ def test_the_watchdog_stops_the_node_after_the_idle_time_and_not_while_an_item_r
     state = State(paths.state_db())
     watchdog = None
     item = subprocess.Popen(["sleep", "120"], start_new_session=True)  # a batch item: its own process group
+    # another login's reference job on the same machine (this test's own worker runs them beside it):
+    # its HOME is not the node's, so it keeps nothing up (before, any gpuplan.jobs process did)
+    others = subprocess.Popen(["bash", "-c", "exec -a gpuplan.jobs.colorize sleep 120"], env={"HOME": str(tmp_path)})
     try:
         register_cluster(state, "idle", [host])
         home = host.fake_root / "root"
@@ -67,6 +70,8 @@ def test_the_watchdog_stops_the_node_after_the_idle_time_and_not_while_an_item_r
         assert _wait(lambda: not _alive(watchdog), 5)
         assert "no batch for" in (home / ".gpuplan/idle/log").read_text()
     finally:
+        others.kill()
+        others.wait()
         if item.poll() is None:
             item.kill()
             item.wait()
