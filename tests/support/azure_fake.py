@@ -649,3 +649,80 @@ def make_provider(fake: FakeARM, config: dict | None = None, **kw):
         {"subscription_id": fake.subscription, **(config or {})},
         credential=FakeCredential(), transport=fake.transport(), polling_interval=0, retry_total=0, **kw,
     )
+
+
+# --- over loopback HTTP (benchmarks/chaos.py: gpuplan in child processes, the fake in the parent) ---
+
+class ArmServer:
+    """Serves a FakeARM on http://127.0.0.1:<port>, so a gpuplan in another process reaches it
+    through `loopback_transport(server.root)`; each request is handed to the fake as the
+    https://management.azure.com request it stands for. `fake` may be swapped between requests."""
+
+    def __init__(self, fake: FakeARM) -> None:
+        self.fake = fake
+        self._httpd = None
+        self.root = ""
+
+    def start(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(size) if size else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                request = requests.Request(self.command, f"https://{HOST}{self.path}", data=body, headers=headers).prepare()
+                response = server.fake.send(request)
+                data = response.content
+                self.send_response(response.status_code)
+                for k, v in response.headers.items():
+                    if k.lower() not in ("content-length", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = _any
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.root = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+
+class _Loopback(HTTPAdapter):
+    """Sends every request (ARM's absolute URLs, LRO polls included) to an ArmServer's root."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__()
+        self.root = root
+
+    def send(self, request, **kwargs):
+        url = urlsplit(request.url)
+        request = request.copy()
+        request.url = self.root + url.path + (f"?{url.query}" if url.query else "")
+        request.headers.pop("Host", None)
+        return super().send(request, **kwargs)
+
+
+def loopback_transport(root: str):
+    """A RequestsTransport whose session sends everything to the ArmServer at `root`."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    session = requests.Session()
+    adapter = _Loopback(root)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return RequestsTransport(session=session, session_owner=False)
