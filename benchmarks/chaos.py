@@ -15,7 +15,8 @@ Every gpuplan command runs as its own process (`python -m gpuplan`, through this
        instance or firewall delete) before it starts the command.
   azure the fake ARM (tests/support/azure_fake.py), served over loopback HTTP from this process,
        reached by the real Azure SDK clients in each child; this process sets its zonal stockouts
-       (ZonalAllocationFailed). It runs every scenario but fail-create and fail-teardown.
+       (ZonalAllocationFailed) and makes the k-th new-VM PUT or one resource group delete answer
+       500 InternalServerError.
 
 Each cycle is one scenario:
 
@@ -23,14 +24,17 @@ Each cycle is one scenario:
   kill-provision provision killed with SIGKILL at a failpoint (GPUPLAN_FAILPOINT), then teardown
   kill-teardown  teardown killed at a failpoint, then teardown again
   fail-create    the k-th RunInstances fails (InternalError; GCP: the k-th instance insert ends
-                 in an internal error): rolled back (a capacity refusal moves to the next zone now)
+                 in an internal error; Azure: the k-th new-VM PUT answers 500): rolled back (a
+                 capacity refusal moves to the next zone now)
   refuse-zone    a 4-machine fleet whose first zone grants k of 4 (k = 0..3), then refuses as the
-                 cloud words it (InsufficientInstanceCapacity; GCP: ZONE_RESOURCE_POOL_EXHAUSTED):
+                 cloud words it (InsufficientInstanceCapacity; GCP: ZONE_RESOURCE_POOL_EXHAUSTED;
+                 Azure: ZonalAllocationFailed):
                  the rest are bought in the next zone, ready with 4, then torn down
   refuse-all     the same, but every other zone of the region refuses too: exit 3, rolled back
                  (or kept with --keep-on-failure), nothing left after the teardown
   fail-teardown  TerminateInstances, DeleteSecurityGroup or DeleteKeyPair fails once (GCP: an
-                 instance or firewall rule delete): teardown again finishes
+                 instance or firewall rule delete; Azure: the resource group delete): teardown
+                 again finishes
   twice          the same provision twice at once: one cluster, never duplicates
   sweep-during   a sweep (--force) in the same home while a provision runs
   sweep-other    a sweep (--force --legacy-owner) from the second home while a provision runs
@@ -268,7 +272,7 @@ class AzureCloud:
 
     name, region, target = "azure", AZURE_REGION, "azure:chaos-t4"
     size = "Standard_NC4as_T4_v3"
-    teardown_failures: list[str] = []
+    teardown_failures = ["Microsoft.Resources/resourceGroups"]  # teardown deletes the cluster's group whole
     # A test-only offer, so the chaos does not depend on which Azure rows the shipped catalog has.
     prices: dict | None = {"offers": [{
         "provider": "azure", "name": "Standard_NC4as_T4_v3", "aliases": ["chaos-t4"], "region": AZURE_REGION,
@@ -306,6 +310,18 @@ class AzureCloud:
 
         return {"subscription_id": SUBSCRIPTION, "ssh_source": "198.51.100.7"}
 
+    def fail_create(self, nth: int) -> dict[str, str]:
+        """The nth new-VM PUT of the next provision answers 500 InternalServerError."""
+        with self.fake._lock:
+            self.fake.fail_vm_put_at = self.fake.vm_puts + nth
+            self.fake.fail_vm_error = (500, "InternalServerError", "An internal server error occurred.")
+        return {}
+
+    def fail_teardown(self, operation: str) -> dict[str, str]:
+        with self.fake._lock:
+            self.fake.fail_deletes = {operation: 1}
+        return {}
+
     def refuse(self, granted: int, everywhere: bool) -> dict[str, str]:
         fake = self.fake
         with fake._lock:
@@ -318,6 +334,7 @@ class AzureCloud:
         with self.fake._lock:
             self.fake.stockouts = {}
             self.fake.fail_vm_put_at = None
+            self.fake.fail_deletes = {}
 
     def _tagged(self, cluster: str, installation: str | None) -> tuple[list[dict], list[dict]]:
         """(the cluster's resource groups, every other resource tagged with the cluster)."""
@@ -347,8 +364,6 @@ class AzureCloud:
 
 
 CLOUDS = {"aws": AwsCloud, "gcp": GcpCloud, "azure": AzureCloud}
-# What the Azure stand-in cannot do: it has no failing delete, and no failing create is wired here.
-AZURE_UNSUPPORTED = ("fail-create", "fail-teardown")
 
 
 class Chaos:
@@ -689,11 +704,9 @@ class Chaos:
 def run(cycles: int, seed: int, minutes: float | None = None, log=print,
         scenarios: list[str] | None = None, provider: str = "aws") -> Report:
     """Run `cycles` cycles (or until `minutes` have passed) against `provider`'s stand-in (AWS:
-    the shared moto server of tests/support/aws_moto.py; GCP: a fake started here, stopped at
-    the end); scenarios (all, or those named) in a seeded random order that covers every kind
-    before repeating one; Azure: the fake ARM served here, which runs all but AZURE_UNSUPPORTED."""
-    if provider == "azure" and not scenarios:
-        scenarios = [s for s in SCENARIOS if s not in AZURE_UNSUPPORTED]
+    the shared moto server of tests/support/aws_moto.py; GCP and Azure: a fake started here,
+    stopped at the end); scenarios (all, or those named) in a seeded random order that covers
+    every kind before repeating one."""
     cloud = CLOUDS[provider]()
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="gpuplan-chaos-") as tmp:
@@ -814,9 +827,6 @@ def main() -> None:
     ap.add_argument("--scenario", action="append", choices=SCENARIOS, help="only these scenarios (repeat)")
     ap.add_argument("--provider", choices=sorted(CLOUDS), default="aws", help="whose stand-in (default aws: moto)")
     args = ap.parse_args()
-    if args.provider == "azure" and set(args.scenario or ()) & set(AZURE_UNSUPPORTED):
-        ap.error(f"--provider azure cannot run {', '.join(AZURE_UNSUPPORTED)} (the Azure fake has no failing delete "
-                 "and no injected create error here): name the other scenarios with --scenario")
     if args.provider == "aws":
         # this process reads moto directly (the checks); the gpuplan processes get the same values
         os.environ.update(AWS_ACCESS_KEY_ID="chaos", AWS_SECRET_ACCESS_KEY="chaos", AWS_DEFAULT_REGION=REGION)

@@ -10,6 +10,7 @@ naming the request, never a silent success. Ids are matched lower-cased; api-ver
 required but its value ignored (it differs per operation group).
 
 Failure switches: `fail_vm_put_at` (the Nth new-VM PUT, 1-based, answers `fail_vm_error`),
+`fail_deletes` (so many DELETEs of a type answer 500 InternalServerError),
 `stockouts` (a size in a zone grants so many VMs, then answers 409 ZonalAllocationFailed),
 `limits` (per-family and "cores" vCPU quota, enforced at VM PUT like ARM's 409
 OperationNotAllowed), SKUs with a location restriction (answered with 409 SkuNotAvailable).
@@ -110,6 +111,9 @@ class FakeARM(BaseAdapter):
     stockouts: dict = field(default_factory=dict)
     zones: tuple = ("1", "2", "3")  # every region's availability zones, as the SKU list reports them
     fail_vm_error: tuple = (409, "AllocationFailed", "Allocation failed. We do not have sufficient capacity for the requested VM size in this region.")
+    # ARM type (as in TYPES' values, or "Microsoft.Resources/resourceGroups") -> how many DELETEs of
+    # that type answer 500 InternalServerError before they work again (the resource stays).
+    fail_deletes: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -275,6 +279,7 @@ class FakeARM(BaseAdapter):
         if method == "DELETE":
             if rg is None:
                 raise ArmError(404, "ResourceGroupNotFound", f"Resource group '{name}' could not be found.")
+            self._failing_delete("Microsoft.Resources/resourceGroups")
             rg["properties"]["provisioningState"] = "Deleting"
             return 202, None, self._new_op(rg["location"], lambda: self._drop_group(key), kind="location")
         raise ArmError(400, "FakeUnsupported", f"the fake ARM does not know {method} on a resource group")
@@ -556,9 +561,15 @@ class FakeARM(BaseAdapter):
                     return f"400 {code}: {r['id']} is in use by {nic['id']}."
         return None
 
+    def _failing_delete(self, arm_type: str) -> None:
+        if self.fail_deletes.get(arm_type, 0) > 0:
+            self.fail_deletes[arm_type] -= 1
+            raise ArmError(500, "InternalServerError", "An internal server error occurred. Please try again later.")
+
     def _delete(self, arm_type: str, key: str):
         if key not in self.store:
             return 204, None, {}
+        self._failing_delete(arm_type)
         why = self._in_use(key, arm_type)
         if why:
             status, rest = why.split(" ", 1)
