@@ -2,7 +2,7 @@
 failing API calls and concurrent commands; counts what leaks and where the state and the cloud
 disagree.
 
-    .venv/bin/python benchmarks/chaos.py --cycles 1000 [--seed 1] [--minutes 60] [--provider aws|gcp]
+    .venv/bin/python benchmarks/chaos.py --cycles 1000 [--seed 1] [--minutes 60] [--provider aws|gcp|azure]
 
 Every gpuplan command runs as its own process (`python -m gpuplan`, through this script's
 --child mode), with two installations (two GPUPLAN_HOMEs, no `owner:` configured), against
@@ -13,6 +13,10 @@ Every gpuplan command runs as its own process (`python -m gpuplan`, through this
        reached by the real google-cloud-compute client in each child; its operations complete
        after 50 ms, and this process makes one of them fail (the k-th instance insert, an
        instance or firewall delete) before it starts the command.
+  azure the fake ARM (tests/support/azure_fake.py), served over loopback HTTP from this process,
+       reached by the real Azure SDK clients in each child; this process sets its zonal stockouts
+       (ZonalAllocationFailed) and makes the k-th new-VM PUT or one resource group delete answer
+       500 InternalServerError.
 
 Each cycle is one scenario:
 
@@ -20,14 +24,17 @@ Each cycle is one scenario:
   kill-provision provision killed with SIGKILL at a failpoint (GPUPLAN_FAILPOINT), then teardown
   kill-teardown  teardown killed at a failpoint, then teardown again
   fail-create    the k-th RunInstances fails (InternalError; GCP: the k-th instance insert ends
-                 in an internal error): rolled back (a capacity refusal moves to the next zone now)
+                 in an internal error; Azure: the k-th new-VM PUT answers 500): rolled back (a
+                 capacity refusal moves to the next zone now)
   refuse-zone    a 4-machine fleet whose first zone grants k of 4 (k = 0..3), then refuses as the
-                 cloud words it (InsufficientInstanceCapacity; GCP: ZONE_RESOURCE_POOL_EXHAUSTED):
+                 cloud words it (InsufficientInstanceCapacity; GCP: ZONE_RESOURCE_POOL_EXHAUSTED;
+                 Azure: ZonalAllocationFailed):
                  the rest are bought in the next zone, ready with 4, then torn down
   refuse-all     the same, but every other zone of the region refuses too: exit 3, rolled back
                  (or kept with --keep-on-failure), nothing left after the teardown
   fail-teardown  TerminateInstances, DeleteSecurityGroup or DeleteKeyPair fails once (GCP: an
-                 instance or firewall rule delete): teardown again finishes
+                 instance or firewall rule delete; Azure: the resource group delete): teardown
+                 again finishes
   twice          the same provision twice at once: one cluster, never duplicates
   sweep-during   a sweep (--force) in the same home while a provision runs
   sweep-other    a sweep (--force --legacy-owner) from the second home while a provision runs
@@ -44,7 +51,8 @@ instances the cloud runs for that cluster (N of them); after a teardown that exi
 says gone and the cloud holds nothing of the cluster; an exit code the scenario does not allow
 is counted as unexpected. After every cycle, `teardown --all` in both homes, then whatever the
 stand-in still holds (AWS: instances, volumes, security groups, key pairs, images, snapshots;
-GCP: instances, disks, firewall rules, images) is a leak. The stand-in is wiped every 25 cycles
+GCP: instances, disks, firewall rules, images; Azure: every resource group, VM, NIC, public IP,
+disk, NSG, VNet, image and schedule the fake holds) is a leak. The stand-in is wiped every 25 cycles
 once that check is done (moto's calls slow down with every terminated instance), and after a leak.
 Prints one line per problem and a result line; exits 1 if anything leaked or disagreed.
 """
@@ -67,6 +75,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 REGION = "us-east-1"
 SIZE = "g4dn.xlarge"
 GCP_REGION = "asia-northeast1"
+AZURE_REGION = "japaneast"
 SCENARIOS = ["plain", "kill-provision", "kill-teardown", "fail-create", "fail-teardown", "twice",
              "sweep-during", "sweep-other", "down-during", "same-name", "lock-deleted", "shared-owner", "full-disk",
              "refuse-zone", "refuse-all"]
@@ -256,7 +265,105 @@ class GcpCloud:
         return self.fake.held()
 
 
-CLOUDS = {"aws": AwsCloud, "gcp": GcpCloud}
+class AzureCloud:
+    """The fake ARM (tests/support/azure_fake.py), served over loopback HTTP from this process;
+    a child's real Azure SDK clients reach it through a transport that sends every request
+    there. This process sets its zonal stockouts; a fresh fake replaces it on reset."""
+
+    name, region, target = "azure", AZURE_REGION, "azure:chaos-t4"
+    size = "Standard_NC4as_T4_v3"
+    teardown_failures = ["Microsoft.Resources/resourceGroups"]  # teardown deletes the cluster's group whole
+    # A test-only offer, so the chaos does not depend on which Azure rows the shipped catalog has.
+    prices: dict | None = {"offers": [{
+        "provider": "azure", "name": "Standard_NC4as_T4_v3", "aliases": ["chaos-t4"], "region": AZURE_REGION,
+        "gpu": "T4", "gpu_count": 1, "vcpus": 4, "ram_gib": 28, "price": 100, "currency": "JPY",
+        "price_unit": "hour"}]}
+
+    def __init__(self) -> None:
+        from support.azure_fake import ArmServer
+
+        self.server = ArmServer(self._fresh())
+        self.server.start()
+
+    @staticmethod
+    def _fresh():
+        from support.azure_fake import FakeARM
+
+        return FakeARM(limits={"cores": 4096}, default_family_limit=4096)
+
+    @property
+    def fake(self):
+        return self.server.fake
+
+    def reset(self) -> None:
+        """A fresh fake; only between cycles, when no gpuplan process runs."""
+        self.server.fake = self._fresh()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def env(self, workdir: Path) -> dict[str, str]:
+        return {"CHAOS_AZURE_ENDPOINT": self.server.root, "AZURE_CONFIG_DIR": str(workdir / "no-azure-config")}
+
+    def provider_config(self, max_workers: int) -> dict[str, str]:
+        from support.azure_fake import SUBSCRIPTION
+
+        return {"subscription_id": SUBSCRIPTION, "ssh_source": "198.51.100.7"}
+
+    def fail_create(self, nth: int) -> dict[str, str]:
+        """The nth new-VM PUT of the next provision answers 500 InternalServerError."""
+        with self.fake._lock:
+            self.fake.fail_vm_put_at = self.fake.vm_puts + nth
+            self.fake.fail_vm_error = (500, "InternalServerError", "An internal server error occurred.")
+        return {}
+
+    def fail_teardown(self, operation: str) -> dict[str, str]:
+        with self.fake._lock:
+            self.fake.fail_deletes = {operation: 1}
+        return {}
+
+    def refuse(self, granted: int, everywhere: bool) -> dict[str, str]:
+        fake = self.fake
+        with fake._lock:
+            first, *rest = fake.zones
+            fake.stockouts = {(self.size.lower(), first): granted,
+                              **({(self.size.lower(), z): 0 for z in rest} if everywhere else {})}
+        return {}
+
+    def clear_failures(self) -> None:
+        with self.fake._lock:
+            self.fake.stockouts = {}
+            self.fake.fail_vm_put_at = None
+            self.fake.fail_deletes = {}
+
+    def _tagged(self, cluster: str, installation: str | None) -> tuple[list[dict], list[dict]]:
+        """(the cluster's resource groups, every other resource tagged with the cluster)."""
+        want = {"gpuplan-cluster": cluster, **({"gpuplan-installation": installation} if installation else {})}
+        with self.fake._lock:
+            tagged = [r for r in self.fake.store.values()
+                      if all((r.get("tags") or {}).get(k) == v for k, v in want.items())]
+        groups = [r for r in tagged if r["type"] == "Microsoft.Resources/resourceGroups"]
+        return groups, [r for r in tagged if r["type"] != "Microsoft.Resources/resourceGroups"]
+
+    def instances(self, cluster: str, installation: str | None = None) -> list[str]:
+        """The cluster's VMs, read from the fake itself (not through gpuplan)."""
+        _, tagged = self._tagged(cluster, installation)
+        return sorted(r["id"] for r in tagged if r["type"] == "Microsoft.Compute/virtualMachines")
+
+    def resources(self, cluster: str, installation: str | None = None) -> list[str]:
+        """Everything tagged with the cluster, and everything inside its resource groups (the
+        OS disks carry no tags)."""
+        groups, tagged = self._tagged(cluster, installation)
+        inside = [g["id"].lower() + "/" for g in groups]
+        with self.fake._lock:
+            held = [r["id"] for k, r in self.fake.store.items() if any(k.startswith(g) for g in inside)]
+        return sorted({r["id"] for r in groups + tagged} | set(held))
+
+    def held(self) -> object:
+        return self.fake.held()
+
+
+CLOUDS = {"aws": AwsCloud, "gcp": GcpCloud, "azure": AzureCloud}
 
 
 class Chaos:
@@ -597,9 +704,9 @@ class Chaos:
 def run(cycles: int, seed: int, minutes: float | None = None, log=print,
         scenarios: list[str] | None = None, provider: str = "aws") -> Report:
     """Run `cycles` cycles (or until `minutes` have passed) against `provider`'s stand-in (AWS:
-    the shared moto server of tests/support/aws_moto.py; GCP: a fake started here, stopped at
-    the end); scenarios (all, or those named) in a seeded random order that covers every kind
-    before repeating one."""
+    the shared moto server of tests/support/aws_moto.py; GCP and Azure: a fake started here,
+    stopped at the end); scenarios (all, or those named) in a seeded random order that covers
+    every kind before repeating one."""
     cloud = CLOUDS[provider]()
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="gpuplan-chaos-") as tmp:
@@ -629,12 +736,16 @@ def child(argv: list[str]) -> None:
     """One gpuplan command; CHAOS_FAIL="Operation:n:Code" makes its n-th such AWS call fail;
     CHAOS_REFUSE="k:first|all" makes the first zone grant k RunInstances, then refuse (all: every zone);
     CHAOS_DISK_FULL=after-create makes every state write fail once the machines exist;
-    CHAOS_GCP_ENDPOINT points the GCP provider at the fake there (anonymous credentials)."""
+    CHAOS_GCP_ENDPOINT points the GCP provider at the fake there (anonymous credentials);
+    CHAOS_AZURE_ENDPOINT points the Azure provider at the fake ARM served there (a fake credential)."""
     from gpuplan.fleet import provider as registry
 
     gcp_endpoint = os.environ.get("CHAOS_GCP_ENDPOINT")
+    azure_endpoint = os.environ.get("CHAOS_AZURE_ENDPOINT")
     if gcp_endpoint:
         from gpuplan.providers.gcp import GcpProvider as Base
+    elif azure_endpoint:
+        from gpuplan.providers.azure import AzureProvider as Base
     else:
         from gpuplan.providers.aws import AwsProvider as Base
     cls = Base
@@ -659,15 +770,21 @@ def child(argv: list[str]) -> None:
 
         State._tx = tx
         cls = Filling
-        if not gcp_endpoint:
+        if not (gcp_endpoint or azure_endpoint):
             registry.override("aws", Filling)
     if gcp_endpoint:
         from google.auth.credentials import AnonymousCredentials
 
         registry.override("gcp", lambda conf: cls(conf, credentials=AnonymousCredentials(), api_endpoint=gcp_endpoint,
                                                   poll_s=0.01))
+    if azure_endpoint:
+        from support.azure_fake import FakeCredential, loopback_transport
+
+        registry.override("azure", lambda conf: cls(conf, credential=FakeCredential(),
+                                                    transport=loopback_transport(azure_endpoint),
+                                                    polling_interval=0, retry_total=0))
     refuse = os.environ.get("CHAOS_REFUSE")
-    if refuse and not gcp_endpoint:
+    if refuse and not (gcp_endpoint or azure_endpoint):
         from support.aws_moto import refuse_in_zones
 
         granted, where = refuse.split(":")

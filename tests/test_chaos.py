@@ -55,3 +55,30 @@ def test_the_issue_44_refusals_leak_nothing_and_agree(moto_aws):  # noqa: F811
         assert report.leaks == [], lines
         assert report.disagreements == [], lines
         assert report.unexpected == [], lines
+
+
+def test_the_issue_44_refusals_on_azure_leak_nothing_and_agree():
+    """The same refusals on the Azure fake ARM (served over loopback HTTP to the gpuplan
+    processes): zone 1 grants some of the 4 VMs, then answers ZonalAllocationFailed (the rest
+    bought in zone 2); then every zone refuses (exit 3, rolled back). Whatever the fake still
+    holds afterwards (resource groups, VMs, NICs, public IPs, disks, NSGs) is a leak."""
+    lines: list[str] = []
+    kinds = ["refuse-zone", "refuse-all"]
+    report = chaos.run(cycles=2, seed=44, log=lines.append, scenarios=kinds, provider="azure")
+    assert report.cycles == 2 and sorted(report.by_scenario) == sorted(kinds)
+    assert report.leaks == [], lines
+    assert report.disagreements == [], lines
+    assert report.unexpected == [], lines
+
+
+def test_azure_chaos_cycles_leak_nothing_and_agree():
+    """The GCP test's scenarios against the Azure fake ARM: the k-th new-VM PUT answering 500,
+    the resource group delete answering 500 once, a killed provision, one name from two
+    installations, a full disk."""
+    lines: list[str] = []
+    kinds = ["fail-create", "fail-teardown", "kill-provision", "same-name", "full-disk"]
+    report = chaos.run(cycles=5, seed=34, log=lines.append, scenarios=kinds, provider="azure")
+    assert report.cycles == 5 and sorted(report.by_scenario) == sorted(kinds)
+    assert report.leaks == [], lines
+    assert report.disagreements == [], lines
+    assert report.unexpected == [], lines

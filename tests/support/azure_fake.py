@@ -10,6 +10,7 @@ naming the request, never a silent success. Ids are matched lower-cased; api-ver
 required but its value ignored (it differs per operation group).
 
 Failure switches: `fail_vm_put_at` (the Nth new-VM PUT, 1-based, answers `fail_vm_error`),
+`fail_deletes` (so many DELETEs of a type answer 500 InternalServerError),
 `stockouts` (a size in a zone grants so many VMs, then answers 409 ZonalAllocationFailed),
 `limits` (per-family and "cores" vCPU quota, enforced at VM PUT like ARM's 409
 OperationNotAllowed), SKUs with a location restriction (answered with 409 SkuNotAvailable).
@@ -110,6 +111,9 @@ class FakeARM(BaseAdapter):
     stockouts: dict = field(default_factory=dict)
     zones: tuple = ("1", "2", "3")  # every region's availability zones, as the SKU list reports them
     fail_vm_error: tuple = (409, "AllocationFailed", "Allocation failed. We do not have sufficient capacity for the requested VM size in this region.")
+    # ARM type (as in TYPES' values, or "Microsoft.Resources/resourceGroups") -> how many DELETEs of
+    # that type answer 500 InternalServerError before they work again (the resource stays).
+    fail_deletes: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -275,6 +279,7 @@ class FakeARM(BaseAdapter):
         if method == "DELETE":
             if rg is None:
                 raise ArmError(404, "ResourceGroupNotFound", f"Resource group '{name}' could not be found.")
+            self._failing_delete("Microsoft.Resources/resourceGroups")
             rg["properties"]["provisioningState"] = "Deleting"
             return 202, None, self._new_op(rg["location"], lambda: self._drop_group(key), kind="location")
         raise ArmError(400, "FakeUnsupported", f"the fake ARM does not know {method} on a resource group")
@@ -556,9 +561,15 @@ class FakeARM(BaseAdapter):
                     return f"400 {code}: {r['id']} is in use by {nic['id']}."
         return None
 
+    def _failing_delete(self, arm_type: str) -> None:
+        if self.fail_deletes.get(arm_type, 0) > 0:
+            self.fail_deletes[arm_type] -= 1
+            raise ArmError(500, "InternalServerError", "An internal server error occurred. Please try again later.")
+
     def _delete(self, arm_type: str, key: str):
         if key not in self.store:
             return 204, None, {}
+        self._failing_delete(arm_type)
         why = self._in_use(key, arm_type)
         if why:
             status, rest = why.split(" ", 1)
@@ -649,3 +660,80 @@ def make_provider(fake: FakeARM, config: dict | None = None, **kw):
         {"subscription_id": fake.subscription, **(config or {})},
         credential=FakeCredential(), transport=fake.transport(), polling_interval=0, retry_total=0, **kw,
     )
+
+
+# --- over loopback HTTP (benchmarks/chaos.py: gpuplan in child processes, the fake in the parent) ---
+
+class ArmServer:
+    """Serves a FakeARM on http://127.0.0.1:<port>, so a gpuplan in another process reaches it
+    through `loopback_transport(server.root)`; each request is handed to the fake as the
+    https://management.azure.com request it stands for. `fake` may be swapped between requests."""
+
+    def __init__(self, fake: FakeARM) -> None:
+        self.fake = fake
+        self._httpd = None
+        self.root = ""
+
+    def start(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(size) if size else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                request = requests.Request(self.command, f"https://{HOST}{self.path}", data=body, headers=headers).prepare()
+                response = server.fake.send(request)
+                data = response.content
+                self.send_response(response.status_code)
+                for k, v in response.headers.items():
+                    if k.lower() not in ("content-length", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = _any
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.root = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+
+class _Loopback(HTTPAdapter):
+    """Sends every request (ARM's absolute URLs, LRO polls included) to an ArmServer's root."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__()
+        self.root = root
+
+    def send(self, request, **kwargs):
+        url = urlsplit(request.url)
+        request = request.copy()
+        request.url = self.root + url.path + (f"?{url.query}" if url.query else "")
+        request.headers.pop("Host", None)
+        return super().send(request, **kwargs)
+
+
+def loopback_transport(root: str):
+    """A RequestsTransport whose session sends everything to the ArmServer at `root`."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    session = requests.Session()
+    adapter = _Loopback(root)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return RequestsTransport(session=session, session_owner=False)
