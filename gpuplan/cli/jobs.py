@@ -607,7 +607,11 @@ def _recoverer(state, cluster: str, yes: bool, on_demand: bool = False):
                 if market is None and len(markets) > 1:
                     say(f"no spot capacity for the replacement ({exc}); trying on-demand")
                     continue
-                say(f"could not replace {lost.node}: {exc}; the batch goes on without it")
+                row_c = state.cluster(cluster)
+                where = f" {row_c.region}" if row_c is not None else ""
+                say(f"could not replace {lost.node}: {exc}; every zone of its region{where} was asked, and no other"
+                    " region is: a replacement joins the cluster over that region's private network;"
+                    " the batch goes on without it")
                 return
             except Exception as exc:  # noqa: BLE001 - the batch goes on on the nodes it has
                 say(f"could not replace {lost.node}: {exc}; the batch goes on without it")
