@@ -69,16 +69,3 @@ def test_the_issue_44_refusals_on_azure_leak_nothing_and_agree():
     assert report.leaks == [], lines
     assert report.disagreements == [], lines
     assert report.unexpected == [], lines
-
-
-def test_azure_chaos_cycles_leak_nothing_and_agree():
-    """The GCP test's scenarios against the Azure fake ARM: the k-th new-VM PUT answering 500,
-    the resource group delete answering 500 once, a killed provision, one name from two
-    installations, a full disk."""
-    lines: list[str] = []
-    kinds = ["fail-create", "fail-teardown", "kill-provision", "same-name", "full-disk"]
-    report = chaos.run(cycles=5, seed=34, log=lines.append, scenarios=kinds, provider="azure")
-    assert report.cycles == 5 and sorted(report.by_scenario) == sorted(kinds)
-    assert report.leaks == [], lines
-    assert report.disagreements == [], lines
-    assert report.unexpected == [], lines
