@@ -18,14 +18,13 @@ catalog change that moves them says so plainly instead of failing mid-launch.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import yaml
 
-from support.aws_moto import REGION, refuse_in_zones
+from support.aws_moto import REGION, loopback_aws_class, refuse_in_zones
 
 ITEMS = ["clip-a.mp4", "clip-b.mp4", "clip-c.mp4", "clip-d.mp4"]
 COMMAND = "sh -c 'echo done {item} on $GPUPLAN_NODE > $GPUPLAN_OUTPUT_DIR/result.txt'"
@@ -67,26 +66,7 @@ def loopback_aws(hosts, refusals: dict[str, dict[str, int]]):
     """A factory for gpuplan's AWS provider, talking to moto, whose machines are `hosts` (the n-th
     instance that comes up gets the n-th host), and whose RunInstances of each size in
     `refusals` is refused in the zones given (refuse_in_zones: that many granted first)."""
-    from gpuplan.providers.aws import AwsProvider
-
-    given: dict[str, int] = {}  # instance id -> host index
-
-    class LoopbackAws(AwsProvider):
-        default_ssh_user = "root"  # the loopback hosts' login
-
-        def create(self, spec, names):
-            for h in hosts:
-                with open(h.dir / "authorized_keys", "a") as fh:
-                    fh.write(spec.ssh_public_key.strip() + "\n")
-            return super().create(spec, names)
-
-        def wait_ready(self, region, ids):
-            out = []
-            for inst in super().wait_ready(region, ids):
-                h = hosts[given.setdefault(inst.id, len(given))]
-                out.append(replace(inst, public_ip=h.host, private_ip=h.host, ssh_port=h.port,
-                                   extra={**inst.extra, "host_key": h.host_public_key}))
-            return out
+    LoopbackAws = loopback_aws_class(hosts)
 
     def factory(conf):
         prov = LoopbackAws(conf)

@@ -14,12 +14,12 @@ jobs it ran; the plan's jobs phase is 2,400 s and 300 x 2400/3000 + 240 x 1800/2
 from __future__ import annotations
 
 import json
-import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
+from test_plot import SVG, _by_id, _width  # the estimate plot's SVG readers
 
 from gpuplan.market import billing
 from gpuplan.store import state as state_mod
@@ -27,7 +27,6 @@ from gpuplan.store.state import State
 
 pytest.importorskip("matplotlib")
 
-SVG = "{http://www.w3.org/2000/svg}"
 T0 = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
 
 
@@ -78,16 +77,6 @@ def batch(gpuplan_home, tmp_path, monkeypatch):
                                     {"t": "done", "state": "succeeded", "at": at(50)}], 3)
     yield state
     state.close()
-
-
-def _by_id(root, gid: str):
-    return next((g for g in root.iter(f"{SVG}g") if g.get("id") == gid), None)
-
-
-def _width(group) -> float:
-    d = next(group.iter(f"{SVG}path")).get("d")
-    xs = [float(x) for x in re.findall(r"([-\d.]+) [-\d.]+", d)]
-    return max(xs) - min(xs)
 
 
 def _texts(root) -> list[str]:

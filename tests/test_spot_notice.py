@@ -85,37 +85,17 @@ def loopback_aws(hosts, spot_capacity: dict):
     instance that comes up gets the n-th host's address and host key; the cluster's login key is
     authorized on every host. With spot_capacity["gone"] set, a spot RunInstances is refused as
     AWS refuses it when spot capacity is gone."""
-    from dataclasses import replace
-
     from botocore.exceptions import ClientError
 
-    from gpuplan.providers.aws import AwsProvider
+    from support.aws_moto import loopback_aws_class
 
-    given: dict[str, int] = {}  # instance id -> host index
-
-    class LoopbackAws(AwsProvider):
-        default_ssh_user = "root"  # the loopback hosts' login
-
+    class LoopbackAws(loopback_aws_class(hosts)):
         def client(self, service, region):
             made = (service, region) in self._clients
             c = super().client(service, region)
             if service == "ec2" and not made:
                 c.meta.events.register("before-parameter-build.ec2.RunInstances", refuse_spot)
             return c
-
-        def create(self, spec, names):
-            for h in hosts:
-                with open(h.dir / "authorized_keys", "a") as fh:
-                    fh.write(spec.ssh_public_key.strip() + "\n")
-            return super().create(spec, names)
-
-        def wait_ready(self, region, ids):
-            out = []
-            for inst in super().wait_ready(region, ids):
-                h = hosts[given.setdefault(inst.id, len(given))]
-                out.append(replace(inst, public_ip=h.host, private_ip=h.host, ssh_port=h.port,
-                                   extra={**inst.extra, "host_key": h.host_public_key}))
-            return out
 
     def refuse_spot(params, **_):
         if spot_capacity.get("gone") and params.get("InstanceMarketOptions"):

@@ -193,6 +193,36 @@ class MotoAws:
         return {k: v for k, v in out.items() if v}
 
 
+def loopback_aws_class(hosts):
+    """gpuplan's AWS provider, talking to moto, whose machines are the loopback sshd `hosts`: the
+    n-th instance that comes up gets the n-th host's address, port and host key, and the cluster's
+    login key is authorized on every host (the spot notice and failover launch tests' fleets)."""
+    from dataclasses import replace
+
+    from gpuplan.providers.aws import AwsProvider
+
+    given: dict[str, int] = {}  # instance id -> host index
+
+    class LoopbackAws(AwsProvider):
+        default_ssh_user = "root"  # the loopback hosts' login
+
+        def create(self, spec, names):
+            for h in hosts:
+                with open(h.dir / "authorized_keys", "a") as fh:
+                    fh.write(spec.ssh_public_key.strip() + "\n")
+            return super().create(spec, names)
+
+        def wait_ready(self, region, ids):
+            out = []
+            for inst in super().wait_ready(region, ids):
+                h = hosts[given.setdefault(inst.id, len(given))]
+                out.append(replace(inst, public_ip=h.host, private_ip=h.host, ssh_port=h.port,
+                                   extra={**inst.extra, "host_key": h.host_public_key}))
+            return out
+
+    return LoopbackAws
+
+
 def fail_nth_call(prov, operation: str, n: int, code: str = "InsufficientInstanceCapacity",
                   message: str = "We currently do not have sufficient capacity in the Availability Zone you requested.",
                   region: str = REGION) -> list[int]:
