@@ -50,6 +50,13 @@ def test_stdin_reaches_the_command_and_env_is_per_host(hosts):
     assert r.stdout.strip() == str(hosts[1].fake_root)
 
 
+def test_a_command_that_exits_before_reading_its_stdin_is_judged_by_its_exit_status(hosts):
+    # 4 MiB is more than the channel's window: the command has ended before the client has sent
+    # it all, and the write finds the channel closed (a `run --resume` saw this as "could not start")
+    r = remote.run(as_host(hosts[0]), "echo gone; exit 3", stdin="x" * (4 << 20))
+    assert (r.exit_code, r.stdout) == (3, "gone\n")
+
+
 def test_changed_host_key_is_refused_before_anything_runs(hosts):
     h = hosts[0]
     pinned = h.host_public_key

@@ -166,11 +166,16 @@ class Connection:
             chan = self._client.get_transport().open_session()
             chan.settimeout(max(1.0, timeout))
             chan.exec_command(cmd)
+        except Exception as exc:
+            raise RemoteError(f"{self.host.name} ({self.host.where}): could not start a command: {exc}") from exc
+        try:
             if stdin is not None:
                 chan.sendall(stdin.encode())
             chan.shutdown_write()
-        except Exception as exc:
-            raise RemoteError(f"{self.host.name} ({self.host.where}): could not start a command: {exc}") from exc
+        except OSError:
+            # the command started and ended (or closed its input) before reading all of it: its
+            # exit status, read below, says how it went
+            pass
         out, err = bytearray(), bytearray()
         deadline = start + timeout
         timed_out = False

@@ -595,7 +595,7 @@ def submit(eng: Engine, job: str, spec: dict, env: Mapping[str, str] | None = No
         if env or env_of:
             put = (f"(umask 077 && cat > {d}/env.json)" if env else
                    f"if [ -f {_jobdir(env_of or '')}/env.json ]; then cp -p {_jobdir(env_of or '')}/env.json {d}/env.json; fi")
-            r = conn.run(put, timeout=60, stdin=json.dumps(dict(env or {})))
+            r = conn.run(put, timeout=60, stdin=json.dumps(dict(env)) if env else None)
             if not r.ok:
                 raise EngineError(f"{eng.head.name}: cannot write the job's environment: {r.why()}")
         home = lines[0].strip()

@@ -61,6 +61,7 @@ SLOTS_UP_S = 120
 POOL_NAMESPACE = "gpuplan"
 TERM_GRACE_S = 5  # a timed-out item: SIGTERM, then SIGKILL this much later
 CAP_GRACE_S = 1  # the yen cap is a hard stop: SIGKILL 1 s after SIGTERM
+ANSWER_S = 10  # a live slot worker answers `ready` in milliseconds; one that does not in this long is gone
 CAP_BACKSTOP_S = 15  # attempts not back this long after the cap (a node's clock behind): killed from here
 CAP_GIVE_UP_S = 60  # and not back this long after it: recorded stopped without their answer
 
@@ -410,6 +411,19 @@ def _joined(ray, known: set[str]) -> dict[str, tuple[str, int]]:
     return found
 
 
+def _answers(ray, slots: list) -> bool:
+    """Whether any of a node's slot workers answers within ANSWER_S."""
+    refs = [a.ready.remote() for a in slots]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=ANSWER_S)
+    for ref in ready:
+        try:
+            if ray.get(ref):
+                return True
+        except Exception:  # its worker died with the node
+            pass
+    return False
+
+
 def _ray_nodes(ray, names: list[str]) -> dict[str, str]:
     """gpuplan node name -> Ray node id, for the nodes alive now (each carries a resource gpuplan_node_<name>)."""
     found = {}
@@ -661,6 +675,11 @@ def main(spec_path: str) -> int:
             set_aside(gone)
     for ref in watchers:  # the nodes' metadata watchers end with the batch
         ray.cancel(ref, force=True)
+    # A node set aside for failures may have gone with its items (they were killed as it went)
+    # before the engine noticed: one whose slots do not answer now is lost, for `run --recover`.
+    for node in [n for n, why in batch.out.items() if why.code == rules.FAILURES and free.get(n)]:
+        if not _answers(ray, free[node]):
+            set_aside(batch.gone(node, f"its slots did not answer within {ANSWER_S} s"))
     if cancelled or os.path.exists(f"{jobdir}/cancel"):
         # The slots stay for the next batch: `gpuplan cancel` kills the items' process groups, and
         # the calls running them then return to nobody.
