@@ -182,10 +182,15 @@ def _run_runner(tmp_path: Path, items: list[str], command: list[str], gpus: int 
                           capture_output=True, text=True, timeout=120)
 
 
-# a stand-in item: records that it ran, how many ran at once (a file per running item) and its GPU
+# a stand-in item: records that it ran, how many ran at once (a file per running item) and its GPU.
+# The first `want` items (one per GPU) wait for each other, up to 30 s: on a busy machine one of
+# them could end before the last has started, and the runner would look as if it used fewer GPUs.
 STAND_IN = r"""
-d=$1; item=$2
+d=$1; item=$2; want=$3
 : >"$d/running/$$"
+i=${item#item }; i=${i%% *}
+n=0
+while [ "$i" -lt "$want" ] && [ "$(ls "$d/running" | wc -l)" -lt "$want" ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
 set -- "$d"/running/*
 echo "$#" >>"$d/concurrency"
 printf '%s\n' "$item" >>"$d/ran"
@@ -201,7 +206,7 @@ def test_runner_runs_every_item_exactly_once_at_most_one_per_gpu(tmp_path, gpus,
     (work / "running").mkdir(parents=True)
     (tmp_path / "item.sh").write_text(STAND_IN)
     items = [f"item {i} 'q' \"d\" $x `y` *" for i in range(20)]
-    r = _run_runner(tmp_path, items, ["sh", str(tmp_path / "item.sh"), str(work), "{item}"], gpus)
+    r = _run_runner(tmp_path, items, ["sh", str(tmp_path / "item.sh"), str(work), "{item}", str(expect)], gpus)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert sorted((work / "ran").read_text().splitlines()) == sorted(items)  # each exactly once, as given
     most = max(int(n) for n in (work / "concurrency").read_text().split())
