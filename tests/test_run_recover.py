@@ -54,9 +54,6 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         err = " ".join(r.err.split())
         assert "rec-1 was lost" in err and "a replacement, 1x baremetal:t4, costs" in err
         assert "rec-2 joined the batch in place of rec-1" in err
-        # the replacement joins the running batch, which makes its slots there: no warm-up job that
-        # waits for GPUs the batch holds (it kept this client from the batch's end for ~2 min)
-        assert "starting a Ray worker for each GPU slot" not in err.split("creating rec-2")[1]
         state = State(paths.state_db())
         job = next(j for j in state.jobs("rec"))
         rows = state.job_items(job.id)

@@ -419,37 +419,9 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
         for n, o in zip(todo, remote.run_many([n.host for n in todo], lambda h: _start(eng, _node(eng, h), progress))):
             if isinstance(o, BaseException):
                 out[n.name] = _why(str(o), o)
-    # only where the engine itself started: a node joining a running engine (run --recover's
-    # replacement) may join a running batch, whose slots hold the GPUs a warm-up slot would wait
-    # for (minutes, with the client following the batch blocked); the batch makes its own there
-    if started:
-        progress("starting a Ray worker for each GPU slot")
-        try:
-            prestart(eng, out)
-        except GpuplanError as exc:  # the first batch starts them then
-            progress(f"slot workers not prestarted: {exc}")
     for name, why in out.items():
         progress(f"{name} set aside: {why}")
     return eng, out
-
-
-def prestart(eng: Engine, left_out: dict[str, str], timeout_s: float = 300) -> None:
-    """Start a worker for every slot of --per-gpu 1 (kept detached actors, as batches make
-    them) as part of the engine's start, and wait for them: starting a Ray worker costs a
-    second or more of CPU, which would otherwise land on the first batch's items."""
-    job = f"{eng.cluster}-warm-{int(time.time())}"
-    submit(eng, job, {"mode": "warm", "job": job, "nodes": {n.name: n.gpus for n in eng.nodes}, "left_out": left_out,
-                      "code_tag": driver_tag()})
-    deadline = time.monotonic() + timeout_s
-    offset = 0
-    with remote.connect(eng.head.host) as conn:
-        while time.monotonic() < deadline:
-            p = poll(eng.head.host, job, offset, conn)
-            offset = p.offset
-            if any(e.get("t") == "done" for e in p.events):
-                return
-            time.sleep(0.3)
-    raise EngineError(f"the slot workers were not up after {timeout_s:g} s")
 
 
 def _why(text: str | None, exc: BaseException | None = None) -> str:

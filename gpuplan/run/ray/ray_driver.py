@@ -473,8 +473,6 @@ def main(spec_path: str) -> int:
     ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
     if spec.get("mode") == "gang":
         return gang(ray, spec, jobdir, events, lambda: bool(cancelled) or os.path.exists(f"{jobdir}/cancel"))
-    if spec.get("mode") == "warm":
-        return warm(ray, spec, events)
     gpus = {n: int(g) for n, g in spec["nodes"].items()}
     per_gpu = int(spec["per_gpu"])
     secrets = _env_file(jobdir)
@@ -708,8 +706,9 @@ def _moved_cap(jobdir: str) -> float | None:
 
 
 def warm(ray, spec: dict, events: Events, wait: bool = True) -> int:
-    """Start the slots of --per-gpu 1 on every node (the engine's start, or after a gang): the
-    first batch then finds them up instead of starting a Ray worker per slot."""
+    """Start the slots of --per-gpu 1 on every node again after a gang, which took the nodes'
+    GPUs whole: the next batch then finds them up. (A batch makes any slot it lacks itself and
+    hands nothing out before its slots are up; the engine's start makes none.)"""
     names = [n for n in spec["nodes"] if n not in (spec.get("left_out") or {})]
     ids = _ray_nodes(ray, names)
     deadline = time.monotonic() + NODE_WAIT_S
