@@ -4,9 +4,10 @@ disagree.
 
     .venv/bin/python benchmarks/chaos.py --cycles 1000 [--seed 1] [--minutes 60] [--provider aws|gcp|azure]
 
-Every gpuplan command runs as its own process (`python -m gpuplan`, through this script's
---child mode), with two installations (two GPUPLAN_HOMEs, no `owner:` configured), against
-`--provider`'s stand-in:
+Every gpuplan command runs as its own process (this script's `child`: gpuplan's CLI with the
+faults below), forked from a fork server that has imported the clouds' SDKs once (importing
+google-cloud-compute alone is ~3 s of CPU, which every command paid), with two installations
+(two GPUPLAN_HOMEs, no `owner:` configured), against `--provider`'s stand-in:
 
   aws  one moto server in server mode; the child makes one AWS call fail where asked.
   gcp  the loopback Compute REST fake (tests/support/gcp_fake.py), served from this process,
@@ -381,6 +382,8 @@ class Chaos:
             self.env.pop(var, None)
         self.report = Report()
         self.n = 0
+        self.commands, self.started = workdir / "commands", 0  # each command's output files
+        self.commands.mkdir()
 
     def configure(self, home: Path, max_workers: int, owner: str | None = None) -> None:
         import yaml
@@ -392,10 +395,10 @@ class Chaos:
 
     # --- running gpuplan ----------------------------------------------------------------
 
-    def start(self, *args: str, home: int = 0, **env: str) -> subprocess.Popen:
-        full = {**self.env, "GPUPLAN_HOME": str(self.homes[home]), **env}
-        return subprocess.Popen([sys.executable, __file__, "--child", *args], env=full, cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def start(self, *args: str, home: int = 0, **env: str) -> Command:
+        self.started += 1
+        return Command(list(args), {**self.env, "GPUPLAN_HOME": str(self.homes[home]), **env},
+                       self.commands / str(self.started))
 
     def run(self, *args: str, home: int = 0, **env: str) -> tuple[int, str]:
         proc = self.start(*args, home=home, **env)
@@ -732,6 +735,52 @@ def _cycles(chaos: Chaos, rng: random.Random, cycles: int, minutes: float | None
     return chaos.report
 
 
+# What the commands import that costs seconds: imported once, in the fork server
+SDKS = ["boto3", "botocore.session", "google.cloud.compute_v1", "google.auth", "google.api_core.exceptions",
+        "azure.mgmt.compute", "azure.mgmt.network", "azure.mgmt.resource.resources", "azure.core.exceptions"]
+
+
+class Command:
+    """One gpuplan command in its own process, forked from the fork server; read as a Popen is
+    (poll, communicate, returncode). Its output goes to two files beside `base`."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], base: Path) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(SDKS)  # once the server runs, a no-op
+        self._out, self._err = base.with_suffix(".out"), base.with_suffix(".err")
+        self._proc = ctx.Process(target=_command, args=(argv, env, str(self._out), str(self._err)))
+        self._proc.start()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.exitcode
+
+    def poll(self) -> int | None:
+        return self._proc.exitcode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self._proc.join(timeout)
+        if self._proc.exitcode is None:
+            raise subprocess.TimeoutExpired("gpuplan", timeout or 0)
+        return (self._out.read_text(errors="replace") if self._out.exists() else "",
+                self._err.read_text(errors="replace") if self._err.exists() else "")
+
+
+def _command(argv: list[str], env: dict[str, str], out: str, err: str) -> None:
+    """In the forked process: the command's environment, working folder and output files, then
+    `child` (SystemExit's code is the process's exit code; a failpoint's SIGKILL, -9)."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    for fd, path in ((1, out), (2, err)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    child(argv)
+
+
 def child(argv: list[str]) -> None:
     """One gpuplan command; CHAOS_FAIL="Operation:n:Code" makes its n-th such AWS call fail;
     CHAOS_REFUSE="k:first|all" makes the first zone grant k RunInstances, then refuse (all: every zone);
@@ -817,9 +866,6 @@ def child(argv: list[str]) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2:])
-        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
