@@ -343,12 +343,13 @@ ours() {{
   {{ grep -lzxF -- "$tag" /proc/[0-9]*/environ; find /proc/[0-9]*/fd -maxdepth 1 -lname "$temp/*"; }} 2>/dev/null |
     cut -d/ -f3 | sort -un | grep -vxF "$$"
 }}
-end=$((SECONDS + {STOP_WAIT_S}))
+# done when two passes 0.3 s apart find nothing: a process mid-fork or mid-exec as a pass reads
+# /proc (its environment unreadable for that moment) is found by the next one
+end=$((SECONDS + {STOP_WAIT_S})); empty=0
 while :; do
   pids=$(ours)
-  [ -n "$pids" ] || break
-  kill -9 $pids 2>/dev/null
-  [ $SECONDS -lt $end ] || break
+  if [ -n "$pids" ]; then empty=0; kill -9 $pids 2>/dev/null; else empty=$((empty + 1)); fi
+  [ "$empty" -lt 2 ] && [ $SECONDS -lt $end ] || break
   sleep 0.3
 done
 for p in $(ours); do echo "left $p $(tr -d '\\n' 2>/dev/null < /proc/$p/comm)"; done
