@@ -705,23 +705,16 @@ def _moved_cap(jobdir: str) -> float | None:
         return None
 
 
-def warm(ray, spec: dict, events: Events, wait: bool = True) -> int:
-    """Start the slots of --per-gpu 1 on every node again after a gang, which took the nodes'
-    GPUs whole: the next batch then finds them up. (A batch makes any slot it lacks itself and
-    hands nothing out before its slots are up; the engine's start makes none.)"""
-    names = [n for n in spec["nodes"] if n not in (spec.get("left_out") or {})]
-    ids = _ray_nodes(ray, names)
-    deadline = time.monotonic() + NODE_WAIT_S
-    while wait and len(ids) < len(names) and time.monotonic() < deadline:
-        time.sleep(1)
-        ids = _ray_nodes(ray, names)
-    gpus = {n: int(g) for n, g in spec["nodes"].items()}  # as the batches count them: the same slot names
-    actors = [make_slot(ray, n, ids[n], i, 1, gpus[n] > 0, spec.get("code_tag", "")) for n in ids for i in range(max(1, gpus[n]))]
-    events.write(t="begin", at=_now(), slots=len(actors), nodes=sorted(ids))
-    if wait:
-        ray.wait([a.ready.remote() for a in actors], num_returns=len(actors), timeout=SLOTS_UP_S)
-    events.write(t="done", state="succeeded", at=_now())
-    return 0
+def warm(ray, nodes: dict[str, int], code_tag: str) -> None:
+    """Start the slots of --per-gpu 1 again on `nodes` (name -> GPUs) after a gang, which took
+    their GPUs whole, without waiting for them: the next batch then finds them up. (A batch makes
+    any slot it lacks itself and hands nothing out before its slots are up; the engine's start
+    makes none.)"""
+    ids = _ray_nodes(ray, list(nodes))
+    for n in ids:
+        gpus = int(nodes[n])  # as the batches count them: the same slot names
+        for i in range(max(1, gpus)):
+            make_slot(ray, n, ids[n], i, 1, gpus > 0, code_tag)
 
 
 def _free_pool(ray) -> None:
@@ -868,8 +861,7 @@ def gang(ray, spec: dict, jobdir: str, events: Events, stopped) -> int:
             break
     remove_placement_group(pg)
     # the slots the gang released, started again for the next batch (not waited for)
-    warm(ray, {"nodes": {n: spec["nodes"][n] for n in ranks}, "code_tag": spec.get("code_tag", "")}, Events(os.devnull),
-         wait=False)
+    warm(ray, {n: spec["nodes"][n] for n in ranks}, spec.get("code_tag", ""))
     if stopped():
         events.write(t="done", state="cancelled", at=_now())
         return 0
