@@ -4,6 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The set-up runs three things side by side, since each mostly waits on the network or the disk:
+# the README's Examples on a fresh install (it needs only python3), the system packages (apt), and
+# the Python venvs; then ruff and the types, and the suite once all three are done.
+work="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+
+# The README's Examples on exactly the Quickstart's install, in a fresh venv (no test extras): about
+# 45 s of one core on a fresh clone, its output shown once it ends.
+bash scripts/fresh_install_examples.sh > "$work/examples.log" 2>&1 & examples=$!
+
 # System packages the tests start for real, each group checked and, when missing, installed with the
 # others in ONE apt-get update and ONE apt-get install (as root; otherwise each group's tests are skipped):
 # - OpenSSH sshd for the SSH/bootstrap/baremetal tests (they start their own on loopback);
@@ -26,13 +36,14 @@ fi
 if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
     missing+=("postgresql|postgresql is missing; install it (sudo apt-get install postgresql) or the PostgreSQL state tests are skipped")
 fi
+apt=""
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         packages=""
         for group in "${missing[@]}"; do packages="$packages ${group%%|*}"; done
-        apt-get update -qq
         # shellcheck disable=SC2086 # the package names, split on purpose
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/dev/null
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages; } \
+            > "$work/apt.log" 2>&1 & apt=$!
     else
         for group in "${missing[@]}"; do echo "scripts/test.sh: ${group#*|}" >&2; done
     fi
@@ -45,43 +56,61 @@ installed() {  # installed VENV DIST VERSION: VENV has DIST==VERSION
     compgen -G "$1/lib/python3*/site-packages/$2-$3.dist-info" >/dev/null
 }
 [ -x .venv/bin/python ] || python3 -m venv .venv
-# torch CPU build for the reference-job tests: 2.13.0 is the build this machine kind keeps on disk;
-# pinning it first keeps the bench extra from pulling a multi-GB CUDA build.
-installed .venv torch 2.13.0* || .venv/bin/pip install -q torch==2.13.0 || \
-    echo "scripts/test.sh: torch unavailable; reference-job tests will be skipped" >&2
+# uv (from PyPI, into .venv) installs the test extras in about 11 s and Ray in about 4 s on a fresh
+# machine, where pip took 95 s and 45 s (2 cores, 2026-11-29); pip is used where uv cannot be had.
+uv=""
+if [ -x .venv/bin/uv ] || .venv/bin/pip install -q uv; then uv=.venv/bin/uv; fi
+install_into() {  # install_into VENV PIP-ARGS...
+    local venv=$1; shift
+    if [ -n "$uv" ]; then "$uv" pip install -q --python "$venv/bin/python" "$@"; else "$venv/bin/pip" install -q "$@"; fi
+}
+# Ray for the run-engine tests, beside the rest: the loopback "nodes" share one venv built once
+# (tests/support/ray_env.py names the place and version); the `ray` playbook skips its install where
+# the pinned version is there.
+RAY_VENV="${GPUPLAN_TEST_RAY_VENV:-/tmp/gpuplan-test-ray-2.60.0}"
+{ { [ -x "$RAY_VENV/bin/ray" ] && installed "$RAY_VENV" ray 2.60.0; } || \
+    { python3 -m venv "$RAY_VENV" && install_into "$RAY_VENV" "ray[default]==2.60.0"; } || \
+    echo "scripts/test.sh: Ray could not be installed; the run-engine tests will be skipped" >&2; } & ray=$!
+# torch CPU build for the reference-job tests: 2.13.0 is the build this machine kind keeps on disk,
+# in the folder pip's find-links names (uv does not look there, so it is given the file: 5 s against
+# pip's 36 s); pinning it first keeps the bench extra from pulling a multi-GB CUDA build.
+if ! installed .venv torch 2.13.0*; then
+    links="${PIP_FIND_LINKS:-$(.venv/bin/pip config get global.find-links 2>/dev/null || true)}"
+    wheel="$(compgen -G "${links:-/nonexistent}/torch-2.13.0*.whl" | head -1 || true)"
+    { if [ -n "$uv" ] && [ -n "$wheel" ]; then install_into .venv "$wheel"; else .venv/bin/pip install -q torch==2.13.0; fi; } || \
+        echo "scripts/test.sh: torch unavailable; reference-job tests will be skipped" >&2
+fi
 # gpuplan itself (editable) with its test extras: installed again only when pyproject.toml changed
 # since the last install here (its dependencies, extras or entry points).
 stamp=.venv/.gpuplan-test-setup
 want="$(python3 -c 'import hashlib,sys; print(hashlib.sha256(open("pyproject.toml","rb").read()).hexdigest())')"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! compgen -G ".venv/lib/python3*/site-packages/__editable__*gpuplan*" >/dev/null; then
-    .venv/bin/pip install -q -e '.[test]'
+    install_into .venv -e '.[test]'
     echo "$want" > "$stamp"
 fi
-# Ray for the run-engine tests: the loopback "nodes" share one venv built once (tests/support/ray_env.py
-# names the place and version); the `ray` playbook skips its install where the pinned version is there.
-RAY_VENV="${GPUPLAN_TEST_RAY_VENV:-/tmp/gpuplan-test-ray-2.60.0}"
-{ [ -x "$RAY_VENV/bin/ray" ] && installed "$RAY_VENV" ray 2.60.0; } || \
-    { python3 -m venv "$RAY_VENV" && "$RAY_VENV/bin/pip" install -q "ray[default]==2.60.0"; } || \
-    echo "scripts/test.sh: Ray could not be installed; the run-engine tests will be skipped" >&2
-echo "scripts/test.sh: set-up done in ${SECONDS} s" >&2
+echo "scripts/test.sh: Python set-up done in ${SECONDS} s" >&2
 # Lint first (config in pyproject.toml): a finding fails the run before any test starts.
 .venv/bin/ruff check .
-# Two checks at once, each about 45 s of one core on a fresh clone (no mypy cache, a new venv):
-# - types: gpuplan/planning with no mypy errors, the rest within scripts/mypy-baseline.txt (which
-#   may only shrink; re-record it with `.venv/bin/python scripts/mypy_baseline.py --record`);
-# - the README's Examples on exactly the Quickstart's install, in a fresh venv (no test extras).
-.venv/bin/python scripts/mypy_baseline.py & types=$!
-bash scripts/fresh_install_examples.sh & examples=$!
+# Types, while apt and Ray's venv may still be installing: gpuplan/planning with no mypy errors, the
+# rest within scripts/mypy-baseline.txt (which may only shrink; re-record it with
+# `.venv/bin/python scripts/mypy_baseline.py --record`).
 failed=0
-wait "$types" || failed=$?
+.venv/bin/python scripts/mypy_baseline.py || failed=$?
 wait "$examples" || failed=$?
+cat "$work/examples.log"
+wait "$ray"
+if [ -n "$apt" ] && ! wait "$apt"; then
+    tail -20 "$work/apt.log" >&2
+    echo "scripts/test.sh: apt-get could not install the system packages; the tests that need them will be skipped" >&2
+fi
 [ "$failed" = 0 ] || exit "$failed"
-echo "scripts/test.sh: checks done at ${SECONDS} s" >&2
+echo "scripts/test.sh: set-up and checks done in ${SECONDS} s" >&2
 # Two workers, a test file to each at a time (tests/conftest.py says what keeps them apart); the
 # slowest tests named at the end, with the wall time (CI runs on a busy 2-core machine).
 # GPUPLAN_TEST_WORKERS=0 runs the suite in this one process.
 workers="${GPUPLAN_TEST_WORKERS:-2}"
 if [ "$workers" -gt 0 ]; then
-    exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=15 "$@"
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=15 "$@"
+else
+    .venv/bin/python -m pytest --durations=15 "$@"
 fi
-exec .venv/bin/python -m pytest --durations=15 "$@"

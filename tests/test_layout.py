@@ -60,7 +60,7 @@ def test_scheduling_imports_nothing_of_gpuplan_and_the_optimizer_is_split_along_
 def test_the_test_script_checks_types_against_a_baseline_that_may_only_shrink():
     root = PKG.parent
     script = (root / "scripts" / "test.sh").read_text()
-    assert "scripts/mypy_baseline.py" in script and script.index(".venv/bin/python scripts/mypy_baseline.py") < script.index("exec .venv/bin/python -m pytest")
+    assert "scripts/mypy_baseline.py" in script and script.index(".venv/bin/python scripts/mypy_baseline.py") < script.index(".venv/bin/python -m pytest -n")
     assert '"mypy' in (root / "pyproject.toml").read_text()
     baseline = (root / "scripts" / "mypy-baseline.txt").read_text()
     assert "gpuplan/planning/" not in baseline  # planning has none: it is checked strictly
