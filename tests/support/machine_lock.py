@@ -1,6 +1,6 @@
 """One at a time on this machine: a daemon the tests start that holds machine-wide names (Slurm's
 munge and slurmd node, dockerd's /etc/docker) is started under an exclusive lock held until it is
-stopped, so that two pytest-xdist workers (or two suites run at once on one machine) take turns
+stopped, so that pytest-xdist workers (or two suites run at once on one machine) take turns
 instead of tripping over each other. The lock is the kernel's (flock): a killed holder frees it."""
 
 from __future__ import annotations
