@@ -44,21 +44,19 @@ def test_an_outputs_folder_that_cannot_be_made_is_refused_before_anything_is_bou
     state.close()
 
 
-def test_a_link_in_the_outputs_is_skipped_and_a_failed_fetch_or_setup_ends_in_teardown(owned_hosts, cli, tmp_path,
-                                                                                       monkeypatch):
+LINK_COMMAND = "sh -c 'echo {item} > $GPUPLAN_OUTPUT_DIR/r; ln -s /etc/passwd $GPUPLAN_OUTPUT_DIR/pw'"
+
+
+def test_a_link_in_the_outputs_is_skipped_and_the_plain_files_come_back(owned_hosts, cli, tmp_path):
     """Issue 41: an item that left a link to /etc/passwd ended launch with "unexpected error:
     AbsoluteLinkError", exit 1, nothing fetched, the cluster up. Now the plain files come back,
-    the link is named and left, and the cluster goes; a fetch that fails, or a setup command
-    that fails, tears the cluster down too, after saying so, with the error's exit code."""
+    the link is named and left, and the cluster goes."""
     from gpuplan import paths
-    from gpuplan.errors import RemoteError
-    from gpuplan.run.ray import engine
     from gpuplan.store.state import State
     from support.ray_env import tagged_pids
 
-    command = "sh -c 'echo {item} > $GPUPLAN_OUTPUT_DIR/r; ln -s /etc/passwd $GPUPLAN_OUTPUT_DIR/pw'"
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
-                             "command": command, "outputs": "out"}, ITEMS)
+                             "command": LINK_COMMAND, "outputs": "out"}, ITEMS)
     r = cli("launch", str(path), "-y")
     assert r.code == 0, r.out + r.err
     assert sorted(p.read_text() for p in (tmp_path / "out").glob("*/r")) == [f"{i}\n" for i in ITEMS]
@@ -67,24 +65,47 @@ def test_a_link_in_the_outputs_is_skipped_and_a_failed_fetch_or_setup_ends_in_te
     assert "outputs: 2 files of 2 items" in r.out and "cluster batch torn down" in r.out
     state = State(paths.state_db())
     assert state.cluster("batch").status == "gone" and tagged_pids("batch-") == []
+    state.close()
+
+
+def test_a_fetch_that_fails_ends_in_teardown_with_the_errors_exit_code(owned_hosts, cli, tmp_path, monkeypatch):
+    """Issue 41: a fetch that fails tears the cluster down too, after saying so, with the
+    error's exit code; the batch itself stays succeeded."""
+    from gpuplan import paths
+    from gpuplan.errors import RemoteError
+    from gpuplan.run.ray import engine
+    from gpuplan.store.state import State
+    from support.ray_env import tagged_pids
 
     def broken(*_a, **_k):
         raise engine.EngineError("h0: cannot pack the outputs: disk full")
 
-    with monkeypatch.context() as m:
-        m.setattr(engine, "fetch_outputs", broken)
-        r = cli("launch", str(path), "-y", "--outputs", "again")
+    path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
+                             "command": LINK_COMMAND, "outputs": "again"}, ITEMS)
+    monkeypatch.setattr(engine, "fetch_outputs", broken)
+    r = cli("launch", str(path), "-y")
     assert r.code == RemoteError.exit_code, r.out + r.err
     assert "could not be fetched" in r.err and "disk full" in r.err and "Traceback" not in r.err
     assert "cluster batch torn down" in r.err  # said before the error line
+    state = State(paths.state_db())
     assert state.cluster("batch").status == "gone" and tagged_pids("batch-") == []
     assert state.jobs("batch")[-1].state == "succeeded"
+    state.close()
+
+
+def test_a_setup_command_that_fails_ends_in_teardown_and_releases_the_hosts(owned_hosts, cli, tmp_path):
+    """Issue 41: a setup command that fails tears the cluster down, after saying so, with the
+    error's exit code, and the owned hosts' claims are dropped."""
+    from gpuplan import paths
+    from gpuplan.errors import RemoteError
+    from gpuplan.store.state import State
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
                              "command": "echo {item}", "setup": ["exit 3"], "outputs": "third"}, ITEMS)
     r = cli("launch", str(path), "-y")
     assert r.code == RemoteError.exit_code and "setup on" in r.err and "failed (exit 3)" in r.err, r.out + r.err
     assert "cluster batch torn down" in r.err
+    state = State(paths.state_db())
     assert state.cluster("batch").status == "gone"
     assert not any((h.fake_root / "root" / ".gpuplan" / "claim").exists() for h in owned_hosts)
     state.close()

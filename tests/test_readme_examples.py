@@ -152,9 +152,10 @@ def world(moto_aws, gpuplan_home, tmp_path, monkeypatch):
         stop_hosts(hosts)
 
 
-def test_every_readme_example_runs(world, cli, capfd):
+def _run_each(lines: list[str], cli, capfd) -> dict[str, str]:
+    """Each line run in order, as written; what it printed, by line."""
     ran = {}
-    for line in all_examples():
+    for line in lines:
         args = shlex.split(line)
         assert args[0] == "gpuplan", line
         if args[1] == "bootstrap" and "--param" not in args:
@@ -166,6 +167,11 @@ def test_every_readme_example_runs(world, cli, capfd):
         assert r.code == 0, f"{line}\n{r.err}{r.out}"
         child = capfd.readouterr()  # what a child process (ssh) wrote to the terminal itself
         ran[line] = r.out + r.err + child.out + child.err
+    return ran
+
+
+def test_every_readme_example_runs(world, cli, capfd):
+    ran = _run_each([command for command, _ in example_lines()], cli, capfd)
     # What each one is there to show, in a word.
     assert "4x Standard_NC6" in ran["gpuplan estimate --videos 4 --as-of 2017-08 --save plan.json"]
     assert (world / "plan.json").exists() and (world / "tradeoff.svg").read_text().startswith("<?xml")
@@ -186,6 +192,10 @@ def test_every_readme_example_runs(world, cli, capfd):
     assert "in all about ¥" in campaign and "dry run: nothing was provisioned" in campaign
     assert "aws" in ran["gpuplan check aws --region ap-northeast-1"] and "ready: aws" in \
         ran["gpuplan check aws --region ap-northeast-1"]
+
+
+def test_every_line_of_the_demo_session_runs(world, cli, capfd):
+    ran = _run_each([command for command, _ in example_lines(DEMO_DOC, "## A session on the demo hosts")], cli, capfd)
     assert "demo  2x baremetal:" in ran["gpuplan status demo"]
     assert "NVIDIA-SMI" in ran["gpuplan ssh demo -- nvidia-smi"] and "Tesla T4" in ran["gpuplan ssh demo -- nvidia-smi"]
     assert "3 ok of 3 items" in " ".join(ran["gpuplan run demo --items videos.txt -- echo {item}"].split())
