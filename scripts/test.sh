@@ -71,10 +71,11 @@ install_into() {  # install_into VENV PIP-ARGS...
 }
 # Ray for the run-engine tests, beside the rest: the loopback "nodes" share one venv built once
 # (tests/support/ray_env.py names the place and version); the `ray` playbook skips its install where
-# the pinned version is there.
+# the pinned version is there. Ray's modules are compiled at install (4 s more): uv writes no .pyc
+# files, and every Ray process of the first tests would compile what it imports until one wrote them.
 RAY_VENV="${GPUPLAN_TEST_RAY_VENV:-/tmp/gpuplan-test-ray-2.60.0}"
 { { [ -x "$RAY_VENV/bin/ray" ] && installed "$RAY_VENV" ray 2.60.0; } || \
-    { python3 -m venv "$RAY_VENV" && install_into "$RAY_VENV" "ray[default]==2.60.0"; } || \
+    { python3 -m venv "$RAY_VENV" && install_into "$RAY_VENV" "ray[default]==2.60.0" ${uv:+--compile-bytecode}; } || \
     echo "scripts/test.sh: Ray could not be installed; the run-engine tests will be skipped" >&2; } & ray=$!
 # torch CPU build for the reference-job tests: 2.13.0 is the build this machine kind keeps on disk,
 # in the folder pip's find-links names (uv does not look there, so it is given the file: 5 s against
@@ -117,7 +118,9 @@ echo "scripts/test.sh: set-up and checks done in ${SECONDS} s" >&2
 # (2026-11-29). GPUPLAN_TEST_WORKERS=N sets the number; 0 runs the suite in this one process.
 workers="${GPUPLAN_TEST_WORKERS:-3}"
 if [ "$workers" -gt 0 ]; then
-    .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=15 "$@"
+    # --no-loadscope-reorder: files in the order tests/conftest.py gives them (the longest first), not
+    # pytest-xdist's default (the most tests first, which left one-test files of a minute for the end)
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder --durations=15 "$@"
 else
     .venv/bin/python -m pytest --durations=15 "$@"
 fi

@@ -30,7 +30,8 @@ pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and th
 # a long file collected last (the order is alphabetical) leaves the other workers idle at the end:
 # about 35 s of a 1,100 s run on 3 workers (the longest-first schedule of run 53b's per-file times).
 # Seconds per file on 3 workers, from `bash scripts/test.sh --durations=0` (2026-11-29); a file not
-# named keeps its place after these.
+# named keeps its place after these. scripts/test.sh passes --no-loadscope-reorder, else pytest-xdist
+# would put the files with the most tests first instead.
 LONGEST_FILES = (
     "test_launch.py",  # 301
     "test_launch_unhappy.py",  # 248
