@@ -26,47 +26,6 @@ pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and th
 # ports in a band of its own and sees only its own clusters' processes (support/ray_env.port_band).
 
 
-# The longest files first. With --dist loadfile a worker takes the next file as it finishes one, so
-# a long file collected last (the order is alphabetical) leaves the other workers idle at the end:
-# about 35 s of a 1,100 s run on 3 workers (the longest-first schedule of run 53b's per-file times).
-# Seconds per file on 3 workers, from `bash scripts/test.sh --durations=0` (2026-11-29); a file not
-# named keeps its place after these. scripts/test.sh passes --no-loadscope-reorder, else pytest-xdist
-# would put the files with the most tests first instead.
-LONGEST_FILES = (
-    "test_launch.py",  # 301
-    "test_launch_unhappy.py",  # 248
-    "test_run_engine.py",  # 241
-    "test_run_containers.py",  # 146
-    "test_job_checkpoints.py",  # 145
-    "test_chaos.py",  # 103
-    "test_jobs_reference.py",  # 92
-    "test_failover_launch.py",  # 89
-    "test_readme_examples.py",  # 84
-    "test_teardown_engine.py",  # 84
-    "test_run_closed.py",  # 83
-    "test_safety.py",  # 81
-    "test_calibration_evidence.py",  # 81
-    "test_run_backend_contract.py",  # 72
-    "test_spot_notice.py",  # 69
-    "test_run_recover.py",  # 69
-    "test_demo.py",  # 57
-    "test_run_env.py",  # 57
-    "test_launch_recover.py",  # 56
-    "test_state_postgres.py",  # 55
-    "test_slurm_runs.py",  # 54
-    "test_baremetal_provider.py",  # 53
-    "test_run_cluster.py",  # 52
-    "test_probe_owned.py",  # 46
-    "test_provider_contract.py",  # 45
-    "test_docker_daemon.py",  # 42
-)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order stays
-
-
 @pytest.fixture(autouse=True)
 def _no_outside_calls(monkeypatch):
     """No test asks the internet for its public address (a closed local port answers at once,
