@@ -42,10 +42,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
         packages=""
         for group in "${missing[@]}"; do packages="$packages ${group%%|*}"; done
         # dpkg without an fsync per file (--force-unsafe-io: a crash mid-install means installing again,
-        # which this script does), and no "main" PostgreSQL cluster made by the package's own set-up:
-        # the tests make their own in scratch folders.
-        mkdir -p /etc/postgresql-common/createcluster.d
-        echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/gpuplan-tests.conf
+        # which this script does)
         # shellcheck disable=SC2086 # the package names, split on purpose
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
             -o Dpkg::Options::=--force-unsafe-io $packages; } > "$work/apt.log" 2>&1 & apt=$!
