@@ -8,7 +8,19 @@ cd "$(dirname "$0")/.."
 # the README's Examples on a fresh install (it needs only python3), the system packages (apt), and
 # the Python venvs; then ruff and the types, and the suite once all three are done.
 work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+# On exit: stop what the set-up left running, remove the scratch folder, and exit with the status the
+# script had (the suite's). `kill` with no job left fails, and under `set -e` that failure would
+# otherwise become the script's exit status (CI saw exit 2 after every test had passed).
+cleanup() {
+    local status=$?
+    local left
+    left="$(jobs -p)"
+    # shellcheck disable=SC2086 # one pid per word
+    if [ -n "$left" ]; then kill $left 2>/dev/null || true; fi
+    rm -rf "$work"
+    exit "$status"
+}
+trap cleanup EXIT
 
 # The README's Examples on exactly the Quickstart's install, in a fresh venv (no test extras): about
 # 45 s of one core on a fresh clone, its output shown once it ends.

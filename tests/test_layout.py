@@ -261,3 +261,25 @@ def test_no_function_of_the_run_wing_is_written_twice():
             else:
                 seen[body] = f"{rel}:{name}"
     assert twice == []
+
+
+def _run_with_the_test_scripts_exit_trap(body: str, tmp_path) -> tuple[int, bool]:
+    """Runs BODY under scripts/test.sh's own opening (set -euo pipefail, its scratch folder and exit
+    trap, taken from the script); returns the exit status and whether the scratch folder is gone."""
+    import subprocess
+
+    script = (PKG.parent / "scripts" / "test.sh").read_text()
+    opening = script[script.index("set -euo pipefail"):script.index("trap cleanup EXIT") + len("trap cleanup EXIT")]
+    marker = tmp_path / "work-folder"
+    program = "\n".join([opening.replace('cd "$(dirname "$0")/.."', ":"), f'echo "$work" > {marker}', body])
+    done = subprocess.run(["bash", "-c", program], timeout=30)
+    from pathlib import Path
+    return done.returncode, not Path(marker.read_text().strip()).exists()
+
+
+def test_the_test_script_exits_with_the_suites_status_and_removes_its_scratch_folder(tmp_path):
+    # CI failed with exit 2 after all tests passed: the exit trap's `kill` had no job left to stop
+    assert _run_with_the_test_scripts_exit_trap("sleep 0.1 & wait; true", tmp_path) == (0, True)
+    assert _run_with_the_test_scripts_exit_trap("sleep 0.1 & wait; exit 3", tmp_path) == (3, True)
+    # a set-up job still running is stopped, and the status is still the script's
+    assert _run_with_the_test_scripts_exit_trap("sleep 60 & true", tmp_path) == (0, True)
