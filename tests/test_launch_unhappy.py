@@ -250,7 +250,10 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     inventory = gpuplan_home / "config" / "inventory.yaml"
     data = yamlmod.safe_load(inventory.read_text())
     for h in data["hosts"]:
-        h["power_watts"] = 100_000  # ¥3,100/h a host at ¥31/kWh
+        # ¥5,580/h a host at ¥31/kWh: the two reach max_yen ¥150 about 48 s after the claim, over twice
+        # the 21 s the launch takes from the claim to "submitted" on an idle machine (the moment armed
+        # must come after the submission, or the hosts release themselves under the launch)
+        h["power_watts"] = 180_000
     inventory.write_text(yamlmod.safe_dump(data))
     (tmp_path / "tiny.yaml").write_text("name: tiny\nreference_gpu: T4\njobs: [{seconds: 10}]\n")
     path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "max_yen": 150,
