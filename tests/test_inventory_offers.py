@@ -79,6 +79,23 @@ def test_power_watts_is_checked(cli, gpuplan_home):
     assert r.code == 2 and "hosts[0].power_watts: -5 is out of range; use a number from 1 to 100,000" in r.err
 
 
+def test_with_only_owned_hosts_to_plan_on_a_broken_inventory_is_the_reason_said(cli, gpuplan_home, tmp_path):
+    """A launch with `infra: [owned]` and an inventory power_watts over its range said only "no plan
+    can be recommended: the only feasible ones use owned hardware; name it with --owned": the hosts
+    meant were dropped with the note unshown, and the advice was wrong."""
+    write_inventory([{**host("a", "Tesla T4", "t4"), "power_watts": 180_000}])
+    r = cli("estimate", "--videos", "4", "--provider", "baremetal")
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert r.err.startswith("gpuplan: error: no plan can be recommended") and r.err.rstrip().endswith(
+        "(inventory: its hosts are not planned: bare-metal inventory"
+        f" {paths.config_dir() / 'inventory.yaml'}: hosts[0].power_watts: 180000 is out of range; use a number from 1 to 100,000)")
+    (tmp_path / "videos.txt").write_text("a.mp4\n")
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump({"workload": "colorize-hd", "items": str(tmp_path / "videos.txt"),
+                                                         "infra": ["owned"], "command": "echo {item}"}))
+    r = cli("launch", str(tmp_path / "batch.yaml"), "--dry-run")
+    assert r.code == 2 and "hosts[0].power_watts: 180000 is out of range" in r.err and "Traceback" not in r.err, r.err
+
+
 def test_an_inventory_pick_saved_is_what_provision_claims(cli, gpuplan_home, tmp_path):
     write_inventory(TWO_KINDS)
     plan = tmp_path / "plan.json"

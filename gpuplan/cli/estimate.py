@@ -898,7 +898,8 @@ def save_plan(est, path: Path, command: str = "", planned: dict | None = None) -
 def _inventory(cat):
     """The catalog with the user's own hosts (the bare-metal inventory, where there is one) as
     owned offers, one per kind of host; {offer name: how many hosts} for the planner (they are
-    yours: recommended, and planned several at once); notes on what was left out."""
+    yours: recommended, and planned several at once); notes on what was left out; and, where
+    the inventory could not be read, the note that says why none of its hosts is planned."""
     from dataclasses import replace
     from importlib import import_module
 
@@ -910,17 +911,18 @@ def _inventory(cat):
     path = prov.inventory_path()
     if not path.is_file():
         if prov.config.get("inventory"):  # named in config.yaml but not there: said, not silently dropped
-            return cat, parts, [*part_notes, f"inventory: its hosts are not planned: {path} (providers.baremetal.inventory"
-                                              " in config.yaml) is not a file"]
-        return cat, parts, part_notes
+            unread = f"inventory: its hosts are not planned: {path} (providers.baremetal.inventory in config.yaml) is not a file"
+            return cat, parts, [*part_notes, unread], unread
+        return cat, parts, part_notes, None
     try:
         pairs, notes = prov.owned_offers(cat)
     except UsageError as exc:  # the estimate still plans the rest; provision says the same in one line
-        return cat, parts, [*part_notes, f"inventory: its hosts are not planned: {exc}"]
+        unread = f"inventory: its hosts are not planned: {exc}"
+        return cat, parts, [*part_notes, unread], unread
     taken = {(o.provider, o.name.lower()) for o in cat.offers}
     pairs = [(o, n) for o, n in pairs if (o.provider, o.name.lower()) not in taken]
     cat = replace(cat, offers=cat.offers + tuple(o for o, _ in pairs))
-    return cat, {**parts, **{o.name.lower(): n for o, n in pairs}}, part_notes + notes
+    return cat, {**parts, **{o.name.lower(): n for o, n in pairs}}, part_notes + notes, None
 
 
 def _japan(cat, region: str | None, as_of: str | None, basis: str, unknown_as: str):
@@ -1051,8 +1053,9 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     cat, japan_notes = _japan(cat, region, as_of, basis, unknown_as)
     owned, owned_count = parse_owned(owned or [])
     hosts: dict[str, int] = {}
+    unread = None
     if not as_of:  # the inventory's hosts are today's machines (issue 19)
-        cat, hosts, host_notes = _inventory(cat)
+        cat, hosts, host_notes, unread = _inventory(cat)
         cat = catalog.with_tax(cat, basis, unknown_as)  # the inventory's hosts on the same basis
         japan_notes.update({f"inventory {i + 1}": line for i, line in enumerate(host_notes)})
         owned = owned + [name for name in hosts if name not in {n.lower() for n in owned}]
@@ -1139,6 +1142,8 @@ def plan_estimate(work, *, as_of: str | None = None, provider: str | None = None
     from gpuplan.fleet import refusals
 
     refused = {f"refused {i + 1}": r.line() for i, r in enumerate(refusals.recent())} if not as_of else {}
+    if est.recommended is None and unread:  # the hosts a user means may be the ones left out: said with the reason
+        est = replace(est, reason=f"{est.reason} ({unread})")
     return replace(est, extra={**est.extra, **japan_notes, **refused}, tax=basis)
 
 
