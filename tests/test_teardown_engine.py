@@ -128,3 +128,45 @@ def test_a_ray_start_that_fails_is_tried_once_more_and_leaves_nothing(hosts, cli
     assert last.startswith("gpuplan: error: gone-0: `ray start` failed (exit 1): ") and "object store" in last, err
     assert "\\x0a" not in last and "Traceback" not in err, err
     assert _nothing_left(port, started) == []
+
+
+def test_a_worker_whose_ray_start_hangs_is_set_aside_at_its_limit_and_the_head_runs_the_batch(hosts, cli, tmp_path,
+                                                                                               monkeypatch):
+    """A worker's `ray start` that cannot reach the head's GCS hangs rather than fails (seen on a
+    loaded machine: the whole 300 s, twice). Now a worker's start has a limit of its own: stopped
+    there, cleaned up, tried once more, then its node is set aside and the head runs the batch."""
+    from gpuplan import paths
+    from gpuplan.run.ray import engine
+    from gpuplan.store.state import State
+    from support.ray_env import processes_running, ray_venv
+
+    started, port = hosts
+    real = ray_venv()
+    fake = tmp_path / "ray-venv"  # the tests' Ray, but a worker's `ray start` (the one given --address) hangs
+    (fake / "bin").mkdir(parents=True)
+    for name, body in (("ray", f'case " $* " in *" --address "*) exec sleep 607;; esac\nexec "{real}/bin/ray" "$@"\n'),
+                       ("python", f'exec "{real}/bin/python" "$@"\n')):
+        (fake / "bin" / name).write_text("#!/bin/sh\n" + body)
+        (fake / "bin" / name).chmod(0o755)
+    [record] = real.glob("lib/python3*/site-packages/ray-*.dist-info")
+    (fake / record.relative_to(real)).parent.mkdir(parents=True)
+    (fake / record.relative_to(real)).symlink_to(record)
+    monkeypatch.setenv("GPUPLAN_RAY_VENV", str(fake))
+    monkeypatch.setenv("GPUPLAN_RAY_PORT", str(port))
+    monkeypatch.setattr(engine, "WORKER_START_TIMEOUT_S", 3)
+    assert cli("provision", "baremetal:t4", "x2", "--name", "gone", "--no-bootstrap", "--yes").code == 0
+    (tmp_path / "items.txt").write_text("a\nb\n")
+    r = cli("run", "gone", "--items", str(tmp_path / "items.txt"), "--", "sh", "-c", ": {item}")
+    assert r.code == 0, r.out + r.err
+    err = " ".join(r.err.split())
+    assert "gone-1: `ray start` failed (exit 124)" in err and "timed out after 3 s" in err and "starting it once more" in err
+    assert "gone-1 set aside: Ray could not be installed or started: gone-1: `ray start` failed (exit 124)" in err, err
+    state = State(paths.state_db())
+    [job] = state.jobs("gone")
+    assert {(it.node, it.status) for it in state.job_items(job.id)} == {("gone-0", "ok")}
+    assert [(q.node, q.code) for q in state.job_quarantines(job.id)] == [("gone-1", "left_out")]
+    state.close()
+    assert processes_running(["sleep", "607"]) == []  # the hung starts were stopped on the node
+    r = cli("teardown", "gone", "--yes")
+    assert r.code == 0, r.err + r.out
+    assert _nothing_left(port, started) == []

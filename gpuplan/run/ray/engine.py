@@ -45,7 +45,11 @@ PORTS_PER_NODE = 100
 JOBS_DIR = ".gpuplan/jobs"  # under the SSH user's home on every node
 CODE_DIR = ".gpuplan/code"  # on the head: the driver's code, one folder per version (code_tag)
 CODE_FILES = ("ray_driver.py", "batch_rules.py")  # what the driver runs, beside each other
-START_TIMEOUT_S = 300
+START_TIMEOUT_S = 300  # the head's `ray start`: its first on a new machine reads all of Ray from a cold disk
+# A worker's `ray start` joins a head that is up (5 s on an idle 2-core machine, 2026-11-29). One that
+# cannot reach the head's GCS does not fail: it waited out the whole 300 s, twice, before its node was
+# set aside (seen on a loaded machine).
+WORKER_START_TIMEOUT_S = 120
 DASHBOARD_WAIT_S = 90  # how long a submit waits for the head's Jobs API to come up
 HERE = Path(__file__).parent
 
@@ -428,7 +432,8 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
 def _why(text: str | None, exc: BaseException | None = None) -> str:
     """A node left out, in one line that starts with what kind of failure it was."""
     kind = ("host key refused" if isinstance(exc, remote.HostKeyChanged) else "login refused"
-            if isinstance(exc, remote.LoginRefused) else "unreachable" if isinstance(exc, RemoteError) else "")
+            if isinstance(exc, remote.LoginRefused) else "Ray could not be installed or started"
+            if isinstance(exc, EngineError) else "unreachable" if isinstance(exc, RemoteError) else "")
     line = " ".join((text or "").split())
     if not kind:
         kind = ("host key refused" if "host key" in line and "changed" in line else "unreachable" if "cannot connect" in line
@@ -455,7 +460,8 @@ def _start(eng: Engine, node: Node, progress: Progress = lambda _m: None) -> Non
     for attempt in (1, 2):
         if eng.host_firewall:  # before Ray listens: closed to the outside from its first second
             _close_ports(eng, node)
-        r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S, stdin=_start_script(eng, node))
+        r = remote.run(node.host, "bash -s", timeout=START_TIMEOUT_S if node.index == 0 else WORKER_START_TIMEOUT_S,
+                       stdin=_start_script(eng, node))
         if r.ok:
             return
         why = f"{node.name}: `ray start` failed (exit {r.exit_code}): {r.why()}"
