@@ -343,7 +343,7 @@ def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(ow
     from support.ray_env import tagged_pids
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
-                             "command": "sh -c 'sleep 4; echo {item} > $GPUPLAN_OUTPUT_DIR/r'", "outputs": "out"})
+                             "command": "sh -c 'sleep 2; echo {item} > $GPUPLAN_OUTPUT_DIR/r'", "outputs": "out"})
     client = subprocess.Popen([sys.executable, "-m", "gpuplan", "launch", str(path), "-y"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     job = None
