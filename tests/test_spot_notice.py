@@ -24,9 +24,11 @@ import pytest
 pytestmark = pytest.mark.sshd
 CLUSTER = "spotty"
 # 30 steps of 0.5 s, each written to the checkpoint (the notice is looked for every 5 s); says
-# where it began
+# where it began. Each step is written to a temporary file and renamed, as a job must: the folder
+# is sent to the head as it is at that moment, and a step file caught empty mid-write came back
+# as an empty start (run 54c: the resumed item read "", its loop ended at once)
 ITEM = ('f="$GPUPLAN_CHECKPOINT_DIR/step"; s=$(cat "$f" 2>/dev/null || echo 0); start=$s; '
-        'while [ "$s" -lt 30 ]; do s=$((s+1)); echo $s > "$f"; sleep 0.5; done; '
+        'while [ "$s" -lt 30 ]; do s=$((s+1)); echo $s > "$f.tmp"; mv "$f.tmp" "$f"; sleep 0.5; done; '
         'echo "{item} $GPUPLAN_NODE from $start" > {out}/result')
 
 
