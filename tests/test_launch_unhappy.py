@@ -255,8 +255,9 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     # max_yen ¥85: the two hosts reach it about 49 s after the claim, over twice the 21 s the launch
     # takes from the claim to "submitted" on an idle machine (the moment armed must come after the
     # submission, or the hosts release themselves under the launch)
+    max_yen = 85
     (tmp_path / "tiny.yaml").write_text("name: tiny\nreference_gpu: T4\njobs: [{seconds: 10}]\n")
-    path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "max_yen": 85,
+    path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "max_yen": max_yen,
                              "command": "sh -c 'sleep 600; echo {item} > $GPUPLAN_OUTPUT_DIR/r'"}, ["slow-1", "slow-2"])
     said = (tmp_path / "launch.err").open("w")
     client = subprocess.Popen([sys.executable, "-c", KILLED_LAUNCH.format(allowance=10), "launch", str(path), "-y"],
@@ -272,7 +273,7 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     assert job == "batch-1", (tmp_path / "launch.err").read_text()
     state = State(paths.state_db())
     at = datetime.fromisoformat(state.cluster("batch").spec["releases_itself_at"])
-    cap = Decimal(85) / Decimal("1.1") if state.ledger_rows()[0]["tax"] == "excluded" else Decimal(85)
+    cap = Decimal(max_yen) / Decimal("1.1") if state.ledger_rows()[0]["tax"] == "excluded" else Decimal(max_yen)
     assert state.ledger_seconds_and_yen("batch", at)[1] <= cap  # the moment armed is within the cap
     deadline = time.time() + max(0.0, (at - datetime.now(timezone.utc)).total_seconds()) + 60
     while time.time() < deadline and (tagged_pids("batch-") or any(
@@ -283,13 +284,13 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     r = cli("cost-report", "--format", "json")
     assert r.code == 0, r.err
     report = json.loads(r.out)
-    assert Decimal(str(report["total_jpy"])) <= Decimal(85) and not any(x["running"] for x in report["lines"])
+    assert Decimal(str(report["total_jpy"])) <= Decimal(max_yen) and not any(x["running"] for x in report["lines"])
     later = cli("cost-report", "--format", "json")
     assert json.loads(later.out)["total_jpy"] == report["total_jpy"]  # nothing of the batch bills any more
     assert all(row["stopped_at"] == at for row in state.ledger_rows())
     r = cli("launch", "--resume", job)
     assert r.code == 6, r.out + r.err
-    assert f"stopped at max_yen ¥85: {fmt.yen(Decimal(str(report['total_jpy'])))} spent on the batch" in r.err
+    assert f"stopped at max_yen ¥{max_yen}: {fmt.yen(Decimal(str(report['total_jpy'])))} spent on the batch" in r.err
     assert state.job(job).state == "capped" and state.cluster("batch").status == "gone"
     state.close()
 
