@@ -41,14 +41,20 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         items.write_text("".join(f"i{k}\n" for k in range(12)))
         lay = engine.layout()
 
+        hurry = tmp_path / "hurry"
+
         def lose_node_1() -> None:  # once the run following the batch wrote an item running on rec-1
             wait_for(lambda: item_running_on(paths.state_db(), "rec", "rec-1"), timeout=120)
             stop_ray(f"rec-{lay.base(1)}")  # rec-1's Ray and everything under it: a host gone
+            # everything the test looks at has happened once the replacement runs an item: the
+            # items left end at once (their 5 s would add 10 s of waiting)
+            wait_for(lambda: item_running_on(paths.state_db(), "rec", "rec-2"), timeout=240)
+            hurry.touch()
 
         killer = threading.Thread(target=lose_node_1, daemon=True)
         killer.start()
         r = cli("run", "rec", "--items", str(items), "--per-gpu", "2", "--recover", "-y", "--", "sh", "-c",
-                "sleep 5; : {item}")
+                f"i=0; while [ $i -lt 50 ] && [ ! -e {hurry} ]; do sleep 0.1; i=$((i+1)); done; : {{item}}")
         killer.join(1)
         assert r.code == 0, r.err + r.out
         err = " ".join(r.err.split())

@@ -23,12 +23,14 @@ import pytest
 
 pytestmark = pytest.mark.sshd
 CLUSTER = "spotty"
-# 30 steps of 0.5 s, each written to the checkpoint (the notice is looked for every 5 s); says
-# where it began. Each step is written to a temporary file and renamed, as a job must: the folder
-# is sent to the head as it is at that moment, and a step file caught empty mid-write came back
-# as an empty start (run 54c: the resumed item read "", its loop ended at once)
+# Up to 60 steps of 0.5 s, each written to the checkpoint (the notice is looked for every 5 s);
+# says where it began. Each step is written to a temporary file and renamed, as a job must: the
+# folder is sent to the head as it is at that moment, and a step file caught empty mid-write came
+# back as an empty start (run 54c: the resumed item read "", its loop ended at once). The steps
+# stop early once the file HURRY exists: the test makes it when the replacement runs an item, as
+# everything the test looks at has happened by then (it saves the 30 s the items had left).
 ITEM = ('f="$GPUPLAN_CHECKPOINT_DIR/step"; s=$(cat "$f" 2>/dev/null || echo 0); start=$s; '
-        'while [ "$s" -lt 30 ]; do s=$((s+1)); echo $s > "$f.tmp"; mv "$f.tmp" "$f"; sleep 0.5; done; '
+        'while [ "$s" -lt 60 ] && [ ! -e HURRY ]; do s=$((s+1)); echo $s > "$f.tmp"; mv "$f.tmp" "$f"; sleep 0.5; done; '
         'echo "{item} $GPUPLAN_NODE from $start" > {out}/result')
 
 
@@ -137,22 +139,27 @@ def test_on_moto_a_notice_drains_the_node_its_items_finish_from_checkpoints_and_
         live = [i for res in ec2.describe_instances()["Reservations"] for i in res["Instances"]]
         assert [i.get("InstanceLifecycle") for i in live] == ["spot", "spot"]
 
-        second = hosts[1].fake_root / "root/.gpuplan/jobs"
+        hurry = tmp_path / "hurry"
+
+        def stepped(host) -> bool:  # an item has run a step on this host
+            return any(p.read_text().strip() not in ("", "0")
+                       for p in (host.fake_root / "root/.gpuplan/jobs").glob("*/checkpoints/*/step"))
 
         def announce_once_items_run_there() -> None:
             deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                if any(p.read_text().strip() not in ("", "0") for p in second.glob("*/checkpoints/*/step")):
-                    spot_capacity["gone"] = True  # the region's spot capacity goes with it
-                    servers[1].announce()
-                    return
+            while time.monotonic() < deadline and not stepped(hosts[1]):
                 time.sleep(0.2)
+            spot_capacity["gone"] = True  # the region's spot capacity goes with it
+            servers[1].announce()
+            while time.monotonic() < deadline and not stepped(hosts[2]):  # the replacement's host
+                time.sleep(0.2)
+            hurry.touch()
 
         watcher = threading.Thread(target=announce_once_items_run_there, daemon=True)
         watcher.start()
         (tmp_path / "items.txt").write_text("a\nb\nc\nd\n")
         r = cli("run", CLUSTER, "--items", str(tmp_path / "items.txt"), "--checkpoint-every", "2s", "--recover",
-                "--on-demand-fallback", "-y", "--", "sh", "-c", ITEM)
+                "--on-demand-fallback", "-y", "--", "sh", "-c", ITEM.replace("HURRY", str(hurry)))
         watcher.join(1)
         assert r.code == 0, r.out + r.err
         assert "4 ok of 4 items" in " ".join(r.out.split())
@@ -170,7 +177,8 @@ def test_on_moto_a_notice_drains_the_node_its_items_finish_from_checkpoints_and_
         assert (q.node, q.code) == (f"{CLUSTER}-1", "interrupted") and "terminate" in q.reason
         items = state.job_items(job.id)
         assert {it.status for it in items} == {"ok"}
-        assert f"{CLUSTER}-1" not in {it.node for it in items}  # nothing ended on the node taken back
+        # nothing ended on the node taken back; the replacement ran items of the batch
+        assert f"{CLUSTER}-1" not in {it.node for it in items} and f"{CLUSTER}-3" in {it.node for it in items}
         results = sorted(p.read_text().split() for h in hosts
                          for p in (h.fake_root / "root/.gpuplan/jobs" / job.id / "out").glob("*/result"))
         assert len(results) == 4 and [res for res in results if res[3] != "0"], results  # resumed from checkpoints
