@@ -153,18 +153,28 @@ def test_dry_run_prints_the_whole_sequence_with_yen_and_writes_nothing(cli, tmp_
 @pytest.fixture
 def owned_hosts(tmp_path, gpuplan_home, monkeypatch):
     """Two loopback hosts as the inventory's `t4` group, their power priced; Ray from the tests' venv."""
+    yield from _owned(2, tmp_path, gpuplan_home, monkeypatch)
+
+
+@pytest.fixture
+def owned_host(tmp_path, gpuplan_home, monkeypatch):
+    """One such host: for a test that needs no second node (it saves starting Ray there, 5-10 s)."""
+    yield from _owned(1, tmp_path, gpuplan_home, monkeypatch)
+
+
+def _owned(n: int, tmp_path, gpuplan_home, monkeypatch):
     from support.ray_env import free_port_range, ray_venv, stop_ray
     from support.sshd import start_hosts, stop_hosts
 
     venv = ray_venv()
-    hosts = start_hosts(2, tmp_path)
+    hosts = start_hosts(n, tmp_path)
     entries = [{"name": h.name, "address": h.host, "port": h.port, "private_address": h.host,
                 "gpus": {"model": "Tesla T4", "count": 1}, "group": "t4", "power_watts": 70,
                 "host_key": h.host_public_key} for h in hosts]
     (gpuplan_home / "config").mkdir(parents=True, exist_ok=True)
     (gpuplan_home / "config" / "inventory.yaml").write_text(yaml.safe_dump(
         {"defaults": {"user": "root", "key": str(hosts[0].client_key_path)}, "hosts": entries}))
-    port = free_port_range(2)
+    port = free_port_range(n)
     monkeypatch.setenv("GPUPLAN_RAY_VENV", str(venv))
     monkeypatch.setenv("GPUPLAN_RAY_PORT", str(port))
     monkeypatch.setenv("GPUPLAN_RAY_OBJECT_STORE_MB", "80")
@@ -173,7 +183,7 @@ def owned_hosts(tmp_path, gpuplan_home, monkeypatch):
     try:
         yield hosts
     finally:
-        stop_ray("batch-", port, 2)
+        stop_ray("batch-", port, n)
         stop_hosts(hosts)
 
 
@@ -272,11 +282,24 @@ def test_a_failed_items_log_is_in_the_outputs_after_teardown(owned_hosts, cli, t
     assert r.code == 5, r.out + r.err
     assert "cluster batch torn down" in r.out
     results = tmp_path / "results"
-    assert sorted(p.name for p in (results / "logs").iterdir()) == ["0001-clip-b.mp4.log"]  # the failed one only
+    logs = sorted(p.name for p in (results / "logs").iterdir()) if (results / "logs").is_dir() else None
+    assert logs == ["0001-clip-b.mp4.log"], _job_rows() + r.out + r.err  # the failed one only
     assert "why-clip-b.mp4" in (results / "logs/0001-clip-b.mp4.log").read_text()
     assert sorted(p.parent.name for p in results.glob("*/r.txt")) == ["0000-clip-a.mp4", "0002-clip-c.mp4",
                                                                       "0003-clip-d.mp4"]
     assert f"the failed items' logs are in {results / 'logs'}/" in " ".join(r.err.split())
+
+
+def _job_rows() -> str:
+    """The state's items and set-aside nodes of every job, for a failed assertion's message."""
+    from gpuplan import paths
+    from gpuplan.store.state import State
+
+    state = State(paths.state_db())
+    try:
+        return "".join(f"{it}\n" for job in state.jobs("batch") for it in (*state.job_items(job.id), *state.job_quarantines(job.id)))
+    finally:
+        state.close()
 
 
 def test_max_yen_stops_a_launched_batch_mid_way_and_nothing_is_left_running(owned_hosts, cli, tmp_path, gpuplan_home):
@@ -331,7 +354,7 @@ def fmt_yen(value: Decimal) -> str:
     return fmt.yen(value)
 
 
-def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(owned_hosts, cli, tmp_path):
+def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(owned_host, cli, tmp_path):
     """`launch` killed with SIGKILL once the batch is submitted: the batch runs on; `launch
     --resume JOB` follows it to its end, fetches its outputs and tears the cluster down."""
     import signal
@@ -343,7 +366,7 @@ def test_killing_launch_changes_nothing_on_the_cluster_and_resume_finishes_it(ow
     from support.ray_env import tagged_pids
 
     path = _write(tmp_path, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
-                             "command": "sh -c 'sleep 2; echo {item} > $GPUPLAN_OUTPUT_DIR/r'", "outputs": "out"})
+                             "command": "sh -c 'sleep 1; echo {item} > $GPUPLAN_OUTPUT_DIR/r'", "outputs": "out"})
     client = subprocess.Popen([sys.executable, "-m", "gpuplan", "launch", str(path), "-y"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     job = None

@@ -17,6 +17,7 @@ from test_aws_cli import instances
 from test_launch import _write
 
 owned_hosts = test_launch.owned_hosts  # the fixture: two loopback hosts as the inventory's t4 group
+owned_host = test_launch.owned_host  # one such host
 aws = test_aws_cli.aws  # the fixture: moto in server mode, the provider configured by config.yaml
 
 ITEMS = ["clip-a.mp4", "clip-b.mp4"]
@@ -47,7 +48,7 @@ def test_an_outputs_folder_that_cannot_be_made_is_refused_before_anything_is_bou
 LINK_COMMAND = "sh -c 'echo {item} > $GPUPLAN_OUTPUT_DIR/r; ln -s /etc/passwd $GPUPLAN_OUTPUT_DIR/pw'"
 
 
-def test_a_link_in_the_outputs_is_skipped_and_the_plain_files_come_back(owned_hosts, cli, tmp_path):
+def test_a_link_in_the_outputs_is_skipped_and_the_plain_files_come_back(owned_host, cli, tmp_path):
     """Issue 41: an item that left a link to /etc/passwd ended launch with "unexpected error:
     AbsoluteLinkError", exit 1, nothing fetched, the cluster up. Now the plain files come back,
     the link is named and left, and the cluster goes."""
@@ -68,7 +69,7 @@ def test_a_link_in_the_outputs_is_skipped_and_the_plain_files_come_back(owned_ho
     state.close()
 
 
-def test_a_fetch_that_fails_ends_in_teardown_with_the_errors_exit_code(owned_hosts, cli, tmp_path, monkeypatch):
+def test_a_fetch_that_fails_ends_in_teardown_with_the_errors_exit_code(owned_host, cli, tmp_path, monkeypatch):
     """Issue 41: a fetch that fails tears the cluster down too, after saying so, with the
     error's exit code; the batch itself stays succeeded."""
     from gpuplan import paths
@@ -227,7 +228,7 @@ runpy.run_module("gpuplan", run_name="__main__")
 """
 
 
-def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_hosts, cli, tmp_path, gpuplan_home):
+def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_host, cli, tmp_path, gpuplan_home):
     """Issue 41: `launch --max-yen 900 -y`, the client killed with SIGKILL after "submitted":
     the items stopped at the cap but nothing tore down, and the ledger passed ¥1,300 and kept
     rising. Now the hosts are armed at the claim to release themselves at the cap's moment:
@@ -252,10 +253,10 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     for h in data["hosts"]:
         h["power_watts"] = 100_000  # ¥3,100/h a host at ¥31/kWh (the inventory's most)
     inventory.write_text(yamlmod.safe_dump(data))
-    # max_yen ¥85: the two hosts reach it about 49 s after the claim, over twice the 21 s the launch
-    # takes from the claim to "submitted" on an idle machine (the moment armed must come after the
-    # submission, or the hosts release themselves under the launch)
-    max_yen = 85
+    # max_yen ¥34: the host reaches it about 39 s after the claim, over three times the 11 s the
+    # launch takes from the claim to "submitted" on an idle machine (the moment armed must come
+    # after the submission, or the host releases itself under the launch)
+    max_yen = 34
     (tmp_path / "tiny.yaml").write_text("name: tiny\nreference_gpu: T4\njobs: [{seconds: 10}]\n")
     path = _write(tmp_path, {"workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "max_yen": max_yen,
                              "command": "sh -c 'sleep 600; echo {item} > $GPUPLAN_OUTPUT_DIR/r'"}, ["slow-1", "slow-2"])
@@ -277,10 +278,10 @@ def test_a_killed_launch_stays_within_its_cap_for_the_bill_on_owned_hosts(owned_
     assert state.ledger_seconds_and_yen("batch", at)[1] <= cap  # the moment armed is within the cap
     deadline = time.time() + max(0.0, (at - datetime.now(timezone.utc)).total_seconds()) + 60
     while time.time() < deadline and (tagged_pids("batch-") or any(
-            (h.fake_root / "root" / ".gpuplan" / "claim").exists() for h in owned_hosts)):
+            (h.fake_root / "root" / ".gpuplan" / "claim").exists() for h in owned_host)):
         time.sleep(1)
     assert tagged_pids("batch-") == [] and processes_running(["sleep", "600"]) == []  # the batch is stopped
-    assert not any((h.fake_root / "root" / ".gpuplan" / "claim").exists() for h in owned_hosts)  # and released
+    assert not any((h.fake_root / "root" / ".gpuplan" / "claim").exists() for h in owned_host)  # and released
     r = cli("cost-report", "--format", "json")
     assert r.code == 0, r.err
     report = json.loads(r.out)
