@@ -50,13 +50,19 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
     (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
         "workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "per_gpu": 2, "recover": True,
         "max_yen": 100, "tax": "excluded", "outputs": "out",
-        "command": "sh -c 'sleep 5; echo {item} > $GPUPLAN_OUTPUT_DIR/r'"}))
+        # each item 5 s, or less once the file `hurry` is there
+        "command": f"sh -c 'i=0; while [ $i -lt 50 ] && [ ! -e {tmp_path}/hurry ]; do sleep 0.1; i=$((i+1)); done;"
+                   " echo {item} > $GPUPLAN_OUTPUT_DIR/r'"}))
     lay = engine.layout()
     try:
         def lose_node_1() -> None:  # once the launch following the batch wrote an item running on batch-1
             wait_for(lambda: item_running_on(paths.state_db(), "batch", "batch-1"), timeout=180)
             write_inventory(3)
             stop_ray(f"batch-{lay.base(1)}")  # batch-1's Ray and everything under it: a host gone
+            # everything the test looks at has happened once the replacement runs an item: the
+            # items left end at once (their 5 s would add 15 s of waiting)
+            wait_for(lambda: item_running_on(paths.state_db(), "batch", "batch-2"), timeout=240)
+            (tmp_path / "hurry").touch()
 
         killer = threading.Thread(target=lose_node_1, daemon=True)
         killer.start()
