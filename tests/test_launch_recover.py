@@ -22,7 +22,7 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
     from gpuplan.store.state import State
     from support.ray_env import free_port_range, ray_venv, stop_ray, tagged_pids
     from support.sshd import start_hosts, stop_hosts
-    from support.waiting import item_running_on, wait_for
+    from support.waiting import item_running_on, sleep_unless, wait_for
 
     hosts = start_hosts(3, tmp_path)
     port = free_port_range(3)
@@ -50,9 +50,7 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
     (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
         "workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "per_gpu": 2, "recover": True,
         "max_yen": 100, "tax": "excluded", "outputs": "out",
-        # each item 5 s, or less once the file `hurry` is there
-        "command": f"sh -c 'i=0; while [ $i -lt 50 ] && [ ! -e {tmp_path}/hurry ]; do sleep 0.1; i=$((i+1)); done;"
-                   " echo {item} > $GPUPLAN_OUTPUT_DIR/r'"}))
+        "command": f"sh -c '{sleep_unless(tmp_path / 'hurry', 5)}; echo {{item}} > $GPUPLAN_OUTPUT_DIR/r'"}))
     lay = engine.layout()
     try:
         def lose_node_1() -> None:  # once the launch following the batch wrote an item running on batch-1

@@ -19,7 +19,7 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
     from gpuplan.store.state import State
     from support.ray_env import free_port_range, ray_venv, stop_ray
     from support.sshd import start_hosts, stop_hosts
-    from support.waiting import item_running_on, wait_for
+    from support.waiting import item_running_on, sleep_unless, wait_for
 
     monkeypatch.setenv("GPUPLAN_RAY_VENV", str(ray_venv()))
     port = free_port_range(3)
@@ -54,7 +54,7 @@ def test_a_lost_node_is_replaced_by_one_of_the_same_kind_that_joins_the_batch(tm
         killer = threading.Thread(target=lose_node_1, daemon=True)
         killer.start()
         r = cli("run", "rec", "--items", str(items), "--per-gpu", "2", "--recover", "-y", "--", "sh", "-c",
-                f"i=0; while [ $i -lt 50 ] && [ ! -e {hurry} ]; do sleep 0.1; i=$((i+1)); done; : {{item}}")
+                f"{sleep_unless(hurry, 5)}; : {{item}}")
         killer.join(1)
         assert r.code == 0, r.err + r.out
         err = " ".join(r.err.split())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 
 
@@ -27,3 +28,11 @@ def item_running_on(state_db, cluster: str, node: str) -> bool:
         return any(it.status == "running" and it.node == node for job in seen.jobs(cluster) for it in seen.job_items(job.id))
     finally:
         seen.close()
+
+
+def sleep_unless(flag, seconds: float) -> str:
+    """A shell command that sleeps `seconds`, or ends within 0.1 s of the file `flag` existing.
+    A recover test's items run long enough for the replacement to join and take one; the test
+    then makes `flag`, as everything it checks has happened, and the batch ends at once."""
+    return (f"i=0; while [ $i -lt {round(seconds * 10)} ] && [ ! -e {shlex.quote(str(flag))} ];"
+            " do sleep 0.1; i=$((i+1)); done")
