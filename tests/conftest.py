@@ -26,16 +26,6 @@ pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and th
 # ports in a band of its own and sees only its own clusters' processes (support/ray_env.port_band).
 
 
-def pytest_collection_modifyitems(items):
-    """The files in support/file_order's order (the Ray files spread over the run), each file's
-    tests in their own order. scripts/test.sh tells xdist to keep it (--no-loadscope-reorder)."""
-    from support.file_order import file_order
-
-    files = {item.nodeid.split("::")[0]: Path(item.nodeid.split("::")[0]).name for item in items}
-    rank = {name: i for i, name in enumerate(file_order(sorted(set(files.values()))))}
-    items.sort(key=lambda item: rank[files[item.nodeid.split("::")[0]]])
-
-
 @pytest.fixture(autouse=True)
 def _no_outside_calls(monkeypatch):
     """No test asks the internet for its public address (a closed local port answers at once,

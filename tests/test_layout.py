@@ -283,16 +283,3 @@ def test_the_test_script_exits_with_the_suites_status_and_removes_its_scratch_fo
     assert _run_with_the_test_scripts_exit_trap("sleep 0.1 & wait; exit 3", tmp_path) == (3, True)
     # a set-up job still running is stopped, and the status is still the script's
     assert _run_with_the_test_scripts_exit_trap("sleep 60 & true", tmp_path) == (0, True)
-
-
-def test_the_suites_file_order_names_only_files_there_are_and_spreads_the_ray_files():
-    """support/file_order: a Ray file renamed would silently run where xdist puts it."""
-    from support.file_order import RAY, SECONDS, file_order
-
-    here = {p.name for p in Path(__file__).parent.glob("test_*.py")}
-    assert (set(SECONDS) | RAY) - here == set()
-    order = file_order(sorted(here))
-    assert sorted(order) == sorted(here)
-    # never three Ray files in a row among the first two thirds (the workers take files in turn)
-    head = [f in RAY for f in order[: len(order) * 2 // 3]]
-    assert not any(all(head[i:i + 3]) for i in range(len(head) - 2))
