@@ -192,7 +192,7 @@ def test_two_folders_batch_files_launched_at_once_share_no_cluster_and_no_gpu(ow
     for folder, port in (("a", os.environ["GPUPLAN_RAY_PORT"]), ("b", str(other_port))):
         (tmp_path / folder).mkdir()
         path = _write(tmp_path / folder, {"workload": "colorize-hd", "items": "videos.txt", "infra": ["owned"],
-                                          "command": "sh -c 'sleep 2; echo {item} > $GPUPLAN_OUTPUT_DIR/r'"},
+                                          "command": "sh -c 'echo {item} > $GPUPLAN_OUTPUT_DIR/r'"},
                       [f"{folder}.mp4"])
         procs.append(subprocess.Popen([sys.executable, "-m", "gpuplan", "launch", str(path), "-y"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path / folder,
