@@ -47,10 +47,11 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
     # the batch counts yen without tax; owned hosts' power is listed with it (¥31/kWh): the cap the
     # ledger is held to is max_yen x 1.1 (hand arithmetic below), not max_yen as written
     (tmp_path / "tiny.yaml").write_text("name: tiny\nreference_gpu: T4\njobs: [{seconds: 10}]\n")
+    hurry = tmp_path / "hurry"  # made once the replacement runs an item: the items left end at once
     (tmp_path / "batch.yaml").write_text(yaml.safe_dump({
         "workload": "tiny.yaml", "items": "videos.txt", "infra": ["owned"], "per_gpu": 2, "recover": True,
         "max_yen": 100, "tax": "excluded", "outputs": "out",
-        "command": f"sh -c '{sleep_unless(tmp_path / 'hurry', 5)}; echo {{item}} > $GPUPLAN_OUTPUT_DIR/r'"}))
+        "command": f"sh -c '{sleep_unless(hurry, 5)}; echo {{item}} > $GPUPLAN_OUTPUT_DIR/r'"}))
     lay = engine.layout()
     try:
         def lose_node_1() -> None:  # once the launch following the batch wrote an item running on batch-1
@@ -60,7 +61,7 @@ def test_a_launch_with_recover_gets_a_replacement_that_runs_items_within_the_cap
             # everything the test looks at has happened once the replacement runs an item: the
             # items left end at once (their 5 s would add 15 s of waiting)
             wait_for(lambda: item_running_on(paths.state_db(), "batch", "batch-2"), timeout=240)
-            (tmp_path / "hurry").touch()
+            hurry.touch()
 
         killer = threading.Thread(target=lose_node_1, daemon=True)
         killer.start()

@@ -15,6 +15,7 @@ as the AWS SDKs read it). The notice is given once items run on the second node.
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,7 +160,7 @@ def test_on_moto_a_notice_drains_the_node_its_items_finish_from_checkpoints_and_
         watcher.start()
         (tmp_path / "items.txt").write_text("a\nb\nc\nd\n")
         r = cli("run", CLUSTER, "--items", str(tmp_path / "items.txt"), "--checkpoint-every", "2s", "--recover",
-                "--on-demand-fallback", "-y", "--", "sh", "-c", ITEM.replace("HURRY", str(hurry)))
+                "--on-demand-fallback", "-y", "--", "sh", "-c", ITEM.replace("HURRY", shlex.quote(str(hurry))))
         watcher.join(1)
         assert r.code == 0, r.out + r.err
         assert "4 ok of 4 items" in " ".join(r.out.split())

@@ -429,15 +429,18 @@ def ensure_up(state: State, cluster: str, progress: Progress = lambda _m: None) 
     return eng, out
 
 
+NOT_STARTED = "Ray could not be installed or started"  # a node left out for its own Ray, not for SSH
+
+
 def _why(text: str | None, exc: BaseException | None = None) -> str:
     """A node left out, in one line that starts with what kind of failure it was."""
     kind = ("host key refused" if isinstance(exc, remote.HostKeyChanged) else "login refused"
-            if isinstance(exc, remote.LoginRefused) else "Ray could not be installed or started"
+            if isinstance(exc, remote.LoginRefused) else NOT_STARTED
             if isinstance(exc, EngineError) else "unreachable" if isinstance(exc, RemoteError) else "")
     line = " ".join((text or "").split())
     if not kind:
         kind = ("host key refused" if "host key" in line and "changed" in line else "unreachable" if "cannot connect" in line
-                else "Ray could not be installed or started")
+                else NOT_STARTED)
     return f"{kind}: {line}"[:400]
 
 
