@@ -5,6 +5,7 @@ machine), and what --idle means per provider."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -66,9 +67,13 @@ def test_the_watchdog_stops_the_node_after_the_idle_time_and_not_while_an_item_r
         assert _wait(lambda: shutdown_log.exists() and shutdown_log.read_text().strip(), 15)
         waited = time.monotonic() - t0
         assert shutdown_log.read_text().split()[1:] == ["shutdown", "-h", "now"]
-        assert waited >= 2  # it waited the idle time (3 s, checked every 0.5 s) after the item ended
         assert _wait(lambda: not _alive(watchdog), 5)
-        assert "no batch for" in (home / ".gpuplan/idle/log").read_text()
+        # it waited more than the idle time (3 s) since it last saw the item, by its own clock. Not
+        # timed from the kill here: the watchdog last saw the item up to one check (0.5 s, longer on
+        # a busy machine) before the kill, and a 2 s floor from it failed once in the suite (1.8 s).
+        log = (home / ".gpuplan/idle/log").read_text()
+        idle = re.findall(r"no batch for (\d+) s", log)
+        assert len(idle) == 1 and int(idle[0]) > 3, (log, waited)
     finally:
         others.kill()
         others.wait()
