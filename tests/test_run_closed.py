@@ -105,13 +105,17 @@ def test_check_in_netns(tmp_path_factory, tmp_path):
     from gpuplan.run.ray import engine
     from support.cli import items_file, run_cli, submitted_job
     from support.ray_env import loopback_ray_cluster
+    from support.waiting import sleep_unless
 
     real = [{"GPUPLAN_TEST_REAL_FIREWALL": os.environ[INNER]}] * 2
     with loopback_ray_cluster(tmp_path_factory.mktemp("ray-home"), CLUSTER, Decimal("100"), host_env=real) as (state, hosts, _):
         eng = engine.engine_of(state, CLUSTER)
         base = eng.layout.base(0)
         items = items_file(tmp_path, [f"clip-{i}" for i in range(4)])
-        r = run_cli("run", CLUSTER, "--items", items, "--detach", "--", "sh", "-c", "sleep 8; echo {item} > {out}/r")
+        # the items run until the checks below are done (the flag), then end at once
+        checked = tmp_path / "checked"
+        r = run_cli("run", CLUSTER, "--items", items, "--detach", "--", "sh", "-c",
+                    f"{sleep_unless(checked, 120)}; echo {{item}} > {{out}}/r")
         assert r.code == 0, r.err
         job = submitted_job(r.out)
         deadline = time.monotonic() + 120
@@ -125,6 +129,9 @@ def test_check_in_netns(tmp_path_factory, tmp_path):
         assert _connects("::1", both) == []  # nothing over IPv6
         assert _connects("127.0.0.1", both, user=NOBODY) == []  # nor from another local user
         assert base in _connects("127.0.0.1", {base})  # while the SSH user (root here) still reaches the GCS
+        backends.refresh(state, job)
+        assert state.job_counts(job).get("running", 0) >= 2  # the batch ran on all the while
+        checked.touch()
         while backends.refresh(state, job).state not in ("succeeded", "failed", "lost"):
             assert time.monotonic() < deadline + 120
             time.sleep(0.5)
