@@ -238,9 +238,13 @@ def unfirewall_script(eng: Engine, node: Node) -> str:
 
 def _env(eng: Engine, node: Node) -> str:
     # Ray 2.60 opens the autoscaler's and the dashboard's metrics ports on every interface at
-    # fixed defaults (44217, 44227) unless told: inside the node's range, they are firewalled too
+    # fixed defaults (44217, 44227) unless told: inside the node's range, they are firewalled too.
+    # No workers prestarted for the batch's driver: by default the raylet starts one Python worker
+    # per CPU when the first driver registers, for tasks; the driver's items run in its slot
+    # actors, one per GPU slot, so on a 96-vCPU machine that was up to 96 idle Ray workers (here,
+    # on 2 cores, one idle worker a batch, about 1 s of CPU)
     b = eng.layout.base(node.index)
-    return (f"export RAY_USAGE_STATS_ENABLED=0 GPUPLAN_NODE={shlex.quote(node.name)}"
+    return (f"export RAY_USAGE_STATS_ENABLED=0 RAY_prestart_worker_first_driver=0 GPUPLAN_NODE={shlex.quote(node.name)}"
             f" GPUPLAN_RAY_TAG={shlex.quote(eng.cluster)}-{b}"
             f" AUTOSCALER_METRIC_PORT={b + 7} DASHBOARD_METRIC_PORT={b + 10}")
 
