@@ -320,8 +320,10 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 number = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(number)
-print(json.dumps({"rank": dist.get_rank(), "world_size": dist.get_world_size(), "node": os.environ.get("GPUPLAN_NODE"),
-                  "sum": number.item()}), flush=True)
+# one write of the whole line: the node's two ranks share its log, and print() writes the text and
+# its newline apart where stdout is unbuffered (the suite saw the two lines run together once)
+os.write(1, (json.dumps({"rank": dist.get_rank(), "world_size": dist.get_world_size(),
+                         "node": os.environ.get("GPUPLAN_NODE"), "sum": number.item()}) + "\\n").encode())
 dist.destroy_process_group()
 """
 
