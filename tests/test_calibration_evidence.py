@@ -183,7 +183,8 @@ def test_the_reference_job_run_as_a_batch_records_a_speed(owned_host, cli, tmp_p
     job = f"{sys.executable} -m gpuplan.jobs.colorize {' '.join(SMALL)} --checkpoint-dir {tmp_path}/ckpt/{{item}}"
     r = cli("launch", str(_batch(tmp_path, "colorize-cpu.yaml", job, ITEMS[:1])), "-y", "--outputs", "reference")
     assert r.code == 0, r.out + r.err
-    assert "calibration recorded: `gpuplan estimate --workload colorize-cpu` now plans" in " ".join(r.out.split())
+    assert "calibration recorded: `gpuplan estimate --workload colorize-cpu` now plans" in " ".join(r.out.split()), \
+        f"(timed alone: {alone:.1f} s)\n{r.out}{r.err}"  # the whole output: why no calibration was recorded
     state = State(paths.state_db())
     (row,) = state.calibrations("colorize-cpu")
     assert row["clock"] == "item run time on its host" and row["gpu"] == "T4" and row["batch"]
