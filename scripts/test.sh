@@ -131,14 +131,12 @@ echo "scripts/test.sh: set-up and checks done in ${SECONDS} s" >&2
 # slowest tests named at the end, with the wall time. CI runs
 # on a busy 2-core machine: there two workers left the cores idle 22 % of the time (the Ray tests
 # wait on processes, SSH and caps) and took 1,241 s; three kept them 92 % busy and took 1,102 s
-# (2026-11-29). The files go out in tests/conftest.py's order (file_order: the costliest first, a Ray
-# file between two others), not xdist's: longest first put the three Ray-heavy files side by side
-# at the start, and a `ray start` there could not reach its head's GCS (run 53d); xdist's own order
-# ran the five single-test Ray files last, side by side. GPUPLAN_TEST_WORKERS=N sets the number; 0
-# runs the suite in this one process.
+# (2026-11-29). Not the longest files first: that put the three Ray-heavy files side by side at the
+# start, and a `ray start` there could not reach its head's GCS (run 53d). GPUPLAN_TEST_WORKERS=N
+# sets the number; 0 runs the suite in this one process.
 workers="${GPUPLAN_TEST_WORKERS:-3}"
 if [ "$workers" -gt 0 ]; then
-    .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder --durations=15 "$@"
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=15 "$@"
 else
     .venv/bin/python -m pytest --durations=15 "$@"
 fi

@@ -24,53 +24,6 @@ pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and th
 # once: a daemon that holds machine-wide names (Slurm's munge and node, dockerd's /etc/docker)
 # starts under a machine lock (support/machine_lock), and each worker picks its Ray clusters'
 # ports in a band of its own and sees only its own clusters' processes (support/ray_env.port_band).
-#
-# The order the files are handed out (scripts/test.sh passes --no-loadscope-reorder, so it is the
-# order below, not xdist's "most tests first"): the costliest first, so that the last minutes hold
-# only short files and the three workers end together, and one file that starts Ray clusters on
-# loopback hosts, then two that do not, so that two or three Ray files seldom start at once (each
-# starts a handful of processes at a time). With xdist's order the five single-test Ray files ran
-# last, side by side: 56-67 s each, with the other workers idle (run 57b, 2026-11-29).
-# Seconds each file took in the suite (run 57a); a file not named here counts as 0, a short one.
-FILE_SECONDS = {
-    "test_run_engine.py": 278, "test_launch.py": 270, "test_launch_unhappy.py": 215, "test_job_checkpoints.py": 172,
-    "test_teardown_engine.py": 163, "test_chaos.py": 141, "test_run_containers.py": 133, "test_safety.py": 107,
-    "test_failover_launch.py": 105, "test_jobs_reference.py": 100, "test_readme_examples.py": 95,
-    "test_run_backend_contract.py": 92, "test_spot_notice.py": 92, "test_run_recover.py": 88,
-    "test_calibration_evidence.py": 84, "test_launch_recover.py": 76, "test_demo.py": 70, "test_run_env.py": 69,
-    "test_state_postgres.py": 67, "test_provider_contract.py": 59, "test_run_cluster.py": 59,
-    "test_baremetal_provider.py": 57, "test_docker_daemon.py": 56, "test_run_closed.py": 53, "test_dry_run.py": 51,
-    "test_slurm_runs.py": 50, "test_probe_owned.py": 48, "test_aws_cli.py": 47, "test_bench_local.py": 44,
-    "test_failover_provision.py": 41, "test_aws_provider.py": 40, "test_faults_and_images.py": 39, "test_teams.py": 36,
-    "test_benchmarks_fail.py": 36, "test_ownership.py": 34, "test_playbook_run.py": 29, "test_remote_ssh.py": 25,
-    "test_probe.py": 23, "test_zone_failover.py": 23, "test_ssh_source.py": 21, "test_bench_campaign.py": 20,
-    "test_layout.py": 19, "test_bad_input.py": 15,
-}
-RAY_FILES = {  # the files above whose tests start Ray on loopback hosts
-    "test_run_engine.py", "test_launch.py", "test_launch_unhappy.py", "test_teardown_engine.py", "test_run_containers.py",
-    "test_failover_launch.py", "test_readme_examples.py", "test_run_backend_contract.py", "test_spot_notice.py",
-    "test_run_recover.py", "test_calibration_evidence.py", "test_launch_recover.py", "test_demo.py", "test_run_env.py",
-    "test_run_cluster.py", "test_docker_daemon.py", "test_run_closed.py", "test_probe_owned.py",
-}
-
-
-def file_order(names: list[str]) -> list[str]:
-    """The file names in the order they are handed out (see above)."""
-    def costliest_first(group):
-        return sorted(group, key=lambda n: (-FILE_SECONDS.get(n, 0), n))
-
-    ray = costliest_first(n for n in names if n in RAY_FILES)
-    rest = costliest_first(n for n in names if n not in RAY_FILES)
-    order: list[str] = []
-    while ray or rest:
-        order += ray[:1] + rest[:2]
-        del ray[:1], rest[:2]
-    return order
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(file_order(sorted({item.path.name for item in items})))}
-    items.sort(key=lambda item: rank[item.path.name])  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True)

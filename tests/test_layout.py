@@ -283,19 +283,3 @@ def test_the_test_script_exits_with_the_suites_status_and_removes_its_scratch_fo
     assert _run_with_the_test_scripts_exit_trap("sleep 0.1 & wait; exit 3", tmp_path) == (3, True)
     # a set-up job still running is stopped, and the status is still the script's
     assert _run_with_the_test_scripts_exit_trap("sleep 60 & true", tmp_path) == (0, True)
-
-
-def test_the_suites_file_order_names_files_that_exist_and_spaces_the_ray_files():
-    """tests/conftest.py hands the files out costliest first, a Ray file between two others: a
-    renamed file would silently lose its place, so every name there must be a test file."""
-    import conftest
-
-    tests = Path(__file__).parent
-    named = set(conftest.FILE_SECONDS) | conftest.RAY_FILES
-    assert sorted(n for n in named if not (tests / n).is_file()) == []
-    names = sorted(p.name for p in tests.glob("test_*.py"))
-    order = conftest.file_order(names)
-    assert sorted(order) == names  # every file once
-    ray_at = [i for i, n in enumerate(order) if n in conftest.RAY_FILES]
-    assert order[0] == "test_run_engine.py" and all(b - a == 3 for a, b in zip(ray_at, ray_at[1:]))
-    assert order[-1] not in conftest.FILE_SECONDS  # the last ones are short
