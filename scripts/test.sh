@@ -132,7 +132,9 @@ echo "scripts/test.sh: set-up and checks done in ${SECONDS} s" >&2
 # on a busy 2-core machine: there two workers left the cores idle 22 % of the time (the Ray tests
 # wait on processes, SSH and caps) and took 1,241 s; three kept them 92 % busy and took 1,102 s
 # (2026-11-29). Not the longest files first: that put the three Ray-heavy files side by side at the
-# start, and a `ray start` there could not reach its head's GCS (run 53d). GPUPLAN_TEST_WORKERS=N
+# start, and a `ray start` there could not reach its head's GCS (run 53d); nor the costliest first
+# with a Ray file between two others: 14 of the 15 slowest tests went over 60 s and two cap tests
+# failed on the load (run 57c), where xdist's order (most tests first) had 1-5. GPUPLAN_TEST_WORKERS=N
 # sets the number; 0 runs the suite in this one process.
 workers="${GPUPLAN_TEST_WORKERS:-3}"
 if [ "$workers" -gt 0 ]; then

@@ -52,6 +52,7 @@ OVER = ("succeeded", "failed", "cancelled", "lost", "capped")
 _ENDED = {"COMPLETED": "ok", "FAILED": "failed", "CANCELLED": "cancelled", "TIMEOUT": "failed", "OUT_OF_MEMORY": "failed",
           "NODE_FAIL": "failed", "PREEMPTED": "failed", "BOOT_FAIL": "failed", "DEADLINE": "failed", "REVOKED": "failed"}
 CANCEL_WAIT_S = 120  # how long cancel waits for squeue to hold none of the array's tasks
+RECORD_WAIT_S = 30  # then how long it waits for sacct to record the end of each task that started
 
 
 def is_slurm(target: str) -> bool:
@@ -376,6 +377,14 @@ def cancel(state: State, job: str) -> int:
                                   f" {CANCEL_WAIT_S} s after scancel; look with `squeue -j {array}` on the login host")
             time.sleep(1)
         refresh(state, job, conn)
+        # slurmdbd records a cancelled task's end a moment after squeue lets it go; until then sacct
+        # still says RUNNING, and the fallback below would bill it up to now, the seconds spent
+        # waiting here included (a busy machine: 5 GPU-seconds billed where sacct then said 4)
+        end = time.monotonic() + RECORD_WAIT_S
+        while time.monotonic() < end and any(it.status in ("queued", "running") and it.started_at
+                                             for it in state.job_items(job)):
+            time.sleep(1)
+            refresh(state, job, conn)
     now = iso()
     open_items = [it for it in state.job_items(job) if it.status in ("queued", "running")]
     if open_items:  # cancelled before sacct recorded them (a pending task never started)
