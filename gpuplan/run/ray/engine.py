@@ -52,6 +52,16 @@ START_TIMEOUT_S = 300  # the head's `ray start`: its first on a new machine read
 WORKER_START_TIMEOUT_S = 120
 DASHBOARD_WAIT_S = 90  # how long a submit waits for the head's Jobs API to come up
 HERE = Path(__file__).parent
+# The head's `ray start` leaves out Ray's Client server: gpuplan never uses it (the driver joins
+# through the GCS, the client reaches the head over SSH and the Jobs API), and it is one more port
+# that runs whatever code it is sent, and one more Python process on every start (1.1 s of CPU on
+# an idle 2-core machine, about 2 s on a busy one, 2026-11-29). Ray 2.60's `ray start` has no flag
+# for that: it starts one wherever grpc imports (scripts.py asks get_ray_client_dependency_error),
+# so the head runs Ray's CLI with that question answered "not installed". A Ray that no longer asks
+# it starts its Client server as before (tests/test_run_closed.py says so).
+NO_CLIENT_SERVER = ("import sys; from ray.scripts import scripts; "
+                    "scripts.get_ray_client_dependency_error = lambda: ImportError('left out by gpuplan'); "
+                    "sys.argv[0] = 'ray'; sys.exit(scripts.main())")
 
 Progress = Callable[[str], None]
 
@@ -68,6 +78,10 @@ class Layout:
 
     def ray(self) -> str:
         return f'"{self.venv}/bin/ray"'
+
+    def ray_without_client_server(self) -> str:
+        """Ray's CLI as `ray`, but a head it starts runs no Ray Client server (NO_CLIENT_SERVER)."""
+        return f'"{self.venv}/bin/python" -c {shlex.quote(NO_CLIENT_SERVER)}'
 
     def base(self, i: int) -> int:
         return self.port + PORTS_PER_NODE * i
@@ -267,10 +281,12 @@ def _start_script(eng: Engine, node: Node) -> str:
         # no autoscaler monitor: gpuplan sizes the cluster itself, so it would be one more process
         # (and a metrics port) for nothing
         args += ["--head", f"--port {lay.port}", f"--dashboard-port {lay.dashboard_port()}", "--dashboard-host 127.0.0.1",
-                 f"--ray-client-server-port {lay.port + 9}", "--no-monitor"]
+                 "--no-monitor"]
+        ray = lay.ray_without_client_server()
     else:
         args.append(f"--address {shlex.quote(eng.head.private_ip)}:{lay.port}")
-    return f"{_env(eng, node)}\ngpus={gpus}\n{lay.ray()} start {' '.join(args)}\n"
+        ray = lay.ray()  # a worker node starts no Client server
+    return f"{_env(eng, node)}\ngpus={gpus}\n{ray} start {' '.join(args)}\n"
 
 
 def _running_check(eng: Engine, node: Node) -> str:
