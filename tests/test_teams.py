@@ -132,7 +132,15 @@ def test_a_launch_dry_run_past_the_project_s_budget_is_refused_naming_it(cli, gp
 
 def test_spent_and_committed_count_the_month_on_the_included_basis(gpuplan_home, monkeypatch):
     """¥100/h excluding tax, one machine held 2 h in the month: ¥220 spent with tax. A live
-    cluster's reservation of ¥500 less the ¥220 it spent commits ¥280; a gone one's nothing."""
+    cluster's reservation of ¥500 less the ¥220 it spent commits ¥280; a gone one's nothing.
+    The store's clock moves a second on every reading: the cluster's row, its reservation and its
+    teardown each in a later second than the last (in the suite, a second's boundary between them
+    once left the reservation held after its cluster was gone)."""
+    from gpuplan.store import state as store
+
+    clock = iter(range(10**6))
+    t0 = store.now()
+    monkeypatch.setattr(store, "now", lambda: t0 + timedelta(seconds=next(clock)))
     monkeypatch.setenv("GPUPLAN_USER", "alice")
     s = _state(gpuplan_home)
     month = team.month_of()
@@ -155,6 +163,22 @@ def test_spent_and_committed_count_the_month_on_the_included_basis(gpuplan_home,
     old = datetime.now(timezone.utc) - timedelta(hours=1)
     s.reserve("vision", month, Decimal(100), "cap", "alice", priced, at=old)  # a client killed before its row: expired
     assert s.budget_figures("vision", month, priced).committed == Decimal(0)
+
+
+def test_a_reservation_made_before_its_cluster_row_holds_though_the_names_last_cluster_is_gone(gpuplan_home, monkeypatch):
+    """A launch reserves before it makes its cluster's row; where the name's last cluster is gone
+    (its row left), the reservation holds until the grace ends or its own row comes and goes."""
+    monkeypatch.setenv("GPUPLAN_USER", "alice")
+    s = _state(gpuplan_home)
+    month = team.month_of()
+    s.set_budget("vision", month, Decimal(1000), "alice")
+    s.add_cluster("c2", "aws", "r", "g4", 1, price_jpy_per_hour=Decimal(100), who=team.Who("alice", "vision"))
+    s.set_cluster_status("c2", "gone")  # the name's last use
+    later = datetime.now(timezone.utc) + timedelta(seconds=5)
+    assert not s.reserve("vision", month, Decimal(300), "cap", "alice", priced, cluster="c2", at=later).refused
+    assert s.budget_figures("vision", month, priced, at=later).committed == Decimal(300)
+    grace_over = later + timedelta(hours=1)  # its client killed before it made the row: expired
+    assert s.budget_figures("vision", month, priced, at=grace_over).committed == Decimal(0)
 
 
 def _reserve(path: str, url: str | None, start, yen: int, out) -> None:

@@ -1533,9 +1533,13 @@ def _holds(db: Db, c, at: datetime) -> bool:
         job = db.execute("SELECT state FROM jobs WHERE id=?", (c["job"],)).fetchone()
         return job["state"] in ("submitted", "running") if job else young
     if c["cluster"]:
-        cluster = db.execute("SELECT status, created_at FROM clusters WHERE name=?", (c["cluster"],)).fetchone()
-        if cluster is None or (cluster["status"] == "gone" and cluster["created_at"] < c["created_at"]):
-            return young  # not made yet (a gone row of the name's last use makes way for it)
+        cluster = db.execute("SELECT status, updated_at FROM clusters WHERE name=?", (c["cluster"],)).fetchone()
+        # Not made yet: no row, or the row of the name's last use, gone before this reservation was
+        # made (a launch reserves before it makes its row). A row gone at or after it is its own
+        # cluster's, torn down. (This compared the row's created_at, so a reservation made in a later
+        # second than its live cluster's row held on after that cluster was gone: a test's race.)
+        if cluster is None or (cluster["status"] == "gone" and cluster["updated_at"] < c["created_at"]):
+            return young
         return cluster["status"] != "gone"
     return young
 
