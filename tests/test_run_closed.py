@@ -128,7 +128,7 @@ def test_check_in_netns(tmp_path_factory, tmp_path):
         both = ports["4"] | ports["6"]
         # no Ray Client server (engine.NO_CLIENT_SERVER): not on Ray's default port, nor on the one
         # gpuplan gave it before (the head's port + 9); nothing else listens in this namespace
-        assert not (_listening(10001, 10002)["4"] | _listening(10001, 10002)["6"]) and base + 9 not in both
+        assert _listening(10001, 10002) == {"4": set(), "6": set()} and base + 9 not in both
         assert _connects("::1", both) == []  # nothing over IPv6
         assert _connects("127.0.0.1", both, user=NOBODY) == []  # nor from another local user
         assert base in _connects("127.0.0.1", {base})  # while the SSH user (root here) still reaches the GCS

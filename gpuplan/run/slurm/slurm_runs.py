@@ -358,7 +358,8 @@ def _exit(text: str) -> int | None:
 
 
 def cancel(state: State, job: str) -> int:
-    """scancel the array; wait until squeue holds none of its tasks; returns how many it held."""
+    """scancel the array; wait until squeue holds none of its tasks, then (up to RECORD_WAIT_S) until
+    sacct has recorded the end of each task that started; returns how many squeue held."""
     from gpuplan.hosts import remote
 
     row = run_items.job_row(state, job, CLUSTER)
