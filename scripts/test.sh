@@ -33,8 +33,10 @@ cleanup() {
 trap cleanup EXIT
 
 # The README's Examples on exactly the Quickstart's install, in a fresh venv (no test extras): about
-# 45 s of one core on a fresh clone, its output shown once it ends.
-bash scripts/fresh_install_examples.sh > "$work/examples.log" 2>&1 & examples=$!
+# 45 s of one core on a fresh clone, its output shown once it ends. At a lower CPU priority (nice 5),
+# like the type check below: both only have to end before the suite does, and at the same priority
+# they slowed the suite's first tests (run 59b: a launch from nothing 63 s in the first two minutes).
+nice -n 5 bash scripts/fresh_install_examples.sh > "$work/examples.log" 2>&1 & examples=$!
 
 # System packages the tests start for real, each group checked and, when missing, installed with the
 # others in ONE apt-get update and ONE apt-get install (as root; otherwise each group's tests are skipped):
@@ -120,7 +122,7 @@ echo "scripts/test.sh: Python set-up done in ${SECONDS} s" >&2
 # errors, the rest within scripts/mypy-baseline.txt (which may only shrink; re-record it with
 # `.venv/bin/python scripts/mypy_baseline.py --record`). With no cache (a fresh clone) it is 58 s of
 # one core, and the set-up waited for it while the other core had nothing left to do (run 58c).
-.venv/bin/python scripts/mypy_baseline.py > "$work/types.log" 2>&1 & types=$!
+nice -n 5 .venv/bin/python scripts/mypy_baseline.py > "$work/types.log" 2>&1 & types=$!
 failed=0
 wait "$ray"
 if [ -n "$apt" ] && ! wait "$apt"; then
@@ -128,7 +130,8 @@ if [ -n "$apt" ] && ! wait "$apt"; then
     echo "scripts/test.sh: apt-get could not install the system packages; the tests that need them will be skipped" >&2
 fi
 echo "scripts/test.sh: set-up and lint done in ${SECONDS} s (types and the README's Examples run beside the suite)" >&2
-# Three workers, a test file to each at a time (tests/conftest.py says what keeps them apart); the
+# Three workers, a test file to each at a time (tests/conftest.py says what keeps them apart, and
+# tests/support/schedule.py which file goes next: no more than two costly files at once); the
 # slowest tests named at the end, with the wall time. CI runs
 # on a busy 2-core machine: there two workers left the cores idle 22 % of the time (the Ray tests
 # wait on processes, SSH and caps) and took 1,241 s; three kept them 92 % busy and took 1,102 s
