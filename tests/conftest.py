@@ -24,16 +24,16 @@ pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and th
 # once: a daemon that holds machine-wide names (Slurm's munge and node, dockerd's /etc/docker)
 # starts under a machine lock (support/machine_lock), and each worker picks its Ray clusters'
 # ports in a band of its own and sees only its own clusters' processes (support/ray_env.port_band).
-# Which file a worker gets next: support/schedule.py (no three costly files at once).
+# The files holding the two costliest tests never run at once (support/schedule.py).
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None
-    from support.schedule import BalancedFileScheduling
+    from support.schedule import ApartFileScheduling
 
-    return BalancedFileScheduling(config, log)
+    return ApartFileScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,7 @@
-"""The suite's own xdist scheduling (support/schedule.py): no more than two heavy files at once
-while light ones are left, the APART files never at once, every test run once."""
+"""The suite's own xdist scheduling (support/schedule.py): the files in APART never run at once."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,10 +24,10 @@ class _Worker:
         self.shutting_down = True
 
 
-def _simulate(scheduler_class, files: dict[str, int]) -> dict:
-    """Three workers run their tests until all are done: the most heavy files seen at once while a
-    light one was still queued, whether the APART files ever ran at once, the order they ran in."""
-    from support.schedule import APART, HEAVY
+def _simulate(scheduler_class, files: dict[str, int]) -> tuple[set[str], list[str]]:
+    """Three workers finish one test each in turn until all are done. Returns the APART files that
+    ever had tests pending on two workers at once, and the tests in the order they ran."""
+    from support.schedule import APART
 
     config = SimpleNamespace(getvalue=lambda name: ["3*popen"] if name == "tx" else None,
                              option=SimpleNamespace(loadscopereorder=True))
@@ -40,63 +38,40 @@ def _simulate(scheduler_class, files: dict[str, int]) -> dict:
         sched.add_node(w)
         sched.add_node_collection(w, collection)
     sched.schedule()
-    seen = {"heavy_at_once": 0, "apart_at_once": False, "ran": []}
-    left = {w: 0 for w in workers}  # ticks left of the test a worker runs: a heavy file's take 5, a light one's 1
+    together, ran = set(), []
     while any(w.queue for w in workers):
         for w in workers:
-            pending = [{s for s, tests in sched.assigned_work.get(o, {}).items() if not all(tests.values())}
+            pending = [{s for s, tests in sched.assigned_work.get(o, {}).items() if not all(tests.values())} & APART
                        for o in workers]
-            if any(s not in HEAVY for s in sched.workqueue):
-                seen["heavy_at_once"] = max(seen["heavy_at_once"], sum(bool(p & set(HEAVY)) for p in pending))
-            seen["apart_at_once"] |= sum(bool(p & APART) for p in pending) > 1
-            if not w.queue:
-                continue
-            if not left[w]:
-                left[w] = 5 if collection[w.queue[0]].split("::")[0] in HEAVY else 1
-            left[w] -= 1
-            if not left[w]:
+            if sum(bool(p) for p in pending) > 1:
+                together |= set().union(*pending)
+            if w.queue:
                 index = w.queue.pop(0)
-                seen["ran"].append(collection[index])
+                ran.append(collection[index])
                 sched.mark_test_complete(w, index)
-    assert sorted(seen["ran"]) == sorted(collection)  # every test once
-    return seen
+    assert sorted(ran) == sorted(collection)  # every test once
+    return together, ran
 
 
-# As in the suite: a heavy file's tests take 5 times a light one's, and the light files (most
-# tests first in xdist's order) are a third of the work. xdist's order ran three heavy files at
-# once, the two APART files side by side
-FILES = {"tests/test_bad_input.py": 40, "tests/test_safety.py": 15, "tests/test_layout.py": 10,
-         "tests/test_launch_unhappy.py": 8, "tests/test_run_engine.py": 7, "tests/test_launch.py": 7,
-         "tests/test_teams.py": 6, "tests/test_chaos.py": 5, "tests/test_probe.py": 4, "tests/test_demo.py": 1,
-         "tests/test_spot_notice.py": 1, "tests/test_run_recover.py": 1}
+# In xdist's order (most tests first) the two APART files go out at once, as in the suite's runs
+FILES = {"tests/test_a.py": 9, "tests/test_launch_unhappy.py": 8, "tests/test_run_engine.py": 7,
+         "tests/test_b.py": 5, "tests/test_c.py": 4, "tests/test_d.py": 3, "tests/test_e.py": 2, "tests/test_f.py": 1}
 
 
-def test_two_heavy_files_at_most_while_light_ones_are_left_and_the_apart_ones_never_at_once():
+def test_the_apart_files_never_run_at_once_and_every_test_still_runs():
     from xdist.scheduler import LoadFileScheduling
 
-    from support.schedule import BalancedFileScheduling
+    from support.schedule import ApartFileScheduling
 
-    xdist = _simulate(LoadFileScheduling, FILES)
-    assert xdist["heavy_at_once"] == 3 and xdist["apart_at_once"]
-    ours = _simulate(BalancedFileScheduling, FILES)
-    assert ours["heavy_at_once"] == 2 and not ours["apart_at_once"]
-    ran = ours["ran"]
+    together, _ = _simulate(LoadFileScheduling, FILES)
+    assert together == {"tests/test_launch_unhappy.py", "tests/test_run_engine.py"}  # xdist's own: side by side
+    together, ran = _simulate(ApartFileScheduling, FILES)
+    assert together == set()
     assert ran.index("tests/test_run_engine.py::test_0") > ran.index("tests/test_launch_unhappy.py::test_7")
-    # the heaviest single tests (files of one test) run while light files are left, not last
-    assert ran.index("tests/test_demo.py::test_0") < ran.index("tests/test_probe.py::test_3")
 
 
-def test_when_one_kind_is_used_up_the_other_is_given_and_no_worker_waits():
-    from support.schedule import BalancedFileScheduling
+def test_with_nothing_else_left_the_held_back_file_is_given_anyway():
+    from support.schedule import ApartFileScheduling
 
-    only_heavy = {"tests/test_launch_unhappy.py": 3, "tests/test_run_engine.py": 3, "tests/test_launch.py": 3}
-    seen = _simulate(BalancedFileScheduling, only_heavy)
-    assert seen["apart_at_once"] and len(seen["ran"]) == 9
-
-
-def test_every_file_named_is_a_test_file():
-    from support.schedule import APART, HEAVY
-
-    root = Path(__file__).parent.parent
-    assert [f for f in (*HEAVY, *APART) if not (root / f).is_file()] == []
-    assert APART <= set(HEAVY)
+    together, ran = _simulate(ApartFileScheduling, {"tests/test_launch_unhappy.py": 3, "tests/test_run_engine.py": 3})
+    assert together == {"tests/test_launch_unhappy.py", "tests/test_run_engine.py"} and len(ran) == 6
