@@ -131,7 +131,7 @@ if [ -n "$apt" ] && ! wait "$apt"; then
 fi
 echo "scripts/test.sh: set-up and lint done in ${SECONDS} s (types and the README's Examples run beside the suite)" >&2
 # Three workers, a test file to each at a time (tests/conftest.py says what keeps them apart, and
-# tests/support/schedule.py which file goes next: the two costliest tests never side by side); the
+# tests/support/schedule.py which file goes next: no two of the costliest side by side); the
 # slowest tests named at the end, with the wall time. CI runs
 # on a busy 2-core machine: there two workers left the cores idle 22 % of the time (the Ray tests
 # wait on processes, SSH and caps) and took 1,241 s; three kept them 92 % busy and took 1,102 s

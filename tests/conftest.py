@@ -24,7 +24,7 @@ pytest_plugins = ["support.aws_moto", "support.postgres"]  # the moto_aws and th
 # once: a daemon that holds machine-wide names (Slurm's munge and node, dockerd's /etc/docker)
 # starts under a machine lock (support/machine_lock), and each worker picks its Ray clusters'
 # ports in a band of its own and sees only its own clusters' processes (support/ray_env.port_band).
-# The files holding the two costliest tests never run at once (support/schedule.py).
+# No two of the files holding the costliest tests run at once (support/schedule.py).
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -53,21 +54,26 @@ def _simulate(scheduler_class, files: dict[str, int]) -> tuple[set[str], list[st
     return together, ran
 
 
-# In xdist's order (most tests first) the two APART files go out at once, as in the suite's runs
-FILES = {"tests/test_a.py": 9, "tests/test_launch_unhappy.py": 8, "tests/test_run_engine.py": 7,
-         "tests/test_b.py": 5, "tests/test_c.py": 4, "tests/test_d.py": 3, "tests/test_e.py": 2, "tests/test_f.py": 1}
+# In xdist's order (most tests first) the APART files go out at about the same time, as in the
+# suite's runs; there, as here, they are about a quarter of the work
+FILES = {"tests/test_bad_input.py": 120, "tests/test_teams.py": 60, "tests/test_layout.py": 30,
+         "tests/test_run_backend_contract.py": 29, "tests/test_launch.py": 26, "tests/test_launch_unhappy.py": 13,
+         "tests/test_run_engine.py": 6, **{f"tests/test_{k}.py": 5 for k in range(16)}}
 
 
-def test_the_apart_files_never_run_at_once_and_every_test_still_runs():
+def test_no_two_apart_files_run_at_once_and_every_test_still_runs():
     from xdist.scheduler import LoadFileScheduling
 
-    from support.schedule import ApartFileScheduling
+    from support.schedule import APART, ApartFileScheduling
 
     together, _ = _simulate(LoadFileScheduling, FILES)
-    assert together == {"tests/test_launch_unhappy.py", "tests/test_run_engine.py"}  # xdist's own: side by side
+    assert len(together) > 1  # xdist's own: side by side
     together, ran = _simulate(ApartFileScheduling, FILES)
     assert together == set()
-    assert ran.index("tests/test_run_engine.py::test_0") > ran.index("tests/test_launch_unhappy.py::test_7")
+    # one after another: each APART file's tests all ran before the next one's first
+    runs = [path for path in (test.split("::")[0] for test in ran) if path in APART]
+    assert [path for k, path in enumerate(runs) if k == 0 or runs[k - 1] != path] == sorted(set(runs), key=runs.index)
+    assert set(runs) == APART
 
 
 def test_with_nothing_else_left_the_held_back_file_is_given_anyway():
@@ -75,3 +81,30 @@ def test_with_nothing_else_left_the_held_back_file_is_given_anyway():
 
     together, ran = _simulate(ApartFileScheduling, {"tests/test_launch_unhappy.py": 3, "tests/test_run_engine.py": 3})
     assert together == {"tests/test_launch_unhappy.py", "tests/test_run_engine.py"} and len(ran) == 6
+
+
+def test_every_file_named_is_a_test_file():
+    from support.schedule import APART
+
+    root = Path(__file__).parent.parent
+    assert sorted(f for f in APART if not (root / f).is_file()) == []
+
+
+def test_the_files_of_few_costly_tests_go_out_spread_through_the_queue_not_last():
+    from support.schedule import SPREAD, spread
+
+    others = [f"tests/test_{k}.py" for k in range(40)]
+    queue = spread(others + list(SPREAD))  # xdist's order: files with the fewest tests last, these among them
+    assert sorted(queue) == sorted(others + list(SPREAD))
+    places = [k for k, scope in enumerate(queue) if scope in SPREAD]
+    gaps = [b - a for a, b in zip([-1, *places], [*places, len(queue)])]
+    assert max(gaps) - min(gaps) <= 2  # evenly apart, with light files before the first and after the last
+    assert [scope for scope in queue if scope not in SPREAD] == others  # the rest keep their order
+
+
+def test_every_spread_file_is_a_test_file_and_none_is_apart():
+    from support.schedule import APART, SPREAD
+
+    root = Path(__file__).parent.parent
+    assert [f for f in SPREAD if not (root / f).is_file()] == []
+    assert not APART & set(SPREAD)

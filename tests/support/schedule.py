@@ -1,31 +1,66 @@
 """How scripts/test.sh's pytest-xdist workers get their test files: xdist's `--dist loadfile` (a
-file to a worker at a time, its module fixtures started once), except that the files in APART are
-never run at the same time as each other.
+file to a worker at a time, its module fixtures started once), except that no two of the APART
+files run at the same time.
 
-Why: the two costliest single tests of the suite (about 40 CPU-seconds each, 25-30 s alone) are in
-test_launch_unhappy.py (two `gpuplan launch` runs from nothing at once) and test_run_engine.py (a
-real torchrun over two Ray nodes: eight processes importing torch). In xdist's own order both files
-went out at about the same time, and in runs 57 and 59a those two tests ran side by side: 64-74 s
-each on 2 cores, the only tests of the suite over 60 s. Apart, each runs beside files of ordinary
-cost. A file held back waits at the head of the queue and goes to the next worker that asks once
-the other has ended; where nothing else is left, it is given anyway (no worker waits idle).
+Why: the suite's costliest single tests are launches from nothing and a real torchrun (about 40
+CPU-seconds each, 25-30 s alone), and the CPU bursts of a file's Ray cluster and daemons starting.
+In xdist's order (most tests first) the APART files went out at about the same time, and the
+costliest tests ran side by side: the two launches at once beside the torchrun, 74 s and 64 s
+(runs 57, 59a); once those two were kept apart, a launch from nothing beside the contract file's
+Ray and Slurm start, 62-64 s (runs 59b, 59d). Those were the only tests over 60 s on 2 cores.
+Apart, each runs beside files of ordinary cost. A file held back stays at the head of the queue
+and goes to the next worker that asks once the other has ended; where nothing else is left, it
+is given anyway (no worker waits idle). Together the APART files are about a quarter of the
+suite's time, so one after another they still end well before the rest.
+
+And the files of few, costly tests (SPREAD: one to four launches or Ray clusters each) are spread
+evenly through the queue: xdist's order put them all last, where they ran three at once and left
+workers idle at the end (run 59d: the last 260 s were those files; one worker idle 122 s, one 44 s).
 
 Tried and dropped (run 59c): no more than two Ray/torch/daemon files at once, the costliest first.
-That put the costliest launches side by side in the first half of the run (85 s, 79 s, 64 s): the
-cores are busy throughout, so what helps is keeping the costliest tests apart, not the heavy files
-in general."""
+That put the costliest launches side by side in the first half of the run (85 s, 79 s, 64 s; 11
+tests over 60 s, 1,308 s): the cores are busy throughout, so what helps is keeping the costliest
+bursts apart, not holding back heavy files in general."""
 
 from __future__ import annotations
 
 from xdist.scheduler import LoadFileScheduling
 
-APART = frozenset({"tests/test_launch_unhappy.py", "tests/test_run_engine.py"})
+APART = frozenset(f"tests/test_{name}.py" for name in (
+    "launch",  # launches from nothing on owned hosts
+    "launch_unhappy",  # two launches from nothing at once; a killed launch's cap
+    "run_engine",  # a two-node Ray cluster for the module; a real torchrun over it
+    "run_backend_contract",  # a Ray cluster, Slurm's daemons and the DOK fake for the module
+))
+
+
+SPREAD = tuple(f"tests/test_{name}.py" for name in (
+    "teardown_engine", "docker_daemon", "failover_launch", "bench_local", "run_closed", "demo", "run_recover",
+    "launch_recover", "spot_notice", "probe_owned",
+))
+
+
+def spread(queue: list[str]) -> list[str]:
+    """The queue with its SPREAD files moved to even places through it (the rest in their order)."""
+    moved = [scope for scope in queue if scope in SPREAD]
+    rest = [scope for scope in queue if scope not in SPREAD]
+    step = len(rest) / (len(moved) + 1)
+    for k, scope in reversed(list(enumerate(moved))):
+        rest.insert(round((k + 1) * step), scope)
+    return rest
 
 
 class ApartFileScheduling(LoadFileScheduling):
-    """loadfile, with no two APART files assigned to different workers at once."""
+    """loadfile, with the SPREAD files spread through the queue and no two APART files assigned to
+    different workers at once."""
+
+    spread_done = False
 
     def _assign_work_unit(self, node) -> None:
+        if not self.spread_done:  # the first assignment: the queue is whole
+            self.spread_done = True
+            for scope in spread(list(self.workqueue)):
+                self.workqueue.move_to_end(scope)
         running = {scope for other, units in self.assigned_work.items() if other is not node
                    for scope, tests in units.items() if not all(tests.values())}
         if running & APART:
