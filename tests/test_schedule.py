@@ -89,22 +89,3 @@ def test_every_file_named_is_a_test_file():
     root = Path(__file__).parent.parent
     assert sorted(f for f in APART if not (root / f).is_file()) == []
 
-
-def test_the_files_of_few_costly_tests_go_out_spread_through_the_queue_not_last():
-    from support.schedule import SPREAD, spread
-
-    others = [f"tests/test_{k}.py" for k in range(40)]
-    queue = spread(others + list(SPREAD))  # xdist's order: files with the fewest tests last, these among them
-    assert sorted(queue) == sorted(others + list(SPREAD))
-    places = [k for k, scope in enumerate(queue) if scope in SPREAD]
-    gaps = [b - a for a, b in zip([-1, *places], [*places, len(queue)])]
-    assert max(gaps) - min(gaps) <= 2  # evenly apart, with light files before the first and after the last
-    assert [scope for scope in queue if scope not in SPREAD] == others  # the rest keep their order
-
-
-def test_every_spread_file_is_a_test_file_and_none_is_apart():
-    from support.schedule import APART, SPREAD
-
-    root = Path(__file__).parent.parent
-    assert [f for f in SPREAD if not (root / f).is_file()] == []
-    assert not APART & set(SPREAD)

@@ -13,14 +13,13 @@ and goes to the next worker that asks once the other has ended; where nothing el
 is given anyway (no worker waits idle). Together the APART files are about a quarter of the
 suite's time, so one after another they still end well before the rest.
 
-And the files of few, costly tests (SPREAD: one to four launches or Ray clusters each) are spread
-evenly through the queue: xdist's order put them all last, where they ran three at once and left
-workers idle at the end (run 59d: the last 260 s were those files; one worker idle 122 s, one 44 s).
-
 Tried and dropped (run 59c): no more than two Ray/torch/daemon files at once, the costliest first.
 That put the costliest launches side by side in the first half of the run (85 s, 79 s, 64 s; 11
 tests over 60 s, 1,308 s): the cores are busy throughout, so what helps is keeping the costliest
-bursts apart, not holding back heavy files in general."""
+bursts apart, not holding back heavy files in general. And (run 59e) the files of few, costly
+tests spread evenly through the queue instead of last, where xdist puts them (there they ran three
+at once, 45-49 s, but left a worker idle up to 122 s at the end): in the middle of the run they
+landed beside the APART files' starts and each other, 63-77 s."""
 
 from __future__ import annotations
 
@@ -34,33 +33,10 @@ APART = frozenset(f"tests/test_{name}.py" for name in (
 ))
 
 
-SPREAD = tuple(f"tests/test_{name}.py" for name in (
-    "teardown_engine", "docker_daemon", "failover_launch", "bench_local", "run_closed", "demo", "run_recover",
-    "launch_recover", "spot_notice", "probe_owned",
-))
-
-
-def spread(queue: list[str]) -> list[str]:
-    """The queue with its SPREAD files moved to even places through it (the rest in their order)."""
-    moved = [scope for scope in queue if scope in SPREAD]
-    rest = [scope for scope in queue if scope not in SPREAD]
-    step = len(rest) / (len(moved) + 1)
-    for k, scope in reversed(list(enumerate(moved))):
-        rest.insert(round((k + 1) * step), scope)
-    return rest
-
-
 class ApartFileScheduling(LoadFileScheduling):
-    """loadfile, with the SPREAD files spread through the queue and no two APART files assigned to
-    different workers at once."""
-
-    spread_done = False
+    """loadfile, with no two APART files assigned to different workers at once."""
 
     def _assign_work_unit(self, node) -> None:
-        if not self.spread_done:  # the first assignment: the queue is whole
-            self.spread_done = True
-            for scope in spread(list(self.workqueue)):
-                self.workqueue.move_to_end(scope)
         running = {scope for other, units in self.assigned_work.items() if other is not node
                    for scope, tests in units.items() if not all(tests.values())}
         if running & APART:
