@@ -1,4 +1,4 @@
-"""The suite's own xdist scheduling (support/schedule.py): the files in APART never run at once."""
+"""The suite's own xdist scheduling (support/schedule.py): no two files in APART run at once."""
 
 from __future__ import annotations
 
