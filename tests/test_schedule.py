@@ -58,7 +58,8 @@ def _simulate(scheduler_class, files: dict[str, int]) -> tuple[set[str], list[st
 # suite's runs; there, as here, they are about a quarter of the work
 FILES = {"tests/test_bad_input.py": 120, "tests/test_teams.py": 60, "tests/test_layout.py": 30,
          "tests/test_run_backend_contract.py": 29, "tests/test_launch.py": 26, "tests/test_launch_unhappy.py": 13,
-         "tests/test_run_engine.py": 6, **{f"tests/test_{k}.py": 5 for k in range(16)}}
+         "tests/test_run_engine.py": 6, "tests/test_readme_examples.py": 7,
+         **{f"tests/test_{k}.py": 5 for k in range(20)}}
 
 
 def test_no_two_apart_files_run_at_once_and_every_test_still_runs():

@@ -7,7 +7,9 @@ CPU-seconds each, 25-30 s alone), and the CPU bursts of a file's Ray cluster and
 In xdist's order (most tests first) the APART files went out at about the same time, and the
 costliest tests ran side by side: the two launches at once beside the torchrun, 74 s and 64 s
 (runs 57, 59a); once those two were kept apart, a launch from nothing beside the contract file's
-Ray and Slurm start, 62-64 s (runs 59b, 59d). Those were the only tests over 60 s on 2 cores.
+Ray and Slurm start, 62-64 s (runs 59b, 59d); then the README demo session's launch beside two
+other Ray files, 60.7 s (run 59f). Those were the only tests over 60 s on 2 cores; with all five
+apart the slowest test took 50.2 s (run 59g).
 Apart, each runs beside files of ordinary cost. A file held back stays at the head of the queue
 and goes to the next worker that asks once the other has ended; where nothing else is left, it
 is given anyway (no worker waits idle). Together the APART files are about a quarter of the
@@ -30,6 +32,7 @@ APART = frozenset(f"tests/test_{name}.py" for name in (
     "launch_unhappy",  # two launches from nothing at once; a killed launch's cap
     "run_engine",  # a two-node Ray cluster for the module; a real torchrun over it
     "run_backend_contract",  # a Ray cluster, Slurm's daemons and the DOK fake for the module
+    "readme_examples",  # the demo session: a launch from nothing, as the README shows it
 ))
 
 
