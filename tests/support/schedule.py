@@ -10,6 +10,7 @@ costliest tests ran side by side: the two launches at once beside the torchrun, 
 Ray and Slurm start, 62-64 s (runs 59b, 59d); then the README demo session's launch beside two
 other Ray files, 60.7 s (run 59f). Those were the only tests over 60 s on 2 cores; with all five
 apart the slowest test took 50.2 s (run 59g).
+
 Apart, each runs beside files of ordinary cost. A file held back stays at the head of the queue
 and goes to the next worker that asks once the other has ended; where nothing else is left, it
 is given anyway (no worker waits idle). Together the APART files are about a quarter of the
